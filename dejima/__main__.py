@@ -1,0 +1,3 @@
+from dejima.cli.launch import main
+
+raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""What each dejima command does, in terms of the core and the adapters.
+
+The CLI parses arguments and calls one function here; everything that touches the engine goes
+through a ``Runtime``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from dejima import host, session
+from dejima.core import labels
+from dejima.core.plan import SessionPlan, SessionRequest, build_session_plan, describe_command
+from dejima.core.settings import Settings
+from dejima.errors import EngineError, SessionError, UsageError
+from dejima.imaging import ensure_images
+from dejima.runtime import Runtime
+from dejima.ui.console import UI
+
+HARNESSES = ("shell",)
+
+
+def validate_workspace(path: str) -> Path:
+    candidate = Path(path).expanduser()
+    if not candidate.exists():
+        raise UsageError(f"workspace {path!r} does not exist", hint="give the path of a project directory")
+    if not candidate.is_dir():
+        raise UsageError(f"workspace {path!r} is not a directory", hint="give the path of a project directory")
+    resolved = candidate.resolve()
+    home = Path.home().resolve()
+    if resolved == Path("/") or resolved == home or resolved in home.parents:
+        raise UsageError(
+            f"refusing to use {resolved} as a workspace: it holds your whole home directory "
+            f"(~/.ssh, credentials, other projects)",
+            hint="give the path of one project, e.g. ~/repos/project",
+        )
+    return resolved
+
+
+def validate_harness(name: str) -> str:
+    if name not in HARNESSES:
+        raise UsageError(
+            f"unknown harness {name!r}",
+            hint=f"available now: {', '.join(HARNESSES)} (agent harnesses arrive with manifests)",
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    runtime: Runtime
+    plan: SessionPlan
+    settings: Settings
+
+
+def prepare_session(
+    workspace: Path, command: tuple[str, ...] | None, harness: str, settings: Settings,
+    runtime: Runtime, ui: UI,
+) -> Prepared:
+    identity = host.identity()
+    scope = host.scope()
+    session.remove_stale(runtime, scope, ui)
+    filter_image, session_image = ensure_images(runtime, settings, identity, ui)
+    home = host.ensure_private_dir(host.home_dir_for(workspace))
+    request = SessionRequest(
+        session_id=secrets.token_hex(4),
+        scope=scope,
+        workspace=PurePosixPath(workspace),
+        home_dir=PurePosixPath(home),
+        command=command,
+        launcher=host.launcher_token(),
+        harness=harness,
+    )
+    plan = build_session_plan(request, settings, identity, filter_image, session_image)
+    return Prepared(runtime, plan, settings)
+
+
+def boundary_line(plan: SessionPlan) -> str:
+    return (
+        f"session {plan.session_id}: {describe_command(plan.session.command if not plan.interactive else None)} "
+        f"in {plan.workspace} | network: no egress (nftables default-deny, verified) | "
+        f"user {plan.session.user}, no capabilities | mounts: workspace, home"
+    )
+
+
+def run_session(prepared: Prepared, ui: UI) -> int:
+    settings = prepared.settings
+    ui.info(boundary_line(prepared.plan))
+    try:
+        return session.run(
+            prepared.runtime, prepared.plan, ui,
+            ready_timeout=settings.session.ready_timeout,
+            stop_timeout=settings.session.stop_timeout,
+        )
+    except EngineError as exc:
+        if "executable file not found" in exc.message or "no such file or directory" in exc.message:
+            raise SessionError(
+                f"the command {describe_command(prepared.plan.session.command)!r} was not found in the session image",
+                hint="check its name; the session image has bash, coreutils, git, curl and python3",
+                reference="command-not-found",
+                exit_code=127,
+            ) from exc
+        raise
+
+
+# --- management --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    session_id: str
+    workspace: str
+    status: str  # running / stale / partial
+    containers: tuple[str, ...]
+    launcher_pid: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "session": self.session_id, "workspace": self.workspace, "status": self.status,
+            "containers": list(self.containers), "launcher_pid": self.launcher_pid,
+        }
+
+
+def list_sessions(runtime: Runtime, scope: str) -> list[SessionInfo]:
+    grouped: dict[str, list[tuple[str, str, dict[str, str]]]] = {}
+    for c in runtime.containers({labels.SCOPE: scope}):
+        grouped.setdefault(c.labels.get(labels.SESSION, "?"), []).append((c.id, c.status, c.labels))
+    found = []
+    for session_id, members in sorted(grouped.items()):
+        first = members[0][2]
+        token = first.get(labels.LAUNCHER, "")
+        alive = host.launcher_alive(token)
+        roles = {m[2].get(labels.ROLE) for m in members}
+        status = "running" if alive and roles == {labels.ROLE_FILTER, labels.ROLE_SESSION} else (
+            "starting" if alive else "stale")
+        launcher = host.Launcher.parse(token)
+        found.append(SessionInfo(
+            session_id, first.get(labels.WORKSPACE, "?"), status,
+            tuple(m[0][:12] for m in members), str(launcher.pid) if launcher else "?",
+        ))
+    return found
+
+
+def stop_session(runtime: Runtime, scope: str, session_id: str) -> list[str]:
+    members = [c.id for c in runtime.containers({labels.SCOPE: scope, labels.SESSION: session_id})]
+    if not members:
+        raise UsageError(f"no session {session_id!r}", hint="`dejima sessions` lists the running ones")
+    session.teardown(runtime, members)
+    return members
+
+
+def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
+    if everything:
+        sessions = list_sessions(runtime, scope)
+        for info in sessions:
+            stop_session(runtime, scope, info.session_id)
+            ui.info(f"removed session {info.session_id} ({info.status})")
+        return len(sessions)
+    return len(session.remove_stale(runtime, scope, ui))

@@ -1,0 +1,217 @@
+"""`dejima`: start a session on a workspace, or manage sessions, images and settings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from dejima import __version__, app, host
+from dejima.cli import exit_codes
+from dejima.cli._run import run_main
+from dejima.errors import UsageError
+from dejima.ui.console import UI
+
+DESCRIPTION = """\
+Run a coding agent (or any command) on a real repository inside a guarded container pair.
+
+  dejima PATH                  interactive shell in a session on PATH (a real TTY)
+  dejima PATH -- CMD ARGS...   run CMD in a session, stream its output, exit with its status
+
+What a session gets: the workspace PATH read-write at the same absolute path, a home directory
+kept per project, a private /tmp, your uid:gid with every capability dropped, no Docker socket,
+and NO network egress: a filter container applies an nftables default-deny ruleset in the
+session's network namespace and verifies it before the session starts. Loopback works.
+
+Management commands (they come first, so a directory named like one needs ./NAME):
+  dejima sessions [--json]     list sessions (running, or stale after a launcher crash)
+  dejima stop SESSION          stop a session and remove its containers
+  dejima clean [--all]         remove stale sessions (--all: every session of this scope)
+  dejima doctor [--build]      check the engine, nftables, images, and that egress is blocked
+  dejima images [build|bootstrap|list]
+                               list, build, or debootstrap the images dejima uses
+  dejima settings [path|show|reference]
+                               where the settings file is, the effective values, every key
+
+Exit status: CMD's status (128+N when it ends on signal N); 125 when dejima itself fails;
+127 when CMD does not exist in the session image; 2 for bad arguments.
+Settings: $XDG_CONFIG_HOME/dejima/settings.toml (or $DEJIMA_SETTINGS), validated strictly.
+"""
+
+SUBCOMMANDS = ("sessions", "stop", "clean", "doctor", "images", "settings")
+
+
+def _launch_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dejima", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="dejima [OPTIONS] PATH [-- CMD [ARGS...]]\n       dejima COMMAND [...]",
+    )
+    parser.add_argument("path", metavar="PATH", help="the workspace: a project directory")
+    parser.add_argument("--harness", default="shell", help="agent program to run (now: shell)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only errors and warnings on stderr")
+    parser.add_argument("--version", action="version", version=f"dejima {__version__}")
+    return parser
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], tuple[str, ...] | None]:
+    if "--" not in argv:
+        return argv, None
+    index = argv.index("--")
+    command = tuple(argv[index + 1:])
+    if not command:
+        raise UsageError("nothing after '--'", hint="write the command to run: dejima PATH -- CMD ARGS...")
+    return argv[:index], command
+
+
+def _launch(argv: list[str], ui: UI) -> int:
+    options, command = _split_command(argv)
+    args = _launch_parser().parse_args(options)
+    ui.quiet = args.quiet
+    settings = host.load_settings()
+    workspace = app.validate_workspace(args.path)
+    harness = app.validate_harness(args.harness)
+    from dejima.runtime import connect  # the docker SDK costs ~0.2 s to import: only when needed
+
+    prepared = app.prepare_session(workspace, command, harness, settings, connect(), ui)
+    return app.run_session(prepared, ui)
+
+
+# --- management commands -----------------------------------------------------------------------
+
+
+def _sessions(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(prog="dejima sessions", description="List dejima sessions of this scope.")
+    parser.add_argument("--json", action="store_true", help="print JSON (one array) for scripts")
+    args = parser.parse_args(argv)
+    from dejima.runtime import connect
+
+    sessions = app.list_sessions(connect(), host.scope())
+    if args.json:
+        print(json.dumps([s.to_json() for s in sessions], indent=2))
+        return exit_codes.SUCCESS
+    if not sessions:
+        ui.info("no sessions")
+        return exit_codes.SUCCESS
+    table = Table("session", "status", "workspace", "launcher pid", "containers")
+    for s in sessions:
+        table.add_row(s.session_id, s.status, s.workspace, s.launcher_pid, ", ".join(s.containers))
+    ui.console.print(table)
+    return exit_codes.SUCCESS
+
+
+def _stop(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(prog="dejima stop", description="Stop a session and remove its containers.")
+    parser.add_argument("session", help="session id, as `dejima sessions` shows it")
+    args = parser.parse_args(argv)
+    from dejima.runtime import connect
+
+    app.stop_session(connect(), host.scope(), args.session)
+    ui.info(f"stopped session {args.session}")
+    return exit_codes.SUCCESS
+
+
+def _clean(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima clean",
+        description="Remove sessions whose launcher is gone (after a crash or SIGKILL). "
+        "Per-project home directories are kept.",
+    )
+    parser.add_argument("--all", action="store_true", help="also stop sessions that are still running")
+    args = parser.parse_args(argv)
+    from dejima.runtime import connect
+
+    removed = app.clean(connect(), host.scope(), ui, everything=args.all)
+    if not removed:
+        ui.info("nothing to clean")
+    return exit_codes.SUCCESS
+
+
+def _doctor(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima doctor",
+        description="Check that this machine can hold the boundary: engine, images, nftables in a "
+        "container, and a live self-test that a session cannot reach a decoy server that an "
+        "unfiltered container can reach. Traffic goes only to containers the doctor starts.",
+    )
+    parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    args = parser.parse_args(argv)
+    from dejima.doctor import run_doctor
+
+    checks = run_doctor(host.load_settings(), ui, build=args.build)
+    if args.json:
+        print(json.dumps([{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks], indent=2))
+    else:
+        table = Table("check", "result", "detail")
+        for c in checks:
+            table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", c.detail)
+        ui.console.print(table)
+    return exit_codes.SUCCESS if checks and all(c.ok for c in checks) else exit_codes.FAILURE
+
+
+def _images(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima images",
+        description="list: images dejima made; build: build missing filter/session images; "
+        "bootstrap: make the Debian base with debootstrap now (needs root).",
+    )
+    parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap"])
+    parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
+    args = parser.parse_args(argv)
+    from dejima.core import labels
+    from dejima.imaging import ensure_image, make_bootstrap_base, recipes, resolve_base
+    from dejima.runtime import connect
+
+    runtime, settings = connect(), host.load_settings()
+    if args.action == "bootstrap":
+        base = make_bootstrap_base(runtime, settings, ui)
+        ui.info(f"made {base.ref} ({base.id[:19]})")
+    elif args.action == "build":
+        base = resolve_base(runtime, settings, ui)
+        for recipe in recipes(base, settings, host.identity()):
+            ui.info(f"{recipe.role}: {ensure_image(runtime, recipe, ui, force=args.force)}")
+    else:
+        table = Table("image", "role", "id", "size")
+        for image in runtime.images({labels.ROLE: ""}):
+            role = (image.get("Labels") or {}).get(labels.ROLE, "?")
+            for tag in image.get("RepoTags") or ["<none>"]:
+                table.add_row(tag, role, image["Id"][7:19], f"{image.get('Size', 0) / 1e6:.0f} MB")
+        ui.console.print(table)
+    return exit_codes.SUCCESS
+
+
+def _settings(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(prog="dejima settings", description="Show where settings live and what they are.")
+    parser.add_argument("action", nargs="?", default="show", choices=["path", "show", "reference"])
+    args = parser.parse_args(argv)
+    from dataclasses import asdict
+
+    from dejima.core.settings import render_settings_reference
+
+    if args.action == "path":
+        print(host.settings_path())
+    elif args.action == "reference":
+        print(render_settings_reference(), end="")
+    else:
+        path = host.settings_path()
+        settings = host.load_settings(path)
+        ui.info(f"settings file: {path}{'' if path.exists() else ' (absent: defaults)'}")
+        print(json.dumps(asdict(settings), indent=2))
+    return exit_codes.SUCCESS
+
+
+COMMANDS = {
+    "sessions": _sessions, "stop": _stop, "clean": _clean, "doctor": _doctor,
+    "images": _images, "settings": _settings,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in COMMANDS:
+        name = args.pop(0)
+        return run_main(lambda ui: COMMANDS[name](args, ui), failure=exit_codes.FAILURE)
+    return run_main(lambda ui: _launch(args, ui))

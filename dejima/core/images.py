@@ -1,0 +1,81 @@
+"""Image recipes: the exact inputs of each image dejima builds, and their content hash.
+
+An image is rebuilt exactly when its recipe hash changes: the Dockerfile as rendered, every file
+in the build context, and the id of the base image. The hash is the image's tag, so finding the
+image is the cache lookup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from dejima.core import labels
+from dejima.core.render import render_template_text
+
+REPOSITORY = "dejima"
+BOOTSTRAP_BASE = "dejima/base"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRecipe:
+    role: str  # "filter" or "session"
+    dockerfile: str
+    files: tuple[tuple[str, bytes], ...]  # (path in the build context, content), sorted
+    base_id: str
+
+    @property
+    def content_hash(self) -> str:
+        digest = hashlib.sha256()
+        for part in (self.role, self.base_id, self.dockerfile):
+            digest.update(part.encode())
+            digest.update(b"\0")
+        for path, content in self.files:
+            digest.update(path.encode())
+            digest.update(b"\0")
+            digest.update(hashlib.sha256(content).digest())
+        return digest.hexdigest()
+
+    @property
+    def tag(self) -> str:
+        return f"{REPOSITORY}/{self.role}:{self.content_hash[:16]}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {labels.ROLE: self.role, labels.RECIPE_HASH: self.content_hash}
+
+
+def _context_files(extra_cas: dict[str, bytes], sources: dict[str, bytes]) -> tuple[tuple[str, bytes], ...]:
+    # The extra-ca directory always exists in the context (with a placeholder) so that the
+    # Dockerfile's COPY works whether or not the host has extra CAs.
+    files = {"extra-ca/.keep": b""}
+    files.update({f"extra-ca/{name}": content for name, content in extra_cas.items()})
+    files.update(sources)
+    return tuple(sorted(files.items()))
+
+
+def build_filter_recipe(
+    template: str, base: str, base_id: str, extra_cas: dict[str, bytes], sources: dict[str, bytes]
+) -> ImageRecipe:
+    """``sources`` maps context paths (e.g. ``dejima/filter/nft.py``) to the filter's code."""
+    return ImageRecipe(
+        role=labels.ROLE_FILTER,
+        dockerfile=render_template_text(template, base=base),
+        files=_context_files(extra_cas, sources),
+        base_id=base_id,
+    )
+
+
+def build_session_recipe(
+    template: str, base: str, base_id: str, extra_cas: dict[str, bytes], uid: int, gid: int, user: str
+) -> ImageRecipe:
+    return ImageRecipe(
+        role=labels.ROLE_SESSION,
+        dockerfile=render_template_text(template, base=base, uid=uid, gid=gid, user=user),
+        files=_context_files(extra_cas, {}),
+        base_id=base_id,
+    )
+
+
+def bootstrap_base_tag(suite: str) -> str:
+    return f"{BOOTSTRAP_BASE}:{suite}-minbase"

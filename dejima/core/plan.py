@@ -1,0 +1,178 @@
+"""The session plan: every container dejima will create, as values, before anything starts.
+
+``build_session_plan`` is pure. The plan is what the launcher executes, what ``--render``
+prints, and what the ``dejima.plan-hash`` label records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+
+from dejima.core import labels
+from dejima.core.ruleset import DENY_ALL_EXPECTATION, RulesetExpectation, render_ruleset
+from dejima.core.settings import Settings
+
+SESSION_HOME = "/home/dejima"
+FILTER_CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who runs the launcher on the host; the session runs as the same uid:gid."""
+
+    uid: int
+    gid: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    name: str
+    image: str
+    command: tuple[str, ...] | None
+    user: str
+    labels: dict[str, str]
+    environment: dict[str, str] = field(default_factory=dict)
+    binds: tuple[Bind, ...] = ()
+    tmpfs: dict[str, str] = field(default_factory=dict)
+    cap_add: tuple[str, ...] = ()
+    network_mode: str = "none"
+    pid_mode: str | None = None
+    working_dir: str | None = None
+    read_only_rootfs: bool = False
+    tty: bool = False
+    hostname: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    """What the user asked for, already validated by the CLI."""
+
+    session_id: str
+    scope: str
+    workspace: PurePosixPath
+    home_dir: PurePosixPath  # host directory persisted as the session's $HOME
+    command: tuple[str, ...] | None  # None: interactive shell
+    launcher: str
+    harness: str = "shell"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPlan:
+    session_id: str
+    workspace: str
+    interactive: bool
+    ruleset: str
+    expectation: RulesetExpectation
+    filter: ContainerSpec
+    session: ContainerSpec
+
+    @property
+    def plan_hash(self) -> str:
+        return plan_hash(self)
+
+
+def _common_labels(request: SessionRequest) -> dict[str, str]:
+    return {
+        labels.SCOPE: request.scope,
+        labels.SESSION: request.session_id,
+        labels.WORKSPACE: str(request.workspace),
+        labels.LAUNCHER: request.launcher,
+    }
+
+
+def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation) -> str:
+    """The JSON document the filter process reads from its environment."""
+    return json.dumps(
+        {"session": session_id, "ruleset": ruleset, "expect": expectation.to_json()},
+        sort_keys=True,
+    )
+
+
+def build_session_plan(
+    request: SessionRequest,
+    settings: Settings,
+    identity: Identity,
+    filter_image: str,
+    session_image: str,
+) -> SessionPlan:
+    ruleset = render_ruleset(request.session_id)
+    expectation = DENY_ALL_EXPECTATION
+    filter_name = f"dejima-{request.session_id}-filter"
+    interactive = request.command is None
+    base_labels = _common_labels(request)
+
+    filter_spec = ContainerSpec(
+        name=filter_name,
+        image=filter_image,
+        command=None,  # the image's entrypoint: python3 -m dejima.filter
+        user="0:0",
+        labels={**base_labels, labels.ROLE: labels.ROLE_FILTER},
+        environment={FILTER_CONFIG_ENV: filter_config(request.session_id, ruleset, expectation)},
+        cap_add=("NET_ADMIN",),
+        network_mode=settings.session.network,
+        read_only_rootfs=True,
+        hostname="dejima",
+    )
+    environment = {
+        "HOME": SESSION_HOME,
+        "USER": identity.name,
+        "LOGNAME": identity.name,
+        "LANG": "C.UTF-8",
+        "DEJIMA_SESSION": request.session_id,
+    }
+    if interactive:
+        environment["TERM"] = "xterm-256color"
+    workspace = str(request.workspace)
+    session_spec = ContainerSpec(
+        name=f"dejima-{request.session_id}-session",
+        image=session_image,
+        command=request.command if request.command is not None else ("bash", "-l"),
+        user=f"{identity.uid}:{identity.gid}",
+        labels={**base_labels, labels.ROLE: labels.ROLE_SESSION},
+        environment=environment,
+        binds=(Bind(workspace, workspace), Bind(str(request.home_dir), SESSION_HOME)),
+        tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},
+        # Joining the filter's network namespace puts the session behind its ruleset; joining its
+        # PID namespace makes the kernel kill the session the moment the filter's init dies.
+        network_mode=f"container:{filter_name}",
+        pid_mode=f"container:{filter_name}",
+        working_dir=workspace,
+        tty=interactive,
+    )
+    return SessionPlan(
+        session_id=request.session_id,
+        workspace=workspace,
+        interactive=interactive,
+        ruleset=ruleset,
+        expectation=expectation,
+        filter=filter_spec,
+        session=session_spec,
+    )
+
+
+def plan_hash(plan: SessionPlan) -> str:
+    """Stable hash of everything in the plan except the per-run identifiers."""
+    data = asdict(plan)
+    for spec in ("filter", "session"):
+        data[spec]["labels"] = {
+            k: v for k, v in data[spec]["labels"].items() if k not in (labels.SESSION, labels.LAUNCHER)
+        }
+    data.pop("session_id")
+    text = json.dumps(data, sort_keys=True, default=str).replace(plan.session_id, "<session>")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def describe_command(command: tuple[str, ...] | None) -> str:
+    return "interactive shell" if command is None else shlex.join(command)

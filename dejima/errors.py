@@ -1,0 +1,84 @@
+"""Errors dejima reports to its user.
+
+This module imports nothing from dejima, so every layer (the pure core, the adapters, the
+filter process inside its container) can raise these without import cycles.
+
+    DejimaError                  root; anything dejima itself reports
+    └── DiagnosticError          a failure written for the user: reference, message, context, hint
+        ├── SettingsError        the user's settings file is unusable
+        ├── UsageError           bad command-line arguments
+        ├── EngineError          the container engine is unreachable or refused a request
+        ├── ImageError           an image could not be pulled, bootstrapped or built
+        └── SessionError         a session could not start, or its boundary could not be verified
+            └── FilterError      the filter container did not apply or verify its ruleset
+
+Each error carries a kebab-case ``reference`` so that messages can be searched for in the docs
+and asserted in tests.
+"""
+
+from __future__ import annotations
+
+import re
+
+_KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+class DejimaError(Exception):
+    """Root of every error dejima raises on purpose."""
+
+
+class DiagnosticError(DejimaError):
+    """A failure explained for the user: what happened, where, and what to do."""
+
+    reference: str = "dejima-error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        context: str | None = None,
+        hint: str | None = None,
+        reference: str | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = context
+        self.hint = hint
+        self.exit_code = exit_code  # None: the command's usual failure status
+        if reference is not None:
+            self.reference = reference
+        if not _KEBAB.match(self.reference):
+            raise ValueError(f"error reference must be kebab-case: {self.reference!r}")
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.context:
+            parts.append(self.context)
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "\n".join(parts)
+
+
+class SettingsError(DiagnosticError):
+    reference = "invalid-settings"
+
+
+class UsageError(DiagnosticError):
+    reference = "invalid-usage"
+
+
+class EngineError(DiagnosticError):
+    reference = "engine-unavailable"
+
+
+class ImageError(DiagnosticError):
+    reference = "image-unavailable"
+
+
+class SessionError(DiagnosticError):
+    reference = "session-failed"
+
+
+class FilterError(SessionError):
+    reference = "filter-not-verified"

@@ -1,0 +1,67 @@
+"""The only module that imports the nftables bindings.
+
+``apply_ruleset`` loads a whole ruleset in one transaction; ``read_table`` returns what the
+kernel holds; ``verify_table`` compares it with what the launcher expects. The bindings report
+errors as return codes, which are turned into ``NftError`` here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class NftError(Exception):
+    pass
+
+
+def _nft() -> Any:
+    import nftables  # imported here so that unit tests can load this module without the bindings
+
+    handle = nftables.Nftables()
+    handle.set_json_output(True)
+    handle.set_handle_output(False)
+    return handle
+
+
+def apply_ruleset(text: str, handle: Any = None) -> None:
+    handle = handle or _nft()
+    rc, _out, err = handle.cmd(text)
+    if rc != 0:
+        raise NftError(f"nft refused the ruleset (rc={rc}): {err.strip() or 'no message'}")
+
+
+def read_table(family: str, table: str, handle: Any = None) -> list[dict[str, Any]]:
+    """The kernel's view of one table, as libnftables JSON objects."""
+    handle = handle or _nft()
+    rc, out, err = handle.cmd(f"list table {family} {table}")
+    if rc != 0:
+        raise NftError(f"cannot read back table {family} {table} (rc={rc}): {err.strip()}")
+    objects: list[dict[str, Any]] = json.loads(out)["nftables"]
+    return objects
+
+
+def verify_table(objects: list[dict[str, Any]], expect: dict[str, Any]) -> None:
+    """Raise NftError unless the read-back table has exactly the expected base chains."""
+    chains = {
+        obj["chain"]["name"]: obj["chain"]
+        for obj in objects
+        if "chain" in obj and obj["chain"].get("table") == expect["table"]
+    }
+    wanted = {c["name"]: c for c in expect["chains"]}
+    missing = sorted(set(wanted) - set(chains))
+    if missing:
+        raise NftError(f"read-back is missing chain(s) {', '.join(missing)}")
+    for name, want in wanted.items():
+        got = chains[name]
+        if got.get("hook") != want["hook"] or got.get("policy") != want["policy"]:
+            raise NftError(
+                f"chain {name}: kernel has hook={got.get('hook')} policy={got.get('policy')}, "
+                f"expected hook={want['hook']} policy={want['policy']}"
+            )
+    extra_base = sorted(n for n, c in chains.items() if "hook" in c and n not in wanted)
+    if extra_base:
+        raise NftError(f"read-back has unexpected base chain(s) {', '.join(extra_base)}")
+    rules = [obj["rule"] for obj in objects if "rule" in obj]
+    if not any(rule.get("chain") == "output" for rule in rules):
+        raise NftError("read-back output chain has no rules")

@@ -1,0 +1,158 @@
+"""Facts about the host the launcher runs on: who, where its files go, which processes live.
+
+Paths follow the XDG base directory spec. ``DEJIMA_SCOPE`` separates independent dejima
+installations on one engine (the test suite uses its own scope so it never touches yours).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from dejima.core.plan import Identity
+from dejima.core.settings import Settings, parse_settings
+from dejima.errors import SettingsError, UsageError
+
+SETTINGS_ENV = "DEJIMA_SETTINGS"
+SCOPE_ENV = "DEJIMA_SCOPE"
+DEFAULT_SCOPE = "default"
+_SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")
+_SCOPE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+
+
+def identity() -> Identity:
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = "dejima"
+    return Identity(uid=uid, gid=gid, name=name if _SAFE_NAME.match(name) else "dejima")
+
+
+def scope() -> str:
+    value = os.environ.get(SCOPE_ENV, DEFAULT_SCOPE)
+    if not _SCOPE.match(value):
+        raise UsageError(
+            f"${SCOPE_ENV}={value!r} is not a valid scope",
+            hint="use letters, digits, '.', '_' or '-' (at most 63 characters), or unset it",
+        )
+    return value
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value and value.startswith("/") else Path.home() / fallback
+
+
+def config_dir() -> Path:
+    return _xdg("XDG_CONFIG_HOME", ".config") / "dejima"
+
+
+def data_dir() -> Path:
+    return _xdg("XDG_DATA_HOME", ".local/share") / "dejima"
+
+
+def settings_path() -> Path:
+    override = os.environ.get(SETTINGS_ENV)
+    return Path(override) if override else config_dir() / "settings.toml"
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Defaults when the file is absent; otherwise the file, strictly validated."""
+    path = path or settings_path()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        if os.environ.get(SETTINGS_ENV):
+            raise SettingsError(
+                f"{path}: settings file named by ${SETTINGS_ENV} does not exist",
+                hint=f"create it, or unset {SETTINGS_ENV} to use {config_dir() / 'settings.toml'}",
+            ) from None
+        return Settings()
+    except OSError as exc:
+        raise SettingsError(
+            f"{path}: cannot read the settings file: {exc.strerror}",
+            hint="fix its permissions, or move it away to use the defaults",
+        ) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                            hint="save the file as UTF-8") from exc
+    return parse_settings(text, str(path))
+
+
+def home_dir_for(workspace: Path) -> Path:
+    """The host directory persisted as the session's $HOME for this workspace."""
+    key = hashlib.sha256(str(workspace).encode()).hexdigest()[:12]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", workspace.name)[:40] or "root"
+    return data_dir() / "homes" / f"{name}-{key}"
+
+
+def ensure_private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+# --- launcher liveness -------------------------------------------------------------------------
+# A session records which process launched it. A later run removes sessions whose launcher is
+# gone; the boot id and the process start time make a recycled pid count as gone too.
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown-boot"
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime); the command name in field 2 may hold spaces, so split after it.
+    return stat.rpartition(")")[2].split()[19]
+
+
+def launcher_token(pid: int | None = None) -> str:
+    pid = pid or os.getpid()
+    return f"{_boot_id()}:{pid}:{_start_time(pid) or '0'}"
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    boot_id: str
+    pid: int
+    start_time: str
+
+    @classmethod
+    def parse(cls, token: str) -> Launcher | None:
+        parts = token.split(":")
+        if len(parts) != 3 or not parts[1].isdigit():
+            return None
+        return cls(parts[0], int(parts[1]), parts[2])
+
+    def alive(self) -> bool:
+        return self.boot_id == _boot_id() and _start_time(self.pid) == self.start_time
+
+
+def launcher_alive(token: str) -> bool:
+    launcher = Launcher.parse(token)
+    return launcher is not None and launcher.alive()
+
+
+def read_extra_cas(directory: str) -> dict[str, bytes]:
+    """The ``*.crt`` files update-ca-certificates would read from ``directory`` (recursively)."""
+    root = Path(directory)
+    if not root.is_dir():
+        return {}
+    found: dict[str, bytes] = {}
+    for cert in sorted(root.rglob("*.crt")):
+        if cert.is_file():
+            found[str(cert.relative_to(root)).replace("/", "__")] = cert.read_bytes()
+    return found

@@ -1,0 +1,107 @@
+"""Ensures the filter and session images exist: resolve the base, then build what is missing.
+
+Each image is looked up by its recipe hash; it is built (with visible progress) only when no
+image carries that hash. When the configured base cannot be pulled, dejima makes its own
+Debian base with debootstrap if the settings allow it, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dejima import assets
+from dejima.bootstrap import bootstrap_base
+from dejima.core.images import ImageRecipe, bootstrap_base_tag, build_filter_recipe, build_session_recipe
+from dejima.core.plan import Identity
+from dejima.core.settings import Settings
+from dejima.errors import ImageError
+from dejima.host import read_extra_cas
+from dejima.runtime import Runtime
+from dejima.ui.console import UI
+
+
+@dataclass(frozen=True, slots=True)
+class Base:
+    ref: str
+    id: str
+    bootstrapped: bool
+
+
+def find_base(runtime: Runtime, settings: Settings) -> Base | None:
+    """The base already on the engine: the configured one, else an earlier debootstrapped one."""
+    images = settings.images
+    found = runtime.image_id(images.base)
+    if found:
+        return Base(images.base, found, bootstrapped=False)
+    if images.base_fallback == "debootstrap":
+        fallback_tag = bootstrap_base_tag(images.bootstrap_suite)
+        existing = runtime.image_id(fallback_tag)
+        if existing:
+            return Base(fallback_tag, existing, bootstrapped=True)
+    return None
+
+
+def resolve_base(runtime: Runtime, settings: Settings, ui: UI) -> Base:
+    """The configured base if present or pullable; else a debootstrapped one, announced."""
+    images = settings.images
+    fallback_tag = bootstrap_base_tag(images.bootstrap_suite)
+    base = find_base(runtime, settings)
+    if base is not None:
+        if base.bootstrapped:
+            ui.info(f"using {fallback_tag} (made with debootstrap) because {images.base} is not present; "
+                    f"`docker pull {images.base}` to build on it instead")
+        return base
+    with ui.step(f"Pulling base image {images.base}"):
+        reason = runtime.pull(images.base)
+    if not reason:
+        found = runtime.image_id(images.base)
+        assert found is not None
+        return Base(images.base, found, bootstrapped=False)
+    if images.base_fallback == "none":
+        raise ImageError(
+            f"base image {images.base} cannot be pulled: {reason}",
+            hint="pull it yourself, set [images] base to an image you have, or set "
+            "[images] base_fallback = \"debootstrap\"",
+        )
+    ui.warn(f"base image {images.base} cannot be pulled ({reason}); making {fallback_tag} with "
+            f"debootstrap from {images.bootstrap_mirror} (set [images] base_fallback = \"none\" to stop instead)")
+    return make_bootstrap_base(runtime, settings, ui)
+
+
+def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: UI) -> Base:
+    images = settings.images
+    tag = bootstrap_base_tag(images.bootstrap_suite)
+    with ui.step(f"Bootstrapping Debian {images.bootstrap_suite} into {tag}") as step:
+        image = bootstrap_base(runtime, tag, images.bootstrap_suite, images.bootstrap_mirror, step.line)
+    return Base(tag, image, bootstrapped=True)
+
+
+def recipes(base: Base, settings: Settings, identity: Identity) -> tuple[ImageRecipe, ImageRecipe]:
+    cas = read_extra_cas(settings.images.extra_ca_dir)
+    filter_recipe = build_filter_recipe(
+        assets.docker_template("filter"), base.ref, base.id, cas, assets.filter_sources()
+    )
+    session_recipe = build_session_recipe(
+        assets.docker_template("session"), base.ref, base.id, cas, identity.uid, identity.gid, identity.name
+    )
+    return filter_recipe, session_recipe
+
+
+def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: UI, force: bool = False) -> str:
+    if not force and runtime.image_id(recipe.tag):
+        return recipe.tag
+    with ui.step(f"Building the {recipe.role} image {recipe.tag}") as step:
+        try:
+            runtime.build(recipe, step.line)
+        except ImageError as exc:
+            if not exc.context:
+                exc.context = "\n".join(step.lines[-15:])
+            raise
+    return recipe.tag
+
+
+def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: UI) -> tuple[str, str]:
+    """Tags of the filter and session images, building them first if needed."""
+    base = resolve_base(runtime, settings, ui)
+    filter_recipe, session_recipe = recipes(base, settings, identity)
+    return ensure_image(runtime, filter_recipe, ui), ensure_image(runtime, session_recipe, ui)

@@ -1,0 +1,95 @@
+"""The boundary self-test shared by `dejima doctor` and the test suite.
+
+A *decoy* container (started by the caller, on the filter's network) listens on TCP and UDP and
+answers anything. A *probe* runs inside a session and tries to reach it. A control probe from an
+unfiltered container proves the decoy answers, so a blocked probe from the session shows the
+boundary held, not that the decoy was down. Nothing here sends a packet beyond the decoy.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+DECOY_TCP_PORT = 8080
+DECOY_UDP_PORT = 53
+
+# Runs in the decoy container: accept TCP connections (answer HTTP 200) and echo UDP datagrams.
+DECOY_SERVER = f"""
+import socket, threading
+def tcp():
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", {DECOY_TCP_PORT})); s.listen(64)
+    while True:
+        c, _ = s.accept()
+        try: c.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: 5\\r\\n\\r\\ndecoy")
+        finally: c.close()
+def udp():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", {DECOY_UDP_PORT}))
+    while True:
+        data, peer = u.recvfrom(4096); u.sendto(data, peer)
+threading.Thread(target=udp, daemon=True).start()
+print("decoy: listening", flush=True)
+tcp()
+"""
+
+# Runs in a session (or a control container): one TCP connect and one DNS-shaped UDP query.
+PROBE = """
+import json, socket, sys, time
+host, tcp_port, udp_port, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+def tcp():
+    t = time.monotonic()
+    try:
+        s = socket.create_connection((host, tcp_port), timeout=timeout)
+        data = s.recv(64); s.close()
+        return {"result": "connected", "data": data.decode(errors="replace"), "seconds": time.monotonic() - t}
+    except socket.timeout:
+        return {"result": "timeout", "seconds": time.monotonic() - t}
+    except OSError as e:
+        return {"result": "blocked", "error": e.strerror or str(e), "seconds": time.monotonic() - t}
+def udp():
+    # A DNS query for dejima.test. A (id 0x1234), so a real resolver would answer it too.
+    query = bytes.fromhex("12340100000100000000000006646a696d610474657374000001 0001".replace(" ", ""))
+    t = time.monotonic()
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(timeout)
+    try:
+        u.sendto(query, (host, udp_port)); u.recvfrom(4096)
+        return {"result": "answered", "seconds": time.monotonic() - t}
+    except socket.timeout:
+        return {"result": "timeout", "seconds": time.monotonic() - t}
+    except OSError as e:
+        return {"result": "blocked", "error": e.strerror or str(e), "seconds": time.monotonic() - t}
+def loopback():
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+    try:
+        c = socket.create_connection(srv.getsockname(), timeout=timeout); c.close()
+        return {"result": "connected"}
+    except OSError as e:
+        return {"result": "blocked", "error": e.strerror or str(e)}
+print(json.dumps({"tcp": tcp(), "udp": udp(), "loopback": loopback()}))
+"""
+
+
+def probe_command(host: str, timeout: float = 3.0) -> tuple[str, ...]:
+    return ("python3", "-c", PROBE, host, str(DECOY_TCP_PORT), str(DECOY_UDP_PORT), str(timeout))
+
+
+def decoy_command() -> tuple[str, ...]:
+    return ("python3", "-u", "-c", DECOY_SERVER)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    tcp: dict[str, object]
+    udp: dict[str, object]
+    loopback: dict[str, object]
+
+    @classmethod
+    def parse(cls, output: str) -> ProbeResult:
+        last = [line for line in output.splitlines() if line.startswith("{")][-1]
+        data = json.loads(last)
+        return cls(tcp=data["tcp"], udp=data["udp"], loopback=data["loopback"])
+
+    @property
+    def egress_blocked(self) -> bool:
+        return self.tcp["result"] == "blocked" and self.udp["result"] in ("blocked", "timeout")

@@ -1,0 +1,248 @@
+"""The orchestrator: start the filter, verify it, run the session, tear everything down.
+
+    run(plan) ── start_filter ── wait for "ready" (ruleset applied and read back) ── or FilterError
+             └─ session container (joins the filter's network and PID namespaces)
+                ├─ non-interactive: attach, stream output, exit with the command's status
+                └─ interactive: `docker start -ai` gives a real TTY with resizing
+             └─ finally: remove the session and the filter, whatever happened
+
+Signals (SIGINT, SIGTERM, SIGHUP) are forwarded to the command, which gets ``stop_timeout``
+seconds to exit; then everything is removed and dejima exits with 128+N.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from dejima.core import labels
+from dejima.core.plan import SessionPlan
+from dejima.errors import EngineError, FilterError
+from dejima.filter import FAILED, READY
+from dejima.host import launcher_alive
+from dejima.runtime import Runtime
+from dejima.ui.console import UI
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(BaseException):
+    """A signal reached the launcher; BaseException so no `except Exception` swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    previous = {s: signal.signal(s, _raise_interrupted) for s in FORWARDED_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[list[int]]:
+    """While tearing down, a further signal is remembered instead of cutting the cleanup short."""
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda n, _f: received.append(n)) for s in FORWARDED_SIGNALS}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+# --- the filter ------------------------------------------------------------------------------
+
+
+def start_filter(runtime: Runtime, plan: SessionPlan, timeout: float) -> str:
+    """Start the filter and return its id once it reports its ruleset applied and verified."""
+    container = runtime.create(plan.filter)
+    try:
+        runtime.start(container)
+        _wait_ready(runtime, container, timeout)
+    except BaseException:
+        runtime.remove(container)
+        raise
+    return container
+
+
+def _wait_ready(runtime: Runtime, container: str, timeout: float) -> None:
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        buffer = b""
+        try:
+            for chunk in runtime.follow_logs(container):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    lines.put(line.decode(errors="replace"))
+        except Exception:  # noqa: BLE001 - the container went away; the None below reports it
+            pass
+        lines.put(None)
+
+    threading.Thread(target=read, name="filter-logs", daemon=True).start()
+    seen: list[str] = []
+    while True:
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            raise FilterError(
+                f"the filter did not report ready within {timeout:g} s",
+                context="\n".join(seen[-10:]) or None,
+                hint="raise [session] ready_timeout if the machine is very slow; `dejima doctor` checks nftables",
+            ) from None
+        if line is None:
+            break
+        seen.append(line)
+        if line.startswith(READY):
+            return
+        if line.startswith(FAILED):
+            raise FilterError(
+                "the filter could not apply its ruleset, so no session was started: "
+                + line[len(FAILED):].strip(),
+                hint="`dejima doctor` checks that nftables works in a container on this machine",
+            )
+    info = runtime.inspect(container) or {}
+    code = info.get("State", {}).get("ExitCode", "?")
+    raise FilterError(
+        f"the filter exited (status {code}) before reporting ready, so no session was started",
+        context=(runtime.logs(container).strip() or "\n".join(seen)) or None,
+        hint="`dejima doctor` checks that nftables works in a container on this machine",
+    )
+
+
+# --- the session -----------------------------------------------------------------------------
+
+
+def _pump(stream: Iterator[tuple[bytes | None, bytes | None]]) -> None:
+    out, err = sys.stdout.buffer, sys.stderr.buffer
+    try:
+        for stdout, stderr in stream:
+            if stdout:
+                out.write(stdout)
+                out.flush()
+            if stderr:
+                err.write(stderr)
+                err.flush()
+    except Exception:  # noqa: BLE001 - the stream closes when the container is removed
+        pass
+
+
+def _run_attached(runtime: Runtime, container: str, stop_timeout: float) -> int:
+    stream = runtime.attach(container)
+    pump = threading.Thread(target=_pump, args=(stream,), name="session-output", daemon=True)
+    pump.start()
+    runtime.start(container)
+    try:
+        status = runtime.wait(container)
+    except Interrupted as interrupted:
+        status = _forward(runtime, container, interrupted.signum, stop_timeout)
+    pump.join(timeout=stop_timeout)
+    return status
+
+
+def _run_interactive(runtime: Runtime, container: str, stop_timeout: float) -> int:
+    cli = shutil.which("docker")
+    if cli is None:
+        raise EngineError(
+            "an interactive session needs the docker command-line client, which is not on PATH",
+            hint="install the docker CLI, or run a command non-interactively: dejima PATH -- CMD",
+        )
+    # The docker CLI handles raw mode, window resizes and stdin for us.
+    process = subprocess.Popen([cli, "start", "--attach", "--interactive", container])
+    try:
+        process.wait()
+        return runtime.wait(container)
+    except Interrupted as interrupted:
+        status = _forward(runtime, container, interrupted.signum, stop_timeout)
+        process.terminate()
+        process.wait()
+        return status
+
+
+def _forward(runtime: Runtime, container: str, signum: int, stop_timeout: float) -> int:
+    """Pass a signal to the command; give it stop_timeout seconds; report 128+N either way."""
+    with signals_deferred():
+        runtime.kill(container, signal.Signals(signum).name)
+        try:
+            runtime.wait(container, timeout=stop_timeout)
+        except Exception:  # noqa: BLE001 - it did not exit in time; teardown removes it
+            pass
+    return 128 + signum
+
+
+def teardown(runtime: Runtime, containers: list[str]) -> None:
+    """Remove containers in parallel; killing the filter first ends every session process."""
+    with signals_deferred():
+        errors: list[BaseException] = []
+
+        def remove(container: str) -> None:
+            try:
+                runtime.remove(container)
+            except BaseException as exc:  # noqa: BLE001 - collected and re-raised below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=remove, args=(c,)) for c in containers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+
+
+def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_timeout: float) -> int:
+    """Run the planned session to its end; returns the exit status dejima should exit with."""
+    created: list[str] = []
+    try:
+        with signals_raise():
+            try:
+                filter_id = start_filter(runtime, plan, ready_timeout)
+                created.append(filter_id)
+                session_id = runtime.create(plan.session)
+                created.append(session_id)
+                if plan.interactive:
+                    return _run_interactive(runtime, session_id, stop_timeout)
+                return _run_attached(runtime, session_id, stop_timeout)
+            except Interrupted as interrupted:
+                return 128 + interrupted.signum
+    finally:
+        teardown(runtime, created)
+
+
+# --- leftovers -------------------------------------------------------------------------------
+
+
+def stale_sessions(runtime: Runtime, scope: str) -> dict[str, list[str]]:
+    """Session id → container ids, for sessions whose launcher is gone."""
+    stale: dict[str, list[str]] = {}
+    for container in runtime.containers({labels.SCOPE: scope}):
+        token = container.labels.get(labels.LAUNCHER, "")
+        if not launcher_alive(token):
+            stale.setdefault(container.labels.get(labels.SESSION, "?"), []).append(container.id)
+    return stale
+
+
+def remove_stale(runtime: Runtime, scope: str, ui: UI) -> list[str]:
+    stale = stale_sessions(runtime, scope)
+    for session_id, containers in sorted(stale.items()):
+        teardown(runtime, containers)
+        ui.info(f"removed leftover session {session_id} (its launcher is gone)")
+    return sorted(stale)

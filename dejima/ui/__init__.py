@@ -1,0 +1,1 @@
+"""Terminal output. Only dejima.cli and dejima.ui write to the terminal."""

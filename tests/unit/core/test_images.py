@@ -1,0 +1,43 @@
+from dejima import assets
+from dejima.core.images import build_filter_recipe, build_session_recipe
+
+
+def filter_recipe(**kw: object):  # type: ignore[no-untyped-def]
+    args = dict(template=assets.docker_template("filter"), base="debian:bookworm-slim", base_id="sha256:1",
+                extra_cas={}, sources=assets.filter_sources())
+    args.update(kw)
+    return build_filter_recipe(**args)  # type: ignore[arg-type]
+
+
+def test_same_inputs_same_hash() -> None:
+    assert filter_recipe().content_hash == filter_recipe().content_hash
+    assert filter_recipe().tag.startswith("dejima/filter:")
+
+
+def test_hash_changes_with_each_input() -> None:
+    reference = filter_recipe().content_hash
+    assert filter_recipe(base_id="sha256:2").content_hash != reference
+    assert filter_recipe(extra_cas={"corp.crt": b"cert"}).content_hash != reference
+    sources = dict(assets.filter_sources())
+    sources["dejima/filter/nft.py"] += b"\n# changed\n"
+    assert filter_recipe(sources=sources).content_hash != reference
+
+
+def test_extra_cas_are_in_the_build_context_and_trusted_by_the_dockerfile() -> None:
+    recipe = filter_recipe(extra_cas={"corp.crt": b"PEM"})
+    assert ("extra-ca/corp.crt", b"PEM") in recipe.files
+    assert "COPY extra-ca/ /usr/local/share/ca-certificates/" in recipe.dockerfile
+    assert "update-ca-certificates" in recipe.dockerfile
+
+
+def test_session_recipe_names_the_users_uid() -> None:
+    recipe = build_session_recipe(assets.docker_template("session"), "b", "sha256:1", {}, 1234, 99, "alice")
+    assert "--uid 1234 --gid 99" in recipe.dockerfile
+    other = build_session_recipe(assets.docker_template("session"), "b", "sha256:1", {}, 1235, 99, "alice")
+    assert other.tag != recipe.tag
+
+
+def test_filter_context_carries_only_the_filter_code() -> None:
+    paths = [path for path, _ in filter_recipe().files]
+    assert "dejima/filter/__main__.py" in paths and "dejima/filter/nft.py" in paths
+    assert not any(p.startswith(("dejima/core", "dejima/runtime")) for p in paths)

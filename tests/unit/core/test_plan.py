@@ -1,0 +1,81 @@
+from dataclasses import replace
+from pathlib import PurePosixPath
+
+from dejima.core import labels
+from dejima.core.plan import SESSION_HOME, Identity, SessionRequest, build_session_plan, plan_hash
+from dejima.core.settings import Settings
+
+IDENTITY = Identity(uid=1000, gid=1000, name="alice")
+
+
+def request(**overrides: object) -> SessionRequest:
+    base = SessionRequest(
+        session_id="abcd1234", scope="test", workspace=PurePosixPath("/home/alice/repos/p"),
+        home_dir=PurePosixPath("/home/alice/.local/share/dejima/homes/p-1"), command=("true",),
+        launcher="boot:1:2",
+    )
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+def plan(**overrides: object):  # type: ignore[no-untyped-def]
+    return build_session_plan(request(**overrides), Settings(), IDENTITY, "dejima/filter:x", "dejima/session:y")
+
+
+def test_session_joins_the_filters_network_and_pid_namespaces() -> None:
+    p = plan()
+    assert p.session.network_mode == f"container:{p.filter.name}"
+    assert p.session.pid_mode == f"container:{p.filter.name}"
+
+
+def test_session_runs_as_the_user_without_capabilities() -> None:
+    p = plan()
+    assert p.session.user == "1000:1000"
+    assert p.session.cap_add == ()
+    assert p.filter.cap_add == ("NET_ADMIN",)  # the only capability in the pair, held by the filter
+
+
+def test_workspace_is_mounted_at_the_same_path_and_home_persists() -> None:
+    s = plan().session
+    binds = {b.target: b for b in s.binds}
+    assert binds["/home/alice/repos/p"].source == "/home/alice/repos/p"
+    assert not binds["/home/alice/repos/p"].read_only
+    assert binds[SESSION_HOME].source == "/home/alice/.local/share/dejima/homes/p-1"
+    assert set(binds) == {"/home/alice/repos/p", SESSION_HOME}
+    assert s.working_dir == "/home/alice/repos/p"
+    assert "/tmp" in s.tmpfs
+
+
+def test_no_docker_socket_is_ever_mounted() -> None:
+    p = plan()
+    for spec in (p.filter, p.session):
+        assert not any("docker.sock" in b.source or "docker.sock" in b.target for b in spec.binds)
+
+
+def test_every_container_is_labelled_with_scope_session_and_role() -> None:
+    p = plan()
+    for spec, role in ((p.filter, labels.ROLE_FILTER), (p.session, labels.ROLE_SESSION)):
+        assert spec.labels[labels.SCOPE] == "test"
+        assert spec.labels[labels.SESSION] == "abcd1234"
+        assert spec.labels[labels.ROLE] == role
+        assert spec.labels[labels.LAUNCHER] == "boot:1:2"
+
+
+def test_interactive_session_gets_a_tty_and_a_login_shell() -> None:
+    p = plan(command=None)
+    assert p.interactive and p.session.tty
+    assert p.session.command == ("bash", "-l")
+    assert not plan().session.tty
+
+
+def test_filter_receives_the_ruleset_and_its_expectation() -> None:
+    import json
+
+    p = plan()
+    config = json.loads(p.filter.environment["DEJIMA_FILTER_CONFIG"])
+    assert config["ruleset"] == p.ruleset
+    assert [c["name"] for c in config["expect"]["chains"]] == ["output", "input", "forward"]
+
+
+def test_plan_hash_ignores_session_id_but_not_content() -> None:
+    assert plan_hash(plan()) == plan_hash(plan(session_id="ffff0000", launcher="boot:9:9"))
+    assert plan_hash(plan()) != plan_hash(plan(command=("false",)))

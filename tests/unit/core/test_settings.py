@@ -1,0 +1,79 @@
+import pytest
+
+from dejima.core.settings import Settings, parse_settings, render_settings_reference
+from dejima.errors import SettingsError
+
+SOURCE = "/home/u/.config/dejima/settings.toml"
+
+
+def error_of(text: str) -> SettingsError:
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(text, SOURCE)
+    return caught.value
+
+
+def test_valid_settings_override_defaults() -> None:
+    settings = parse_settings('[images]\nbase = "debian:trixie-slim"\n[session]\nstop_timeout = 2\n', SOURCE)
+    assert settings.images.base == "debian:trixie-slim"
+    assert settings.session.stop_timeout == 2.0
+    assert settings.session.network == Settings().session.network
+
+
+@pytest.mark.parametrize("text", ["", "   \n\n"])
+def test_empty_file_is_an_error_not_defaults(text: str) -> None:
+    exc = error_of(text)
+    assert exc.message == f"{SOURCE}: the settings file is empty"
+    assert exc.reference == "empty-settings"
+    assert "delete the file" in (exc.hint or "")
+
+
+def test_comment_only_file_is_an_error() -> None:
+    assert "holds only comments" in error_of("# nothing here\n").message
+
+
+def test_invalid_toml_names_file_and_line() -> None:
+    exc = error_of("[images\nbase = 1\n")
+    assert exc.message.startswith(f"{SOURCE}: not valid TOML:")
+    assert "line 1" in exc.message
+
+
+def test_unknown_key_suggests_the_close_one() -> None:
+    exc = error_of('[images]\nbsae = "x"\n')
+    assert exc.message == f"{SOURCE}: unknown key 'images.bsae'"
+    assert "did you mean 'base'?" in (exc.hint or "")
+
+
+def test_unknown_section() -> None:
+    exc = error_of('[imagez]\nbase = "x"\n')
+    assert exc.message == f"{SOURCE}: unknown section or key 'imagez'"
+    assert "did you mean 'images'?" in (exc.hint or "")
+
+
+def test_top_level_key_must_be_a_table() -> None:
+    assert error_of('images = "x"\n').message == f"{SOURCE}: 'images' must be a table"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[images]\nbase = 3\n", "'images.base' must be a str, not int 3"),
+        ("[session]\nstop_timeout = \"5\"\n", "'session.stop_timeout' must be a number, not str '5'"),
+        ("[session]\nstop_timeout = true\n", "'session.stop_timeout' must be a number, not bool True"),
+        ("[images]\nbase_fallback = \"pull\"\n", "'images.base_fallback' must be one of 'debootstrap', 'none'"),
+        ("[images]\nbootstrap_mirror = \"ftp://x\"\n", "'images.bootstrap_mirror' must be an http:// or https:// URL"),
+        ("[images]\nextra_ca_dir = \"certs\"\n", "'images.extra_ca_dir' must be an absolute path"),
+        ("[session]\nready_timeout = 0\n", "'session.ready_timeout' must be a number of seconds between 0 and 3600"),
+        ("[images]\nbase = \" \"\n", "'images.base' must not be empty"),
+    ],
+)
+def test_bad_values_name_the_key(text: str, message: str) -> None:
+    exc = error_of(text)
+    assert exc.message.startswith(f"{SOURCE}: {message}")
+    assert exc.hint and exc.hint.split(":")[0] in message
+
+
+def test_reference_lists_every_key() -> None:
+    reference = render_settings_reference()
+    for key in ("images.base", "images.base_fallback", "images.extra_ca_dir", "session.network",
+                "session.stop_timeout", "session.ready_timeout"):
+        assert f"`{key}`" in reference

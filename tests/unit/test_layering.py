@@ -1,0 +1,57 @@
+"""The architecture is enforced: the core is pure, the filter imports only what its image has."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).parents[2] / "dejima"
+
+CORE_FORBIDDEN = {"docker", "requests", "nftables", "dnslib", "socket", "subprocess", "asyncio", "rich",
+                  "threading", "dejima.runtime", "dejima.host", "dejima.session", "dejima.ui"}
+FILTER_ALLOWED_THIRD_PARTY = {"nftables", "dnslib"}
+ADAPTER_OWNERS = {"docker": {"runtime.py"}, "nftables": {"filter/nft.py"}}
+
+
+def imports_of(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def modules(sub: str) -> list[Path]:
+    return sorted((PACKAGE / sub).rglob("*.py"))
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+@pytest.mark.parametrize("path", modules("core"), ids=lambda p: p.name)
+def test_core_is_pure(path: Path) -> None:
+    bad = {name for name in imports_of(path) if name in CORE_FORBIDDEN or top(name) in CORE_FORBIDDEN}
+    assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", modules("filter"), ids=lambda p: p.name)
+def test_filter_imports_only_what_its_image_has(path: Path) -> None:
+    import sys
+
+    for name in imports_of(path):
+        root = top(name)
+        if root in sys.stdlib_module_names or root in FILTER_ALLOWED_THIRD_PARTY:
+            continue
+        assert name.startswith("dejima.filter") or name == "dejima", f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("library", sorted(ADAPTER_OWNERS))
+def test_each_library_has_one_adapter(library: str) -> None:
+    importers = {
+        str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+        if any(top(name) == library for name in imports_of(p))
+    }
+    assert importers == ADAPTER_OWNERS[library]
