@@ -65,8 +65,7 @@ def boundary_check(runtime: Runtime, settings: Settings, filter_image: str, sess
         decoy = runtime.create(_decoy_spec(scope, run_id, session_image, network, decoy_command(), "decoy"))
         created.append(decoy)
         runtime.start(decoy)
-        stream = runtime.follow_logs(decoy)
-        next(iter(stream))  # the decoy prints one line once it listens
+        runtime.first_log_line(decoy)  # the decoy prints one line once it listens
         address = _address(runtime, decoy, network)
         control = ProbeResult.parse(_run_to_end(
             runtime, _decoy_spec(scope, run_id, session_image, network, probe_command(address), "control"), created))

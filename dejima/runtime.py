@@ -181,6 +181,19 @@ class Runtime:
         stream: Iterator[bytes] = self.api.logs(container, stream=True, follow=True, stdout=True, stderr=True)
         return stream
 
+    def first_log_line(self, container: str) -> str:
+        """Block until the container prints a first line (or ends); then stop following."""
+        stream = self.api.logs(container, stream=True, follow=True, stdout=True, stderr=True)
+        buffer = b""
+        try:
+            for chunk in stream:
+                buffer += chunk
+                if b"\n" in buffer:
+                    break
+        finally:
+            stream.close()
+        return buffer.split(b"\n", 1)[0].decode(errors="replace")
+
     def logs(self, container: str) -> str:
         try:
             return bytes(self.api.logs(container, stdout=True, stderr=True)).decode(errors="replace")

@@ -149,8 +149,8 @@ def _run_attached(runtime: Runtime, container: str, stop_timeout: float) -> int:
     stream = runtime.attach(container)
     pump = threading.Thread(target=_pump, args=(stream,), name="session-output", daemon=True)
     pump.start()
-    runtime.start(container)
     try:
+        runtime.start(container)
         status = runtime.wait(container)
     except Interrupted as interrupted:
         status = _forward(runtime, container, interrupted.signum, stop_timeout)
@@ -211,20 +211,19 @@ def teardown(runtime: Runtime, containers: list[str]) -> None:
 def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_timeout: float) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with."""
     created: list[str] = []
-    try:
-        with signals_raise():
-            try:
-                filter_id = start_filter(runtime, plan, ready_timeout)
-                created.append(filter_id)
-                session_id = runtime.create(plan.session)
-                created.append(session_id)
-                if plan.interactive:
-                    return _run_interactive(runtime, session_id, stop_timeout)
-                return _run_attached(runtime, session_id, stop_timeout)
-            except Interrupted as interrupted:
-                return 128 + interrupted.signum
-    finally:
-        teardown(runtime, created)
+    with signals_raise():
+        try:
+            filter_id = start_filter(runtime, plan, ready_timeout)
+            created.append(filter_id)
+            session_id = runtime.create(plan.session)
+            created.append(session_id)
+            if plan.interactive:
+                return _run_interactive(runtime, session_id, stop_timeout)
+            return _run_attached(runtime, session_id, stop_timeout)
+        except Interrupted as interrupted:
+            return 128 + interrupted.signum
+        finally:
+            teardown(runtime, created)
 
 
 # --- leftovers -------------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dejima.core.plan import Identity
+from dejima.core.settings import Settings
+from dejima.imaging import ensure_image, recipes, resolve_base
+from dejima.runtime import Runtime
+from dejima.ui.console import UI
+from tests.conftest import TEST_SCOPE
+from tests.world import TEST_GID, TEST_UID, User, make_user
+
+
+@dataclass(frozen=True)
+class Images:
+    filter: str
+    session: str  # for the test user
+    session_root: str  # for the uid running pytest
+
+
+@pytest.fixture(scope="session")
+def images(runtime: Runtime) -> Images:
+    """Build (once, with progress on stderr) the images every docker test uses."""
+    ui = UI(quiet=False)
+    settings = Settings()
+    base = resolve_base(runtime, settings, ui)
+    tags = {}
+    for name, identity in (("user", Identity(TEST_UID, TEST_GID, "dejima")),
+                           ("root", Identity(os.getuid(), os.getgid(), "root"))):
+        filter_recipe, session_recipe = recipes(base, settings, identity)
+        tags["filter"] = ensure_image(runtime, filter_recipe, ui)
+        tags[name] = ensure_image(runtime, session_recipe, ui)
+    return Images(filter=tags["filter"], session=tags["user"], session_root=tags["root"])
+
+
+@pytest.fixture(scope="session")
+def world_dir() -> Iterator[Path]:
+    # Not pytest's tmp_path: that lives under a 0700 directory the test user cannot enter.
+    base = Path(tempfile.mkdtemp(prefix=f"dejima-{TEST_SCOPE}-"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def user(world_dir: Path) -> User:
+    """A non-root launcher identity when the suite runs as root (so uid checks mean something)."""
+    if os.getuid() == 0:
+        return make_user(world_dir, TEST_UID, TEST_GID)
+    return make_user(world_dir, os.getuid(), os.getgid())
+
+
+@pytest.fixture
+def workspace(world_dir: Path, user: User, request: pytest.FixtureRequest) -> Path:
+    path = world_dir / "ws" / request.node.name.replace("[", "_").replace("]", "")
+    path.mkdir(parents=True)
+    (path.parent).chmod(0o755)
+    if os.getuid() == 0:
+        os.chown(path, user.uid, user.gid)
+    return path
+
+
+@pytest.fixture
+def scope() -> str:
+    return TEST_SCOPE

@@ -1,0 +1,101 @@
+"""No egress: the session cannot reach a decoy that an unfiltered container reaches."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dejima.core import labels
+from dejima.runtime import Runtime
+from dejima.selftest import ProbeResult, probe_command
+from tests.world import Decoy, User, containers_of, probe_from_plain_container, run_dejima, spawn_dejima, \
+    start_decoy, wait_for_line
+
+GOLDEN_LISTING = Path(__file__).parents[1] / "golden" / "ruleset" / "deny-all.listed.nft"
+
+
+@pytest.fixture(scope="module")
+def decoy(runtime: Runtime, images: object) -> Decoy:
+    from tests.conftest import TEST_SCOPE
+
+    return start_decoy(runtime, TEST_SCOPE, images.session_root)  # type: ignore[attr-defined]
+
+
+def test_control_probe_reaches_the_decoy(runtime: Runtime, images: object, decoy: Decoy, scope: str) -> None:
+    """Without dejima the same probe gets through, so the blocked results below mean something."""
+    result = probe_from_plain_container(runtime, scope, images.session_root, probe_command(decoy.address))  # type: ignore[attr-defined]
+    assert result.tcp["result"] == "connected" and result.tcp["data"].startswith("HTTP/1.0 200")  # type: ignore[union-attr]
+    assert result.udp["result"] == "answered"
+
+
+def probe_in_session(user: User, scope: str, workspace: Path, address: str) -> ProbeResult:
+    result = run_dejima(user, scope, "-q", str(workspace), "--", *probe_command(address, timeout=5))
+    assert result.returncode == 0, result.stderr
+    return ProbeResult.parse(result.stdout)
+
+
+def test_tcp_to_decoy_is_refused_fast(runtime: Runtime, images: object, decoy: Decoy, user: User, scope: str,
+                                      workspace: Path) -> None:
+    result = probe_in_session(user, scope, workspace, decoy.address)
+    # "blocked" means the connect failed before the probe's 5 s timeout: a reject, not a hang.
+    assert result.tcp["result"] == "blocked", result.tcp
+
+
+def test_dns_to_decoy_resolver_gets_nothing(runtime: Runtime, images: object, decoy: Decoy, user: User,
+                                            scope: str, workspace: Path) -> None:
+    result = probe_in_session(user, scope, workspace, decoy.address)
+    assert result.udp["result"] in ("blocked", "timeout"), result.udp
+    assert result.udp["result"] != "answered"
+
+
+def test_loopback_inside_the_namespace_works(runtime: Runtime, images: object, decoy: Decoy, user: User,
+                                             scope: str, workspace: Path) -> None:
+    assert probe_in_session(user, scope, workspace, decoy.address).loopback["result"] == "connected"
+
+
+def normalise_listing(text: str) -> str:
+    return re.sub(r"counter packets \d+ bytes \d+", "counter packets N bytes N", text)
+
+
+def test_applied_ruleset_reads_back_as_rendered(runtime: Runtime, images: object, user: User, scope: str,
+                                                workspace: Path, update_golden: bool) -> None:
+    """The kernel in the session's namespace holds exactly the deny-all table (nft's own listing)."""
+    with spawn_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo started; exec sleep 300") as proc:
+        wait_for_line(proc.stdout, "started")
+        (filter_id,) = containers_of(runtime, scope, role=labels.ROLE_FILTER)
+        listing = runtime.client.containers.get(filter_id).exec_run(["nft", "list", "ruleset"])
+        proc.terminate()
+    assert listing.exit_code == 0, listing.output
+    text = normalise_listing(listing.output.decode())
+    if update_golden:
+        GOLDEN_LISTING.write_text(text)
+    assert text == GOLDEN_LISTING.read_text()
+
+
+NET_ADMIN_ATTEMPTS = r"""
+import fcntl, json, socket, struct
+results = {}
+s = socket.socket()
+try:
+    s.setsockopt(socket.SOL_SOCKET, 36, 1)  # SO_MARK: would let traffic match other rules
+    results["so_mark"] = "allowed"
+except PermissionError:
+    results["so_mark"] = "denied"
+try:
+    fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0))  # SIOCSIFFLAGS: take loopback down
+    results["ifdown"] = "allowed"
+except PermissionError:
+    results["ifdown"] = "denied"
+print(json.dumps(results))
+"""
+
+
+def test_session_cannot_change_the_network(runtime: Runtime, images: object, user: User, scope: str,
+                                          workspace: Path) -> None:
+    from tests.world import parse_json_line
+
+    result = run_dejima(user, scope, "-q", str(workspace), "--", "python3", "-c", NET_ADMIN_ATTEMPTS)
+    assert result.returncode == 0, result.stderr
+    assert parse_json_line(result.stdout) == {"so_mark": "denied", "ifdown": "denied"}
