@@ -54,3 +54,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if (root / "integration") in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.docker)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With DEJIMA_REQUIRE_DOCKER set, a skipped test fails the run: green must not hide a gap."""
+    if not os.environ.get(REQUIRE_DOCKER_ENV):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
+    if skipped and session.exitstatus == 0:
+        reporter.write_line(f"{REQUIRE_DOCKER_ENV} is set and {skipped} test(s) were skipped: failing the run",
+                            red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,19 @@
+"""`dejima doctor` runs the same boundary self-test as the suite and says so."""
+
+from __future__ import annotations
+
+import json
+
+from dejima.runtime import Runtime
+from tests.world import User, containers_of, run_dejima
+
+
+def test_doctor_passes_on_a_working_machine(runtime: Runtime, images: object, user: User, scope: str) -> None:
+    result = run_dejima(user, scope, "doctor", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    checks = {c["check"]: c for c in json.loads(result.stdout)}
+    for name in ("engine", "images", "decoy reachable without dejima", "nftables in a namespace",
+                 "session has no egress"):
+        assert checks[name]["ok"], checks[name]
+    assert "TCP blocked" in checks["session has no egress"]["detail"]
+    assert containers_of(runtime, scope) == []

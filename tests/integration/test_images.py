@@ -1,0 +1,67 @@
+"""Images are cached by content hash, rebuilt when inputs change, and trust the host's extra CAs."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dejima.core.settings import ImageSettings, Settings
+from dejima.errors import ImageError
+from dejima.host import identity
+from dejima.imaging import ensure_image, recipes, resolve_base
+from dejima.runtime import Runtime
+from dejima.ui.console import UI, plain_console
+
+
+def quiet_ui() -> tuple[UI, io.StringIO]:
+    buffer = io.StringIO()
+    return UI(plain_console(buffer)), buffer
+
+
+def test_present_images_are_not_rebuilt(runtime: Runtime, images: object) -> None:
+    ui, output = quiet_ui()
+    base = resolve_base(runtime, Settings(), ui)
+    for recipe in recipes(base, Settings(), identity()):
+        assert ensure_image(runtime, recipe, ui) == recipe.tag
+    assert "Building" not in output.getvalue()
+
+
+def test_unpullable_base_without_fallback_is_a_clear_error(runtime: Runtime) -> None:
+    settings = Settings(images=ImageSettings(base="dejima-test.invalid/no-such-base:1", base_fallback="none"))
+    with pytest.raises(ImageError) as caught:
+        resolve_base(runtime, settings, quiet_ui()[0])
+    assert caught.value.message.startswith("base image dejima-test.invalid/no-such-base:1 cannot be pulled")
+    assert 'base_fallback = "debootstrap"' in (caught.value.hint or "")
+
+
+@pytest.fixture
+def extra_ca(tmp_path: Path) -> Path:
+    directory = tmp_path / "extra-ca"
+    directory.mkdir()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=dejima test corp CA",
+         "-keyout", str(tmp_path / "key.pem"), "-out", str(directory / "dejima-test-corp.crt")],
+        check=True, capture_output=True,
+    )
+    return directory
+
+
+def test_builds_trust_the_hosts_extra_cas(runtime: Runtime, images: object, extra_ca: Path) -> None:
+    settings = Settings(images=replace(ImageSettings(), extra_ca_dir=str(extra_ca)))
+    ui, output = quiet_ui()
+    base = resolve_base(runtime, settings, ui)
+    _, session_recipe = recipes(base, settings, identity())
+    default_session = recipes(base, Settings(), identity())[1]
+    assert session_recipe.tag != default_session.tag  # a new CA is a new input: a new image
+    tag = ensure_image(runtime, session_recipe, ui)
+    try:
+        assert "Building the session image" in output.getvalue()
+        bundle = runtime.client.containers.run(tag, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True)
+        certificate = (extra_ca / "dejima-test-corp.crt").read_text().strip()
+        assert certificate in bundle.decode()
+    finally:
+        runtime.remove_image(tag)

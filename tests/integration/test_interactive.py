@@ -1,0 +1,72 @@
+"""`dejima PATH` gives a real TTY: a shell that sees the terminal size, and follows resizes."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import struct
+import subprocess
+import termios
+import time
+from pathlib import Path
+
+from dejima.runtime import Runtime
+from tests.world import REPO, User, containers_of
+
+
+# Blocks SIGWINCH, says so, then waits for it: the resize below is then seen, not raced.
+WAIT_FOR_RESIZE = (
+    b"python3 -c 'import os, signal; signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGWINCH]); "
+    b"print(\"WAITING-FOR-\" + \"WINCH\", flush=True); signal.sigwait([signal.SIGWINCH]); "
+    b"s = os.get_terminal_size(); print(f\"resized to {s.lines}x{s.columns}\")'\r"
+)
+
+
+def set_size(fd: int, rows: int, cols: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def read_until(fd: int, marker: bytes, timeout: float = 60) -> bytes:
+    deadline, seen = time.monotonic() + timeout, b""
+    while marker not in seen:
+        remaining = deadline - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(0.0, remaining))
+        if not ready:
+            raise AssertionError(f"{marker!r} not seen within {timeout}s; got {seen[-1500:]!r}")
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            raise AssertionError(f"terminal closed before {marker!r}; got {seen[-1500:]!r}")
+        seen += chunk
+    return seen
+
+
+def test_interactive_shell_has_a_tty_that_follows_resizes(runtime: Runtime, images: object, user: User,
+                                                          scope: str, workspace: Path) -> None:
+    master, slave = os.openpty()
+    set_size(master, 30, 100)
+    process = subprocess.Popen(
+        ["setsid", "--ctty", *user.command(str(workspace))], stdin=slave, stdout=slave, stderr=slave,
+        env=user.env(scope, TERM="xterm"), cwd=str(REPO), close_fds=True, **user.popen_kwargs(),  # type: ignore[arg-type]
+    )
+    os.close(slave)
+    try:
+        os.write(master, b"stty size; tty; echo MARK-$((1+1))\r")
+        first = read_until(master, b"MARK-2")
+        assert b"30 100" in first
+        assert b"/dev/pts/" in first
+        os.write(master, WAIT_FOR_RESIZE)
+        read_until(master, b"WAITING-FOR-WINCH")
+        set_size(master, 40, 120)  # the kernel sends SIGWINCH to the terminal's foreground process
+        assert b"resized to 40x120" in read_until(master, b"resized to")
+        os.write(master, b"exit 3\r")
+        assert process.wait(timeout=60) == 3
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+        os.close(master)
+    assert containers_of(runtime, scope) == []

@@ -1,0 +1,100 @@
+"""Bad input stops dejima before anything starts, with a message naming what to fix."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from dejima.cli import exit_codes
+from dejima.cli.launch import main
+from dejima.ui.console import UI, plain_console
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """Route the launcher's console into a buffer; no Docker engine is touched by these tests."""
+    buffer = io.StringIO()
+    monkeypatch.setattr("dejima.cli._run.UI", lambda: UI(plain_console(buffer, width=200)))
+
+    def no_engine(*_args: object, **_kw: object) -> None:
+        raise AssertionError("the engine must not be contacted for bad input")
+
+    monkeypatch.setattr("dejima.runtime.connect", no_engine)
+    return buffer
+
+
+def write_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "settings.toml"
+    path.write_text(text)
+    monkeypatch.setenv("DEJIMA_SETTINGS", str(path))
+    return path
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", "the settings file is empty"),
+    ("[images]\nbase = 1\n", "'images.base' must be a str, not int 1"),
+    ("[session]\nnetwrok = \"x\"\n", "unknown key 'session.netwrok'"),
+    ("not toml at all\n", "not valid TOML"),
+])
+def test_bad_settings_refuse_to_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, captured: io.StringIO,
+                                      text: str, expected: str) -> None:
+    path = write_settings(monkeypatch, tmp_path, text)
+    assert main([str(tmp_path), "--", "true"]) == exit_codes.DEJIMA_FAILED
+    output = captured.getvalue()
+    assert f"{path}: {expected}" in output
+    assert "hint:" in output
+
+
+def test_unreadable_settings_file_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                              captured: io.StringIO) -> None:
+    path = tmp_path / "settings.toml"
+    path.mkdir()  # a directory cannot be read as a file, whoever runs the test
+    monkeypatch.setenv("DEJIMA_SETTINGS", str(path))
+    assert main([str(tmp_path), "--", "true"]) == exit_codes.DEJIMA_FAILED
+    assert f"{path}: cannot read the settings file" in captured.getvalue()
+
+
+def test_missing_settings_file_named_by_env_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        captured: io.StringIO) -> None:
+    monkeypatch.setenv("DEJIMA_SETTINGS", str(tmp_path / "nope.toml"))
+    assert main([str(tmp_path), "--", "true"]) == exit_codes.DEJIMA_FAILED
+    assert "does not exist" in captured.getvalue()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["/definitely/not/here", "--", "true"], "workspace '/definitely/not/here' does not exist"),
+    (["/", "--", "true"], "refusing to use / as a workspace"),
+    (["WS", "--"], "nothing after '--'"),
+    (["WS", "--harness", "claude-code", "--", "true"], "unknown harness 'claude-code'"),
+])
+def test_bad_arguments_are_usage_errors(tmp_path: Path, captured: io.StringIO, args: list[str], expected: str) -> None:
+    args = [str(tmp_path) if a == "WS" else a for a in args]
+    assert main(args) == exit_codes.USAGE
+    assert expected in captured.getvalue()
+
+
+def test_home_directory_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, captured: io.StringIO) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE
+    assert "holds your whole home directory" in captured.getvalue()
+
+
+def test_help_explains_the_boundary_and_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    for phrase in ("dejima PATH -- CMD ARGS...", "NO network egress", "dejima doctor", "dejima clean",
+                   "128+N", "settings.toml"):
+        assert phrase in text
+
+
+def test_allow_and_audit_say_not_yet(capsys: pytest.CaptureFixture[str]) -> None:
+    from dejima.cli import allow, audit
+
+    for module in (allow, audit):
+        with pytest.raises(SystemExit):
+            module.main(["--help"])
+        assert "NOT YET IMPLEMENTED" in capsys.readouterr().out
