@@ -1,0 +1,20 @@
+"""Docs that are generated from code stay in sync with it."""
+
+from pathlib import Path
+
+from dejima.core.settings import render_settings_reference
+
+DOCS = Path(__file__).parents[2] / "docs"
+
+
+def test_settings_reference_is_current() -> None:
+    assert render_settings_reference() in (DOCS / "settings.md").read_text(), (
+        "regenerate docs/settings.md with `dejima settings reference`"
+    )
+
+
+def test_readme_starts_with_the_two_commands() -> None:
+    readme = (DOCS.parent / "README.md").read_text()
+    block = readme.split("```bash", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert [line.split()[0] for line in block] == ["./scripts/quickstart", "./scripts/test"]
+    assert "./scripts/test" in (DOCS.parent / ".ci" / "run").read_text()
