@@ -25,8 +25,8 @@ def bootstrap_base(
     if os.geteuid() != 0:
         raise ImageError(
             "making a Debian base image with debootstrap needs root",
-            hint=f"run `sudo dejima images bootstrap` once, or make a base image available: "
-            f"`docker pull` it, or set [images] base in the settings to one you have",
+            hint="run `sudo dejima images bootstrap` once, or make a base image available: "
+            "`docker pull` it, or set [images] base in the settings to one you have",
         )
     debootstrap = shutil.which("debootstrap")
     if debootstrap is None:

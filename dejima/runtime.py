@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import docker
 import docker.errors
 import requests.exceptions
 
+import docker
 from dejima.core import labels
 from dejima.core.images import ImageRecipe
 from dejima.core.plan import ContainerSpec
@@ -38,7 +38,7 @@ class ContainerInfo:
 
 def connect(timeout: float = 120.0) -> Runtime:
     try:
-        client = docker.from_env(timeout=int(timeout))
+        client = docker.from_env(timeout=int(timeout))  # type: ignore[attr-defined]
         client.ping()
     except docker.errors.DockerException as exc:
         raise EngineError(f"cannot reach the Docker engine: {_short(exc)}", hint=ENGINE_HINT) from exc
@@ -216,6 +216,13 @@ class Runtime:
             return info
         except docker.errors.NotFound:
             return None
+
+    def address(self, container: str, network: str) -> str:
+        """The container's IPv4 address on ``network``."""
+        info = self.inspect(container) or {}
+        networks = info.get("NetworkSettings", {}).get("Networks") or {}
+        entry = networks.get(network) or {}
+        return str(entry.get("IPAddress", ""))
 
     def kill(self, container: str, signal: str = "SIGKILL") -> None:
         try:

@@ -9,7 +9,12 @@ boundary held, not that the decoy was down. Nothing here sends a packet beyond t
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
+
+from dejima.core import labels
+from dejima.core.plan import ContainerSpec
+from dejima.runtime import Runtime
 
 DECOY_TCP_PORT = 8080
 DECOY_UDP_PORT = 53
@@ -93,3 +98,41 @@ class ProbeResult:
     @property
     def egress_blocked(self) -> bool:
         return self.tcp["result"] == "blocked" and self.udp["result"] in ("blocked", "timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class Decoy:
+    container: str
+    address: str
+
+
+def _helper_spec(scope: str, image: str, network: str, command: tuple[str, ...], role: str,
+                 launcher: str) -> ContainerSpec:
+    return ContainerSpec(
+        name=f"dejima-{role}-{secrets.token_hex(3)}", image=image, command=command, user="0:0",
+        labels={labels.SCOPE: scope, labels.SESSION: role, labels.ROLE: role, labels.LAUNCHER: launcher},
+        network_mode=network,
+    )
+
+
+def start_decoy(runtime: Runtime, scope: str, image: str, network: str, launcher: str, created: list[str]) -> Decoy:
+    """Start a decoy on ``network`` and return once it listens. Its id is appended to ``created``."""
+    container = runtime.create(_helper_spec(scope, image, network, decoy_command(), "selftest-decoy", launcher))
+    created.append(container)
+    runtime.start(container)
+    first = runtime.first_log_line(container)
+    if "listening" not in first:
+        raise RuntimeError(f"the decoy did not start: {first!r}")
+    return Decoy(container, runtime.address(container, network))
+
+
+def control_probe(runtime: Runtime, scope: str, image: str, network: str, launcher: str, address: str) -> ProbeResult:
+    """The same probe from a container with no filter in front of it: proves the decoy answers."""
+    container = runtime.create(_helper_spec(scope, image, network, probe_command(address), "selftest-control",
+                                            launcher))
+    try:
+        runtime.start(container)
+        runtime.wait(container, timeout=60)
+        return ProbeResult.parse(runtime.logs(container))
+    finally:
+        runtime.remove(container)

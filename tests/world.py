@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from dejima import selftest
 from dejima.core import labels
-from dejima.core.plan import ContainerSpec
 from dejima.runtime import Runtime
-from dejima.selftest import ProbeResult, decoy_command
+from dejima.selftest import Decoy, ProbeResult
 
 TEST_UID = 4242
 TEST_GID = 4242
@@ -133,7 +133,8 @@ def install_for_other_user(target: Path) -> Path:
 
 
 
-def run_dejima(user: User, scope: str, *args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
+def run_dejima(user: User, scope: str, *args: str, timeout: float = 180,
+               **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         user.command(*args), env=user.env(scope, **env), capture_output=True, text=True,
         timeout=timeout, cwd=str(REPO), stdin=subprocess.DEVNULL, **user.popen_kwargs(),  # type: ignore[arg-type]
@@ -180,40 +181,14 @@ def containers_of(runtime: Runtime, scope: str, **filters: str) -> list[str]:
     return [c.id for c in runtime.containers({labels.SCOPE: scope, **extra})]
 
 
-@dataclass
-class Decoy:
-    container: str
-    address: str
-
-
 def start_decoy(runtime: Runtime, scope: str, image: str, network: str = "bridge") -> Decoy:
-    spec = ContainerSpec(
-        name=f"dejima-{scope}-decoy-{os.urandom(3).hex()}", image=image, command=decoy_command(), user="0:0",
-        labels={labels.SCOPE: scope, labels.ROLE: "test-decoy", labels.LAUNCHER: "test"}, network_mode=network,
-    )
-    container = runtime.create(spec)
-    runtime.start(container)
-    first = runtime.first_log_line(container)
-    assert "listening" in first, first
-    info = runtime.inspect(container) or {}
-    address = info["NetworkSettings"]["Networks"][network]["IPAddress"]
-    return Decoy(container, address)
+    created: list[str] = []
+    return selftest.start_decoy(runtime, scope, image, network, "test", created)
 
 
-def probe_from_plain_container(runtime: Runtime, scope: str, image: str, command: tuple[str, ...],
+def probe_from_plain_container(runtime: Runtime, scope: str, image: str, address: str,
                                network: str = "bridge") -> ProbeResult:
-    """The control: the same probe from a container with no filter in front of it."""
-    spec = ContainerSpec(
-        name=f"dejima-{scope}-control-{os.urandom(3).hex()}", image=image, command=command, user="0:0",
-        labels={labels.SCOPE: scope, labels.ROLE: "test-control", labels.LAUNCHER: "test"}, network_mode=network,
-    )
-    container = runtime.create(spec)
-    try:
-        runtime.start(container)
-        runtime.wait(container, timeout=60)
-        return ProbeResult.parse(runtime.logs(container))
-    finally:
-        runtime.remove(container)
+    return selftest.control_probe(runtime, scope, image, network, "test", address)
 
 
 def parse_json_line(output: str) -> dict[str, object]:

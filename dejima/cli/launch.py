@@ -7,8 +7,6 @@ import json
 import sys
 from collections.abc import Sequence
 
-from rich.table import Table
-
 from dejima import __version__, app, host
 from dejima.cli import exit_codes
 from dejima.cli._run import run_main
@@ -95,6 +93,8 @@ def _sessions(argv: list[str], ui: UI) -> int:
     if not sessions:
         ui.info("no sessions")
         return exit_codes.SUCCESS
+    from rich.table import Table
+
     table = Table("session", "status", "workspace", "launcher pid", "containers")
     for s in sessions:
         table.add_row(s.session_id, s.status, s.workspace, s.launcher_pid, ", ".join(s.containers))
@@ -145,6 +145,8 @@ def _doctor(argv: list[str], ui: UI) -> int:
     if args.json:
         print(json.dumps([{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks], indent=2))
     else:
+        from rich.table import Table
+
         table = Table("check", "result", "detail")
         for c in checks:
             table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", c.detail)
@@ -174,6 +176,8 @@ def _images(argv: list[str], ui: UI) -> int:
         for recipe in recipes(base, settings, host.identity()):
             ui.info(f"{recipe.role}: {ensure_image(runtime, recipe, ui, force=args.force)}")
     else:
+        from rich.table import Table
+
         table = Table("image", "role", "id", "size")
         for image in runtime.images({labels.ROLE: ""}):
             role = (image.get("Labels") or {}).get(labels.ROLE, "?")

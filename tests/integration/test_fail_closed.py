@@ -48,7 +48,8 @@ def run_expecting_filter_error(runtime: Runtime, plan: SessionPlan, workspace: P
     return caught.value
 
 
-def test_working_plan_runs_the_session(runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+def test_working_plan_runs_the_session(runtime: Runtime, images: object, user: User, scope: str,
+                                       workspace: Path) -> None:
     """The control for the cases below: the unmodified plan does run its command."""
     plan = make_plan(images, scope, workspace, user)
     assert session.run(runtime, plan, UI(quiet=True), ready_timeout=30, stop_timeout=5) == 0

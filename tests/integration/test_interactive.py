@@ -14,7 +14,6 @@ from pathlib import Path
 from dejima.runtime import Runtime
 from tests.world import REPO, User, containers_of
 
-
 # Blocks SIGWINCH, says so, then waits for it: the resize below is then seen, not raced.
 WAIT_FOR_RESIZE = (
     b"python3 -c 'import os, signal; signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGWINCH]); "

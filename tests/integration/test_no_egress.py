@@ -10,8 +10,16 @@ import pytest
 from dejima.core import labels
 from dejima.runtime import Runtime
 from dejima.selftest import ProbeResult, probe_command
-from tests.world import Decoy, User, containers_of, probe_from_plain_container, run_dejima, spawn_dejima, \
-    start_decoy, wait_for_line
+from tests.world import (
+    Decoy,
+    User,
+    containers_of,
+    probe_from_plain_container,
+    run_dejima,
+    spawn_dejima,
+    start_decoy,
+    wait_for_line,
+)
 
 GOLDEN_LISTING = Path(__file__).parents[1] / "golden" / "ruleset" / "deny-all.listed.nft"
 
@@ -25,7 +33,7 @@ def decoy(runtime: Runtime, images: object) -> Decoy:
 
 def test_control_probe_reaches_the_decoy(runtime: Runtime, images: object, decoy: Decoy, scope: str) -> None:
     """Without dejima the same probe gets through, so the blocked results below mean something."""
-    result = probe_from_plain_container(runtime, scope, images.session_root, probe_command(decoy.address))  # type: ignore[attr-defined]
+    result = probe_from_plain_container(runtime, scope, images.session_root, decoy.address)  # type: ignore[attr-defined]
     assert result.tcp["result"] == "connected" and result.tcp["data"].startswith("HTTP/1.0 200")  # type: ignore[union-attr]
     assert result.udp["result"] == "answered"
 
