@@ -6,18 +6,20 @@ through a ``Runtime``.
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from dejima import host, session
 from dejima.core import labels
-from dejima.core.plan import SessionPlan, SessionRequest, build_session_plan, describe_command
+from dejima.core.plan import NetworkFacts, SessionPlan, SessionRequest, build_session_plan, describe_command
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError, UsageError
 from dejima.imaging import ensure_images
 from dejima.runtime import Runtime
 from dejima.ui.console import UI
+from dejima.violations import ViolationStore
 
 HARNESSES = ("shell",)
 
@@ -55,9 +57,28 @@ class Prepared:
     settings: Settings
 
 
+def network_facts(settings: Settings, runtime: Runtime, upstream_override: tuple[str, ...]) -> NetworkFacts:
+    upstreams = list(upstream_override or settings.network.upstream_dns) or host.host_resolvers()
+    if not upstreams:
+        raise SessionError(
+            "no upstream DNS resolver for the filter: the host's /etc/resolv.conf lists none that a "
+            "container can reach",
+            hint="set [network] upstream_dns = [\"IP\"] in the settings, or pass --dns-upstream IP",
+            reference="no-upstream-dns",
+        )
+    denied = [*host.local_addresses()]
+    gateway = runtime.gateway(settings.session.network)
+    if gateway:
+        denied.append(gateway)
+    return NetworkFacts(
+        upstreams=tuple(ipaddress.IPv4Address(a) for a in upstreams),
+        denied_addresses=tuple(ipaddress.ip_network(a) for a in sorted(set(denied))),
+    )
+
+
 def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, harness: str, settings: Settings,
-    runtime: Runtime, ui: UI,
+    runtime: Runtime, ui: UI, allow: tuple[str, ...] = (), upstream_dns: tuple[str, ...] = (),
 ) -> Prepared:
     identity = host.identity()
     scope = host.scope()
@@ -72,27 +93,34 @@ def prepare_session(
         command=command,
         launcher=host.launcher_token(),
         harness=harness,
+        allow=allow,
     )
-    plan = build_session_plan(request, settings, identity, filter_image, session_image)
+    facts = network_facts(settings, runtime, upstream_dns)
+    plan = build_session_plan(request, settings, identity, filter_image, session_image, facts,
+                              str(host.settings_path()))
     return Prepared(runtime, plan, settings)
 
 
 def boundary_line(plan: SessionPlan) -> str:
+    allowed = ", ".join(e.canonical for e in plan.policy.allowed)
+    network = f"egress only to {allowed}" if allowed else "no egress"
     return (
         f"session {plan.session_id}: {describe_command(plan.session.command if not plan.interactive else None)} "
-        f"in {plan.workspace} | network: no egress (nftables default-deny, verified) | "
-        f"user {plan.session.user}, no capabilities | mounts: workspace, home"
+        f"in {plan.workspace} | network: {network} (nftables default-deny, verified; DNS only through "
+        f"dejima; no IPv6) | user {plan.session.user}, no capabilities | mounts: workspace, home"
     )
 
 
 def run_session(prepared: Prepared, ui: UI) -> int:
     settings = prepared.settings
     ui.info(boundary_line(prepared.plan))
+    store = ViolationStore(prepared.plan.session_id)
     try:
         return session.run(
             prepared.runtime, prepared.plan, ui,
             ready_timeout=settings.session.ready_timeout,
             stop_timeout=settings.session.stop_timeout,
+            on_filter_line=store.append_line,
         )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:
@@ -103,6 +131,11 @@ def run_session(prepared: Prepared, ui: UI) -> int:
                 exit_code=127,
             ) from exc
         raise
+    finally:
+        summary = store.summary()
+        if summary:
+            ui.warn(f"session {prepared.plan.session_id}: {summary}; "
+                    f"details: dejima violations {prepared.plan.session_id}")
 
 
 # --- management --------------------------------------------------------------------------------
@@ -159,3 +192,23 @@ def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
             ui.info(f"removed session {info.session_id} ({info.status})")
         return len(sessions)
     return len(session.remove_stale(runtime, scope, ui))
+
+
+def validate_allow(text: str) -> None:
+    from dejima.core.egress import PolicyError, parse_entry
+
+    try:
+        parse_entry(text, "--allow")
+    except PolicyError as exc:
+        raise UsageError(exc.message, hint=exc.hint) from exc
+
+
+def validate_upstream(text: str) -> None:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise UsageError(f"--dns-upstream {text!r} is not an IP address",
+                         hint="give the resolver's IPv4 address, e.g. --dns-upstream 10.0.0.2") from None
+    if address.version != 4 or address.is_loopback:
+        raise UsageError(f"--dns-upstream {text!r} cannot be reached from a container",
+                         hint="give a non-loopback IPv4 resolver")

@@ -19,9 +19,13 @@ def docker_template(role: str) -> str:
         return (PACKAGE_ROOT.parent / "docker" / role / "Dockerfile.j2").read_text()
 
 
+# The filter runs the same policy code as the launcher (stdlib only), so verdicts cannot drift.
+FILTER_SHARED = ("__init__.py", "errors.py", "core/__init__.py", "core/egress.py")
+
+
 def filter_sources() -> dict[str, bytes]:
-    """The code the filter image runs: dejima/__init__.py and dejima/filter/*.py."""
-    files = {"dejima/__init__.py": (PACKAGE_ROOT / "__init__.py").read_bytes()}
+    """The code the filter image runs: dejima/filter/*.py and the stdlib-only modules it shares."""
+    files = {f"dejima/{name}": (PACKAGE_ROOT / name).read_bytes() for name in FILTER_SHARED}
     for source in sorted((PACKAGE_ROOT / "filter").glob("*.py")):
         files[f"dejima/filter/{source.name}"] = source.read_bytes()
     return files

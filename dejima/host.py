@@ -7,6 +7,7 @@ installations on one engine (the test suite uses its own scope so it never touch
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 import pwd
 import re
@@ -54,6 +55,10 @@ def config_dir() -> Path:
 
 def data_dir() -> Path:
     return _xdg("XDG_DATA_HOME", ".local/share") / "dejima"
+
+
+def state_dir() -> Path:
+    return _xdg("XDG_STATE_HOME", ".local/state") / "dejima"
 
 
 def settings_path() -> Path:
@@ -156,3 +161,42 @@ def read_extra_cas(directory: str) -> dict[str, bytes]:
         if cert.is_file():
             found[str(cert.relative_to(root)).replace("/", "__")] = cert.read_bytes()
     return found
+
+
+# --- the host's network, as the filter's policy must know it -------------------------------------
+
+
+def host_resolvers(path: Path = Path("/etc/resolv.conf")) -> list[str]:
+    """IPv4 nameservers of the host that a container can reach (loopback ones cannot be)."""
+    found = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "nameserver":
+            try:
+                address = ipaddress.ip_address(parts[1])
+            except ValueError:
+                continue
+            if address.version == 4 and not address.is_loopback:
+                found.append(str(address))
+    return found
+
+
+def local_addresses(fib_trie: Path = Path("/proc/net/fib_trie")) -> list[str]:
+    """Every IPv4 address this host owns (the LOCAL entries of the kernel's routing trie)."""
+    try:
+        lines = fib_trie.read_text().splitlines()
+    except OSError:
+        return []
+    found: set[str] = set()
+    for previous, line in zip(lines, lines[1:], strict=False):
+        if "/32 host LOCAL" in line:
+            candidate = previous.split()[-1]
+            try:
+                found.add(str(ipaddress.IPv4Address(candidate)))
+            except ValueError:
+                continue
+    return sorted(found)

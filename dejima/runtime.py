@@ -152,6 +152,8 @@ class Runtime:
             pid_mode=spec.pid_mode,
             read_only=spec.read_only_rootfs,
             init=False,
+            dns=list(spec.dns) or None,
+            sysctls=dict(spec.sysctls) or None,
         )
         try:
             created = self.api.create_container(
@@ -223,6 +225,17 @@ class Runtime:
         networks = info.get("NetworkSettings", {}).get("Networks") or {}
         entry = networks.get(network) or {}
         return str(entry.get("IPAddress", ""))
+
+    def gateway(self, network: str) -> str | None:
+        """The engine's gateway address on ``network`` (the host, seen from containers)."""
+        try:
+            info = self.api.inspect_network(network)
+        except docker.errors.APIError:
+            return None
+        for config in (info.get("IPAM") or {}).get("Config") or []:
+            if config.get("Gateway"):
+                return str(config["Gateway"])
+        return None
 
     def kill(self, container: str, signal: str = "SIGKILL") -> None:
         try:

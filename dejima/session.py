@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -70,19 +70,24 @@ def signals_deferred() -> Iterator[list[int]]:
 # --- the filter ------------------------------------------------------------------------------
 
 
-def start_filter(runtime: Runtime, plan: SessionPlan, timeout: float) -> str:
-    """Start the filter and return its id once it reports its ruleset applied and verified."""
+def start_filter(runtime: Runtime, plan: SessionPlan, timeout: float,
+                 on_line: Callable[[str], bool] | None = None) -> str:
+    """Start the filter and return its id once it reports its ruleset applied and verified.
+
+    ``on_line`` sees every line the filter prints (violation records among them) for as long as
+    the filter runs; it returns True for lines it consumed.
+    """
     container = runtime.create(plan.filter)
     try:
         runtime.start(container)
-        _wait_ready(runtime, container, timeout)
+        _wait_ready(runtime, container, timeout, on_line or (lambda line: False))
     except BaseException:
         runtime.remove(container)
         raise
     return container
 
 
-def _wait_ready(runtime: Runtime, container: str, timeout: float) -> None:
+def _wait_ready(runtime: Runtime, container: str, timeout: float, on_line: Callable[[str], bool]) -> None:
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
@@ -91,8 +96,10 @@ def _wait_ready(runtime: Runtime, container: str, timeout: float) -> None:
             for chunk in runtime.follow_logs(container):
                 buffer += chunk
                 while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    lines.put(line.decode(errors="replace"))
+                    raw, buffer = buffer.split(b"\n", 1)
+                    line = raw.decode(errors="replace")
+                    if not on_line(line):
+                        lines.put(line)
         except Exception:  # noqa: BLE001 - the container went away; the None below reports it
             pass
         lines.put(None)
@@ -208,12 +215,13 @@ def teardown(runtime: Runtime, containers: list[str]) -> None:
             raise errors[0]
 
 
-def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_timeout: float) -> int:
+def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_timeout: float,
+        on_filter_line: Callable[[str], bool] | None = None) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with."""
     created: list[str] = []
     with signals_raise():
         try:
-            filter_id = start_filter(runtime, plan, ready_timeout)
+            filter_id = start_filter(runtime, plan, ready_timeout, on_filter_line)
             created.append(filter_id)
             session_id = runtime.create(plan.session)
             created.append(session_id)

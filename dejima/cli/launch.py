@@ -21,8 +21,11 @@ Run a coding agent (or any command) on a real repository inside a guarded contai
 
 What a session gets: the workspace PATH read-write at the same absolute path, a home directory
 kept per project, a private /tmp, your uid:gid with every capability dropped, no Docker socket,
-and NO network egress: a filter container applies an nftables default-deny ruleset in the
-session's network namespace and verifies it before the session starts. Loopback works.
+and NO network egress except what you allow: a filter container applies an nftables default-deny
+ruleset in the session's network namespace and verifies it before the session starts; its
+resolver is the session's only DNS and answers only allowed names. Loopback works; IPv6 is off.
+
+  dejima PATH --allow pypi.org --allow '*.pythonhosted.org:443' -- pip download six
 
 Management commands (they come first, so a directory named like one needs ./NAME):
   dejima sessions [--json]     list sessions (running, or stale after a launcher crash)
@@ -33,13 +36,14 @@ Management commands (they come first, so a directory named like one needs ./NAME
                                list, build, or debootstrap the images dejima uses
   dejima settings [path|show|reference]
                                where the settings file is, the effective values, every key
+  dejima violations [SESSION]  what a session was refused (names, answers), recorded durably
 
 Exit status: CMD's status (128+N when it ends on signal N); 125 when dejima itself fails;
 127 when CMD does not exist in the session image; 2 for bad arguments.
 Settings: $XDG_CONFIG_HOME/dejima/settings.toml (or $DEJIMA_SETTINGS), validated strictly.
 """
 
-SUBCOMMANDS = ("sessions", "stop", "clean", "doctor", "images", "settings")
+
 
 
 def _launch_parser() -> argparse.ArgumentParser:
@@ -49,6 +53,12 @@ def _launch_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("path", metavar="PATH", help="the workspace: a project directory")
     parser.add_argument("--harness", default="shell", help="agent program to run (now: shell)")
+    parser.add_argument("--allow", action="append", default=[], metavar="DOMAIN[:PORT]",
+                        help="let the session reach this name, *.subdomain pattern or IPv4 address/network "
+                        "(TCP; repeatable); adds to [network] allow in the settings")
+    parser.add_argument("--dns-upstream", action="append", default=[], metavar="IP",
+                        help="IPv4 resolver the filter forwards allowed queries to (repeatable; default: "
+                        "[network] upstream_dns, else the host's)")
     parser.add_argument("-q", "--quiet", action="store_true", help="only errors and warnings on stderr")
     parser.add_argument("--version", action="version", version=f"dejima {__version__}")
     return parser
@@ -73,7 +83,12 @@ def _launch(argv: list[str], ui: UI) -> int:
     harness = app.validate_harness(args.harness)
     from dejima.runtime import connect  # the docker SDK costs ~0.2 s to import: only when needed
 
-    prepared = app.prepare_session(workspace, command, harness, settings, connect(), ui)
+    upstream = tuple(args.dns_upstream)
+    for address in upstream:
+        app.validate_upstream(address)
+    for entry in args.allow:
+        app.validate_allow(entry)
+    prepared = app.prepare_session(workspace, command, harness, settings, connect(), ui, tuple(args.allow), upstream)
     return app.run_session(prepared, ui)
 
 
@@ -207,9 +222,47 @@ def _settings(argv: list[str], ui: UI) -> int:
     return exit_codes.SUCCESS
 
 
+def _violations(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima violations",
+        description="What a session was refused: names not allowed, answers pointing at denied addresses. "
+        "Without SESSION: the sessions that have a record.",
+    )
+    parser.add_argument("session", nargs="?")
+    parser.add_argument("--json", action="store_true", help="print JSON lines")
+    args = parser.parse_args(argv)
+    from dejima import violations
+
+    if args.session is None:
+        for name in violations.known_sessions():
+            print(name)
+        return exit_codes.SUCCESS
+    records = violations.read(args.session)
+    if args.json:
+        for record in records:
+            print(json.dumps(record, sort_keys=True))
+        return exit_codes.SUCCESS
+    if not records:
+        ui.info(f"no violations recorded for session {args.session}")
+        return exit_codes.SUCCESS
+    from rich.table import Table
+
+    table = Table("time", "kind", "destination", "reason")
+    for r in records:
+        import time as _time
+
+        when = _time.strftime("%H:%M:%S", _time.localtime(float(r.get("time", 0))))
+        where = r.get("domain") or r.get("address") or "?"
+        if r.get("address") and r.get("domain"):
+            where = f"{r['domain']} -> {r['address']}"
+        table.add_row(when, str(r.get("kind")), str(where), str(r.get("reason", "")))
+    ui.console.print(table)
+    return exit_codes.SUCCESS
+
+
 COMMANDS = {
     "sessions": _sessions, "stop": _stop, "clean": _clean, "doctor": _doctor,
-    "images": _images, "settings": _settings,
+    "images": _images, "settings": _settings, "violations": _violations,
 }
 
 

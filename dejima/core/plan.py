@@ -7,13 +7,15 @@ prints, and what the ``dejima.plan-hash`` label records.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 
 from dejima.core import labels
-from dejima.core.ruleset import DENY_ALL_EXPECTATION, RulesetExpectation, render_ruleset
+from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry
+from dejima.core.ruleset import DENY_ALL_EXPECTATION, RESOLVER_MARK, RulesetExpectation, render_ruleset
 from dejima.core.settings import Settings
 
 SESSION_HOME = "/home/dejima"
@@ -53,6 +55,8 @@ class ContainerSpec:
     read_only_rootfs: bool = False
     tty: bool = False
     hostname: str | None = None
+    dns: tuple[str, ...] = ()
+    sysctls: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,15 @@ class SessionRequest:
     command: tuple[str, ...] | None  # None: interactive shell
     launcher: str
     harness: str = "shell"
+    allow: tuple[str, ...] = ()  # --allow entries from the command line
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkFacts:
+    """What the launcher found out about the host's network (an adapter reads these)."""
+
+    upstreams: tuple[ipaddress.IPv4Address, ...] = ()
+    denied_addresses: tuple[IPNetwork, ...] = ()  # the host's own addresses, the engine's gateway
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +86,8 @@ class SessionPlan:
     session_id: str
     workspace: str
     interactive: bool
+    policy: EgressPolicy
+    upstreams: tuple[str, ...]
     ruleset: str
     expectation: RulesetExpectation
     filter: ContainerSpec
@@ -92,12 +107,41 @@ def _common_labels(request: SessionRequest) -> dict[str, str]:
     }
 
 
-def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation) -> str:
-    """The JSON document the filter process reads from its environment."""
+def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation, policy: EgressPolicy,
+                  upstreams: tuple[str, ...]) -> str:
+    """The JSON document the filter process reads from its environment (policy, never secrets)."""
     return json.dumps(
-        {"session": session_id, "ruleset": ruleset, "expect": expectation.to_json()},
+        {
+            "session": session_id, "ruleset": ruleset, "expect": expectation.to_json(),
+            "policy": {
+                "allow": [e.canonical for e in policy.allowed],
+                "deny": [[e.canonical, reason] for e, reason in policy.denied],
+                "denied_addresses": [str(n) for n in policy.denied_addresses],
+            },
+            "upstreams": list(upstreams), "resolver_mark": RESOLVER_MARK,
+        },
         sort_keys=True,
     )
+
+
+def build_policy(settings: Settings, cli_allow: tuple[str, ...], facts: NetworkFacts, source: str) -> EgressPolicy:
+    """The session's egress policy: the settings' entries plus --allow ones, the host's facts."""
+    network = settings.network
+    sources = [(text, f"{source} network.allow") for text in network.allow] + [(t, "--allow") for t in cli_allow]
+    allowed = []
+    for text, where in sources:
+        entry = parse_entry(text, where)
+        if entry.network is not None and entry.network.version == 6:
+            raise PolicyError(
+                f"{where}: {text!r} is an IPv6 entry, but sessions have IPv6 disabled",
+                hint="allow the IPv4 address, or a name that resolves to IPv4",
+            )
+        allowed.append(entry)
+    denied = tuple(
+        (parse_entry(text, f"{source} network.deny"), network.deny_reasons.get(text) or f"{text} is on the deny list")
+        for text in network.deny
+    )
+    return EgressPolicy(tuple(allowed), denied, facts.denied_addresses)
 
 
 def build_session_plan(
@@ -106,8 +150,12 @@ def build_session_plan(
     identity: Identity,
     filter_image: str,
     session_image: str,
+    facts: NetworkFacts = NetworkFacts(),
+    settings_source: str = "settings",
 ) -> SessionPlan:
-    ruleset = render_ruleset(request.session_id)
+    policy = build_policy(settings, request.allow, facts, settings_source)
+    upstreams = tuple(str(a) for a in facts.upstreams)
+    ruleset = render_ruleset(request.session_id, policy, facts.upstreams)
     expectation = DENY_ALL_EXPECTATION
     filter_name = f"dejima-{request.session_id}-filter"
     interactive = request.command is None
@@ -119,11 +167,15 @@ def build_session_plan(
         command=None,  # the image's entrypoint: python3 -m dejima.filter
         user="0:0",
         labels={**base_labels, labels.ROLE: labels.ROLE_FILTER},
-        environment={FILTER_CONFIG_ENV: filter_config(request.session_id, ruleset, expectation)},
-        cap_add=("NET_ADMIN",),
+        environment={FILTER_CONFIG_ENV: filter_config(request.session_id, ruleset, expectation, policy, upstreams)},
+        # NET_ADMIN for nft; NET_BIND_SERVICE for the resolver on port 53. Nothing else.
+        cap_add=("NET_ADMIN", "NET_BIND_SERVICE"),
         network_mode=settings.session.network,
         read_only_rootfs=True,
         hostname="dejima",
+        # The session shares this resolv.conf: the filter's resolver is its only DNS.
+        dns=("127.0.0.1",),
+        sysctls={f"net.ipv6.conf.{i}.disable_ipv6": "1" for i in ("all", "default", "lo")},
     )
     environment = {
         "HOME": SESSION_HOME,
@@ -155,6 +207,8 @@ def build_session_plan(
         session_id=request.session_id,
         workspace=workspace,
         interactive=interactive,
+        policy=policy,
+        upstreams=upstreams,
         ruleset=ruleset,
         expectation=expectation,
         filter=filter_spec,

@@ -1,17 +1,24 @@
-"""The filter's nft ruleset: rendered from the plan, and what its read-back must show.
+"""The filter's nft ruleset: rendered from the egress policy, and what its read-back must show.
 
-Until the egress policy lands, the ruleset denies all egress; loopback inside the session's
-network namespace is the only path. The expectation travels with the ruleset to the filter,
-which reads the kernel's state back and refuses to report ready unless it matches.
+Egress is default-deny: loopback inside the session's network namespace, the resolver's own
+upstream queries (marked sockets only: setting a mark needs CAP_NET_ADMIN, which the session
+lacks), and TCP to allowed literals and to addresses the resolver learned for allowed names.
+The expectation travels with the ruleset to the filter, which reads the kernel's state back and
+refuses to report ready unless it matches.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
+from dejima.core.egress import EgressPolicy
 from dejima.core.render import render_package_template
 
 TABLE = "dejima"
+RESOLVER_MARK = 0x646A  # "dj": the mark on the resolver's upstream sockets
+NFLOG_GROUP = 7  # blocked packets are logged to this nflog group for the violation record
+SETS = ("allow4", "allow4_port", "upstream4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +35,14 @@ class RulesetExpectation:
     family: str
     table: str
     chains: tuple[ChainExpectation, ...]
+    sets: tuple[str, ...] = SETS
 
     def to_json(self) -> dict[str, object]:
         return {
             "family": self.family,
             "table": self.table,
             "chains": [{"name": c.name, "hook": c.hook, "policy": c.policy} for c in self.chains],
+            "sets": list(self.sets),
         }
 
 
@@ -48,6 +57,31 @@ DENY_ALL_EXPECTATION = RulesetExpectation(
 )
 
 
-def render_ruleset(session_id: str) -> str:
-    """The nft ruleset (nft -f syntax) for a session with no allowed egress."""
-    return render_package_template("ruleset.nft.j2", session_id=session_id, table=TABLE)
+@dataclass(frozen=True, slots=True)
+class LiteralRule:
+    network: ipaddress.IPv4Network
+    port: int | None
+
+
+def _literals(entries: object) -> list[LiteralRule]:
+    rules = []
+    for entry in entries:  # type: ignore[attr-defined]
+        if isinstance(entry.network, ipaddress.IPv4Network):
+            rules.append(LiteralRule(entry.network, entry.port))
+    return rules
+
+
+def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
+                   upstreams: tuple[ipaddress.IPv4Address, ...] = ()) -> str:
+    """The nft ruleset (nft -f syntax) for ``policy``; no policy means no egress at all."""
+    policy = policy or EgressPolicy()
+    return render_package_template(
+        "ruleset.nft.j2",
+        session_id=session_id,
+        table=TABLE,
+        upstreams=[str(a) for a in upstreams],
+        resolver_mark=hex(RESOLVER_MARK),
+        nflog_group=NFLOG_GROUP,
+        allowed_literals=_literals(policy.literal_entries()),
+        denied_literals=_literals(entry for entry, _ in policy.denied if entry.kind == "network"),
+    )

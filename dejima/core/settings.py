@@ -8,10 +8,12 @@ the fix. dejima never falls back to defaults behind the user's back.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from dejima.core.egress import PolicyError, parse_entry
 from dejima.errors import SettingsError
 
 BASE_FALLBACKS = ("debootstrap", "none")
@@ -34,9 +36,18 @@ class SessionSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class NetworkSettings:
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    deny_reasons: dict[str, str] = field(default_factory=dict)
+    upstream_dns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     images: ImageSettings = field(default_factory=ImageSettings)
     session: SessionSettings = field(default_factory=SessionSettings)
+    network: NetworkSettings = field(default_factory=NetworkSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,28 @@ def _http_url(value: str) -> str | None:
 
 def _absolute_path(value: str) -> str | None:
     return None if value.startswith("/") else "must be an absolute path"
+
+
+def _egress_entries(value: list[str]) -> str | None:
+    for index, text in enumerate(value):
+        try:
+            parse_entry(text, f"[{index}]")
+        except PolicyError as exc:
+            return f"entry {exc.message}"
+    return None
+
+
+def _ipv4_addresses(value: list[str]) -> str | None:
+    for text in value:
+        try:
+            address = ipaddress.ip_address(text)
+        except ValueError:
+            return f"holds {text!r}, which is not an IP address"
+        if address.version != 4:
+            return f"holds {text!r}: only IPv4 resolvers are supported (sessions have no IPv6)"
+        if address.is_loopback:
+            return f"holds {text!r}: a loopback resolver on the host is not reachable from a container"
+    return None
 
 
 def _seconds(value: float) -> str | None:
@@ -107,9 +140,25 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "ready_timeout", float, "Seconds the filter may take to apply and verify its ruleset.", _seconds
         ),
     },
+    "network": {
+        "allow": Key(
+            "allow", list, "Egress entries every session may reach: `example.com`, `*.example.com` (subdomains "
+            "only), `example.com:443`, IPv4 addresses and networks. TCP only.", _egress_entries,
+        ),
+        "deny": Key("deny", list, "Entries no session may reach; they beat `allow`.", _egress_entries),
+        "deny_reasons": Key(
+            "deny_reasons", dict, "Reason shown to the agent and to you, per `deny` entry "
+            "(`{ \"evil.example\" = \"known exfiltration host\" }`).",
+        ),
+        "upstream_dns": Key(
+            "upstream_dns", list, "IPv4 resolvers the filter forwards allowed queries to (default: the "
+            "host's, from /etc/resolv.conf). Corporate resolvers go here.", _ipv4_addresses,
+        ),
+    },
 }
 
-_DEFAULTS = {"images": ImageSettings(), "session": SessionSettings()}
+_DEFAULTS = {"images": ImageSettings(), "session": SessionSettings(), "network": NetworkSettings()}
+_KIND_NAMES = {float: "a number", str: "a string", list: "a list of strings", dict: "a table of strings"}
 
 
 def _suggest(word: str, choices: list[str]) -> str:
@@ -121,7 +170,16 @@ def _suggest(word: str, choices: list[str]) -> str:
 def _check_type(value: object, kind: type) -> bool:
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if kind is dict:
+        return isinstance(value, dict) and all(isinstance(item, str) for item in value.values())
     return isinstance(value, kind) and not isinstance(value, bool)
+
+
+def _type_name(value: object) -> str:
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "table"}.get(
+        type(value), type(value).__name__)
 
 
 def _parse_table(table: str, data: object, source: str) -> dict[str, Any]:
@@ -140,9 +198,9 @@ def _parse_table(table: str, data: object, source: str) -> dict[str, Any]:
             )
         spec = schema[key]
         if not _check_type(value, spec.kind):
-            expected = "a number" if spec.kind is float else f"a {spec.kind.__name__}"
+            expected = _KIND_NAMES[spec.kind] if spec.kind is not str else "a str"
             raise SettingsError(
-                f"{source}: '{table}.{key}' must be {expected}, not {type(value).__name__} {value!r}",
+                f"{source}: '{table}.{key}' must be {expected}, not {_type_name(value)} {value!r}",
                 hint=f"{table}.{key}: {spec.help}",
             )
         problem = spec.check(value)
@@ -151,7 +209,7 @@ def _parse_table(table: str, data: object, source: str) -> dict[str, Any]:
                 f"{source}: '{table}.{key}' {problem} (got {value!r})",
                 hint=f"{table}.{key}: {spec.help}",
             )
-        values[key] = float(value) if spec.kind is float else value
+        values[key] = float(value) if spec.kind is float else tuple(value) if spec.kind is list else value
     return values
 
 
@@ -184,9 +242,17 @@ def parse_settings(text: str, source: str) -> Settings:
                 hint=f"settings live in sections; {_suggest(table, list(SCHEMA))}",
             )
         sections[table] = _parse_table(table, body, source)
+    network = NetworkSettings(**sections.get("network", {}))
+    unknown = sorted(set(network.deny_reasons) - set(network.deny))
+    if unknown:
+        raise SettingsError(
+            f"{source}: 'network.deny_reasons' names {', '.join(map(repr, unknown))}, which is not in 'network.deny'",
+            hint="a reason belongs to a deny entry: add the entry to network.deny, or remove the reason",
+        )
     return Settings(
         images=ImageSettings(**sections.get("images", {})),
         session=SessionSettings(**sections.get("session", {})),
+        network=network,
     )
 
 
@@ -196,6 +262,7 @@ def render_settings_reference() -> str:
     for table, keys in SCHEMA.items():
         for key, spec in keys.items():
             default = getattr(_DEFAULTS[table], key)
-            kind = "number" if spec.kind is float else "string"
+            default = list(default) if isinstance(default, tuple) else default
+            kind = {float: "number", str: "string", list: "list of strings", dict: "table"}[spec.kind]
             lines.append(f"| `{table}.{key}` | {kind} | `{default!r}` | {spec.help} |")
     return "\n".join(lines) + "\n"

@@ -62,6 +62,44 @@ def verify_table(objects: list[dict[str, Any]], expect: dict[str, Any]) -> None:
     extra_base = sorted(n for n, c in chains.items() if "hook" in c and n not in wanted)
     if extra_base:
         raise NftError(f"read-back has unexpected base chain(s) {', '.join(extra_base)}")
+    sets = {obj["set"]["name"] for obj in objects if "set" in obj}
+    missing_sets = sorted(set(expect.get("sets", ())) - sets)
+    if missing_sets:
+        raise NftError(f"read-back is missing set(s) {', '.join(missing_sets)}")
     rules = [obj["rule"] for obj in objects if "rule" in obj]
     if not any(rule.get("chain") == "output" for rule in rules):
         raise NftError("read-back output chain has no rules")
+
+
+class SetWriter:
+    """Adds resolved addresses to the allow sets; one lock, because resolver threads share it."""
+
+    def __init__(self, family: str, table: str, handle: Any = None) -> None:
+        import threading
+
+        self.family, self.table = family, table
+        self.handle = handle or _nft()
+        self.lock = threading.Lock()
+
+    def add(self, addresses: list[str], ports: list[int] | None, timeout: int) -> None:
+        """Allow TCP to ``addresses`` (on ``ports``, or every port when None) for ``timeout`` seconds.
+
+        Add, delete and add again in one transaction: the element exists whether or not it did,
+        and its timeout restarts even on kernels where a plain re-add keeps the old expiry.
+        """
+        if not addresses:
+            return
+        if ports is None:
+            target = "allow4"
+            elements = addresses
+        else:
+            target = "allow4_port"
+            elements = [f"{a} . {p}" for a in addresses for p in ports]
+        items = ", ".join(elements)
+        timed = ", ".join(f"{e} timeout {timeout}s" for e in elements)
+        prefix = f"element {self.family} {self.table} {target}"
+        batch = f"add {prefix} {{ {timed} }}\ndelete {prefix} {{ {items} }}\nadd {prefix} {{ {timed} }}\n"
+        with self.lock:
+            rc, _out, err = self.handle.cmd(batch)
+        if rc != 0:
+            raise NftError(f"cannot add to set {target} (rc={rc}): {err.strip()}")

@@ -10,6 +10,7 @@ PACKAGE = Path(__file__).parents[2] / "dejima"
 CORE_FORBIDDEN = {"docker", "requests", "nftables", "dnslib", "socket", "subprocess", "asyncio", "rich",
                   "threading", "dejima.runtime", "dejima.host", "dejima.session", "dejima.ui"}
 FILTER_ALLOWED_THIRD_PARTY = {"nftables", "dnslib"}
+FILTER_SHARED = {"dejima", "dejima.errors", "dejima.core", "dejima.core.egress"}
 ADAPTER_OWNERS = {"docker": {"runtime.py"}, "nftables": {"filter/nft.py"}}
 
 
@@ -45,7 +46,18 @@ def test_filter_imports_only_what_its_image_has(path: Path) -> None:
         root = top(name)
         if root in sys.stdlib_module_names or root in FILTER_ALLOWED_THIRD_PARTY:
             continue
-        assert name.startswith("dejima.filter") or name == "dejima", f"{path.name} imports {name}"
+        assert name.startswith("dejima.filter") or name in FILTER_SHARED, f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("module", sorted(FILTER_SHARED - {"dejima"}))
+def test_modules_shared_with_the_filter_are_stdlib_only(module: str) -> None:
+    import sys
+
+    path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        path = PACKAGE.parent / module.replace(".", "/") / "__init__.py"
+    for name in imports_of(path):
+        assert top(name) in sys.stdlib_module_names or name in FILTER_SHARED, f"{module} imports {name}"
 
 
 @pytest.mark.parametrize("library", sorted(ADAPTER_OWNERS))

@@ -2,8 +2,7 @@ import ipaddress
 
 import pytest
 
-from dejima.core.egress import PolicyError, address_class, parse_entry, parse_ipv4_spelling, parse_policy, \
-    ttl_timeout
+from dejima.core.egress import PolicyError, address_class, parse_entry, parse_ipv4_spelling, parse_policy, ttl_timeout
 
 
 @pytest.mark.parametrize(("text", "canonical"), [

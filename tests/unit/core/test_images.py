@@ -40,4 +40,5 @@ def test_session_recipe_names_the_users_uid() -> None:
 def test_filter_context_carries_only_the_filter_code() -> None:
     paths = [path for path, _ in filter_recipe().files]
     assert "dejima/filter/__main__.py" in paths and "dejima/filter/nft.py" in paths
-    assert not any(p.startswith(("dejima/core", "dejima/runtime")) for p in paths)
+    assert "dejima/core/egress.py" in paths  # the same policy code as the launcher's
+    assert not any(p.startswith(("dejima/core/plan", "dejima/core/render", "dejima/runtime")) for p in paths)

@@ -31,7 +31,7 @@ def test_session_runs_as_the_user_without_capabilities() -> None:
     p = plan()
     assert p.session.user == "1000:1000"
     assert p.session.cap_add == ()
-    assert p.filter.cap_add == ("NET_ADMIN",)  # the only capability in the pair, held by the filter
+    assert p.filter.cap_add == ("NET_ADMIN", "NET_BIND_SERVICE")  # the pair's only capabilities, the filter's
 
 
 def test_workspace_is_mounted_at_the_same_path_and_home_persists() -> None:
@@ -79,3 +79,28 @@ def test_filter_receives_the_ruleset_and_its_expectation() -> None:
 def test_plan_hash_ignores_session_id_but_not_content() -> None:
     assert plan_hash(plan()) == plan_hash(plan(session_id="ffff0000", launcher="boot:9:9"))
     assert plan_hash(plan()) != plan_hash(plan(command=("false",)))
+
+
+def test_filter_is_the_sessions_only_resolver_and_ipv6_is_off() -> None:
+    p = plan()
+    assert p.filter.dns == ("127.0.0.1",)
+    assert p.filter.sysctls["net.ipv6.conf.all.disable_ipv6"] == "1"
+
+
+def test_cli_and_settings_entries_join_the_policy() -> None:
+    from dejima.core.settings import NetworkSettings
+
+    settings = Settings(network=NetworkSettings(allow=("crates.io",), deny=("evil.example",),
+                                                deny_reasons={"evil.example": "exfil"}))
+    p = build_session_plan(request(allow=("pypi.org:443",)), settings, IDENTITY, "f", "s")
+    assert [e.canonical for e in p.policy.allowed] == ["crates.io", "pypi.org:443"]
+    assert p.policy.name_verdict("evil.example").reason == "exfil"
+
+
+def test_ipv6_allow_entries_are_refused() -> None:
+    import pytest
+
+    from dejima.core.egress import PolicyError
+
+    with pytest.raises(PolicyError, match="sessions have IPv6 disabled"):
+        plan(allow=("[2001:db8::1]:443",))

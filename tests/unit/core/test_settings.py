@@ -72,6 +72,27 @@ def test_bad_values_name_the_key(text: str, message: str) -> None:
     assert exc.hint and exc.hint.split(":")[0] in message
 
 
+def test_network_settings_are_parsed_and_checked() -> None:
+    settings = parse_settings(
+        '[network]\nallow = ["crates.io", "*.crates.io:443"]\ndeny = ["evil.example"]\n'
+        'deny_reasons = { "evil.example" = "exfiltration" }\nupstream_dns = ["10.0.0.2"]\n', SOURCE)
+    assert settings.network.allow == ("crates.io", "*.crates.io:443")
+    assert settings.network.deny_reasons == {"evil.example": "exfiltration"}
+    assert settings.network.upstream_dns == ("10.0.0.2",)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[network]\nallow = ["*.com"]\n', "'network.allow' entry [0]: invalid egress entry '*.com': a wildcard needs"),
+    ('[network]\nallow = "crates.io"\n', "'network.allow' must be a list of strings, not str 'crates.io'"),
+    ('[network]\nallow = [1]\n', "'network.allow' must be a list of strings, not list [1]"),
+    ('[network]\ndeny_reasons = { "x.example" = "r" }\n', "'network.deny_reasons' names 'x.example', which is"),
+    ('[network]\nupstream_dns = ["127.0.0.53"]\n', "a loopback resolver on the host is not reachable"),
+    ('[network]\nupstream_dns = ["dns.example"]\n', "'dns.example', which is not an IP address"),
+])
+def test_bad_network_settings(text: str, message: str) -> None:
+    assert message in error_of(text).message
+
+
 def test_reference_lists_every_key() -> None:
     reference = render_settings_reference()
     for key in ("images.base", "images.base_fallback", "images.extra_ca_dir", "session.network",

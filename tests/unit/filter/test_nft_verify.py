@@ -22,6 +22,7 @@ GOOD = [
     chain("output", "output", "drop"),
     chain("input", "input", "drop"),
     chain("forward", "forward", "drop"),
+    *({"set": {"family": "inet", "table": "dejima", "name": name}} for name in ("allow4", "allow4_port", "upstream4")),
     rule("output"),
 ]
 
@@ -38,6 +39,7 @@ def test_matching_read_back_passes() -> None:
          "chain output: kernel has hook=output policy=accept"),
         (GOOD + [chain("sneaky", "prerouting", "accept")], "unexpected base chain(s) sneaky"),
         ([o for o in GOOD if "rule" not in o], "output chain has no rules"),
+        ([o for o in GOOD if o.get("set", {}).get("name") != "allow4"], "missing set(s) allow4"),
     ],
 )
 def test_any_difference_fails_verification(objects: list[dict[str, object]], message: str) -> None:

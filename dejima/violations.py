@@ -1,0 +1,69 @@
+"""The durable record of what a session was refused: names, answers, connections.
+
+The filter prints one JSON line per refusal; the launcher appends them to
+``$XDG_STATE_HOME/dejima/sessions/<session>/violations.jsonl`` as they arrive, so the record
+outlives the session (and survives a crash of the launcher up to the last line written).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from dejima import host
+
+PREFIX = "dejima-violation "  # as printed by dejima.filter.resolver.ViolationLog
+
+
+def sessions_dir() -> Path:
+    return host.state_dir() / "sessions"
+
+
+class ViolationStore:
+    def __init__(self, session_id: str) -> None:
+        self.path = sessions_dir() / session_id / "violations.jsonl"
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def append_line(self, line: str) -> bool:
+        """Record a filter log line if it is a violation; returns whether it was one."""
+        if not line.startswith(PREFIX):
+            return False
+        try:
+            record = json.loads(line[len(PREFIX):])
+        except ValueError:
+            return False
+        with self.lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with self.path.open("a") as stream:
+                stream.write(json.dumps(record, sort_keys=True) + "\n")
+            self.counts[str(record.get("kind", "?"))] += 1
+        return True
+
+    def summary(self) -> str | None:
+        if not self.counts:
+            return None
+        names = self.counts["dns"]
+        answers = self.counts["dns-answer"]
+        connections = self.counts["connection"]
+        parts = [f"{names} name(s) refused"] if names else []
+        parts += [f"{answers} answer address(es) dropped"] if answers else []
+        parts += [f"{connections} connection(s) blocked"] if connections else []
+        other = sum(self.counts.values()) - names - answers - connections
+        parts += [f"{other} other"] if other else []
+        return ", ".join(parts)
+
+
+def read(session_id: str) -> list[dict[str, Any]]:
+    path = sessions_dir() / session_id / "violations.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def known_sessions() -> list[str]:
+    root = sessions_dir()
+    return sorted(p.name for p in root.iterdir() if (p / "violations.jsonl").exists()) if root.exists() else []
