@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from dejima import host, session
 from dejima.core import labels
-from dejima.core.plan import NetworkFacts, SessionPlan, SessionRequest, build_session_plan, describe_command
+from dejima.core.plan import RESOLV_CONF, NetworkFacts, SessionPlan, SessionRequest, build_session_plan, describe_command
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError, UsageError
 from dejima.imaging import ensure_images
@@ -94,6 +94,7 @@ def prepare_session(
         launcher=host.launcher_token(),
         harness=harness,
         allow=allow,
+        resolv_conf=PurePosixPath(host.resolv_conf_file(RESOLV_CONF)),
     )
     facts = network_facts(settings, runtime, upstream_dns)
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts,
@@ -159,6 +160,8 @@ class SessionInfo:
 def list_sessions(runtime: Runtime, scope: str) -> list[SessionInfo]:
     grouped: dict[str, list[tuple[str, str, dict[str, str]]]] = {}
     for c in runtime.containers({labels.SCOPE: scope}):
+        if c.labels.get(labels.ROLE) not in (labels.ROLE_FILTER, labels.ROLE_SESSION):
+            continue
         grouped.setdefault(c.labels.get(labels.SESSION, "?"), []).append((c.id, c.status, c.labels))
     found = []
     for session_id, members in sorted(grouped.items()):

@@ -98,6 +98,18 @@ def home_dir_for(workspace: Path) -> Path:
     return data_dir() / "homes" / f"{name}-{key}"
 
 
+def resolv_conf_file(content: str) -> Path:
+    """A world-readable host file with ``content``, to mount read-only as a session's resolv.conf."""
+    path = state_dir() / "resolv.conf"
+    if not path.exists() or path.read_text() != content:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(content)
+        temporary.chmod(0o644)
+        temporary.replace(path)
+    return path
+
+
 def ensure_private_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path

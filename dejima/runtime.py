@@ -159,6 +159,7 @@ class Runtime:
             created = self.api.create_container(
                 image=spec.image,
                 command=list(spec.command) if spec.command is not None else None,
+                entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
                 name=spec.name,
                 user=spec.user,
                 labels=spec.labels,
@@ -264,6 +265,20 @@ class Runtime:
             )
             for c in found
         ]
+
+    def create_network(self, name: str, subnet: str, network_labels: dict[str, str]) -> str:
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])  # type: ignore[attr-defined]
+        try:
+            created = self.api.create_network(name, driver="bridge", ipam=ipam, labels=network_labels)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot create network {name}: {_short(exc)}") from exc
+        return str(created["Id"])
+
+    def remove_network(self, network: str) -> None:
+        try:
+            self.api.remove_network(network)
+        except docker.errors.NotFound:
+            pass
 
     def networks(self, label_filter: dict[str, str]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.api.networks(filters={"label": _label_filters(label_filter)})

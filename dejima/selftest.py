@@ -19,23 +19,28 @@ from dejima.runtime import Runtime
 DECOY_TCP_PORT = 8080
 DECOY_UDP_PORT = 53
 
-# Runs in the decoy container: accept TCP connections (answer HTTP 200) and echo UDP datagrams.
+# Runs in the decoy container: accept TCP connections (answer HTTP 200) and echo UDP datagrams,
+# on the ports a probe uses and on the ones an escape would try (DNS 53, DNS-over-TLS 853, ...).
 DECOY_SERVER = f"""
 import socket, threading
-def tcp():
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", {DECOY_TCP_PORT})); s.listen(64)
+def serve_tcp(s):
     while True:
         c, _ = s.accept()
         try: c.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: 5\\r\\n\\r\\ndecoy")
         finally: c.close()
-def udp():
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", {DECOY_UDP_PORT}))
+def serve_udp(u):
     while True:
         data, peer = u.recvfrom(4096); u.sendto(data, peer)
-threading.Thread(target=udp, daemon=True).start()
+# Bind everything before saying "listening", so that a probe never races the decoy.
+for port in ({DECOY_TCP_PORT}, 8443, 53, 853):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(64)
+    threading.Thread(target=serve_tcp, args=(s,), daemon=True).start()
+for port in ({DECOY_UDP_PORT}, 5353):
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", port))
+    threading.Thread(target=serve_udp, args=(u,), daemon=True).start()
 print("decoy: listening", flush=True)
-tcp()
+threading.Event().wait()
 """
 
 # Runs in a session (or a control container): one TCP connect and one DNS-shaped UDP query.

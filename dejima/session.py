@@ -26,7 +26,7 @@ from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.errors import EngineError, FilterError
 from dejima.filter import FAILED, READY
-from dejima.host import launcher_alive
+from dejima.host import Launcher, launcher_alive
 from dejima.runtime import Runtime
 from dejima.ui.console import UI
 
@@ -238,11 +238,15 @@ def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_
 
 
 def stale_sessions(runtime: Runtime, scope: str) -> dict[str, list[str]]:
-    """Session id → container ids, for sessions whose launcher is gone."""
+    """Session id → container ids, for sessions whose launcher is gone.
+
+    Only containers that carry a launcher token count: helpers labelled otherwise (the test
+    world's servers) belong to whoever made them.
+    """
     stale: dict[str, list[str]] = {}
     for container in runtime.containers({labels.SCOPE: scope}):
         token = container.labels.get(labels.LAUNCHER, "")
-        if not launcher_alive(token):
+        if Launcher.parse(token) is not None and not launcher_alive(token):
             stale.setdefault(container.labels.get(labels.SESSION, "?"), []).append(container.id)
     return stale
 

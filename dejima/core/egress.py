@@ -205,6 +205,8 @@ class EgressPolicy:
     denied: tuple[tuple[Entry, str], ...] = ()
     # Addresses an allowed name's answer may not point at (host, engine gateway), beyond the classes.
     denied_addresses: tuple[IPNetwork, ...] = field(default_factory=tuple)
+    # Private networks an allowed name's answer may point into (an internal mirror, say).
+    answer_networks: tuple[IPNetwork, ...] = field(default_factory=tuple)
 
     def name_verdict(self, qname: str) -> Verdict:
         try:
@@ -229,12 +231,14 @@ class EgressPolicy:
         for entry in self.allowed:
             if entry.matches_address(address):
                 return Verdict(True, "explicitly allowed", entry=entry.text)
-        special = address_class(address)
-        if special:
-            return Verdict(False, f"{address} is a {special} address")
         for network in self.denied_addresses:
             if address in network:
                 return Verdict(False, f"{address} belongs to this host or the container engine")
+        special = address_class(address)
+        if special and any(address in n for n in self.answer_networks if n.version == address.version):
+            return Verdict(True, f"in an allowed answer network ({special})")
+        if special:
+            return Verdict(False, f"{address} is a {special} address")
         return Verdict(True, "public address")
 
     def literal_entries(self) -> tuple[Entry, ...]:
@@ -272,12 +276,14 @@ def address_class(address: IPAddress) -> str | None:
 
 
 def parse_policy(allow: list[str], deny: list[tuple[str, str]], where: str = "egress policy",
-                 denied_addresses: tuple[IPNetwork, ...] = ()) -> EgressPolicy:
+                 denied_addresses: tuple[IPNetwork, ...] = (),
+                 answer_networks: tuple[IPNetwork, ...] = ()) -> EgressPolicy:
     """``deny`` pairs an entry with the reason shown when it blocks something."""
     return EgressPolicy(
         allowed=tuple(parse_entry(text, where) for text in allow),
         denied=tuple((parse_entry(text, where), reason or f"{text} is on the deny list") for text, reason in deny),
         denied_addresses=denied_addresses,
+        answer_networks=answer_networks,
     )
 
 

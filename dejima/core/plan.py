@@ -19,6 +19,7 @@ from dejima.core.ruleset import DENY_ALL_EXPECTATION, RESOLVER_MARK, RulesetExpe
 from dejima.core.settings import Settings
 
 SESSION_HOME = "/home/dejima"
+RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:0\n"  # the filter's resolver, in the shared namespace
 FILTER_CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
 
 
@@ -55,6 +56,7 @@ class ContainerSpec:
     read_only_rootfs: bool = False
     tty: bool = False
     hostname: str | None = None
+    entrypoint: tuple[str, ...] | None = None  # None: the image's
     dns: tuple[str, ...] = ()
     sysctls: dict[str, str] = field(default_factory=dict)
 
@@ -71,6 +73,9 @@ class SessionRequest:
     launcher: str
     harness: str = "shell"
     allow: tuple[str, ...] = ()  # --allow entries from the command line
+    # A host file saying "nameserver 127.0.0.1", mounted read-only as the session's resolv.conf:
+    # the engine's own file may name its embedded resolver (127.0.0.11), which the ruleset blocks.
+    resolv_conf: PurePosixPath | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,7 @@ def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation
                 "allow": [e.canonical for e in policy.allowed],
                 "deny": [[e.canonical, reason] for e, reason in policy.denied],
                 "denied_addresses": [str(n) for n in policy.denied_addresses],
+                "answer_networks": [str(n) for n in policy.answer_networks],
             },
             "upstreams": list(upstreams), "resolver_mark": RESOLVER_MARK,
         },
@@ -141,7 +147,8 @@ def build_policy(settings: Settings, cli_allow: tuple[str, ...], facts: NetworkF
         (parse_entry(text, f"{source} network.deny"), network.deny_reasons.get(text) or f"{text} is on the deny list")
         for text in network.deny
     )
-    return EgressPolicy(tuple(allowed), denied, facts.denied_addresses)
+    answer_networks = tuple(ipaddress.ip_network(n) for n in network.answer_networks)
+    return EgressPolicy(tuple(allowed), denied, facts.denied_addresses, answer_networks)
 
 
 def build_session_plan(
@@ -194,7 +201,8 @@ def build_session_plan(
         user=f"{identity.uid}:{identity.gid}",
         labels={**base_labels, labels.ROLE: labels.ROLE_SESSION},
         environment=environment,
-        binds=(Bind(workspace, workspace), Bind(str(request.home_dir), SESSION_HOME)),
+        binds=(Bind(workspace, workspace), Bind(str(request.home_dir), SESSION_HOME), *(
+            (Bind(str(request.resolv_conf), "/etc/resolv.conf", read_only=True),) if request.resolv_conf else ())),
         tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},
         # Joining the filter's network namespace puts the session behind its ruleset; joining its
         # PID namespace makes the kernel kill the session the moment the filter's init dies.

@@ -19,6 +19,7 @@ TABLE = "dejima"
 RESOLVER_MARK = 0x646A  # "dj": the mark on the resolver's upstream sockets
 NFLOG_GROUP = 7  # blocked packets are logged to this nflog group for the violation record
 SETS = ("allow4", "allow4_port", "upstream4")
+ENGINE_RESOLVER = "127.0.0.11"  # Docker's embedded DNS on user-defined networks
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,7 @@ def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
         upstreams=[str(a) for a in upstreams],
         resolver_mark=hex(RESOLVER_MARK),
         nflog_group=NFLOG_GROUP,
+        engine_resolver=ENGINE_RESOLVER,
         allowed_literals=_literals(policy.literal_entries()),
         denied_literals=_literals(entry for entry, _ in policy.denied if entry.kind == "network"),
     )

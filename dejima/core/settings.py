@@ -41,6 +41,7 @@ class NetworkSettings:
     deny: tuple[str, ...] = ()
     deny_reasons: dict[str, str] = field(default_factory=dict)
     upstream_dns: tuple[str, ...] = ()
+    answer_networks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,17 @@ def _ipv4_addresses(value: list[str]) -> str | None:
     return None
 
 
+def _ipv4_networks(value: list[str]) -> str | None:
+    for text in value:
+        try:
+            network = ipaddress.ip_network(text, strict=True)
+        except ValueError as exc:
+            return f"holds {text!r}, which is not a network ({exc})"
+        if network.version != 4:
+            return f"holds {text!r}: sessions have no IPv6"
+    return None
+
+
 def _seconds(value: float) -> str | None:
     return None if 0 < value <= 3600 else "must be a number of seconds between 0 and 3600"
 
@@ -153,6 +165,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "upstream_dns": Key(
             "upstream_dns", list, "IPv4 resolvers the filter forwards allowed queries to (default: the "
             "host's, from /etc/resolv.conf). Corporate resolvers go here.", _ipv4_addresses,
+        ),
+        "answer_networks": Key(
+            "answer_networks", list, "Private IPv4 networks an allowed name's answer may point into "
+            "(an internal mirror at 10.20.0.0/16, say). Answers in private, loopback or metadata ranges "
+            "are refused otherwise; the host's and the engine gateway's addresses always are.", _ipv4_networks,
         ),
     },
 }

@@ -52,6 +52,7 @@ def _start_resolver(config: dict[str, Any]) -> None:
     policy = parse_policy(
         policy_config["allow"], [tuple(pair) for pair in policy_config["deny"]], "filter configuration",
         tuple(ipaddress.ip_network(n) for n in policy_config["denied_addresses"]),
+        tuple(ipaddress.ip_network(n) for n in policy_config.get("answer_networks", [])),
     )
     expect = config["expect"]
     writer = SetWriter(expect["family"], expect["table"])

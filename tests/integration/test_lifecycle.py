@@ -50,7 +50,7 @@ def test_missing_command_exits_127_with_a_message(runtime: Runtime, images: obje
 def test_boundary_line_is_shown_before_the_command(runtime: Runtime, images: object, user: User, scope: str,
                                                    workspace: Path) -> None:
     result = run_dejima(user, scope, str(workspace), "--", "true")
-    assert "network: no egress (nftables default-deny, verified)" in result.stderr
+    assert "network: no egress (nftables default-deny, verified; DNS only through dejima; no IPv6)" in result.stderr
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])

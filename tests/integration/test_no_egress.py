@@ -68,9 +68,15 @@ def normalise_listing(text: str) -> str:
 
 
 def test_applied_ruleset_reads_back_as_rendered(runtime: Runtime, images: object, user: User, scope: str,
-                                                workspace: Path, update_golden: bool) -> None:
+                                                workspace: Path, world_dir: Path, update_golden: bool) -> None:
     """The kernel in the session's namespace holds exactly the deny-all table (nft's own listing)."""
-    with spawn_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo started; exec sleep 300") as proc:
+    # A fixed upstream (TEST-NET-1) keeps the listing the same on every machine. No query is
+    # forwarded in this test, so nothing is ever sent there.
+    settings = world_dir / "fixed-upstream.toml"
+    settings.write_text('[network]\nupstream_dns = ["192.0.2.53"]\n')
+    settings.chmod(0o644)
+    with spawn_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo started; exec sleep 300",
+                      DEJIMA_SETTINGS=str(settings)) as proc:
         wait_for_line(proc.stdout, "started")
         (filter_id,) = containers_of(runtime, scope, role=labels.ROLE_FILTER)
         listing = runtime.client.containers.get(filter_id).exec_run(["nft", "list", "ruleset"])

@@ -1,0 +1,226 @@
+"""The escape battery: from inside a real session, every path out is tried against a test world.
+
+The world (tests/networld.py) is a private network with a fake authoritative DNS and decoys; the
+filter forwards to that DNS only. Every "blocked" result is paired with a control that shows the
+same destination answering when policy allows it, so the test can fail.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dejima.core import labels
+from dejima.runtime import Runtime
+from tests.networld import WORLD_LABEL, World, build_world, queries_seen, remove_world
+from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
+
+REFUSED, NXDOMAIN = 5, 3
+
+
+@pytest.fixture(scope="module")
+def world(runtime: Runtime, images: object, world_dir: Path) -> Iterator[World]:
+    from tests.conftest import TEST_SCOPE
+
+    built = build_world(runtime, TEST_SCOPE, images.filter, images.session_root, world_dir)  # type: ignore[attr-defined]
+    yield built
+    remove_world(runtime, TEST_SCOPE, built)
+    assert runtime.networks({WORLD_LABEL: TEST_SCOPE}) == []
+
+
+def run_probe(user: User, scope: str, workspace: Path, world: World, *actions: dict[str, object],
+              allow: tuple[str, ...] = ()) -> list[dict[str, object]]:
+    flags = [arg for entry in allow for arg in ("--allow", entry)]
+    result = run_dejima(user, scope, "-q", *flags, str(workspace), "--", *world.probe(*actions),
+                        DEJIMA_SETTINGS=str(world.settings))
+    assert result.returncode == 0, result.stderr
+    output = json.loads([line for line in result.stdout.splitlines() if line.startswith("[")][-1])
+    assert isinstance(output, list)
+    return output
+
+
+def tcp(host: str, port: int) -> dict[str, object]:
+    return {"op": "tcp", "host": host, "port": port}
+
+
+def resolve(name: str) -> dict[str, object]:
+    return {"op": "resolve", "name": name}
+
+
+def dns(name: str, server: str = "127.0.0.1", **kw: object) -> dict[str, object]:
+    return {"op": "dns", "name": name, "server": server, **kw}
+
+
+# --- names and ports ------------------------------------------------------------------------------
+
+
+def test_allowed_name_and_port_works_and_other_ports_do_not(user: User, scope: str, workspace: Path,
+                                                            world: World) -> None:
+    resolved, allowed, other_port = run_probe(
+        user, scope, workspace, world, resolve("web.dejima.test"), tcp("web.dejima.test", 8080),
+        tcp("web.dejima.test", 8443), allow=("web.dejima.test:8080",))
+    assert resolved == {"result": "resolved", "addresses": [world.web]}
+    assert allowed["result"] == "connected" and str(allowed["data"]).startswith("HTTP/1.0 200")
+    assert other_port["result"] == "blocked"
+
+
+def test_name_without_port_allows_every_port(user: User, scope: str, workspace: Path, world: World) -> None:
+    first, second = run_probe(user, scope, workspace, world, tcp("web.dejima.test", 8080),
+                              tcp("web.dejima.test", 8443), allow=("web.dejima.test",))
+    assert first["result"] == second["result"] == "connected"
+
+
+def test_name_not_allowed_fails_at_dns_and_never_reaches_the_authority(
+        runtime: Runtime, user: User, scope: str, workspace: Path, world: World) -> None:
+    (answer, lookup) = run_probe(user, scope, workspace, world, dns("other.dejima.test"), resolve("other.dejima.test"),
+                                 allow=("web.dejima.test",))
+    assert answer["rcode"] == REFUSED
+    assert "other.dejima.test is not on the allow list" in str(answer["text"])  # the Extended DNS Error
+    assert lookup["result"] == "failed"
+    assert "other.dejima.test" not in queries_seen(runtime, world)
+
+
+def test_wildcard_matches_subdomains_only(user: User, scope: str, workspace: Path, world: World) -> None:
+    sub, apex = run_probe(user, scope, workspace, world, dns("a.wild.dejima.test"), dns("wild.dejima.test"),
+                          allow=("*.wild.dejima.test",))
+    assert sub["rcode"] == 0 and sub["ancount"] == 1
+    assert apex["rcode"] == REFUSED
+
+
+def test_deny_beats_allow_and_says_why(user: User, scope: str, workspace: Path, world: World) -> None:
+    (denied,) = run_probe(user, scope, workspace, world, dns("bad.wild.dejima.test"), allow=("*.wild.dejima.test",))
+    assert denied["rcode"] == REFUSED
+    assert "a test says this host exfiltrates" in str(denied["text"])
+
+
+def test_cname_chain_is_followed_inside_the_allowed_answer(user: User, scope: str, workspace: Path,
+                                                           world: World) -> None:
+    resolved, connect, target = run_probe(
+        user, scope, workspace, world, resolve("alias.dejima.test"), tcp("alias.dejima.test", 8080),
+        dns("web.dejima.test"), allow=("alias.dejima.test:8080",))
+    assert resolved["addresses"] == [world.web]
+    assert connect["result"] == "connected"
+    assert target["rcode"] == REFUSED  # the chain's target is not thereby allowed on its own
+
+
+# --- addresses ------------------------------------------------------------------------------------
+
+
+def test_direct_ip_never_resolved_is_blocked_until_a_name_brings_it_in(user: User, scope: str, workspace: Path,
+                                                                       world: World) -> None:
+    before, _, after, other = run_probe(
+        user, scope, workspace, world, tcp(world.web, 8080), resolve("web.dejima.test"), tcp(world.web, 8080),
+        tcp(world.other, 8080), allow=("web.dejima.test:8080",))
+    assert before["result"] == "blocked"
+    assert after["result"] == "connected"  # learned from the allowed answer
+    assert other["result"] == "blocked"  # a decoy no allowed name points at
+
+
+@pytest.mark.parametrize("name", ["private.dejima.test", "loop.dejima.test", "meta.dejima.test",
+                                  "gateway.dejima.test"])
+def test_answers_in_denied_classes_are_refused(user: User, scope: str, workspace: Path, world: World,
+                                               name: str) -> None:
+    (answer,) = run_probe(user, scope, workspace, world, dns(name), allow=(name,))
+    assert answer["rcode"] == REFUSED
+    assert "resolves to a denied address" in str(answer["text"])
+
+
+def test_mixed_answer_keeps_only_the_allowed_address(user: User, scope: str, workspace: Path, world: World) -> None:
+    (resolved,) = run_probe(user, scope, workspace, world, resolve("mixed.dejima.test"), allow=("mixed.dejima.test",))
+    assert resolved["addresses"] == [world.web]
+
+
+def test_explicitly_allowed_literal_is_reachable(user: User, scope: str, workspace: Path, world: World) -> None:
+    allowed, other_port = run_probe(user, scope, workspace, world, tcp(world.other, 8080), tcp(world.other, 8443),
+                                    allow=(f"{world.other}:8080",))
+    assert allowed["result"] == "connected"
+    assert other_port["result"] == "blocked"
+
+
+# --- other resolvers, other protocols ---------------------------------------------------------------
+
+
+def test_no_resolver_but_dejimas_answers(user: User, scope: str, workspace: Path, world: World) -> None:
+    results = run_probe(
+        user, scope, workspace, world,
+        dns("web.dejima.test", server=world.web), dns("web.dejima.test", server=world.web, tcp=True),
+        dns("web.dejima.test", server=world.web, port=5353), tcp(world.web, 853),
+        dns("web.dejima.test", server=world.dns), dns("web.dejima.test", server=world.dns, tcp=True),
+        dns("web.dejima.test", server=world.gateway),
+        allow=("web.dejima.test",),
+    )
+    # The rogue resolver (the decoy answers anything), DNS-over-TLS, the filter's own upstream
+    # (only the filter's marked sockets may use it) and the engine's gateway: all closed.
+    for result in results:
+        assert result["result"] in ("blocked", "timeout"), results
+
+
+def test_udp_ipv6_and_icmp_are_closed(user: User, scope: str, workspace: Path, world: World) -> None:
+    udp, v6, icmp, switch, aaaa = run_probe(
+        user, scope, workspace, world, {"op": "udp", "host": world.web, "port": 5353}, {"op": "ipv6"},
+        {"op": "icmp", "host": world.web}, {"op": "read", "path": "/proc/sys/net/ipv6/conf/all/disable_ipv6"},
+        dns("web.dejima.test", qtype="AAAA"), allow=("web.dejima.test",))
+    assert udp["result"] in ("blocked", "timeout")
+    assert v6["result"] == "blocked"
+    assert icmp["result"] in ("blocked", "timeout")
+    assert switch["result"] == "1"
+    assert aaaa["rcode"] == 0 and aaaa["ancount"] == 0
+
+
+def test_the_filter_exposes_only_its_resolver(user: User, scope: str, workspace: Path, world: World) -> None:
+    listening, foreign = run_probe(user, scope, workspace, world, {"op": "listening"}, {"op": "foreign_listeners"},
+                                   allow=("web.dejima.test",))
+    ours = [entry for entry in listening["result"] if entry[1:] == ["127.0.0.1", 53]]  # type: ignore[union-attr]
+    assert sorted(ours) == [["tcp", "127.0.0.1", 53], ["udp", "127.0.0.1", 53]]
+    # On a user-defined network the engine's embedded resolver listens in the namespace too
+    # (127.0.0.11). It is in reach of the session's sockets, so the ruleset must refuse it.
+    assert foreign["result"], "expected the engine's resolver in the namespace on a user-defined network"
+    for proto, address, port, outcome in foreign["result"]:  # type: ignore[union-attr]
+        assert address == "127.0.0.11", foreign
+        assert outcome in ("blocked", "timeout"), foreign
+
+
+def test_controls_reach_the_decoys_without_dejima(runtime: Runtime, images: object, scope: str,
+                                                  world: World) -> None:
+    from dejima.selftest import control_probe
+
+    for address in (world.web, world.other):
+        result = control_probe(runtime, scope, images.session_root, world.network, "test", address)  # type: ignore[attr-defined]
+        assert result.tcp["result"] == "connected" and result.udp["result"] == "answered"
+
+
+# --- the kernel's view ----------------------------------------------------------------------------
+
+
+def test_learned_addresses_enter_the_set_with_a_bounded_timeout(runtime: Runtime, user: User, scope: str,
+                                                                workspace: Path, world: World) -> None:
+    script = "getent hosts web.dejima.test meta.dejima.test >/dev/null; echo started; exec sleep 300"
+    with spawn_dejima(user, scope, "-q", "--allow", "web.dejima.test:8080", "--allow", "meta.dejima.test",
+                      str(workspace), "--", "sh", "-c", script, DEJIMA_SETTINGS=str(world.settings)) as proc:
+        wait_for_line(proc.stdout, "started")
+        (filter_id,) = containers_of(runtime, scope, role=labels.ROLE_FILTER)
+        container = runtime.client.containers.get(filter_id)
+        ports = container.exec_run(["nft", "-j", "list", "set", "inet", "dejima", "allow4_port"]).output
+        anyport = container.exec_run(["nft", "-j", "list", "set", "inet", "dejima", "allow4"]).output
+        ruleset = container.exec_run(["nft", "list", "ruleset"]).output.decode()
+        proc.terminate()
+    elements = [item["elem"] for obj in json.loads(ports)["nftables"] if "set" in obj
+                for item in obj["set"].get("elem", [])]
+    assert len(elements) == 1
+    assert elements[0]["val"]["concat"] == [world.web, 8080]
+    assert 60 <= elements[0]["timeout"] <= 300  # the answer's TTL (300), bounded to [60, 3600]
+    assert "elem" not in json.dumps(json.loads(anyport))  # meta.dejima.test's 169.254.169.254 never got in
+    assert "169.254" not in ruleset
+
+
+def test_a_violation_record_names_the_refused_domain(user: User, scope: str, workspace: Path, world: World) -> None:
+    result = run_dejima(user, scope, str(workspace), "--", *world.probe(resolve("other.dejima.test")),
+                        DEJIMA_SETTINGS=str(world.settings))
+    assert "name(s) refused" in result.stderr
+    session = result.stderr.split("dejima violations ")[-1].split()[0]
+    records = run_dejima(user, scope, "violations", session, "--json")
+    domains = [parse_json_line(line)["domain"] for line in records.stdout.splitlines()]
+    assert "other.dejima.test" in domains
