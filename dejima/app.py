@@ -13,7 +13,14 @@ from pathlib import Path, PurePosixPath
 
 from dejima import host, session
 from dejima.core import labels
-from dejima.core.plan import RESOLV_CONF, NetworkFacts, SessionPlan, SessionRequest, build_session_plan, describe_command
+from dejima.core.plan import (
+    RESOLV_CONF,
+    NetworkFacts,
+    SessionPlan,
+    SessionRequest,
+    build_session_plan,
+    describe_command,
+)
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError, UsageError
 from dejima.imaging import ensure_images

@@ -178,7 +178,7 @@ def test_the_filter_exposes_only_its_resolver(user: User, scope: str, workspace:
     # On a user-defined network the engine's embedded resolver listens in the namespace too
     # (127.0.0.11). It is in reach of the session's sockets, so the ruleset must refuse it.
     assert foreign["result"], "expected the engine's resolver in the namespace on a user-defined network"
-    for proto, address, port, outcome in foreign["result"]:  # type: ignore[union-attr]
+    for _proto, address, _port, outcome in foreign["result"]:  # type: ignore[union-attr]
         assert address == "127.0.0.11", foreign
         assert outcome in ("blocked", "timeout"), foreign
 
