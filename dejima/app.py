@@ -89,7 +89,7 @@ def prepare_session(
 ) -> Prepared:
     identity = host.identity()
     scope = host.scope()
-    session.remove_stale(runtime, scope, ui)
+    session.remove_stale(runtime, scope, ui, record_stale_violations)
     filter_image, session_image = ensure_images(runtime, settings, identity, ui)
     home = host.ensure_private_dir(host.home_dir_for(workspace))
     request = SessionRequest(
@@ -128,7 +128,7 @@ def run_session(prepared: Prepared, ui: UI) -> int:
             prepared.runtime, prepared.plan, ui,
             ready_timeout=settings.session.ready_timeout,
             stop_timeout=settings.session.stop_timeout,
-            on_filter_line=store.append_line,
+            on_filter_output=store.append_output,
         )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:
@@ -194,6 +194,14 @@ def stop_session(runtime: Runtime, scope: str, session_id: str) -> list[str]:
     return members
 
 
+def record_stale_violations(session_id: str, output: str) -> None:
+    """A crashed launcher could not record its session's refusals: take them from the filter."""
+    store = ViolationStore(session_id)
+    if store.path.exists():
+        store.path.unlink()  # the filter's log holds every record; start over rather than double
+    store.append_output(output)
+
+
 def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
     if everything:
         sessions = list_sessions(runtime, scope)
@@ -201,7 +209,7 @@ def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
             stop_session(runtime, scope, info.session_id)
             ui.info(f"removed session {info.session_id} ({info.status})")
         return len(sessions)
-    return len(session.remove_stale(runtime, scope, ui))
+    return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
 
 
 def validate_allow(text: str) -> None:

@@ -238,6 +238,13 @@ class Runtime:
                 return str(config["Gateway"])
         return None
 
+    def stop(self, container: str, timeout: int) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds; quiet if already gone."""
+        try:
+            self.api.stop(container, timeout=timeout)
+        except docker.errors.APIError:
+            pass
+
     def kill(self, container: str, signal: str = "SIGKILL") -> None:
         try:
             self.api.kill(container, signal=signal)

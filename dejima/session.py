@@ -31,6 +31,8 @@ from dejima.runtime import Runtime
 from dejima.ui.console import UI
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FILTER_STOP_SECONDS = 2
+VIOLATION_PREFIX = "dejima-violation "
 
 
 class Interrupted(BaseException):
@@ -70,24 +72,19 @@ def signals_deferred() -> Iterator[list[int]]:
 # --- the filter ------------------------------------------------------------------------------
 
 
-def start_filter(runtime: Runtime, plan: SessionPlan, timeout: float,
-                 on_line: Callable[[str], bool] | None = None) -> str:
-    """Start the filter and return its id once it reports its ruleset applied and verified.
-
-    ``on_line`` sees every line the filter prints (violation records among them) for as long as
-    the filter runs; it returns True for lines it consumed.
-    """
+def start_filter(runtime: Runtime, plan: SessionPlan, timeout: float) -> str:
+    """Start the filter and return its id once it reports its ruleset applied and verified."""
     container = runtime.create(plan.filter)
     try:
         runtime.start(container)
-        _wait_ready(runtime, container, timeout, on_line or (lambda line: False))
+        _wait_ready(runtime, container, timeout)
     except BaseException:
         runtime.remove(container)
         raise
     return container
 
 
-def _wait_ready(runtime: Runtime, container: str, timeout: float, on_line: Callable[[str], bool]) -> None:
+def _wait_ready(runtime: Runtime, container: str, timeout: float) -> None:
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
@@ -97,9 +94,7 @@ def _wait_ready(runtime: Runtime, container: str, timeout: float, on_line: Calla
                 buffer += chunk
                 while b"\n" in buffer:
                     raw, buffer = buffer.split(b"\n", 1)
-                    line = raw.decode(errors="replace")
-                    if not on_line(line):
-                        lines.put(line)
+                    lines.put(raw.decode(errors="replace"))
         except Exception:  # noqa: BLE001 - the container went away; the None below reports it
             pass
         lines.put(None)
@@ -117,6 +112,8 @@ def _wait_ready(runtime: Runtime, container: str, timeout: float, on_line: Calla
             ) from None
         if line is None:
             break
+        if line.startswith(VIOLATION_PREFIX):
+            continue
         seen.append(line)
         if line.startswith(READY):
             return
@@ -215,13 +212,23 @@ def teardown(runtime: Runtime, containers: list[str]) -> None:
             raise errors[0]
 
 
+def stop_filter_and_read(runtime: Runtime, container: str) -> str:
+    """Stop the filter gently, so that it writes its last records, and return everything it printed."""
+    runtime.stop(container, timeout=FILTER_STOP_SECONDS)
+    return runtime.logs(container)
+
+
 def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_timeout: float,
-        on_filter_line: Callable[[str], bool] | None = None) -> int:
-    """Run the planned session to its end; returns the exit status dejima should exit with."""
+        on_filter_output: Callable[[str], None] | None = None) -> int:
+    """Run the planned session to its end; returns the exit status dejima should exit with.
+
+    ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped.
+    """
     created: list[str] = []
+    filter_id: str | None = None
     with signals_raise():
         try:
-            filter_id = start_filter(runtime, plan, ready_timeout, on_filter_line)
+            filter_id = start_filter(runtime, plan, ready_timeout)
             created.append(filter_id)
             session_id = runtime.create(plan.session)
             created.append(session_id)
@@ -231,6 +238,9 @@ def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_
         except Interrupted as interrupted:
             return 128 + interrupted.signum
         finally:
+            if filter_id is not None and on_filter_output is not None:
+                with signals_deferred():
+                    on_filter_output(stop_filter_and_read(runtime, filter_id))
             teardown(runtime, created)
 
 
@@ -251,9 +261,16 @@ def stale_sessions(runtime: Runtime, scope: str) -> dict[str, list[str]]:
     return stale
 
 
-def remove_stale(runtime: Runtime, scope: str, ui: UI) -> list[str]:
+def remove_stale(runtime: Runtime, scope: str, ui: UI,
+                 on_filter_output: Callable[[str, str], None] | None = None) -> list[str]:
+    """Remove sessions whose launcher is gone, first handing their filters' output to the caller."""
     stale = stale_sessions(runtime, scope)
     for session_id, containers in sorted(stale.items()):
+        if on_filter_output is not None:
+            for container in containers:
+                info = runtime.inspect(container) or {}
+                if info.get("Config", {}).get("Labels", {}).get(labels.ROLE) == labels.ROLE_FILTER:
+                    on_filter_output(session_id, stop_filter_and_read(runtime, container))
         teardown(runtime, containers)
         ui.info(f"removed leftover session {session_id} (its launcher is gone)")
     return sorted(stale)

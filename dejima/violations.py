@@ -28,6 +28,11 @@ class ViolationStore:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
 
+    def append_output(self, output: str) -> None:
+        """Record every violation line of a filter's output."""
+        for line in output.splitlines():
+            self.append_line(line)
+
     def append_line(self, line: str) -> bool:
         """Record a filter log line if it is a violation; returns whether it was one."""
         if not line.startswith(PREFIX):

@@ -15,7 +15,13 @@ from pathlib import PurePosixPath
 
 from dejima.core import labels
 from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry
-from dejima.core.ruleset import DENY_ALL_EXPECTATION, RESOLVER_MARK, RulesetExpectation, render_ruleset
+from dejima.core.ruleset import (
+    DENY_ALL_EXPECTATION,
+    NFLOG_GROUP,
+    RESOLVER_MARK,
+    RulesetExpectation,
+    render_ruleset,
+)
 from dejima.core.settings import Settings
 
 SESSION_HOME = "/home/dejima"
@@ -124,7 +130,7 @@ def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation
                 "denied_addresses": [str(n) for n in policy.denied_addresses],
                 "answer_networks": [str(n) for n in policy.answer_networks],
             },
-            "upstreams": list(upstreams), "resolver_mark": RESOLVER_MARK,
+            "upstreams": list(upstreams), "resolver_mark": RESOLVER_MARK, "nflog_group": NFLOG_GROUP,
         },
         sort_keys=True,
     )

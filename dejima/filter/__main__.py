@@ -30,7 +30,12 @@ def _fail(message: str) -> NoReturn:
     sys.exit(3)
 
 
+_DRAIN: list[Any] = []  # called before exiting, so that the last records reach stdout
+
+
 def _stop(signum: int, _frame: object) -> NoReturn:
+    for drain in _DRAIN:
+        drain()
     sys.exit(0)
 
 
@@ -46,6 +51,7 @@ def _check_ipv6_disabled() -> None:
 
 def _start_resolver(config: dict[str, Any]) -> None:
     from dejima.core.egress import parse_policy
+    from dejima.filter.nflog import NflogReader
     from dejima.filter.resolver import Forwarder, PolicyResolver, ViolationLog, self_check, start_servers
 
     policy_config = config["policy"]
@@ -56,8 +62,11 @@ def _start_resolver(config: dict[str, Any]) -> None:
     )
     expect = config["expect"]
     writer = SetWriter(expect["family"], expect["table"])
-    resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]), writer.add,
-                              ViolationLog())
+    log = ViolationLog()
+    resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]), writer.add, log)
+    reader = NflogReader(config["nflog_group"], log, resolver.domain_of)
+    reader.start()
+    _DRAIN.append(reader.drain)
     start_servers(resolver)
     self_check()
 

@@ -99,6 +99,10 @@ class PolicyResolver(BaseResolver):  # type: ignore[misc]
                  record: Record, ttl_floor: int = 60, ttl_ceiling: int = 3600) -> None:
         self.policy, self.forwarder, self.add_addresses, self.record = policy, forwarder, add_addresses, record
         self.ttl_floor, self.ttl_ceiling = ttl_floor, ttl_ceiling
+        self.names: dict[str, str] = {}  # address -> the name it was last answered for
+
+    def domain_of(self, address: str) -> str | None:
+        return self.names.get(address)
 
     def _refuse(self, request: DNSRecord, reason: str, code: int) -> DNSRecord:
         reply = request.reply()
@@ -141,6 +145,7 @@ class PolicyResolver(BaseResolver):  # type: ignore[misc]
             if rr.rtype == QTYPE.A:
                 address = ipaddress.ip_address(str(rr.rdata))
                 verdict = self.policy.address_verdict(address)
+                self.names[str(address)] = qname
                 if not verdict.allowed:
                     refused.append((str(address), verdict.reason))
                     continue

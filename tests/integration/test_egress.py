@@ -224,3 +224,18 @@ def test_a_violation_record_names_the_refused_domain(user: User, scope: str, wor
     records = run_dejima(user, scope, "violations", session, "--json")
     domains = [parse_json_line(line)["domain"] for line in records.stdout.splitlines()]
     assert "other.dejima.test" in domains
+
+
+def test_blocked_connections_are_recorded_with_their_domain(user: User, scope: str, workspace: Path,
+                                                            world: World) -> None:
+    result = run_dejima(user, scope, "--allow", "web.dejima.test:8080", str(workspace), "--",
+                        *world.probe(tcp("web.dejima.test", 8443), tcp(world.other, 8080)),
+                        DEJIMA_SETTINGS=str(world.settings))
+    assert "connection(s) blocked" in result.stderr, result.stderr
+    session = result.stderr.split("dejima violations ")[-1].split()[0]
+    listed = run_dejima(user, scope, "violations", session, "--json")
+    records = [json.loads(line) for line in listed.stdout.splitlines()]
+    connections = {(r["address"], r["port"]): r for r in records if r["kind"] == "connection"}
+    assert connections[(world.web, 8443)]["domain"] == "web.dejima.test"
+    assert connections[(world.web, 8443)]["protocol"] == "tcp"
+    assert "domain" not in connections[(world.other, 8080)]
