@@ -64,7 +64,9 @@ class Prepared:
     settings: Settings
 
 
-def network_facts(settings: Settings, runtime: Runtime, upstream_override: tuple[str, ...]) -> NetworkFacts:
+def network_facts(settings: Settings, runtime: Runtime | None, upstream_override: tuple[str, ...]) -> NetworkFacts:
+    """Upstream resolvers and the addresses answers may never point at; without an engine
+    (render mode) the gateway is left out."""
     upstreams = list(upstream_override or settings.network.upstream_dns) or host.host_resolvers()
     if not upstreams:
         raise SessionError(
@@ -74,7 +76,7 @@ def network_facts(settings: Settings, runtime: Runtime, upstream_override: tuple
             reference="no-upstream-dns",
         )
     denied = [*host.local_addresses()]
-    gateway = runtime.gateway(settings.session.network)
+    gateway = runtime.gateway(settings.session.network) if runtime is not None else None
     if gateway:
         denied.append(gateway)
     return NetworkFacts(
@@ -230,3 +232,16 @@ def validate_upstream(text: str) -> None:
     if address.version != 4 or address.is_loopback:
         raise UsageError(f"--dns-upstream {text!r} cannot be reached from a container",
                          hint="give a non-loopback IPv4 resolver")
+
+
+def render_plan(workspace: Path, command: tuple[str, ...] | None, settings: Settings,
+                allow: tuple[str, ...], upstream_dns: tuple[str, ...]) -> SessionPlan:
+    """The plan a session would run, built without touching Docker (image names are placeholders)."""
+    request = SessionRequest(
+        session_id="render", scope=host.scope(), workspace=PurePosixPath(workspace),
+        home_dir=PurePosixPath(host.home_dir_for(workspace)), command=command, launcher="render", allow=allow,
+        resolv_conf=PurePosixPath(host.state_dir() / "resolv.conf"),
+    )
+    source = str(host.settings_path())
+    facts = network_facts(settings, None, upstream_dns)
+    return build_session_plan(request, settings, host.identity(), "<filter image>", "<session image>", facts, source)

@@ -59,6 +59,8 @@ def _launch_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dns-upstream", action="append", default=[], metavar="IP",
                         help="IPv4 resolver the filter forwards allowed queries to (repeatable; default: "
                         "[network] upstream_dns, else the host's)")
+    parser.add_argument("--render", action="store_true",
+                        help="print the plan (policy, mounts, nft ruleset) and exit; needs no Docker")
     parser.add_argument("-q", "--quiet", action="store_true", help="only errors and warnings on stderr")
     parser.add_argument("--version", action="version", version=f"dejima {__version__}")
     return parser
@@ -88,6 +90,11 @@ def _launch(argv: list[str], ui: UI) -> int:
         app.validate_upstream(address)
     for entry in args.allow:
         app.validate_allow(entry)
+    if args.render:
+        from dejima.ui.views import format_plan
+
+        print(format_plan(app.render_plan(workspace, command, settings, tuple(args.allow), upstream)))
+        return exit_codes.SUCCESS
     prepared = app.prepare_session(workspace, command, harness, settings, connect(), ui, tuple(args.allow), upstream)
     return app.run_session(prepared, ui)
 

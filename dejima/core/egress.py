@@ -49,6 +49,7 @@ class Entry:
     name: str = ""  # normalised name; for wildcards the suffix after "*."
     network: IPNetwork | None = None  # addresses are /32 or /128 networks
     port: int | None = None  # None: every port
+    origin: str = field(default="", compare=False)  # where the entry was written, for the plan's reader
 
     def matches_name(self, qname: str) -> bool:
         if self.kind == "name":

@@ -10,7 +10,7 @@ import hashlib
 import ipaddress
 import json
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import PurePosixPath
 
 from dejima.core import labels
@@ -148,9 +148,10 @@ def build_policy(settings: Settings, cli_allow: tuple[str, ...], facts: NetworkF
                 f"{where}: {text!r} is an IPv6 entry, but sessions have IPv6 disabled",
                 hint="allow the IPv4 address, or a name that resolves to IPv4",
             )
-        allowed.append(entry)
+        allowed.append(replace(entry, origin=where))
     denied = tuple(
-        (parse_entry(text, f"{source} network.deny"), network.deny_reasons.get(text) or f"{text} is on the deny list")
+        (replace(parse_entry(text, f"{source} network.deny"), origin=f"{source} network.deny"),
+         network.deny_reasons.get(text) or f"{text} is on the deny list")
         for text in network.deny
     )
     answer_networks = tuple(ipaddress.ip_network(n) for n in network.answer_networks)

@@ -98,3 +98,19 @@ def test_allow_and_audit_say_not_yet(capsys: pytest.CaptureFixture[str]) -> None
         with pytest.raises(SystemExit):
             module.main(["--help"])
         assert "NOT YET IMPLEMENTED" in capsys.readouterr().out
+
+
+def test_render_prints_the_plan_without_docker(tmp_path: Path, captured: io.StringIO,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path), "--render", "--dns-upstream", "192.0.2.53", "--allow", "pypi.org",
+                 "--allow", "*.pythonhosted.org:443"]) == exit_codes.SUCCESS
+    out = capsys.readouterr().out
+    assert "allow  pypi.org" in out and "(from --allow)" in out
+    assert "strict subdomains of, TCP port 443" in out
+    assert "upstream resolvers (the filter's own marked sockets only): 192.0.2.53" in out
+    assert "table inet dejima {" in out and "policy drop;" in out
+
+
+def test_bad_allow_entry_is_a_usage_error(tmp_path: Path, captured: io.StringIO) -> None:
+    assert main([str(tmp_path), "--allow", "*.com", "--render"]) == exit_codes.USAGE
+    assert "--allow: invalid egress entry '*.com'" in captured.getvalue()

@@ -1,0 +1,33 @@
+"""Pure views: values in, text out (the CLI prints them)."""
+
+from __future__ import annotations
+
+from dejima.core.plan import SessionPlan
+
+
+def format_plan(plan: SessionPlan) -> str:
+    lines = [f"# dejima plan for {plan.workspace} (plan hash {plan.plan_hash})", "", "## Egress policy"]
+    if not plan.policy.allowed:
+        lines.append("allowed: nothing (no egress at all)")
+    for entry in plan.policy.allowed:
+        scope = "every port" if entry.port is None else f"TCP port {entry.port}"
+        kind = {"name": "the name", "wildcard": "strict subdomains of", "network": "address"}[entry.kind]
+        lines.append(f"allow  {entry.canonical:<32} {kind}, {scope}  (from {entry.origin})")
+    for entry, reason in plan.policy.denied:
+        lines.append(f"deny   {entry.canonical:<32} reason: {reason}  (from {entry.origin})")
+    lines.append("answers may not point at: loopback, private, CGNAT, link-local/metadata, multicast, reserved"
+                 + (f"; allowed answer networks: {', '.join(map(str, plan.policy.answer_networks))}"
+                    if plan.policy.answer_networks else ""))
+    lines.append("host and engine addresses refused in answers: "
+                 + (", ".join(str(n) for n in plan.policy.denied_addresses) or "none found") + " (+ the engine "
+                 "gateway, found at start)")
+    lines.append(f"upstream resolvers (the filter's own marked sockets only): {', '.join(plan.upstreams) or 'none'}")
+    lines.append("IPv6: disabled in the namespace; UDP and ICMP: closed")
+    lines += ["", "## Containers"]
+    for spec in (plan.filter, plan.session):
+        lines.append(f"{spec.name}: user {spec.user}, capabilities {', '.join(spec.cap_add) or 'none'}, "
+                     f"network {spec.network_mode}")
+        for bind in spec.binds:
+            lines.append(f"  mount {bind.source} -> {bind.target} ({'ro' if bind.read_only else 'rw'})")
+    lines += ["", "## nft ruleset (applied in the filter, then read back and verified)", plan.ruleset]
+    return "\n".join(lines)
