@@ -239,3 +239,35 @@ def test_blocked_connections_are_recorded_with_their_domain(user: User, scope: s
     assert connections[(world.web, 8443)]["domain"] == "web.dejima.test"
     assert connections[(world.web, 8443)]["protocol"] == "tcp"
     assert "domain" not in connections[(world.other, 8080)]
+
+
+IMPERSONATE = r"""
+import json, os, signal
+out = {}
+try:
+    os.kill(1, 0); out["signal_filter"] = "allowed"
+except PermissionError:
+    out["signal_filter"] = "denied"
+for name in ("environ", "mem"):
+    try:
+        open(f"/proc/1/{name}", "rb").read(16); out[name] = "readable"
+    except OSError as e:
+        out[name] = "denied"
+try:
+    os.listdir("/proc/1/root"); out["root"] = "readable"
+except OSError:
+    out["root"] = "denied"
+print(json.dumps(out))
+"""
+
+
+def test_session_cannot_touch_the_filters_processes(user: User, scope: str, workspace: Path, world: World) -> None:
+    """The session shares the filter's PID namespace (so it dies with it) but cannot act on it."""
+    import os
+
+    if user.uid == os.getuid() == 0:
+        pytest.fail("run as root, the suite launches sessions as a test uid; this must not run as uid 0")
+    result = run_dejima(user, scope, "-q", str(workspace), "--", "python3", "-c", IMPERSONATE,
+                        DEJIMA_SETTINGS=str(world.settings))
+    assert parse_json_line(result.stdout) == {"signal_filter": "denied", "environ": "denied", "mem": "denied",
+                                              "root": "denied"}

@@ -26,3 +26,33 @@ def test_every_expected_chain_is_rendered_with_drop_policy(chain: object) -> Non
     text = render_ruleset("s")
     assert f"chain {chain.name} {{" in text  # type: ignore[attr-defined]
     assert f"type filter hook {chain.hook} priority filter; policy drop;" in text  # type: ignore[attr-defined]
+
+
+def test_policy_inspection_denies_metadata_private_and_host_addresses() -> None:
+    """Outside addresses are checked by policy, never by sending packets to them."""
+    import ipaddress
+
+    from dejima.core.egress import parse_policy
+
+    host = ipaddress.ip_network("192.0.2.10/32")
+    policy = parse_policy(["example.com"], [], denied_addresses=(host,))
+    for address in ("169.254.169.254", "fd00:ec2::254", "fd20:ce::254", "10.0.0.1", "172.16.5.4",
+                    "192.168.0.1", "100.64.1.1", "127.0.0.1", "192.0.2.10"):
+        assert not policy.address_verdict(ipaddress.ip_address(address)).allowed, address
+
+
+def test_every_accept_rule_is_loopback_the_resolver_or_an_allow_set() -> None:
+    from dejima.core.egress import parse_policy
+
+    text = render_ruleset("s", parse_policy(["example.com"], []))
+    accepts = [line.strip() for line in text.splitlines() if line.strip().endswith("accept")]
+    assert accepts == [
+        'oif "lo" accept',
+        "meta mark 0x646a ip daddr @upstream4 meta l4proto { tcp, udp } th dport 53 accept",
+        "ct state established,related accept",
+        "ip daddr @allow4 meta l4proto tcp accept",
+        "ip daddr . tcp dport @allow4_port accept",
+        'iif "lo" accept',
+        "ct state established,related accept",
+    ]
+    assert "169.254" not in text and "10.0.0.0" not in text
