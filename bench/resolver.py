@@ -71,7 +71,8 @@ def main() -> int:
         script = (f"python3 -c '{TIMER}' 127.0.0.1 web.dejima.test 1 {n}; "
                   f"python3 -c '{TIMER}' 127.0.0.1 web.dejima.test 16 {n}; echo measured; sleep 30")
         process = subprocess.Popen(
-            [sys.executable, "-m", "dejima", "-q", "--allow", "web.dejima.test", str(workdir), "--", "sh", "-c", script],
+            [sys.executable, "-m", "dejima", "-q", "--allow", "web.dejima.test", str(workdir), "--",
+             "sh", "-c", script],
             env=env, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
         assert process.stdout is not None
         lines = []

@@ -43,8 +43,9 @@ def main() -> int:
         ours.append(timed(dejima))
         baseline.append(timed(bare) + timed(bare))
     o, b = statistics.median(ours), statistics.median(baseline)
-    print(f"dejima -- true:            median {o * 1000:.0f} ms  (min {min(ours) * 1000:.0f}, max {max(ours) * 1000:.0f})")
-    print(f"2 x docker run --rm true:  median {b * 1000:.0f} ms  (min {min(baseline) * 1000:.0f}, max {max(baseline) * 1000:.0f})")
+    for label, values in (("dejima -- true:          ", ours), ("2 x docker run --rm true:", baseline)):
+        low, mid, high = (v * 1000 for v in (min(values), statistics.median(values), max(values)))
+        print(f"{label} median {mid:.0f} ms  (min {low:.0f}, max {high:.0f})")
     print(f"ratio: {o / b:.2f} (goal <= 1.0)")
     return 0
 

@@ -74,32 +74,41 @@ def verify_table(objects: list[dict[str, Any]], expect: dict[str, Any]) -> None:
 class SetWriter:
     """Adds resolved addresses to the allow sets; one lock, because resolver threads share it."""
 
+    # An element we believe expired this long ago may, by clock skew, still be in the kernel.
+    MARGIN_SECONDS = 5.0
+
     def __init__(self, family: str, table: str, handle: Any = None) -> None:
         import threading
 
         self.family, self.table = family, table
         self.handle = handle or _nft()
         self.lock = threading.Lock()
+        self.expiry: dict[tuple[str, str], float] = {}  # (set, element) -> when we last let it expire
 
     def add(self, addresses: list[str], ports: list[int] | None, timeout: int) -> None:
         """Allow TCP to ``addresses`` (on ``ports``, or every port when None) for ``timeout`` seconds.
 
-        Add, delete and add again in one transaction: the element exists whether or not it did,
-        and its timeout restarts even on kernels where a plain re-add keeps the old expiry.
+        A new element is added. One that may still be in the set is added, deleted and added
+        again in the same transaction: it exists either way, and its timeout restarts even on
+        kernels where a plain re-add keeps the old expiry.
         """
+        import time
+
         if not addresses:
             return
-        if ports is None:
-            target = "allow4"
-            elements = addresses
-        else:
-            target = "allow4_port"
-            elements = [f"{a} . {p}" for a in addresses for p in ports]
-        items = ", ".join(elements)
-        timed = ", ".join(f"{e} timeout {timeout}s" for e in elements)
+        target = "allow4" if ports is None else "allow4_port"
+        elements = addresses if ports is None else [f"{a} . {p}" for a in addresses for p in ports]
         prefix = f"element {self.family} {self.table} {target}"
-        batch = f"add {prefix} {{ {timed} }}\ndelete {prefix} {{ {items} }}\nadd {prefix} {{ {timed} }}\n"
         with self.lock:
+            now = time.monotonic()
+            known = [e for e in elements if self.expiry.get((target, e), 0) + self.MARGIN_SECONDS > now]
+            timed = ", ".join(f"{e} timeout {timeout}s" for e in elements)
+            batch = f"add {prefix} {{ {timed} }}\n"
+            if known:
+                again = ", ".join(f"{e} timeout {timeout}s" for e in known)
+                batch += f"delete {prefix} {{ {', '.join(known)} }}\nadd {prefix} {{ {again} }}\n"
             rc, _out, err = self.handle.cmd(batch)
-        if rc != 0:
-            raise NftError(f"cannot add to set {target} (rc={rc}): {err.strip()}")
+            if rc != 0:
+                raise NftError(f"cannot add to set {target} (rc={rc}): {err.strip()}")
+            for element in elements:
+                self.expiry[(target, element)] = now + timeout

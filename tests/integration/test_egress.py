@@ -84,9 +84,11 @@ def test_name_not_allowed_fails_at_dns_and_never_reaches_the_authority(
 
 
 def test_wildcard_matches_subdomains_only(user: User, scope: str, workspace: Path, world: World) -> None:
-    sub, apex = run_probe(user, scope, workspace, world, dns("a.wild.dejima.test"), dns("wild.dejima.test"),
-                          allow=("*.wild.dejima.test",))
+    sub, over_tcp, apex = run_probe(user, scope, workspace, world, dns("a.wild.dejima.test"),
+                                    dns("a.wild.dejima.test", tcp=True), dns("wild.dejima.test"),
+                                    allow=("*.wild.dejima.test",))
     assert sub["rcode"] == 0 and sub["ancount"] == 1
+    assert over_tcp["rcode"] == 0 and over_tcp["ancount"] == 1  # dejima's resolver speaks TCP too
     assert apex["rcode"] == REFUSED
 
 

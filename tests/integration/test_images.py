@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from dejima.core import labels
 from dejima.core.settings import ImageSettings, Settings
 from dejima.errors import ImageError
 from dejima.host import identity
 from dejima.imaging import ensure_image, recipes, resolve_base
 from dejima.runtime import Runtime
 from dejima.ui.console import UI, plain_console
+from tests.conftest import TEST_SCOPE
 
 
 def quiet_ui() -> tuple[UI, io.StringIO]:
@@ -60,7 +62,8 @@ def test_builds_trust_the_hosts_extra_cas(runtime: Runtime, images: object, extr
     tag = ensure_image(runtime, session_recipe, ui)
     try:
         assert "Building the session image" in output.getvalue()
-        bundle = runtime.client.containers.run(tag, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True)
+        bundle = runtime.client.containers.run(tag, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True,
+                                               labels={labels.SCOPE: TEST_SCOPE, labels.ROLE: "test-ca-check"})
         certificate = (extra_ca / "dejima-test-corp.crt").read_text().strip()
         assert certificate in bundle.decode()
     finally:

@@ -113,3 +113,14 @@ def test_session_cannot_change_the_network(runtime: Runtime, images: object, use
     result = run_dejima(user, scope, "-q", str(workspace), "--", "python3", "-c", NET_ADMIN_ATTEMPTS)
     assert result.returncode == 0, result.stderr
     assert parse_json_line(result.stdout) == {"so_mark": "denied", "ifdown": "denied"}
+
+
+@pytest.mark.parametrize("golden", sorted(p.name for p in GOLDEN_LISTING.parent.glob("*.nft")
+                                          if not p.name.endswith(".listed.nft")))
+def test_every_golden_render_is_accepted_by_nft(runtime: Runtime, images: object, scope: str, golden: str) -> None:
+    text = (GOLDEN_LISTING.parent / golden).read_text()
+    output = runtime.client.containers.run(
+        images.filter, ["-c", "-f", "-"], entrypoint=["sh", "-c", 'printf "%s" "$0" | nft "$@"', text],  # type: ignore[attr-defined]
+        cap_add=["NET_ADMIN"], network_mode="none", remove=True, stderr=True,
+        labels={labels.SCOPE: scope, labels.ROLE: "test-nft-check"})
+    assert output == b""

@@ -56,3 +56,20 @@ def test_every_accept_rule_is_loopback_the_resolver_or_an_allow_set() -> None:
         "ct state established,related accept",
     ]
     assert "169.254" not in text and "10.0.0.0" not in text
+
+
+POLICY_GOLDEN = GOLDEN.parent / "policy.nft"
+
+
+def test_policy_ruleset_matches_golden(update_golden: bool) -> None:
+    """Literals (allowed and denied), the upstream set and the allow sets, as nft will read them."""
+    import ipaddress
+
+    from dejima.core.egress import parse_policy
+
+    policy = parse_policy(["pypi.org", "203.0.113.0/24:22", "198.51.100.7"],
+                          [("198.51.100.9", "a test says no"), ("evil.example", "")])
+    text = render_ruleset("0123abcd", policy, (ipaddress.IPv4Address("192.0.2.53"),))
+    if update_golden:
+        POLICY_GOLDEN.write_text(text)
+    assert text == POLICY_GOLDEN.read_text()
