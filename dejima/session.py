@@ -192,13 +192,17 @@ def _forward(runtime: Runtime, container: str, signum: int, stop_timeout: float)
     return 128 + signum
 
 
-def teardown(runtime: Runtime, containers: list[str]) -> None:
-    """Remove containers in parallel; killing the filter first ends every session process."""
+def teardown(runtime: Runtime, containers: list[str],
+             before_removal: dict[str, Callable[[], None]] | None = None) -> None:
+    """Remove containers in parallel, each after its ``before_removal`` step if it has one."""
+    steps = before_removal or {}
     with signals_deferred():
         errors: list[BaseException] = []
 
         def remove(container: str) -> None:
             try:
+                if container in steps:
+                    steps[container]()
                 runtime.remove(container)
             except BaseException as exc:  # noqa: BLE001 - collected and re-raised below
                 errors.append(exc)
@@ -238,10 +242,11 @@ def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_
         except Interrupted as interrupted:
             return 128 + interrupted.signum
         finally:
+            steps = {}
             if filter_id is not None and on_filter_output is not None:
-                with signals_deferred():
-                    on_filter_output(stop_filter_and_read(runtime, filter_id))
-            teardown(runtime, created)
+                stopped = filter_id
+                steps[stopped] = lambda: on_filter_output(stop_filter_and_read(runtime, stopped))
+            teardown(runtime, created, steps)
 
 
 # --- leftovers -------------------------------------------------------------------------------
