@@ -6,7 +6,8 @@ the filter's memory; against the fake authority queried directly, in the same ru
 
 Builds the test world of tests/networld.py (a private network, a fake authoritative DNS and a
 decoy), then from inside a session: N sequential A queries for an allowed name (forwarded, and
-the answer's address added to the nft set before the reply) and N TXT queries for it (forwarded,
+the answer's address added to the nft set before the reply; distinct names, distinct addresses)
+and N TXT queries (forwarded,
 no set update). The baseline is the same N A queries sent straight to the fake authority from an
 unfiltered container. Prints medians and ratios. Traffic stays on the world's network.
 """
@@ -37,10 +38,12 @@ from tests.networld import build_world, remove_world  # noqa: E402
 TIMER = r"""
 import json, socket, struct, sys, time
 server, name, qtype, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-qname = b"".join(bytes([len(p)]) + p for p in name.encode().split(b".")) + b"\0"
+def encode(name):
+    return b"".join(bytes([len(p)]) + p for p in name.encode().split(b".")) + b"\0"
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.connect((server, 53))
 times = []
 for i in range(count):
+    qname = encode(name.replace("{i}", str(i)))
     packet = struct.pack("!HHHHHH", i & 0xFFFF, 0x0100, 1, 0, 0, 0) + qname + struct.pack("!HH", qtype, 1)
     t = time.perf_counter(); s.send(packet); s.recv(4096); times.append(time.perf_counter() - t)
 print(json.dumps(times))
@@ -54,7 +57,7 @@ def median_ms(output: str) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--queries", type=int, default=200, help="at most 200: one address each")
     args = parser.parse_args()
     runtime, ui, settings = connect(), UI(quiet=True), Settings()
     base = resolve_base(runtime, settings, ui)
@@ -65,13 +68,15 @@ def main() -> int:
     try:
         n = str(args.queries)
         direct = runtime.client.containers.run(
-            session_image, ["python3", "-c", TIMER, world.dns, "web.dejima.test", "1", n],
+            session_image, ["python3", "-c", TIMER, world.dns, "n{i}.many.dejima.test", "1", n],
             network=world.network, remove=True).decode()
         env = dict(os.environ, DEJIMA_SETTINGS=str(world.settings), DEJIMA_SCOPE=scope)
-        script = (f"python3 -c '{TIMER}' 127.0.0.1 web.dejima.test 1 {n}; "
-                  f"python3 -c '{TIMER}' 127.0.0.1 web.dejima.test 16 {n}; echo measured; sleep 30")
+        # Distinct names with distinct addresses: every A answer is a real set insertion.
+        script = (f"python3 -c '{TIMER}' 127.0.0.1 'n{{i}}.many.dejima.test' 1 {n}; "
+                  f"python3 -c '{TIMER}' 127.0.0.1 txt.dejima.test 16 {n}; echo measured; sleep 30")
         process = subprocess.Popen(
-            [sys.executable, "-m", "dejima", "-q", "--allow", "web.dejima.test", str(workdir), "--",
+            [sys.executable, "-m", "dejima", "-q", "--allow", "*.many.dejima.test", "--allow", "txt.dejima.test",
+             str(workdir), "--",
              "sh", "-c", script],
             env=env, stdout=subprocess.PIPE, text=True, cwd=str(REPO))
         assert process.stdout is not None

@@ -32,6 +32,10 @@ class Zone(BaseResolver):
         print("query", name, QTYPE.get(request.q.qtype), flush=True)
         reply = request.reply()
         records = zone.get(name)
+        if records is None and name.endswith(".many.dejima.test") and name.split(".")[0][1:].isdigit():
+            # nK.many.dejima.test: one distinct address per K, for measuring set insertions
+            prefix = zone["web.dejima.test"][0][1].rsplit(".", 1)[0]
+            records = [["A", f"{prefix}.{10 + int(name.split('.')[0][1:]) % 200}", 300]]
         if records is None:
             reply.header.rcode = RCODE.NXDOMAIN
             return reply

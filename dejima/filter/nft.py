@@ -90,7 +90,8 @@ class SetWriter:
 
         A new element is added. One that may still be in the set is added, deleted and added
         again in the same transaction: it exists either way, and its timeout restarts even on
-        kernels where a plain re-add keeps the old expiry.
+        kernels where a plain re-add keeps the old expiry. One with more than half the new
+        timeout left is left alone, so repeated answers cost no kernel round trip.
         """
         import time
 
@@ -101,6 +102,10 @@ class SetWriter:
         prefix = f"element {self.family} {self.table} {target}"
         with self.lock:
             now = time.monotonic()
+            # Still in the set for at least half the new timeout: nothing to do in the kernel.
+            elements = [e for e in elements if self.expiry.get((target, e), 0) - now < timeout / 2]
+            if not elements:
+                return
             known = [e for e in elements if self.expiry.get((target, e), 0) + self.MARGIN_SECONDS > now]
             timed = ", ".join(f"{e} timeout {timeout}s" for e in elements)
             batch = f"add {prefix} {{ {timed} }}\n"

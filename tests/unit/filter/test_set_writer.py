@@ -18,11 +18,13 @@ def test_new_elements_are_added_once_and_known_ones_refreshed() -> None:
     writer = SetWriter("inet", "dejima", handle=nft)
     writer.add(["203.0.113.5"], [443], 300)
     assert nft.batches[-1] == "add element inet dejima allow4_port { 203.0.113.5 . 443 timeout 300s }\n"
-    writer.add(["203.0.113.5"], [443], 120)
+    writer.add(["203.0.113.5"], [443], 300)
+    assert len(nft.batches) == 1  # more than half its timeout left: no kernel round trip
+    writer.add(["203.0.113.5"], [443], 900)
     assert nft.batches[-1] == (
-        "add element inet dejima allow4_port { 203.0.113.5 . 443 timeout 120s }\n"
+        "add element inet dejima allow4_port { 203.0.113.5 . 443 timeout 900s }\n"
         "delete element inet dejima allow4_port { 203.0.113.5 . 443 }\n"
-        "add element inet dejima allow4_port { 203.0.113.5 . 443 timeout 120s }\n"
+        "add element inet dejima allow4_port { 203.0.113.5 . 443 timeout 900s }\n"
     )
     writer.add(["203.0.113.6"], None, 60)
     assert nft.batches[-1] == "add element inet dejima allow4 { 203.0.113.6 timeout 60s }\n"
