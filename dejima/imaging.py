@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 from dejima import assets
 from dejima.bootstrap import bootstrap_base
+from dejima.core import labels
 from dejima.core.images import ImageRecipe, bootstrap_base_tag, build_filter_recipe, build_session_recipe
 from dejima.core.plan import Identity
 from dejima.core.settings import Settings
-from dejima.errors import ImageError
+from dejima.errors import EngineError, ImageError
 from dejima.host import read_extra_cas
 from dejima.runtime import Runtime
 from dejima.ui.console import UI
@@ -105,3 +106,29 @@ def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: 
     base = resolve_base(runtime, settings, ui)
     filter_recipe, session_recipe = recipes(base, settings, identity)
     return ensure_image(runtime, filter_recipe, ui), ensure_image(runtime, session_recipe, ui)
+
+
+def prune_images(runtime: Runtime, settings: Settings, identity: Identity, ui: UI,
+                 keep: frozenset[str] = frozenset()) -> tuple[int, int]:
+    """Remove filter and session images other than the ones the current recipes (and ``keep``) name.
+
+    Returns (removed, kept because a container still uses them). Base images are kept.
+    """
+    base = find_base(runtime, settings)
+    current = {r.tag for r in recipes(base, settings, identity)} if base is not None else set()
+    current |= keep
+    removed = kept = 0
+    for image in runtime.images({labels.ROLE: ""}):
+        role = (image.get("Labels") or {}).get(labels.ROLE)
+        if role not in (labels.ROLE_FILTER, labels.ROLE_SESSION):
+            continue
+        for tag in image.get("RepoTags") or []:
+            if tag in current:
+                continue
+            try:
+                runtime.remove_image(tag)
+                removed += 1
+            except EngineError as exc:
+                ui.info(f"kept {tag}: {exc.message}")
+                kept += 1
+    return removed, kept

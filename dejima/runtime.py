@@ -138,6 +138,8 @@ class Runtime:
             self.api.remove_image(image, force=False)
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot remove image {image}: {_short(exc)}") from exc
 
     # --- containers -----------------------------------------------------------------------
     def create(self, spec: ContainerSpec) -> str:

@@ -180,9 +180,10 @@ def _images(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(
         prog="dejima images",
         description="list: images dejima made; build: build missing filter/session images; "
-        "bootstrap: make the Debian base with debootstrap now (needs root).",
+        "bootstrap: make the Debian base with debootstrap now (needs root); prune: remove filter and "
+        "session images that the current code and settings no longer use (they pile up across upgrades).",
     )
-    parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap"])
+    parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap", "prune"])
     parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
     args = parser.parse_args(argv)
     from dejima.core import labels
@@ -193,6 +194,11 @@ def _images(argv: list[str], ui: UI) -> int:
     if args.action == "bootstrap":
         base = make_bootstrap_base(runtime, settings, ui)
         ui.info(f"made {base.ref} ({base.id[:19]})")
+    elif args.action == "prune":
+        from dejima.imaging import prune_images
+
+        removed, kept = prune_images(runtime, settings, host.identity(), ui)
+        ui.info(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
     elif args.action == "build":
         base = resolve_base(runtime, settings, ui)
         for recipe in recipes(base, settings, host.identity()):

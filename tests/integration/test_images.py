@@ -68,3 +68,15 @@ def test_builds_trust_the_hosts_extra_cas(runtime: Runtime, images: object, extr
         assert certificate in bundle.decode()
     finally:
         runtime.remove_image(tag)
+
+
+def test_prune_removes_outdated_images_and_keeps_current_ones(runtime: Runtime, images: object) -> None:
+    current = images.filter  # type: ignore[attr-defined]
+    outdated = "dejima/filter:0000outdated0000"
+    runtime.api.tag(current, "dejima/filter", "0000outdated0000")
+    from dejima.imaging import prune_images
+
+    others = frozenset({images.session, images.session_root})  # type: ignore[attr-defined]
+    prune_images(runtime, Settings(), identity(), quiet_ui()[0], keep=others)
+    assert runtime.image_id(outdated) is None
+    assert runtime.image_id(current) is not None
