@@ -32,8 +32,8 @@ Management commands (they come first, so a directory named like one needs ./NAME
   dejima stop SESSION          stop a session and remove its containers
   dejima clean [--all]         remove stale sessions (--all: every session of this scope)
   dejima doctor [--build]      check the engine, nftables, images, and that egress is blocked
-  dejima images [build|bootstrap|list]
-                               list, build, or debootstrap the images dejima uses
+  dejima images [list|build|bootstrap|prune]
+                               list, build, debootstrap, or prune the images dejima uses
   dejima settings [path|show|reference]
                                where the settings file is, the effective values, every key
   dejima violations [SESSION]  what a session was refused (names, answers), recorded durably
