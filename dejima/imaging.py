@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dejima import assets
+from dejima import packaged
 from dejima.bootstrap import bootstrap_base
 from dejima.core import labels
 from dejima.core.images import ImageRecipe, bootstrap_base_tag, build_filter_recipe, build_session_recipe
@@ -80,10 +80,10 @@ def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: UI) -> Base:
 def recipes(base: Base, settings: Settings, identity: Identity) -> tuple[ImageRecipe, ImageRecipe]:
     cas = read_extra_cas(settings.images.extra_ca_dir)
     filter_recipe = build_filter_recipe(
-        assets.docker_template("filter"), base.ref, base.id, cas, assets.filter_sources()
+        packaged.docker_template("filter"), base.ref, base.id, cas, packaged.filter_sources()
     )
     session_recipe = build_session_recipe(
-        assets.docker_template("session"), base.ref, base.id, cas, identity.uid, identity.gid, identity.name
+        packaged.docker_template("session"), base.ref, base.id, cas, identity.uid, identity.gid, identity.name
     )
     return filter_recipe, session_recipe
 

@@ -123,9 +123,12 @@ def install_for_other_user(target: Path) -> Path:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination)
     shutil.copytree(REPO / "dejima", target / "dejima", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "docker", target / "dejima" / "assets" / "docker")
+    # The package data that pyproject.toml maps into dejima.assets.*: the same layout here.
+    for folder in ("docker", "forges", "workflows", "harnesses", "backends"):
+        if (REPO / folder).is_dir():
+            shutil.copytree(REPO / folder, target / "dejima" / "assets" / folder)
+            (target / "dejima" / "assets" / folder / "__init__.py").touch()
     (target / "dejima" / "assets" / "__init__.py").touch()
-    (target / "dejima" / "assets" / "docker" / "__init__.py").touch()
     for path in [target, *target.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return target

@@ -1,10 +1,10 @@
-from dejima import assets
+from dejima import packaged
 from dejima.core.images import build_filter_recipe, build_session_recipe
 
 
 def filter_recipe(**kw: object):  # type: ignore[no-untyped-def]
-    args = dict(template=assets.docker_template("filter"), base="debian:bookworm-slim", base_id="sha256:1",
-                extra_cas={}, sources=assets.filter_sources())
+    args = dict(template=packaged.docker_template("filter"), base="debian:bookworm-slim", base_id="sha256:1",
+                extra_cas={}, sources=packaged.filter_sources())
     args.update(kw)
     return build_filter_recipe(**args)  # type: ignore[arg-type]
 
@@ -18,7 +18,7 @@ def test_hash_changes_with_each_input() -> None:
     reference = filter_recipe().content_hash
     assert filter_recipe(base_id="sha256:2").content_hash != reference
     assert filter_recipe(extra_cas={"corp.crt": b"cert"}).content_hash != reference
-    sources = dict(assets.filter_sources())
+    sources = dict(packaged.filter_sources())
     sources["dejima/filter/nft.py"] += b"\n# changed\n"
     assert filter_recipe(sources=sources).content_hash != reference
 
@@ -31,9 +31,9 @@ def test_extra_cas_are_in_the_build_context_and_trusted_by_the_dockerfile() -> N
 
 
 def test_session_recipe_names_the_users_uid() -> None:
-    recipe = build_session_recipe(assets.docker_template("session"), "b", "sha256:1", {}, 1234, 99, "alice")
+    recipe = build_session_recipe(packaged.docker_template("session"), "b", "sha256:1", {}, 1234, 99, "alice")
     assert "--uid 1234 --gid 99" in recipe.dockerfile
-    other = build_session_recipe(assets.docker_template("session"), "b", "sha256:1", {}, 1235, 99, "alice")
+    other = build_session_recipe(packaged.docker_template("session"), "b", "sha256:1", {}, 1235, 99, "alice")
     assert other.tag != recipe.tag
 
 
