@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from dejima import host, session
 from dejima.core import labels
+from dejima.core.manifest import ManifestError
 from dejima.core.plan import (
     RESOLV_CONF,
     NetworkFacts,
@@ -21,14 +22,15 @@ from dejima.core.plan import (
     build_session_plan,
     describe_command,
 )
+from dejima.core.resolve import REPO_POLICY_FILE, Resolved, resolve
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError, UsageError
 from dejima.imaging import ensure_images
+from dejima.manifests import load_catalog
+from dejima.repo import read_repo_policy, workspace_facts
 from dejima.runtime import Runtime
 from dejima.ui.console import UI
 from dejima.violations import ViolationStore
-
-HARNESSES = ("shell",)
 
 
 def validate_workspace(path: str) -> Path:
@@ -48,13 +50,29 @@ def validate_workspace(path: str) -> Path:
     return resolved
 
 
-def validate_harness(name: str) -> str:
-    if name not in HARNESSES:
-        raise UsageError(
-            f"unknown harness {name!r}",
-            hint=f"available now: {', '.join(HARNESSES)} (agent harnesses arrive with manifests)",
-        )
-    return name
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The manifest choices the user made on the command line."""
+
+    harness: str = "shell"
+    backend: str | None = None
+    workflows: tuple[str, ...] = ()
+    forges: tuple[str, ...] = ()
+
+
+def resolve_manifests(workspace: Path, selection: Selection, ui: UI) -> Resolved:
+    catalog = load_catalog()
+    repo_policy = read_repo_policy(workspace)
+    for key in repo_policy.ignored:
+        ui.warn(f"{workspace / REPO_POLICY_FILE}: '{key}' ignored: the repository may only narrow the policy "
+                "(deny entries), never widen it")
+    try:
+        return resolve(catalog.manifests, workspace_facts(workspace), selection.harness, selection.backend,
+                       selection.workflows, selection.forges, repo_policy)
+    except ManifestError as exc:
+        if exc.reference == "unknown-manifest":  # a command-line name that names nothing
+            raise UsageError(exc.message, hint=exc.hint) from exc
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +104,7 @@ def network_facts(settings: Settings, runtime: Runtime | None, upstream_override
 
 
 def prepare_session(
-    workspace: Path, command: tuple[str, ...] | None, harness: str, settings: Settings,
+    workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
     runtime: Runtime, ui: UI, allow: tuple[str, ...] = (), upstream_dns: tuple[str, ...] = (),
 ) -> Prepared:
     identity = host.identity()
@@ -101,13 +119,13 @@ def prepare_session(
         home_dir=PurePosixPath(home),
         command=command,
         launcher=host.launcher_token(),
-        harness=harness,
+        harness=resolved.harness.name,
         allow=allow,
         resolv_conf=PurePosixPath(host.resolv_conf_file(RESOLV_CONF)),
     )
     facts = network_facts(settings, runtime, upstream_dns)
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts,
-                              str(host.settings_path()))
+                              str(host.settings_path()), resolved)
     return Prepared(runtime, plan, settings)
 
 
@@ -234,7 +252,7 @@ def validate_upstream(text: str) -> None:
                          hint="give a non-loopback IPv4 resolver")
 
 
-def render_plan(workspace: Path, command: tuple[str, ...] | None, settings: Settings,
+def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                 allow: tuple[str, ...], upstream_dns: tuple[str, ...]) -> SessionPlan:
     """The plan a session would run, built without touching Docker (image names are placeholders)."""
     request = SessionRequest(
@@ -244,4 +262,5 @@ def render_plan(workspace: Path, command: tuple[str, ...] | None, settings: Sett
     )
     source = str(host.settings_path())
     facts = network_facts(settings, None, upstream_dns)
-    return build_session_plan(request, settings, host.identity(), "<filter image>", "<session image>", facts, source)
+    return build_session_plan(request, settings, host.identity(), "<filter image>", "<session image>", facts, source,
+                              resolved)

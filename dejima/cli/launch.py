@@ -37,6 +37,8 @@ Management commands (they come first, so a directory named like one needs ./NAME
   dejima settings [path|show|reference]
                                where the settings file is, the effective values, every key
   dejima violations [SESSION]  what a session was refused (names, answers), recorded durably
+  dejima manifests [list|show KIND/NAME]
+                               forges, workflows, harnesses, backends, and where each comes from
 
 Exit status: CMD's status (128+N when it ends on signal N); 125 when dejima itself fails;
 127 when CMD does not exist in the session image; 2 for bad arguments.
@@ -52,7 +54,12 @@ def _launch_parser() -> argparse.ArgumentParser:
         usage="dejima [OPTIONS] PATH [-- CMD [ARGS...]]\n       dejima COMMAND [...]",
     )
     parser.add_argument("path", metavar="PATH", help="the workspace: a project directory")
-    parser.add_argument("--harness", default="shell", help="agent program to run (now: shell)")
+    parser.add_argument("--harness", default="shell", help="agent program to run (`dejima manifests list` shows "
+                        "them; default: shell)")
+    parser.add_argument("--backend", help="model provider (default: the harness's own)")
+    parser.add_argument("--workflow", action="append", default=[], help="toolchain to add to the detected ones "
+                        "(repeatable)")
+    parser.add_argument("--forge", action="append", default=[], help="forge to add to the detected one (repeatable)")
     parser.add_argument("--allow", action="append", default=[], metavar="DOMAIN[:PORT]",
                         help="let the session reach this name, *.subdomain pattern or IPv4 address/network "
                         "(TCP; repeatable); adds to [network] allow in the settings")
@@ -82,7 +89,8 @@ def _launch(argv: list[str], ui: UI) -> int:
     ui.quiet = args.quiet
     settings = host.load_settings()
     workspace = app.validate_workspace(args.path)
-    harness = app.validate_harness(args.harness)
+    selection = app.Selection(args.harness, args.backend, tuple(args.workflow), tuple(args.forge))
+    resolved = app.resolve_manifests(workspace, selection, ui)
     from dejima.runtime import connect  # the docker SDK costs ~0.2 s to import: only when needed
 
     upstream = tuple(args.dns_upstream)
@@ -93,9 +101,10 @@ def _launch(argv: list[str], ui: UI) -> int:
     if args.render:
         from dejima.ui.views import format_plan
 
-        print(format_plan(app.render_plan(workspace, command, settings, tuple(args.allow), upstream)))
+        print(format_plan(app.render_plan(workspace, command, resolved, settings, tuple(args.allow), upstream)))
         return exit_codes.SUCCESS
-    prepared = app.prepare_session(workspace, command, harness, settings, connect(), ui, tuple(args.allow), upstream)
+    prepared = app.prepare_session(workspace, command, resolved, settings, connect(), ui, tuple(args.allow),
+                                   upstream)
     return app.run_session(prepared, ui)
 
 
@@ -273,9 +282,53 @@ def _violations(argv: list[str], ui: UI) -> int:
     return exit_codes.SUCCESS
 
 
+def _manifests(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima manifests",
+        description="list: every forge, workflow, harness and backend manifest, with the file it comes from "
+        "(your own in $XDG_CONFIG_HOME/dejima/<kind>/ override shipped ones by name); show KIND/NAME: "
+        "what one contributes (domains, environment, credential routes, image layers).",
+    )
+    parser.add_argument("action", nargs="?", default="list", choices=["list", "show"])
+    parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    from dataclasses import asdict
+
+    from dejima.manifests import load_catalog
+
+    catalog = load_catalog()
+    if args.action == "show":
+        if not args.ref or "/" not in args.ref:
+            raise UsageError("show needs KIND/NAME", hint="e.g. dejima manifests show workflows/rust")
+        kind, name = args.ref.split("/", 1)
+        manifest = catalog.get(kind, name)
+        data = asdict(manifest)
+        if args.json:
+            print(json.dumps(data, indent=2))
+        else:
+            for key, value in data.items():
+                if value not in ((), {}, None, ""):
+                    print(f"{key:>16}: {value}")
+        return exit_codes.SUCCESS
+    rows = [{"kind": m.kind, "name": m.name, "description": m.description, "source": m.source,
+             "overrides": catalog.overridden.get((m.kind, m.name))} for m in catalog.manifests.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return exit_codes.SUCCESS
+    from rich.table import Table
+
+    table = Table("manifest", "description", "from")
+    for row in rows:
+        origin = row["source"] + (f" (overrides {row['overrides']})" if row["overrides"] else "")
+        table.add_row(f"{row['kind']}/{row['name']}", str(row["description"]), str(origin))
+    ui.console.print(table)
+    return exit_codes.SUCCESS
+
+
 COMMANDS = {
     "sessions": _sessions, "stop": _stop, "clean": _clean, "doctor": _doctor,
-    "images": _images, "settings": _settings, "violations": _violations,
+    "images": _images, "settings": _settings, "violations": _violations, "manifests": _manifests,
 }
 
 

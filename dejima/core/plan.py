@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 
 from dejima.core import labels
 from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry
+from dejima.core.resolve import Resolved
 from dejima.core.ruleset import (
     DENY_ALL_EXPECTATION,
     NFLOG_GROUP,
@@ -103,6 +104,7 @@ class SessionPlan:
     expectation: RulesetExpectation
     filter: ContainerSpec
     session: ContainerSpec
+    resolved: Resolved | None = None
 
     @property
     def plan_hash(self) -> str:
@@ -136,10 +138,13 @@ def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation
     )
 
 
-def build_policy(settings: Settings, cli_allow: tuple[str, ...], facts: NetworkFacts, source: str) -> EgressPolicy:
-    """The session's egress policy: the settings' entries plus --allow ones, the host's facts."""
+def build_policy(settings: Settings, cli_allow: tuple[str, ...], facts: NetworkFacts, source: str,
+                 resolved: Resolved | None = None) -> EgressPolicy:
+    """The session's egress policy: the manifests', the settings' and --allow entries; the
+    manifests', the settings' and the repository's deny entries; the host's facts."""
     network = settings.network
-    sources = [(text, f"{source} network.allow") for text in network.allow] + [(t, "--allow") for t in cli_allow]
+    sources = [*(resolved.allow() if resolved else []), *((text, f"{source} network.allow") for text in network.allow),
+               *((t, "--allow") for t in cli_allow)]
     allowed = []
     for text, where in sources:
         entry = parse_entry(text, where)
@@ -149,10 +154,11 @@ def build_policy(settings: Settings, cli_allow: tuple[str, ...], facts: NetworkF
                 hint="allow the IPv4 address, or a name that resolves to IPv4",
             )
         allowed.append(replace(entry, origin=where))
+    deny_sources = [*(resolved.deny() if resolved else []),
+                    *((text, network.deny_reasons.get(text, ""), f"{source} network.deny") for text in network.deny)]
     denied = tuple(
-        (replace(parse_entry(text, f"{source} network.deny"), origin=f"{source} network.deny"),
-         network.deny_reasons.get(text) or f"{text} is on the deny list")
-        for text in network.deny
+        (replace(parse_entry(text, origin), origin=origin), reason or f"{text} is on the deny list")
+        for text, reason, origin in deny_sources
     )
     answer_networks = tuple(ipaddress.ip_network(n) for n in network.answer_networks)
     return EgressPolicy(tuple(allowed), denied, facts.denied_addresses, answer_networks)
@@ -166,8 +172,9 @@ def build_session_plan(
     session_image: str,
     facts: NetworkFacts = NetworkFacts(),
     settings_source: str = "settings",
+    resolved: Resolved | None = None,
 ) -> SessionPlan:
-    policy = build_policy(settings, request.allow, facts, settings_source)
+    policy = build_policy(settings, request.allow, facts, settings_source, resolved)
     upstreams = tuple(str(a) for a in facts.upstreams)
     ruleset = render_ruleset(request.session_id, policy, facts.upstreams)
     expectation = DENY_ALL_EXPECTATION
@@ -192,6 +199,7 @@ def build_session_plan(
         sysctls={f"net.ipv6.conf.{i}.disable_ipv6": "1" for i in ("all", "default", "lo")},
     )
     environment = {
+        **(resolved.environment() if resolved else {}),
         "HOME": SESSION_HOME,
         "USER": identity.name,
         "LOGNAME": identity.name,
@@ -204,7 +212,8 @@ def build_session_plan(
     session_spec = ContainerSpec(
         name=f"dejima-{request.session_id}-session",
         image=session_image,
-        command=request.command if request.command is not None else ("bash", "-l"),
+        command=request.command if request.command is not None else (
+            resolved.harness.command if resolved else ("bash", "-l")),
         user=f"{identity.uid}:{identity.gid}",
         labels={**base_labels, labels.ROLE: labels.ROLE_SESSION},
         environment=environment,
@@ -228,6 +237,7 @@ def build_session_plan(
         expectation=expectation,
         filter=filter_spec,
         session=session_spec,
+        resolved=resolved,
     )
 
 

@@ -6,7 +6,13 @@ from dejima.core.plan import SessionPlan
 
 
 def format_plan(plan: SessionPlan) -> str:
-    lines = [f"# dejima plan for {plan.workspace} (plan hash {plan.plan_hash})", "", "## Egress policy"]
+    lines = [f"# dejima plan for {plan.workspace} (plan hash {plan.plan_hash})", ""]
+    if plan.resolved is not None:
+        lines.append("## Manifests")
+        for choice in plan.resolved.choices:
+            lines.append(f"{choice.manifest.ref:<28} {choice.why:<34} {choice.manifest.source}")
+        lines.append("")
+    lines.append("## Egress policy")
     if not plan.policy.allowed:
         lines.append("allowed: nothing (no egress at all)")
     for entry in plan.policy.allowed:

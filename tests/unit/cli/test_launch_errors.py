@@ -67,7 +67,8 @@ def test_missing_settings_file_named_by_env_is_an_error(monkeypatch: pytest.Monk
     (["/definitely/not/here", "--", "true"], "workspace '/definitely/not/here' does not exist"),
     (["/", "--", "true"], "refusing to use / as a workspace"),
     (["WS", "--"], "nothing after '--'"),
-    (["WS", "--harness", "claude-code", "--", "true"], "unknown harness 'claude-code'"),
+    (["WS", "--harness", "no-such-agent", "--", "true"], "--harness no-such-agent: no such harness"),
+    (["WS", "--workflow", "cobol", "--", "true"], "--workflow cobol: no such workflow"),
 ])
 def test_bad_arguments_are_usage_errors(tmp_path: Path, captured: io.StringIO, args: list[str], expected: str) -> None:
     args = [str(tmp_path) if a == "WS" else a for a in args]

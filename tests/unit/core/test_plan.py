@@ -104,3 +104,18 @@ def test_ipv6_allow_entries_are_refused() -> None:
 
     with pytest.raises(PolicyError, match="sessions have IPv6 disabled"):
         plan(allow=("[2001:db8::1]:443",))
+
+
+def test_manifest_entries_carry_their_origin_and_repository_denies_win() -> None:
+    from dejima.core.resolve import RepoPolicy, WorkspaceFacts, resolve
+    from tests.unit.core.test_resolve import CATALOG
+
+    resolved = resolve(CATALOG, WorkspaceFacts(frozenset({"Cargo.toml"})), "claude-code",
+                       repo=RepoPolicy(deny=("static.crates.io",)))
+    p = build_session_plan(request(), Settings(), IDENTITY, "f", "s", resolved=resolved)
+    origins = {e.canonical: e.origin for e in p.policy.allowed}
+    assert origins["crates.io"] == "/shipped/workflows/rust.toml network.allow"
+    assert p.policy.name_verdict("crates.io").allowed
+    assert not p.policy.name_verdict("static.crates.io").allowed  # the repository narrowed it
+    assert p.session.environment["CARGO_HOME"] == "/home/dejima/.cargo"
+    assert plan(command=None).session.command == ("bash", "-l")

@@ -1,0 +1,171 @@
+"""Resolution: which manifests a session uses, why, and what they add up to.
+
+    selection = harness (--harness, default shell)
+              + backend (--backend, else the harness's default; must speak one of its APIs)
+              + workflows (detected from marker files, plus --workflow)
+              + forges (detected from git remote hosts, plus --forge)
+
+Each chosen manifest carries the reason it was chosen, and everything it contributes keeps the
+manifest's path, so the plan can say which file asked for each domain. The repository under
+sandbox is not a trusted source: its ``.dejima.toml`` may only add deny entries.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dejima.core.egress import PolicyError, parse_entry
+from dejima.core.manifest import Manifest, ManifestError
+
+REPO_POLICY_FILE = ".dejima.toml"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceFacts:
+    """What detection looks at: names at the workspace root and the hosts of its git remotes."""
+
+    root_files: frozenset[str] = frozenset()
+    remote_hosts: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    manifest: Manifest
+    why: str  # "--harness", "default", "detected: Cargo.toml", "detected: remote github.com"
+
+
+@dataclass(frozen=True, slots=True)
+class RepoPolicy:
+    """What the repository's own .dejima.toml may say: only narrowing entries."""
+
+    deny: tuple[str, ...] = ()
+    deny_reasons: dict[str, str] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()  # keys that would widen the policy, refused and reported
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    choices: tuple[Choice, ...]
+    repo: RepoPolicy = RepoPolicy()
+
+    @property
+    def manifests(self) -> tuple[Manifest, ...]:
+        return tuple(c.manifest for c in self.choices)
+
+    def of_kind(self, kind: str) -> list[Choice]:
+        return [c for c in self.choices if c.manifest.kind == kind]
+
+    @property
+    def harness(self) -> Manifest:
+        return self.of_kind("harnesses")[0].manifest
+
+    def allow(self) -> list[tuple[str, str]]:
+        """(entry, origin) for every allowed entry, in manifest order."""
+        return [(entry, f"{m.source} network.allow") for m in self.manifests for entry in m.allow]
+
+    def deny(self) -> list[tuple[str, str, str]]:
+        """(entry, reason, origin) for every denied entry, the repository's included."""
+        found = [(entry, m.deny_reasons.get(entry, ""), f"{m.source} network.deny")
+                 for m in self.manifests for entry in m.deny]
+        found += [(entry, self.repo.deny_reasons.get(entry, ""), f"{REPO_POLICY_FILE} network.deny (repository)")
+                  for entry in self.repo.deny]
+        return found
+
+    def environment(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        origin: dict[str, str] = {}
+        for m in self.manifests:
+            for key, value in m.env.items():
+                if key in env and env[key] != value:
+                    raise ManifestError(
+                        f"{m.source}: env.{key} = {value!r} conflicts with {origin[key]}, which sets {env[key]!r}",
+                        hint="override one of the two manifests in your config directory",
+                        reference="manifest-conflict",
+                    )
+                env[key], origin[key] = value, m.source
+        return env
+
+
+def detect_workflows(workflows: list[Manifest], facts: WorkspaceFacts) -> list[Choice]:
+    found = []
+    for manifest in workflows:
+        hits = sorted(name for name in facts.root_files
+                      if any(fnmatch.fnmatchcase(name, pattern) for pattern in manifest.marker_files))
+        if hits:
+            found.append(Choice(manifest, f"detected: {', '.join(hits[:3])}"))
+    return found
+
+
+def detect_forges(forges: list[Manifest], facts: WorkspaceFacts) -> list[Choice]:
+    found = []
+    for manifest in forges:
+        hits = sorted(h for h in facts.remote_hosts if h in manifest.remote_hosts)
+        if hits:
+            found.append(Choice(manifest, f"detected: git remote {hits[0]}"))
+    return found
+
+
+def resolve(catalog: Mapping[tuple[str, str], Manifest], facts: WorkspaceFacts, harness: str,
+            backend: str | None = None, workflows: tuple[str, ...] = (), forges: tuple[str, ...] = (),
+            repo: RepoPolicy = RepoPolicy()) -> Resolved:
+    def get(kind: str, name: str, flag: str) -> Manifest:
+        if (kind, name) not in catalog:
+            known = ", ".join(sorted(n for k, n in catalog if k == kind)) or "none"
+            raise ManifestError(f"{flag} {name}: no such {kind[:-1] if kind != 'harnesses' else 'harness'}",
+                                hint=f"known {kind}: {known}", reference="unknown-manifest")
+        return catalog[(kind, name)]
+
+    harness_manifest = get("harnesses", harness, "--harness")
+    choices = [Choice(harness_manifest, "--harness" if harness != "shell" else "default")]
+    backend_name = backend or harness_manifest.default_backend
+    if backend_name is not None:
+        backend_manifest = get("backends", backend_name, "--backend")
+        if backend_manifest.api not in harness_manifest.apis:
+            speaks = ", ".join(harness_manifest.apis) or "no model API"
+            raise ManifestError(
+                f"harness {harness} speaks {speaks}, but backend {backend_name} speaks {backend_manifest.api}",
+                hint=f"choose a backend that speaks {speaks} (--backend), or another harness",
+                reference="manifest-conflict",
+            )
+        choices.append(Choice(backend_manifest, "--backend" if backend else f"default of {harness}"))
+    all_workflows = [m for (k, _), m in sorted(catalog.items()) if k == "workflows"]
+    all_forges = [m for (k, _), m in sorted(catalog.items()) if k == "forges"]
+    chosen = {c.manifest.ref for c in choices}
+    for choice in [*detect_workflows(all_workflows, facts), *detect_forges(all_forges, facts)]:
+        if choice.manifest.ref not in chosen:
+            choices.append(choice)
+            chosen.add(choice.manifest.ref)
+    for kind, names, flag in (("workflows", workflows, "--workflow"), ("forges", forges, "--forge")):
+        for name in names:
+            manifest = get(kind, name, flag)
+            if manifest.ref not in chosen:
+                choices.append(Choice(manifest, flag))
+                chosen.add(manifest.ref)
+    return Resolved(tuple(choices), repo)
+
+
+def parse_repo_policy(text: str, source: str) -> RepoPolicy:
+    """The repository's .dejima.toml: deny entries are kept; anything that could widen is not."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"{source}: not valid TOML: {exc}",
+                            hint="fix it, or remove it: it may only narrow the policy anyway") from exc
+    network = data.get("network", {}) if isinstance(data.get("network"), dict) else {}
+    ignored = [key for key in data if key != "network"]
+    ignored += [f"network.{key}" for key in network if key not in ("deny", "deny_reasons")]
+    deny = network.get("deny", [])
+    if not isinstance(deny, list) or not all(isinstance(e, str) for e in deny):
+        raise ManifestError(f"{source}: 'network.deny' must be a list of strings", hint='deny = ["host.example"]')
+    for index, entry in enumerate(deny):
+        try:
+            parse_entry(entry, f"{source}: 'network.deny[{index}]'")
+        except PolicyError as exc:
+            raise ManifestError(exc.message, hint=exc.hint) from exc
+    reasons = network.get("deny_reasons", {})
+    if not isinstance(reasons, dict):
+        raise ManifestError(f"{source}: 'network.deny_reasons' must be a table", hint='{ "host" = "reason" }')
+    return RepoPolicy(tuple(deny), {k: str(v) for k, v in reasons.items() if k in deny}, tuple(ignored))

@@ -1,0 +1,38 @@
+from pathlib import Path
+
+from dejima.repo import read_repo_policy, remote_hosts, workspace_facts
+
+
+def test_remote_hosts_from_every_url_form() -> None:
+    config = """
+[core]
+\tbare = false
+[remote "origin"]
+\turl = git@github.com:me/project.git
+[remote "mirror"]
+\turl = https://user@gitlab.example.org/group/project.git
+\tpushurl = ssh://git@codeberg.org/me/project.git
+[remote "local"]
+\turl = /srv/git/project.git
+"""
+    assert remote_hosts(config) >= {"github.com", "gitlab.example.org", "codeberg.org"}
+
+
+def test_workspace_facts_read_markers_and_remotes_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / "Cargo.toml").write_text("")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text('[remote "origin"]\n\turl = https://github.com/a/b\n')
+    facts = workspace_facts(tmp_path)
+    assert "Cargo.toml" in facts.root_files and facts.remote_hosts == {"github.com"}
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.toml"
+    outside.write_text('[network]\ndeny = ["x.example"]\n')
+    (tmp_path / ".dejima.toml").symlink_to(outside)
+    assert read_repo_policy(tmp_path).deny == ()  # a link out of the tree is not read
+
+
+def test_repository_policy_may_only_narrow(tmp_path: Path) -> None:
+    (tmp_path / ".dejima.toml").write_text(
+        '[network]\ndeny = ["tracker.example"]\nallow = ["exfil.example"]\n[session]\nnetwork = "host"\n')
+    policy = read_repo_policy(tmp_path)
+    assert policy.deny == ("tracker.example",)
+    assert set(policy.ignored) == {"network.allow", "session"}
