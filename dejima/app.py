@@ -110,7 +110,7 @@ def prepare_session(
     identity = host.identity()
     scope = host.scope()
     session.remove_stale(runtime, scope, ui, record_stale_violations)
-    filter_image, session_image = ensure_images(runtime, settings, identity, ui)
+    filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
     home = host.ensure_private_dir(host.home_dir_for(workspace))
     request = SessionRequest(
         session_id=secrets.token_hex(4),
@@ -130,10 +130,12 @@ def prepare_session(
 
 
 def boundary_line(plan: SessionPlan) -> str:
-    allowed = ", ".join(e.canonical for e in plan.policy.allowed)
+    allowed = ", ".join(dict.fromkeys(e.canonical for e in plan.policy.allowed))
     network = f"egress only to {allowed}" if allowed else "no egress"
+    harness = f"harness {plan.resolved.harness.name} | " if plan.resolved else ""
+    command = describe_command(plan.session.command if not plan.interactive else None)
     return (
-        f"session {plan.session_id}: {describe_command(plan.session.command if not plan.interactive else None)} "
+        f"session {plan.session_id}: {harness}{command} "
         f"in {plan.workspace} | network: {network} (nftables default-deny, verified; DNS only through "
         f"dejima; no IPv6) | user {plan.session.user}, no capabilities | mounts: workspace, home"
     )

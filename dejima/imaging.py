@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from dejima import packaged
 from dejima.bootstrap import bootstrap_base
 from dejima.core import labels
-from dejima.core.images import ImageRecipe, bootstrap_base_tag, build_filter_recipe, build_session_recipe
+from dejima.core.images import (
+    NO_LAYERS,
+    ImageLayers,
+    ImageRecipe,
+    bootstrap_base_tag,
+    build_filter_recipe,
+    build_session_recipe,
+)
 from dejima.core.plan import Identity
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, ImageError
@@ -77,13 +84,15 @@ def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: UI) -> Base:
     return Base(tag, image, bootstrapped=True)
 
 
-def recipes(base: Base, settings: Settings, identity: Identity) -> tuple[ImageRecipe, ImageRecipe]:
+def recipes(base: Base, settings: Settings, identity: Identity,
+            layers: ImageLayers = NO_LAYERS) -> tuple[ImageRecipe, ImageRecipe]:
     cas = read_extra_cas(settings.images.extra_ca_dir)
     filter_recipe = build_filter_recipe(
         packaged.docker_template("filter"), base.ref, base.id, cas, packaged.filter_sources()
     )
     session_recipe = build_session_recipe(
-        packaged.docker_template("session"), base.ref, base.id, cas, identity.uid, identity.gid, identity.name
+        packaged.docker_template("session"), base.ref, base.id, cas, identity.uid, identity.gid, identity.name,
+        layers,
     )
     return filter_recipe, session_recipe
 
@@ -101,10 +110,11 @@ def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: UI, force: bool = Fa
     return recipe.tag
 
 
-def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: UI) -> tuple[str, str]:
+def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: UI,
+                  layers: ImageLayers = NO_LAYERS) -> tuple[str, str]:
     """Tags of the filter and session images, building them first if needed."""
     base = resolve_base(runtime, settings, ui)
-    filter_recipe, session_recipe = recipes(base, settings, identity)
+    filter_recipe, session_recipe = recipes(base, settings, identity, layers)
     return ensure_image(runtime, filter_recipe, ui), ensure_image(runtime, session_recipe, ui)
 
 

@@ -320,7 +320,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
 
     table = Table("manifest", "description", "from")
     for row in rows:
-        origin = row["source"] + (f" (overrides {row['overrides']})" if row["overrides"] else "")
+        origin = str(row["source"]) + (f" (overrides {row['overrides']})" if row["overrides"] else "")
         table.add_row(f"{row['kind']}/{row['name']}", str(row["description"]), str(origin))
     ui.console.print(table)
     return exit_codes.SUCCESS

@@ -8,6 +8,7 @@ image is the cache lookup.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from dejima.core import labels
@@ -66,12 +67,35 @@ def build_filter_recipe(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class InstallStep:
+    command: str
+    origin: str  # the manifest that asked for it
+
+
+@dataclass(frozen=True, slots=True)
+class ImageLayers:
+    """What the chosen manifests add to the session image: Debian packages, then install steps."""
+
+    packages: tuple[str, ...] = ()
+    install: tuple[InstallStep, ...] = ()
+
+
+NO_LAYERS = ImageLayers()
+_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+
+
 def build_session_recipe(
-    template: str, base: str, base_id: str, extra_cas: dict[str, bytes], uid: int, gid: int, user: str
+    template: str, base: str, base_id: str, extra_cas: dict[str, bytes], uid: int, gid: int, user: str,
+    layers: ImageLayers = NO_LAYERS,
 ) -> ImageRecipe:
+    bad = [p for p in layers.packages if not _PACKAGE.match(p)]
+    if bad:
+        raise ValueError(f"not Debian package names: {', '.join(bad)}")
     return ImageRecipe(
         role=labels.ROLE_SESSION,
-        dockerfile=render_template_text(template, base=base, uid=uid, gid=gid, user=user),
+        dockerfile=render_template_text(template, base=base, uid=uid, gid=gid, user=user,
+                                        packages=sorted(set(layers.packages)), install=layers.install),
         files=_context_files(extra_cas, {}),
         base_id=base_id,
     )

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dejima.core.egress import PolicyError, parse_entry
+from dejima.core.images import ImageLayers, InstallStep
 from dejima.core.manifest import Manifest, ManifestError
 
 REPO_POLICY_FILE = ".dejima.toml"
@@ -73,6 +74,16 @@ class Resolved:
         found += [(entry, self.repo.deny_reasons.get(entry, ""), f"{REPO_POLICY_FILE} network.deny (repository)")
                   for entry in self.repo.deny]
         return found
+
+    def image_layers(self) -> ImageLayers:
+        """Packages (sorted, once) and install steps (in manifest order, once) for the session image."""
+        packages = sorted({p for m in self.manifests for p in m.packages})
+        steps: list[InstallStep] = []
+        for m in self.manifests:
+            for command in m.install:
+                if command not in [s.command for s in steps]:
+                    steps.append(InstallStep(command, m.source))
+        return ImageLayers(tuple(packages), tuple(steps))
 
     def environment(self) -> dict[str, str]:
         env: dict[str, str] = {}
