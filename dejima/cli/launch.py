@@ -289,7 +289,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
         "(your own in $XDG_CONFIG_HOME/dejima/<kind>/ override shipped ones by name); show KIND/NAME: "
         "what one contributes (domains, environment, credential routes, image layers).",
     )
-    parser.add_argument("action", nargs="?", default="list", choices=["list", "show"])
+    parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "reference"])
     parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
@@ -297,6 +297,11 @@ def _manifests(argv: list[str], ui: UI) -> int:
 
     from dejima.manifests import load_catalog
 
+    if args.action == "reference":
+        from dejima.core.manifest import render_manifest_reference
+
+        print(render_manifest_reference(), end="")
+        return exit_codes.SUCCESS
     catalog = load_catalog()
     if args.action == "show":
         if not args.ref or "/" not in args.ref:

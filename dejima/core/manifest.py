@@ -287,3 +287,19 @@ def parse_manifest(text: str, kind: str, name: str, source: str) -> Manifest:
         apis=tuple(harness.get("apis", [])), default_backend=harness.get("default_backend"),
         api=backend.get("api"),
     )
+
+
+def render_manifest_reference() -> str:
+    """Markdown reference of the manifest format, generated from the schema above (docs/manifests.md)."""
+    lines = ["| key | type | kinds | meaning |", "| --- | --- | --- | --- |"]
+    for key, (kind, help_text) in COMMON_TOP.items():
+        lines.append(f"| `{key}` | {kind} | all | {help_text} (required) |")
+    for section, (kinds, keys) in SECTIONS.items():
+        where = "all" if kinds == KINDS else ", ".join(kinds)
+        header = f"[[{section}]]" if section in ARRAY_SECTIONS else f"[{section}]"
+        if not keys:
+            lines.append(f"| `{header}` NAME = \"value\" | string | {where} | plain, non-secret environment "
+                         "variables for the session |")
+        for key, (kind, help_text) in keys.items():
+            lines.append(f"| `{header}` `{key}` | {kind} | {where} | {help_text} |")
+    return "\n".join(lines) + "\n"

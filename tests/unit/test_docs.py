@@ -18,3 +18,11 @@ def test_readme_starts_with_the_two_commands() -> None:
     block = readme.split("```bash", 1)[1].split("```", 1)[0].strip().splitlines()
     assert [line.split()[0] for line in block] == ["./scripts/quickstart", "./scripts/test"]
     assert "./scripts/test" in (DOCS.parent / ".ci" / "run").read_text()
+
+
+def test_manifest_reference_is_current() -> None:
+    from dejima.core.manifest import render_manifest_reference
+
+    assert render_manifest_reference() in (DOCS / "manifests.md").read_text(), (
+        "regenerate docs/manifests.md with `dejima manifests reference`"
+    )

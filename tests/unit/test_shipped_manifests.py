@@ -34,3 +34,30 @@ def test_every_workflow_and_forge_resolves_together() -> None:
     resolved = resolve(catalog, WorkspaceFacts(), "shell", workflows=workflows, forges=forges)
     resolved.environment()
     assert len(resolved.choices) == 1 + len(workflows) + len(forges)
+
+
+@pytest.mark.parametrize(("files", "remote", "expected"), [
+    ({"Cargo.toml": ""}, None, {"workflows/rust"}),
+    ({"package.json": "{}", "pnpm-lock.yaml": ""}, None, {"workflows/node"}),
+    ({"pyproject.toml": "", "uv.lock": ""}, None, {"workflows/python"}),
+    ({"go.mod": "module x"}, None, {"workflows/go"}),
+    ({"pom.xml": ""}, None, {"workflows/java"}),
+    ({"Gemfile": ""}, None, {"workflows/ruby"}),
+    ({}, "git@github.com:me/p.git", {"forges/github"}),
+    ({}, "https://gitlab.com/group/p.git", {"forges/gitlab"}),
+    ({}, "https://codeberg.org/me/p.git", {"forges/codeberg"}),
+    ({}, "git@bitbucket.org:team/p.git", {"forges/bitbucket"}),
+])
+def test_detection_on_real_world_layouts(tmp_path: Path, files: dict[str, str], remote: str | None,
+                                         expected: set[str]) -> None:
+    from dejima.repo import workspace_facts
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    if remote:
+        (tmp_path / ".git").mkdir()
+        (tmp_path / ".git" / "config").write_text(f'[remote "origin"]\n\turl = {remote}\n')
+    catalog = load_catalog(include_user=False).manifests
+    resolved = resolve(catalog, workspace_facts(tmp_path), "shell")
+    detected = {c.manifest.ref for c in resolved.choices if c.why.startswith("detected")}
+    assert detected == expected
