@@ -61,3 +61,45 @@ def test_detection_on_real_world_layouts(tmp_path: Path, files: dict[str, str], 
     resolved = resolve(catalog, workspace_facts(tmp_path), "shell")
     detected = {c.manifest.ref for c in resolved.choices if c.why.startswith("detected")}
     assert detected == expected
+
+
+def test_user_manifests_override_shipped_ones_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    own = tmp_path / "dejima" / "workflows" / "rust.toml"
+    own.parent.mkdir(parents=True)
+    own.write_text('schema = 1\ndescription = "my rust"\n[detect]\nfiles = ["Cargo.toml"]\n'
+                   '[network]\nallow = ["crates.internal.example:443"]\n')
+    catalog = load_catalog()
+    assert catalog.get("workflows", "rust").source == str(own)
+    assert catalog.overridden[("workflows", "rust")].endswith("workflows/rust.toml")
+    assert load_catalog(include_user=False).get("workflows", "rust").source != str(own)
+
+
+def test_a_broken_user_manifest_stops_everything_with_its_path(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from dejima.core.manifest import ManifestError
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    own = tmp_path / "dejima" / "harnesses" / "mine.toml"
+    own.parent.mkdir(parents=True)
+    own.write_text('schema = 1\ndescription = "x"\n[harness]\ncommand = ["x"]\napis = []\nextra = 1\n')
+    with pytest.raises(ManifestError, match=f"{own}: 'harness.extra' is not a known key"):
+        load_catalog()
+
+
+def test_session_image_composition_is_deterministic() -> None:
+    from dejima import packaged
+    from dejima.core.images import build_session_recipe
+
+    catalog = load_catalog(include_user=False).manifests
+
+    def tag(*workflows: str) -> str:
+        layers = resolve(catalog, WorkspaceFacts(), "claude-code", workflows=workflows).image_layers()
+        return build_session_recipe(packaged.docker_template("session"), "base", "sha256:1", {}, 1000, 1000,
+                                    "u", layers).tag
+
+    assert tag("rust", "node") == tag("rust", "node")
+    assert tag("rust") != tag("node")
+    layers = resolve(catalog, WorkspaceFacts(), "claude-code").image_layers()
+    assert any("@anthropic-ai/claude-code" in step.command for step in layers.install)
+    assert "nodejs" in layers.packages
