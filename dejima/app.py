@@ -30,6 +30,7 @@ from dejima.manifests import load_catalog
 from dejima.repo import read_repo_policy, workspace_facts
 from dejima.runtime import Runtime
 from dejima.ui.console import UI
+from dejima.ui.views import boundary_card
 from dejima.violations import ViolationStore
 
 
@@ -143,7 +144,10 @@ def boundary_line(plan: SessionPlan) -> str:
 
 def run_session(prepared: Prepared, ui: UI) -> int:
     settings = prepared.settings
-    ui.info(boundary_line(prepared.plan))
+    if prepared.plan.interactive:
+        ui.card("dejima boundary", boundary_card(prepared.plan))
+    else:
+        ui.info(boundary_line(prepared.plan))
     store = ViolationStore(prepared.plan.session_id)
     try:
         return session.run(

@@ -26,6 +26,12 @@ class UI:
     def warn(self, message: str) -> None:
         self.console.print(Text("dejima: warning: ", style="bold yellow") + Text(message))
 
+    def card(self, title: str, lines: list[str]) -> None:
+        if not self.quiet:
+            from rich.panel import Panel
+
+            self.console.print(Panel("\n".join(escape(line) for line in lines), title=title, expand=False))
+
     def error(self, exc: DiagnosticError) -> None:
         self.console.print(render_error(exc))
 

@@ -37,3 +37,23 @@ def format_plan(plan: SessionPlan) -> str:
             lines.append(f"  mount {bind.source} -> {bind.target} ({'ro' if bind.read_only else 'rw'})")
     lines += ["", "## nft ruleset (applied in the filter, then read back and verified)", plan.ruleset]
     return "\n".join(lines)
+
+
+def boundary_card(plan: SessionPlan) -> list[str]:
+    """What the session is held to, in a few lines, shown before the agent starts."""
+    resolved = plan.resolved
+    chosen = ", ".join(f"{c.manifest.ref} ({c.why})" for c in resolved.choices) if resolved else "none"
+    allowed = list(dict.fromkeys(e.canonical for e in plan.policy.allowed))
+    shown = ", ".join(allowed[:6]) + (f" and {len(allowed) - 6} more" if len(allowed) > 6 else "")
+    mounts = ", ".join(f"{b.target} ({'ro' if b.read_only else 'rw'})" for b in plan.session.binds)
+    return [
+        f"session {plan.session_id} on {plan.workspace}",
+        f"manifests   {chosen}",
+        f"network     default-deny, verified in the kernel; allowed: {shown or 'nothing'}",
+        "dns         only dejima's resolver; names not allowed are refused and never leave the filter",
+        "ipv6        off; UDP and ICMP closed",
+        f"identity    uid:gid {plan.session.user}, no capabilities, no-new-privileges, no Docker socket",
+        f"mounts      {mounts}, /tmp (tmpfs)",
+        "credentials none enter the session (no host secret is passed through)",
+        "grants      `dejima-allow` is not there yet: restart with --allow to widen",
+    ]

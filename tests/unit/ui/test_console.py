@@ -22,3 +22,19 @@ def test_references_must_be_kebab_case() -> None:
 
     with pytest.raises(ValueError):
         SettingsError("m", reference="Not_Kebab")
+
+
+def test_boundary_card_says_what_is_enforced() -> None:
+    from pathlib import PurePosixPath
+
+    from dejima.core.plan import Identity, SessionRequest, build_session_plan
+    from dejima.core.settings import NetworkSettings, Settings
+    from dejima.ui.views import boundary_card
+
+    request = SessionRequest("abcd1234", "t", PurePosixPath("/w/p"), PurePosixPath("/h"), None, "b:1:2")
+    plan = build_session_plan(request, Settings(network=NetworkSettings(allow=("pypi.org",))),
+                              Identity(1000, 1000, "u"), "f", "s")
+    text = "\n".join(boundary_card(plan))
+    for phrase in ("default-deny, verified in the kernel; allowed: pypi.org", "only dejima's resolver",
+                   "ipv6        off", "uid:gid 1000:1000, no capabilities", "/w/p (rw)", "none enter the session"):
+        assert phrase in text
