@@ -7,8 +7,8 @@ Every manifest keeps the path it came from, so the plan can say who asked for wh
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from dejima import host
@@ -17,10 +17,14 @@ from dejima.packaged import PACKAGE_ROOT
 
 
 def shipped_dir(kind: str) -> Path:
+    """Where the shipped manifests of ``kind`` are: installed package data, or the checkout."""
     try:
-        return Path(str(resources.files(f"dejima.assets.{kind}")))
+        spec = importlib.util.find_spec(f"dejima.assets.{kind}")
     except ModuleNotFoundError:
-        return PACKAGE_ROOT.parent / kind  # a source checkout
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return PACKAGE_ROOT.parent / kind  # a source checkout that is not installed
 
 
 def user_dir(kind: str) -> Path:
