@@ -1,0 +1,236 @@
+"""`dejima COMMAND`: the management commands (sessions, images, settings, manifests, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from dejima import app, host
+from dejima.cli import exit_codes
+from dejima.errors import UsageError
+from dejima.ui.console import UI
+
+
+def _sessions(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(prog="dejima sessions", description="List dejima sessions of this scope.")
+    parser.add_argument("--json", action="store_true", help="print JSON (one array) for scripts")
+    args = parser.parse_args(argv)
+    from dejima.runtime import connect
+
+    sessions = app.list_sessions(connect(), host.scope())
+    if args.json:
+        print(json.dumps([s.to_json() for s in sessions], indent=2))
+        return exit_codes.SUCCESS
+    if not sessions:
+        ui.info("no sessions")
+        return exit_codes.SUCCESS
+    from rich.table import Table
+
+    table = Table("session", "status", "workspace", "launcher pid", "containers")
+    for s in sessions:
+        table.add_row(s.session_id, s.status, s.workspace, s.launcher_pid, ", ".join(s.containers))
+    ui.console.print(table)
+    return exit_codes.SUCCESS
+
+
+def _stop(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(prog="dejima stop", description="Stop a session and remove its containers.")
+    parser.add_argument("session", help="session id, as `dejima sessions` shows it")
+    args = parser.parse_args(argv)
+    from dejima.runtime import connect
+
+    app.stop_session(connect(), host.scope(), args.session)
+    ui.info(f"stopped session {args.session}")
+    return exit_codes.SUCCESS
+
+
+def _clean(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima clean",
+        description="Remove sessions whose launcher is gone (after a crash or SIGKILL). "
+        "Per-project home directories are kept.",
+    )
+    parser.add_argument("--all", action="store_true", help="also stop sessions that are still running")
+    args = parser.parse_args(argv)
+    from dejima.runtime import connect
+
+    removed = app.clean(connect(), host.scope(), ui, everything=args.all)
+    if not removed:
+        ui.info("nothing to clean")
+    return exit_codes.SUCCESS
+
+
+def _doctor(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima doctor",
+        description="Check that this machine can hold the boundary: engine, images, nftables in a "
+        "container, and a live self-test that a session cannot reach a decoy server that an "
+        "unfiltered container can reach. Traffic goes only to containers the doctor starts.",
+    )
+    parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    args = parser.parse_args(argv)
+    from dejima.doctor import run_doctor
+
+    checks = run_doctor(host.load_settings(), ui, build=args.build)
+    if args.json:
+        print(json.dumps([{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks], indent=2))
+    else:
+        from rich.table import Table
+
+        table = Table("check", "result", "detail")
+        for c in checks:
+            table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", c.detail)
+        ui.console.print(table)
+    return exit_codes.SUCCESS if checks and all(c.ok for c in checks) else exit_codes.FAILURE
+
+
+def _images(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima images",
+        description="list: images dejima made; build: build missing filter/session images; "
+        "bootstrap: make the Debian base with debootstrap now (needs root); prune: remove filter and "
+        "session images that the current code and settings no longer use (they pile up across upgrades).",
+    )
+    parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap", "prune"])
+    parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
+    args = parser.parse_args(argv)
+    from dejima.core import labels
+    from dejima.imaging import ensure_image, make_bootstrap_base, recipes, resolve_base
+    from dejima.runtime import connect
+
+    runtime, settings = connect(), host.load_settings()
+    if args.action == "bootstrap":
+        base = make_bootstrap_base(runtime, settings, ui)
+        ui.info(f"made {base.ref} ({base.id[:19]})")
+    elif args.action == "prune":
+        from dejima.imaging import prune_images
+
+        removed, kept = prune_images(runtime, settings, host.identity(), ui)
+        ui.info(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
+    elif args.action == "build":
+        base = resolve_base(runtime, settings, ui)
+        for recipe in recipes(base, settings, host.identity()):
+            ui.info(f"{recipe.role}: {ensure_image(runtime, recipe, ui, force=args.force)}")
+    else:
+        from rich.table import Table
+
+        table = Table("image", "role", "id", "size")
+        for image in runtime.images({labels.ROLE: ""}):
+            role = (image.get("Labels") or {}).get(labels.ROLE, "?")
+            for tag in image.get("RepoTags") or ["<none>"]:
+                table.add_row(tag, role, image["Id"][7:19], f"{image.get('Size', 0) / 1e6:.0f} MB")
+        ui.console.print(table)
+    return exit_codes.SUCCESS
+
+
+def _settings(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(prog="dejima settings", description="Show where settings live and what they are.")
+    parser.add_argument("action", nargs="?", default="show", choices=["path", "show", "reference"])
+    args = parser.parse_args(argv)
+    from dataclasses import asdict
+
+    from dejima.core.settings import render_settings_reference
+
+    if args.action == "path":
+        print(host.settings_path())
+    elif args.action == "reference":
+        print(render_settings_reference(), end="")
+    else:
+        path = host.settings_path()
+        settings = host.load_settings(path)
+        ui.info(f"settings file: {path}{'' if path.exists() else ' (absent: defaults)'}")
+        print(json.dumps(asdict(settings), indent=2))
+    return exit_codes.SUCCESS
+
+
+def _violations(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima violations",
+        description="What a session was refused: names not allowed, answers pointing at denied addresses. "
+        "Without SESSION: the sessions that have a record.",
+    )
+    parser.add_argument("session", nargs="?")
+    parser.add_argument("--json", action="store_true", help="print JSON lines")
+    args = parser.parse_args(argv)
+    from dejima import violations
+
+    if args.session is None:
+        for name in violations.known_sessions():
+            print(name)
+        return exit_codes.SUCCESS
+    records = violations.read(args.session)
+    if args.json:
+        for record in records:
+            print(json.dumps(record, sort_keys=True))
+        return exit_codes.SUCCESS
+    if not records:
+        ui.info(f"no violations recorded for session {args.session}")
+        return exit_codes.SUCCESS
+    from rich.table import Table
+
+    table = Table("time", "kind", "destination", "reason")
+    for r in records:
+        when = time.strftime("%H:%M:%S", time.localtime(float(r.get("time", 0))))
+        where = r.get("domain") or r.get("address") or "?"
+        if r.get("address") and r.get("domain"):
+            where = f"{r['domain']} -> {r['address']}"
+        table.add_row(when, str(r.get("kind")), str(where), str(r.get("reason", "")))
+    ui.console.print(table)
+    return exit_codes.SUCCESS
+
+
+def _manifests(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima manifests",
+        description="list: every forge, workflow, harness and backend manifest, with the file it comes from "
+        "(your own in $XDG_CONFIG_HOME/dejima/<kind>/ override shipped ones by name); show KIND/NAME: "
+        "what one contributes (domains, environment, credential routes, image layers).",
+    )
+    parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "reference"])
+    parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    from dataclasses import asdict
+
+    from dejima.manifests import load_catalog
+
+    if args.action == "reference":
+        from dejima.core.manifest import render_manifest_reference
+
+        print(render_manifest_reference(), end="")
+        return exit_codes.SUCCESS
+    catalog = load_catalog()
+    if args.action == "show":
+        if not args.ref or "/" not in args.ref:
+            raise UsageError("show needs KIND/NAME", hint="e.g. dejima manifests show workflows/rust")
+        kind, name = args.ref.split("/", 1)
+        manifest = catalog.get(kind, name)
+        data = asdict(manifest)
+        if args.json:
+            print(json.dumps(data, indent=2))
+        else:
+            for key, value in data.items():
+                if value not in ((), {}, None, ""):
+                    print(f"{key:>16}: {value}")
+        return exit_codes.SUCCESS
+    rows = [{"kind": m.kind, "name": m.name, "description": m.description, "source": m.source,
+             "overrides": catalog.overridden.get((m.kind, m.name))} for m in catalog.manifests.values()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return exit_codes.SUCCESS
+    from rich.table import Table
+
+    table = Table("manifest", "description", "from")
+    for row in rows:
+        origin = str(row["source"]) + (f" (overrides {row['overrides']})" if row["overrides"] else "")
+        table.add_row(f"{row['kind']}/{row['name']}", str(row["description"]), str(origin))
+    ui.console.print(table)
+    return exit_codes.SUCCESS
+
+
+COMMANDS = {
+    "sessions": _sessions, "stop": _stop, "clean": _clean, "doctor": _doctor,
+    "images": _images, "settings": _settings, "violations": _violations, "manifests": _manifests,
+}
