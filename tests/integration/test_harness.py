@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from dejima.runtime import Runtime
 from tests.world import User, run_dejima
 
 
+@pytest.mark.timeout(1800)  # the first run builds the composed image: apt, npm
 def test_claude_code_runs_inside_the_session(runtime: Runtime, images: object, user: User, scope: str,
                                              workspace: Path) -> None:
     # The first run builds the composed session image (nodejs, npm, @anthropic-ai/claude-code).
@@ -19,6 +22,7 @@ def test_claude_code_runs_inside_the_session(runtime: Runtime, images: object, u
     assert "harness claude-code" in result.stderr
 
 
+@pytest.mark.timeout(1800)
 def test_claude_code_telemetry_and_updates_are_off(runtime: Runtime, images: object, user: User, scope: str,
                                                   workspace: Path) -> None:
     secret = "sk-ant-test-host-secret-must-not-leak"
