@@ -20,6 +20,7 @@ from dejima.core.plan import (
     SessionPlan,
     SessionRequest,
     build_session_plan,
+    cache_paths_outside_home,
     describe_command,
 )
 from dejima.core.resolve import REPO_POLICY_FILE, Resolved, resolve
@@ -123,7 +124,10 @@ def prepare_session(
         harness=resolved.harness.name,
         allow=allow,
         resolv_conf=PurePosixPath(host.resolv_conf_file(RESOLV_CONF)),
+        cache_root=PurePosixPath(host.data_dir() / "caches" / home.name),
     )
+    for path in cache_paths_outside_home(resolved):
+        host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"))
     facts = network_facts(settings, runtime, upstream_dns)
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts,
                               str(host.settings_path()), resolved)
@@ -265,6 +269,7 @@ def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Reso
         session_id="render", scope=host.scope(), workspace=PurePosixPath(workspace),
         home_dir=PurePosixPath(host.home_dir_for(workspace)), command=command, launcher="render", allow=allow,
         resolv_conf=PurePosixPath(host.state_dir() / "resolv.conf"),
+        cache_root=PurePosixPath(host.data_dir() / "caches" / host.home_dir_for(workspace).name),
     )
     source = str(host.settings_path())
     facts = network_facts(settings, None, upstream_dns)

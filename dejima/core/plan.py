@@ -83,6 +83,7 @@ class SessionRequest:
     # A host file saying "nameserver 127.0.0.1", mounted read-only as the session's resolv.conf:
     # the engine's own file may name its embedded resolver (127.0.0.11), which the ruleset blocks.
     resolv_conf: PurePosixPath | None = None
+    cache_root: PurePosixPath | None = None  # host directory for manifest caches outside $HOME
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +210,7 @@ def build_session_plan(
     if interactive:
         environment["TERM"] = "xterm-256color"
     workspace = str(request.workspace)
+    cache_binds = _cache_binds(resolved, request.cache_root)
     session_spec = ContainerSpec(
         name=f"dejima-{request.session_id}-session",
         image=session_image,
@@ -218,7 +220,8 @@ def build_session_plan(
         labels={**base_labels, labels.ROLE: labels.ROLE_SESSION},
         environment=environment,
         binds=(Bind(workspace, workspace), Bind(str(request.home_dir), SESSION_HOME), *(
-            (Bind(str(request.resolv_conf), "/etc/resolv.conf", read_only=True),) if request.resolv_conf else ())),
+            (Bind(str(request.resolv_conf), "/etc/resolv.conf", read_only=True),) if request.resolv_conf else ()),
+            *cache_binds),
         tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},
         # Joining the filter's network namespace puts the session behind its ruleset; joining its
         # PID namespace makes the kernel kill the session the moment the filter's init dies.
@@ -239,6 +242,19 @@ def build_session_plan(
         session=session_spec,
         resolved=resolved,
     )
+
+
+def cache_paths_outside_home(resolved: Resolved | None) -> list[str]:
+    """Manifest caches under $HOME persist with the per-project home; the others need a mount."""
+    paths = dict.fromkeys(p for m in (resolved.manifests if resolved else ()) for p in m.caches)
+    return [p for p in paths if not (p == SESSION_HOME or p.startswith(SESSION_HOME + "/"))]
+
+
+def _cache_binds(resolved: Resolved | None, cache_root: PurePosixPath | None) -> tuple[Bind, ...]:
+    outside = cache_paths_outside_home(resolved)
+    if outside and cache_root is None:
+        raise ValueError("manifest caches outside the home need a cache root")
+    return tuple(Bind(str(cache_root / p.strip("/").replace("/", "__")), p) for p in outside if cache_root)
 
 
 def plan_hash(plan: SessionPlan) -> str:

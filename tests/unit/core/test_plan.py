@@ -119,3 +119,18 @@ def test_manifest_entries_carry_their_origin_and_repository_denies_win() -> None
     assert not p.policy.name_verdict("static.crates.io").allowed  # the repository narrowed it
     assert p.session.environment["CARGO_HOME"] == "/home/dejima/.cargo"
     assert plan(command=None).session.command == ("bash", "-l")
+
+
+def test_caches_persist_with_the_home_or_get_a_mount_of_their_own() -> None:
+    from dejima.core.manifest import parse_manifest
+    from dejima.core.resolve import WorkspaceFacts, resolve
+
+    shell = parse_manifest('schema = 1\ndescription = "s"\n[harness]\ncommand = ["sh"]\napis = []\n'
+                           '[[caches]]\npath = "/home/dejima/.cache/x"\n[[caches]]\npath = "/opt/tool/cache"\n',
+                           "harnesses", "shell", "/m/shell.toml")
+    resolved = resolve({("harnesses", "shell"): shell}, WorkspaceFacts(), "shell")
+    p = build_session_plan(request(cache_root=PurePosixPath("/data/caches/p-1")), Settings(), IDENTITY, "f", "s",
+                           resolved=resolved)
+    binds = {b.target: b.source for b in p.session.binds}
+    assert binds["/opt/tool/cache"] == "/data/caches/p-1/opt__tool__cache"
+    assert "/home/dejima/.cache/x" not in binds  # inside the per-project home already
