@@ -137,7 +137,10 @@ def prepare_session(
 def boundary_line(plan: SessionPlan) -> str:
     allowed = ", ".join(dict.fromkeys(e.canonical for e in plan.policy.allowed))
     network = f"egress only to {allowed}" if allowed else "no egress"
-    harness = f"harness {plan.resolved.harness.name} | " if plan.resolved else ""
+    harness = ""
+    if plan.resolved:
+        others = ", ".join(f"{c.manifest.name} ({c.why})" for c in plan.resolved.choices[1:])
+        harness = f"harness {plan.resolved.harness.name}" + (f" with {others}" if others else "") + " | "
     command = describe_command(plan.session.command if not plan.interactive else None)
     return (
         f"session {plan.session_id}: {harness}{command} "
