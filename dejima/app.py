@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from dejima import host, session
+from dejima import exit_audit, host, session
 from dejima.core import labels
 from dejima.core.manifest import ManifestError
 from dejima.core.plan import (
@@ -26,6 +26,7 @@ from dejima.core.plan import (
 from dejima.core.resolve import REPO_POLICY_FILE, Resolved, resolve
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError, UsageError
+from dejima.findings import FindingStore
 from dejima.imaging import ensure_images
 from dejima.manifests import load_catalog
 from dejima.repo import read_repo_policy, workspace_facts
@@ -108,10 +109,14 @@ def network_facts(settings: Settings, runtime: Runtime | None, upstream_override
 def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
     runtime: Runtime, ui: UI, allow: tuple[str, ...] = (), upstream_dns: tuple[str, ...] = (),
+    accept_findings: bool = False,
 ) -> Prepared:
     identity = host.identity()
     scope = host.scope()
     session.remove_stale(runtime, scope, ui, record_stale_violations)
+    live = {c.labels.get(labels.SESSION, "") for c in runtime.containers({labels.SCOPE: scope})}
+    exit_audit.recover(ui, live)
+    check_findings(workspace, accept_findings, ui)
     filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
     home = host.ensure_private_dir(host.home_dir_for(workspace))
     request = SessionRequest(
@@ -149,8 +154,30 @@ def boundary_line(plan: SessionPlan) -> str:
     )
 
 
+def check_findings(workspace: Path, accept: bool, ui: UI) -> None:
+    """Warn about unreviewed findings; refuse to start on unreviewed critical ones unless accepted."""
+    store = FindingStore()
+    try:
+        open_findings = store.findings(str(workspace))
+    finally:
+        store.close()
+    if not open_findings:
+        return
+    critical = [s for s in open_findings if s.finding.severity == "critical"]
+    ui.warn(f"{len(open_findings)} unreviewed audit finding(s) in {workspace} ({len(critical)} critical): "
+            "dejima-audit lists them")
+    if critical and not accept:
+        raise SessionError(
+            f"{workspace} has {len(critical)} unreviewed critical finding(s) from earlier sessions "
+            "(e.g. a git hook or an IDE task that would run on the host)",
+            hint="review them with `dejima-audit` and `dejima-audit ack`, or start anyway with --accept-findings",
+            reference="unreviewed-findings",
+        )
+
+
 def run_session(prepared: Prepared, ui: UI) -> int:
     settings = prepared.settings
+    exit_audit.start(Path(prepared.plan.workspace), prepared.plan.session_id)
     if prepared.plan.interactive:
         ui.card("dejima boundary", boundary_card(prepared.plan))
     else:
@@ -173,6 +200,7 @@ def run_session(prepared: Prepared, ui: UI) -> int:
             ) from exc
         raise
     finally:
+        exit_audit.finish(prepared.plan.session_id, ui)
         summary = store.summary()
         if summary:
             ui.warn(f"session {prepared.plan.session_id}: {summary}; "

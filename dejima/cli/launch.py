@@ -66,6 +66,8 @@ def _launch_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dns-upstream", action="append", default=[], metavar="IP",
                         help="IPv4 resolver the filter forwards allowed queries to (repeatable; default: "
                         "[network] upstream_dns, else the host's)")
+    parser.add_argument("--accept-findings", action="store_true",
+                        help="start even though earlier sessions left unreviewed critical audit findings")
     parser.add_argument("--render", action="store_true",
                         help="print the plan (policy, mounts, nft ruleset) and exit; needs no Docker")
     parser.add_argument("-q", "--quiet", action="store_true", help="only errors and warnings on stderr")
@@ -104,7 +106,7 @@ def _launch(argv: list[str], ui: UI) -> int:
         print(format_plan(app.render_plan(workspace, command, resolved, settings, tuple(args.allow), upstream)))
         return exit_codes.SUCCESS
     prepared = app.prepare_session(workspace, command, resolved, settings, connect(), ui, tuple(args.allow),
-                                   upstream)
+                                   upstream, accept_findings=args.accept_findings)
     return app.run_session(prepared, ui)
 
 

@@ -92,13 +92,22 @@ def test_help_explains_the_boundary_and_the_commands(capsys: pytest.CaptureFixtu
         assert phrase in text
 
 
-def test_allow_and_audit_say_not_yet(capsys: pytest.CaptureFixture[str]) -> None:
+def test_allow_says_not_yet_and_audit_explains_itself(capsys: pytest.CaptureFixture[str]) -> None:
     from dejima.cli import allow, audit
 
-    for module in (allow, audit):
-        with pytest.raises(SystemExit):
-            module.main(["--help"])
-        assert "NOT YET IMPLEMENTED" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        allow.main(["--help"])
+    assert "NOT YET IMPLEMENTED" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        audit.main(["--help"])
+    text = capsys.readouterr().out
+    assert "An acknowledgement covers that exact" in text and "dejima-audit ack ID" in text
+
+
+def test_audit_output_escapes_control_and_bidi_characters() -> None:
+    from dejima.cli.audit import safe
+
+    assert safe("evil\u202ename\x1b[31m") == "evil\\u202ename\\u001b[31m"
 
 
 def test_render_prints_the_plan_without_docker(tmp_path: Path, captured: io.StringIO,

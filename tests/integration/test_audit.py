@@ -1,0 +1,57 @@
+"""The exit audit around real sessions: findings recorded, start refused until reviewed, crash
+recovery by the next run, acknowledgements tied to content."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from dejima.runtime import Runtime
+from tests.world import User, run_dejima, spawn_dejima, wait_for_line
+
+PLANT_HOOK = "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"
+
+
+def git_repo(workspace: Path, user: User) -> None:
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    if os.getuid() == 0:
+        subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace)], check=True)
+
+
+def dejima_audit(user: User, scope: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([user.python, "-c", "from dejima.cli.audit import main; raise SystemExit(main())", *args],
+                          env=user.env(scope), capture_output=True, text=True, timeout=60,
+                          **user.popen_kwargs())  # type: ignore[arg-type]
+
+
+def test_a_planted_hook_is_found_and_blocks_the_next_start_until_acked(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+    git_repo(workspace, user)
+    first = run_dejima(user, scope, str(workspace), "--", "sh", "-c", PLANT_HOOK)
+    assert first.returncode == 0, first.stderr
+    assert "change(s) that can run code on the host (worst: critical)" in first.stderr
+    refused = run_dejima(user, scope, "-q", str(workspace), "--", "true")
+    assert refused.returncode == 125 and "unreviewed-findings" in refused.stderr
+    listed = json.loads(dejima_audit(user, scope, "list", "--json", "--workspace", str(workspace)).stdout)
+    assert [(f["rule"], f["path"]) for f in listed] == [("G-hook", ".git/hooks/pre-commit")]
+    acked = dejima_audit(user, scope, "ack", str(listed[0]["id"]), "--note", "test")
+    assert acked.returncode == 0, acked.stderr
+    assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == 0
+    # The same hook, changed again: a new finding, and the workspace is refused again.
+    run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo '# more' >> .git/hooks/pre-commit")
+    assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == 125
+
+
+def test_a_session_whose_launcher_was_killed_is_audited_by_the_next_run(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+    git_repo(workspace, user)
+    script = f"{PLANT_HOOK}; echo started; exec sleep 300"
+    with spawn_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", script) as proc:
+        wait_for_line(proc.stdout, "started")
+        proc.kill()
+        proc.wait(timeout=30)
+    result = run_dejima(user, scope, str(workspace), "--", "true")
+    assert "whose launcher ended before it could" in result.stderr
+    assert result.returncode == 125 and "unreviewed-findings" in result.stderr
