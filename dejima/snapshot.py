@@ -20,7 +20,10 @@ def _hash(path: str, size: int) -> str:
     digest = hashlib.sha256()
     # O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO between lstat and open is
     # refused instead of followed or waited on.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"unreadable:{exc.errno}"  # still compared: a change of readability is a change
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return "not-a-file"
@@ -50,7 +53,10 @@ def take_snapshot(root: Path) -> Snapshot:
             continue
         for child in children:
             path = f"{relative}/{child.name}" if relative else child.name
-            info = child.stat(follow_symlinks=False)
+            try:
+                info = child.stat(follow_symlinks=False)
+            except OSError:
+                continue  # vanished while walking
             kind = _KINDS.get(stat.S_IFMT(info.st_mode), "other")
             entry = Entry(
                 path=path, kind=kind, mode=stat.S_IMODE(info.st_mode), uid=info.st_uid, gid=info.st_gid,

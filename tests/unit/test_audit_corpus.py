@@ -137,3 +137,11 @@ def test_the_audit_never_runs_repository_code(repo: Path, tmp_path: Path) -> Non
     found = findings_after(repo, plant)
     assert {f.rule for f in found} >= {"G-config", "G-hook"}
     assert not marker.exists()
+
+
+def test_unreadable_files_do_not_stop_the_snapshot(repo: Path) -> None:
+    secret = repo / "secret.txt"
+    secret.write_text("x")
+    secret.chmod(0)
+    snapshot = take_snapshot(repo)
+    assert "secret.txt" in snapshot
