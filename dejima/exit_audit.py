@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from dejima.core.audit import SEVERITIES, Finding, audit, watched
@@ -22,11 +21,11 @@ def _state_file(session_id: str) -> Path:
 
 def start(workspace: Path, session_id: str) -> Path:
     """Snapshot the workspace before the session may touch it; returns where it was saved."""
-    snapshot = take_snapshot(workspace)
+    snapshot = take_snapshot(workspace, hash_path=watched)
     kept = read_kept(workspace, snapshot, watched)
     path = _state_file(session_id)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    document = {"workspace": str(workspace), "entries": [asdict(e) for e in snapshot.values()],
+    document = {"workspace": str(workspace), "entries": [e._asdict() for e in snapshot.values()],
                 "kept": {p: base64.b64encode(b).decode() for p, b in kept.items()}}
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(document))
@@ -45,7 +44,7 @@ def finish(session_id: str, ui: UI, store: FindingStore | None = None) -> list[F
     """Audit the workspace against its start snapshot, store the findings, and say so."""
     path = _state_file(session_id)
     workspace, before, kept_before = _load(path)
-    after = take_snapshot(workspace)
+    after = take_snapshot(workspace, previous=before)
     kept_after = read_kept(workspace, after, watched)
     findings = audit(before, after, lambda side, p: (kept_before if side == "before" else kept_after).get(p))
     store = store or FindingStore()

@@ -39,8 +39,14 @@ def _hash(path: str, size: int) -> str:
     return digest.hexdigest() + ("" if size <= MAX_HASH_BYTES else f"+truncated:{size}")
 
 
-def take_snapshot(root: Path) -> Snapshot:
-    """Every entry under ``root`` (itself excluded), keyed by its relative path."""
+def take_snapshot(root: Path, previous: Snapshot | None = None,
+                  hash_path: Callable[[str], bool] = lambda path: True) -> Snapshot:
+    """Every entry under ``root`` (itself excluded), keyed by its relative path.
+
+    Regular files are hashed when ``hash_path`` says so, or when ``previous`` (the start snapshot)
+    knew them with another (size, ctime, inode): a process in the container can set mtime but not
+    ctime, so an unchanged tuple is an unchanged file, and only changed files are read.
+    """
     entries: Snapshot = {}
     device = os.lstat(root).st_dev
     stack = [""]
@@ -58,11 +64,21 @@ def take_snapshot(root: Path) -> Snapshot:
             except OSError:
                 continue  # vanished while walking
             kind = _KINDS.get(stat.S_IFMT(info.st_mode), "other")
+            old = previous.get(path) if previous is not None else None
+            same = (old is not None and old.kind == kind == "file"
+                    and (old.size, old.ctime_ns, old.inode) == (info.st_size, info.st_ctime_ns, info.st_ino))
+            if kind != "file":
+                digest = None
+            elif same:
+                digest = old.sha256 if old is not None else None
+            elif hash_path(path) or previous is not None:
+                digest = _hash(child.path, info.st_size)
+            else:
+                digest = None
             entry = Entry(
                 path=path, kind=kind, mode=stat.S_IMODE(info.st_mode), uid=info.st_uid, gid=info.st_gid,
                 size=info.st_size, nlink=info.st_nlink, inode=info.st_ino, ctime_ns=info.st_ctime_ns,
-                sha256=_hash(child.path, info.st_size) if kind == "file" else None,
-                target=os.readlink(child.path) if kind == "symlink" else None,
+                sha256=digest, target=os.readlink(child.path) if kind == "symlink" else None,
             )
             entries[path] = entry
             if kind == "dir" and info.st_dev == device:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import stat
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
+    """A NamedTuple, not a dataclass: a snapshot holds one per file, and building them is the
+    audit's hot path."""
+
     path: str
     kind: str  # file, dir, symlink, fifo, socket, char, block
     mode: int  # permission bits incl. setuid/setgid/sticky
@@ -45,6 +48,13 @@ class Change:
 Snapshot = dict[str, Entry]
 
 
+def _content_changed(old: Entry, new: Entry) -> bool:
+    if old.sha256 is not None and new.sha256 is not None:
+        return old.sha256 != new.sha256
+    # Not hashed at the start: the (size, ctime, inode) tuple decides; ctime cannot be set back.
+    return (old.size, old.ctime_ns, old.inode) != (new.size, new.ctime_ns, new.inode)
+
+
 def diff(before: Snapshot, after: Snapshot) -> list[Change]:
     """Every difference between two snapshots of one mount, sorted by path."""
     changes: list[Change] = []
@@ -57,7 +67,7 @@ def diff(before: Snapshot, after: Snapshot) -> list[Change]:
         elif old.kind != new.kind:
             changes.append(Change(path, "type", old, new))
         else:
-            if old.sha256 != new.sha256:
+            if new.kind == "file" and _content_changed(old, new):
                 changes.append(Change(path, "modified", old, new))
             if old.target != new.target:
                 changes.append(Change(path, "link-target", old, new))

@@ -33,10 +33,10 @@ def repo(tmp_path: Path) -> Path:
 
 
 def findings_after(root: Path, change: Callable[[Path], None]) -> list[Finding]:
-    before = take_snapshot(root)
+    before = take_snapshot(root, hash_path=watched)
     kept_before = read_kept(root, before, watched)
     change(root)
-    after = take_snapshot(root)
+    after = take_snapshot(root, previous=before)
     kept_after = read_kept(root, after, watched)
     return audit(before, after, lambda side, path: (kept_before if side == "before" else kept_after).get(path))
 
