@@ -130,6 +130,7 @@ def prepare_session(
         allow=allow,
         resolv_conf=PurePosixPath(host.resolv_conf_file(RESOLV_CONF)),
         cache_root=PurePosixPath(host.data_dir() / "caches" / home.name),
+        read_only=protected_paths(workspace, settings),
     )
     for path in cache_paths_outside_home(resolved):
         host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"))
@@ -137,6 +138,15 @@ def prepare_session(
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts,
                               str(host.settings_path()), resolved)
     return Prepared(runtime, plan, settings)
+
+
+def protected_paths(workspace: Path, settings: Settings) -> tuple[PurePosixPath, ...]:
+    """Workspace paths the session gets read-only: .git/hooks, when it is a real directory."""
+    hooks = workspace / ".git" / "hooks"
+    if settings.session.protect_git_hooks and hooks.is_dir() and not hooks.is_symlink() \
+            and not (workspace / ".git").is_symlink():
+        return (PurePosixPath(hooks),)
+    return ()
 
 
 def boundary_line(plan: SessionPlan) -> str:

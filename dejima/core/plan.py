@@ -84,6 +84,7 @@ class SessionRequest:
     # the engine's own file may name its embedded resolver (127.0.0.11), which the ruleset blocks.
     resolv_conf: PurePosixPath | None = None
     cache_root: PurePosixPath | None = None  # host directory for manifest caches outside $HOME
+    read_only: tuple[PurePosixPath, ...] = ()  # workspace paths mounted read-only over themselves
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +222,7 @@ def build_session_plan(
         environment=environment,
         binds=(Bind(workspace, workspace), Bind(str(request.home_dir), SESSION_HOME), *(
             (Bind(str(request.resolv_conf), "/etc/resolv.conf", read_only=True),) if request.resolv_conf else ()),
-            *cache_binds),
+            *cache_binds, *(Bind(str(p), str(p), read_only=True) for p in request.read_only)),
         tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},
         # Joining the filter's network namespace puts the session behind its ruleset; joining its
         # PID namespace makes the kernel kill the session the moment the filter's init dies.

@@ -33,6 +33,7 @@ class SessionSettings:
     network: str = "bridge"
     stop_timeout: float = 5.0
     ready_timeout: float = 30.0
+    protect_git_hooks: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +152,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "ready_timeout": Key(
             "ready_timeout", float, "Seconds the filter may take to apply and verify its ruleset.", _seconds
         ),
+        "protect_git_hooks": Key(
+            "protect_git_hooks", bool, "Mount the workspace's .git/hooks read-only in the session, so no hook "
+            "can be planted there (the exit audit still checks); false lets the session write hooks.",
+        ),
     },
     "network": {
         "allow": Key(
@@ -175,7 +180,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
 }
 
 _DEFAULTS = {"images": ImageSettings(), "session": SessionSettings(), "network": NetworkSettings()}
-_KIND_NAMES = {float: "a number", str: "a string", list: "a list of strings", dict: "a table of strings"}
+_KIND_NAMES = {float: "a number", str: "a string", list: "a list of strings", dict: "a table of strings",
+               bool: "true or false"}
 
 
 def _suggest(word: str, choices: list[str]) -> str:
@@ -191,6 +197,8 @@ def _check_type(value: object, kind: type) -> bool:
         return isinstance(value, list) and all(isinstance(item, str) for item in value)
     if kind is dict:
         return isinstance(value, dict) and all(isinstance(item, str) for item in value.values())
+    if kind is bool:
+        return isinstance(value, bool)
     return isinstance(value, kind) and not isinstance(value, bool)
 
 
@@ -280,6 +288,6 @@ def render_settings_reference() -> str:
         for key, spec in keys.items():
             default = getattr(_DEFAULTS[table], key)
             default = list(default) if isinstance(default, tuple) else default
-            kind = {float: "number", str: "string", list: "list of strings", dict: "table"}[spec.kind]
+            kind = {float: "number", str: "string", list: "list of strings", dict: "table", bool: "boolean"}[spec.kind]
             lines.append(f"| `{table}.{key}` | {kind} | `{default!r}` | {spec.help} |")
     return "\n".join(lines) + "\n"

@@ -20,16 +20,34 @@ def git_repo(workspace: Path, user: User) -> None:
         subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace)], check=True)
 
 
+def hooks_writable(world_dir: Path) -> str:
+    """A settings file that lets sessions write .git/hooks, so the audit has something to find."""
+    path = world_dir / "hooks-writable.toml"
+    path.write_text("[session]\nprotect_git_hooks = false\n")
+    path.chmod(0o644)
+    return str(path)
+
+
 def dejima_audit(user: User, scope: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([user.python, "-c", "from dejima.cli.audit import main; raise SystemExit(main())", *args],
                           env=user.env(scope), capture_output=True, text=True, timeout=60,
                           **user.popen_kwargs())  # type: ignore[arg-type]
 
 
-def test_a_planted_hook_is_found_and_blocks_the_next_start_until_acked(
+def test_git_hooks_are_read_only_in_the_session_by_default(
         runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
     git_repo(workspace, user)
-    first = run_dejima(user, scope, str(workspace), "--", "sh", "-c", PLANT_HOOK)
+    result = run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", PLANT_HOOK)
+    assert result.returncode != 0 and "Read-only file system" in result.stderr
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+    assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == 0  # nothing to review
+
+
+def test_a_planted_hook_is_found_and_blocks_the_next_start_until_acked(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path, world_dir: Path) -> None:
+    git_repo(workspace, user)
+    settings = hooks_writable(world_dir)
+    first = run_dejima(user, scope, str(workspace), "--", "sh", "-c", PLANT_HOOK, DEJIMA_SETTINGS=settings)
     assert first.returncode == 0, first.stderr
     assert "change(s) that can run code on the host (worst: critical)" in first.stderr
     refused = run_dejima(user, scope, "-q", str(workspace), "--", "true")
@@ -40,15 +58,17 @@ def test_a_planted_hook_is_found_and_blocks_the_next_start_until_acked(
     assert acked.returncode == 0, acked.stderr
     assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == 0
     # The same hook, changed again: a new finding, and the workspace is refused again.
-    run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo '# more' >> .git/hooks/pre-commit")
+    run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo '# more' >> .git/hooks/pre-commit",
+               DEJIMA_SETTINGS=settings)
     assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == 125
 
 
 def test_a_session_whose_launcher_was_killed_is_audited_by_the_next_run(
-        runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path, world_dir: Path) -> None:
     git_repo(workspace, user)
     script = f"{PLANT_HOOK}; echo started; exec sleep 300"
-    with spawn_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", script) as proc:
+    with spawn_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", script,
+                      DEJIMA_SETTINGS=hooks_writable(world_dir)) as proc:
         wait_for_line(proc.stdout, "started")
         proc.kill()
         proc.wait(timeout=30)

@@ -64,6 +64,7 @@ def test_top_level_key_must_be_a_table() -> None:
         ("[images]\nextra_ca_dir = \"certs\"\n", "'images.extra_ca_dir' must be an absolute path"),
         ("[session]\nready_timeout = 0\n", "'session.ready_timeout' must be a number of seconds between 0 and 3600"),
         ("[images]\nbase = \" \"\n", "'images.base' must not be empty"),
+        ("[session]\nprotect_git_hooks = 1\n", "'session.protect_git_hooks' must be true or false, not int 1"),
     ],
 )
 def test_bad_values_name_the_key(text: str, message: str) -> None:
