@@ -53,8 +53,13 @@ def test_interactive_shell_has_a_tty_that_follows_resizes(runtime: Runtime, imag
     )
     os.close(slave)
     try:
-        os.write(master, b"stty size; tty; echo MARK-$((1+1))\r")
-        first = read_until(master, b"MARK-2")
+        # The docker CLI sets the container's terminal size just after it starts, so a command typed
+        # at once may still see 0 0: ask until the size arrives (a bounded number of round trips).
+        for attempt in range(20):
+            os.write(master, f"stty size; tty; echo MARK-$((1+{attempt}))\r".encode())
+            first = read_until(master, f"MARK-{1 + attempt}".encode())
+            if b"30 100" in first:
+                break
         assert b"30 100" in first
         assert b"/dev/pts/" in first
         os.write(master, WAIT_FOR_RESIZE)
