@@ -16,7 +16,6 @@ import docker.errors
 import requests.exceptions
 
 import docker
-from dejima.core import labels
 from dejima.core.images import ImageRecipe
 from dejima.core.plan import ContainerSpec
 from dejima.errors import EngineError, ImageError
@@ -301,6 +300,3 @@ class Runtime:
 def _label_filters(label_filter: dict[str, str]) -> list[str]:
     return [f"{k}={v}" if v else k for k, v in label_filter.items()]
 
-
-def scope_filter(scope: str, **extra: str) -> dict[str, str]:
-    return {labels.SCOPE: scope, **{getattr(labels, k.upper()): v for k, v in extra.items()}}

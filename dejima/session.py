@@ -25,14 +25,13 @@ from types import FrameType
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.errors import EngineError, FilterError
-from dejima.filter import FAILED, READY
+from dejima.filter import FAILED, READY, VIOLATION
 from dejima.host import Launcher, launcher_alive
 from dejima.runtime import Runtime
 from dejima.ui.console import UI
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FILTER_STOP_SECONDS = 2
-VIOLATION_PREFIX = "dejima-violation "
 
 
 class Interrupted(BaseException):
@@ -112,7 +111,7 @@ def _wait_ready(runtime: Runtime, container: str, timeout: float) -> None:
             ) from None
         if line is None:
             break
-        if line.startswith(VIOLATION_PREFIX):
+        if line.startswith(VIOLATION):
             continue
         seen.append(line)
         if line.startswith(READY):

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dejima import host
-
-PREFIX = "dejima-violation "  # as printed by dejima.filter.resolver.ViolationLog
+from dejima.filter import VIOLATION as PREFIX
 
 
 def sessions_dir() -> Path:

@@ -7,3 +7,4 @@ exits, for any reason, the kernel kills every process of the session.
 
 READY = "dejima-filter: ready"
 FAILED = "dejima-filter: failed:"
+VIOLATION = "dejima-violation "  # one JSON record follows on the line

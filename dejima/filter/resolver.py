@@ -33,6 +33,7 @@ from dnslib import EDNS0, QTYPE, RCODE, DNSRecord, EDNSOption
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 from dejima.core.egress import EgressPolicy, ttl_timeout
+from dejima.filter import VIOLATION
 
 SO_MARK = 36
 SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed: always refused
@@ -190,7 +191,7 @@ def self_check(address: str = "127.0.0.1", port: int = 53, timeout: float = 5.0)
 class ViolationLog:
     """Violation records as JSON lines on stdout, where the launcher collects them."""
 
-    PREFIX = "dejima-violation "
+    PREFIX = VIOLATION
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream or sys.stdout
