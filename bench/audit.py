@@ -1,74 +1,160 @@
 #!/usr/bin/env python3
 """The exit audit on a generated repository, against `git status` on the same tree, same run.
 
-    python bench/audit.py [--files N]
+    python bench/audit.py [--files N] [--runs R]
 
-Generates N small files in a git repository (committed), then times: `git status --porcelain`
-(warm cache, median of 3), one snapshot (lstat + hash of every file), and one full audit (the
-end-of-session snapshot plus the diff and the rules). The goal is audit <= 2 x git status.
+Generates N small files in a git repository (committed, then packed by `git gc`, as in any real
+clone), then times, each as the median of R runs after a warm-up: the session start (snapshot,
+kept files, save to disk); the end-of-session audit (load, snapshot, diff and rules, files read
+when a rule asks) alternated with `git status --porcelain`, on an untouched tree, and again after
+modifying, adding and removing files, whose changes must be exactly what was done. The goal is
+end audit <= 2 x git status.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dejima.core.audit import audit, watched  # noqa: E402
-from dejima.snapshot import read_kept, take_snapshot  # noqa: E402
+from dejima.core.snapshot import Snapshot, diff  # noqa: E402
+from dejima.snapshot import load_snapshot, read_kept, save_snapshot, take_snapshot  # noqa: E402
 
-GIT = ["git", "-c", "user.name=b", "-c", "user.email=b@example.invalid", "-c", "init.defaultBranch=main"]
+GIT = ["git", "-c", "user.name=b", "-c", "user.email=b@example.invalid", "-c", "init.defaultBranch=main",
+       "-c", "gc.auto=0"]  # no background gc racing the timings: the bench packs once, in the foreground
+TOUCHED = 100  # files modified, added and removed each in the second scenario
+Marks = list[float]  # perf_counter() at the start and after each phase
 
 
-def timed(fn: object) -> float:
-    start = time.perf_counter()
-    fn()  # type: ignore[operator]
-    return time.perf_counter() - start
+def generate(root: Path, files: int) -> None:
+    for i in range(files):
+        directory = root / f"d{i // 1000:03d}" / f"e{(i // 100) % 10}"
+        if i % 100 == 0:
+            directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"f{i}.txt").write_text(f"file {i}\n")
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "bench"], ["gc", "-q"]):
+        subprocess.run([*GIT, "-C", str(root), *command], check=True)
+
+
+def medians(run: Callable[[Marks], object], runs: int) -> list[float]:
+    """The median milliseconds of each phase ``run`` marks, over ``runs`` runs after a warm-up."""
+    laps = []
+    for _ in range(runs + 1):
+        marks = [time.perf_counter()]
+        run(marks)
+        laps.append([(end - start) * 1000 for start, end in itertools.pairwise(marks)])
+    return [statistics.median(column) for column in zip(*laps[1:], strict=True)]
+
+
+def git_status(root: Path, marks: Marks) -> None:
+    subprocess.run([*GIT, "-C", str(root), "status", "--porcelain"], check=True, stdout=subprocess.DEVNULL)
+    marks.append(time.perf_counter())
+
+
+def start_session(root: Path, state: Path, marks: Marks) -> tuple[Snapshot, dict[str, bytes]]:
+    """What exit_audit does at the start: snapshot, keep the watched files' bytes, save."""
+    before = take_snapshot(root, hash_path=watched)
+    marks.append(time.perf_counter())
+    kept = read_kept(root, before, watched)
+    marks.append(time.perf_counter())
+    save_snapshot(state, before)
+    marks.append(time.perf_counter())
+    return before, kept
+
+
+def end_audit(root: Path, state: Path, kept: dict[str, bytes], marks: Marks) -> None:
+    """What exit_audit does at the end: load, snapshot, diff and rules (files read when a rule asks)."""
+    before = load_snapshot(state)
+    marks.append(time.perf_counter())
+    after = take_snapshot(root, previous=before)
+    marks.append(time.perf_counter())
+
+    def contents(side: str, path: str) -> bytes | None:
+        if side == "before":
+            return kept.get(path)
+        entry = after.get(path)
+        return read_kept(root, {path: entry}, lambda p: True).get(path) if entry else None
+
+    audit(before, after, contents)
+    marks.append(time.perf_counter())
+
+
+def diff_alone(root: Path, state: Path, runs: int) -> tuple[float, Counter[str]]:
+    """The median milliseconds of ``diff`` alone (the rules call it), and the changes it finds."""
+    before = load_snapshot(state)
+    after = take_snapshot(root, previous=before)
+
+    def run(marks: Marks) -> None:
+        diff(before, after)
+        marks.append(time.perf_counter())
+
+    return medians(run, runs)[0], Counter(change.what for change in diff(before, after))
+
+
+def modify(root: Path, files: int) -> Counter[str]:
+    """Modifies, adds and removes TOUCHED files spread over the tree; returns the expected changes."""
+    step = max(1, files // TOUCHED)
+    for n, i in enumerate(range(0, step * TOUCHED, step)):
+        directory = root / f"d{i // 1000:03d}" / f"e{(i // 100) % 10}"
+        (directory / f"f{i}.txt").write_text(f"changed {i}\n")
+        (directory / f"f{i + 1}.txt").unlink()
+        (directory / f"new{n}.txt").write_text(f"new {n}\n")
+    return Counter({"modified": TOUCHED, "added": TOUCHED, "removed": TOUCHED})
+
+
+def report(name: str, phases: list[float], diff_ms: float) -> None:
+    git, load, snapshot, rules = phases
+    whole, own = load + snapshot + rules, load + snapshot + diff_ms  # own: without the rules' work
+    print(f"{name}: git status {git:.0f} ms; end audit {whole:.0f} ms ({whole / git:.2f} x; goal <= 2) = "
+          f"load {load:.0f} + snapshot {snapshot:.0f} + diff and rules {rules:.0f}")
+    print(f"  of which load + snapshot + diff: {own:.0f} ms ({own / git:.2f} x git status)")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="dejima-audit-bench-"))
+    if args.files < 2 * TOUCHED:
+        parser.error(f"--files must be at least {2 * TOUCHED}")
+    work = Path(tempfile.mkdtemp(prefix="dejima-audit-bench-"))
+    root, state = work / "repo", work / "audit-start.snapshot"
     try:
-        for i in range(args.files):
-            directory = root / f"d{i // 1000:03d}" / f"e{(i // 100) % 10}"
-            if i % 100 == 0:
-                directory.mkdir(parents=True, exist_ok=True)
-            (directory / f"f{i}.txt").write_text(f"file {i}\n")
-        subprocess.run([*GIT, "init", "-q", str(root)], check=True)
-        subprocess.run([*GIT, "-C", str(root), "add", "-A"], check=True)
-        subprocess.run([*GIT, "-C", str(root), "commit", "-qm", "bench"], check=True)
-        status = lambda: subprocess.run([*GIT, "-C", str(root), "status", "--porcelain"], check=True,  # noqa: E731
-                                        stdout=subprocess.DEVNULL)
-        status()
-        git_times = [timed(status) for _ in range(3)]
-        before = take_snapshot(root, hash_path=watched)
-        kept = read_kept(root, before, watched)
-        snap = timed(lambda: take_snapshot(root, hash_path=watched))
+        generate(root, args.files)
+        (git,) = medians(lambda marks: git_status(root, marks), args.runs)
+        start = medians(lambda marks: start_session(root, state, marks), args.runs)
+        _, kept = start_session(root, state, [])
 
-        def full_audit() -> None:
-            after = take_snapshot(root, previous=before)
-            kept_after = read_kept(root, after, watched)
-            audit(before, after, lambda side, p: (kept if side == "before" else kept_after).get(p))
+        def both(marks: Marks) -> None:  # alternated, so that a machine changing speed slows both
+            git_status(root, marks)
+            end_audit(root, state, kept, marks)
 
-        audit_time = timed(full_audit)
-        g = statistics.median(git_times)
-        print(f"files: {args.files} (+ .git)")
-        print(f"git status --porcelain: median {g * 1000:.0f} ms")
-        print(f"snapshot:               {snap * 1000:.0f} ms ({snap / g:.2f} x git status)")
-        print(f"audit (snapshot + diff + rules): {audit_time * 1000:.0f} ms ({audit_time / g:.2f} x git status; "
-              "goal <= 2)")
+        untouched = medians(both, args.runs)
+        untouched_diff, _ = diff_alone(root, state, args.runs)
+        expected = modify(root, args.files)
+        touched = medians(both, args.runs)
+        touched_diff, found = diff_alone(root, state, args.runs)
+        print(f"files: {args.files} (+ .git, packed); each time is the median of {args.runs} runs")
+        print(f"session start: {sum(start):.0f} ms = snapshot {start[0]:.0f} ({start[0] / git:.2f} x git status "
+              f"{git:.0f} ms) + kept files {start[1]:.0f} (watched() on every path) + save {start[2]:.0f}")
+        report("untouched tree", untouched, untouched_diff)
+        report(f"{3 * TOUCHED} files changed", touched, touched_diff)
+        if found != expected:
+            print(f"FAIL: the audit found {dict(found)}, expected {dict(expected)}", file=sys.stderr)
+            return 1
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

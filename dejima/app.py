@@ -16,6 +16,7 @@ from dejima.core import labels
 from dejima.core.manifest import ManifestError
 from dejima.core.plan import (
     RESOLV_CONF,
+    SESSION_HOME,
     NetworkFacts,
     SessionPlan,
     SessionRequest,
@@ -185,9 +186,21 @@ def check_findings(workspace: Path, accept: bool, ui: UI) -> None:
         )
 
 
+def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
+    """Every directory the session can write that outlives it: the workspace, the per-project home,
+    the manifest caches."""
+    mounts = []
+    for bind in plan.session.binds:
+        if bind.read_only:
+            continue
+        kind = "workspace" if bind.source == plan.workspace else "home" if bind.target == SESSION_HOME else "cache"
+        mounts.append(exit_audit.Mount(kind, Path(bind.source)))
+    return mounts
+
+
 def run_session(prepared: Prepared, ui: UI) -> int:
     settings = prepared.settings
-    exit_audit.start(Path(prepared.plan.workspace), prepared.plan.session_id)
+    exit_audit.start(prepared.plan.session_id, audited_mounts(prepared.plan))
     if prepared.plan.interactive:
         ui.card("dejima boundary", boundary_card(prepared.plan))
     else:

@@ -1,70 +1,191 @@
-"""Runs the exit audit around a session: snapshot at start (kept on disk, so a crashed launcher's
-session is audited by the next run), audit after the containers are gone, findings stored."""
+"""Runs the exit audit around a session: every writable mount snapshotted at start (kept on disk,
+so a crashed launcher's session is audited by the next run), audited after the containers are
+gone, findings stored with the start state of their files (for `dejima-audit show` and
+`restore`)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-from dejima.core.audit import SEVERITIES, Finding, audit, watched
-from dejima.core.snapshot import Entry, Snapshot
-from dejima.findings import FindingStore
-from dejima.snapshot import read_kept, take_snapshot
+from dejima.core.audit import SEVERITIES, Finding, audit, derived_watch, watched
+from dejima.core.audit.model import finding, rank
+from dejima.core.snapshot import Snapshot
+from dejima.findings import FileState, FindingStore
+from dejima.snapshot import load_snapshot, read_kept, save_snapshot, take_snapshot
 from dejima.ui.console import UI
 from dejima.violations import sessions_dir
 
-
-def _state_file(session_id: str) -> Path:
-    return sessions_dir() / session_id / "audit-start.json"
-
-
-def start(workspace: Path, session_id: str) -> Path:
-    """Snapshot the workspace before the session may touch it; returns where it was saved."""
-    snapshot = take_snapshot(workspace, hash_path=watched)
-    kept = read_kept(workspace, snapshot, watched)
-    path = _state_file(session_id)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    document = {"workspace": str(workspace), "entries": [e._asdict() for e in snapshot.values()],
-                "kept": {p: base64.b64encode(b).decode() for p, b in kept.items()}}
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(document))
-    temporary.replace(path)
-    return path
+KEEP_LIMIT = 4 << 20  # bytes of one watched file kept at start (lockfiles can be large)
+_STATE_VERSION = 2
 
 
-def _load(path: Path) -> tuple[Path, Snapshot, dict[str, bytes]]:
-    document = json.loads(path.read_text())
-    entries = {e["path"]: Entry(**e) for e in document["entries"]}
-    kept = {p: base64.b64decode(b) for p, b in document["kept"].items()}
-    return Path(document["workspace"]), entries, kept
+@dataclass(frozen=True, slots=True)
+class Mount:
+    kind: str  # workspace, home or cache (core.audit.MOUNT_KINDS)
+    root: Path
 
 
-def finish(session_id: str, ui: UI, store: FindingStore | None = None) -> list[Finding]:
-    """Audit the workspace against its start snapshot, store the findings, and say so."""
-    path = _state_file(session_id)
-    workspace, before, kept_before = _load(path)
-    after = take_snapshot(workspace, previous=before)
-    kept_after = read_kept(workspace, after, watched)
-    findings = audit(before, after, lambda side, p: (kept_before if side == "before" else kept_after).get(p))
+@dataclass
+class MountState:
+    mount: Mount
+    snapshot: Snapshot
+    kept: dict[str, bytes]
+
+
+def _state_dir(session_id: str) -> Path:
+    return sessions_dir() / session_id / "audit"
+
+
+def _keep(mount: Mount, snapshot: Snapshot) -> dict[str, bytes]:
+    kept = read_kept(mount.root, snapshot, lambda p: watched(p, mount.kind), KEEP_LIMIT)
+    if mount.kind == "workspace":
+        # Files the git config points at (includes, the hooks path): changing them changes git.
+        config = kept.get(".git/config")
+        targets = derived_watch(config.decode("utf-8", "surrogateescape") if config is not None else None)
+        if targets:
+            prefixes = tuple(f"{t}/" for t in targets)
+            kept.update(read_kept(mount.root, snapshot, lambda p: p in targets or p.startswith(prefixes), KEEP_LIMIT))
+    return kept
+
+
+def capture(mount: Mount) -> MountState:
+    """The start state of one mount: every entry, and the bytes of the files rules read."""
+    snapshot = take_snapshot(mount.root, hash_path=lambda p: watched(p, mount.kind))
+    return MountState(mount, snapshot, _keep(mount, snapshot))
+
+
+def audit_mount(state: MountState) -> tuple[list[Finding], Snapshot]:
+    """Findings for one mount now (the session must be gone), and the end snapshot."""
+    root = state.mount.root
+    after = take_snapshot(root, previous=state.snapshot)
+    read: dict[str, bytes | None] = {}
+
+    def contents(side: str, path: str) -> bytes | None:
+        if side == "before":
+            return state.kept.get(path)
+        if path not in read:
+            entry = after.get(path)
+            read[path] = read_kept(root, {path: entry}, lambda p: True, KEEP_LIMIT).get(path) if entry else None
+        return read[path]
+
+    return audit(state.snapshot, after, contents, state.mount.kind), after
+
+
+def start(session_id: str, mounts: list[Mount]) -> None:
+    """Snapshot every writable mount before the session may touch it."""
+    directory = _state_dir(session_id)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        described = []
+        for index, mount in enumerate(mounts):
+            state = capture(mount)
+            save_snapshot(directory / f"{index}.snapshot", state.snapshot)
+            described.append({"kind": mount.kind, "root": str(mount.root), "snapshot": f"{index}.snapshot",
+                              "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
+        temporary = directory / "state.json.tmp"
+        temporary.write_text(json.dumps({"version": _STATE_VERSION, "mounts": described}))
+        temporary.replace(directory / "state.json")
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)  # no session starts without its start state
+        raise
+
+
+def _load(session_id: str) -> list[MountState]:
+    directory = _state_dir(session_id)
+    document = json.loads((directory / "state.json").read_text())
+    if document.get("version") != _STATE_VERSION:
+        raise ValueError(f"start state version {document.get('version')!r}, this dejima reads {_STATE_VERSION}")
+    return [MountState(Mount(m["kind"], Path(m["root"])), load_snapshot(directory / m["snapshot"]),
+                       {p: base64.b64decode(b) for p, b in m["kept"].items()}) for m in document["mounts"]]
+
+
+def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> dict[str, FileState]:
+    """The start and end state of each flagged path: what show diffs and restore puts back."""
+    states = {}
+    for path in {f.path for f in found}:
+        before, now = state.snapshot.get(path), after.get(path)
+        end = read_kept(state.mount.root, {path: now}, lambda p: True, KEEP_LIMIT).get(path) if now else None
+        kept = state.kept.get(path)
+        if before is not None and before.kind == "symlink" and before.target is not None:
+            kept = os.fsencode(before.target)  # restore puts the link back
+        states[path] = FileState(
+            before_kind=before.kind if before else None, before_mode=before.mode if before else None,
+            before=kept, after_kind=now.kind if now else None, after=end,
+            after_sha256=now.sha256 if now else None)
+    return states
+
+
+def _unauditable(session_id: str, workspace: str, reason: str) -> Finding:
+    return finding("X00", "critical", "", f"session {session_id} could not be audited ({reason}); check the "
+                   "workspace by hand (git status, .git/hooks, .git/config, .vscode, .claude), then ack this",
+                   f"{session_id}:{reason}")
+
+
+def finish(session_id: str, ui: UI, store: FindingStore | None = None, workspace: str = "") -> list[Finding]:
+    """Audit every mount against its start state, store the findings, and say so."""
+    own_store = store is None
     store = store or FindingStore()
-    store.record(session_id, str(workspace), findings)
-    path.unlink()
-    if findings:
-        worst = max(findings, key=lambda f: SEVERITIES.index(f.severity)).severity
-        ui.warn(f"session {session_id} left {len(findings)} change(s) that can run code on the host "
+    try:
+        return _finish(session_id, ui, store, workspace)
+    finally:
+        if own_store:
+            store.close()
+
+
+def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str) -> list[Finding]:
+    directory = _state_dir(session_id)
+    try:
+        states = _load(session_id)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        states = []
+        found = [_unauditable(session_id, workspace, str(exc))]
+        store.record(session_id, workspace, "workspace", workspace, found, {})
+    else:
+        workspace = next((str(s.mount.root) for s in states if s.mount.kind == "workspace"), workspace)
+        found = []
+        for state in states:
+            mount_findings, after = audit_mount(state)
+            store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings,
+                         _file_states(state, after, mount_findings))
+            found.extend(mount_findings)
+    shutil.rmtree(directory, ignore_errors=True)
+    shown = [f for f in found if rank(f.severity) >= rank("low")]
+    if shown:
+        worst = max(shown, key=lambda f: SEVERITIES.index(f.severity)).severity
+        ui.warn(f"session {session_id} left {len(shown)} change(s) that can run code later "
                 f"(worst: {worst}); review them: dejima-audit")
-    return findings
+    return found
 
 
 def recover(ui: UI, live_sessions: set[str]) -> None:
-    """Audit the sessions whose launcher died before it could (their start snapshot is still there)."""
+    """Audit the sessions whose launcher died before it could (their start state is still there)."""
     root = sessions_dir()
     if not root.exists():
         return
-    for state in sorted(root.glob("*/audit-start.json")):
+    for state in sorted(root.glob("*/audit")):
         session_id = state.parent.name
         if session_id in live_sessions:
             continue
         ui.info(f"auditing session {session_id}, whose launcher ended before it could")
         finish(session_id, ui)
+    for old in sorted(root.glob("*/audit-start.json")):  # left by a dejima before the state version 2
+        session_id = old.parent.name
+        if session_id in live_sessions:
+            continue
+        try:
+            workspace = str(json.loads(old.read_text())["workspace"])
+        except (OSError, ValueError, KeyError, TypeError):
+            workspace = ""
+        store = FindingStore()
+        try:
+            store.record(session_id, workspace, "workspace", workspace,
+                         [_unauditable(session_id, workspace, "its start snapshot is from an older dejima")], {})
+        finally:
+            store.close()
+        old.unlink()
+        ui.warn(f"session {session_id} in {workspace} could not be audited; review it by hand: dejima-audit")

@@ -29,6 +29,7 @@ def _isolated_dejima_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pyte
     monkeypatch.setenv("DEJIMA_SCOPE", TEST_SCOPE)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg / "config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(xdg / "data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(xdg / "state"))
     monkeypatch.delenv("DEJIMA_SETTINGS", raising=False)
 
 

@@ -49,11 +49,11 @@ def test_a_planted_hook_is_found_and_blocks_the_next_start_until_acked(
     settings = hooks_writable(world_dir)
     first = run_dejima(user, scope, str(workspace), "--", "sh", "-c", PLANT_HOOK, DEJIMA_SETTINGS=settings)
     assert first.returncode == 0, first.stderr
-    assert "change(s) that can run code on the host (worst: critical)" in first.stderr
+    assert "change(s) that can run code later (worst: critical)" in first.stderr
     refused = run_dejima(user, scope, "-q", str(workspace), "--", "true")
     assert refused.returncode == 125 and "unreviewed-findings" in refused.stderr
     listed = json.loads(dejima_audit(user, scope, "list", "--json", "--workspace", str(workspace)).stdout)
-    assert [(f["rule"], f["path"]) for f in listed] == [("G-hook", ".git/hooks/pre-commit")]
+    assert [(f["rule"], f["path"]) for f in listed] == [("G01", ".git/hooks/pre-commit")]
     acked = dejima_audit(user, scope, "ack", str(listed[0]["id"]), "--note", "test")
     assert acked.returncode == 0, acked.stderr
     assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == 0
@@ -75,3 +75,16 @@ def test_a_session_whose_launcher_was_killed_is_audited_by_the_next_run(
     result = run_dejima(user, scope, str(workspace), "--", "true")
     assert "whose launcher ended before it could" in result.stderr
     assert result.returncode == 125 and "unreviewed-findings" in result.stderr
+
+
+def test_the_session_home_is_audited_too_and_python_writes_no_bytecode(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+    (workspace / "mod.py").write_text("X = 1\n")
+    if os.getuid() == 0:
+        subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace)], check=True)
+    script = "python3 -c 'import mod' && mkdir -p ~/.claude && echo '{\"hooks\": {}}' > ~/.claude/settings.json"
+    result = run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert not (workspace / "__pycache__").exists()
+    listed = json.loads(dejima_audit(user, scope, "list", "--json", "--workspace", str(workspace)).stdout)
+    assert [(f["rule"], f["mount"], f["path"]) for f in listed] == [("M02", "home", ".claude/settings.json")]

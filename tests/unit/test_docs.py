@@ -26,3 +26,11 @@ def test_manifest_reference_is_current() -> None:
     assert render_manifest_reference() in (DOCS / "manifests.md").read_text(), (
         "regenerate docs/manifests.md with `dejima manifests reference`"
     )
+
+
+def test_audit_rule_reference_is_current() -> None:
+    from dejima.ui.audit_views import rules_reference
+
+    assert rules_reference() in (DOCS / "audit.md").read_text(), (
+        "regenerate the table at the end of docs/audit.md with `dejima-audit rules`"
+    )

@@ -1,33 +1,67 @@
+import sqlite3
 from pathlib import Path
 
 from dejima.core.audit import Finding
-from dejima.findings import FindingStore
+from dejima.findings import FileState, FindingStore
 
 
 def finding(value: str) -> Finding:
-    return Finding("G-config", "high", ".git/config", "core.pager", f"core.pager = {value}", f"fp-{value}")
+    return Finding("G05", "high", ".git/config", "core.pager", f"core.pager = {value}", f"fp-{value}")
+
+
+def record(store: FindingStore, session: str, workspace: str, *found: Finding) -> int:
+    return store.record(session, workspace, "workspace", workspace, list(found), {})
 
 
 def test_findings_survive_a_reopen_and_acks_bind_to_content(tmp_path: Path) -> None:
     db = tmp_path / "audit.sqlite3"
     store = FindingStore(db)
-    assert store.record("s1", "/w", [finding("less")]) == 1
-    assert store.record("s1", "/w", [finding("less")]) == 0  # the same content is one finding
+    assert record(store, "s1", "/w", finding("less")) == 1
+    assert record(store, "s1", "/w", finding("less")) == 0  # the same content is one finding
     store.close()
     store = FindingStore(db)
     (stored,) = store.findings("/w")
-    assert store.ack([stored.id], "reviewed: my pager") == 1
+    assert [s.id for s in store.ack([stored.id], "reviewed: my pager")] == [stored.id]
     assert store.findings("/w") == []
-    store.record("s2", "/w", [finding("less")])
+    record(store, "s2", "/w", finding("less"))
     assert store.findings("/w") == []  # same content: still reviewed
-    store.record("s3", "/w", [finding("more")])
+    record(store, "s3", "/w", finding("more"))
     assert [s.finding.evidence for s in store.findings("/w")] == ["core.pager = more"]  # changed: open again
-    assert len(store.findings("/w", include_acked=True)) == 2
+    acked = [s for s in store.findings("/w", include_acked=True) if s.acked]
+    assert [(s.ack_note, s.finding.evidence) for s in acked] == [("reviewed: my pager", "core.pager = less")]
 
 
 def test_an_ack_covers_its_own_workspace_only(tmp_path: Path) -> None:
     store = FindingStore(tmp_path / "audit.sqlite3")
-    store.record("s1", "/a", [finding("less")])
-    store.record("s2", "/b", [finding("less")])
+    record(store, "s1", "/a", finding("less"))
+    record(store, "s2", "/b", finding("less"))
     store.ack([store.findings("/a")[0].id], "fine here")
     assert store.findings("/a") == [] and len(store.findings("/b")) == 1
+
+
+def test_file_states_are_kept_once_per_content(tmp_path: Path) -> None:
+    store = FindingStore(tmp_path / "audit.sqlite3")
+    state = FileState("file", 0o644, b"[core]\n", "file", b"[core]\n\tpager = less\n", "abc")
+    store.record("s1", "/w", "workspace", "/w", [finding("less")], {".git/config": state})
+    (stored,) = store.get([store.findings("/w")[0].id])
+    assert stored.state == state and stored.root == "/w" and stored.mount == "workspace"
+    assert store.get([999]) == []
+
+
+def test_a_database_from_the_first_schema_gains_the_new_columns(tmp_path: Path) -> None:
+    db = tmp_path / "audit.sqlite3"
+    old = sqlite3.connect(db)
+    old.executescript("""
+        create table findings (id integer primary key, session text not null, workspace text not null,
+            rule text not null, severity text not null, path text not null, key text not null,
+            evidence text not null, fingerprint text not null, created real not null,
+            unique (workspace, fingerprint));
+        insert into findings values (1, 's0', '/w', 'G-hook', 'critical', '.git/hooks/x', '', 'hook', 'fp', 0);
+    """)
+    old.commit()
+    old.close()
+    store = FindingStore(db)
+    (stored,) = store.findings("/w")
+    assert (stored.finding.rule, stored.finding.remedy, stored.mount) == ("G-hook", "review", "workspace")
+    record(store, "s1", "/w", finding("less"))
+    assert len(store.findings("/w")) == 2

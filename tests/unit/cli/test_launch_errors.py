@@ -105,7 +105,7 @@ def test_allow_says_not_yet_and_audit_explains_itself(capsys: pytest.CaptureFixt
 
 
 def test_audit_output_escapes_control_and_bidi_characters() -> None:
-    from dejima.cli.audit import safe
+    from dejima.ui.audit_views import safe
 
     assert safe("evil\u202ename\x1b[31m") == "evil\\u202ename\\u001b[31m"
 

@@ -1,0 +1,156 @@
+"""The catalogue's path rules applied to a session's changes: a changed file at a listed place is a
+finding; a parsed one is diffed key by key, so only the keys that make it run something count."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from dejima.core.audit.catalogue import PATH_RULES, KeyRule, PathRule
+from dejima.core.audit.globs import GlobIndex
+from dejima.core.audit.model import Finding, View, finding, rank
+from dejima.core.audit.values import VALUE_TESTS
+from dejima.core.configfiles import ConfigParseError, parse_config
+from dejima.core.snapshot import Change
+
+# Dependency trees and git directories have rules of their own (trees.py, git.py): a package.json
+# deep in node_modules is not the project's.
+_OWN_RULES = re.compile(r"(?:^|/)(?:node_modules|\.venv|venv|\.tox|\.nox|__pypackages__|site-packages|\.git)(?:/|$)")
+_VALUE_LIMIT = 160
+
+_INDEX = {kind: GlobIndex((glob, rule) for rule in PATH_RULES if kind in rule.mounts for glob in rule.paths)
+          for kind in ("workspace", "home", "cache")}
+
+
+def rules_for(path: str, kind: str = "workspace") -> list[PathRule]:
+    if kind == "workspace" and _OWN_RULES.search(path):
+        return []
+    return [rule for rule in _INDEX[kind].lookup(path) if isinstance(rule, PathRule)]
+
+
+_FOLDED = {kind: GlobIndex((glob.casefold(), rule) for rule in PATH_RULES if kind in rule.mounts for glob in rule.paths)
+           for kind in ("workspace", "home", "cache")}
+
+
+def rules_for_folded(path: str, kind: str = "workspace") -> list[PathRule]:
+    """Rules a case-folded path matches once the globs are case-folded too (name tricks)."""
+    return [rule for rule in _FOLDED[kind].lookup(path.casefold()) if isinstance(rule, PathRule)]
+
+
+def kept_by_rules(path: str, kind: str = "workspace") -> bool:
+    """Whether the start snapshot keeps this file's bytes: the rules diff them, restore puts them
+    back. Grep rules over whole languages (*.go) are not kept: too many files to read at start."""
+    return any(rule.grep is None for rule in rules_for(path, kind))
+
+
+def _lines(data: bytes, fmt: str) -> dict[str, str]:
+    text = data.decode("utf-8", "surrogateescape")
+    if fmt == "version":
+        return {"version": text.strip()}
+    pairs: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if fmt == "tool-versions":
+            tool, _, spec = line.partition(" ")
+            pairs[tool] = spec.strip()
+        else:  # requirements: each line is its own key
+            pairs[line] = line
+    return pairs
+
+
+def parse(fmt: str, data: bytes) -> dict[str, str]:
+    if fmt in ("version", "tool-versions", "requirements"):
+        return _lines(data, fmt)
+    return parse_config(fmt, data)
+
+
+@lru_cache(maxsize=4096)
+def _key_pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile(re.escape(pattern.lower()).replace(r"\*", ".*") + r"\Z", re.DOTALL)
+
+
+def _match_key(rule: PathRule, key: str, value: str, view: View, base_dir: str) -> KeyRule | None:
+    # VS Code language blocks ("[python]": {...}) hold the same settings as the top level.
+    lowered = re.sub(r"^\[[^\]]*\]\.", "", key.lower())
+    for key_rule in rule.keys:
+        if _key_pattern(key_rule.pattern).match(lowered) and (
+                not key_rule.when or VALUE_TESTS[key_rule.when](value, view, base_dir)):
+            return key_rule
+    return None
+
+
+def _short(value: str) -> str:
+    return value if len(value) <= _VALUE_LIMIT else value[:_VALUE_LIMIT] + "..."
+
+
+def _key_findings(rule: PathRule, path: str, view: View) -> list[Finding] | None:
+    """Findings for the keys that changed, or None when the file no longer parses."""
+    assert rule.fmt is not None
+    data = view.data(path) or b""
+    try:
+        after = parse(rule.fmt, data)
+    except ConfigParseError:
+        return None
+    before_data = view.data(path, "before")
+    try:
+        before = parse(rule.fmt, before_data) if before_data is not None else {}
+    except ConfigParseError:
+        before = {}
+    base_dir = path.rpartition("/")[0]
+    found = []
+    for key, value in after.items():
+        if before.get(key) == value:
+            continue
+        key_rule = _match_key(rule, key, value, view, base_dir)
+        severity = key_rule.severity if key_rule else rule.other_keys
+        if severity is None:
+            continue
+        was = f" (was {_short(before[key])!r})" if key in before else ""
+        rule_id = key_rule.rule if key_rule and key_rule.rule else rule.id
+        found.append(finding(rule_id, severity, path, f"{rule.title}: {key} = {_short(value)!r}{was}", value, key,
+                             rule.remedy))
+    return found
+
+
+def _apply(rule: PathRule, path: str, change: Change, view: View) -> list[Finding]:
+    new = change.after
+    assert new is not None
+    file_severity = (rule.added if change.what == "added" and rule.added else rule.severity)
+    if new.kind == "symlink":
+        # The host's tools read through the link: whatever it points at is this config now.
+        severity = max((s for s in (rule.severity, rule.added, *(k.severity for k in rule.keys)) if s), key=rank)
+        return [finding(rule.id, severity, path, f"{rule.title}: now a link to {new.target}", new.target or "",
+                        remedy=rule.remedy)]
+    if new.kind != "file":
+        return []
+    value = new.sha256 or ""
+    if rule.grep is not None:
+        pattern = re.compile(rule.grep)
+        hits = [line.strip() for line in view.new_lines(path) if pattern.search(line)]
+        if not hits:
+            return []
+        return [finding(rule.id, file_severity or "medium", path, f"{rule.title}: {_short(hits[0])}", value,
+                        remedy=rule.remedy)]
+    if rule.fmt is not None:
+        keyed = _key_findings(rule, path, view)
+        if keyed is None:
+            return [finding(rule.id, rule.severity or "high", path,
+                            f"{rule.title}: {change.what}, and no longer parses as {rule.fmt}", value,
+                            remedy=rule.remedy)]
+        if keyed or file_severity is None:
+            return keyed
+    if file_severity is None:
+        return []
+    return [finding(rule.id, file_severity, path, f"{rule.title}: {change.what}", value, remedy=rule.remedy)]
+
+
+def config_findings(view: View) -> list[Finding]:
+    found: list[Finding] = []
+    for path, change in view.changed.items():
+        if change.after is None:
+            continue
+        for rule in rules_for(path, view.kind):
+            found.extend(_apply(rule, path, change, view))
+    return found

@@ -1,0 +1,145 @@
+"""Correlations and content signals (research §4.5-4.6): they raise what other rules found, and
+name the files behind it; they never make a finding out of content alone.
+
+C3  a hiding primitive (git excludes, .gitignore, VS Code files.exclude, showUntrackedFiles=no)
+    covers a flagged path: the flagged finding goes up a level, the hider is reported high.
+C4  a config value points at a file this session wrote: up a level, and that file is listed.
+C8  an agent instruction file's new text names another flagged file: that file goes up a level.
+Signals: fetch-and-run, encoded payloads, raw sockets, credential paths, environment dumps,
+exfiltration hosts, backgrounding, invisible characters, "do not tell the user".
+"""
+
+from __future__ import annotations
+
+import re
+from fnmatch import fnmatchcase
+
+from dejima.core.audit.model import Finding, View, finding, rank
+from dejima.core.audit.names import invisible_in_text
+from dejima.core.audit.values import referenced_changes
+
+SIGNALS = (
+    ("fetches and runs code", r"(curl|wget|fetch|Invoke-WebRequest|iwr)\b[^\n]*\|\s*(ba|z|da|k)?sh\b|"
+     r"(curl|wget)\b[^\n]*\|\s*(python|node|perl|ruby)|\$\((curl|wget)\b|\biex\b|python3? -c|node -e|\beval\b"),
+    ("an encoded payload", r"[A-Za-z0-9+/]{200,}={0,2}|base64 (-d|--decode)|\batob\(|FromBase64String|"
+     r"(\\x[0-9a-fA-F]{2}){40,}"),
+    ("a raw socket", r"/dev/(tcp|udp)/|\bnc(at)?\b[^\n]*\s-(e|c)\b|socat\b[^\n]*exec:"),
+    ("a credential path", r"~/\.ssh|\.ssh/id_|\.aws/credentials|~/\.aws|\.config/gh|\.git-credentials|"
+     r"\.pypirc|\.docker/config\.json|\.kube/config|Keychains|\.netrc"),
+    ("an environment dump", r"\bprintenv\b|\benv\s*[|>]|process\.env\s*\)|JSON\.stringify\(\s*process\.env|"
+     r"os\.environ\s*\)|\$\{\{\s*secrets\.[^}]*\}\}[^\n]*https?://|https?://[^\n]*\$\{\{\s*secrets\."),
+    ("an exfiltration host", r"pastebin\.|transfer\.sh|webhook\.site|requestbin|pipedream\.net|ngrok|"
+     r"trycloudflare|discord(app)?\.com/api/webhooks|hooks\.slack\.com|interact\.sh|\.oast\.|burpcollaborator|"
+     r"https?://\d{1,3}(\.\d{1,3}){3}"),
+    ("a detached background process", r"\bnohup\b|\bdisown\b|\bsetsid\b|&\s*$"),
+    ("hidden instructions", r"(?i)(do not|don't|never)\s+(tell|inform|mention|reveal|show)\b[^\n]{0,40}"
+     r"\b(user|human|anyone)|ignore (all )?(previous|prior|above) instructions"),
+)
+_SIGNALS = tuple((name, re.compile(pattern, re.MULTILINE)) for name, pattern in SIGNALS)
+_INSTRUCTIONS = ("A06",)
+
+
+def content_signals(text: str) -> list[str]:
+    found = [name for name, pattern in _SIGNALS if pattern.search(text)]
+    if invisible_in_text(text):
+        found.append("invisible characters")
+    return found
+
+
+def _signals(item: Finding, view: View) -> Finding:
+    entry = view.entry(item.path)
+    if item.key:
+        text = item.evidence
+    elif entry is not None and entry.kind == "file":
+        text = "\n".join(view.new_lines(item.path))
+    else:
+        return item
+    signals = content_signals(text)
+    return item.raise_by("content: " + ", ".join(signals)) if signals else item
+
+
+def _referenced(found: list[Finding], view: View) -> list[Finding]:
+    """C4: a config value that names a file written in this session."""
+    extra = []
+    out = []
+    for item in found:
+        if not item.key:
+            out.append(item)
+            continue
+        value = item.evidence.split(" = ", 1)[-1]
+        targets = [t for t in referenced_changes(value, view, item.path.rpartition("/")[0]) if t != item.path]
+        if not targets:
+            out.append(item)
+            continue
+        raised = item.raise_by(f"points at {', '.join(targets)}, written in this session")
+        out.append(raised)
+        for target in targets:
+            entry = view.entry(target)
+            extra.append(finding(item.rule, raised.severity, target, f"run through {item.path} ({item.key})",
+                                 entry.sha256 or "" if entry else "", remedy="restore"))
+    return out + extra
+
+
+def _hide_patterns(view: View) -> list[tuple[str, str, str]]:
+    """(hiding file, its directory, pattern) for every hiding line added in this session."""
+    patterns = []
+    for path in view.changed:
+        name = path.rsplit("/", 1)[-1]
+        if name == ".gitignore" or path.endswith("/info/exclude") or path == ".git/info/exclude":
+            base = "" if "/info/exclude" in f"/{path}" else path.rpartition("/")[0]
+            for line in view.new_lines(path):
+                line = line.strip()
+                if line and not line.startswith(("#", "!")):
+                    patterns.append((path, base, line))
+    return patterns
+
+
+def _hidden(pattern: str, base: str, path: str) -> bool:
+    relative = path[len(base) + 1:] if base else path
+    if base and not path.startswith(base + "/"):
+        return False
+    pattern = pattern.rstrip("/")
+    anchored = "/" in pattern
+    pattern = pattern.lstrip("/").replace("**/", "*")
+    parts = relative.split("/")
+    candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)] if anchored else parts
+    return any(fnmatchcase(candidate, pattern) for candidate in candidates)
+
+
+def _hiders(found: list[Finding], view: View) -> list[Finding]:
+    """C3: a new ignore pattern or setting that hides a flagged path from `git status`."""
+    patterns = _hide_patterns(view)
+    hide_all = next((f.path for f in found if f.key == "status.showuntrackedfiles"), None)
+    out: list[Finding] = []
+    hiders: dict[tuple[str, str], list[str]] = {}
+    for item in found:
+        cover = next(((p, line) for p, base, line in patterns if _hidden(line, base, item.path)), None)
+        if item.rule != "G20" and rank(item.severity) >= rank("low") and (cover or hide_all):
+            hider, line = cover or (hide_all or "", "status.showuntrackedfiles")
+            out.append(item.raise_by(f"hidden from git status by {hider} ({line})"))
+            hiders.setdefault((hider, line), []).append(item.path)
+        else:
+            out.append(item)
+    for (hider, line), paths in hiders.items():
+        out.append(finding("G20", "high", hider, f"hides {', '.join(sorted(set(paths)))} from git status ({line})",
+                           line, line, "restore"))
+    return out
+
+
+def _instructions(found: list[Finding], view: View) -> list[Finding]:
+    """C8: new instruction text that tells the next agent to run a file flagged here."""
+    mentioned: dict[str, str] = {}
+    for item in found:
+        if item.rule in _INSTRUCTIONS:
+            text = "\n".join(view.new_lines(item.path))
+            for target in referenced_changes(text, view, ""):
+                mentioned.setdefault(target, item.path)
+    return [item.raise_by(f"named by {mentioned[item.path]}") if item.path in mentioned and
+            item.rule not in _INSTRUCTIONS else item for item in found]
+
+
+def correlate(found: list[Finding], view: View) -> list[Finding]:
+    found = _referenced(found, view)
+    found = _instructions(found, view)
+    found = [_signals(item, view) for item in found]
+    return _hiders(found, view)

@@ -1,0 +1,73 @@
+"""What a shell or an interpreter loads from the tree without being asked (research E02, E10):
+files an already-allowed .envrc sources, and Python modules that shadow the standard library."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from dejima.core.audit.model import Finding, View, finding, resolve
+
+# direnv stdlib functions that read another file; `use flake`/`use nix` read these by default.
+_LOADERS = {"dotenv": ".env", "dotenv_if_exists": ".env", "source_env": ".envrc", "source_env_if_exists": ".envrc",
+            "watch_file": None, "source_up": None, "source_up_if_exists": None}
+_NIX = {"flake": ("flake.nix", "flake.lock"), "nix": ("shell.nix", "default.nix")}
+# Names Python resolves from the script's directory before the standard library.
+SHADOWED = frozenset(("json", "random", "typing", "site", "pytest", "setuptools", "unittest", "os", "sys", "re",
+                      "subprocess", "socket", "ssl", "http", "urllib", "logging", "enum", "abc", "types",
+                      "string", "io", "pathlib", "shutil", "tempfile", "base64", "hashlib", "inspect", "pip",
+                      "sitecustomize", "usercustomize", "encodings", "codecs", "collections", "functools",
+                      "asyncio", "email", "copy", "time", "datetime", "argparse", "glob"))
+
+
+def envrc_sources(envrc: str, text: str) -> list[str]:
+    """Mount-relative files an .envrc loads (direnv hashes only the .envrc itself)."""
+    base = envrc.rpartition("/")[0]
+    found: list[str] = []
+    for line in text.splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        if not words:
+            continue
+        if words[0] in _LOADERS:
+            default = _LOADERS[words[0]]
+            names = words[1:] or ([default] if default else [])
+        elif words[0] == "use" and len(words) > 1 and words[1] in _NIX:
+            names = list(_NIX[words[1]])
+        else:
+            continue
+        found.extend(t for t in (resolve(base, n) for n in names if not n.startswith("-")) if t)
+    return found
+
+
+def _direnv(view: View) -> list[Finding]:
+    found = []
+    for path, entry in view.before.items():
+        if not (path == ".envrc" or path.endswith("/.envrc")) or entry.kind != "file":
+            continue
+        for source in envrc_sources(path, view.text(path, "before") or ""):
+            change = view.changed.get(source)
+            if change is not None and change.after is not None:
+                found.append(finding("E02", "high", source, f"loaded by the already-allowed {path}, which direnv "
+                                     "does not re-check when this file changes", change.after.sha256 or "",
+                                     remedy="restore"))
+    return found
+
+
+def _shadowing(view: View) -> list[Finding]:
+    found = []
+    for path, change in view.changed.items():
+        if change.what != "added" or not re.fullmatch(r"(?:src/)?[^/]+\.py", path):
+            continue
+        module = path.rsplit("/", 1)[-1][:-3]
+        if module in SHADOWED:
+            found.append(finding("E10", "medium", path, f"a module named {module!r}: Python imports it instead of "
+                                 "the standard one when run from here", change.after.sha256 or "" if change.after
+                                 else "", remedy="restore"))
+    return found
+
+
+def environment_findings(view: View) -> list[Finding]:
+    return [*_direnv(view), *_shadowing(view)] if view.kind == "workspace" else []

@@ -1,0 +1,286 @@
+"""Git rules (research §3.1): hooks, config keys (with includes), the git dir itself, nested and
+bare repositories, attributes that name drivers, replace refs, operations left in progress.
+
+Git is never run: its files are read as text (gitconfig.py), in every git directory of the mount:
+the top one, submodules' (.git/modules/...), worktrees' (.git/worktrees/...) and nested ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from dejima.core.audit.catalogue import GIT_ALLOWED, GIT_BUILTINS, GIT_HOUSEKEEPING, GIT_INNER, GIT_KEYS
+from dejima.core.audit.globs import matches
+from dejima.core.audit.model import Finding, View, finding, resolve
+from dejima.core.gitconfig import GitConfigError, parse_git_config
+from dejima.core.snapshot import Snapshot
+
+# What a git directory holds: after modules/<name>/ the first of these starts the inner path.
+_GIT_ENTRIES = {"hooks", "config", "config.worktree", "HEAD", "objects", "refs", "info", "logs", "index",
+                "packed-refs", "commondir", "gitdir", "modules", "worktrees", "description", "FETCH_HEAD",
+                "ORIG_HEAD", "COMMIT_EDITMSG", "rebase-merge", "rebase-apply", "sequencer", "MERGE_HEAD"}
+_ATTRIBUTE_DRIVER = re.compile(r"(?:^|\s)(filter|diff|merge|working-tree-encoding)=(\S+)")
+_CONFIG_FILES = ("config", "config.worktree")
+_TOP_CONFIGS = (".gitmodules", ".lfsconfig")  # read as git config too
+
+
+@dataclass(frozen=True, slots=True)
+class GitPath:
+    gitdir: str  # mount-relative path of the git directory ("" for a bare repository at the root)
+    inner: str  # path inside it
+
+
+def split_git(path: str, view: View | None = None) -> GitPath | None:
+    """Where a path sits inside a git directory, if it does."""
+    parts = path.split("/")
+    if ".git" not in parts:
+        return _in_bare_repo(path, view) if view is not None else None
+    at = parts.index(".git")
+    gitdir, rest = "/".join(parts[:at + 1]), parts[at + 1:]
+    # Submodules' and worktrees' git dirs live inside the top one; they nest.
+    while len(rest) > 2 and rest[0] in ("modules", "worktrees"):
+        names = rest[1:]
+        end = 1 if rest[0] == "worktrees" else next((i for i, p in enumerate(names) if p in _GIT_ENTRIES and i), 0)
+        if end == 0:
+            break
+        gitdir, rest = "/".join([gitdir, rest[0], *names[:end]]), names[end:]
+    return GitPath(gitdir, "/".join(rest))
+
+
+def _is_bare_repo(directory: str, snapshot: Snapshot) -> bool:
+    prefix = f"{directory}/" if directory else ""
+    return all(f"{prefix}{name}" in snapshot for name in ("HEAD", "objects", "refs"))
+
+
+def _in_bare_repo(path: str, view: View) -> GitPath | None:
+    parts = path.split("/")
+    for depth in range(len(parts) - 1, 0, -1):
+        directory = "/".join(parts[:depth])
+        if _is_bare_repo(directory, view.after):
+            return GitPath(directory, "/".join(parts[depth:]))
+    return None
+
+
+def _housekeeping(inner: str) -> bool:
+    return inner.startswith(GIT_HOUSEKEEPING) and not inner.startswith("objects/info/")
+
+
+def _parse(text: str | None) -> list[tuple[str, str]] | None:
+    if text is None:
+        return []
+    try:
+        return parse_git_config(text)
+    except GitConfigError:
+        return None
+
+
+def key_rule(key: str, value: str, before: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """(rule, severity) for a git config key set to value; None for keys ordinary work sets."""
+    lowered = key.lower()
+    if any(fnmatchcase(lowered, pattern) for pattern in GIT_ALLOWED):
+        return None
+    if re.fullmatch(r"branch\..*\.(remote|merge)", lowered):
+        remote = value if lowered.endswith(".remote") else None
+        known = {k for k, _ in before}
+        if remote is None or f"remote.{remote}.url" in known or remote == ".":
+            return None
+        return ("G16", "high")
+    rule, severity = next(((r, s) for p, r, s in GIT_KEYS if fnmatchcase(lowered, p)), ("X04", "medium"))
+    if rule == "G04" and value.lower() in ("true", "false"):
+        return (rule, "low")  # the built-in daemon, not a command
+    if rule == "G10":
+        name = key.split(".", 1)[1]
+        if name.lower() in GIT_BUILTINS:
+            return (rule, "low")  # git ignores an alias that shadows a built-in
+        if value.lstrip().startswith("!"):
+            return (rule, "critical")
+    if rule == "G17" and lowered.endswith(".update") and value.lstrip().startswith("!"):
+        return (rule, "critical")
+    if rule == "G17" and (value.startswith("-") or "ext::" in value or ".." in value or "\r" in value):
+        return (rule, "critical")
+    return (rule, severity)
+
+
+def _config_findings(path: str, view: View, included_by: str = "") -> list[Finding]:
+    after = _parse(view.text(path))
+    if after is None:
+        return [finding("G12" if included_by else "X04", "high", path, "git config no longer parses",
+                        view.data(path) or b"", remedy="restore")]
+    before = _parse(view.text(path, "before")) or []
+    old = set(before)
+    found = []
+    for key, value in after:
+        if (key, value) in old:
+            continue
+        rule = key_rule(key, value, before)
+        if rule is None:
+            continue
+        where = f" (included by {included_by})" if included_by else ""
+        found.append(finding(rule[0], rule[1], path, f"git config{where}: {key} = {value!r}", value, key, "restore"))
+    return found
+
+
+def git_dirs(view: View) -> Iterator[str]:
+    """Git directories at the end: any .git directory, and submodules' and worktrees' inside them."""
+    for path, entry in view.after.items():
+        if entry.kind == "dir" and (path == ".git" or path.endswith("/.git")):
+            yield path
+        elif entry.kind == "dir" and re.search(r"\.git/(?:modules/.+|worktrees/[^/]+)$", path) and \
+                f"{path}/HEAD" in view.after:
+            yield path
+
+
+def config_paths(view: View) -> list[str]:
+    """Every git config file at the end (not followed through includes; see include_targets)."""
+    found = [f"{d}/{name}" for d in git_dirs(view) for name in _CONFIG_FILES if f"{d}/{name}" in view.after]
+    return [*found, *(p for p in _TOP_CONFIGS if p in view.after)]
+
+
+def include_targets(config_path: str, text: str | None) -> list[str]:
+    """Mount-relative files a git config includes (conditions treated as always true)."""
+    base = config_path.rpartition("/")[0]
+    targets = []
+    for key, value in _parse(text) or []:
+        if key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+            target = resolve(base, value)
+            if target:
+                targets.append(target)
+    return targets
+
+
+def _hooks_path(view: View) -> str | None:
+    for key, value in _parse(view.text(".git/config")) or []:
+        if key == "core.hookspath":
+            return resolve("", value)
+    return None
+
+
+def _inner_findings(path: str, where: GitPath, view: View) -> list[Finding]:
+    change = view.changed[path]
+    new = change.after
+    assert new is not None
+    inner, value = where.inner, new.sha256 or new.target or new.kind
+    if inner == "hooks" and change.what == "type":
+        return [finding("G01", "critical", path, f"the hooks directory became a {new.kind}", value, remedy="restore")]
+    for pattern, rule, severity, title in GIT_INNER:
+        if matches(pattern, inner) and not inner.endswith(".sample") and new.kind != "dir":
+            if rule == "G01" and ("/modules/" in where.gitdir or "/worktrees/" in where.gitdir):
+                rule = "G02"
+            if rule == "G22" and view.entry(path, "before") is not None:
+                return []  # already in progress at the start
+            if rule == "G22" and re.search(r"^\s*(exec|x)\s", view.text(path) or "", re.MULTILINE):
+                severity = "critical"
+            return [finding(rule, severity, path, f"{title} ({change.what})", value, remedy="restore")]
+    if inner in _CONFIG_FILES or _housekeeping(inner) or new.kind == "dir":
+        return []
+    return [finding("X03", "medium", path, f"{change.what} inside a git directory", value, remedy="restore")]
+
+
+def _replace_refs(view: View) -> list[Finding]:
+    found = []
+    for path in view.changed:
+        where = split_git(path)
+        if where is not None and where.inner == "packed-refs":
+            new = [line for line in view.new_lines(path) if " refs/replace/" in line]
+            if new:
+                found.append(finding("G21", "high", path, f"packed replace ref: {new[0][:120]}", "\n".join(new),
+                                     remedy="restore"))
+    return found
+
+
+def _attribute_drivers(view: View) -> tuple[dict[tuple[str, str], bool], list[Finding]]:
+    """Drivers named by attribute files at the end -> whether that naming changed; plus G18."""
+    named: dict[tuple[str, str], bool] = {}
+    found = []
+    sources = [p for p in view.after if p.endswith(".gitattributes") or p.endswith("/info/attributes")]
+    for path in sources:
+        changed = path in view.changed
+        new = set(view.new_lines(path)) if changed else set()
+        for line in (view.text(path) or "").splitlines():
+            for kind, name in _ATTRIBUTE_DRIVER.findall(line):
+                named[(kind, name)] = named.get((kind, name), False) or line in new
+                if line in new:
+                    found.append(finding("G18", "medium", path, f"attribute {kind}={name}: {line.strip()[:100]}",
+                                         line, f"{kind}={name}", "restore"))
+    return named, found
+
+
+def _driver_correlation(view: View, config_findings: list[Finding]) -> list[Finding]:
+    """Research C1: a driver defined in config and named by an attribute, either side new."""
+    named, found = _attribute_drivers(view)
+    defined: dict[tuple[str, str], bool] = {}
+    changed_keys = {f.key for f in config_findings}
+    for path in config_paths(view):
+        for key, _ in _parse(view.text(path)) or []:
+            m = re.fullmatch(r"(filter|diff|merge)\.(.+)\.(clean|smudge|process|command|textconv|driver)", key)
+            if m:
+                defined[(m[1], m[2])] = defined.get((m[1], m[2]), False) or key in changed_keys
+    for (kind, name), attribute_changed in named.items():
+        if (kind, name) in defined and (attribute_changed or defined[(kind, name)]):
+            severity = "critical" if kind == "filter" else "high"
+            found.append(finding("G08", severity, ".gitattributes", f"{kind} driver {name!r} is defined in git "
+                                 "config and named by an attribute: git runs it on status/add/checkout",
+                                 f"{kind}.{name}", f"{kind}.{name}", "restore"))
+    return found
+
+
+def _nested_repositories(view: View) -> list[Finding]:
+    found = []
+    for path, change in view.changed.items():
+        new = change.after
+        if new is None or change.what not in ("added", "type"):
+            continue
+        name = path.rsplit("/", 1)[-1]
+        if name == ".git" and path != ".git" and split_git(path.rpartition("/")[0] + "/x") is None:
+            found.append(finding("G24", "critical", path, f"a nested git repository ({new.kind}): its hooks and "
+                                 "config run when a shell or IDE enters it", new.kind, remedy="restore"))
+        elif new.kind == "dir" and ".git" not in path.split("/") and _is_bare_repo(path, view.after) and \
+                not _is_bare_repo(path, view.before):
+            found.append(finding("G24", "critical", path, "a bare git repository inside the tree", "bare",
+                                 remedy="restore"))
+    return found
+
+
+def git_findings(view: View) -> list[Finding]:
+    found: list[Finding] = []
+    configs = set(config_paths(view))
+    for path in sorted(configs):
+        if path in view.changed and view.changed[path].after is not None:
+            found.extend(_config_findings(path, view))
+        for target in include_targets(path, view.text(path)):
+            if target in view.changed or path in view.changed:
+                found.extend(_config_findings(target, view, included_by=path))
+    if ".git" in view.changed and view.changed[".git"].what in ("type", "modified"):
+        kind = view.changed[".git"].after.kind if view.changed[".git"].after else "?"
+        found.append(finding("G15", "critical", ".git", f".git is now a {kind} pointing elsewhere: git uses "
+                             "whatever hooks and config are there", kind, remedy="restore"))
+    hooks = _hooks_path(view)
+    for path, change in view.changed.items():
+        if change.after is None:
+            continue
+        where = split_git(path, view)
+        if where is not None and path not in configs:
+            found.extend(_inner_findings(path, where, view))
+        elif hooks and path.startswith(hooks + "/") and change.after.kind != "dir":
+            found.append(finding("G01", "critical", path, f"a hook under core.hooksPath ({hooks})",
+                                 change.after.sha256 or "", remedy="restore"))
+    found.extend(_replace_refs(view))
+    found.extend(_nested_repositories(view))
+    found.extend(_driver_correlation(view, found))
+    return found
+
+
+def derived_watch(config_text: str | None) -> list[str]:
+    """Files and directories the start snapshot must also keep because the top git config points at
+    them (includes, the hooks path, attributes and excludes files): changing them changes git."""
+    targets = include_targets(".git/config", config_text)
+    for key, value in _parse(config_text) or []:
+        if key in ("core.hookspath", "core.attributesfile", "core.excludesfile"):
+            target = resolve("", value)
+            if target:
+                targets.append(target)
+    return targets
+

@@ -1,0 +1,139 @@
+"""What the audit produces (findings), what it reads (a view of the two snapshots), and the
+severity scale (research/persistence.md §2)."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from dejima.core.snapshot import Change, Entry, Snapshot
+
+SEVERITIES = ("info", "low", "medium", "high", "critical")
+
+# What undoes a finding: put back the start state (or delete what the session created), reinstall
+# a dependency tree on the host, strip privilege bits, or only review (nothing to undo).
+REMEDIES = ("restore", "reinstall", "strip-bits", "review")
+
+# Which mount a snapshot is of: the workspace gets every rule; the per-project home and the
+# manifest caches are dejima's own and only ever used inside sessions (research §3.8, M01-M02).
+MOUNT_KINDS = ("workspace", "home", "cache")
+
+
+def rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+def raised(severity: str, levels: int = 1) -> str:
+    return SEVERITIES[min(rank(severity) + levels, len(SEVERITIES) - 1)]
+
+
+def worst(severities: Iterable[str]) -> str:
+    return max(severities, key=rank)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    rule: str  # catalogue id (G01, I01, ...) or a generic fallback (X01, ...)
+    severity: str
+    path: str  # relative to the mount's root
+    key: str  # the config key, when the finding is about one
+    evidence: str  # one line: what changed
+    fingerprint: str  # binds an acknowledgement to exactly this content
+    remedy: str = "review"
+    notes: tuple[str, ...] = ()  # correlations and content signals that raised the severity
+
+    def raise_by(self, note: str, levels: int = 1) -> Finding:
+        if note in self.notes:
+            return self
+        return replace(self, severity=raised(self.severity, levels), notes=(*self.notes, note))
+
+
+def fingerprint(rule: str, path: str, key: str, value: str | bytes) -> str:
+    data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+    head = "\0".join((rule, path, key)).encode("utf-8", "surrogateescape")
+    return hashlib.sha256(head + b"\0" + data).hexdigest()
+
+
+def finding(rule: str, severity: str, path: str, evidence: str, value: str | bytes, key: str = "",
+            remedy: str = "review") -> Finding:
+    return Finding(rule, severity, path, key, evidence, fingerprint(rule, path, key, value), remedy)
+
+
+Contents = Callable[[str, str], "bytes | None"]  # (side "before"/"after", path) -> bytes, None if absent
+
+
+@dataclass
+class View:
+    """The two snapshots of one mount, their difference, and the bytes of the files rules read."""
+
+    before: Snapshot
+    after: Snapshot
+    changes: list[Change]
+    contents: Contents
+    kind: str = "workspace"
+    _text: dict[tuple[str, str], str | None] = field(default_factory=dict)
+
+    @cached_property
+    def changed(self) -> dict[str, Change]:
+        """Paths whose content or existence changed (the first change of each path)."""
+        found: dict[str, Change] = {}
+        for change in self.changes:
+            if change.what in ("added", "modified", "type", "link-target"):
+                found.setdefault(change.path, change)
+        return found
+
+    def entry(self, path: str, side: str = "after") -> Entry | None:
+        return (self.after if side == "after" else self.before).get(path)
+
+    def data(self, path: str, side: str = "after") -> bytes | None:
+        entry = self.entry(path, side)
+        if entry is None or entry.kind != "file":
+            return None
+        return self.contents(side, path)
+
+    def text(self, path: str, side: str = "after") -> str | None:
+        """A file's content as text (undecodable bytes kept as surrogates), cached."""
+        key = (side, path)
+        if key not in self._text:
+            data = self.data(path, side)
+            self._text[key] = None if data is None else data.decode("utf-8", "surrogateescape")
+        return self._text[key]
+
+    def new_lines(self, path: str) -> list[str]:
+        """Lines of the file now that were not in it at the start (all of them if unknown then)."""
+        after = self.text(path)
+        if after is None:
+            return []
+        before = set((self.text(path, "before") or "").splitlines())
+        return [line for line in after.splitlines() if line not in before]
+
+    @cached_property
+    def children(self) -> dict[str, list[str]]:
+        """Names in each directory at the end (built only when a rule needs siblings)."""
+        index: dict[str, list[str]] = {}
+        for path in self.after:
+            parent, _, name = path.rpartition("/")
+            index.setdefault(parent, []).append(name)
+        return index
+
+    @cached_property
+    def by_inode(self) -> dict[int, list[str]]:
+        index: dict[int, list[str]] = {}
+        for path, entry in self.after.items():
+            if entry.kind == "file" and entry.nlink > 1:
+                index.setdefault(entry.inode, []).append(path)
+        return index
+
+
+def resolve(base_dir: str, target: str) -> str | None:
+    """A target path resolved lexically from ``base_dir`` (mount-relative); None if it leaves the
+    mount or is absolute."""
+    if target.startswith("/") or target.startswith("~"):
+        return None
+    joined = posixpath.normpath(posixpath.join(base_dir, target))
+    if joined == ".." or joined.startswith("../"):
+        return None
+    return "" if joined == "." else joined

@@ -1,0 +1,92 @@
+"""Name tricks (research §3.7 F08, G25, §4.3): names that another filesystem or a terminal reads
+differently from how they look, and text with invisible characters.
+
+A name that only matches a watched place after normalising (case folding, NFC, invisible code
+points and trailing dots removed, NTFS 8.3 aliases) is what a case-insensitive host (macOS,
+Windows, WSL on /mnt/c) will use as that place.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from dejima.core.audit.configs import rules_for, rules_for_folded
+from dejima.core.audit.model import Finding, View, finding
+
+# Bidi controls, zero-width and other default-ignorable code points, variation selectors, tags.
+INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                       "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U0001bca0-\U0001bca3\U000e0000-\U000e0fff]")
+BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_WINDOWS_RESERVED = re.compile(r"(?i)^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$")
+_GIT_NAMES = {".git": ".git", ".gitmodules": ".gitmodules", ".github": ".github"}
+_SHORT_NAMES = ((re.compile(r"^git~\d+$"), ".git"), (re.compile(r"^gitmod~\d+$"), ".gitmodules"),
+                (re.compile(r"^github~\d+$"), ".github"))
+# Emoji sequences join with U+200D and take U+FE0F; next to a pictograph they are not a trick.
+_EMOJI_JOINERS = re.compile("(?<=[\u2190-\u2bff\U0001f000-\U0001faff])[\u200d\ufe0f]|[\u200d\ufe0f]"
+                            "(?=[\u2190-\u2bff\U0001f000-\U0001faff])")
+
+
+def normalize(name: str) -> str:
+    folded = unicodedata.normalize("NFC", INVISIBLE.sub("", name)).casefold().rstrip(" .")
+    for pattern, long_name in _SHORT_NAMES:
+        if pattern.match(folded):
+            return long_name
+    return folded
+
+
+def invisible_in_text(text: str) -> list[str]:
+    """Invisible or bidi code points in text (emoji joiners excepted), as U+XXXX."""
+    return sorted({f"U+{ord(ch):04X}" for ch in INVISIBLE.findall(_EMOJI_JOINERS.sub("", text))})
+
+
+def _odd_name(name: str) -> str | None:
+    if any("\udc80" <= ch <= "\udcff" for ch in name):
+        return "is not valid UTF-8"
+    if CONTROL.search(name):
+        return "contains control characters"
+    if INVISIBLE.search(name):
+        return "contains invisible or bidi characters"
+    if name.startswith("-"):
+        return "starts with '-' (read as an option by tools)"
+    if name != name.rstrip(" ."):
+        return "ends with a dot or a space"
+    if _WINDOWS_RESERVED.match(name) or ":" in name:
+        return "is reserved or special on Windows"
+    return None
+
+
+def _collision(path: str, name: str, view: View) -> str | None:
+    parent = path.rpartition("/")[0]
+    folded, composed = name.casefold(), unicodedata.normalize("NFC", name)
+    for sibling in view.children.get(parent, ()):
+        if sibling == name:
+            continue
+        if sibling.casefold() == folded:
+            return f"differs only in case from {sibling!r}"
+        if unicodedata.normalize("NFC", sibling) == composed:
+            return f"is the same text as {sibling!r} in another Unicode normal form"
+    return None
+
+
+def name_findings(view: View) -> list[Finding]:
+    found = []
+    for path, change in view.changed.items():
+        if change.what != "added" or change.after is None:
+            continue
+        name = path.rsplit("/", 1)[-1]
+        value = change.after.sha256 or change.after.kind
+        alias = normalize(name)
+        if alias in _GIT_NAMES and name != alias:
+            found.append(finding("G25", "critical", path, f"{name!r} is {alias} on a case-insensitive or Windows "
+                                 "filesystem", value, remedy="restore"))
+        reason = _odd_name(name) or _collision(path, name, view)
+        normalized = "/".join(normalize(part) for part in path.split("/"))
+        if normalized != path and change.after.kind == "file" and not rules_for(path, view.kind) and \
+                rules_for_folded(normalized, view.kind):
+            found.append(finding("F08", "critical", path, f"the name is {normalized!r} on a case-insensitive "
+                                 "filesystem, a place tools run code from", value, remedy="restore"))
+        elif reason:
+            found.append(finding("F08", "medium", path, f"the name {reason}", value, remedy="restore"))
+    return found

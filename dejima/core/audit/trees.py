@@ -1,0 +1,148 @@
+"""Dependency trees, Python environments, bytecode and caches (research B07, B10, B11, M01): places
+with thousands of files, reported as one finding per tree that says what to do (reinstall on the
+host), with the few files that run at every start (.pth, sitecustomize, activate) named one by one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from dejima.core.audit.model import Finding, View, finding
+from dejima.core.snapshot import Change
+
+_DEPENDENCIES = re.compile(r"^(.*?(?:^|/)(?:node_modules|vendor|\.pnpm))/")
+_ENVIRONMENT = re.compile(r"^(.*?(?:^|/)(?:\.venv|venv|\.tox|\.nox|__pypackages__|\.conda))/")
+_STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/bin/activate[^/]*|/pyvenv\.cfg|"
+                      r"/pip\.conf)$")
+_PTH_CODE = re.compile(r"^\s*import[\s\t]", re.MULTILINE)
+_PYC = re.compile(r"(?:^|/)__pycache__/[^/]+\.pyc$|\.pyc$")
+_LISTED = 5
+
+
+def _summary(paths: list[str]) -> str:
+    shown = ", ".join(paths[:_LISTED])
+    return shown + (f" and {len(paths) - _LISTED} more" if len(paths) > _LISTED else "")
+
+
+def _in_place(change: Change, view: View) -> bool:
+    """Modified where it lies rather than installed anew: a reinstall creates files, which changes
+    their directory; a tamperer rewrites a file and leaves its directory as it was. (Inode numbers
+    cannot tell: the filesystem reuses a freed one at once.)"""
+    if change.what in ("mode", "owner", "link-target"):
+        return True
+    parent = change.path.rpartition("/")[0]
+    old, new = view.before.get(parent), view.after.get(parent)
+    return change.what == "modified" and old is not None and new is not None and \
+        (old.inode, old.ctime_ns) == (new.inode, new.ctime_ns)
+
+
+def environment_root(path: str, view: View) -> str | None:
+    """The Python environment a path lies in: a conventional name, or any directory with a
+    pyvenv.cfg (a venv called env/ or .env/ is still one)."""
+    match = _ENVIRONMENT.match(path)
+    if match:
+        return match.group(1)
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        root = "/".join(parts[:depth])
+        if f"{root}/pyvenv.cfg" in view.after or f"{root}/pyvenv.cfg" in view.before:
+            return root
+    return None
+
+
+def _group(view: View, root_of: Callable[[str], str | None]) -> dict[str, list[Change]]:
+    groups: dict[str, list[Change]] = {}
+    for change in view.changes:
+        root = root_of(change.path)
+        if root is not None:
+            groups.setdefault(root, []).append(change)
+    return groups
+
+
+def _dependency_root(path: str) -> str | None:
+    match = _DEPENDENCIES.match(path)
+    return match.group(1) if match else None
+
+
+def _fingerprint_value(changes: list[Change]) -> str:
+    return "\n".join(f"{c.path}:{c.what}:{c.after.sha256 if c.after else '-'}" for c in changes)
+
+
+def _dependencies(view: View) -> list[Finding]:
+    found = []
+    for root, changes in _group(view, _dependency_root).items():
+        if environment_root(root + "/x", view) is not None:
+            continue
+        tampered = [c.path for c in changes if _in_place(c, view)]
+        paths = sorted({c.path for c in changes})
+        if tampered:
+            found.append(finding("B07", "high", root, f"{len(tampered)} installed file(s) modified in place: "
+                                 f"{_summary(tampered)}; delete {root} and reinstall on the host",
+                                 _fingerprint_value(changes), remedy="reinstall"))
+        else:
+            found.append(finding("B07", "low", root, f"dependency tree rewritten ({len(paths)} entries, e.g. an "
+                                 f"install in the session); reinstall on the host to be sure",
+                                 _fingerprint_value(changes), remedy="reinstall"))
+    return found
+
+
+def _environments(view: View) -> list[Finding]:
+    found = []
+    for root, changes in _group(view, lambda path: environment_root(path, view)).items():
+        rest = []
+        for change in changes:
+            new = change.after
+            if new is not None and new.kind == "file" and _STARTUP.search(change.path):
+                if change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or ""):
+                    rest.append(change)
+                    continue
+                found.append(finding("B10", "critical", change.path, "runs at every start of this Python "
+                                     f"environment ({change.what})", new.sha256 or "", remedy="reinstall"))
+            else:
+                rest.append(change)
+        if rest:
+            paths = sorted({c.path for c in rest})
+            found.append(finding("B10", "high", root, f"Python environment changed ({len(paths)} entries: "
+                                 f"{_summary(paths)}); recreate it on the host", _fingerprint_value(rest),
+                                 remedy="reinstall"))
+    return found
+
+
+def _bytecode(view: View) -> list[Finding]:
+    """Sessions run with PYTHONDONTWRITEBYTECODE, so Python itself writes no bytecode there: a .pyc
+    written in a session was written on purpose, and Python trusts one whose header matches its
+    source's mtime and size (research B11)."""
+    written = [c for c in view.changes if c.what in ("added", "modified") and c.after is not None
+               and c.after.kind == "file" and _PYC.search(c.path) and not in_tree(c.path, view)]
+    if not written:
+        return []
+    paths = sorted(c.path for c in written)
+    return [finding("B11", "high", paths[0], f"{len(paths)} bytecode file(s) written in the session "
+                    f"({_summary(paths)}): Python may run them instead of the source; delete them",
+                    _fingerprint_value(written), remedy="restore")]
+
+
+def _cache(view: View) -> list[Finding]:
+    """Caches gain entries legitimately; an existing entry that changed is a poisoned package."""
+    changed = [c for c in view.changes if c.before is not None and c.what != "removed"
+               and not (c.before.kind == "dir" and c.what in ("mode", "owner"))]
+    if not changed:
+        return []
+    paths = sorted({c.path for c in changed})
+    return [finding("M01", "medium", "", f"{len(paths)} existing cache entries changed ({_summary(paths)}): this "
+                    "project's next sessions use them; clear the cache to be sure", _fingerprint_value(changed),
+                    remedy="reinstall")]
+
+
+def tree_findings(view: View) -> list[Finding]:
+    if view.kind == "cache":
+        return _cache(view)
+    if view.kind == "home":
+        return []
+    return [*_dependencies(view), *_environments(view), *_bytecode(view)]
+
+
+def in_tree(path: str, view: View) -> bool:
+    """Inside a dependency tree or a Python environment (their own rules above cover it)."""
+    return bool(_DEPENDENCIES.match(path)) or environment_root(path, view) is not None

@@ -1,0 +1,145 @@
+"""Puts a flagged path back the way it was when the session started (`dejima-audit restore`).
+
+Every step goes through directory file descriptors opened with O_NOFOLLOW: a link planted in the
+path can never redirect the write (or the removal) outside the mount. A path that changed again
+since the audit is left alone unless forced: the user may have edited it since.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dejima.errors import DiagnosticError
+from dejima.findings import Stored
+
+
+class RestoreError(DiagnosticError):
+    reference = "cannot-restore"
+
+
+@contextmanager
+def _parent(root: Path, path: str) -> Iterator[int]:
+    """A descriptor of the path's directory, reached without following any link."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, flags)
+    try:
+        for part in path.split("/")[:-1]:
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                raise RestoreError(f"cannot reach {path}: {part!r} is not a plain directory ({exc.strerror})",
+                                   hint="look at the path yourself; restore never follows links") from exc
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _current(fd: int, name: str) -> tuple[str | None, str | None, int]:
+    """(kind, sha256 of a regular file, mode) of a name in a directory; kind None when absent."""
+    try:
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None, None, 0
+    kind = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
+            stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}.get(stat.S_IFMT(info.st_mode))
+    if kind != "file":
+        return kind, None, info.st_mode
+    file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    digest = hashlib.sha256()
+    try:
+        while chunk := os.read(file, 1 << 20):
+            digest.update(chunk)
+    finally:
+        os.close(file)
+    return kind, digest.hexdigest(), info.st_mode
+
+
+def _remove(fd: int, name: str, kind: str | None) -> None:
+    if kind == "dir":
+        shutil.rmtree(name, dir_fd=fd)
+    elif kind is not None:
+        os.unlink(name, dir_fd=fd)
+
+
+def _write(fd: int, name: str, data: bytes, mode: int) -> None:
+    temporary = f".{name}.dejima-restore"
+    out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+    try:
+        os.write(out, data)
+        os.fchmod(out, stat.S_IMODE(mode))
+        os.fsync(out)
+    except BaseException:
+        os.close(out)
+        os.unlink(temporary, dir_fd=fd)
+        raise
+    os.close(out)
+    try:
+        os.rename(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
+    except OSError:
+        os.unlink(temporary, dir_fd=fd)
+        raise
+
+
+def _strip_bits(fd: int, name: str, mode: int) -> None:
+    file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    try:
+        os.fchmod(file, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+        try:
+            os.removexattr(file, "security.capability")
+        except OSError as exc:
+            if exc.errno not in (errno.ENODATA, errno.ENOTSUP):
+                raise
+    finally:
+        os.close(file)
+
+
+def _check_unchanged(stored: Stored, kind: str | None, sha256: str | None, force: bool) -> None:
+    state = stored.state
+    assert state is not None
+    same = kind == state.after_kind and (kind != "file" or sha256 == state.after_sha256)
+    if not same and not force:
+        raise RestoreError(f"{stored.finding.path} changed since the audit of session {stored.session}",
+                           hint="review it again; --force restores it anyway (your later edits are lost)")
+
+
+def restore(stored: Stored, force: bool = False) -> str:
+    """Restore one finding's path; returns what was done, in words."""
+    finding, state = stored.finding, stored.state
+    if state is None or not finding.path or finding.remedy == "reinstall":
+        where = f"{stored.root}/{finding.path}".rstrip("/")
+        raise RestoreError(f"finding {stored.id} is about a whole tree ({where})",
+                           hint=f"delete it and reinstall on the host (e.g. rm -r {where}, then your installer)")
+    if finding.remedy == "review":
+        raise RestoreError(f"finding {stored.id} has nothing to put back (rule {finding.rule})",
+                           hint="review it, then `dejima-audit ack`")
+    name = finding.path.rsplit("/", 1)[-1]
+    with _parent(Path(stored.root), finding.path) as fd:
+        kind, sha256, mode = _current(fd, name)
+        _check_unchanged(stored, kind, sha256, force)
+        if finding.remedy == "strip-bits" and kind == "file":
+            _strip_bits(fd, name, mode)
+            return f"removed the setuid/setgid bits and capabilities of {finding.path}"
+        if state.before_kind is None:
+            _remove(fd, name, kind)
+            return f"removed {finding.path} ({kind}), which the session created"
+        if state.before_kind == "symlink" and state.before is not None:
+            _remove(fd, name, kind)
+            os.symlink(os.fsdecode(state.before), name, dir_fd=fd)
+            return f"put back the link {finding.path} -> {os.fsdecode(state.before)}"
+        if state.before_kind == "file" and state.before is not None and state.before_mode is not None:
+            if kind == "dir":
+                raise RestoreError(f"{finding.path} is now a directory", hint="move it away, then restore again")
+            _write(fd, name, state.before, state.before_mode)
+            return f"put back {finding.path} as it was at the start ({len(state.before)} bytes, mode " \
+                   f"{oct(stat.S_IMODE(state.before_mode))})"
+    raise RestoreError(f"the start state of {finding.path} (a {state.before_kind}) was not kept",
+                       hint="dejima keeps the content of watched files only; restore it from git or a backup")

@@ -1,0 +1,122 @@
+"""`dejima-audit` on findings left by a real audit: list, show with a diff, ack bound to content,
+restore to the exact start bytes and mode."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dejima import exit_audit
+from dejima.cli import exit_codes
+from dejima.cli.audit import main
+from dejima.findings import FindingStore
+from dejima.ui.console import UI, plain_console
+
+
+@pytest.fixture
+def out(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    buffer = io.StringIO()
+    monkeypatch.setattr("dejima.cli._run.UI", lambda: UI(plain_console(buffer, width=240)))
+    return buffer
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".vscode").mkdir()
+    (root / ".vscode" / "tasks.json").write_text('{"version": "2.0.0", "tasks": []}\n')
+    (root / ".vscode" / "tasks.json").chmod(0o640)
+    return root
+
+
+def session(workspace: Path, session_id: str, change: object) -> dict[int, str]:
+    """Runs the audit around ``change``; returns the unreviewed findings' ids and paths."""
+    exit_audit.start(session_id, [exit_audit.Mount("workspace", workspace)])
+    change(workspace)  # type: ignore[operator]
+    ui = UI(plain_console(io.StringIO()))
+    exit_audit.finish(session_id, ui)
+    store = FindingStore()
+    try:
+        return {s.id: s.finding.path for s in store.findings(str(workspace))}
+    finally:
+        store.close()
+
+
+def plant(root: Path) -> None:
+    (root / ".vscode" / "tasks.json").write_text(json.dumps({"version": "2.0.0", "tasks": [
+        {"label": "x\u202e", "command": "sh -c id", "runOptions": {"runOn": "folderOpen"}}]}))
+    hook = root / ".git" / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\nid\n")
+    hook.chmod(0o755)
+
+
+def test_list_show_ack_and_the_finding_comes_back_when_the_content_changes(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = session(workspace, "s1", plant)
+    assert main(["list"]) == exit_codes.SUCCESS
+    listing = capsys.readouterr().out
+    assert "I01" in listing and "G01" in listing and "critical" in listing
+    assert "\u202e" not in listing and "\\u202e" in listing  # escaped, never interpreted
+    assert main(["show", *map(str, ids)]) == exit_codes.SUCCESS
+    shown = capsys.readouterr().out
+    assert "+#!/bin/sh" in shown and '+{"version"' in shown
+    assert "--- at the start" in shown
+    assert main(["ack", *map(str, ids), "--note", "my own hook"]) == exit_codes.SUCCESS
+    assert main(["list", "--json"]) == exit_codes.SUCCESS
+    assert json.loads(capsys.readouterr().out) == []
+    session(workspace, "s2", lambda r: (r / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho\n"))
+    assert main(["list", "--json"]) == exit_codes.SUCCESS
+    reopened = json.loads(capsys.readouterr().out)
+    assert [(f["rule"], f["path"]) for f in reopened] == [("G01", ".git/hooks/post-checkout")]
+
+
+def test_restore_puts_back_the_exact_bytes_and_mode_and_removes_what_the_session_made(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    original = (workspace / ".vscode" / "tasks.json").read_bytes()
+    ids = session(workspace, "s1", plant)
+    assert main(["restore", *map(str, ids)]) == exit_codes.SUCCESS
+    tasks = workspace / ".vscode" / "tasks.json"
+    assert tasks.read_bytes() == original and (tasks.stat().st_mode & 0o7777) == 0o640
+    assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
+    assert main(["list", "--json"]) == exit_codes.SUCCESS  # restored findings count as reviewed
+    assert json.loads(capsys.readouterr().out) == []
+    assert main(["list", "--all", "--json"]) == exit_codes.SUCCESS
+    assert all(f["note"].startswith("restored by dejima-audit restore") for f in json.loads(capsys.readouterr().out))
+
+
+def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(
+        workspace: Path, out: io.StringIO, tmp_path: Path) -> None:
+    ids = session(workspace, "s1", plant)
+    (workspace / ".vscode" / "tasks.json").write_text("edited later by the user\n")
+    tasks = next(i for i, path in ids.items() if path == ".vscode/tasks.json")
+    assert main(["restore", str(tasks)]) == exit_codes.FAILURE
+    assert "changed since the audit" in out.getvalue()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workspace / ".vscode" / "tasks.json").unlink()
+    os.rmdir(workspace / ".vscode")
+    (workspace / ".vscode").symlink_to(outside)
+    for finding_id in ids:
+        main(["restore", "--force", str(finding_id)])
+    assert list(outside.iterdir()) == []
+    assert "is not a plain directory" in out.getvalue()
+
+
+def test_usage_errors_name_the_fix(out: io.StringIO) -> None:
+    assert main(["ack", "--note", "x"]) == exit_codes.USAGE
+    assert "ack needs finding ids, or --all" in out.getvalue()
+    assert main(["show", "999"]) == exit_codes.USAGE
+    assert "no finding 999" in out.getvalue()
+    assert main(["ack", "1", "--note", " "]) == exit_codes.USAGE
+
+
+def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str], out: io.StringIO) -> None:
+    assert main(["rules"]) == exit_codes.SUCCESS
+    text = capsys.readouterr().out
+    assert "| I01 | VS Code tasks (by key)" in text and "| G04 | git config: core.fsmonitor" in text
