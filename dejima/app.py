@@ -200,7 +200,7 @@ def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
 
 def run_session(prepared: Prepared, ui: UI) -> int:
     settings = prepared.settings
-    exit_audit.start(prepared.plan.session_id, audited_mounts(prepared.plan))
+    audit_states = exit_audit.start(prepared.plan.session_id, audited_mounts(prepared.plan))
     if prepared.plan.interactive:
         ui.card("dejima boundary", boundary_card(prepared.plan))
     else:
@@ -223,7 +223,7 @@ def run_session(prepared: Prepared, ui: UI) -> int:
             ) from exc
         raise
     finally:
-        exit_audit.finish(prepared.plan.session_id, ui)
+        exit_audit.finish(prepared.plan.session_id, ui, states=audit_states)
         summary = store.summary()
         if summary:
             ui.warn(f"session {prepared.plan.session_id}: {summary}; "

@@ -16,7 +16,7 @@ from dejima.core.audit import SEVERITIES, Finding, audit, derived_watch, watched
 from dejima.core.audit.model import finding, rank
 from dejima.core.snapshot import Snapshot
 from dejima.findings import FileState, FindingStore
-from dejima.snapshot import load_snapshot, read_kept, save_snapshot, take_snapshot
+from dejima.snapshot import SnapshotError, load_snapshot, read_kept, save_snapshot, take_snapshot
 from dejima.ui.console import UI
 from dejima.violations import sessions_dir
 
@@ -42,7 +42,8 @@ def _state_dir(session_id: str) -> Path:
 
 
 def _keep(mount: Mount, snapshot: Snapshot) -> dict[str, bytes]:
-    kept = read_kept(mount.root, snapshot, lambda p: watched(p, mount.kind), KEEP_LIMIT)
+    # The walk hashed exactly the watched files: keep those, without asking `watched` again.
+    kept = read_kept(mount.root, snapshot, lambda p: snapshot[p].sha256 is not None, KEEP_LIMIT)
     if mount.kind == "workspace":
         # Files the git config points at (includes, the hooks path): changing them changes git.
         config = kept.get(".git/config")
@@ -73,17 +74,26 @@ def audit_mount(state: MountState) -> tuple[list[Finding], Snapshot]:
             read[path] = read_kept(root, {path: entry}, lambda p: True, KEEP_LIMIT).get(path) if entry else None
         return read[path]
 
-    return audit(state.snapshot, after, contents, state.mount.kind), after
+    def listdir(directory: str) -> list[str]:
+        try:
+            return os.listdir(os.path.join(root, directory))  # a real directory: the walk went in
+        except OSError:
+            return []
+
+    return audit(state.snapshot, after, contents, state.mount.kind, listdir), after
 
 
-def start(session_id: str, mounts: list[Mount]) -> None:
-    """Snapshot every writable mount before the session may touch it."""
+def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
+    """Snapshot every writable mount before the session may touch it; the state is also saved, for
+    the next run to audit if this launcher dies."""
     directory = _state_dir(session_id)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    states = []
     try:
         described = []
         for index, mount in enumerate(mounts):
             state = capture(mount)
+            states.append(state)
             save_snapshot(directory / f"{index}.snapshot", state.snapshot)
             described.append({"kind": mount.kind, "root": str(mount.root), "snapshot": f"{index}.snapshot",
                               "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
@@ -93,6 +103,7 @@ def start(session_id: str, mounts: list[Mount]) -> None:
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)  # no session starts without its start state
         raise
+    return states
 
 
 def _load(session_id: str) -> list[MountState]:
@@ -126,21 +137,24 @@ def _unauditable(session_id: str, workspace: str, reason: str) -> Finding:
                    f"{session_id}:{reason}")
 
 
-def finish(session_id: str, ui: UI, store: FindingStore | None = None, workspace: str = "") -> list[Finding]:
-    """Audit every mount against its start state, store the findings, and say so."""
+def finish(session_id: str, ui: UI, store: FindingStore | None = None, workspace: str = "",
+           states: list[MountState] | None = None) -> list[Finding]:
+    """Audit every mount against its start state (``states``, or the saved one when this launcher
+    did not take it), store the findings, and say so."""
     own_store = store is None
     store = store or FindingStore()
     try:
-        return _finish(session_id, ui, store, workspace)
+        return _finish(session_id, ui, store, workspace, states)
     finally:
         if own_store:
             store.close()
 
 
-def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str) -> list[Finding]:
+def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
+            states: list[MountState] | None) -> list[Finding]:
     directory = _state_dir(session_id)
     try:
-        states = _load(session_id)
+        states = states if states is not None else _load(session_id)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         states = []
         found = [_unauditable(session_id, workspace, str(exc))]
@@ -149,9 +163,12 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str) -> lis
         workspace = next((str(s.mount.root) for s in states if s.mount.kind == "workspace"), workspace)
         found = []
         for state in states:
-            mount_findings, after = audit_mount(state)
-            store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings,
-                         _file_states(state, after, mount_findings))
+            try:
+                mount_findings, after = audit_mount(state)
+                states_of = _file_states(state, after, mount_findings)
+            except (SnapshotError, OSError) as exc:  # an unaudited mount is a finding, never silence
+                mount_findings, states_of = [_unauditable(session_id, workspace, f"{state.mount.root}: {exc}")], {}
+            store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)
     shown = [f for f in found if rank(f.severity) >= rank("low")]

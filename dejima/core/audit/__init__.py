@@ -11,6 +11,8 @@ severities, never create findings alone. The catalogue (catalogue.py) is data.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dejima.core.audit.catalogue import CATALOGUE_VERSION
 from dejima.core.audit.configs import config_findings, kept_by_rules
 from dejima.core.audit.correlate import correlate
@@ -35,12 +37,14 @@ _IN_GIT_DIR = frozenset(("config", "config.worktree", "commondir", "gitdir", "ex
 
 
 def watched(path: str, kind: str = "workspace") -> bool:
-    """Files whose bytes the start snapshot keeps, so rules can diff them and restore them."""
+    """Files whose bytes the start snapshot keeps, so rules can diff them and restore them.
+    Asked of every file at session start: the cheap tests come first."""
     if kind == "workspace":
-        parts = path.split("/")
-        if ".git" in parts:
-            return "hooks" in parts or parts[-1] in _IN_GIT_DIR
-        if parts[-1] in _ANYWHERE and "node_modules" not in parts:
+        if ".git" in path:
+            parts = path.split("/")
+            if ".git" in parts:
+                return "hooks" in parts or parts[-1] in _IN_GIT_DIR
+        if path[path.rfind("/") + 1:] in _ANYWHERE and "node_modules/" not in path:
             return True
     return kept_by_rules(path, kind)
 
@@ -56,10 +60,12 @@ def _deduplicated(found: list[Finding]) -> list[Finding]:
     return sorted(best.values(), key=lambda f: (-rank(f.severity), f.path, f.rule, f.key))
 
 
-def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace") -> list[Finding]:
+def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace",
+          listdir: Callable[[str], list[str]] | None = None) -> list[Finding]:
     """Findings for the changes from ``before`` to ``after`` (one mount), worst first.
-    ``contents(side, path)`` returns a file's bytes at "before" or "after" (None when unknown)."""
-    view = View(before, after, diff(before, after), contents, kind)
+    ``contents(side, path)`` returns a file's bytes at "before" or "after" (None when unknown);
+    ``listdir(directory)`` the names in a directory now (default: from ``after``)."""
+    view = View(before, after, diff(before, after), contents, kind, listdir)
     found = [*config_findings(view), *file_findings(view), *name_findings(view), *tree_findings(view),
              *environment_findings(view)]
     if kind == "workspace":

@@ -23,7 +23,8 @@ _INDEX = {kind: GlobIndex((glob, rule) for rule in PATH_RULES if kind in rule.mo
 
 
 def rules_for(path: str, kind: str = "workspace") -> list[PathRule]:
-    if kind == "workspace" and _OWN_RULES.search(path):
+    index = _INDEX[kind]
+    if not index.may_match(path) or (kind == "workspace" and _OWN_RULES.search(path)):
         return []
     return [rule for rule in _INDEX[kind].lookup(path) if isinstance(rule, PathRule)]
 

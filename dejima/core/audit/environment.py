@@ -42,11 +42,23 @@ def envrc_sources(envrc: str, text: str) -> list[str]:
     return found
 
 
+def _envrcs(view: View) -> list[str]:
+    """The .envrc files (at the start) of the directories above each changed path: the ones that
+    can load it (they mostly load files beside or below them)."""
+    found: dict[str, None] = {}
+    for path in view.changed:
+        parts = path.split("/")
+        for depth in range(len(parts)):
+            envrc = "/".join([*parts[:depth], ".envrc"])
+            entry = view.before.get(envrc)
+            if entry is not None and entry.kind == "file":
+                found[envrc] = None
+    return list(found)
+
+
 def _direnv(view: View) -> list[Finding]:
     found = []
-    for path, entry in view.before.items():
-        if not (path == ".envrc" or path.endswith("/.envrc")) or entry.kind != "file":
-            continue
+    for path in _envrcs(view):
         for source in envrc_sources(path, view.text(path, "before") or ""):
             change = view.changed.get(source)
             if change is not None and change.after is not None:

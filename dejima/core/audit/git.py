@@ -124,13 +124,15 @@ def _config_findings(path: str, view: View, included_by: str = "") -> list[Findi
 
 
 def git_dirs(view: View) -> Iterator[str]:
-    """Git directories at the end: any .git directory, and submodules' and worktrees' inside them."""
-    for path, entry in view.after.items():
-        if entry.kind == "dir" and (path == ".git" or path.endswith("/.git")):
+    """Git directories at the end: any .git directory, and submodules' and worktrees' inside them
+    (a directory holding a HEAD under .git/modules or .git/worktrees)."""
+    for path in view.named(".git"):
+        if view.after[path].kind == "dir":
             yield path
-        elif entry.kind == "dir" and re.search(r"\.git/(?:modules/.+|worktrees/[^/]+)$", path) and \
-                f"{path}/HEAD" in view.after:
-            yield path
+    for head in view.named("HEAD"):
+        directory = head.rpartition("/")[0]
+        if re.search(r"\.git/(?:modules/.+|worktrees/[^/]+)$", directory):
+            yield directory
 
 
 def config_paths(view: View) -> list[str]:
@@ -195,7 +197,7 @@ def _attribute_drivers(view: View) -> tuple[dict[tuple[str, str], bool], list[Fi
     """Drivers named by attribute files at the end -> whether that naming changed; plus G18."""
     named: dict[tuple[str, str], bool] = {}
     found = []
-    sources = [p for p in view.after if p.endswith(".gitattributes") or p.endswith("/info/attributes")]
+    sources = [*view.named(".gitattributes"), *(p for p in view.named("attributes") if p.endswith("/info/attributes"))]
     for path in sources:
         changed = path in view.changed
         new = set(view.new_lines(path)) if changed else set()
@@ -208,8 +210,10 @@ def _attribute_drivers(view: View) -> tuple[dict[tuple[str, str], bool], list[Fi
     return named, found
 
 
-def _driver_correlation(view: View, config_findings: list[Finding]) -> list[Finding]:
+def _driver_correlation(view: View, config_findings: list[Finding], changed_configs: set[str]) -> list[Finding]:
     """Research C1: a driver defined in config and named by an attribute, either side new."""
+    if not changed_configs and not any(p.endswith((".gitattributes", "/info/attributes")) for p in view.changed):
+        return []  # neither side changed: nothing new to correlate
     named, found = _attribute_drivers(view)
     defined: dict[tuple[str, str], bool] = {}
     changed_keys = {f.key for f in config_findings}
@@ -244,11 +248,18 @@ def _nested_repositories(view: View) -> list[Finding]:
     return found
 
 
+def _is_config(path: str) -> bool:
+    where = split_git(path)
+    return (where is not None and where.inner in _CONFIG_FILES) or path in _TOP_CONFIGS
+
+
 def git_findings(view: View) -> list[Finding]:
     found: list[Finding] = []
-    configs = set(config_paths(view))
-    for path in sorted(configs):
-        if path in view.changed and view.changed[path].after is not None:
+    changed_configs = {p for p, c in view.changed.items() if c.after is not None and _is_config(p)}
+    # Includes: a changed config's, and the top config's (its unchanged include may name a changed file).
+    including = changed_configs | {p for p in (".git/config", ".git/config.worktree") if p in view.after}
+    for path in sorted(including):
+        if path in changed_configs:
             found.extend(_config_findings(path, view))
         for target in include_targets(path, view.text(path)):
             if target in view.changed or path in view.changed:
@@ -262,14 +273,14 @@ def git_findings(view: View) -> list[Finding]:
         if change.after is None:
             continue
         where = split_git(path, view)
-        if where is not None and path not in configs:
+        if where is not None and path not in changed_configs:
             found.extend(_inner_findings(path, where, view))
         elif hooks and path.startswith(hooks + "/") and change.after.kind != "dir":
             found.append(finding("G01", "critical", path, f"a hook under core.hooksPath ({hooks})",
                                  change.after.sha256 or "", remedy="restore"))
     found.extend(_replace_refs(view))
     found.extend(_nested_repositories(view))
-    found.extend(_driver_correlation(view, found))
+    found.extend(_driver_correlation(view, found, changed_configs))
     return found
 
 

@@ -48,60 +48,84 @@ def matches(glob: str, path: str) -> bool:
     return compile_glob(glob).match(path) is not None
 
 
-def _last_literal(glob: str) -> tuple[str, str] | None:
-    """How to pre-select paths for a glob: ("name", n) if its last component is a literal name,
-    ("suffix", s) if it is '*' + a literal suffix, ("top", d) if it starts with a literal
-    directory, else None (always tried)."""
-    last = glob.rsplit("/", 1)[-1]
-    if not any(ch in last for ch in "*?{"):
+_WILD = re.compile(r"[*?{]")
+
+
+def _selector(glob: str) -> tuple[str, str] | None:
+    """How to pre-select the paths a glob can match, most selective first: ("name", n) when its
+    last component is literal, ("prefix", p) for the literal start of a wild last component,
+    ("dir", d) for a literal directory (at any depth), ("suffix", s) for the literal end of the
+    last component; None: try it on every path."""
+    parts = glob.split("/")
+    last = parts[-1]
+    wild = [m.start() for m in _WILD.finditer(last)]
+    if not wild:
         return ("name", last)
-    if last.startswith("*") and not any(ch in last[1:] for ch in "*?{"):
-        return ("suffix", last[1:])
-    first = glob.split("/", 1)[0]
-    if "/" in glob and not any(ch in first for ch in "*?{"):
-        return ("top", first)
-    return None
+    if wild[0] >= 2:
+        return ("prefix", last[:wild[0]])
+    literal_dirs = [part for part in parts[:-1] if not _WILD.search(part)]
+    if literal_dirs:
+        return ("dir", literal_dirs[-1])
+    tail = last[wild[-1] + 1:]
+    return ("suffix", tail) if len(tail) >= 2 and not last.endswith("**") else None
+
+
+Item = tuple[re.Pattern[str], object]
 
 
 class GlobIndex:
     """Which of many (glob, value) pairs match a path, without trying every glob on every path."""
 
     def __init__(self, pairs: Iterable[tuple[str, object]]) -> None:
-        self.names: dict[str, list[tuple[re.Pattern[str], object]]] = {}
-        self.suffixes: dict[str, list[tuple[re.Pattern[str], object]]] = {}
-        self.tops: dict[str, list[tuple[re.Pattern[str], object]]] = {}
-        self.always: list[tuple[re.Pattern[str], object]] = []
+        self.tables: dict[str, dict[str, list[Item]]] = {k: {} for k in ("name", "prefix", "suffix", "dir")}
+        self.always: list[Item] = []
         for glob, value in pairs:
             for alternative in _expand(glob):
                 item = (compile_glob(alternative), value)
-                how = _last_literal(alternative)
+                how = _selector(alternative)
                 if how is None:
                     self.always.append(item)
                 else:
-                    table = {"name": self.names, "suffix": self.suffixes, "top": self.tops}[how[0]]
-                    table.setdefault(how[1], []).append(item)
-        self.suffix_lengths = sorted({len(s) for s in self.suffixes}, reverse=True)
+                    self.tables[how[0]].setdefault(how[1], []).append(item)
+        self.prefix_lengths = sorted({len(p) for p in self.tables["prefix"]})
+        self.suffix_lengths = sorted({len(p) for p in self.tables["suffix"]})
+        # A negative test for most paths in a few C calls: no glob selected by the file name, and no
+        # directory of the path selects one.
+        self.names = frozenset(self.tables["name"])
+        self.prefixes = tuple(self.tables["prefix"])
+        self.suffixes = tuple(self.tables["suffix"])
+        self.directories = frozenset(self.tables["dir"])
 
-    def candidates(self, path: str) -> list[tuple[re.Pattern[str], object]]:
-        name = path.rsplit("/", 1)[-1]
-        found = list(self.names.get(name, ()))
+    def may_match(self, path: str) -> bool:
+        """False only when no glob can match ``path`` (a fast test before ``lookup``)."""
+        if self.always:
+            return True
+        directories, _, name = path.rpartition("/")
+        if name in self.names or name.startswith(self.prefixes) or name.endswith(self.suffixes):
+            return True
+        return bool(directories) and not self.directories.isdisjoint(directories.split("/"))
+
+    def candidates(self, path: str) -> list[Item]:
+        *directories, name = path.split("/")
+        names, prefixes, suffixes = self.tables["name"], self.tables["prefix"], self.tables["suffix"]
+        found = list(names.get(name, ()))
+        for length in self.prefix_lengths:
+            found += prefixes.get(name[:length], ())
         for length in self.suffix_lengths:
-            if len(name) >= length:
-                found.extend(self.suffixes.get(name[-length:], ()))
-        found.extend(self.tops.get(path.split("/", 1)[0], ()))
-        found.extend(self.always)
-        return found
+            found += suffixes.get(name[-length:], ())
+        if directories:
+            dirs = self.tables["dir"]
+            for directory in directories:
+                found += dirs.get(directory, ())
+        return found + self.always
 
     def lookup(self, path: str) -> list[object]:
         """Every value whose glob matches, in no particular order, without duplicates."""
         seen: list[object] = []
         for pattern, value in self.candidates(path):
-            if pattern.match(path) is not None and value not in seen:
+            if value not in seen and pattern.match(path) is not None:
                 seen.append(value)
         return seen
-
-    def any(self, path: str) -> bool:
-        return any(pattern.match(path) is not None for pattern, _ in self.candidates(path))
 
 
 def _expand(glob: str) -> list[str]:

@@ -74,7 +74,10 @@ class View:
     changes: list[Change]
     contents: Contents
     kind: str = "workspace"
+    # The names in a directory now, from the filesystem (None: from the snapshot, slower on a big one).
+    listdir: Callable[[str], list[str]] | None = None
     _text: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    _named: dict[tuple[str, tuple[str, ...]], list[str]] = field(default_factory=dict)
 
     @cached_property
     def changed(self) -> dict[str, Change]:
@@ -110,9 +113,23 @@ class View:
         before = set((self.text(path, "before") or "").splitlines())
         return [line for line in after.splitlines() if line not in before]
 
+    def named(self, *names: str, side: str = "after") -> list[str]:
+        """Paths whose last component is one of ``names`` (one C-level test per path, cached)."""
+        key = (side, names)
+        if key not in self._named:
+            suffixes = tuple(f"/{n}" for n in names)
+            self._named[key] = [p for p in (self.after if side == "after" else self.before)
+                                if p.endswith(suffixes) or p in names]
+        return self._named[key]
+
+    def siblings(self, directory: str) -> list[str]:
+        """The names in a directory at the end."""
+        if self.listdir is not None:
+            return self.listdir(directory)
+        return self._children.get(directory, [])
+
     @cached_property
-    def children(self) -> dict[str, list[str]]:
-        """Names in each directory at the end (built only when a rule needs siblings)."""
+    def _children(self) -> dict[str, list[str]]:
         index: dict[str, list[str]] = {}
         for path in self.after:
             parent, _, name = path.rpartition("/")

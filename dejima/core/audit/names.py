@@ -60,7 +60,7 @@ def _odd_name(name: str) -> str | None:
 def _collision(path: str, name: str, view: View) -> str | None:
     parent = path.rpartition("/")[0]
     folded, composed = name.casefold(), unicodedata.normalize("NFC", name)
-    for sibling in view.children.get(parent, ()):
+    for sibling in view.siblings(parent):
         if sibling == name:
             continue
         if sibling.casefold() == folded:
