@@ -56,4 +56,6 @@ def boundary_card(plan: SessionPlan) -> list[str]:
         f"mounts      {mounts}, /tmp (tmpfs)",
         "credentials none enter the session (no host secret is passed through)",
         "grants      `dejima-allow` is not there yet: restart with --allow to widen",
+        "exit audit  workspace, home and caches compared with their start at exit; what can run code later "
+        "is recorded for review (dejima-audit)",
     ]

@@ -130,7 +130,11 @@ def with_mcp(root: Path) -> None:
                                                                         "args": ["-y", "@acme/docs-mcp"]}}}))
 
 
-VARIANTS = {"envrc": with_envrc, "husky": with_husky, "mcp": with_mcp}
+def with_claude(root: Path) -> None:
+    write(root, ".claude/settings.json", json.dumps({"permissions": {"deny": ["Read(.env)", "Bash(curl:*)"]}}))
+
+
+VARIANTS = {"envrc": with_envrc, "husky": with_husky, "mcp": with_mcp, "claude": with_claude}
 
 
 # --- attack samples (research §6.2), and a few more for rules the table has no sample for ---------------
@@ -311,6 +315,9 @@ ATTACKS: list[tuple[str, Change, list[tuple[str, str, str | None]]]] = [
      [("G22", "critical", ".git/rebase-merge/git-rebase-todo")]),
     ("G24", lambda r: subprocess.run(["git", "init", "-q", str(r / "vendor" / "x")], check=True),
      [("G24", "critical", "vendor/x/.git")]),
+    ("A03 deny removed", lambda r: write(r, ".claude/settings.json", json.dumps({"permissions": {
+        "deny": ["Read(.env)"]}})),
+     [("A03", "high", ".claude/settings.json")], "claude"),
     ("B10", pth, [("B10", "critical", None)]),
     ("B11", pyc_tamper, [("B11", "high", None)]),
     ("F10", touched_back, [("F10", "low", "package.json")]),

@@ -17,6 +17,7 @@ from dejima.core.snapshot import Change
 # deep in node_modules is not the project's.
 _OWN_RULES = re.compile(r"(?:^|/)(?:node_modules|\.venv|venv|\.tox|\.nox|__pypackages__|site-packages|\.git)(?:/|$)")
 _VALUE_LIMIT = 160
+_NARROWING = re.compile(r"(?i)(?:^|\.)(?:deny|disabled\w*|exclude\w*|block\w*|ask)(?:\.|$)")
 
 _INDEX = {kind: GlobIndex((glob, rule) for rule in PATH_RULES if kind in rule.mounts for glob in rule.paths)
           for kind in ("workspace", "home", "cache")}
@@ -112,6 +113,13 @@ def _key_findings(rule: PathRule, path: str, view: View) -> list[Finding] | None
         rule_id = key_rule.rule if key_rule and key_rule.rule else rule.id
         found.append(finding(rule_id, severity, path, f"{rule.title}: {key} = {_short(value)!r}{was}", value, key,
                              rule.remedy))
+    for key in before.keys() - after.keys():
+        # A deny list that loses an entry widens what runs (an index shift shows as a change above).
+        key_rule = _match_key(rule, key, before[key], view, base_dir) if _NARROWING.search(key) else None
+        if key_rule is not None:
+            rule_id = key_rule.rule or rule.id
+            found.append(finding(rule_id, key_rule.severity, path, f"{rule.title}: {key} removed (was "
+                                 f"{_short(before[key])!r})", f"removed:{before[key]}", key, rule.remedy))
     return found
 
 
