@@ -21,6 +21,7 @@ from dejima.ui.console import UI
 from dejima.violations import sessions_dir
 
 KEEP_LIMIT = 4 << 20  # bytes of one watched file kept at start (lockfiles can be large)
+READ_LIMIT = 64 << 20  # bytes of a file a rule reads at the end (a large repository's .git/index)
 _STATE_VERSION = 2
 
 
@@ -71,7 +72,7 @@ def audit_mount(state: MountState) -> tuple[list[Finding], Snapshot]:
             return state.kept.get(path)
         if path not in read:
             entry = after.get(path)
-            read[path] = read_kept(root, {path: entry}, lambda p: True, KEEP_LIMIT).get(path) if entry else None
+            read[path] = read_kept(root, {path: entry}, lambda p: True, READ_LIMIT).get(path) if entry else None
         return read[path]
 
     def listdir(directory: str) -> list[str]:

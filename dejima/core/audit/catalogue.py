@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATALOGUE_VERSION = "2026.12.2"
+CATALOGUE_VERSION = "2026.12.3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,4 +460,6 @@ CODED_RULES = {
     "X01": ("file in an unlisted dot-directory", "low"), "X02": ("new root config-as-code file", "medium"),
     "X03": ("other change inside a git directory", "medium"), "X04": ("other git config key", "medium-high"),
     "X05": ("lockfile checksum changed without a version change", "high"),
+    "G20": ("paths hidden from git status (ignore lines, index flags), raised when they hide a finding",
+            "medium-high"),
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from fnmatch import fnmatchcase
 
+from dejima.core.audit.git import index_hidden
 from dejima.core.audit.model import Finding, View, finding, rank
 from dejima.core.audit.names import invisible_in_text
 from dejima.core.audit.values import referenced_changes
@@ -109,11 +110,14 @@ def _hidden(pattern: str, base: str, path: str) -> bool:
 def _hiders(found: list[Finding], view: View) -> list[Finding]:
     """C3: a new ignore pattern or setting that hides a flagged path from `git status`."""
     patterns = _hide_patterns(view)
+    flagged_in_index = index_hidden(view)
     hide_all = next((f.path for f in found if f.key == "status.showuntrackedfiles"), None)
     out: list[Finding] = []
     hiders: dict[tuple[str, str], list[str]] = {}
     for item in found:
         cover = next(((p, line) for p, base, line in patterns if _hidden(line, base, item.path)), None)
+        if cover is None and item.path in flagged_in_index:
+            cover = (flagged_in_index[item.path], "index-flags")
         if item.rule != "G20" and rank(item.severity) >= rank("low") and (cover or hide_all):
             hider, line = cover or (hide_all or "", "status.showuntrackedfiles")
             out.append(item.raise_by(f"hidden from git status by {hider} ({line})"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from dejima.core.audit.catalogue import GIT_ALLOWED, GIT_BUILTINS, GIT_HOUSEKEEPING, GIT_INNER, GIT_KEYS
+from dejima.core.audit.gitindex import GitIndexError, hidden_paths
 from dejima.core.audit.globs import matches
 from dejima.core.audit.model import Finding, View, finding, resolve
 from dejima.core.gitconfig import GitConfigError, parse_git_config
@@ -253,6 +254,39 @@ def _is_config(path: str) -> bool:
     return (where is not None and where.inner in _CONFIG_FILES) or path in _TOP_CONFIGS
 
 
+def index_hidden(view: View) -> dict[str, str]:
+    """Work-tree paths that a changed index now hides from `git status` -> the index file."""
+    cached = view.memo.get("index_hidden")
+    if isinstance(cached, dict):
+        return cached
+    hidden: dict[str, str] = {}
+    for path, change in view.changed.items():
+        where = split_git(path)
+        if where is None or where.inner != "index" or where.gitdir.rsplit("/", 1)[-1] != ".git" or \
+                change.after is None:
+            continue
+        config = dict(_parse(view.text(f"{where.gitdir}/config")) or [])
+        size = 32 if config.get("extensions.objectformat", "").lower() == "sha256" else 20
+        try:
+            flagged = hidden_paths(view.data(path) or b"", size)
+        except GitIndexError:
+            continue  # git rewrites a broken index itself; nothing hides behind one it cannot read
+        base = where.gitdir.rpartition("/")[0]
+        hidden.update({(f"{base}/{p}" if base else p): path for p in flagged})
+    view.memo["index_hidden"] = hidden
+    return hidden
+
+
+def _index_findings(view: View) -> list[Finding]:
+    by_index: dict[str, list[str]] = {}
+    for hidden, index in index_hidden(view).items():
+        by_index.setdefault(index, []).append(hidden)
+    return [finding("G20", "medium", index, f"{len(paths)} path(s) marked assume-unchanged or skip-worktree: "
+                    f"git status no longer shows their changes ({', '.join(sorted(paths)[:5])}"
+                    f"{' ...' if len(paths) > 5 else ''})", "\n".join(sorted(paths)), "index-flags", "review")
+            for index, paths in by_index.items()]
+
+
 def git_findings(view: View) -> list[Finding]:
     found: list[Finding] = []
     changed_configs = {p for p, c in view.changed.items() if c.after is not None and _is_config(p)}
@@ -279,6 +313,7 @@ def git_findings(view: View) -> list[Finding]:
             found.append(finding("G01", "critical", path, f"a hook under core.hooksPath ({hooks})",
                                  change.after.sha256 or "", remedy="restore"))
     found.extend(_replace_refs(view))
+    found.extend(_index_findings(view))
     found.extend(_nested_repositories(view))
     found.extend(_driver_correlation(view, found, changed_configs))
     return found

@@ -78,6 +78,7 @@ class View:
     listdir: Callable[[str], list[str]] | None = None
     _text: dict[tuple[str, str], str | None] = field(default_factory=dict)
     _named: dict[tuple[str, tuple[str, ...]], list[str]] = field(default_factory=dict)
+    memo: dict[str, object] = field(default_factory=dict)  # results one rule computes and another reads
 
     @cached_property
     def changed(self) -> dict[str, Change]:

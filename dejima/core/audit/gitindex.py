@@ -1,0 +1,63 @@
+"""Reads the flags of git's index file (.git/index, versions 2-4) without running git: the paths
+marked assume-unchanged or skip-worktree, which `git status` stops looking at (research G20)."""
+
+from __future__ import annotations
+
+import struct
+
+ASSUME_VALID = 0x8000
+EXTENDED = 0x4000
+SKIP_WORKTREE = 0x4000  # in the extended flags
+_FIXED = 40  # ctime, mtime, dev, ino, mode, uid, gid, size
+
+
+class GitIndexError(ValueError):
+    pass
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """Git's offset varint (index v4 path compression)."""
+    byte = data[at]
+    value, at = byte & 0x7F, at + 1
+    while byte & 0x80:
+        byte = data[at]
+        value = ((value + 1) << 7) | (byte & 0x7F)
+        at += 1
+    return value, at
+
+
+def hidden_paths(data: bytes, hash_size: int = 20) -> dict[str, str]:
+    """Paths the index marks so that `git status` skips them -> "assume-unchanged"/"skip-worktree".
+    Raises ValueError for a file that is not an index of a known version."""
+    if len(data) < 12 or data[:4] != b"DIRC":
+        raise GitIndexError("not a git index")
+    version, count = struct.unpack(">II", data[4:12])
+    if version not in (2, 3, 4):
+        raise GitIndexError(f"index version {version}")
+    at, previous, hidden = 12, b"", {}
+    try:
+        for _ in range(count):
+            start = at
+            at += _FIXED + hash_size
+            (flags,) = struct.unpack(">H", data[at:at + 2])
+            at += 2
+            extended = 0
+            if flags & EXTENDED:
+                (extended,) = struct.unpack(">H", data[at:at + 2])
+                at += 2
+            if version == 4:
+                strip, at = _varint(data, at)
+                end = data.index(b"\0", at)
+                path = previous[:len(previous) - strip] + data[at:end]
+                at = end + 1
+            else:
+                end = data.index(b"\0", at)
+                path = data[at:end]
+                at = start + ((end - start) // 8 + 1) * 8  # NUL-padded to a multiple of 8
+            previous = path
+            if flags & ASSUME_VALID or extended & SKIP_WORKTREE:
+                text = path.decode("utf-8", "surrogateescape")
+                hidden[text] = "assume-unchanged" if flags & ASSUME_VALID else "skip-worktree"
+    except (struct.error, ValueError, IndexError) as exc:
+        raise GitIndexError(f"truncated or corrupt index: {exc}") from exc
+    return hidden
