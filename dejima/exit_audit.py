@@ -91,6 +91,10 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     states = []
     try:
+        # Written first and alone: even a state that cannot be read later names the workspace its
+        # unaudited session must block.
+        workspace = next((str(m.root) for m in mounts if m.kind == "workspace"), "")
+        (directory / "workspace").write_text(workspace)
         described = []
         for index, mount in enumerate(mounts):
             state = capture(mount)
@@ -132,7 +136,7 @@ def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> di
     return states
 
 
-def _unauditable(session_id: str, workspace: str, reason: str) -> Finding:
+def _unauditable(session_id: str, reason: str) -> Finding:
     return finding("X00", "critical", "", f"session {session_id} could not be audited ({reason}); check the "
                    "workspace by hand (git status, .git/hooks, .git/config, .vscode, .claude), then ack this",
                    f"{session_id}:{reason}")
@@ -158,7 +162,11 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
         states = states if states is not None else _load(session_id)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         states = []
-        found = [_unauditable(session_id, workspace, str(exc))]
+        try:
+            workspace = workspace or (directory / "workspace").read_text()
+        except OSError:
+            pass
+        found = [_unauditable(session_id, str(exc))]
         store.record(session_id, workspace, "workspace", workspace, found, {})
     else:
         workspace = next((str(s.mount.root) for s in states if s.mount.kind == "workspace"), workspace)
@@ -168,7 +176,7 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
                 mount_findings, after = audit_mount(state)
                 states_of = _file_states(state, after, mount_findings)
             except (SnapshotError, OSError) as exc:  # an unaudited mount is a finding, never silence
-                mount_findings, states_of = [_unauditable(session_id, workspace, f"{state.mount.root}: {exc}")], {}
+                mount_findings, states_of = [_unauditable(session_id, f"{state.mount.root}: {exc}")], {}
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)
@@ -202,7 +210,7 @@ def recover(ui: UI, live_sessions: set[str]) -> None:
         store = FindingStore()
         try:
             store.record(session_id, workspace, "workspace", workspace,
-                         [_unauditable(session_id, workspace, "its start snapshot is from an older dejima")], {})
+                         [_unauditable(session_id, "its start snapshot is from an older dejima")], {})
         finally:
             store.close()
         old.unlink()

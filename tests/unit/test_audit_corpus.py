@@ -400,6 +400,9 @@ BENIGN: list[tuple[str, Change]] = [
     ("N17", lambda r: write(r, ".github/ISSUE_TEMPLATE/bug_report.md", "---\nname: Bug\n---\n")),
     ("N18", lambda r: write(r, "docs/caf\u00e9.md", "# café\n")),
     ("N19", n19_tests),
+    ("git gc", lambda r: (n05_commit(r), git(r, "gc", "-q", "--prune=now"), git(r, "commit-graph", "write"))),
+    ("git worktree-free branch work", lambda r: (git(r, "switch", "-qc", "topic"), n05_commit(r),
+                                                 git(r, "switch", "-q", "main"), git(r, "merge", "-q", "topic"))),
 ]
 
 

@@ -66,7 +66,7 @@ def _in_bare_repo(path: str, view: View) -> GitPath | None:
 
 
 def _housekeeping(inner: str) -> bool:
-    return inner.startswith(GIT_HOUSEKEEPING) and not inner.startswith("objects/info/")
+    return inner.startswith(GIT_HOUSEKEEPING)  # alternates, under objects/, are GIT_INNER's first
 
 
 def _parse(text: str | None) -> list[tuple[str, str]] | None:

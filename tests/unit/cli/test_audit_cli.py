@@ -120,3 +120,17 @@ def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str], out: io.S
     assert main(["rules"]) == exit_codes.SUCCESS
     text = capsys.readouterr().out
     assert "| I01 | VS Code tasks (by key)" in text and "| G04 | git config: core.fsmonitor" in text
+
+
+def test_a_start_state_that_cannot_be_read_blocks_its_workspace(workspace: Path, out: io.StringIO,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from dejima.violations import sessions_dir
+
+    exit_audit.start("s9", [exit_audit.Mount("workspace", workspace)])
+    (sessions_dir() / "s9" / "audit" / "0.snapshot").write_bytes(b"garbage")
+    exit_audit.recover(UI(plain_console(io.StringIO())), live_sessions=set())
+    assert main(["list", "--json", "--workspace", str(workspace)]) == exit_codes.SUCCESS
+    (unaudited,) = json.loads(capsys.readouterr().out)
+    assert (unaudited["rule"], unaudited["severity"]) == ("X00", "critical")
+    assert "could not be audited" in unaudited["evidence"]
+    assert not (sessions_dir() / "s9").joinpath("audit").exists()
