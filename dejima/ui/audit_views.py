@@ -84,7 +84,7 @@ def print_finding(console: Console, stored: Stored) -> None:
     f = stored.finding
     rows = [("finding", str(stored.id)), ("rule", f"{f.rule} ({rule_title(f.rule)})"), ("severity", f.severity),
             ("where", _where(stored)), ("path", f.path or "(whole mount)"), ("key", f.key), ("evidence", f.evidence),
-            *(("raised by", note) for note in f.notes), ("remedy", _remedy(f.remedy)), ("session", stored.session),
+            *(("signal", note) for note in f.notes), ("remedy", _remedy(f.remedy)), ("session", stored.session),
             ("when", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stored.created))),
             ("reviewed", f"yes: {stored.ack_note}" if stored.acked else "no"), ("fingerprint", f.fingerprint),
             ("catalogue", stored.catalogue)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from dejima.core.audit.catalogue import PATH_RULES, KeyRule, PathRule
+from dejima.core.audit.catalogue import KEY_RULE_TITLES, PATH_RULES, KeyRule, PathRule
 from dejima.core.audit.globs import GlobIndex
 from dejima.core.audit.model import Finding, View, finding, rank
 from dejima.core.audit.values import VALUE_TESTS
@@ -111,7 +111,8 @@ def _key_findings(rule: PathRule, path: str, view: View) -> list[Finding] | None
             continue
         was = f" (was {_short(before[key])!r})" if key in before else ""
         rule_id = key_rule.rule if key_rule and key_rule.rule else rule.id
-        found.append(finding(rule_id, severity, path, f"{rule.title}: {key} = {_short(value)!r}{was}", value, key,
+        title = KEY_RULE_TITLES.get(rule_id, rule.title)
+        found.append(finding(rule_id, severity, path, f"{title}: {key} = {_short(value)!r}{was}", value, key,
                              rule.remedy))
     for key in before.keys() - after.keys():
         # A deny list that loses an entry widens what runs (an index shift shows as a change above).
