@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dejima.core.audit import SEVERITIES, Finding, audit, derived_watch, watched
+from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.model import finding, rank
+from dejima.core.gitconfig import GitConfigError, parse_git_config
 from dejima.core.snapshot import Snapshot
 from dejima.findings import FileState, FindingStore
 from dejima.snapshot import SnapshotError, load_snapshot, read_kept, save_snapshot, take_snapshot
@@ -52,7 +54,21 @@ def _keep(mount: Mount, snapshot: Snapshot) -> dict[str, bytes]:
         if targets:
             prefixes = tuple(f"{t}/" for t in targets)
             kept.update(read_kept(mount.root, snapshot, lambda p: p in targets or p.startswith(prefixes), KEEP_LIMIT))
+        kept.update(_index_flags(mount.root, snapshot, config))
     return kept
+
+
+def _index_flags(root: Path, snapshot: Snapshot, config: bytes | None) -> dict[str, bytes]:
+    """The paths .git/index hides at the start, so the audit reports only newly hidden ones."""
+    index = read_kept(root, snapshot, lambda p: p == ".git/index", READ_LIMIT).get(".git/index")
+    if index is None:
+        return {}
+    try:
+        parsed = parse_git_config(config.decode("utf-8", "surrogateescape")) if config is not None else []
+        flagged = hidden_paths(index, hash_size(parsed))
+    except (GitIndexError, GitConfigError):
+        return {}
+    return {start_flags_key(".git/index"): "\n".join(sorted(flagged)).encode("utf-8", "surrogateescape")}
 
 
 def capture(mount: Mount) -> MountState:
@@ -175,8 +191,10 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
             try:
                 mount_findings, after = audit_mount(state)
                 states_of = _file_states(state, after, mount_findings)
-            except (SnapshotError, OSError) as exc:  # an unaudited mount is a finding, never silence
-                mount_findings, states_of = [_unauditable(session_id, f"{state.mount.root}: {exc}")], {}
+            except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
+                reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"
+                ui.warn(f"the audit of {state.mount.root} failed ({reason}); recorded as a critical finding")
+                mount_findings, states_of = [_unauditable(session_id, f"{state.mount.root}: {reason}")], {}
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)

@@ -125,7 +125,9 @@ def restore(stored: Stored, force: bool = False) -> str:
     with _parent(Path(stored.root), finding.path) as fd:
         kind, sha256, mode = _current(fd, name)
         _check_unchanged(stored, kind, sha256, force)
-        if finding.remedy == "strip-bits" and kind == "file":
+        if finding.remedy == "strip-bits":
+            if kind != "file":
+                raise RestoreError(f"{finding.path} is not a regular file any more", hint="review it by hand")
             _strip_bits(fd, name, mode)
             return f"removed the setuid/setgid bits and capabilities of {finding.path}"
         if state.before_kind is None:

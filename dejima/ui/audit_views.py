@@ -25,13 +25,15 @@ from dejima.core.audit.model import SEVERITIES
 from dejima.core.audit.names import INVISIBLE
 from dejima.findings import Stored
 
-_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f]|{INVISIBLE.pattern}")
+# Line breaks too: a value must not be able to print a line of its own (a fake "reviewed: yes").
+_UNSAFE = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f]|{INVISIBLE.pattern}")
 _STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
 _DIFF_LINES = 200
 
 
 def safe(text: str) -> str:
-    """Escapes what a terminal would act on or hide; undecodable bytes shown as \\xNN."""
+    """Escapes what a terminal would act on or hide, and line breaks; undecodable bytes as \\xNN.
+    The result is plain text: print it as rich Text, never as markup."""
     text = re.sub("[\udc80-\udcff]", lambda m: f"\\x{ord(m.group()) - 0xdc00:02x}", text)
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
@@ -49,8 +51,8 @@ def findings_table(found: list[Stored]) -> Table:
         what = safe(f.evidence) + "".join(f"\n  + {safe(note)}" for note in f.notes)
         if s.acked:
             what += f"\n  reviewed: {safe(s.ack_note)}"
-        table.add_row(str(s.id), Text(f.severity, style=_STYLE.get(f.severity, "")), f.rule, safe(_where(s)),
-                      safe(f.path or "(whole mount)"), what)
+        table.add_row(str(s.id), Text(f.severity, style=_STYLE.get(f.severity, "")), Text(f.rule),
+                      Text(safe(_where(s))), Text(safe(f.path or "(whole mount)")), Text(what))
     return table
 
 

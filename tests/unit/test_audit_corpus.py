@@ -324,6 +324,8 @@ ATTACKS: list[tuple[str, Change, list[tuple[str, str, str | None]]]] = [
                                       edit_json(r, ".vscode/settings.json", lambda d: d.update(
                                           {"chat.tools.autoApprove": True}))),
      [("I03", "critical", ".vscode/settings.json"), ("G20", "high", ".git/index")]),
+    ("A03 settings removed", lambda r: (r / ".claude" / "settings.json").unlink(),
+     [("A03", "high", ".claude/settings.json")], "claude"),
     ("B10", pth, [("B10", "critical", None)]),
     ("B11", pyc_tamper, [("B11", "high", None)]),
     ("F10", touched_back, [("F10", "low", "package.json")]),
@@ -400,6 +402,8 @@ BENIGN: list[tuple[str, Change]] = [
     ("N17", lambda r: write(r, ".github/ISSUE_TEMPLATE/bug_report.md", "---\nname: Bug\n---\n")),
     ("N18", lambda r: write(r, "docs/caf\u00e9.md", "# café\n")),
     ("N19", n19_tests),
+    ("npm lockfile gains a hash", lambda r: edit_json(r, "package-lock.json", lambda d: d["packages"][
+        "node_modules/left-pad"].update(integrity="sha512-aaaa sha1-cccc"))),
     ("git gc", lambda r: (n05_commit(r), git(r, "gc", "-q", "--prune=now"), git(r, "commit-graph", "write"))),
     ("git worktree-free branch work", lambda r: (git(r, "switch", "-qc", "topic"), n05_commit(r),
                                                  git(r, "switch", "-q", "main"), git(r, "merge", "-q", "topic"))),
@@ -428,6 +432,8 @@ GRAY: list[tuple[str, Change, str, str]] = [
         {"left-pad": "^1.3.0"})), "", "info"),
     ("Y03", lambda r: append(r, "Makefile", "\nlint:\n\truff check .\n"), "B19", "low"),
     ("Y04", lambda r: (r / "scripts" / "build.sh").chmod(0o755), "F05", "low"),
+    ("new venv", lambda r: subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(r / "tools-env")],
+                                          check=True), "B10", "high"),
 ]
 
 

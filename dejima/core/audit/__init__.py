@@ -12,6 +12,7 @@ severities, never create findings alone. The catalogue (catalogue.py) is data.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from dejima.core.audit.catalogue import CATALOGUE_VERSION
 from dejima.core.audit.configs import config_findings, kept_by_rules
@@ -21,7 +22,7 @@ from dejima.core.audit.fallback import fallback_findings
 from dejima.core.audit.files import file_findings
 from dejima.core.audit.git import derived_watch, git_findings
 from dejima.core.audit.lockfiles import lockfile_findings
-from dejima.core.audit.model import MOUNT_KINDS, SEVERITIES, Contents, Finding, View, rank
+from dejima.core.audit.model import MOUNT_KINDS, SEVERITIES, Contents, Finding, View, in_dependency_tree, rank
 from dejima.core.audit.names import name_findings
 from dejima.core.audit.trees import tree_findings
 from dejima.core.snapshot import Snapshot, diff
@@ -44,7 +45,7 @@ def watched(path: str, kind: str = "workspace") -> bool:
             parts = path.split("/")
             if ".git" in parts:
                 return "hooks" in parts or parts[-1] in _IN_GIT_DIR
-        if path[path.rfind("/") + 1:] in _ANYWHERE and "node_modules/" not in path:
+        if path[path.rfind("/") + 1:] in _ANYWHERE and not in_dependency_tree(path):
             return True
     return kept_by_rules(path, kind)
 
@@ -55,8 +56,10 @@ def _deduplicated(found: list[Finding]) -> list[Finding]:
     for item in found:
         key = (item.rule, item.path, item.key)
         other = best.get(key)
-        if other is None or rank(item.severity) > rank(other.severity):
-            best[key] = item
+        if other is not None:
+            worse, better = (other, item) if rank(item.severity) > rank(other.severity) else (item, other)
+            item = replace(better, notes=tuple(dict.fromkeys((*better.notes, *worse.notes))))
+        best[key] = item
     return sorted(best.values(), key=lambda f: (-rank(f.severity), f.path, f.rule, f.key))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATALOGUE_VERSION = "2026.12.3"
+CATALOGUE_VERSION = "2026.12.4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,7 @@ class PathRule:
     added: str | None = None  # severity when the file is new (default: severity)
     remedy: str = "restore"
     mounts: tuple[str, ...] = ("workspace",)
+    keep: bool = True  # the start snapshot keeps matching files' bytes (not for a whole language's files)
 
 
 def K(pattern: str, severity: str, when: str = "", rule: str = "") -> KeyRule:  # noqa: N802 - a table row
@@ -264,7 +265,8 @@ BUILD = (
               K("toolchain.*", "low")), added="medium"),
     PathRule("B13", "Go module directives", ("**/go.mod", "**/go.work"), None, None,
              grep=r"^\s*(toolchain\s|replace\s|\S+\s+=>\s*\.{0,2}/|use\s)", added="medium"),
-    PathRule("B13", "go:generate and cgo directives", ("**/*.go",), "medium", grep=r"^\s*(//go:generate|#cgo\s)"),
+    PathRule("B13", "go:generate and cgo directives", ("**/*.go",), "medium", grep=r"^\s*(//go:generate|#cgo\s)",
+             keep=False),
     PathRule("B14", "Gradle wrapper", ("**/gradle/wrapper/gradle-wrapper.jar",), "critical"),
     PathRule("B14", "Gradle wrapper download", ("**/gradle/wrapper/gradle-wrapper.properties",), "high", "ini",
              (K("distributionurl", "critical", "foreign-gradle"), K("distributionsha256sum", "critical"),
@@ -403,12 +405,10 @@ GIT_BUILTINS = frozenset((
 GIT_HOUSEKEEPING = ("objects/", "refs/heads/", "refs/tags/", "refs/remotes/", "refs/stash", "refs/notes/",
                     "refs/bisect/", "refs/prefetch/", "logs/", "index", "HEAD", "ORIG_HEAD", "FETCH_HEAD",
                     "COMMIT_EDITMSG", "packed-refs", "description", "info/refs", "gitk.cache", "AUTO_MERGE",
-                    "MERGE_MSG", "SQUASH_MSG", "REBASE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "BISECT_",
-                    "shallow", "lost-found/", "gc.log", "gc.pid", "modules/", "worktrees/", "branches/",
-                    "rr-cache/", "filter-repo/", "hooks/", "config", "info/exclude", "info/attributes",
-                    "info/sparse-checkout",
-                    "info/grafts", "rebase-merge/", "rebase-apply/", "sequencer/", "MERGE_HEAD", "MERGE_MODE",
-                    "commondir", "gitdir", "config.worktree", "refs/replace/", "NOTES_MERGE_")
+                    "MERGE_MSG", "MERGE_MODE", "SQUASH_MSG", "REBASE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD",
+                    "BISECT_", "NOTES_MERGE_", "shallow", "lost-found/", "gc.log", "gc.pid", "modules/",
+                    "worktrees/", "branches/", "rr-cache/", "filter-repo/",
+                    "hooks/")  # hooks/*.sample: git's own examples, which never run
 # Files git reads where a session's write means a planted command or a hidden change.
 GIT_INNER = (
     ("hooks/*", "G01", "critical", "git hook"),

@@ -8,41 +8,46 @@ from functools import lru_cache
 
 from dejima.core.audit.catalogue import KEY_RULE_TITLES, PATH_RULES, KeyRule, PathRule
 from dejima.core.audit.globs import GlobIndex
-from dejima.core.audit.model import Finding, View, finding, rank
+from dejima.core.audit.model import MOUNT_KINDS, Finding, View, finding, in_dependency_tree, rank
 from dejima.core.audit.values import VALUE_TESTS
 from dejima.core.configfiles import ConfigParseError, parse_config
 from dejima.core.snapshot import Change
 
-# Dependency trees and git directories have rules of their own (trees.py, git.py): a package.json
-# deep in node_modules is not the project's.
-_OWN_RULES = re.compile(r"(?:^|/)(?:node_modules|\.venv|venv|\.tox|\.nox|__pypackages__|site-packages|\.git)(?:/|$)")
 _VALUE_LIMIT = 160
-_NARROWING = re.compile(r"(?i)(?:^|\.)(?:deny|disabled\w*|exclude\w*|block\w*|ask)(?:\.|$)")
+_NARROWING = re.compile(r"(?i)(?:^|\.)(?:deny|disabled\w*|exclude\w*|block\w*|ask|ignore-scripts)(?:\.|$)")
 
 _INDEX = {kind: GlobIndex((glob, rule) for rule in PATH_RULES if kind in rule.mounts for glob in rule.paths)
-          for kind in ("workspace", "home", "cache")}
+          for kind in MOUNT_KINDS}
+
+
+def has_own_rules(path: str) -> bool:
+    """Dependency trees and git directories have rules of their own (trees.py, git.py): a
+    package.json deep in node_modules is not the project's."""
+    return in_dependency_tree(path) or ".git" in path.split("/")
 
 
 def rules_for(path: str, kind: str = "workspace") -> list[PathRule]:
     index = _INDEX[kind]
-    if not index.may_match(path) or (kind == "workspace" and _OWN_RULES.search(path)):
+    if not index.may_match(path) or (kind == "workspace" and has_own_rules(path)):
         return []
     return [rule for rule in _INDEX[kind].lookup(path) if isinstance(rule, PathRule)]
 
 
 _FOLDED = {kind: GlobIndex((glob.casefold(), rule) for rule in PATH_RULES if kind in rule.mounts for glob in rule.paths)
-           for kind in ("workspace", "home", "cache")}
+           for kind in MOUNT_KINDS}
 
 
 def rules_for_folded(path: str, kind: str = "workspace") -> list[PathRule]:
     """Rules a case-folded path matches once the globs are case-folded too (name tricks)."""
+    if kind == "workspace" and has_own_rules(path):
+        return []
     return [rule for rule in _FOLDED[kind].lookup(path.casefold()) if isinstance(rule, PathRule)]
 
 
 def kept_by_rules(path: str, kind: str = "workspace") -> bool:
     """Whether the start snapshot keeps this file's bytes: the rules diff them, restore puts them
-    back. Grep rules over whole languages (*.go) are not kept: too many files to read at start."""
-    return any(rule.grep is None for rule in rules_for(path, kind))
+    back. Rules over a whole language's files (*.go) keep nothing: too many files to read at start."""
+    return any(rule.keep for rule in rules_for(path, kind))
 
 
 def _lines(data: bytes, fmt: str) -> dict[str, str]:
@@ -90,9 +95,11 @@ def _short(value: str) -> str:
 def _key_findings(rule: PathRule, path: str, view: View) -> list[Finding] | None:
     """Findings for the keys that changed, or None when the file no longer parses."""
     assert rule.fmt is not None
-    data = view.data(path) or b""
+    data = view.data(path)
+    if data is None and view.entry(path) is not None:
+        return None  # too big or unreadable: as good as unparseable
     try:
-        after = parse(rule.fmt, data)
+        after = parse(rule.fmt, data) if data is not None else {}  # a removed file has no keys left
     except ConfigParseError:
         return None
     before_data = view.data(path, "before")
@@ -147,7 +154,7 @@ def _apply(rule: PathRule, path: str, change: Change, view: View) -> list[Findin
         keyed = _key_findings(rule, path, view)
         if keyed is None:
             return [finding(rule.id, rule.severity or "high", path,
-                            f"{rule.title}: {change.what}, and no longer parses as {rule.fmt}", value,
+                            f"{rule.title}: {change.what}, and cannot be read or parsed as {rule.fmt}", value,
                             remedy=rule.remedy)]
         if keyed or file_severity is None:
             return keyed
@@ -163,4 +170,8 @@ def config_findings(view: View) -> list[Finding]:
             continue
         for rule in rules_for(path, view.kind):
             found.extend(_apply(rule, path, change, view))
+    for change in view.changes:
+        if change.what == "removed":  # a deleted config can lift a deny list (an .npmrc's ignore-scripts...)
+            found.extend(f for rule in rules_for(change.path, view.kind) if rule.fmt
+                         for f in _key_findings(rule, change.path, view) or [])
     return found

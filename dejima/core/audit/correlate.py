@@ -1,7 +1,7 @@
 """Correlations and content signals (research §4.5-4.6): they raise what other rules found, and
 name the files behind it; they never make a finding out of content alone.
 
-C3  a hiding primitive (git excludes, .gitignore, VS Code files.exclude, showUntrackedFiles=no)
+C3  a hiding primitive (git excludes, .gitignore, showUntrackedFiles=no, index flags)
     covers a flagged path: the flagged finding goes up a level, the hider is reported high.
 C4  a config value points at a file this session wrote: up a level, and that file is listed.
 C8  an agent instruction file's new text names another flagged file: that file goes up a level.
@@ -38,6 +38,7 @@ SIGNALS = (
 )
 _SIGNALS = tuple((name, re.compile(pattern, re.MULTILINE)) for name, pattern in SIGNALS)
 _INSTRUCTIONS = ("A06",)
+_NOT_HIDDEN = ("G20", "B07", "B10", "B11", "M01")
 
 
 def content_signals(text: str) -> list[str]:
@@ -50,7 +51,7 @@ def content_signals(text: str) -> list[str]:
 def _signals(item: Finding, view: View) -> Finding:
     entry = view.entry(item.path)
     if item.key:
-        text = item.evidence
+        text = item.value
     elif entry is not None and entry.kind == "file":
         text = "\n".join(view.new_lines(item.path))
     else:
@@ -67,7 +68,7 @@ def _referenced(found: list[Finding], view: View) -> list[Finding]:
         if not item.key:
             out.append(item)
             continue
-        value = item.evidence.split(" = ", 1)[-1]
+        value = item.value
         targets = [t for t in referenced_changes(value, view, item.path.rpartition("/")[0]) if t != item.path]
         if not targets:
             out.append(item)
@@ -86,7 +87,7 @@ def _hide_patterns(view: View) -> list[tuple[str, str, str]]:
     patterns = []
     for path in view.changed:
         name = path.rsplit("/", 1)[-1]
-        if name == ".gitignore" or path.endswith("/info/exclude") or path == ".git/info/exclude":
+        if name == ".gitignore" or path.endswith("/info/exclude"):
             base = "" if "/info/exclude" in f"/{path}" else path.rpartition("/")[0]
             for line in view.new_lines(path):
                 line = line.strip()
@@ -111,14 +112,16 @@ def _hiders(found: list[Finding], view: View) -> list[Finding]:
     """C3: a new ignore pattern or setting that hides a flagged path from `git status`."""
     patterns = _hide_patterns(view)
     flagged_in_index = index_hidden(view)
-    hide_all = next((f.path for f in found if f.key == "status.showuntrackedfiles"), None)
+    hide_all = next((f.path for f in found if f.key == "status.showuntrackedfiles"
+                     and f.value.strip().lower() in ("no", "false", "off", "0")), None)
     out: list[Finding] = []
     hiders: dict[tuple[str, str], list[str]] = {}
     for item in found:
         cover = next(((p, line) for p, base, line in patterns if _hidden(line, base, item.path)), None)
         if cover is None and item.path in flagged_in_index:
             cover = (flagged_in_index[item.path], "index-flags")
-        if item.rule != "G20" and rank(item.severity) >= rank("low") and (cover or hide_all):
+        # Dependency trees are ignored by design (node_modules/, .venv/): that hides nothing.
+        if item.rule not in _NOT_HIDDEN and rank(item.severity) >= rank("low") and (cover or hide_all):
             hider, line = cover or (hide_all or "", "status.showuntrackedfiles")
             out.append(item.raise_by(f"hidden from git status by {hider} ({line})"))
             hiders.setdefault((hider, line), []).append(item.path)

@@ -11,13 +11,13 @@ import stat
 from dejima.core.audit.configs import rules_for
 from dejima.core.audit.model import Finding, View, finding, resolve
 from dejima.core.audit.names import BIDI, invisible_in_text
+from dejima.core.audit.trees import in_tree
 from dejima.core.snapshot import Change, Entry
 
 # Files whose text is code or config: invisible characters there hide logic from a reviewer (F09).
 _CODE = re.compile(r"\.(py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonc|toml|ya?ml|ini|cfg|conf|sh|bash|zsh|fish|ps1|"
                    r"rb|go|rs|java|kt|kts|scala|c|h|cc|cpp|hpp|cs|php|pl|lua|swift|sql|gradle|tf|nix|mk|"
                    r"env|envrc|properties|xml)$|(^|/)(Makefile|Dockerfile|Jenkinsfile|\.envrc)$")
-_DEPENDENCY_TREE = re.compile(r"(?:^|/)(?:node_modules|\.venv|venv|\.tox|\.nox|__pypackages__|vendor)/")
 _BIG_FILE = 1 << 30
 _DEEP = 64
 
@@ -66,7 +66,9 @@ def _privilege(path: str, change: Change) -> list[Finding]:
     assert new is not None
     found = []
     value = new.sha256 or new.kind
-    if new.privileged_bits and (old is None or not old.privileged_bits or change.what in ("modified", "type")):
+    # Files only: a setgid directory is how shared group directories work, and nothing runs it.
+    newly = old is None or not old.privileged_bits or change.what in ("modified", "type")
+    if new.kind == "file" and new.privileged_bits and newly:
         found.append(finding("F03", "critical", path, f"mode {oct(new.mode)}: setuid/setgid", value,
                              remedy="strip-bits"))
     if new.caps:
@@ -109,8 +111,10 @@ def _content(path: str, change: Change, view: View) -> list[Finding]:
     if change.what == "modified" and old is not None and old.sha256 is not None and new.mtime_ns <= old.mtime_ns:
         found.append(finding("F10", "low", path, "content changed but the modification time did not move "
                              "forward (set back)", new.sha256 or "", remedy="restore"))
-    if _CODE.search(path) and not _DEPENDENCY_TREE.search(path):  # trees are reported whole (trees.py)
-        lines = [line for line in view.new_lines(path) if BIDI.search(line) or invisible_in_text(line)]
+    if _CODE.search(path):
+        # A byte-order mark opening the file is an encoding marker, not a hidden character.
+        lines = [line for line in view.new_lines(path) if BIDI.search(line) or invisible_in_text(
+            line[1:] if line.startswith("\ufeff") and (view.text(path) or "").startswith(line) else line)]
         if lines:
             points = ", ".join(invisible_in_text("\n".join(lines)))
             found.append(finding("F09", "medium", path, f"invisible or bidi characters in code ({points})",
@@ -126,14 +130,15 @@ def file_findings(view: View) -> list[Finding]:
         if new is None:
             continue
         found.extend(_privilege(path, change))
+        if in_tree(path, view):
+            continue  # a dependency tree or environment is reported whole, to reinstall (trees.py)
         found.extend(_metadata(path, change))
         if new.kind == "symlink" and change.what in ("added", "type", "link-target") and new.target is not None:
             found.extend(_link(path, change, view))
         if new.kind == "file" and change.what in ("added", "modified", "type"):
             found.extend(_content(path, change, view))
-        if new.kind == "file" and new.nlink > 1 and not _DEPENDENCY_TREE.search(path) and \
-                not path.startswith(".git/objects/") and (change.before is None or change.before.nlink < new.nlink
-                                                           or change.what in ("added", "type")):
+        linked = change.before is None or change.before.nlink < new.nlink or change.what in ("added", "type")
+        if new.kind == "file" and new.nlink > 1 and linked and not path.startswith(".git/objects/"):
             found.extend(_hard_link(path, new, view))
         if change.what == "added" and not deep_reported and path.count("/") >= _DEEP:
             deep_reported = True

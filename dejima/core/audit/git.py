@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from dejima.core.audit.catalogue import GIT_ALLOWED, GIT_BUILTINS, GIT_HOUSEKEEPING, GIT_INNER, GIT_KEYS
-from dejima.core.audit.gitindex import GitIndexError, hidden_paths
+from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.globs import matches
 from dejima.core.audit.model import Finding, View, finding, resolve
 from dejima.core.gitconfig import GitConfigError, parse_git_config
@@ -106,10 +106,11 @@ def key_rule(key: str, value: str, before: list[tuple[str, str]]) -> tuple[str, 
 
 
 def _config_findings(path: str, view: View, included_by: str = "") -> list[Finding]:
-    after = _parse(view.text(path))
-    if after is None:
-        return [finding("G12" if included_by else "X04", "high", path, "git config no longer parses",
-                        view.data(path) or b"", remedy="restore")]
+    text = view.text(path)
+    after = _parse(text)
+    if after is None or (text is None and view.entry(path) is not None):  # unparseable, or too big to read
+        return [finding("G12" if included_by else "X04", "high", path, "git config no longer parses or cannot be "
+                        "read whole", view.data(path) or b"", remedy="restore")]
     before = _parse(view.text(path, "before")) or []
     old = set(before)
     found = []
@@ -172,10 +173,11 @@ def _inner_findings(path: str, where: GitPath, view: View) -> list[Finding]:
         if matches(pattern, inner) and not inner.endswith(".sample") and new.kind != "dir":
             if rule == "G01" and ("/modules/" in where.gitdir or "/worktrees/" in where.gitdir):
                 rule = "G02"
-            if rule == "G22" and view.entry(path, "before") is not None:
-                return []  # already in progress at the start
-            if rule == "G22" and re.search(r"^\s*(exec|x)\s", view.text(path) or "", re.MULTILINE):
-                severity = "critical"
+            if rule == "G22":
+                planted = any(re.match(r"\s*(exec|x)\s", line) for line in view.new_lines(path))
+                if view.entry(path, "before") is not None and not planted:
+                    return []  # an operation already in progress at the start, moving on
+                severity = "critical" if planted else severity
             return [finding(rule, severity, path, f"{title} ({change.what})", value, remedy="restore")]
     if inner in _CONFIG_FILES or _housekeeping(inner) or new.kind == "dir":
         return []
@@ -194,9 +196,10 @@ def _replace_refs(view: View) -> list[Finding]:
     return found
 
 
-def _attribute_drivers(view: View) -> tuple[dict[tuple[str, str], bool], list[Finding]]:
-    """Drivers named by attribute files at the end -> whether that naming changed; plus G18."""
-    named: dict[tuple[str, str], bool] = {}
+def _attribute_drivers(view: View) -> tuple[dict[tuple[str, str], tuple[bool, str]], list[Finding]]:
+    """Drivers named by attribute files at the end -> (whether that naming changed, the file that
+    names it); plus G18 for new namings."""
+    named: dict[tuple[str, str], tuple[bool, str]] = {}
     found = []
     sources = [*view.named(".gitattributes"), *(p for p in view.named("attributes") if p.endswith("/info/attributes"))]
     for path in sources:
@@ -204,7 +207,8 @@ def _attribute_drivers(view: View) -> tuple[dict[tuple[str, str], bool], list[Fi
         new = set(view.new_lines(path)) if changed else set()
         for line in (view.text(path) or "").splitlines():
             for kind, name in _ATTRIBUTE_DRIVER.findall(line):
-                named[(kind, name)] = named.get((kind, name), False) or line in new
+                if not named.get((kind, name), (False, ""))[0]:
+                    named[(kind, name)] = (line in new, path)
                 if line in new:
                     found.append(finding("G18", "medium", path, f"attribute {kind}={name}: {line.strip()[:100]}",
                                          line, f"{kind}={name}", "restore"))
@@ -223,12 +227,12 @@ def _driver_correlation(view: View, config_findings: list[Finding], changed_conf
             m = re.fullmatch(r"(filter|diff|merge)\.(.+)\.(clean|smudge|process|command|textconv|driver)", key)
             if m:
                 defined[(m[1], m[2])] = defined.get((m[1], m[2]), False) or key in changed_keys
-    for (kind, name), attribute_changed in named.items():
+    for (kind, name), (attribute_changed, source) in named.items():
         if (kind, name) in defined and (attribute_changed or defined[(kind, name)]):
             severity = "critical" if kind == "filter" else "high"
-            found.append(finding("G08", severity, ".gitattributes", f"{kind} driver {name!r} is defined in git "
-                                 "config and named by an attribute: git runs it on status/add/checkout",
-                                 f"{kind}.{name}", f"{kind}.{name}", "restore"))
+            found.append(finding("G08", severity, source, f"{kind} driver {name!r} is defined in git config and "
+                                 f"named here: git runs it on status/add/checkout", f"{kind}.{name}",
+                                 f"{kind}.{name}", "restore"))
     return found
 
 
@@ -240,8 +244,10 @@ def _nested_repositories(view: View) -> list[Finding]:
             continue
         name = path.rsplit("/", 1)[-1]
         if name == ".git" and path != ".git" and split_git(path.rpartition("/")[0] + "/x") is None:
+            config = view.entry(f"{path}/config")
             found.append(finding("G24", "critical", path, f"a nested git repository ({new.kind}): its hooks and "
-                                 "config run when a shell or IDE enters it", new.kind, remedy="restore"))
+                                 "config run when a shell or IDE enters it",
+                                 f"{new.kind}:{new.sha256 or (config.sha256 if config else '')}", remedy="restore"))
         elif new.kind == "dir" and ".git" not in path.split("/") and _is_bare_repo(path, view.after) and \
                 not _is_bare_repo(path, view.before):
             found.append(finding("G24", "critical", path, "a bare git repository inside the tree", "bare",
@@ -255,7 +261,8 @@ def _is_config(path: str) -> bool:
 
 
 def index_hidden(view: View) -> dict[str, str]:
-    """Work-tree paths that a changed index now hides from `git status` -> the index file."""
+    """Work-tree paths that a changed index newly hides from `git status` -> the index file (all
+    hidden ones when the start's flags are unknown)."""
     cached = view.memo.get("index_hidden")
     if isinstance(cached, dict):
         return cached
@@ -265,14 +272,14 @@ def index_hidden(view: View) -> dict[str, str]:
         if where is None or where.inner != "index" or where.gitdir.rsplit("/", 1)[-1] != ".git" or \
                 change.after is None:
             continue
-        config = dict(_parse(view.text(f"{where.gitdir}/config")) or [])
-        size = 32 if config.get("extensions.objectformat", "").lower() == "sha256" else 20
         try:
-            flagged = hidden_paths(view.data(path) or b"", size)
+            flagged = hidden_paths(view.data(path) or b"", hash_size(_parse(view.text(f"{where.gitdir}/config")) or []))
         except GitIndexError:
             continue  # git rewrites a broken index itself; nothing hides behind one it cannot read
+        at_start = view.contents("before", start_flags_key(path))
+        already = set(at_start.decode("utf-8", "surrogateescape").split("\n")) if at_start is not None else set()
         base = where.gitdir.rpartition("/")[0]
-        hidden.update({(f"{base}/{p}" if base else p): path for p in flagged})
+        hidden.update({(f"{base}/{p}" if base else p): path for p in flagged if p not in already})
     view.memo["index_hidden"] = hidden
     return hidden
 
@@ -299,9 +306,11 @@ def git_findings(view: View) -> list[Finding]:
             if target in view.changed or path in view.changed:
                 found.extend(_config_findings(target, view, included_by=path))
     if ".git" in view.changed and view.changed[".git"].what in ("type", "modified"):
-        kind = view.changed[".git"].after.kind if view.changed[".git"].after else "?"
+        new = view.changed[".git"].after
+        kind = new.kind if new else "?"
         found.append(finding("G15", "critical", ".git", f".git is now a {kind} pointing elsewhere: git uses "
-                             "whatever hooks and config are there", kind, remedy="restore"))
+                             "whatever hooks and config are there",
+                             f"{kind}:{(new.sha256 or new.target or '') if new else ''}", remedy="restore"))
     hooks = _hooks_path(view)
     for path, change in view.changed.items():
         if change.after is None:

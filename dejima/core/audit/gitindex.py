@@ -15,6 +15,17 @@ class GitIndexError(ValueError):
     pass
 
 
+def start_flags_key(index: str) -> str:
+    """Where the start state keeps an index's hidden paths (the index itself is too big to keep);
+    a NUL makes it a name no file can have."""
+    return f"\0hidden-by\0{index}"
+
+
+def hash_size(config: list[tuple[str, str]]) -> int:
+    """Object id size in the index, from the repository's parsed config."""
+    return 32 if dict(config).get("extensions.objectformat", "").lower() == "sha256" else 20
+
+
 def _varint(data: bytes, at: int) -> tuple[int, int]:
     """Git's offset varint (index v4 path compression)."""
     byte = data[at]

@@ -1,45 +1,71 @@
-"""Research C7: a lockfile whose checksum for a package changed while its version did not is an
-artifact swap (the registry's bytes replaced by others), whatever the rest of the diff says."""
+"""Research C7: a lockfile whose checksum for one artifact changed while its package's version did
+not is an artifact swap (the registry's bytes replaced by others), whatever the rest says.
+
+Digests are compared per artifact and per algorithm, so a lockfile gaining a stronger hash
+(sha1 -> sha512), more wheels, or upload times is not a swap.
+"""
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
+from collections.abc import Iterator
 
-from dejima.core.audit.model import Finding, View, finding
-from dejima.core.configfiles import ConfigParseError, parse_config
+from dejima.core.audit.model import Finding, View, finding, in_dependency_tree
+
+Digests = dict[str, str]  # "package@version artifact algorithm" -> digest
 
 
-def _npm(data: str) -> dict[str, str]:
-    """package path@version -> integrity, from package-lock.json / npm-shrinkwrap.json."""
-    pairs = parse_config("json", data.encode())
-    found = {}
-    for key, value in pairs.items():
-        if key.endswith(".integrity"):
-            package = key[: -len(".integrity")]
-            found[f"{package}@{pairs.get(package + '.version', '?')}"] = value
+def _sri(package: str, integrity: object) -> Iterator[tuple[str, str]]:
+    for part in str(integrity).split():
+        algorithm, _, digest = part.partition("-")
+        yield f"{package} {algorithm}", digest
+
+
+def _npm(text: str) -> Digests:
+    """package-lock.json / npm-shrinkwrap.json (v1 dependencies and v2+ packages)."""
+    document = json.loads(text)
+    found: Digests = {}
+    sections = [document.get("packages", {}), document.get("dependencies", {})] if isinstance(document, dict) else []
+    for section in sections:
+        for name, package in section.items() if isinstance(section, dict) else ():
+            if isinstance(package, dict) and "integrity" in package:
+                found.update(_sri(f"{name}@{package.get('version')}", package["integrity"]))
     return found
 
 
-def _toml_packages(data: str) -> dict[str, str]:
-    """name@version -> checksum/hashes, from Cargo.lock, uv.lock and poetry.lock."""
-    document = tomllib.loads(data)
-    found = {}
-    for package in document.get("package", []):
-        if not isinstance(package, dict):
-            continue
-        digest = package.get("checksum") or package.get("sdist") or package.get("files") or package.get("wheels")
-        if digest:
-            found[f"{package.get('name')}@{package.get('version')}"] = repr(digest)
+def _hashes(value: object, where: str) -> Iterator[tuple[str, str]]:
+    """Every "hash"/"checksum" below a TOML package entry, keyed by its artifact (url/file)."""
+    if isinstance(value, dict):
+        artifact = str(value.get("url") or value.get("file") or value.get("path") or where)
+        for key, item in value.items():
+            if key in ("hash", "checksum") and isinstance(item, str):
+                algorithm, _, digest = item.rpartition(":")
+                yield f"{artifact} {algorithm or 'sha256'}", digest
+            else:
+                yield from _hashes(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _hashes(item, f"{where}.{index}")
+
+
+def _toml_packages(text: str) -> Digests:
+    """Cargo.lock, uv.lock and poetry.lock: [[package]] entries with name and version."""
+    found: Digests = {}
+    for package in tomllib.loads(text).get("package", []):
+        if isinstance(package, dict):
+            found.update(_hashes(package, f"{package.get('name')}@{package.get('version')}"))
     return found
 
 
-def _go_sum(data: str) -> dict[str, str]:
-    found = {}
-    for line in data.splitlines():
+def _go_sum(text: str) -> Digests:
+    found: Digests = {}
+    for line in text.splitlines():
         parts = line.split()
         if len(parts) == 3:
-            found[f"{parts[0]}@{parts[1]}"] = parts[2]
+            algorithm, _, digest = parts[2].partition(":")
+            found[f"{parts[0]}@{parts[1]} {algorithm}"] = digest
     return found
 
 
@@ -52,16 +78,18 @@ def lockfile_findings(view: View) -> list[Finding]:
     found = []
     for path in view.changed:
         reader = next((r for pattern, r in _READERS if pattern.search(path)), None)
+        if reader is None or in_dependency_tree(path):
+            continue
         before, after = view.text(path, "before"), view.text(path)
-        if reader is None or before is None or after is None or "node_modules/" in path:
+        if before is None or after is None:
             continue
         try:
             old, new = reader(before), reader(after)
-        except (ConfigParseError, tomllib.TOMLDecodeError, ValueError):
-            continue  # a lockfile is data for its tool; its format errors are the tool's to report
-        swapped = sorted(package for package, digest in new.items() if package in old and old[package] != digest)
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            continue  # a lockfile is data for its tool, which reports its own format errors
+        swapped = sorted(artifact for artifact, digest in new.items() if artifact in old and old[artifact] != digest)
         if swapped:
             found.append(finding("X05", "high", path, f"checksum changed without a version change: "
                                  f"{', '.join(swapped[:5])}{' ...' if len(swapped) > 5 else ''}",
-                                 "\n".join(f"{p}={new[p]}" for p in swapped), remedy="restore"))
+                                 "\n".join(f"{a}={new[a]}" for a in swapped), remedy="restore"))
     return found

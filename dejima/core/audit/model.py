@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from dejima.core.snapshot import Change, Entry, Snapshot
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
-
-# What undoes a finding: put back the start state (or delete what the session created), reinstall
-# a dependency tree on the host, strip privilege bits, or only review (nothing to undo).
-REMEDIES = ("restore", "reinstall", "strip-bits", "review")
 
 # Which mount a snapshot is of: the workspace gets every rule; the per-project home and the
 # manifest caches are dejima's own and only ever used inside sessions (research §3.8, M01-M02).
@@ -30,10 +27,6 @@ def raised(severity: str, levels: int = 1) -> str:
     return SEVERITIES[min(rank(severity) + levels, len(SEVERITIES) - 1)]
 
 
-def worst(severities: Iterable[str]) -> str:
-    return max(severities, key=rank)
-
-
 @dataclass(frozen=True, slots=True)
 class Finding:
     rule: str  # catalogue id (G01, I01, ...) or a generic fallback (X01, ...)
@@ -44,6 +37,7 @@ class Finding:
     fingerprint: str  # binds an acknowledgement to exactly this content
     remedy: str = "review"
     notes: tuple[str, ...] = ()  # correlations and content signals that raised the severity
+    value: str = field(default="", compare=False)  # the raw new value (rules read it; not stored)
 
     def raise_by(self, note: str, levels: int = 1) -> Finding:
         if note in self.notes:
@@ -59,7 +53,8 @@ def fingerprint(rule: str, path: str, key: str, value: str | bytes) -> str:
 
 def finding(rule: str, severity: str, path: str, evidence: str, value: str | bytes, key: str = "",
             remedy: str = "review") -> Finding:
-    return Finding(rule, severity, path, key, evidence, fingerprint(rule, path, key, value), remedy)
+    raw = value if isinstance(value, str) else ""
+    return Finding(rule, severity, path, key, evidence, fingerprint(rule, path, key, value), remedy, value=raw)
 
 
 Contents = Callable[[str, str], "bytes | None"]  # (side "before"/"after", path) -> bytes, None if absent
@@ -144,6 +139,17 @@ class View:
             if entry.kind == "file" and entry.nlink > 1:
                 index.setdefault(entry.inode, []).append(path)
         return index
+
+
+# Installed dependencies and Python environments: reported whole by trees.py, never file by file.
+_DEPENDENCY_TREE = re.compile(r"(?:^|/)(?:node_modules|vendor|\.pnpm|\.venv|venv|\.tox|\.nox|__pypackages__|"
+                              r"site-packages|\.conda)/")
+
+
+def in_dependency_tree(path: str) -> bool:
+    """Under a conventionally named dependency tree or environment (trees.py also finds
+    environments by their pyvenv.cfg)."""
+    return _DEPENDENCY_TREE.search(path) is not None
 
 
 def resolve(base_dir: str, target: str) -> str | None:

@@ -57,16 +57,27 @@ def _odd_name(name: str) -> str | None:
     return None
 
 
+def _sibling_forms(parent: str, view: View) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """A directory's names by case-folded and by NFC form, built once per directory."""
+    cached = view.memo.get(f"siblings:{parent}")
+    if cached is None:
+        folded: dict[str, list[str]] = {}
+        composed: dict[str, list[str]] = {}
+        for sibling in view.siblings(parent):
+            folded.setdefault(sibling.casefold(), []).append(sibling)
+            composed.setdefault(unicodedata.normalize("NFC", sibling), []).append(sibling)
+        cached = view.memo[f"siblings:{parent}"] = (folded, composed)
+    return cached  # type: ignore[return-value]
+
+
 def _collision(path: str, name: str, view: View) -> str | None:
-    parent = path.rpartition("/")[0]
-    folded, composed = name.casefold(), unicodedata.normalize("NFC", name)
-    for sibling in view.siblings(parent):
-        if sibling == name:
-            continue
-        if sibling.casefold() == folded:
-            return f"differs only in case from {sibling!r}"
-        if unicodedata.normalize("NFC", sibling) == composed:
-            return f"is the same text as {sibling!r} in another Unicode normal form"
+    folded, composed = _sibling_forms(path.rpartition("/")[0], view)
+    same_case = [s for s in folded.get(name.casefold(), ()) if s != name]
+    if same_case:
+        return f"differs only in case from {same_case[0]!r}"
+    same_text = [s for s in composed.get(unicodedata.normalize("NFC", name), ()) if s != name]
+    if same_text:
+        return f"is the same text as {same_text[0]!r} in another Unicode normal form"
     return None
 
 

@@ -90,6 +90,13 @@ def _dependencies(view: View) -> list[Finding]:
 def _environments(view: View) -> list[Finding]:
     found = []
     for root, changes in _group(view, lambda path: environment_root(path, view)).items():
+        if f"{root}/pyvenv.cfg" not in view.before and root not in view.before:
+            # Created in the session: all of it is new, its start-up files included (uv sync, venv).
+            paths = sorted({c.path for c in changes})
+            found.append(finding("B10", "high", root, f"a Python environment created in the session ({len(paths)} "
+                                 "entries); its start-up files (.pth, activate) run code: recreate it on the host",
+                                 _fingerprint_value(changes), remedy="reinstall"))
+            continue
         rest = []
         for change in changes:
             new = change.after

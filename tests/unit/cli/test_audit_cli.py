@@ -134,3 +134,21 @@ def test_a_start_state_that_cannot_be_read_blocks_its_workspace(workspace: Path,
     assert (unaudited["rule"], unaudited["severity"]) == ("X00", "critical")
     assert "could not be audited" in unaudited["evidence"]
     assert not (sessions_dir() / "s9").joinpath("audit").exists()
+
+
+def test_names_cannot_inject_markup_or_lines(tmp_path: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one table row per line
+    root = tmp_path / "w"
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    def plant(r: Path) -> None:
+        (r / ".git" / "hooks" / "[bold]x\n reviewed: yes").write_text("#!/bin/sh\n")
+        subprocess.run(["git", "config", "--file", str(r / ".git" / "config"), "core.pager", "[/x] [link=http://e]"],
+                       check=True)
+
+    ids = session(root, "s1", plant)
+    assert main(["list"]) == exit_codes.SUCCESS
+    listing = capsys.readouterr().out
+    assert "[bold]x\\u000a reviewed: yes" in listing and "[/x] [link=http://e]" in listing
+    assert main(["show", *map(str, ids)]) == exit_codes.SUCCESS
+    assert "\n reviewed: yes" not in capsys.readouterr().out
