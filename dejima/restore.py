@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dejima.errors import DiagnosticError
 from dejima.findings import Stored
+from dejima.snapshot import KINDS
 
 
 class RestoreError(DiagnosticError):
@@ -49,8 +50,7 @@ def _current(fd: int, name: str) -> tuple[str | None, str | None, int]:
         info = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
         return None, None, 0
-    kind = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
-            stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}.get(stat.S_IFMT(info.st_mode))
+    kind = KINDS.get(stat.S_IFMT(info.st_mode))
     if kind != "file":
         return kind, None, info.st_mode
     file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)

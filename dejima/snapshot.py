@@ -25,7 +25,7 @@ from dejima.core.snapshot import Entry, Listing, Snapshot, decode, encode, missi
 from dejima.errors import DiagnosticError
 
 MAX_HASH_BYTES = 64 << 20
-_KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
+KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # the mount itself may be reached through a link
@@ -142,7 +142,7 @@ class _Walk:
 
     def _record(self, path: str, name: str, fd: int, info: os.stat_result, old: Entry | None) -> bool:
         """Adds a new or changed entry; returns whether to walk into it."""
-        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "other")
+        kind = KINDS.get(stat.S_IFMT(info.st_mode), "other")
         digest = target = caps = None
         if kind == "symlink":
             try:
