@@ -44,6 +44,12 @@ def _state_dir(session_id: str) -> Path:
     return sessions_dir() / session_id / "audit"
 
 
+def _read(root: Path, snapshot: Snapshot, path: str, limit: int) -> bytes | None:
+    """One regular file's bytes (None if absent, not a file, or larger than ``limit``)."""
+    entry = snapshot.get(path)
+    return read_kept(root, {path: entry}, lambda p: True, limit).get(path) if entry else None
+
+
 def _keep(mount: Mount, snapshot: Snapshot) -> dict[str, bytes]:
     # The walk hashed exactly the watched files: keep those, without asking `watched` again.
     kept = read_kept(mount.root, snapshot, lambda p: snapshot[p].sha256 is not None, KEEP_LIMIT)
@@ -60,7 +66,7 @@ def _keep(mount: Mount, snapshot: Snapshot) -> dict[str, bytes]:
 
 def _index_flags(root: Path, snapshot: Snapshot, config: bytes | None) -> dict[str, bytes]:
     """The paths .git/index hides at the start, so the audit reports only newly hidden ones."""
-    index = read_kept(root, snapshot, lambda p: p == ".git/index", READ_LIMIT).get(".git/index")
+    index = _read(root, snapshot, ".git/index", READ_LIMIT)
     if index is None:
         return {}
     try:
@@ -87,8 +93,7 @@ def audit_mount(state: MountState) -> tuple[list[Finding], Snapshot]:
         if side == "before":
             return state.kept.get(path)
         if path not in read:
-            entry = after.get(path)
-            read[path] = read_kept(root, {path: entry}, lambda p: True, READ_LIMIT).get(path) if entry else None
+            read[path] = _read(root, after, path, READ_LIMIT)
         return read[path]
 
     def listdir(directory: str) -> list[str]:
@@ -141,7 +146,7 @@ def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> di
     states = {}
     for path in {f.path for f in found}:
         before, now = state.snapshot.get(path), after.get(path)
-        end = read_kept(state.mount.root, {path: now}, lambda p: True, KEEP_LIMIT).get(path) if now else None
+        end = _read(state.mount.root, after, path, KEEP_LIMIT)
         kept = state.kept.get(path)
         if before is not None and before.kind == "symlink" and before.target is not None:
             kept = os.fsencode(before.target)  # restore puts the link back
