@@ -215,6 +215,24 @@ def teardown(runtime: Runtime, containers: list[str],
             raise errors[0]
 
 
+def check_filter_alive(runtime: Runtime, filter_id: str) -> None:
+    """Raise FilterError when the filter stopped under the session: the session was killed with it
+    (it is init of the session's PID namespace), and a bare 137 would hide why."""
+    state = (runtime.inspect(filter_id) or {}).get("State", {})
+    if state.get("Running"):
+        return
+    lines = [line for line in runtime.logs(filter_id).splitlines() if not line.startswith(VIOLATION)]
+    last_words = [line for line in lines if not line.startswith(READY)][-8:]
+    how = f"status {state.get('ExitCode', '?')}" + (", out of memory" if state.get("OOMKilled") else "")
+    raise FilterError(
+        f"the filter stopped during the session ({how}): the session lost its network and was ended with it",
+        context="\n".join(last_words) or "the filter printed nothing before it stopped",
+        hint="`dejima violations SESSION` shows what the session was refused; if the filter's last words above "
+        "look like a bug, please report them",
+        reference="filter-stopped",
+    )
+
+
 def stop_filter_and_read(runtime: Runtime, container: str) -> str:
     """Stop the filter gently, so that it writes its last records, and return everything it printed."""
     runtime.stop(container, timeout=FILTER_STOP_SECONDS)
@@ -236,8 +254,11 @@ def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_
             session_id = runtime.create(plan.session)
             created.append(session_id)
             if plan.interactive:
-                return _run_interactive(runtime, session_id, stop_timeout)
-            return _run_attached(runtime, session_id, stop_timeout)
+                status = _run_interactive(runtime, session_id, stop_timeout)
+            else:
+                status = _run_attached(runtime, session_id, stop_timeout)
+            check_filter_alive(runtime, filter_id)
+            return status
         except Interrupted as interrupted:
             return 128 + interrupted.signum
         finally:

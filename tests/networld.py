@@ -28,8 +28,11 @@ from dnslib.server import BaseResolver, DNSLogger, DNSServer
 zone = json.loads(sys.argv[1])
 class Zone(BaseResolver):
     def resolve(self, request, handler):
+        for question in request.questions:  # every question, so a smuggled second one shows
+            print("query", str(question.qname).rstrip(".").lower(), QTYPE.get(question.qtype), flush=True)
         name = str(request.q.qname).rstrip(".").lower()
-        print("query", name, QTYPE.get(request.q.qtype), flush=True)
+        if name.startswith("slow."):
+            time.sleep(1.0)  # long enough for a session to see the resolver's upstream socket
         reply = request.reply()
         records = zone.get(name)
         if records is None and name.endswith(".many.dejima.test") and name.split(".")[0][1:].isdigit():
@@ -148,13 +151,47 @@ def foreign_listeners(a):
         else:
             out.append([proto, ip, port, dns({"name": "web.dejima.test", "server": ip, "port": port})["result"]])
     return {"result": out}
+def rawdns(a):
+    # A packet the test built (hex), sent as is: wire tricks no resolver library would make.
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(a.get("timeout", 3))
+    try:
+        s.sendto(bytes.fromhex(a["packet"]), (a.get("server", "127.0.0.1"), a.get("port", 53)))
+        data = s.recv(4096)
+    except socket.timeout:
+        return {"result": "timeout"}
+    except OSError as e:
+        return {"result": "blocked", "error": e.strerror or str(e)}
+    return {"result": "answered", "rcode": data[3] & 0xF, "ancount": struct.unpack("!H", data[6:8])[0]}
+def junk(a):
+    # Garbage at the resolver over UDP and TCP; the caller then checks it still answers.
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for packet in (b"", b"\x00", b"\x12\x34" + b"\xff" * 40, b"\x12\x34\x01\x00\x00\x01" + b"\x00" * 6 + b"\xc0\x0c",
+                   b"\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"\x3f" + b"a" * 63 * 5):
+        u.sendto(packet, ("127.0.0.1", 53))
+    for packet in (b"\x00\x05hello", b"\xff\xff" + b"x" * 100, b"\x00"):
+        t = socket.create_connection(("127.0.0.1", 53), timeout=3); t.sendall(packet); t.close()
+    return {"result": "sent"}
+def udp_flood(a):
+    # A bounded burst: at most a["count"] packets or a["seconds"] seconds, whichever ends first.
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.setblocking(False)
+    sent, deadline, target = 0, time.monotonic() + a["seconds"], (a["host"], a["port"])
+    payload = bytes.fromhex(a["payload"]) if a.get("payload") else b"flood"
+    while sent < a["count"] and time.monotonic() < deadline:
+        for _ in range(256):
+            try:
+                u.sendto(payload, target)
+            except OSError:
+                pass
+            sent += 1
+    return {"result": "sent", "packets": sent}
 def read(a):
     try:
         return {"result": open(a["path"]).read().strip()}
     except OSError as e:
         return {"result": "error", "error": str(e)}
 ops = {"tcp": tcp, "udp": udp, "resolve": resolve, "dns": dns, "ipv6": ipv6, "icmp": icmp,
-       "listening": listening, "foreign_listeners": foreign_listeners, "read": read}
+       "listening": listening, "foreign_listeners": foreign_listeners, "read": read,
+       "rawdns": rawdns, "junk": junk, "udp_flood": udp_flood}
 print(json.dumps([ops[a["op"]](a) for a in json.loads(sys.argv[1])]))
 """
 
@@ -185,6 +222,8 @@ def zone_for(web: str, gateway: str) -> dict[str, list[tuple[str, str, int]]]:
         "bad.wild.dejima.test": [("A", web, 300)],
         "wild.dejima.test": [("A", web, 300)],
         "alias.dejima.test": [("CNAME", "web.dejima.test", 300)],
+        "badalias.dejima.test": [("CNAME", "bad.wild.dejima.test", 300)],
+        "slow.dejima.test": [("A", web, 300)],
         "private.dejima.test": [("A", "10.1.2.3", 300)],
         "loop.dejima.test": [("A", "127.0.0.1", 300)],
         "meta.dejima.test": [("A", "169.254.169.254", 300)],

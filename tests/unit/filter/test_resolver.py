@@ -1,0 +1,347 @@
+"""The resolver on real loopback sockets: a session-side client, dejima's resolver (asyncio, the
+filter's code) and a fake upstream (dnslib on UDP and TCP) that records every packet it gets.
+
+No marks and no nft here (those need the filter's namespace; the integration battery covers
+them): the set writer is a recorder, the mark is 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from dnslib import (
+    CLASS,
+    CNAME,
+    EDNS0,
+    QTYPE,
+    RCODE,
+    RR,
+    TXT,
+    A,
+    DNSHeader,
+    DNSLabel,
+    DNSQuestion,
+    DNSRecord,
+    EDNSOption,
+)
+from dnslib.server import BaseResolver, DNSLogger, DNSServer
+
+from dejima.core.egress import parse_policy
+from dejima.filter.dnsserver import Forwarder, start_servers
+from dejima.filter.resolver import PolicyResolver
+
+DOCUMENTATION = ipaddress.ip_network("203.0.113.0/24")  # a reserved range answers may point into here
+ZONE: dict[str, list[tuple[str, str, int]]] = {
+    "web.example.test": [("A", "203.0.113.7", 300)],
+    "a.wild.example.test": [("A", "203.0.113.8", 300)],
+    "alias.example.test": [("CNAME", "web.example.test", 300)],
+    "bad-alias.example.test": [("CNAME", "evil.example.test", 300)],
+    "evil.example.test": [("A", "203.0.113.66", 300)],
+    "meta.example.test": [("A", "169.254.169.254", 300)],
+    "txt.example.test": [("TXT", "hello", 300)],
+    "big.example.test": [("TXT", "x" * 250, 300)] * 8,
+    "stray.example.test": [("A", "203.0.113.9", 300), ("STRAY", "203.0.113.99", 300)],
+    "short.example.test": [("A", "203.0.113.10", 1)],
+}
+
+
+class _Zone(BaseResolver):  # type: ignore[misc]
+    def __init__(self, seen: list[bytes], spoof: list[bool]) -> None:
+        self.seen, self.spoof = seen, spoof
+
+    def resolve(self, request: DNSRecord, handler: object) -> DNSRecord:
+        self.seen.append(request.pack())
+        name = str(request.q.qname).rstrip(".").lower()
+        reply = request.reply()
+        if self.spoof and self.spoof[0]:
+            reply.header.id = (reply.header.id + 1) % 65536  # a reply to someone else's query
+        for kind, value, ttl in ZONE.get(name, []):
+            if kind == "CNAME":
+                reply.add_answer(RR(name, QTYPE.CNAME, rdata=CNAME(value), ttl=ttl))
+                for _k2, v2, t2 in ZONE.get(value, []):
+                    reply.add_answer(RR(value, QTYPE.A, rdata=A(v2), ttl=t2))
+            elif kind == "A" and request.q.qtype == QTYPE.A:
+                reply.add_answer(RR(name, QTYPE.A, rdata=A(value), ttl=ttl))
+            elif kind == "STRAY":  # an address for a name nobody asked about
+                reply.add_answer(RR("elsewhere.example.test", QTYPE.A, rdata=A(value), ttl=ttl))
+            elif kind == "TXT" and request.q.qtype == QTYPE.TXT:
+                reply.add_answer(RR(name, QTYPE.TXT, rdata=TXT(value), ttl=ttl))
+        if name not in ZONE:
+            reply.header.rcode = RCODE.NXDOMAIN
+        return reply
+
+
+@dataclass
+class World:
+    port: int  # dejima's resolver
+    seen: list[bytes]  # raw packets the upstream got
+    added: list[tuple[list[str], list[int] | None, int]]  # set insertions
+    records: list[dict[str, object]]
+    spoof: list[bool] = field(default_factory=list)
+
+    def names_seen(self) -> list[str]:
+        return [str(DNSRecord.parse(p).q.qname).rstrip(".") for p in self.seen]
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[tuple[int, list[bytes], list[bool]]]:
+    """The fake upstream, on UDP and TCP, shared by the module (dnslib's servers stop slowly)."""
+    seen: list[bytes] = []
+    spoof: list[bool] = []
+    logger = DNSLogger(log="-request,-reply,-truncated,-recv,-send,-data,-error", prefix=False)
+    udp = DNSServer(_Zone(seen, spoof), address="127.0.0.1", port=0, logger=logger)
+    udp.start_thread()
+    port = udp.server.server_address[1]
+    tcp = DNSServer(_Zone(seen, spoof), address="127.0.0.1", port=port, tcp=True, logger=logger)
+    tcp.start_thread()
+    yield port, seen, spoof
+    udp.stop()
+    tcp.stop()
+
+
+@pytest.fixture
+def world(upstream: tuple[int, list[bytes], list[bool]]) -> Iterator[World]:
+    upstream_port, seen, spoof = upstream
+    seen.clear()
+    spoof.clear()
+    policy = parse_policy(["web.example.test", "*.wild.example.test", "alias.example.test",
+                           "bad-alias.example.test", "meta.example.test", "txt.example.test:443",
+                           "big.example.test", "stray.example.test", "short.example.test"],
+                          [("evil.example.test", "a test says this host exfiltrates")],
+                          answer_networks=(DOCUMENTATION,))
+    added: list[tuple[list[str], list[int] | None, int]] = []
+    records: list[dict[str, object]] = []
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+    state: dict[str, object] = {}
+
+    async def serve() -> None:
+        forward = Forwarder(["127.0.0.1"], mark=0, timeout=1.0, port=upstream_port)
+        resolver = PolicyResolver(policy, forward, lambda a, p, t: added.append((a, p, t)), records.append)
+        async with asyncio.TaskGroup() as tasks:
+            udp, tcp = await start_servers(resolver, tasks.create_task, port=0)
+            state["port"] = tcp.sockets[0].getsockname()[1]
+            state["stop"] = asyncio.Event()
+            ready.set()
+            await state["stop"].wait()  # type: ignore[attr-defined]
+            udp.close()
+            tcp.close()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    assert ready.wait(5)
+    yield World(int(state["port"]), seen, added, records, spoof)  # type: ignore[call-overload]
+    loop.call_soon_threadsafe(state["stop"].set)  # type: ignore[attr-defined]
+    thread.join(5)
+    loop.close()
+
+
+def ask(world: World, packet: bytes, tcp: bool = False) -> DNSRecord:
+    kind = socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.settimeout(3)
+        sock.connect(("127.0.0.1", world.port))
+        if tcp:
+            sock.sendall(struct.pack("!H", len(packet)) + packet)
+            size = struct.unpack("!H", sock.recv(2))[0]
+            data = b""
+            while len(data) < size:
+                data += sock.recv(size - len(data))
+        else:
+            sock.send(packet)
+            data = sock.recv(65535)
+    return DNSRecord.parse(data)
+
+
+def question(name: str, qtype: str = "A", edns: bool = False) -> bytes:
+    query = DNSRecord.question(name, qtype)
+    if edns:
+        query.add_ar(EDNS0(udp_len=4096))
+    return bytes(query.pack())
+
+
+def wire(labels: list[bytes], qtype: int = QTYPE.A, qclass: int = CLASS.IN, questions: int = 1) -> bytes:
+    record = DNSRecord(DNSHeader(id=0x1234, rd=1))
+    for _ in range(questions):
+        record.add_question(DNSQuestion(DNSLabel(labels), qtype, qclass))
+    return bytes(record.pack())
+
+
+def addresses(reply: DNSRecord) -> list[str]:
+    return [str(rr.rdata) for rr in reply.rr if rr.rtype == QTYPE.A]
+
+
+# --- what reaches the upstream --------------------------------------------------------------------
+
+
+def test_allowed_name_is_answered_and_its_address_enters_the_set(world: World) -> None:
+    reply = ask(world, question("web.example.test"))
+    assert reply.header.rcode == RCODE.NOERROR and addresses(reply) == ["203.0.113.7"]
+    assert world.added == [(["203.0.113.7"], None, 300)]
+
+
+def test_name_not_allowed_never_reaches_the_upstream(world: World) -> None:
+    reply = ask(world, question("secret-data.other.test", edns=True))
+    assert reply.header.rcode == RCODE.REFUSED
+    assert b"secret-data.other.test is not on the allow list" in reply.pack()  # the Extended DNS Error
+    assert world.seen == []
+    assert world.records[-1]["domain"] == "secret-data.other.test"
+
+
+@pytest.mark.parametrize("labels", [
+    [b"exfil-data.wild", b"example", b"test"],  # prints as exfil-data.wild.example.test
+    [b"a", b"wild.example", b"test"],
+    [b"a\x00b", b"wild", b"example", b"test"],
+    [b"caf\xc3\xa9", b"wild", b"example", b"test"],
+])
+def test_labels_are_checked_as_they_are_on_the_wire(world: World, labels: list[bytes]) -> None:
+    reply = ask(world, wire(labels))
+    assert reply.header.rcode in (RCODE.REFUSED, RCODE.FORMERR)
+    assert world.seen == [], "a name the policy did not check reached the upstream"
+
+
+def test_control_for_the_wire_check_an_ordinary_wildcard_name_passes(world: World) -> None:
+    reply = ask(world, wire([b"a", b"wild", b"example", b"test"]))
+    assert reply.header.rcode == RCODE.NOERROR and addresses(reply) == ["203.0.113.8"]
+
+
+@pytest.mark.parametrize(("packet", "why"), [
+    (wire([b"web", b"example", b"test"], questions=2), "two questions"),
+    (wire([b"web", b"example", b"test"], qclass=CLASS.CH), "class CH"),
+    (wire([b"web", b"example", b"test"], qtype=QTYPE.ANY), "type ANY"),
+    (wire([b"web", b"example", b"test"], qtype=QTYPE.AXFR), "zone transfer"),
+])
+def test_only_one_ordinary_question_is_answered(world: World, packet: bytes, why: str) -> None:
+    reply = ask(world, packet)
+    assert reply.header.rcode in (RCODE.REFUSED, RCODE.FORMERR), why
+    assert world.seen == [], why
+
+
+def test_second_question_cannot_smuggle_a_name(world: World) -> None:
+    record = DNSRecord(DNSHeader(id=7, rd=1))
+    record.add_question(DNSQuestion("web.example.test", QTYPE.A))
+    record.add_question(DNSQuestion("smuggled.other.test", QTYPE.A))
+    assert ask(world, bytes(record.pack())).header.rcode == RCODE.FORMERR
+    assert "smuggled.other.test" not in world.names_seen()
+
+
+def test_upstream_gets_a_query_the_resolver_built(world: World) -> None:
+    client = DNSRecord(DNSHeader(id=0x4242, rd=1), q=DNSQuestion("WeB.Example.TEST", QTYPE.A))
+    # EDNS client subnet (8) and a cookie (10): the client's options stay with the client.
+    client.add_ar(EDNS0(udp_len=4096, opts=[EDNSOption(8, b"\x00\x01\x18\x00\x0a\x00\x00"),
+                                            EDNSOption(10, b"clientcookie")]))
+    reply = ask(world, bytes(client.pack()))
+    assert reply.header.id == 0x4242 and addresses(reply) == ["203.0.113.7"]
+    (sent,) = [DNSRecord.parse(p) for p in world.seen]
+    assert str(sent.q.qname) == "web.example.test."
+    assert sent.header.id != 0x4242 or sent.pack() != client.pack()
+    assert [option for rr in sent.ar if rr.rtype == QTYPE.OPT for option in rr.rdata] == []
+    assert b"clientcookie" not in world.seen[0]
+
+
+def test_garbage_gets_formerr_or_nothing_and_the_resolver_goes_on(world: World) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(2)
+        for junk in (b"", b"\x00", b"\x12\x34" + b"\xff" * 30, b"\x12\x34\x01\x00\x00\x01" + b"\x00" * 6 + b"\xc0\x0c"):
+            sock.sendto(junk, ("127.0.0.1", world.port))
+    with socket.create_connection(("127.0.0.1", world.port), timeout=2) as stream:
+        stream.sendall(b"\x00\x05hello\xff\xff")  # a short message, then a length it never sends
+    assert addresses(ask(world, question("web.example.test"))) == ["203.0.113.7"]
+
+
+# --- what the answer may carry --------------------------------------------------------------------
+
+
+def test_cname_chain_is_followed_and_only_the_chain_is_kept(world: World) -> None:
+    reply = ask(world, question("alias.example.test"))
+    assert addresses(reply) == ["203.0.113.7"]
+    assert ask(world, question("web.example.test")).header.rcode == RCODE.NOERROR
+    stray = ask(world, question("stray.example.test"))
+    assert addresses(stray) == ["203.0.113.9"]  # the record for another owner is dropped
+    assert all(["203.0.113.99"] != a for a, _p, _t in world.added)
+
+
+def test_denied_name_inside_a_chain_refuses_the_answer_with_its_reason(world: World) -> None:
+    reply = ask(world, question("bad-alias.example.test", edns=True))
+    assert reply.header.rcode == RCODE.REFUSED
+    assert b"a test says this host exfiltrates" in reply.pack()
+    assert all("203.0.113.66" not in a for a, _p, _t in world.added)
+    assert world.records[-1]["alias"] == "evil.example.test"
+
+
+def test_answer_in_a_denied_class_is_refused(world: World) -> None:
+    assert ask(world, question("meta.example.test")).header.rcode == RCODE.REFUSED
+    assert world.added == []
+
+
+def test_aaaa_gets_an_empty_answer_without_asking_upstream(world: World) -> None:
+    reply = ask(world, question("web.example.test", "AAAA"))
+    assert reply.header.rcode == RCODE.NOERROR and reply.rr == []
+    assert world.seen == []
+
+
+def test_large_answer_is_truncated_over_udp_and_whole_over_tcp(world: World) -> None:
+    udp = ask(world, question("big.example.test", "TXT"))
+    assert udp.header.tc == 1 and udp.rr == []
+    tcp = ask(world, question("big.example.test", "TXT"), tcp=True)
+    assert tcp.header.tc == 0 and len(tcp.rr) == 8
+
+
+# --- cache and upstream replies --------------------------------------------------------------------
+
+
+def test_repeated_name_is_answered_from_the_cache_and_rechecked(world: World) -> None:
+    for _ in range(5):
+        assert addresses(ask(world, question("web.example.test"))) == ["203.0.113.7"]
+    assert world.names_seen() == ["web.example.test"]
+    assert len(world.added) == 5  # the set writer is told every time (it skips fresh entries itself)
+
+
+def test_cached_answer_expires_with_its_ttl_and_follows_policy_changes() -> None:
+    """Pure logic, with the clock and the upstream injected."""
+    now = [1000.0]
+    asked: list[str] = []
+
+    async def forward(query: DNSRecord) -> DNSRecord:
+        asked.append(str(query.q.qname))
+        reply = query.reply()
+        reply.add_answer(RR(query.q.qname, QTYPE.A, rdata=A("203.0.113.7"), ttl=30))
+        return reply
+
+    policy = parse_policy(["web.example.test"], [], answer_networks=(DOCUMENTATION,))
+    resolver = PolicyResolver(policy, forward, lambda a, p, t: None, lambda r: None, clock=lambda: now[0])
+    packet = question("web.example.test")
+
+    def ask_directly() -> DNSRecord:
+        return DNSRecord.parse(asyncio.run(resolver.answer(packet)))
+
+    assert addresses(ask_directly()) == ["203.0.113.7"]
+    now[0] += 20
+    cached = ask_directly()
+    assert len(asked) == 1 and cached.rr[0].ttl == 10  # served from the cache, TTL aged
+    now[0] += 11
+    ask_directly()
+    assert len(asked) == 2  # expired: asked again
+    resolver.policy = parse_policy(["other.example.test"], [])
+    assert ask_directly().header.rcode == RCODE.REFUSED  # a cached answer never outlives its policy
+
+
+def test_reply_with_the_wrong_id_is_ignored(world: World) -> None:
+    world.spoof.append(True)
+    reply = ask(world, question("web.example.test"))
+    assert reply.header.rcode == RCODE.SERVFAIL  # only mismatched replies came back: none counted
+    assert world.added == []
+    assert world.records[-1]["kind"] == "dns-upstream"
+
+
+def test_refusals_of_one_name_are_folded(world: World) -> None:
+    for _ in range(20):
+        ask(world, question("loop.other.test"))
+    assert [r["domain"] for r in world.records].count("loop.other.test") == 1
