@@ -20,7 +20,7 @@ def docker_template(role: str) -> str:
 
 
 # The filter runs the same policy code as the launcher (stdlib only), so verdicts cannot drift.
-FILTER_SHARED = ("__init__.py", "errors.py", "core/__init__.py", "core/egress.py")
+FILTER_SHARED = ("__init__.py", "errors.py", "core/__init__.py", "core/egress.py", "core/nftlisting.py")
 
 
 def filter_sources() -> dict[str, bytes]:

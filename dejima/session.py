@@ -12,6 +12,7 @@ seconds to exit; then everything is removed and dejima exits with 128+N.
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import shutil
 import signal
@@ -76,14 +77,19 @@ def start_filter(runtime: Runtime, plan: SessionPlan, timeout: float) -> str:
     container = runtime.create(plan.filter)
     try:
         runtime.start(container)
-        _wait_ready(runtime, container, timeout)
+        _wait_ready(runtime, container, timeout, ruleset_digest(plan.ruleset))
     except BaseException:
         runtime.remove(container)
         raise
     return container
 
 
-def _wait_ready(runtime: Runtime, container: str, timeout: float) -> None:
+def ruleset_digest(ruleset: str) -> str:
+    """What the filter's ready line names: the ruleset it applied and verified."""
+    return hashlib.sha256(ruleset.encode()).hexdigest()[:16]
+
+
+def _wait_ready(runtime: Runtime, container: str, timeout: float, digest: str) -> None:
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
@@ -115,6 +121,12 @@ def _wait_ready(runtime: Runtime, container: str, timeout: float) -> None:
             continue
         seen.append(line)
         if line.startswith(READY):
+            if f"ruleset={digest}" not in line.split():
+                raise FilterError(
+                    f"the filter verified a ruleset other than the planned one ({line[len(READY):].strip()}, "
+                    f"planned ruleset={digest}), so no session was started",
+                    hint="this is a bug in dejima or a tampered filter configuration; please report it",
+                )
             return
         if line.startswith(FAILED):
             raise FilterError(

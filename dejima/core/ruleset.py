@@ -67,6 +67,12 @@ class LiteralRule:
     network: ipaddress.IPv4Network
     port: int | None
 
+    @property
+    def target(self) -> str:
+        """The network as nft lists it: a single address without its /32."""
+        single = self.network.prefixlen == 32
+        return str(self.network.network_address) if single else str(self.network)
+
 
 def _literals(entries: object) -> list[LiteralRule]:
     rules = []
@@ -85,7 +91,7 @@ def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
         session_id=session_id,
         table=TABLE,
         upstreams=[str(a) for a in upstreams],
-        resolver_mark=hex(RESOLVER_MARK),
+        resolver_mark=f"0x{RESOLVER_MARK:08x}",
         nflog_group=NFLOG_GROUP,
         log_rate=LOG_RATE,
         log_burst=LOG_BURST,

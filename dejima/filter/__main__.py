@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from dejima.filter import FAILED, READY
-from dejima.filter.nft import NftError, SetWriter, apply_ruleset, read_table, verify_table
+from dejima.filter.nft import NftError, SetWriter, apply_ruleset, read_listing, read_table, verify_listing, verify_table
 
 CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
 IPV6_SWITCH = Path("/proc/sys/net/ipv6/conf/all/disable_ipv6")
@@ -87,6 +87,7 @@ def main() -> None:
     try:
         apply_ruleset(ruleset)
         verify_table(read_table(expect["family"], expect["table"]), expect)
+        verify_listing(ruleset, read_listing(expect["family"], expect["table"]))
         _check_ipv6_disabled()
     except NftError as exc:
         _fail(str(exc))

@@ -1,7 +1,8 @@
 """The only module that imports the nftables bindings.
 
 ``apply_ruleset`` loads a whole ruleset in one transaction; ``read_table`` returns what the
-kernel holds; ``verify_table`` compares it with what the launcher expects. The bindings report
+kernel holds; ``verify_table`` checks its base chains and sets against what the launcher
+expects, and ``verify_listing`` checks the kernel's whole listing against the ruleset itself. The bindings report
 errors as return codes, which are turned into ``NftError`` here.
 """
 
@@ -39,6 +40,26 @@ def read_table(family: str, table: str, handle: Any = None) -> list[dict[str, An
         raise NftError(f"cannot read back table {family} {table} (rc={rc}): {err.strip()}")
     objects: list[dict[str, Any]] = json.loads(out)["nftables"]
     return objects
+
+
+def read_listing(family: str, table: str, handle: Any = None) -> str:
+    """The kernel's text listing of one table, without counters or set contents' state."""
+    handle = handle or _nft()
+    handle.set_json_output(False)
+    handle.set_stateless_output(True)
+    rc, out, err = handle.cmd(f"list table {family} {table}")
+    if rc != 0:
+        raise NftError(f"cannot list table {family} {table} (rc={rc}): {err.strip()}")
+    return str(out)
+
+
+def verify_listing(ruleset: str, listing: str) -> None:
+    """Raise NftError unless the kernel's listing says exactly what the applied ruleset said."""
+    from dejima.core.nftlisting import difference
+
+    problem = difference(ruleset, listing)
+    if problem:
+        raise NftError(problem)
 
 
 def verify_table(objects: list[dict[str, Any]], expect: dict[str, Any]) -> None:

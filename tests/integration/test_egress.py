@@ -381,7 +381,8 @@ def test_a_query_flood_and_garbage_do_not_kill_the_resolver(user: User, scope: s
     flood, junk, after = run_probe(
         user, scope, workspace, world,
         {"op": "udp_flood", "host": "127.0.0.1", "port": 53, "count": 30_000, "seconds": 4, "payload": refused_name},
-        {"op": "junk"}, dns("web.dejima.test"), allow=("web.dejima.test",))
+        # The answer may wait behind the flood's backlog in the socket buffer: a client's patience.
+        {"op": "junk"}, dns("web.dejima.test", timeout=10), allow=("web.dejima.test",))
     assert flood["packets"] >= 5_000 and junk["result"] == "sent"
     assert after["rcode"] == 0 and after["ancount"] == 1
 

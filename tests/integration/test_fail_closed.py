@@ -88,3 +88,27 @@ def test_filter_that_dies_before_ready_starts_nothing(runtime: Runtime, images: 
     crashing = replace(plan, filter=replace(plan.filter, environment={}))
     error = run_expecting_filter_error(runtime, crashing, workspace, scope)
     assert "no configuration" in error.message
+
+
+def test_filter_given_another_ruleset_than_planned_starts_nothing(runtime: Runtime, images: object, user: User,
+                                                                   scope: str, workspace: Path) -> None:
+    """An output chain that is a single accept applies and reads back as itself; the launcher still
+    refuses it, because the filter's ready line names a ruleset other than the planned one."""
+    plan = make_plan(images, scope, workspace, user)
+    start = plan.ruleset.index("\tchain output {")
+    end = plan.ruleset.index("\t}", start)
+    gutted = (plan.ruleset[:start] + "\tchain output {\n\t\ttype filter hook output priority filter; policy drop;\n"
+              "\t\taccept\n" + plan.ruleset[end:])
+    error = run_expecting_filter_error(runtime, with_filter_config(plan, ruleset=gutted), workspace, scope)
+    assert "verified a ruleset other than the planned one" in error.message
+
+
+def test_kernel_listing_that_differs_from_the_ruleset_starts_nothing(runtime: Runtime, images: object, user: User,
+                                                                     scope: str, workspace: Path) -> None:
+    """The filter compares the kernel's whole listing with the text it applied: here nft lists the
+    reject differently from how it was written, so the filter must not report ready."""
+    plan = make_plan(images, scope, workspace, user)
+    reworded = plan.ruleset.replace("reject with icmpx admin-prohibited", "reject with icmpx type admin-prohibited")
+    assert reworded != plan.ruleset
+    error = run_expecting_filter_error(runtime, with_filter_config(plan, ruleset=reworded), workspace, scope)
+    assert "the kernel's listing differs from the ruleset" in error.message

@@ -5,12 +5,16 @@ from pathlib import Path
 
 import pytest
 
+from dejima.packaged import FILTER_SHARED as SHIPPED_WITH_THE_FILTER
+
 PACKAGE = Path(__file__).parents[2] / "dejima"
 
 CORE_FORBIDDEN = {"docker", "requests", "nftables", "dnslib", "socket", "subprocess", "asyncio", "rich",
                   "threading", "dejima.runtime", "dejima.host", "dejima.session", "dejima.ui"}
 FILTER_ALLOWED_THIRD_PARTY = {"nftables", "dnslib"}
-FILTER_SHARED = {"dejima", "dejima.errors", "dejima.core", "dejima.core.egress"}
+# What the filter image ships besides dejima/filter: the same list the image build uses.
+FILTER_SHARED = {"dejima", *("dejima." + name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                             for name in SHIPPED_WITH_THE_FILTER if name != "__init__.py")}
 ADAPTER_OWNERS = {"docker": {"runtime.py"}, "nftables": {"filter/nft.py"}}
 
 

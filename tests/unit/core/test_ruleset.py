@@ -48,9 +48,9 @@ def test_every_accept_rule_is_loopback_the_resolver_or_an_allow_set() -> None:
     accepts = [line.strip() for line in text.splitlines() if line.strip().endswith("accept")]
     assert accepts == [
         'oif "lo" accept',
-        "meta mark 0x646a ip daddr @upstream4 meta l4proto { tcp, udp } th dport 53 accept",
+        "meta mark 0x0000646a ip daddr @upstream4 meta l4proto { 6, 17 } th dport 53 accept",
         "ct state established,related accept",
-        "ip daddr @allow4 meta l4proto tcp accept",
+        "ip daddr @allow4 meta l4proto 6 accept",
         "ip daddr . tcp dport @allow4_port accept",
         'iif "lo" accept',
         "ct state established,related accept",
