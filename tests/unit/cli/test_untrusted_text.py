@@ -139,7 +139,7 @@ def test_the_audit_recovery_message_escapes_a_session_name(err: io.StringIO) -> 
     name = HOSTILE.replace("/", "_")
     (sessions_dir() / name / "audit").mkdir(parents=True)
     buffer = io.StringIO()
-    exit_audit.recover(UI(plain_console(buffer, width=1000)), live_sessions=set())
+    exit_audit.recover(UI(plain_console(buffer, width=1000)))
     assert_clean(buffer.getvalue())
     assert SHOWN.replace("/", "_") in buffer.getvalue()
 
