@@ -114,7 +114,8 @@ def prepare_session(
 ) -> Prepared:
     identity = host.identity()
     scope = host.scope()
-    session.remove_stale(runtime, scope, ui, record_stale_violations)
+    with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
+        session.remove_stale(runtime, scope, ui, record_stale_violations)
     exit_audit.recover(ui)
     check_findings(workspace, accept_findings, ui)
     filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
@@ -292,6 +293,8 @@ def stop_session(runtime: Runtime, scope: str, session_id: str) -> list[str]:
 
 def record_stale_violations(session_id: str, output: str) -> None:
     """A crashed launcher could not record its session's refusals: take them from the filter."""
+    if not output:
+        return  # the filter is gone (another launcher took it): keep what was recorded
     store = ViolationStore(session_id)
     if store.path.exists():
         store.path.unlink()  # the filter's log holds every record; start over rather than double
@@ -305,7 +308,8 @@ def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
             stop_session(runtime, scope, info.session_id)
             ui.info(f"removed session {info.session_id} ({info.status})")
         return len(sessions)
-    return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
+    with host.locked(sessions_dir()):
+        return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
 
 
 def validate_allow(text: str) -> None:

@@ -178,7 +178,8 @@ _LOCK_FILE = ".lock"
 
 @contextmanager
 def locked(root: Path) -> Iterator[None]:
-    """Holds the exclusive lock of the directories under ``root`` (released if the process dies)."""
+    """Holds the exclusive lock of the directories under ``root`` (released if the process dies).
+    Not re-entrant: a process that takes it again while holding it waits for itself."""
     ensure_private_dir(root)
     descriptor = os.open(root / _LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

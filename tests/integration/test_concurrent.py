@@ -13,7 +13,7 @@ from pathlib import Path
 from dejima.core import labels
 from dejima.runtime import Runtime
 from tests.integration.test_audit import dejima_audit
-from tests.world import REPO, User, containers_of
+from tests.world import REPO, User, containers_of, run_dejima, spawn_dejima, wait_for_line
 
 DEADLINE = 900  # seconds for a whole batch: ten sessions at once on two shared cores are slow
 FILES = 3000  # per workspace: a start snapshot that takes a moment, as a real repository's does
@@ -33,7 +33,7 @@ def make_workspace(path: Path, user: User) -> Path:
 def launch_at_once(user: User, scope: str, workspaces: list[Path]) -> list[tuple[int, str]]:
     """Start one `dejima WS -- true` per workspace without waiting; return (status, stderr) each."""
     processes = [subprocess.Popen(
-        user.command("-q", str(ws), "--", "true"), env=user.env(scope), stdout=subprocess.DEVNULL,
+        user.command(str(ws), "--", "true"), env=user.env(scope), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=str(REPO),
         **user.popen_kwargs(),  # type: ignore[arg-type]
     ) for ws in workspaces]
@@ -85,3 +85,22 @@ def test_two_sessions_on_one_workspace_at_once(runtime: Runtime, images: object,
     assert_all_clean(results, user, scope, [workspace])
     again = launch_at_once(user, scope, [workspace])  # nothing blocks the next start
     assert again[0][0] == 0, again[0][1]
+
+
+def test_launchers_starting_at_once_clean_a_crashed_session_once(
+        runtime: Runtime, images: object, user: User, scope: str, world_dir: Path) -> None:
+    crashed = make_workspace(world_dir / "concurrent" / "crashed", user)
+    others = [make_workspace(world_dir / "concurrent" / f"after{index}", user) for index in range(3)]
+    script = "getent hosts refused-name.invalid; echo started; exec sleep 300"
+    with spawn_dejima(user, scope, "-q", str(crashed), "--", "sh", "-c", script) as process:
+        wait_for_line(process.stdout, "started")
+        (session,) = {c.labels[labels.SESSION] for c in runtime.containers({labels.SCOPE: scope})}
+        process.kill()  # the launcher dies: its pair, its records and its start state are left
+        process.wait(timeout=30)
+    results = launch_at_once(user, scope, others)
+    assert_all_clean(results, user, scope, [crashed, *others])
+    assert sum("removed leftover session" in stderr for _, stderr in results) == 1
+    assert sum(f"auditing session {session}" in stderr for _, stderr in results) == 1
+    listed = run_dejima(user, scope, "violations", session, "--json")
+    assert "refused-name.invalid" in [json.loads(line).get("domain") for line in listed.stdout.splitlines()]
+    assert containers_of(runtime, scope) == []
