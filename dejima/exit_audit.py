@@ -234,10 +234,12 @@ def _take_orphans() -> list[str]:
         return []
     taken = []
     with host.locked(root):
-        for directory in sorted(root.iterdir()):
-            if not ((directory / "audit").is_dir() or (directory / "audit-start.json").exists()):
+        for directory in sorted(p for p in root.iterdir() if p.is_dir()):
+            if host.owner_alive(directory):
                 continue
-            if not host.owner_alive(directory):
+            if {p.name for p in directory.iterdir()} <= {host.OWNER_FILE}:
+                shutil.rmtree(directory, ignore_errors=True)  # a finished session with nothing recorded
+            elif (directory / "audit").is_dir() or (directory / "audit-start.json").exists():
                 host.claim(directory)
                 taken.append(directory.name)
     return taken

@@ -106,3 +106,13 @@ def test_new_session_ids_are_owned_from_the_start() -> None:
     assert first != second
     for session_id in (first, second):
         assert host.owner_alive(sessions_dir() / session_id)
+
+
+def test_a_dead_sessions_empty_directory_is_removed_and_a_live_ones_kept() -> None:
+    with host.locked(sessions_dir()):
+        host.claim(sessions_dir() / "finished", dead_token())
+        host.claim(sessions_dir() / "starting")
+    (sessions_dir() / "recorded").mkdir()
+    (sessions_dir() / "recorded" / "violations.jsonl").write_text("{}\n")
+    assert recover() == ""
+    assert sorted(p.name for p in sessions_dir().iterdir() if p.is_dir()) == ["recorded", "starting"]
