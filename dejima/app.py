@@ -34,7 +34,7 @@ from dejima.repo import read_repo_policy, workspace_facts
 from dejima.runtime import Runtime
 from dejima.ui.console import UI
 from dejima.ui.views import boundary_card
-from dejima.violations import ViolationStore
+from dejima.violations import ViolationStore, sessions_dir
 
 
 def validate_workspace(path: str) -> Path:
@@ -114,14 +114,14 @@ def prepare_session(
 ) -> Prepared:
     identity = host.identity()
     scope = host.scope()
-    session.remove_stale(runtime, scope, ui, record_stale_violations)
-    live = {c.labels.get(labels.SESSION, "") for c in runtime.containers({labels.SCOPE: scope})}
-    exit_audit.recover(ui, live)
+    with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
+        session.remove_stale(runtime, scope, ui, record_stale_violations)
+    exit_audit.recover(ui)
     check_findings(workspace, accept_findings, ui)
     filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
     home = host.ensure_private_dir(host.home_dir_for(workspace))
     request = SessionRequest(
-        session_id=secrets.token_hex(4),
+        session_id=new_session_id(),
         scope=scope,
         workspace=PurePosixPath(workspace),
         home_dir=PurePosixPath(home),
@@ -139,6 +139,19 @@ def prepare_session(
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts,
                               str(host.settings_path()), resolved)
     return Prepared(runtime, plan, settings)
+
+
+def new_session_id() -> str:
+    """A fresh session id whose state directory this launcher owns from now on: the owner is
+    recorded before anything else goes there, so no other launcher takes it for a dead one's."""
+    root = sessions_dir()
+    with host.locked(root):
+        for _ in range(64):
+            session_id = secrets.token_hex(4)
+            if not (root / session_id).exists():
+                host.claim(root / session_id)
+                return session_id
+    raise SessionError(f"no unused session id in {root}", hint="remove old session directories there")
 
 
 def protected_paths(workspace: Path, settings: Settings) -> tuple[PurePosixPath, ...]:
@@ -280,6 +293,8 @@ def stop_session(runtime: Runtime, scope: str, session_id: str) -> list[str]:
 
 def record_stale_violations(session_id: str, output: str) -> None:
     """A crashed launcher could not record its session's refusals: take them from the filter."""
+    if not output:
+        return  # the filter is gone (another launcher took it): keep what was recorded
     store = ViolationStore(session_id)
     if store.path.exists():
         store.path.unlink()  # the filter's log holds every record; start over rather than double
@@ -293,7 +308,8 @@ def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
             stop_session(runtime, scope, info.session_id)
             ui.info(f"removed session {info.session_id} ({info.status})")
         return len(sessions)
-    return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
+    with host.locked(sessions_dir()):
+        return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
 
 
 def validate_allow(text: str) -> None:

@@ -12,6 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from dejima import host
 from dejima.core.audit import SEVERITIES, Finding, audit, derived_watch, watched
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.model import finding, rank
@@ -211,30 +212,49 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
     return found
 
 
-def recover(ui: UI, live_sessions: set[str]) -> None:
-    """Audit the sessions whose launcher died before it could (their start state is still there)."""
+def recover(ui: UI) -> None:
+    """Audit the sessions whose launcher died before it could (their start state is still there).
+    Whether a launcher died is judged by the owner token in the session's directory, never by its
+    containers: they do not exist yet while the start snapshot is taken."""
+    for session_id in _take_orphans():
+        directory = sessions_dir() / session_id
+        if (directory / "audit").is_dir():
+            ui.info(f"auditing session {session_id}, whose launcher ended before it could")
+            finish(session_id, ui)
+        old = directory / "audit-start.json"  # left by a dejima before the state version 2
+        if old.exists():
+            _unauditable_old(session_id, old, ui)
+
+
+def _take_orphans() -> list[str]:
+    """The sessions with a start state whose owner is gone, each now owned by this launcher (under
+    the lock, so two launchers starting at once never audit the same one)."""
     root = sessions_dir()
     if not root.exists():
-        return
-    for state in sorted(root.glob("*/audit")):
-        session_id = state.parent.name
-        if session_id in live_sessions:
-            continue
-        ui.info(f"auditing session {session_id}, whose launcher ended before it could")
-        finish(session_id, ui)
-    for old in sorted(root.glob("*/audit-start.json")):  # left by a dejima before the state version 2
-        session_id = old.parent.name
-        if session_id in live_sessions:
-            continue
-        try:
-            workspace = str(json.loads(old.read_text())["workspace"])
-        except (OSError, ValueError, KeyError, TypeError):
-            workspace = ""
-        store = FindingStore()
-        try:
-            store.record(session_id, workspace, "workspace", workspace,
-                         [_unauditable(session_id, "its start snapshot is from an older dejima")], {})
-        finally:
-            store.close()
-        old.unlink()
-        ui.warn(f"session {session_id} in {workspace} could not be audited; review it by hand: dejima-audit")
+        return []
+    taken = []
+    with host.locked(root):
+        for directory in sorted(p for p in root.iterdir() if p.is_dir()):
+            if host.owner_alive(directory):
+                continue
+            if {p.name for p in directory.iterdir()} <= {host.OWNER_FILE}:
+                shutil.rmtree(directory, ignore_errors=True)  # a finished session with nothing recorded
+            elif (directory / "audit").is_dir() or (directory / "audit-start.json").exists():
+                host.claim(directory)
+                taken.append(directory.name)
+    return taken
+
+
+def _unauditable_old(session_id: str, old: Path, ui: UI) -> None:
+    try:
+        workspace = str(json.loads(old.read_text())["workspace"])
+    except (OSError, ValueError, KeyError, TypeError):
+        workspace = ""
+    store = FindingStore()
+    try:
+        store.record(session_id, workspace, "workspace", workspace,
+                     [_unauditable(session_id, "its start snapshot is from an older dejima")], {})
+    finally:
+        store.close()
+    old.unlink()
+    ui.warn(f"session {session_id} in {workspace} could not be audited; review it by hand: dejima-audit")

@@ -6,11 +6,15 @@ installations on one engine (the test suite uses its own scope so it never touch
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import ipaddress
 import os
 import pwd
 import re
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,7 +107,7 @@ def resolv_conf_file(content: str) -> Path:
     path = state_dir() / "resolv.conf"
     if not path.exists() or path.read_text() != content:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary = path.with_suffix(".tmp")
+        temporary = path.with_suffix(f".{os.getpid()}-{secrets.token_hex(4)}.tmp")  # launchers run at once
         temporary.write_text(content)
         temporary.chmod(0o644)
         temporary.replace(path)
@@ -161,6 +165,47 @@ class Launcher:
 def launcher_alive(token: str) -> bool:
     launcher = Launcher.parse(token)
     return launcher is not None and launcher.alive()
+
+
+# --- who owns a session's state directory ------------------------------------------------------
+# A session's directory exists before its containers do (the audit snapshot is taken first), so
+# no one may judge it by its containers: the launcher that made it writes its token there, under
+# a lock that every launcher takes to create, judge or take over such a directory.
+
+OWNER_FILE = "launcher"
+_LOCK_FILE = ".lock"
+
+
+@contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """Holds the exclusive lock of the directories under ``root`` (released if the process dies).
+    Not re-entrant: a process that takes it again while holding it waits for itself."""
+    ensure_private_dir(root)
+    descriptor = os.open(root / _LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
+def claim(directory: Path, token: str | None = None) -> None:
+    """Make ``directory`` (if needed) and record ``token`` (this launcher's) as its owner; call it
+    holding ``locked(directory.parent)``."""
+    ensure_private_dir(directory)
+    temporary = directory / f"{OWNER_FILE}.{os.getpid()}.tmp"
+    temporary.write_text(token or launcher_token())
+    temporary.replace(directory / OWNER_FILE)
+
+
+def owner_alive(directory: Path) -> bool:
+    """Whether the launcher recorded as ``directory``'s owner still runs (no record: it does not:
+    only a launcher that died before writing it, or a dejima from before owners, leaves none)."""
+    try:
+        token = (directory / OWNER_FILE).read_text()
+    except OSError:
+        return False
+    return launcher_alive(token)
 
 
 def read_extra_cas(directory: str) -> dict[str, bytes]:

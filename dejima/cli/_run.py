@@ -1,4 +1,8 @@
-"""The one wrapper that turns dejima's exceptions into messages and exit statuses."""
+"""The one wrapper that turns dejima's exceptions into messages and exit statuses.
+
+Whatever escapes as an unexpected exception is a bug in dejima: the user gets one short message
+saying so (the exception's type and text, escaped like every other message) and exit 125; the
+traceback only when $DEJIMA_DEBUG is set, for the report."""
 
 from __future__ import annotations
 
@@ -14,6 +18,10 @@ from dejima.ui.console import UI
 DEBUG_ENV = "DEJIMA_DEBUG"
 
 
+class InternalError(DiagnosticError):
+    reference = "internal-error"
+
+
 def run_main(body: Callable[[UI], int], ui: UI | None = None, failure: int = exit_codes.DEJIMA_FAILED) -> int:
     ui = ui or UI()
     try:
@@ -23,11 +31,22 @@ def run_main(body: Callable[[UI], int], ui: UI | None = None, failure: int = exi
         return exc.exit_code or exit_codes.USAGE
     except DiagnosticError as exc:
         ui.error(exc)
-        if os.environ.get(DEBUG_ENV):
-            traceback.print_exc(file=sys.stderr)
+        _debug_traceback()
         return exc.exit_code or failure
     except KeyboardInterrupt:
         ui.warn("interrupted")
         return 130
     except BrokenPipeError:
         return exit_codes.FAILURE
+    except Exception as exc:  # anything else is a bug: say so, never dump a raw traceback
+        ui.error(InternalError(
+            f"this is a bug in dejima, please report it: {type(exc).__name__}: {exc}",
+            hint=f"run again with {DEBUG_ENV}=1 to see the traceback, and include it in the report",
+        ))
+        _debug_traceback()
+        return exit_codes.DEJIMA_FAILED
+
+
+def _debug_traceback() -> None:
+    if os.environ.get(DEBUG_ENV):
+        traceback.print_exc(file=sys.stderr)

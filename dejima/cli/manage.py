@@ -8,19 +8,23 @@ import time
 
 from dejima import app, host
 from dejima.cli import exit_codes
+from dejima.cli.jsonout import print_json_lines
 from dejima.errors import UsageError
 from dejima.ui.console import UI
+from dejima.ui.text import escaped, plain
+
+JSON_HELP = "print JSON lines (one object per line) for scripts"
 
 
 def _sessions(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(prog="dejima sessions", description="List dejima sessions of this scope.")
-    parser.add_argument("--json", action="store_true", help="print JSON (one array) for scripts")
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
     from dejima.runtime import connect
 
     sessions = app.list_sessions(connect(), host.scope())
     if args.json:
-        print(json.dumps([s.to_json() for s in sessions], indent=2))
+        print_json_lines(s.to_json() for s in sessions)
         return exit_codes.SUCCESS
     if not sessions:
         ui.info("no sessions")
@@ -29,7 +33,8 @@ def _sessions(argv: list[str], ui: UI) -> int:
 
     table = Table("session", "status", "workspace", "launcher pid", "containers")
     for s in sessions:
-        table.add_row(s.session_id, s.status, s.workspace, s.launcher_pid, ", ".join(s.containers))
+        table.add_row(plain(s.session_id), plain(s.status), plain(s.workspace), plain(s.launcher_pid),
+                      plain(", ".join(s.containers)))
     ui.console.print(table)
     return exit_codes.SUCCESS
 
@@ -69,19 +74,19 @@ def _doctor(argv: list[str], ui: UI) -> int:
         "unfiltered container can reach. Traffic goes only to containers the doctor starts.",
     )
     parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
-    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    parser.add_argument("--json", action="store_true", help=JSON_HELP + " (one per check)")
     args = parser.parse_args(argv)
     from dejima.doctor import run_doctor
 
     checks = run_doctor(host.load_settings(), ui, build=args.build)
     if args.json:
-        print(json.dumps([{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks], indent=2))
+        print_json_lines({"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks)
     else:
         from rich.table import Table
 
         table = Table("check", "result", "detail")
         for c in checks:
-            table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", c.detail)
+            table.add_row(plain(c.name), plain("ok", "green") if c.ok else plain("FAIL", "red"), plain(c.detail))
         ui.console.print(table)
     return exit_codes.SUCCESS if checks and all(c.ok for c in checks) else exit_codes.FAILURE
 
@@ -120,7 +125,8 @@ def _images(argv: list[str], ui: UI) -> int:
         for image in runtime.images({labels.ROLE: ""}):
             role = (image.get("Labels") or {}).get(labels.ROLE, "?")
             for tag in image.get("RepoTags") or ["<none>"]:
-                table.add_row(tag, role, image["Id"][7:19], f"{image.get('Size', 0) / 1e6:.0f} MB")
+                table.add_row(plain(tag), plain(role), plain(image["Id"][7:19]),
+                              plain(f"{image.get('Size', 0) / 1e6:.0f} MB"))
         ui.console.print(table)
     return exit_codes.SUCCESS
 
@@ -152,18 +158,21 @@ def _violations(argv: list[str], ui: UI) -> int:
         "Without SESSION: the sessions that have a record.",
     )
     parser.add_argument("session", nargs="?")
-    parser.add_argument("--json", action="store_true", help="print JSON lines")
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
     from dejima import violations
 
     if args.session is None:
-        for name in violations.known_sessions():
-            print(name)
+        names = violations.known_sessions()
+        if args.json:
+            print_json_lines({"session": name} for name in names)
+        else:
+            for name in names:
+                print(escaped(name))
         return exit_codes.SUCCESS
     records = violations.read(args.session)
     if args.json:
-        for record in records:
-            print(json.dumps(record, sort_keys=True))
+        print_json_lines(records)
         return exit_codes.SUCCESS
     if not records:
         ui.info(f"no violations recorded for session {args.session}")
@@ -172,13 +181,26 @@ def _violations(argv: list[str], ui: UI) -> int:
 
     table = Table("time", "kind", "destination", "reason")
     for r in records:
-        when = time.strftime("%H:%M:%S", time.localtime(float(r.get("time", 0))))
-        where = r.get("domain") or r.get("address") or "?"
-        if r.get("address") and r.get("domain"):
-            where = f"{r['domain']} -> {r['address']}"
-        table.add_row(when, str(r.get("kind")), str(where), str(r.get("reason", "")))
+        table.add_row(plain(_clock(r.get("time"))), plain(r.get("kind", "?")), plain(_destination(r)),
+                      plain(r.get("reason", "")))
     ui.console.print(table)
     return exit_codes.SUCCESS
+
+
+def _clock(value: object) -> str:
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(float(value)))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
+def _destination(record: dict[str, object]) -> str:
+    """The domain and/or address (and port) a record names; every part is the session's choice."""
+    domain, address, port = record.get("domain"), record.get("address"), record.get("port")
+    where = f"{address}:{port}" if address and port else str(address or "")
+    if domain and where:
+        return f"{domain} -> {where}"
+    return str(domain or where or "?")
 
 
 def _manifests(argv: list[str], ui: UI) -> int:
@@ -190,7 +212,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "reference"])
     parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
     from dataclasses import asdict
 
@@ -209,23 +231,23 @@ def _manifests(argv: list[str], ui: UI) -> int:
         manifest = catalog.get(kind, name)
         data = asdict(manifest)
         if args.json:
-            print(json.dumps(data, indent=2))
+            print_json_lines([data])
         else:
             for key, value in data.items():
                 if value not in ((), {}, None, ""):
-                    print(f"{key:>16}: {value}")
+                    print(f"{key:>16}: {escaped(value, limit=None)}")
         return exit_codes.SUCCESS
     rows = [{"kind": m.kind, "name": m.name, "description": m.description, "source": m.source,
              "overrides": catalog.overridden.get((m.kind, m.name))} for m in catalog.manifests.values()]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print_json_lines(rows)
         return exit_codes.SUCCESS
     from rich.table import Table
 
     table = Table("manifest", "description", "from")
     for row in rows:
         origin = str(row["source"]) + (f" (overrides {row['overrides']})" if row["overrides"] else "")
-        table.add_row(f"{row['kind']}/{row['name']}", str(row["description"]), str(origin))
+        table.add_row(plain(f"{row['kind']}/{row['name']}"), plain(row["description"]), plain(origin))
     ui.console.print(table)
     return exit_codes.SUCCESS
 

@@ -1,4 +1,7 @@
-"""The launcher's console: messages on stderr (stdout belongs to the session's command)."""
+"""The launcher's console: messages on stderr (stdout belongs to the session's command).
+
+Messages name paths, sessions and values that a session may have chosen: every one is shown as
+plain text through ``ui.text`` (escaped, never markup), whoever built the string."""
 
 from __future__ import annotations
 
@@ -8,10 +11,10 @@ from contextlib import contextmanager
 from typing import IO
 
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from dejima.errors import DiagnosticError
+from dejima.ui.text import MESSAGE_LIMIT, escaped
 
 
 class UI:
@@ -21,16 +24,17 @@ class UI:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(Text("dejima: ", style="bold cyan") + Text(message))
+            self.console.print(Text("dejima: ", style="bold cyan") + _message(message))
 
     def warn(self, message: str) -> None:
-        self.console.print(Text("dejima: warning: ", style="bold yellow") + Text(message))
+        self.console.print(Text("dejima: warning: ", style="bold yellow") + _message(message))
 
     def card(self, title: str, lines: list[str]) -> None:
         if not self.quiet:
             from rich.panel import Panel
 
-            self.console.print(Panel("\n".join(escape(line) for line in lines), title=title, expand=False))
+            body = Text("\n").join(_message(line) for line in lines)
+            self.console.print(Panel(body, title=_message(title), expand=False))
 
     def error(self, exc: DiagnosticError) -> None:
         self.console.print(render_error(exc))
@@ -40,7 +44,7 @@ class UI:
         """A long step (image build, bootstrap) with its latest log line shown as progress."""
         step = Step(self, title)
         if self.console.is_terminal and not self.quiet:
-            with self.console.status(Text(title), spinner="dots") as status:
+            with self.console.status(_message(title), spinner="dots") as status:
                 step.status = status
                 yield step
         else:
@@ -60,24 +64,28 @@ class Step:
         self.lines.append(text)
         del self.lines[:-200]  # keep the tail for error reports
         if self.status is not None:
-            self.status.update(Text(f"{self.title} | {text[:100]}"))  # type: ignore[attr-defined]
+            self.status.update(Text(f"{escaped(self.title)} | {escaped(text, limit=100)}"))  # type: ignore[attr-defined]
         elif not self.ui.quiet:
-            self.ui.console.print(Text(f"  {text}", style="dim"))
+            self.ui.console.print(Text(f"  {escaped(text, MESSAGE_LIMIT)}", style="dim"))
 
 
 def render_error(exc: DiagnosticError) -> Text:
     text = Text()
     text.append("dejima: error", style="bold red")
     text.append(f" [{exc.reference}]: ", style="red")
-    text.append(exc.message)
+    text.append(escaped(exc.message, MESSAGE_LIMIT))
     if exc.context:
         for line in exc.context.splitlines():
             text.append("\n  │ ")
-            text.append(line)
+            text.append(escaped(line, MESSAGE_LIMIT, keep_tabs=True))
     if exc.hint:
         text.append("\n  hint: ", style="bold")
-        text.append(exc.hint)
+        text.append(escaped(exc.hint, MESSAGE_LIMIT))
     return text
+
+
+def _message(message: str) -> Text:
+    return Text(escaped(message, MESSAGE_LIMIT))
 
 
 def plain_console(stream: IO[str], width: int = 100) -> Console:
@@ -85,4 +93,4 @@ def plain_console(stream: IO[str], width: int = 100) -> Console:
     return Console(file=stream, width=width, color_system=None, highlight=False, soft_wrap=True)
 
 
-__all__ = ["UI", "Step", "render_error", "plain_console", "escape"]
+__all__ = ["UI", "Step", "render_error", "plain_console"]

@@ -128,7 +128,7 @@ def test_a_start_state_that_cannot_be_read_blocks_its_workspace(workspace: Path,
 
     exit_audit.start("s9", [exit_audit.Mount("workspace", workspace)])
     (sessions_dir() / "s9" / "audit" / "0.snapshot").write_bytes(b"garbage")
-    exit_audit.recover(UI(plain_console(io.StringIO())), live_sessions=set())
+    exit_audit.recover(UI(plain_console(io.StringIO())))
     assert main(["list", "--json", "--workspace", str(workspace)]) == exit_codes.SUCCESS
     (unaudited,) = json.loads(capsys.readouterr().out)
     assert (unaudited["rule"], unaudited["severity"]) == ("X00", "critical")
