@@ -143,7 +143,13 @@ class Runtime:
     # --- containers -----------------------------------------------------------------------
     def create(self, spec: ContainerSpec) -> str:
         binds = {b.source: {"bind": b.target, "mode": "ro" if b.read_only else "rw"} for b in spec.binds}
+        limits: dict[str, Any] = {}
+        if spec.limits is not None:
+            limits = {"pids_limit": spec.limits.pids, "cpu_shares": spec.limits.cpu_shares}
+            if spec.limits.memory is not None:  # swap limit = memory limit: no swap beyond it
+                limits.update(mem_limit=spec.limits.memory, memswap_limit=spec.limits.memory)
         host_config = self.api.create_host_config(
+            **limits,
             binds=binds,
             tmpfs=dict(spec.tmpfs),
             cap_drop=["ALL"],
@@ -227,6 +233,14 @@ class Runtime:
         networks = info.get("NetworkSettings", {}).get("Networks") or {}
         entry = networks.get(network) or {}
         return str(entry.get("IPAddress", ""))
+
+    def memory(self) -> int | None:
+        """Bytes of memory the engine's machine has (a VM's, under Docker Desktop)."""
+        try:
+            total = self.api.info().get("MemTotal")
+        except docker.errors.APIError:
+            return None
+        return int(total) if isinstance(total, int) and total > 0 else None
 
     def gateway(self, network: str) -> str | None:
         """The engine's gateway address on ``network`` (the host, seen from containers)."""
