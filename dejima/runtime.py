@@ -7,6 +7,7 @@ labels). Engine failures become ``EngineError``/``ImageError`` with a hint, neve
 from __future__ import annotations
 
 import io
+import ipaddress
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -248,9 +249,19 @@ class Runtime:
             info = self.api.inspect_network(network)
         except docker.errors.APIError:
             return None
-        for config in (info.get("IPAM") or {}).get("Config") or []:
+        configs = (info.get("IPAM") or {}).get("Config") or []
+        for config in configs:
             if config.get("Gateway"):
                 return str(config["Gateway"])
+        # Some engines list no gateway when they chose it themselves: their IPAM gives a bridge
+        # network's gateway the subnet's first address.
+        for config in configs:
+            try:
+                subnet = ipaddress.ip_network(config.get("Subnet", ""))
+            except ValueError:
+                continue
+            if subnet.version == 4 and info.get("Driver") == "bridge":
+                return str(next(subnet.hosts()))
         return None
 
     def stop(self, container: str, timeout: int) -> None:
