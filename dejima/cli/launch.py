@@ -63,7 +63,9 @@ def _launch_parser() -> argparse.ArgumentParser:
     parser.add_argument("--forge", action="append", default=[], help="forge to add to the detected one (repeatable)")
     parser.add_argument("--allow", action="append", default=[], metavar="DOMAIN[:PORT]",
                         help="let the session reach this name, *.subdomain pattern or IPv4 address/network "
-                        "(TCP; repeatable); adds to [network] allow in the settings")
+                        "(TCP; repeatable); adds to [network] allow in the settings. An address or network that "
+                        "reaches cloud metadata, this host or the engine gateway, or is wider than /8, also "
+                        "needs --allow-special")
     parser.add_argument("--allow-special", action="append", default=[], metavar="ENTRY",
                         help="let an --allow (or [network] allow) entry through that reaches a special place: "
                         "a network shorter than /8, link-local or cloud metadata, this host's addresses, the "
