@@ -43,8 +43,8 @@ def last_json(stdout: str) -> dict[str, object]:
 # --- allowed literals that reach special places (promise 3) ---------------------------------------
 
 
-def test_allowing_the_gateways_network_needs_an_override_that_shows(user: User, scope: str, workspace: Path,
-                                                                    world: World) -> None:
+def test_allowing_the_gateways_network_needs_an_override_that_shows(runtime: Runtime, user: User, scope: str,
+                                                                    workspace: Path, world: World) -> None:
     probe = world.probe({"op": "tcp", "host": world.web, "port": 8080})
     refused = run_dejima(user, scope, "--allow", world.subnet, str(workspace), "--", *probe,
                          DEJIMA_SETTINGS=str(world.settings))
@@ -53,6 +53,7 @@ def test_allowing_the_gateways_network_needs_an_override_that_shows(user: User, 
         in refused.stderr
     assert f"--allow-special {world.subnet}" in refused.stderr
     assert "nftables default-deny" not in refused.stderr  # no boundary line: nothing was started
+    assert containers_of(runtime, scope, role=labels.ROLE_FILTER) == []
 
     allowed = run_dejima(user, scope, "--allow", world.subnet, "--allow-special", world.subnet, str(workspace),
                          "--", *probe, DEJIMA_SETTINGS=str(world.settings))
