@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from dejima import exit_audit, host, session
 from dejima.core import labels
+from dejima.core.limits import describe
 from dejima.core.manifest import ManifestError
 from dejima.core.plan import (
     RESOLV_CONF,
@@ -20,9 +21,11 @@ from dejima.core.plan import (
     NetworkFacts,
     SessionPlan,
     SessionRequest,
+    build_policy,
     build_session_plan,
     cache_paths_outside_home,
     describe_command,
+    unlock_special,
 )
 from dejima.core.resolve import REPO_POLICY_FILE, Resolved, resolve
 from dejima.core.settings import Settings
@@ -97,29 +100,45 @@ def network_facts(settings: Settings, runtime: Runtime | None, upstream_override
             hint="set [network] upstream_dns = [\"IP\"] in the settings, or pass --dns-upstream IP",
             reference="no-upstream-dns",
         )
-    denied = [*host.local_addresses()]
+    local = host.local_addresses()
     gateway = runtime.gateway(settings.session.network) if runtime is not None else None
-    if gateway:
-        denied.append(gateway)
+    denied = [*local, *([gateway] if gateway else [])]
     return NetworkFacts(
         upstreams=tuple(ipaddress.IPv4Address(a) for a in upstreams),
         denied_addresses=tuple(ipaddress.ip_network(a) for a in sorted(set(denied))),
+        host_addresses=tuple(ipaddress.ip_network(a) for a in local),
+        gateway=ipaddress.ip_network(gateway) if gateway else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the command line adds to a session, validated by the CLI."""
+
+    allow: tuple[str, ...] = ()
+    allow_special: tuple[str, ...] = ()
+    upstream_dns: tuple[str, ...] = ()
+    as_root: bool = False
+    accept_findings: bool = False
 
 
 def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-    runtime: Runtime, ui: UI, allow: tuple[str, ...] = (), upstream_dns: tuple[str, ...] = (),
-    accept_findings: bool = False,
+    runtime: Runtime, ui: UI, options: Options = Options(),
 ) -> Prepared:
-    identity = host.identity()
+    identity = host.session_identity(workspace, options.as_root)
+    facts = network_facts(settings, runtime, options.upstream_dns)
+    source = str(host.settings_path())
+    # The allow list is checked against the host's and the engine's addresses before anything starts.
+    unlock_special(build_policy(settings, options.allow, facts, source, resolved), settings, options.allow_special,
+                   facts, source)
     scope = host.scope()
     with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
         session.remove_stale(runtime, scope, ui, record_stale_violations)
     exit_audit.recover(ui)
-    check_findings(workspace, accept_findings, ui)
+    check_findings(workspace, options.accept_findings, ui)
     filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
-    home = host.ensure_private_dir(host.home_dir_for(workspace))
+    home = host.ensure_private_dir(host.home_dir_for(workspace), identity)
     request = SessionRequest(
         session_id=new_session_id(),
         scope=scope,
@@ -128,16 +147,16 @@ def prepare_session(
         command=command,
         launcher=host.launcher_token(),
         harness=resolved.harness.name,
-        allow=allow,
+        allow=options.allow,
+        allow_special=options.allow_special,
         resolv_conf=PurePosixPath(host.resolv_conf_file(RESOLV_CONF)),
         cache_root=PurePosixPath(host.data_dir() / "caches" / home.name),
         read_only=protected_paths(workspace, settings),
     )
     for path in cache_paths_outside_home(resolved):
-        host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"))
-    facts = network_facts(settings, runtime, upstream_dns)
-    plan = build_session_plan(request, settings, identity, filter_image, session_image, facts,
-                              str(host.settings_path()), resolved)
+        host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"), identity)
+    plan = build_session_plan(request, settings, identity, filter_image, session_image, facts, source, resolved,
+                              engine_memory=runtime.memory())
     return Prepared(runtime, plan, settings)
 
 
@@ -171,10 +190,12 @@ def boundary_line(plan: SessionPlan) -> str:
         others = ", ".join(f"{c.manifest.name} ({c.why})" for c in plan.resolved.choices[1:])
         harness = f"harness {plan.resolved.harness.name}" + (f" with {others}" if others else "") + " | "
     command = describe_command(plan.session.command if not plan.interactive else None)
+    overrides = "".join(f" | OVERRIDE {u.entry.canonical} ({u.override_origin}): {u.reason}" for u in plan.unlocked)
+    limits = f" | limits: {describe(plan.session.limits)}" if plan.session.limits else ""
     return (
         f"session {plan.session_id}: {harness}{command} "
         f"in {plan.workspace} | network: {network} (nftables default-deny, verified; DNS only through "
-        f"dejima; no IPv6) | user {plan.session.user}, no capabilities | mounts: workspace, home"
+        f"dejima; no IPv6){overrides} | user {plan.session.user}, no capabilities | mounts: workspace, home{limits}"
     )
 
 
@@ -312,11 +333,11 @@ def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
         return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
 
 
-def validate_allow(text: str) -> None:
+def validate_allow(text: str, flag: str = "--allow") -> None:
     from dejima.core.egress import PolicyError, parse_entry
 
     try:
-        parse_entry(text, "--allow")
+        parse_entry(text, flag)
     except PolicyError as exc:
         raise UsageError(exc.message, hint=exc.hint) from exc
 
@@ -333,15 +354,18 @@ def validate_upstream(text: str) -> None:
 
 
 def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                allow: tuple[str, ...], upstream_dns: tuple[str, ...]) -> SessionPlan:
-    """The plan a session would run, built without touching Docker (image names are placeholders)."""
+                options: Options) -> SessionPlan:
+    """The plan a session would run, built without touching Docker (image names are placeholders;
+    there is no engine gateway, and limits given as a share are taken of this host's memory)."""
     request = SessionRequest(
         session_id="render", scope=host.scope(), workspace=PurePosixPath(workspace),
-        home_dir=PurePosixPath(host.home_dir_for(workspace)), command=command, launcher="render", allow=allow,
+        home_dir=PurePosixPath(host.home_dir_for(workspace)), command=command, launcher="render",
+        allow=options.allow, allow_special=options.allow_special,
         resolv_conf=PurePosixPath(host.state_dir() / "resolv.conf"),
         cache_root=PurePosixPath(host.data_dir() / "caches" / host.home_dir_for(workspace).name),
     )
     source = str(host.settings_path())
-    facts = network_facts(settings, None, upstream_dns)
-    return build_session_plan(request, settings, host.identity(), "<filter image>", "<session image>", facts, source,
-                              resolved)
+    facts = network_facts(settings, None, options.upstream_dns)
+    identity = host.session_identity(workspace, options.as_root)
+    return build_session_plan(request, settings, identity, "<filter image>", "<session image>", facts, source,
+                              resolved, engine_memory=host.memory_total())

@@ -15,10 +15,10 @@ import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dejima.core.plan import Identity
+from dejima.core.plan import Identity, session_ids
 from dejima.core.settings import Settings, parse_settings
 from dejima.errors import SettingsError, UsageError
 
@@ -36,6 +36,31 @@ def identity() -> Identity:
     except KeyError:
         name = "dejima"
     return Identity(uid=uid, gid=gid, name=name if _SAFE_NAME.match(name) else "dejima")
+
+
+def session_identity(workspace: Path, as_root: bool) -> Identity:
+    """Who the session runs as (see ``session_ids``), with the name the session image gives it."""
+    launcher = identity()
+    status = workspace.stat()
+    uid, gid = session_ids((launcher.uid, launcher.gid), (status.st_uid, status.st_gid), as_root, str(workspace))
+    if uid == launcher.uid:
+        return replace(launcher, gid=gid)
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = "dejima"
+    return Identity(uid=uid, gid=gid, name=name if _SAFE_NAME.match(name) else "dejima")
+
+
+def memory_total(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes of memory this host has (render mode has no engine to ask)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def scope() -> str:
@@ -114,8 +139,12 @@ def resolv_conf_file(content: str) -> Path:
     return path
 
 
-def ensure_private_dir(path: Path) -> Path:
+def ensure_private_dir(path: Path, owner: Identity | None = None) -> Path:
+    """A 0700 directory; a root launcher hands it to ``owner`` (the session's user), the top only:
+    what earlier sessions left inside keeps its owner."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if owner is not None and os.getuid() == 0 and owner.uid != 0:
+        os.chown(path, owner.uid, owner.gid, follow_symlinks=False)
     return path
 
 

@@ -7,6 +7,7 @@ labels). Engine failures become ``EngineError``/``ImageError`` with a hint, neve
 from __future__ import annotations
 
 import io
+import ipaddress
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -143,7 +144,13 @@ class Runtime:
     # --- containers -----------------------------------------------------------------------
     def create(self, spec: ContainerSpec) -> str:
         binds = {b.source: {"bind": b.target, "mode": "ro" if b.read_only else "rw"} for b in spec.binds}
+        limits: dict[str, Any] = {}
+        if spec.limits is not None:
+            limits = {"pids_limit": spec.limits.pids, "cpu_shares": spec.limits.cpu_shares}
+            if spec.limits.memory is not None:  # swap limit = memory limit: no swap beyond it
+                limits.update(mem_limit=spec.limits.memory, memswap_limit=spec.limits.memory)
         host_config = self.api.create_host_config(
+            **limits,
             binds=binds,
             tmpfs=dict(spec.tmpfs),
             cap_drop=["ALL"],
@@ -228,15 +235,33 @@ class Runtime:
         entry = networks.get(network) or {}
         return str(entry.get("IPAddress", ""))
 
+    def memory(self) -> int | None:
+        """Bytes of memory the engine's machine has (a VM's, under Docker Desktop)."""
+        try:
+            total = self.api.info().get("MemTotal")
+        except docker.errors.APIError:
+            return None
+        return int(total) if isinstance(total, int) and total > 0 else None
+
     def gateway(self, network: str) -> str | None:
         """The engine's gateway address on ``network`` (the host, seen from containers)."""
         try:
             info = self.api.inspect_network(network)
         except docker.errors.APIError:
             return None
-        for config in (info.get("IPAM") or {}).get("Config") or []:
+        configs = (info.get("IPAM") or {}).get("Config") or []
+        for config in configs:
             if config.get("Gateway"):
                 return str(config["Gateway"])
+        # Some engines list no gateway when they chose it themselves: their IPAM gives a bridge
+        # network's gateway the subnet's first address.
+        for config in configs:
+            try:
+                subnet = ipaddress.ip_network(config.get("Subnet", ""))
+            except ValueError:
+                continue
+            if subnet.version == 4 and info.get("Driver") == "bridge":
+                return str(next(subnet.hosts()))
         return None
 
     def stop(self, container: str, timeout: int) -> None:

@@ -20,7 +20,8 @@ Run a coding agent (or any command) on a real repository inside a guarded contai
   dejima PATH -- CMD ARGS...   run CMD in a session, stream its output, exit with its status
 
 What a session gets: the workspace PATH read-write at the same absolute path, a home directory
-kept per project, a private /tmp, your uid:gid with every capability dropped, no Docker socket,
+kept per project, a private /tmp, your uid:gid (run as root: the workspace owner's, or 0 with
+--as-root) with every capability dropped, limits on processes, memory and CPU, no Docker socket,
 and NO network egress except what you allow: a filter container applies an nftables default-deny
 ruleset in the session's network namespace and verifies it before the session starts; its
 resolver is the session's only DNS and answers only allowed names. Loopback works; IPv6 is off.
@@ -63,7 +64,16 @@ def _launch_parser() -> argparse.ArgumentParser:
     parser.add_argument("--forge", action="append", default=[], help="forge to add to the detected one (repeatable)")
     parser.add_argument("--allow", action="append", default=[], metavar="DOMAIN[:PORT]",
                         help="let the session reach this name, *.subdomain pattern or IPv4 address/network "
-                        "(TCP; repeatable); adds to [network] allow in the settings")
+                        "(TCP; repeatable); adds to [network] allow in the settings. An address or network that "
+                        "reaches cloud metadata, this host or the engine gateway, or is wider than /8, also "
+                        "needs --allow-special")
+    parser.add_argument("--allow-special", action="append", default=[], metavar="ENTRY",
+                        help="let an --allow (or [network] allow) entry through that reaches a special place: "
+                        "a network shorter than /8, link-local or cloud metadata, this host's addresses, the "
+                        "engine gateway; ENTRY must be that entry exactly (repeatable; shown on the boundary card)")
+    parser.add_argument("--as-root", action="store_true",
+                        help="when dejima runs as root, run the session as uid 0 (still without capabilities) "
+                        "instead of as the workspace's owner")
     parser.add_argument("--dns-upstream", action="append", default=[], metavar="IP",
                         help="IPv4 resolver the filter forwards allowed queries to (repeatable; default: "
                         "[network] upstream_dns, else the host's)")
@@ -101,13 +111,16 @@ def _launch(argv: list[str], ui: UI) -> int:
         app.validate_upstream(address)
     for entry in args.allow:
         app.validate_allow(entry)
+    for entry in args.allow_special:
+        app.validate_allow(entry, "--allow-special")
+    session_options = app.Options(tuple(args.allow), tuple(args.allow_special), upstream, args.as_root,
+                                  args.accept_findings)
     if args.render:
         from dejima.ui.views import format_plan
 
-        print(format_plan(app.render_plan(workspace, command, resolved, settings, tuple(args.allow), upstream)))
+        print(format_plan(app.render_plan(workspace, command, resolved, settings, session_options)))
         return exit_codes.SUCCESS
-    prepared = app.prepare_session(workspace, command, resolved, settings, connect(), ui, tuple(args.allow),
-                                   upstream, accept_findings=args.accept_findings)
+    prepared = app.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options)
     return app.run_session(prepared, ui)
 
 

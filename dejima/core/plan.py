@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 
 from dejima.core import labels
 from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry
+from dejima.core.limits import ContainerLimits, resolve_memory
 from dejima.core.resolve import Resolved
 from dejima.core.ruleset import (
     DENY_ALL_EXPECTATION,
@@ -23,20 +24,46 @@ from dejima.core.ruleset import (
     RulesetExpectation,
     render_ruleset,
 )
-from dejima.core.settings import Settings
+from dejima.core.settings import LimitSettings, Settings
+from dejima.core.special import Unlocked, check_special, special_places
+from dejima.errors import UsageError
 
 SESSION_HOME = "/home/dejima"
 RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:0\n"  # the filter's resolver, in the shared namespace
 FILTER_CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
+PRIVILEGED_PORT_FLOOR = 1024  # every filter listener stays below it (the resolver is on 53)
 
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Who runs the launcher on the host; the session runs as the same uid:gid."""
+    """Who the session runs as: the launcher's uid:gid, or the workspace owner's when the
+    launcher is root (uid 0 only when asked for)."""
 
     uid: int
     gid: int
     name: str
+
+
+def session_ids(launcher: tuple[int, int], owner: tuple[int, int], as_root: bool, workspace: str) -> tuple[int, int]:
+    """The session's uid:gid. A launcher that is not root runs the session as itself. A root
+    launcher runs it as the workspace's owner, so files the agent writes belong to that user and
+    the session sees no more than that user would; uid 0 only when asked for, and a root-owned
+    workspace without the option is refused rather than silently run as root."""
+    if launcher[0] != 0:
+        if as_root:
+            raise UsageError("--as-root needs dejima itself to run as root",
+                             hint="leave --as-root out: the session runs as you")
+        return launcher
+    if as_root:
+        return (0, 0)
+    if owner[0] == 0:
+        raise UsageError(
+            f"{workspace} belongs to root and dejima runs as root: the session would run as uid 0",
+            hint="run dejima as the user the agent should run as (or give that user the workspace with chown); "
+            "to run the session as root anyway (still without capabilities), pass --as-root",
+            reference="session-as-root",
+        )
+    return owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +93,7 @@ class ContainerSpec:
     entrypoint: tuple[str, ...] | None = None  # None: the image's
     dns: tuple[str, ...] = ()
     sysctls: dict[str, str] = field(default_factory=dict)
+    limits: ContainerLimits | None = None  # None: the engine's defaults (test helpers only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +108,7 @@ class SessionRequest:
     launcher: str
     harness: str = "shell"
     allow: tuple[str, ...] = ()  # --allow entries from the command line
+    allow_special: tuple[str, ...] = ()  # --allow-special overrides from the command line
     # A host file saying "nameserver 127.0.0.1", mounted read-only as the session's resolv.conf:
     # the engine's own file may name its embedded resolver (127.0.0.11), which the ruleset blocks.
     resolv_conf: PurePosixPath | None = None
@@ -93,6 +122,8 @@ class NetworkFacts:
 
     upstreams: tuple[ipaddress.IPv4Address, ...] = ()
     denied_addresses: tuple[IPNetwork, ...] = ()  # the host's own addresses, the engine's gateway
+    host_addresses: tuple[IPNetwork, ...] = ()
+    gateway: IPNetwork | None = None  # None without an engine (render mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +138,7 @@ class SessionPlan:
     filter: ContainerSpec
     session: ContainerSpec
     resolved: Resolved | None = None
+    unlocked: tuple[Unlocked, ...] = ()  # special allow entries let through by an override
 
     @property
     def plan_hash(self) -> str:
@@ -166,6 +198,27 @@ def build_policy(settings: Settings, cli_allow: tuple[str, ...], facts: NetworkF
     return EgressPolicy(tuple(allowed), denied, facts.denied_addresses, answer_networks)
 
 
+def unlock_special(policy: EgressPolicy, settings: Settings, cli_overrides: tuple[str, ...], facts: NetworkFacts,
+                   source: str) -> tuple[Unlocked, ...]:
+    """Refuse allowed literals that reach special places unless an override names them exactly."""
+    overrides = [replace(parse_entry(text, where), origin=where) for text, where in (
+        *((t, f"{source} network.allow_special") for t in settings.network.allow_special),
+        *((t, "--allow-special") for t in cli_overrides))]
+    return check_special(policy.allowed, overrides, special_places(facts.host_addresses, facts.gateway), source)
+
+
+def resolve_limits(limits: LimitSettings, engine_memory: int | None) -> tuple[ContainerLimits, ContainerLimits]:
+    """(filter, session) limits; a memory share needs the engine's memory (unknown: no memory limit)."""
+    def memory(text: str) -> int | None:
+        return None if engine_memory is None and text.endswith("%") else resolve_memory(text, engine_memory or 0)
+
+    return (
+        ContainerLimits(limits.filter_pids, memory(limits.filter_memory), limits.filter_cpu_shares),
+        ContainerLimits(limits.session_pids, memory(limits.session_memory), limits.session_cpu_shares,
+                        resolve_memory(limits.session_tmp_size, 0)),
+    )
+
+
 def build_session_plan(
     request: SessionRequest,
     settings: Settings,
@@ -175,8 +228,11 @@ def build_session_plan(
     facts: NetworkFacts = NetworkFacts(),
     settings_source: str = "settings",
     resolved: Resolved | None = None,
+    engine_memory: int | None = None,
 ) -> SessionPlan:
     policy = build_policy(settings, request.allow, facts, settings_source, resolved)
+    unlocked = unlock_special(policy, settings, request.allow_special, facts, settings_source)
+    filter_limits, session_limits = resolve_limits(settings.limits, engine_memory)
     upstreams = tuple(str(a) for a in facts.upstreams)
     ruleset = render_ruleset(request.session_id, policy, facts.upstreams)
     expectation = DENY_ALL_EXPECTATION
@@ -198,7 +254,13 @@ def build_session_plan(
         hostname="dejima",
         # The session shares this resolv.conf: the filter's resolver is its only DNS.
         dns=("127.0.0.1",),
-        sysctls={f"net.ipv6.conf.{i}.disable_ipv6": "1" for i in ("all", "default", "lo")},
+        sysctls={
+            **{f"net.ipv6.conf.{i}.disable_ipv6": "1" for i in ("all", "default", "lo")},
+            # The engine lets anyone bind any port in a container's namespace; restore the floor, so
+            # the session (no NET_BIND_SERVICE) cannot take a port the filter serves or will serve.
+            "net.ipv4.ip_unprivileged_port_start": str(PRIVILEGED_PORT_FLOOR),
+        },
+        limits=filter_limits,
     )
     environment = {
         **(resolved.environment() if resolved else {}),
@@ -226,13 +288,14 @@ def build_session_plan(
         binds=(Bind(workspace, workspace), Bind(str(request.home_dir), SESSION_HOME), *(
             (Bind(str(request.resolv_conf), "/etc/resolv.conf", read_only=True),) if request.resolv_conf else ()),
             *cache_binds, *(Bind(str(p), str(p), read_only=True) for p in request.read_only)),
-        tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},
+        tmpfs={"/tmp": f"rw,nosuid,nodev,mode=1777,size={session_limits.tmp_size}"},
         # Joining the filter's network namespace puts the session behind its ruleset; joining its
         # PID namespace makes the kernel kill the session the moment the filter's init dies.
         network_mode=f"container:{filter_name}",
         pid_mode=f"container:{filter_name}",
         working_dir=workspace,
         tty=interactive,
+        limits=session_limits,
     )
     return SessionPlan(
         session_id=request.session_id,
@@ -245,6 +308,7 @@ def build_session_plan(
         filter=filter_spec,
         session=session_spec,
         resolved=resolved,
+        unlocked=unlocked,
     )
 
 

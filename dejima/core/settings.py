@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dejima.core.egress import PolicyError, parse_entry
+from dejima.core.limits import MIN_TMP, check_memory, check_size
 from dejima.errors import SettingsError
 
 BASE_FALLBACKS = ("debootstrap", "none")
@@ -43,6 +44,18 @@ class NetworkSettings:
     deny_reasons: dict[str, str] = field(default_factory=dict)
     upstream_dns: tuple[str, ...] = ()
     answer_networks: tuple[str, ...] = ()
+    allow_special: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSettings:
+    session_pids: int = 4096
+    session_memory: str = "75%"
+    session_cpu_shares: int = 512
+    session_tmp_size: str = "1g"
+    filter_pids: int = 512
+    filter_memory: str = "256m"
+    filter_cpu_shares: int = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +63,7 @@ class Settings:
     images: ImageSettings = field(default_factory=ImageSettings)
     session: SessionSettings = field(default_factory=SessionSettings)
     network: NetworkSettings = field(default_factory=NetworkSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +132,17 @@ def _seconds(value: float) -> str | None:
     return None if 0 < value <= 3600 else "must be a number of seconds between 0 and 3600"
 
 
+def _between(low: int, high: int) -> Callable[[int], str | None]:
+    def check(value: int) -> str | None:
+        return None if low <= value <= high else f"must be a whole number from {low} to {high}"
+
+    return check
+
+
+def _tmp_size(value: str) -> str | None:
+    return check_size(value, MIN_TMP)
+
+
 SCHEMA: dict[str, dict[str, Key]] = {
     "images": {
         "base": Key("base", str, "Image the filter and session images are built on.", _non_empty),
@@ -176,12 +201,41 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "(an internal mirror at 10.20.0.0/16, say). Answers in private, loopback or metadata ranges "
             "are refused otherwise; the host's and the engine gateway's addresses always are.", _ipv4_networks,
         ),
+        "allow_special": Key(
+            "allow_special", list, "Overrides for allowed address entries that reach special places: networks "
+            "shorter than /8, link-local and cloud metadata addresses, this host's addresses, the engine "
+            "gateway. Such an `allow` entry is refused unless this list holds the same entry, written the "
+            "same way (`allow = [\"169.254.169.254:80\"]` needs `allow_special = [\"169.254.169.254:80\"]`); "
+            "the boundary card shows each one in use. `--allow-special` does the same for one run.",
+            _egress_entries,
+        ),
+    },
+    "limits": {
+        "session_pids": Key("session_pids", int, "Most processes and threads the session may run at once "
+                            "(a fork bomb stops here).", _between(16, 4194304)),
+        "session_memory": Key("session_memory", str, "Memory of the session, /tmp included, with no swap beyond "
+                              "it: a size (`\"4g\"`, `\"512m\"`) or a share of the engine's memory (`\"75%\"`). "
+                              "Past it the kernel ends a process of the session (the largest, "
+                              "usually the one allocating).", check_memory),
+        "session_cpu_shares": Key("session_cpu_shares", int, "CPU weight of the session against other "
+                                  "containers and services (the engine's default is 1024): under contention "
+                                  "a busy session yields.", _between(2, 262144)),
+        "session_tmp_size": Key("session_tmp_size", str, "Size of the session's /tmp (a tmpfs in memory).",
+                                _tmp_size),
+        "filter_pids": Key("filter_pids", int, "Most processes and threads of the filter (its resolver and "
+                           "logger).", _between(16, 4194304)),
+        "filter_memory": Key("filter_memory", str, "Memory of the filter, as for `session_memory`; it has its "
+                             "own cgroup, so the session hitting its limit never takes the filter down.",
+                             check_memory),
+        "filter_cpu_shares": Key("filter_cpu_shares", int, "CPU weight of the filter; above the session's, so "
+                                 "DNS keeps answering while the session is busy.", _between(2, 262144)),
     },
 }
 
-_DEFAULTS = {"images": ImageSettings(), "session": SessionSettings(), "network": NetworkSettings()}
+_DEFAULTS = {"images": ImageSettings(), "session": SessionSettings(), "network": NetworkSettings(),
+             "limits": LimitSettings()}
 _KIND_NAMES = {float: "a number", str: "a string", list: "a list of strings", dict: "a table of strings",
-               bool: "true or false"}
+               bool: "true or false", int: "a whole number"}
 
 
 def _suggest(word: str, choices: list[str]) -> str:
@@ -199,6 +253,8 @@ def _check_type(value: object, kind: type) -> bool:
         return isinstance(value, dict) and all(isinstance(item, str) for item in value.values())
     if kind is bool:
         return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, kind) and not isinstance(value, bool)
 
 
@@ -278,6 +334,7 @@ def parse_settings(text: str, source: str) -> Settings:
         images=ImageSettings(**sections.get("images", {})),
         session=SessionSettings(**sections.get("session", {})),
         network=network,
+        limits=LimitSettings(**sections.get("limits", {})),
     )
 
 
@@ -288,6 +345,7 @@ def render_settings_reference() -> str:
         for key, spec in keys.items():
             default = getattr(_DEFAULTS[table], key)
             default = list(default) if isinstance(default, tuple) else default
-            kind = {float: "number", str: "string", list: "list of strings", dict: "table", bool: "boolean"}[spec.kind]
+            kind = {float: "number", str: "string", list: "list of strings", dict: "table", bool: "boolean",
+                    int: "integer"}[spec.kind]
             lines.append(f"| `{table}.{key}` | {kind} | `{default!r}` | {spec.help} |")
     return "\n".join(lines) + "\n"

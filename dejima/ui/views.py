@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dejima.core.limits import describe
 from dejima.core.plan import SessionPlan
 
 
@@ -19,6 +20,8 @@ def format_plan(plan: SessionPlan) -> str:
         scope = "every port" if entry.port is None else f"TCP port {entry.port}"
         kind = {"name": "the name", "wildcard": "strict subdomains of", "network": "address"}[entry.kind]
         lines.append(f"allow  {entry.canonical:<32} {kind}, {scope}  (from {entry.origin})")
+    for u in plan.unlocked:
+        lines.append(f"OVERRIDE {u.entry.canonical} {u.reason}  (override from {u.override_origin})")
     for entry, reason in plan.policy.denied:
         lines.append(f"deny   {entry.canonical:<32} reason: {reason}  (from {entry.origin})")
     lines.append("answers may not point at: loopback, private, CGNAT, link-local/metadata, multicast, reserved"
@@ -33,6 +36,10 @@ def format_plan(plan: SessionPlan) -> str:
     for spec in (plan.filter, plan.session):
         lines.append(f"{spec.name}: user {spec.user}, capabilities {', '.join(spec.cap_add) or 'none'}, "
                      f"network {spec.network_mode}")
+        if spec.limits is not None:
+            lines.append(f"  limits {describe(spec.limits)}")
+        for key, value in sorted(spec.sysctls.items()):
+            lines.append(f"  sysctl {key}={value}")
         for bind in spec.binds:
             lines.append(f"  mount {bind.source} -> {bind.target} ({'ro' if bind.read_only else 'rw'})")
     lines += ["", "## nft ruleset (applied in the filter, then read back and verified)", plan.ruleset]
@@ -46,13 +53,21 @@ def boundary_card(plan: SessionPlan) -> list[str]:
     allowed = list(dict.fromkeys(e.canonical for e in plan.policy.allowed))
     shown = ", ".join(allowed[:6]) + (f" and {len(allowed) - 6} more" if len(allowed) > 6 else "")
     mounts = ", ".join(f"{b.target} ({'ro' if b.read_only else 'rw'})" for b in plan.session.binds)
+    uid = plan.session.user.partition(":")[0]
+    who = "ROOT (uid 0, asked for with --as-root)" if uid == "0" else f"uid:gid {plan.session.user}"
+    overrides = [f"OVERRIDE    {u.entry.canonical} allowed by {u.override_origin}: {u.reason}" for u in plan.unlocked]
+    limits = [f"limits      session: {describe(plan.session.limits)}; filter: {describe(plan.filter.limits)}"
+              if plan.session.limits and plan.filter.limits else "limits      none (the engine's defaults)"]
     return [
         f"session {plan.session_id} on {plan.workspace}",
         f"manifests   {chosen}",
         f"network     default-deny, verified in the kernel; allowed: {shown or 'nothing'}",
         "dns         only dejima's resolver; names not allowed are refused and never leave the filter",
+        *overrides,
         "ipv6        off; UDP and ICMP closed",
-        f"identity    uid:gid {plan.session.user}, no capabilities, no-new-privileges, no Docker socket",
+        f"identity    {who}, no capabilities, no-new-privileges, no Docker socket; ports below 1024 "
+        "are the filter's",
+        *limits,
         f"mounts      {mounts}, /tmp (tmpfs)",
         "credentials none enter the session (no host secret is passed through)",
         "grants      `dejima-allow` is not there yet: restart with --allow to widen",

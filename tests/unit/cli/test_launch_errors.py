@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -110,9 +111,16 @@ def test_audit_output_escapes_control_and_bidi_characters() -> None:
     assert safe("evil\u202ename\x1b[31m") == "evil\\u202ename\\u001b[31m"
 
 
+def owned_by_a_user(path: Path) -> Path:
+    """Run as root, dejima refuses a root-owned workspace without --as-root: give it to a user."""
+    if os.getuid() == 0:
+        os.chown(path, 4242, 4242)
+    return path
+
+
 def test_render_prints_the_plan_without_docker(tmp_path: Path, captured: io.StringIO,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(tmp_path), "--render", "--dns-upstream", "192.0.2.53", "--allow", "pypi.org",
+    assert main([str(owned_by_a_user(tmp_path)), "--render", "--dns-upstream", "192.0.2.53", "--allow", "pypi.org",
                  "--allow", "*.pythonhosted.org:443"]) == exit_codes.SUCCESS
     out = capsys.readouterr().out
     assert "allow  pypi.org" in out and "(from --allow)" in out

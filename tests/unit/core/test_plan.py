@@ -1,8 +1,10 @@
 from dataclasses import replace
 from pathlib import PurePosixPath
 
+import pytest
+
 from dejima.core import labels
-from dejima.core.plan import SESSION_HOME, Identity, SessionRequest, build_session_plan, plan_hash
+from dejima.core.plan import SESSION_HOME, Identity, SessionRequest, build_session_plan, plan_hash, session_ids
 from dejima.core.settings import Settings
 
 IDENTITY = Identity(uid=1000, gid=1000, name="alice")
@@ -134,3 +136,66 @@ def test_caches_persist_with_the_home_or_get_a_mount_of_their_own() -> None:
     binds = {b.target: b.source for b in p.session.binds}
     assert binds["/opt/tool/cache"] == "/data/caches/p-1/opt__tool__cache"
     assert "/home/dejima/.cache/x" not in binds  # inside the per-project home already
+
+
+def test_both_containers_are_limited_and_the_session_tmp_is_sized() -> None:
+    from dejima.core.settings import LimitSettings
+
+    settings = Settings(limits=LimitSettings(session_pids=64, session_memory="96m", session_tmp_size="8m"))
+    p = build_session_plan(request(), settings, IDENTITY, "f", "s", engine_memory=8 * 1024**3)
+    assert p.session.limits is not None and p.filter.limits is not None
+    assert (p.session.limits.pids, p.session.limits.memory) == (64, 96 * 1024**2)
+    assert p.session.tmpfs["/tmp"].endswith(",size=8388608")
+    assert (p.filter.limits.pids, p.filter.limits.memory) == (512, 256 * 1024**2)
+
+
+def test_the_filters_namespace_keeps_low_ports_privileged() -> None:
+    p = plan()
+    assert p.filter.sysctls["net.ipv4.ip_unprivileged_port_start"] == "1024"
+    assert "NET_BIND_SERVICE" not in p.session.cap_add
+
+
+def test_special_literals_need_an_override_from_the_flag_or_the_settings() -> None:
+    import ipaddress
+
+    import pytest
+
+    from dejima.core.plan import NetworkFacts
+    from dejima.core.settings import NetworkSettings
+    from dejima.core.special import SpecialEntryError
+
+    facts = NetworkFacts(gateway=ipaddress.ip_network("172.17.0.1/32"))
+    with pytest.raises(SpecialEntryError, match="^--allow: egress entry '172.17.0.0/16' reaches 172.17.0.1"):
+        build_session_plan(request(allow=("172.17.0.0/16",)), Settings(), IDENTITY, "f", "s", facts)
+    p = build_session_plan(request(allow=("172.17.0.0/16",), allow_special=("172.17.0.0/16",)), Settings(),
+                           IDENTITY, "f", "s", facts)
+    assert [(u.entry.canonical, u.override_origin) for u in p.unlocked] == [("172.17.0.0/16", "--allow-special")]
+    settings = Settings(network=NetworkSettings(allow=("169.254.169.254",), allow_special=("169.254.169.254",)))
+    p = build_session_plan(request(), settings, IDENTITY, "f", "s", facts, settings_source="/s.toml")
+    assert p.unlocked[0].override_origin == "/s.toml network.allow_special"
+    with pytest.raises(SpecialEntryError, match="^/s.toml network.allow: egress entry '0.0.0.0/0' covers"):
+        build_session_plan(request(), Settings(network=NetworkSettings(allow=("0.0.0.0/0",))), IDENTITY, "f", "s",
+                           facts, settings_source="/s.toml")
+
+
+@pytest.mark.parametrize(("launcher", "owner", "as_root", "expected"), [
+    ((1000, 1000), (1000, 1000), False, (1000, 1000)),
+    ((1000, 1000), (2000, 2000), False, (1000, 1000)),  # not root: always the launcher
+    ((1000, 1000), (0, 0), False, (1000, 1000)),
+    ((0, 0), (4242, 4343), False, (4242, 4343)),  # root: the workspace's owner
+    ((0, 0), (4242, 4242), True, (0, 0)),  # root, asked for
+    ((0, 0), (0, 0), True, (0, 0)),
+])
+def test_the_session_runs_as_the_workspace_owner_when_the_launcher_is_root(
+        launcher: tuple[int, int], owner: tuple[int, int], as_root: bool, expected: tuple[int, int]) -> None:
+    assert session_ids(launcher, owner, as_root, "/w") == expected
+
+
+def test_root_on_a_root_owned_workspace_needs_the_option_and_a_user_cannot_ask_for_root() -> None:
+    from dejima.errors import UsageError
+
+    with pytest.raises(UsageError, match="/w belongs to root and dejima runs as root") as caught:
+        session_ids((0, 0), (0, 0), False, "/w")
+    assert caught.value.hint is not None and "--as-root" in caught.value.hint
+    with pytest.raises(UsageError, match="--as-root needs dejima itself to run as root"):
+        session_ids((1000, 1000), (1000, 1000), True, "/w")

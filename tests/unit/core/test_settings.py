@@ -65,6 +65,13 @@ def test_top_level_key_must_be_a_table() -> None:
         ("[session]\nready_timeout = 0\n", "'session.ready_timeout' must be a number of seconds between 0 and 3600"),
         ("[images]\nbase = \" \"\n", "'images.base' must not be empty"),
         ("[session]\nprotect_git_hooks = 1\n", "'session.protect_git_hooks' must be true or false, not int 1"),
+        ("[limits]\nsession_pids = \"64\"\n", "'limits.session_pids' must be a whole number, not str '64'"),
+        ("[limits]\nsession_pids = 64.0\n", "'limits.session_pids' must be a whole number, not float 64.0"),
+        ("[limits]\nfilter_pids = 4\n", "'limits.filter_pids' must be a whole number from 16 to 4194304"),
+        ("[limits]\nsession_memory = \"4GB\"\n", "'limits.session_memory' '4GB' is not a size"),
+        ("[limits]\nsession_memory = \"150%\"\n", "'limits.session_memory' '150%' is not a size"),
+        ("[limits]\nsession_tmp_size = \"1k\"\n", "'limits.session_tmp_size' must be at least 1 MiB"),
+        ("[limits]\nsession_cpu_shares = 1\n", "'limits.session_cpu_shares' must be a whole number from 2"),
     ],
 )
 def test_bad_values_name_the_key(text: str, message: str) -> None:
@@ -92,6 +99,15 @@ def test_network_settings_are_parsed_and_checked() -> None:
 ])
 def test_bad_network_settings(text: str, message: str) -> None:
     assert message in error_of(text).message
+
+
+def test_limits_and_overrides_are_parsed() -> None:
+    settings = parse_settings('[limits]\nsession_pids = 64\nsession_memory = "96m"\nfilter_memory = "50%"\n'
+                              '[network]\nallow = ["169.254.169.254:80"]\nallow_special = ["169.254.169.254:80"]\n',
+                              SOURCE)
+    assert (settings.limits.session_pids, settings.limits.session_memory) == (64, "96m")
+    assert settings.limits.filter_memory == "50%" and settings.limits.session_cpu_shares == 512
+    assert settings.network.allow_special == ("169.254.169.254:80",)
 
 
 def test_reference_lists_every_key() -> None:

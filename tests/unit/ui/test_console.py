@@ -38,3 +38,24 @@ def test_boundary_card_says_what_is_enforced() -> None:
     for phrase in ("default-deny, verified in the kernel; allowed: pypi.org", "only dejima's resolver",
                    "ipv6        off", "uid:gid 1000:1000, no capabilities", "/w/p (rw)", "none enter the session"):
         assert phrase in text
+
+
+def test_boundary_card_shows_overrides_limits_and_root() -> None:
+    import ipaddress
+    from pathlib import PurePosixPath
+
+    from dejima.core.plan import Identity, NetworkFacts, SessionRequest, build_session_plan
+    from dejima.core.settings import Settings
+    from dejima.ui.views import boundary_card
+
+    request = SessionRequest("abcd1234", "t", PurePosixPath("/w/p"), PurePosixPath("/h"), None, "b:1:2",
+                             allow=("10.213.5.0/24",), allow_special=("10.213.5.0/24",))
+    facts = NetworkFacts(gateway=ipaddress.ip_network("10.213.5.1/32"))
+    plan = build_session_plan(request, Settings(), Identity(0, 0, "root"), "f", "s", facts, engine_memory=2**33)
+    card = boundary_card(plan)
+    assert ("OVERRIDE    10.213.5.0/24 allowed by --allow-special: reaches 10.213.5.1, the container engine's "
+            "gateway (the host, seen from containers)") in card
+    text = "\n".join(card)
+    assert "identity    ROOT (uid 0, asked for with --as-root), no capabilities" in text
+    assert ("limits      session: 4096 processes, 6 GiB memory (no swap), CPU weight 512, /tmp 1 GiB; "
+            "filter: 512 processes, 256 MiB memory (no swap), CPU weight 1024") in text
