@@ -7,11 +7,12 @@ through a ``Runtime``.
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from dejima import exit_audit, host, session
+from dejima import exit_audit, host, projects, session
 from dejima.core import labels
 from dejima.core.limits import describe
 from dejima.core.manifest import ManifestError
@@ -138,23 +139,18 @@ def prepare_session(
     exit_audit.recover(ui)
     check_findings(workspace, options.accept_findings, ui)
     filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
-    home = host.ensure_private_dir(host.home_dir_for(workspace), identity)
-    request = SessionRequest(
-        session_id=new_session_id(),
-        scope=scope,
-        workspace=PurePosixPath(workspace),
-        home_dir=PurePosixPath(home),
-        command=command,
-        launcher=host.launcher_token(),
-        harness=resolved.harness.name,
-        allow=options.allow,
-        allow_special=options.allow_special,
-        resolv_conf=PurePosixPath(host.resolv_conf_file(RESOLV_CONF)),
-        cache_root=PurePosixPath(host.data_dir() / "caches" / home.name),
-        read_only=protected_paths(workspace, settings),
-    )
+    request = session_request(workspace, command, resolved, settings, options, new_session_id(),
+                              host.launcher_token())
+    host.ensure_private_dir(Path(request.home_dir), identity)
+    host.resolv_conf_file(RESOLV_CONF)
     for path in cache_paths_outside_home(resolved):
         host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"), identity)
+    run_dir = host.ensure_private_dir(Path(request.run_dir or ""))
+    # The filter (root without CAP_DAC_OVERRIDE) makes its control socket here, so the directory is
+    # open to it; no one else gets near: its parent is the launcher's own 0700 state directory,
+    # and it is mounted into the filter alone, never into the session.
+    run_dir.chmod(0o777)
+    host.record(run_dir.parent, "workspace", str(workspace))
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts, source, resolved,
                               engine_memory=runtime.memory())
     return Prepared(runtime, plan, settings)
@@ -182,6 +178,9 @@ def protected_paths(workspace: Path, settings: Settings) -> tuple[PurePosixPath,
     return ()
 
 
+COMMAND_SHOWN = 120  # characters of the command the one-line summary shows
+
+
 def boundary_line(plan: SessionPlan) -> str:
     allowed = ", ".join(dict.fromkeys(e.canonical for e in plan.policy.allowed))
     network = f"egress only to {allowed}" if allowed else "no egress"
@@ -190,6 +189,8 @@ def boundary_line(plan: SessionPlan) -> str:
         others = ", ".join(f"{c.manifest.name} ({c.why})" for c in plan.resolved.choices[1:])
         harness = f"harness {plan.resolved.harness.name}" + (f" with {others}" if others else "") + " | "
     command = describe_command(plan.session.command if not plan.interactive else None)
+    if len(command) > COMMAND_SHOWN:  # a long script must not push the boundary's facts off the line
+        command = command[:COMMAND_SHOWN] + f"…[{len(command) - COMMAND_SHOWN} more]"
     overrides = "".join(f" | OVERRIDE {u.entry.canonical} ({u.override_origin}): {u.reason}" for u in plan.unlocked)
     limits = f" | limits: {describe(plan.session.limits)}" if plan.session.limits else ""
     return (
@@ -353,17 +354,37 @@ def validate_upstream(text: str) -> None:
                          hint="give a non-loopback IPv4 resolver")
 
 
+def session_request(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+                    options: Options, session_id: str, launcher: str) -> SessionRequest:
+    """What a session on ``workspace`` asks for: the same for a real start and for ``--render``,
+    so that render shows what runs (paths are computed here, made by the caller)."""
+    home = host.home_dir_for(workspace)
+    project_allow, project_source = projects.read_allow(workspace)
+    return SessionRequest(
+        session_id=session_id,
+        scope=host.scope(),
+        workspace=PurePosixPath(workspace),
+        home_dir=PurePosixPath(home),
+        command=command,
+        launcher=launcher,
+        harness=resolved.harness.name,
+        allow=options.allow,
+        allow_special=options.allow_special,
+        resolv_conf=PurePosixPath(host.state_dir() / "resolv.conf"),
+        cache_root=PurePosixPath(host.data_dir() / "caches" / home.name),
+        read_only=protected_paths(workspace, settings),
+        run_dir=PurePosixPath(sessions_dir() / session_id / "run"),
+        control_owner=os.getuid(),
+        project_allow=project_allow,
+        project_source=project_source,
+    )
+
+
 def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                 options: Options) -> SessionPlan:
     """The plan a session would run, built without touching Docker (image names are placeholders;
     there is no engine gateway, and limits given as a share are taken of this host's memory)."""
-    request = SessionRequest(
-        session_id="render", scope=host.scope(), workspace=PurePosixPath(workspace),
-        home_dir=PurePosixPath(host.home_dir_for(workspace)), command=command, launcher="render",
-        allow=options.allow, allow_special=options.allow_special,
-        resolv_conf=PurePosixPath(host.state_dir() / "resolv.conf"),
-        cache_root=PurePosixPath(host.data_dir() / "caches" / host.home_dir_for(workspace).name),
-    )
+    request = session_request(workspace, command, resolved, settings, options, "render", "render")
     source = str(host.settings_path())
     facts = network_facts(settings, None, options.upstream_dns)
     identity = host.session_identity(workspace, options.as_root)

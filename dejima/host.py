@@ -237,6 +237,20 @@ def owner_alive(directory: Path) -> bool:
     return launcher_alive(token)
 
 
+def record(directory: Path, name: str, text: str) -> None:
+    """Write a small fact about a session (its workspace, say) into its state directory, atomically."""
+    temporary = directory / f"{name}.{os.getpid()}.tmp"
+    temporary.write_text(text)
+    temporary.replace(directory / name)
+
+
+def read_record(directory: Path, name: str) -> str | None:
+    try:
+        return (directory / name).read_text()
+    except OSError:
+        return None
+
+
 def read_extra_cas(directory: str) -> dict[str, bytes]:
     """The ``*.crt`` files update-ca-certificates would read from ``directory`` (recursively)."""
     root = Path(directory)

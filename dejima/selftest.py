@@ -18,9 +18,11 @@ from dejima.runtime import Runtime
 
 DECOY_TCP_PORT = 8080
 DECOY_UDP_PORT = 53
+ECHO_PORT = 7007
 
 # Runs in the decoy container: accept TCP connections (answer HTTP 200) and echo UDP datagrams,
-# on the ports a probe uses and on the ones an escape would try (DNS 53, DNS-over-TLS 853, ...).
+# on the ports a probe uses and on the ones an escape would try (DNS 53, DNS-over-TLS 853, ...);
+# and a TCP echo that keeps its connections open (port 7007), to show long-lived flows being cut.
 DECOY_SERVER = f"""
 import socket, threading
 def serve_tcp(s):
@@ -28,6 +30,18 @@ def serve_tcp(s):
         c, _ = s.accept()
         try: c.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Length: 5\\r\\n\\r\\ndecoy")
         finally: c.close()
+def echo(c):
+    try:
+        while (data := c.recv(4096)):
+            c.sendall(data)
+    except OSError:
+        pass
+    finally:
+        c.close()
+def serve_echo(s):
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=echo, args=(c,), daemon=True).start()
 def serve_udp(u):
     while True:
         data, peer = u.recvfrom(4096); u.sendto(data, peer)
@@ -36,6 +50,9 @@ for port in ({DECOY_TCP_PORT}, 8443, 53, 853):
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("0.0.0.0", port)); s.listen(64)
     threading.Thread(target=serve_tcp, args=(s,), daemon=True).start()
+e = socket.socket(); e.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+e.bind(("0.0.0.0", {ECHO_PORT})); e.listen(64)
+threading.Thread(target=serve_echo, args=(e,), daemon=True).start()
 for port in ({DECOY_UDP_PORT}, 5353):
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", port))
     threading.Thread(target=serve_udp, args=(u,), daemon=True).start()

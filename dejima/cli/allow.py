@@ -1,27 +1,185 @@
-"""`dejima-allow`: grant a domain to a running session (not implemented yet)."""
+"""`dejima-allow`: grant a running session a name, live, and take it back."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from dejima.cli import exit_codes
+from dejima.cli._run import run_main
+from dejima.errors import UsageError
 from dejima.ui.console import UI
+
+DESCRIPTION = """\
+Grant a running dejima session a name (or one IPv4 address), live: the agent's next connection
+gets through, no restart. The grant holds until the session ends, --for runs out, or --revoke.
+
+  dejima-allow                         the names this session was refused, numbered, newest first
+  dejima-allow crates.io               grant crates.io (every port) to the session in this directory
+  dejima-allow 1 2                     grant refused names number 1 and 2 of that list
+  dejima-allow '*.crates.io:443' --for 30m --reason "cargo build"
+  dejima-allow crates.io --revoke      take it back: new connections fail, open ones are cut
+  dejima-allow --list                  grants (when, why, until) and refusals (how many times)
+
+Entries use the grammar of `dejima PATH --allow`; a name on the deny list cannot be granted.
+The session is the one whose workspace holds the current directory, or --session ID; when
+several match, dejima-allow lists them and asks (on a terminal) or refuses to guess.
+--persist also writes the grant into your policy for this project, so the next session has it
+(your file under $XDG_CONFIG_HOME/dejima/projects/, comments and order kept).
+
+Exit status: 0 done; 1 the filter refused (the reason is printed); 2 bad arguments or no session.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(
-        prog="dejima-allow",
-        description="Grant DOMAIN[:PORT] to a running dejima session, live, without a restart.\n\n"
-        "NOT YET IMPLEMENTED: live grants land with the egress-policy work. Until then every\n"
-        "session has no egress at all, and this command only says so.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = argparse.ArgumentParser(prog="dejima-allow", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("entries", nargs="*", metavar="DOMAIN[:PORT]|N",
+                        help="a name, *.wildcard or IPv4 address, with an optional :port; or the number of a "
+                        "refused name from the listing")
+    parser.add_argument("--session", metavar="ID", help="the session to change (default: the one in this directory)")
+    parser.add_argument("--for", dest="duration", metavar="DURATION", help="expire after 90s, 30m, 2h, 1d ...")
+    parser.add_argument("--reason", default="", help="why, recorded with the grant")
+    parser.add_argument("--revoke", action="store_true", help="take the given grants back and cut their connections")
+    parser.add_argument("--list", action="store_true", help="show grants and refused names")
+    parser.add_argument("--persist", action="store_true", help="also add the grant to your policy for this project")
+    parser.add_argument("--json", action="store_true", help="print JSON lines (one object per line)")
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    parser.add_argument("domain", nargs="?", metavar="DOMAIN[:PORT]")
-    parser.parse_args(argv)
-    UI().warn("dejima-allow is not implemented yet: sessions have no egress to grant from (see --help)")
-    return exit_codes.NOT_YET
+    return run_main(lambda ui: _main(list(sys.argv[1:] if argv is None else argv), ui))
+
+
+def _main(argv: list[str], ui: UI) -> int:
+    from dejima import control
+    from dejima.core import grants
+
+    args = build_parser().parse_args(argv)
+    if args.revoke and (args.list or args.duration or args.persist or not args.entries):
+        raise UsageError("--revoke takes entries and nothing of --list, --for or --persist",
+                         hint="dejima-allow crates.io --revoke")
+    seconds = grants.parse_duration(args.duration) if args.duration else None
+    session = _pick_session(args.session, ui)
+    if args.list or not args.entries:
+        listing = _send(control, session, grants.list_message())
+        return _show(listing, ui, args.json, grants_too=args.list)
+    numbered = [e for e in args.entries if e.isdigit()]
+    entries = [e for e in args.entries if not e.isdigit()]
+    if numbered:
+        denials = _send(control, session, grants.list_message())["denials"]
+        entries += [_denial(denials, int(n)) for n in numbered]
+    entries = grants.validate_entries(entries)
+    if args.revoke:
+        answer = _send(control, session, grants.revoke_message(entries, args.reason or "revoked with dejima-allow"))
+        return _done(ui, args.json, "revoked", answer["revoked"], session.session_id)
+    answer = _send(control, session, grants.grant_message(entries, seconds, args.reason))
+    if args.persist:
+        from dejima import projects
+
+        path = projects.persist_allow(Path(session.workspace), answer["granted"])
+        ui.info(f"added to {path}: the next session on {session.workspace} has it from the start")
+    return _done(ui, args.json, "granted", answer["granted"], session.session_id,
+                 f" for {args.duration}" if args.duration else " until the session ends")
+
+
+def _pick_session(wanted: str | None, ui: UI) -> Any:
+    from dejima import control
+
+    sessions = control.running_sessions()
+    if wanted is not None:
+        match = [s for s in sessions if s.session_id == wanted]
+        if not match:
+            raise UsageError(f"no running session {wanted!r}",
+                             hint="`dejima sessions` lists them; a session that ended takes no grants")
+        return match[0]
+    here = control.sessions_for(Path.cwd(), sessions)
+    if len(here) == 1:
+        return here[0]
+    if not here:
+        raise UsageError(f"no running session has {Path.cwd()} in its workspace",
+                         hint="run dejima-allow inside the session's workspace, or name it with --session ID "
+                         "(`dejima sessions` lists them)")
+    from dejima.ui.text import escaped
+
+    choices = "\n".join(f"  {i}. {s.session_id}  {escaped(s.workspace)}" for i, s in enumerate(here, 1))
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError("several sessions run here; which one?", context=choices,
+                         hint="name it with --session ID")
+    ui.info(f"several sessions run here:\n{choices}")
+    answer = input("which one (number)? ").strip()
+    if not answer.isdigit() or not 1 <= int(answer) <= len(here):
+        raise UsageError(f"{answer!r} is not one of the numbers above", hint="or name it with --session ID")
+    return here[int(answer) - 1]
+
+
+def _send(control: Any, session: Any, message: dict[str, Any]) -> dict[str, Any]:
+    answer: dict[str, Any] = control.send(session, message)
+    if not answer.get("ok"):
+        from dejima.errors import DiagnosticError
+
+        raise DiagnosticError(f"session {session.session_id} refused: {answer.get('error', 'no reason given')}",
+                              hint="nothing was changed", reference="grant-refused",
+                              exit_code=exit_codes.FAILURE)
+    return answer
+
+
+def _denial(denials: list[dict[str, Any]], number: int) -> str:
+    if not 1 <= number <= len(denials):
+        raise UsageError(f"there is no refused name number {number} (the list has {len(denials)})",
+                         hint="`dejima-allow` with no argument lists them")
+    denial = denials[number - 1]
+    if not denial["grantable"]:
+        raise UsageError(f"refused name {number} ({denial['name']}) cannot be granted: {denial['reason']}",
+                         hint="names on the deny list stay refused")
+    return str(denial["name"])
+
+
+def _done(ui: UI, as_json: bool, verb: str, entries: list[str], session_id: str, how: str = "") -> int:
+    if as_json:
+        from dejima.cli.jsonout import print_json_lines
+
+        print_json_lines({"session": session_id, verb: entry} for entry in entries)
+    else:
+        ui.info(f"{verb} {', '.join(entries)} to session {session_id}{how}" if verb == "granted"
+                else f"{verb} {', '.join(entries)} in session {session_id}")
+    return exit_codes.SUCCESS
+
+
+def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> int:
+    import time
+
+    from dejima.ui.text import plain
+
+    if as_json:
+        from dejima.cli.jsonout import print_json_lines
+
+        print_json_lines([*({"grant": g} for g in listing["grants"] if grants_too),
+                          *({"denial": d, "number": i} for i, d in enumerate(listing["denials"], 1))])
+        return exit_codes.SUCCESS
+    from rich.table import Table
+
+    def when(stamp: float | None) -> str:
+        return "session end" if stamp is None else time.strftime("%H:%M:%S", time.localtime(stamp))
+
+    if grants_too:
+        if listing["grants"]:
+            table = Table("granted", "since", "until", "reason", title="live grants")
+            for g in listing["grants"]:
+                table.add_row(plain(g["entry"]), when(g["since"]), when(g["expires"]), plain(g["reason"]))
+            ui.console.print(table)
+        else:
+            ui.info("no live grants")
+    if not listing["denials"]:
+        ui.info("no refused names")
+        return exit_codes.SUCCESS
+    table = Table("#", "refused name", "times", "last", "why", title="refused names (dejima-allow N grants one)")
+    for i, d in enumerate(listing["denials"], 1):
+        why = d["reason"] if d["grantable"] else f"{d['reason']} (cannot be granted)"
+        table.add_row(str(i), plain(d["name"]), str(d["count"]), when(d["last"]), plain(why))
+    ui.console.print(table)
+    return exit_codes.SUCCESS
+

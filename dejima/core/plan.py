@@ -32,6 +32,12 @@ SESSION_HOME = "/home/dejima"
 RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:0\n"  # the filter's resolver, in the shared namespace
 FILTER_CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
 PRIVILEGED_PORT_FLOOR = 1024  # every filter listener stays below it (the resolver is on 53)
+# The host directory mounted into the filter alone: the control socket (live grants) and the
+# credential proxy's socket live there, out of the session's reach (it is not in its mounts).
+FILTER_RUN_DIR = "/run/dejima"
+CONTROL_SOCKET = "control.sock"
+PROXY_SOCKET = "proxy.sock"
+BRIDGE_PORT = 700  # the filter relays 127.0.0.1:700 in the namespace to the proxy's socket
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,11 @@ class SessionRequest:
     resolv_conf: PurePosixPath | None = None
     cache_root: PurePosixPath | None = None  # host directory for manifest caches outside $HOME
     read_only: tuple[PurePosixPath, ...] = ()  # workspace paths mounted read-only over themselves
+    run_dir: PurePosixPath | None = None  # host directory for the filter's sockets (control, proxy)
+    control_owner: int = 0  # the launcher's uid: only it may use the control socket
+    bridge: bool = False  # relay the credential proxy's socket into the namespace
+    project_allow: tuple[str, ...] = ()  # the user's policy for this workspace (dejima-allow --persist)
+    project_source: str = ""  # the file it comes from
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +166,16 @@ def _common_labels(request: SessionRequest) -> dict[str, str]:
 
 
 def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation, policy: EgressPolicy,
-                  upstreams: tuple[str, ...]) -> str:
+                  upstreams: tuple[str, ...], request: SessionRequest | None = None) -> str:
     """The JSON document the filter process reads from its environment (policy, never secrets)."""
+    sockets: dict[str, object] = {}
+    if request is not None and request.run_dir is not None:
+        sockets["control"] = {"socket": f"{FILTER_RUN_DIR}/{CONTROL_SOCKET}", "owner": request.control_owner}
+        if request.bridge:
+            sockets["bridge"] = {"socket": f"{FILTER_RUN_DIR}/{PROXY_SOCKET}", "port": BRIDGE_PORT}
     return json.dumps(
         {
+            **sockets,
             "session": session_id, "ruleset": ruleset, "expect": expectation.to_json(),
             "policy": {
                 "allow": [e.canonical for e in policy.allowed],
@@ -173,12 +190,12 @@ def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation
 
 
 def build_policy(settings: Settings, cli_allow: tuple[str, ...], facts: NetworkFacts, source: str,
-                 resolved: Resolved | None = None) -> EgressPolicy:
+                 resolved: Resolved | None = None, project: tuple[tuple[str, str], ...] = ()) -> EgressPolicy:
     """The session's egress policy: the manifests', the settings' and --allow entries; the
     manifests', the settings' and the repository's deny entries; the host's facts."""
     network = settings.network
     sources = [*(resolved.allow() if resolved else []), *((text, f"{source} network.allow") for text in network.allow),
-               *((t, "--allow") for t in cli_allow)]
+               *project, *((t, "--allow") for t in cli_allow)]
     allowed = []
     for text, where in sources:
         entry = parse_entry(text, where)
@@ -196,6 +213,10 @@ def build_policy(settings: Settings, cli_allow: tuple[str, ...], facts: NetworkF
     )
     answer_networks = tuple(ipaddress.ip_network(n) for n in network.answer_networks)
     return EgressPolicy(tuple(allowed), denied, facts.denied_addresses, answer_networks)
+
+
+def project_entries(request: SessionRequest) -> tuple[tuple[str, str], ...]:
+    return tuple((text, f"{request.project_source} network.allow") for text in request.project_allow)
 
 
 def unlock_special(policy: EgressPolicy, settings: Settings, cli_overrides: tuple[str, ...], facts: NetworkFacts,
@@ -230,7 +251,7 @@ def build_session_plan(
     resolved: Resolved | None = None,
     engine_memory: int | None = None,
 ) -> SessionPlan:
-    policy = build_policy(settings, request.allow, facts, settings_source, resolved)
+    policy = build_policy(settings, request.allow, facts, settings_source, resolved, project_entries(request))
     unlocked = unlock_special(policy, settings, request.allow_special, facts, settings_source)
     filter_limits, session_limits = resolve_limits(settings.limits, engine_memory)
     upstreams = tuple(str(a) for a in facts.upstreams)
@@ -246,7 +267,9 @@ def build_session_plan(
         command=None,  # the image's entrypoint: python3 -m dejima.filter
         user="0:0",
         labels={**base_labels, labels.ROLE: labels.ROLE_FILTER},
-        environment={FILTER_CONFIG_ENV: filter_config(request.session_id, ruleset, expectation, policy, upstreams)},
+        environment={FILTER_CONFIG_ENV: filter_config(request.session_id, ruleset, expectation, policy, upstreams,
+                                                      request)},
+        binds=(Bind(str(request.run_dir), FILTER_RUN_DIR),) if request.run_dir is not None else (),
         # NET_ADMIN for nft; NET_BIND_SERVICE for the resolver on port 53. Nothing else.
         cap_add=("NET_ADMIN", "NET_BIND_SERVICE"),
         network_mode=settings.session.network,

@@ -22,7 +22,7 @@ NFLOG_GROUP = 7  # blocked packets are logged to this nflog group for the violat
 # Blocked packets recorded per second (and in a burst): beyond it they are still refused, and the
 # nflog reader's socket never overflows with the records of a flood.
 LOG_RATE, LOG_BURST = 200, 400
-SETS = ("allow4", "allow4_port", "upstream4")
+SETS = ("allow4", "allow4_port", "revoked4", "upstream4")
 ENGINE_RESOLVER = "127.0.0.11"  # Docker's embedded DNS on user-defined networks
 
 

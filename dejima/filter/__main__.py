@@ -25,6 +25,8 @@ from dejima.filter.nft import NftError, SetWriter, apply_ruleset, read_listing, 
 
 CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
 IPV6_SWITCH = Path("/proc/sys/net/ipv6/conf/all/disable_ipv6")
+PORT_FLOOR = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+PRIVILEGED_BELOW = 1024
 
 
 def _fail(message: str) -> NoReturn:
@@ -32,40 +34,57 @@ def _fail(message: str) -> NoReturn:
     sys.exit(3)
 
 
-def _check_ipv6_disabled() -> None:
+def _check_namespace() -> None:
     if IPV6_SWITCH.exists() and IPV6_SWITCH.read_text().strip() != "1":
         _fail("IPv6 is enabled in the namespace (net.ipv6.conf.all.disable_ipv6 != 1)")
+    # The filter's listeners (resolver, bridge, control) sit below this floor so that the session,
+    # which shares the namespace but has no CAP_NET_BIND_SERVICE, cannot take their ports.
+    floor = PORT_FLOOR.read_text().strip() if PORT_FLOOR.exists() else "missing"
+    if floor != str(PRIVILEGED_BELOW):
+        _fail(f"ports below {PRIVILEGED_BELOW} are not privileged in the namespace "
+              f"(net.ipv4.ip_unprivileged_port_start = {floor})")
 
 
-async def _serve(config: dict[str, Any], digest: str) -> None:
-    """Start the resolver and the nflog reader, say ready, and serve until a stop signal."""
+async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
+    """The resolver, its nflog reader and (when configured) the control channel; returns the reader."""
     from dejima.core.egress import parse_policy
     from dejima.filter.dnsserver import Forwarder, self_check, start_servers
     from dejima.filter.nflog import NflogReader
     from dejima.filter.resolver import PolicyResolver, ViolationLog
 
+    policy_config = config["policy"]
+    policy = parse_policy(
+        policy_config["allow"], [tuple(pair) for pair in policy_config["deny"]], "filter configuration",
+        tuple(ipaddress.ip_network(n) for n in policy_config["denied_addresses"]),
+        tuple(ipaddress.ip_network(n) for n in policy_config.get("answer_networks", [])),
+    )
+    expect = config["expect"]
+    writer = SetWriter(expect["family"], expect["table"])
+    log = ViolationLog()
+    resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]), writer.add, log)
+    reader = NflogReader(config["nflog_group"], log, resolver.domain_of)
+    reader.attach(asyncio.get_running_loop())
+    await start_servers(resolver, spawn)
+    await self_check()
+    if "control" in config:
+        from dejima.filter.control import Grants, start_control
+
+        await start_control(Grants(resolver, writer, log), config["control"]["socket"], config["control"]["owner"])
+    return reader
+
+
+async def _serve(config: dict[str, Any], digest: str) -> None:
+    """Start the resolver, the bridge and the control channel, say ready, serve until told to stop."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, stop.set)
     async with asyncio.TaskGroup() as tasks:
-        reader = None
-        if "policy" in config:
-            policy_config = config["policy"]
-            policy = parse_policy(
-                policy_config["allow"], [tuple(pair) for pair in policy_config["deny"]], "filter configuration",
-                tuple(ipaddress.ip_network(n) for n in policy_config["denied_addresses"]),
-                tuple(ipaddress.ip_network(n) for n in policy_config.get("answer_networks", [])),
-            )
-            expect = config["expect"]
-            writer = SetWriter(expect["family"], expect["table"])
-            log = ViolationLog()
-            resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]),
-                                      writer.add, log)
-            reader = NflogReader(config["nflog_group"], log, resolver.domain_of)
-            reader.attach(loop)
-            await start_servers(resolver, tasks.create_task)
-            await self_check()
+        reader = await _start_resolver(config, tasks.create_task) if "policy" in config else None
+        if "bridge" in config:
+            from dejima.filter.bridge import start_bridge
+
+            await start_bridge(config["bridge"]["socket"], config["bridge"]["port"])
         print(f"{READY} ruleset={digest}", flush=True)
         _STATE["ready"] = True
         await stop.wait()
@@ -88,7 +107,7 @@ def main() -> None:
         apply_ruleset(ruleset)
         verify_table(read_table(expect["family"], expect["table"]), expect)
         verify_listing(ruleset, read_listing(expect["family"], expect["table"]))
-        _check_ipv6_disabled()
+        _check_namespace()
     except NftError as exc:
         _fail(str(exc))
     except OSError as exc:  # netlink refused

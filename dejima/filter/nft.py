@@ -93,10 +93,17 @@ def verify_table(objects: list[dict[str, Any]], expect: dict[str, Any]) -> None:
 
 
 class SetWriter:
-    """Adds resolved addresses to the allow sets; one lock, because resolver threads share it."""
+    """Keeps the allow sets: addresses from allowed answers (with timeouts), live grants of
+    addresses, and the ``revoked4`` set that cuts established flows to revoked addresses.
+
+    It remembers when each element it added will expire, so repeated answers cost no kernel
+    round trip, and forgets elements once they are past expiry (the memory stays bounded).
+    """
 
     # An element we believe expired this long ago may, by clock skew, still be in the kernel.
     MARGIN_SECONDS = 5.0
+    PRUNE_ABOVE = 4096  # remembered elements before a prune of the expired ones
+    REVOKED_SECONDS = 3600  # how long a revoked address stays cut (its flows are gone long before)
 
     def __init__(self, family: str, table: str, handle: Any = None) -> None:
         import threading
@@ -105,9 +112,28 @@ class SetWriter:
         self.handle = handle or _nft()
         self.lock = threading.Lock()
         self.expiry: dict[tuple[str, str], float] = {}  # (set, element) -> when we last let it expire
+        self.revoked: dict[str, float] = {}  # address -> until when revoked4 holds it
 
-    def add(self, addresses: list[str], ports: list[int] | None, timeout: int) -> None:
-        """Allow TCP to ``addresses`` (on ``ports``, or every port when None) for ``timeout`` seconds.
+    def _prefix(self, target: str) -> str:
+        return f"element {self.family} {self.table} {target}"
+
+    def _run(self, batch: str, what: str) -> None:
+        rc, _out, err = self.handle.cmd(batch)
+        if rc != 0:
+            raise NftError(f"cannot {what} (rc={rc}): {err.strip()}")
+
+    def _forget(self, target: str, elements: list[str]) -> str:
+        """A batch that removes ``elements`` from ``target`` whether or not they are still there:
+        adding first makes the delete valid for an element that already expired."""
+        if not elements:
+            return ""
+        prefix = self._prefix(target)
+        return (f"add {prefix} {{ {', '.join(f'{e} timeout 1s' for e in elements)} }}\n"
+                f"delete {prefix} {{ {', '.join(elements)} }}\n")
+
+    def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
+        """Allow TCP to ``addresses`` (on ``ports``, or every port when None) for ``timeout``
+        seconds (None: until removed).
 
         A new element is added. One that may still be in the set is added, deleted and added
         again in the same transaction: it exists either way, and its timeout restarts even on
@@ -120,21 +146,46 @@ class SetWriter:
             return
         target = "allow4" if ports is None else "allow4_port"
         elements = addresses if ports is None else [f"{a} . {p}" for a in addresses for p in ports]
-        prefix = f"element {self.family} {self.table} {target}"
+        prefix = self._prefix(target)
+        lasting = float("inf") if timeout is None else timeout
+        clause = "" if timeout is None else f" timeout {timeout}s"
         with self.lock:
             now = time.monotonic()
             # Still in the set for at least half the new timeout: nothing to do in the kernel.
-            elements = [e for e in elements if self.expiry.get((target, e), 0) - now < timeout / 2]
+            elements = [e for e in elements if self.expiry.get((target, e), 0) - now < lasting / 2]
             if not elements:
                 return
             known = [e for e in elements if self.expiry.get((target, e), 0) + self.MARGIN_SECONDS > now]
-            timed = ", ".join(f"{e} timeout {timeout}s" for e in elements)
-            batch = f"add {prefix} {{ {timed} }}\n"
+            batch = self._forget("revoked4", [a for a in addresses if self.revoked.get(a, 0) > now])
+            batch += f"add {prefix} {{ {', '.join(e + clause for e in elements)} }}\n"
             if known:
-                again = ", ".join(f"{e} timeout {timeout}s" for e in known)
-                batch += f"delete {prefix} {{ {', '.join(known)} }}\nadd {prefix} {{ {again} }}\n"
-            rc, _out, err = self.handle.cmd(batch)
-            if rc != 0:
-                raise NftError(f"cannot add to set {target} (rc={rc}): {err.strip()}")
+                batch += f"delete {prefix} {{ {', '.join(known)} }}\n"
+                batch += f"add {prefix} {{ {', '.join(e + clause for e in known)} }}\n"
+            self._run(batch, f"add to set {target}")
+            for address in addresses:
+                self.revoked.pop(address, None)
             for element in elements:
-                self.expiry[(target, element)] = now + timeout
+                self.expiry[(target, element)] = now + lasting
+            if len(self.expiry) > self.PRUNE_ABOVE:
+                self.expiry = {k: t for k, t in self.expiry.items() if t + self.MARGIN_SECONDS > now}
+
+    def revoke(self, addresses: list[str]) -> None:
+        """Take ``addresses`` out of both allow sets and cut their established flows (revoked4)."""
+        import time
+
+        if not addresses:
+            return
+        wanted = set(addresses)
+        with self.lock:
+            now = time.monotonic()
+            gone = {t: [e for (tt, e) in self.expiry if tt == t and e.split(" . ")[0] in wanted]
+                    for t in ("allow4", "allow4_port")}
+            batch = self._forget("allow4", gone["allow4"]) + self._forget("allow4_port", gone["allow4_port"])
+            cut = ", ".join(f"{a} timeout {self.REVOKED_SECONDS}s" for a in sorted(wanted))
+            batch += self._forget("revoked4", sorted(wanted)) + f"add {self._prefix('revoked4')} {{ {cut} }}\n"
+            self._run(batch, "revoke addresses")
+            for target, elements in gone.items():
+                for element in elements:
+                    self.expiry.pop((target, element), None)
+            for address in wanted:
+                self.revoked[address] = now + self.REVOKED_SECONDS

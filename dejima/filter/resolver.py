@@ -48,15 +48,25 @@ EDE_PROHIBITED = 18
 MAX_CHAIN = 12  # CNAME hops followed inside one answer
 CACHE_ENTRIES = 4096
 NAME_ENTRIES = 16384  # address -> name, for naming the domain of a blocked connection
+DENIAL_ENTRIES = 256  # refused names remembered for `dejima-allow`
 FOLD_SECONDS = 5.0  # identical refusal records within this window are folded into one
 
 Record = Callable[[dict[str, Any]], None]
-AddAddresses = Callable[[list[str], list[int] | None, int], None]
+AddAddresses = Callable[[list[str], list[int] | None, int | None], None]
 Forward = Callable[[DNSRecord], Awaitable[DNSRecord]]
 
 
 class UpstreamError(Exception):
     """No upstream gave a usable answer (timeouts, refusals, mismatched replies)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Denial:
+    name: str
+    count: int
+    last: float  # wall-clock time of the latest refusal
+    reason: str
+    grantable: bool  # False when the deny list refused it: no grant can lift that
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,8 @@ class PolicyResolver:
         self.cache: OrderedDict[tuple[str, int], Cached] = OrderedDict()
         self.names: OrderedDict[str, tuple[str, float]] = OrderedDict()  # address -> (name, until)
         self.recent: OrderedDict[tuple[str, ...], float] = OrderedDict()
+        # Names refused because no entry allows them: what `dejima-allow` offers to grant.
+        self.denials: OrderedDict[str, Denial] = OrderedDict()
 
     # --- what the nflog reader asks ---------------------------------------------------------------
     def domain_of(self, address: str) -> str | None:
@@ -88,6 +100,24 @@ class PolicyResolver:
             self.names[address] = (name, until)
         while len(self.names) > NAME_ENTRIES:
             self.names.popitem(last=False)
+
+    def learned(self) -> dict[str, str]:
+        """Address -> the name it was last learned for, for addresses still in the sets."""
+        now = self.clock()
+        return {address: name for address, (name, until) in self.names.items() if until > now}
+
+    def forget(self, names: set[str]) -> None:
+        """Drop cached answers and learned addresses of ``names`` (a revoked grant's)."""
+        for key in [k for k in self.cache if k[0] in names]:
+            del self.cache[key]
+        for address in [a for a, (n, _u) in self.names.items() if n in names]:
+            del self.names[address]
+
+    def _denied(self, name: str, qtype: str, reason: str, grantable: bool) -> None:
+        denial = self.denials.pop(name, None) or Denial(name, 0, 0.0, reason, grantable)
+        self.denials[name] = Denial(name, denial.count + 1, time.time(), reason, grantable)
+        while len(self.denials) > DENIAL_ENTRIES:
+            self.denials.popitem(last=False)
 
     # --- records ------------------------------------------------------------------------------
     def _report(self, record: dict[str, Any]) -> None:
@@ -134,6 +164,7 @@ class PolicyResolver:
             if question.name != SELF_CHECK_NAME:  # the filter's own probe is not a violation
                 self._report({"kind": "dns", "domain": question.name, "qtype": question.type_name,
                               "reason": verdict.reason})
+                self._denied(question.name, question.type_name, verdict.reason, grantable=not verdict.entry)
             return self._refuse(request, verdict.reason, EDE_PROHIBITED)
         if question.qtype == QTYPE.AAAA:
             return _reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded

@@ -112,3 +112,14 @@ def test_kernel_listing_that_differs_from_the_ruleset_starts_nothing(runtime: Ru
     assert reworded != plan.ruleset
     error = run_expecting_filter_error(runtime, with_filter_config(plan, ruleset=reworded), workspace, scope)
     assert "the kernel's listing differs from the ruleset" in error.message
+
+
+def test_namespace_without_the_privileged_port_floor_starts_nothing(runtime: Runtime, images: object, user: User,
+                                                                    scope: str, workspace: Path) -> None:
+    """The filter's listeners are only safe from squatting while low ports stay privileged."""
+    plan = make_plan(images, scope, workspace, user)
+    sysctls = {k: v for k, v in plan.filter.sysctls.items() if "unprivileged_port_start" not in k}
+    assert sysctls != plan.filter.sysctls
+    error = run_expecting_filter_error(runtime, replace(plan, filter=replace(plan.filter, sysctls=sysctls)),
+                                       workspace, scope)
+    assert "ports below 1024 are not privileged" in error.message

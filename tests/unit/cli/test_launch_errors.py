@@ -93,12 +93,13 @@ def test_help_explains_the_boundary_and_the_commands(capsys: pytest.CaptureFixtu
         assert phrase in text
 
 
-def test_allow_says_not_yet_and_audit_explains_itself(capsys: pytest.CaptureFixture[str]) -> None:
+def test_allow_and_audit_explain_themselves(capsys: pytest.CaptureFixture[str]) -> None:
     from dejima.cli import allow, audit
 
     with pytest.raises(SystemExit):
         allow.main(["--help"])
-    assert "NOT YET IMPLEMENTED" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "dejima-allow crates.io --revoke" in text and "--persist" in text and "deny list" in text
     with pytest.raises(SystemExit):
         audit.main(["--help"])
     text = capsys.readouterr().out

@@ -22,7 +22,8 @@ GOOD = [
     chain("output", "output", "drop"),
     chain("input", "input", "drop"),
     chain("forward", "forward", "drop"),
-    *({"set": {"family": "inet", "table": "dejima", "name": name}} for name in ("allow4", "allow4_port", "upstream4")),
+    *({"set": {"family": "inet", "table": "dejima", "name": name}}
+      for name in ("allow4", "allow4_port", "revoked4", "upstream4")),
     rule("output"),
 ]
 

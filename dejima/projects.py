@@ -1,0 +1,66 @@
+"""Your policy for one project: ``$XDG_CONFIG_HOME/dejima/projects/<name>-<hash>.toml``.
+
+It holds what you allowed for that workspace alone (``dejima-allow --persist`` writes it; you
+may edit it): ``[network] allow = [...]``, read by every session on that workspace, on top of
+the settings. It lives with your configuration, not in the repository: the repository is what
+the agent writes, so it may only narrow a policy, never widen it. Edits keep the file's comments
+and order (tomlkit).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import tomlkit
+
+from dejima import host
+from dejima.errors import SettingsError
+
+HEADER = """\
+# dejima: your policy for {workspace}
+# Entries here are allowed in every session on that workspace, on top of your settings.
+# `dejima-allow --persist` adds to this list; edit it as you like.
+"""
+
+
+def policy_path(workspace: Path) -> Path:
+    return host.config_dir() / "projects" / (host.home_dir_for(workspace).name + ".toml")
+
+
+def read_allow(workspace: Path) -> tuple[tuple[str, ...], str]:
+    """The project's allowed entries and the file they come from (none when it is absent)."""
+    path = policy_path(workspace)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        return (), str(path)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"{path}: cannot read this project's policy: {exc}",
+                            hint="fix the file, or move it away to drop the project's own entries") from exc
+    unknown = sorted(set(data) - {"network"}) + sorted(f"network.{k}" for k in set(data.get("network", {})) - {"allow"})
+    if unknown:
+        raise SettingsError(f"{path}: unknown key(s) {', '.join(unknown)}",
+                            hint="a project policy holds only [network] allow = [\"name\", ...]")
+    allow = data.get("network", {}).get("allow", [])
+    if not isinstance(allow, list) or not all(isinstance(e, str) for e in allow):
+        raise SettingsError(f"{path}: network.allow must be a list of strings",
+                            hint='write allow = ["crates.io", "*.crates.io:443"]')
+    return tuple(allow), str(path)
+
+
+def persist_allow(workspace: Path, entries: list[str]) -> Path:
+    """Add ``entries`` (already validated) to the project's allow list, keeping what is there."""
+    read_allow(workspace)  # a broken file is reported, never overwritten
+    path = policy_path(workspace)
+    document = tomlkit.parse(path.read_text()) if path.exists() else tomlkit.parse(HEADER.format(workspace=workspace))
+    network = document.setdefault("network", tomlkit.table())
+    allow = network.setdefault("allow", tomlkit.array())
+    for entry in entries:
+        if entry not in allow:
+            allow.append(entry)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_suffix(".toml.tmp")
+    temporary.write_text(tomlkit.dumps(document))
+    temporary.replace(path)
+    return path
