@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dejima.core.audit import Finding, rank
+from dejima.core.audit import Finding, constituents, rank
 from dejima.exit_audit import Mount, audit_mount, capture
 
 GIT = ["git", "-c", "init.defaultBranch=main", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
@@ -338,10 +338,13 @@ ATTACKS: list[tuple[str, Change, list[tuple[str, str, str | None]]]] = [
 
 
 def _check(found: list[Finding], expected: list[tuple[str, str, str | None]]) -> None:
+    """Each expected (rule, severity, path) is found, on its own or merged into its file's finding."""
     for rule, severity, path in expected:
-        hits = [f for f in found if f.rule == rule and (path is None or f.path == path)]
-        assert hits, f"no {rule} finding on {path}; got {[(f.rule, f.severity, f.path) for f in found]}"
-        assert max(rank(f.severity) for f in hits) >= rank(severity), f"{rule} on {path} below {severity}: {hits}"
+        hits = [s for f in found if path is None or f.path == path for r, s in constituents(f) if r == rule]
+        assert hits, f"no {rule} finding on {path}; got {[(f.rule, f.severity, f.path, f.lines) for f in found]}"
+        assert max(map(rank, hits)) >= rank(severity), f"{rule} on {path} below {severity}: {found}"
+    paths = [f.path for f in found]
+    assert len(paths) == len(set(paths)), f"one finding per changed file: {found}"
 
 
 @pytest.mark.parametrize("sample", ATTACKS, ids=[a[0] for a in ATTACKS])

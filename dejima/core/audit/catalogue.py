@@ -17,6 +17,11 @@ from dataclasses import dataclass
 CATALOGUE_VERSION = "2026.12.4"
 
 
+# A KeyRule severity: the key runs nothing (a task's label, a schema version); a change to it is
+# shown with the file's finding, never a finding of its own.
+CONTEXT = "context"
+
+
 @dataclass(frozen=True, slots=True)
 class KeyRule:
     pattern: str  # over the flattened key, case-insensitive; '*' also crosses dots
@@ -106,6 +111,16 @@ COMPOSE = (K("services.*.privileged", "high", "not-false"), K("services.*.volume
            K("services.*.devices*", "high"), K("services.*.env_file*", "high"), K("services.*.security_opt*", "high"),
            K("services.*.userns_mode", "high"), *(K(f"services.*.environment.{n}", "high") for n in ENV_DANGER))
 
+# Keys of VS Code tasks and launch configurations that run nothing: names, grouping, display.
+TASK_CONTEXT = tuple(K(p, CONTEXT) for p in (
+    "version", "$schema", "tasks.*.label", "tasks.*.type", "tasks.*.group*", "tasks.*.presentation.*",
+    "tasks.*.problemmatcher*", "tasks.*.detail", "tasks.*.icon.*", "tasks.*.hide", "tasks.*.isbackground",
+    "tasks.*.promptonclose", "tasks.*.runoptions.instancelimit", "tasks.*.runoptions.reevaluateonrerun"))
+LAUNCH_CONTEXT = tuple(K(p, CONTEXT) for p in (
+    "version", "$schema", "configurations.*.name", "configurations.*.request", "configurations.*.presentation.*",
+    "configurations.*.console", "configurations.*.internalconsoleoptions", "compounds.*.name",
+    "compounds.*.presentation.*"))
+
 # Dot-directories whose files nothing runs (research §4.10): the generic fallback skips them.
 INERT_DIRS = (".github/ISSUE_TEMPLATE/", ".github/PULL_REQUEST_TEMPLATE/", ".github/DISCUSSION_TEMPLATE/",
               ".changeset/", ".pytest_cache/", ".mypy_cache/", ".ruff_cache/", ".hypothesis/", ".parcel-cache/",
@@ -121,7 +136,8 @@ def _env(prefix: str, severity: str) -> tuple[KeyRule, ...]:
 
 IDE = (
     PathRule("I01", "VS Code tasks", (".vscode/tasks.json",), "medium", "json",
-             (K("tasks.*.runoptions.runon", "critical", "not-default"), K("tasks.*", "medium")), "medium"),
+             (K("tasks.*.runoptions.runon", "critical", "not-default"), *TASK_CONTEXT, K("tasks.*", "medium")),
+             "medium"),
     PathRule("I04", "VS Code MCP servers", (".vscode/mcp.json",), "critical", "json", (K("*", "critical"),)),
     PathRule("I02", "VS Code settings that run programs", (".vscode/settings.json",), None, "json", (
         K("mcp*", "critical", rule="I04"),
@@ -131,7 +147,7 @@ IDE = (
         K("files.associations*", "low"), K("extensions.ignorerecommendations", "low"),
     )),
     PathRule("I05", "VS Code launch configurations", (".vscode/launch.json",), "medium", "json",
-             (K("configurations.*", "medium"), K("compounds.*", "medium")), "medium"),
+             (*LAUNCH_CONTEXT, K("configurations.*", "medium"), K("compounds.*", "medium")), "medium"),
     PathRule("I06", "recommended extensions", (".vscode/extensions.json", ".idea/externalDependencies.xml"), "low"),
     PathRule("I07", "VS Code workspace file", ("**/*.code-workspace",), "high", "json", (
         K("tasks.tasks.*.runoptions.runon", "critical", "not-default"), K("settings.mcp*", "critical", rule="I04"),
