@@ -203,12 +203,27 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)
-    shown = [f for f in found if rank(f.severity) >= rank("low")]
-    if shown:
-        worst = max(shown, key=lambda f: SEVERITIES.index(f.severity)).severity
-        ui.warn(f"session {session_id} left {len(shown)} change(s) that can run code later "
-                f"(worst: {worst}); review them: dejima-audit")
+    _say(session_id, ui, store, workspace, found)
     return found
+
+
+def _say(session_id: str, ui: UI, store: FindingStore, workspace: str, found: list[Finding]) -> None:
+    """The closing message: how many changes, and the worst ones not reviewed yet, themselves."""
+    from dejima.ui.audit_views import end_of_session
+
+    shown = [f for f in found if rank(f.severity) >= rank("low")]
+    if not shown:
+        return
+    worst = max(shown, key=lambda f: SEVERITIES.index(f.severity)).severity
+    fingerprints = {f.fingerprint for f in shown}
+    unreviewed = [s for s in store.findings(workspace) if s.finding.fingerprint in fingerprints]
+    reviewed = f"; {len(shown) - len(unreviewed)} reviewed before" if len(unreviewed) < len(shown) else ""
+    ui.warn(f"session {session_id} left {len(shown)} change(s) that can run code later (worst: {worst}{reviewed})"
+            + (":" if unreviewed else ""))
+    for line in end_of_session(unreviewed, width=ui.console.width):
+        ui.console.print(line, crop=False)
+    if unreviewed:
+        ui.info("review them one file at a time: dejima-audit ack")
 
 
 def recover(ui: UI, live_sessions: set[str]) -> None:

@@ -82,12 +82,12 @@ def summary(stored: Stored) -> str:
     return f"[reviewed] {text}" if stored.acked else text
 
 
-def _group_header(workspace: str, rows: list[Stored]) -> Text:
+def _group_header(workspace: str, rows: list[Stored], width: int) -> list[Text]:
     unreviewed = sum(1 for s in rows if not s.acked)
     counts = ", ".join(f"{n} {sev}" for sev in reversed(SEVERITIES)
                        if (n := sum(1 for s in rows if s.finding.severity == sev)))
-    return Text(f"workspace {safe(workspace)}: {len(rows)} finding(s), {unreviewed} unreviewed ({counts})",
-                style="bold")
+    rest = f"{len(rows)} finding(s): {counts}" + (f"; {unreviewed} unreviewed" if unreviewed < len(rows) else "")
+    return [Text(f"workspace {shorten_path(safe(workspace), width - 10)}", style="bold"), Text(cut(rest, width))]
 
 
 def findings_table(found: list[Stored], width: int = 80) -> list[Text]:
@@ -102,7 +102,8 @@ def findings_table(found: list[Stored], width: int = 80) -> list[Text]:
     for workspace, rows in by_workspace.items():
         if lines:
             lines.append(Text(""))
-        lines.append(_group_header(workspace, rows))
+        rows.sort(key=lambda s: (-SEVERITIES.index(s.finding.severity), s.id))
+        lines.extend(_group_header(workspace, rows, width))
         paths = [_path_cell(s) for s in rows]
         fixed = id_width + 2 + 8 + 2 + 4 + 2
         path_width = min(max(cell_len(p) for p in paths), max(12, (width - fixed) * 2 // 5))
@@ -133,11 +134,21 @@ def finding_record(stored: Stored) -> dict[str, object]:
     return record
 
 
-def end_of_session(found: list[Stored], shown: int = 5) -> list[str]:
-    """The worst findings of a session, one plain line each, for the launcher's closing message."""
+def end_of_session(found: list[Stored], width: int = 80, shown: int = 5) -> list[Text]:
+    """The worst findings of a session, one line each (at most ``width`` cells), for the
+    launcher's closing message: severity, id, path and evidence."""
     worst = sorted(found, key=lambda s: (-SEVERITIES.index(s.finding.severity), s.id))[:shown]
-    width = max((len(str(s.id)) for s in worst), default=1)
-    return [f"  {s.finding.severity:<8} {s.id:>{width}} {_path_cell(s)}: {summary(s)}" for s in worst]
+    id_width = max((len(str(s.id)) for s in worst), default=1)
+    lines = []
+    for s in worst:
+        line = Text("  ")
+        line.append(f"{s.finding.severity:<8}", style=_STYLE.get(s.finding.severity, ""))
+        rest = f" {s.id:>{id_width}} {shorten_path(_path_cell(s), max(width // 3, 16))}: {summary(s)}"
+        line.append(cut(rest, width - 10))
+        lines.append(line)
+    if len(found) > shown:
+        lines.append(Text(f"  ... and {len(found) - shown} more"))
+    return lines
 
 
 def _decoded(data: bytes | None) -> list[str] | None:
