@@ -33,6 +33,7 @@ from dejima.core.audit.model import (
     in_dependency_tree,
     rank,
 )
+from dejima.core.audit.modelines import modeline_findings
 from dejima.core.audit.names import name_findings
 from dejima.core.audit.trees import tree_findings
 from dejima.core.snapshot import Snapshot, diff
@@ -108,6 +109,7 @@ def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "wo
     if kind == "workspace":
         found.extend(git_findings(view))
         found.extend(lockfile_findings(view))
+        found.extend(modeline_findings(view))
     found = correlate(found, view)
     found.extend(fallback_findings(view, found))
     return one_per_path(_deduplicated(found))
