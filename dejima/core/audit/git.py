@@ -69,6 +69,15 @@ def _housekeeping(inner: str) -> bool:
     return inner.startswith(GIT_HOUSEKEEPING)  # alternates, under objects/, are GIT_INNER's first
 
 
+def housekeeping(path: str) -> bool:
+    """A file git itself rewrites during ordinary work (objects, packs, refs, logs, the index), in
+    any git directory of the mount: what a host-side `git gc` changes while a walk runs."""
+    where = split_git(path)
+    if where is None or not where.inner or where.inner.startswith("hooks"):
+        return False
+    return _housekeeping(where.inner) and not any(matches(p, where.inner) for p, _, _, _ in GIT_INNER)
+
+
 def _parse(text: str | None) -> list[tuple[str, str]] | None:
     if text is None:
         return []
