@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dejima.core.audit import SEVERITIES, Finding, audit, derived_watch, watched
+from dejima.core.audit.git import housekeeping
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.model import finding, rank
 from dejima.core.gitconfig import GitConfigError, parse_git_config
 from dejima.core.snapshot import Snapshot
 from dejima.findings import FileState, FindingStore
-from dejima.core.audit.git import housekeeping
 from dejima.snapshot import (
     WALK_ATTEMPTS,
     InconsistentWalk,

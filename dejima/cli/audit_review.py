@@ -94,8 +94,8 @@ class Review:
                 if shown < len(diff):
                     shown = self._page(diff, shown)
                 else:
-                    for line in finding_lines(newest):
-                        self.console.print(line)
+                    for detail in finding_lines(newest):
+                        self.console.print(detail)
             elif choice == "a" and self._acknowledge(group):
                 return True
             elif choice == "r" and self._restore(newest, group):

@@ -508,7 +508,8 @@ def worktree_config(root: Path) -> None:
 
 
 CLASS_ATTACKS: list[tuple[str, Change, list[tuple[str, str, str | None]]]] = [
-    ("modeline runs a program", lambda r: append(r, "README.md", "\n<!-- vim: set fdm=expr foldexpr=system('id'): -->\n"),
+    ("modeline runs a program", lambda r: append(r, "README.md",
+                                                 "\n<!-- vim: set fdm=expr foldexpr=system('id'): -->\n"),
      [("I12", "high", "README.md")]),
     ("modeline in a new doc", lambda r: write(r, "docs/notes.txt", "notes\n vim: makeprg=sh\\ .cache/m.sh\n"),
      [("I12", "high", "docs/notes.txt")]),
@@ -528,8 +529,8 @@ CLASS_ATTACKS: list[tuple[str, Change, list[tuple[str, str, str | None]]]] = [
 VARIANTS.update(worktree=worktree_config, shared=lambda r: write(r, "shared.cfg", "[core]\n\tpager = sh x.sh\n"))
 
 CLASS_BENIGN: list[tuple[str, Change, str]] = [
-    ("layout modelines", lambda r: (write(r, "src/util.py", "# -*- coding: utf-8 -*-\n" + (r / "src/util.py").read_text()
-                                          + "# vim: set ts=4 sw=4 et:\n"),
+    ("layout modelines", lambda r: (write(r, "src/util.py", "# -*- coding: utf-8 -*-\n" +
+                                          (r / "src/util.py").read_text() + "# vim: set ts=4 sw=4 et:\n"),
                                     append(r, "README.md", "\n<!-- vim: set ft=markdown tw=80 noet: -->\n")), ""),
     ("worktree config, other key", lambda r: git_config(r, "user.email", "me@example.invalid"), "worktree"),
     ("attributes without drivers", lambda r: write(r, ".gitattributes", "*.png binary\n*.sh text eol=lf\n"), ""),

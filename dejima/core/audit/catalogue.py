@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATALOGUE_VERSION = "2026.12.4"
+CATALOGUE_VERSION = "2026.12.5"
 
 
 # A KeyRule severity: the key runs nothing (a task's label, a schema version); a change to it is
