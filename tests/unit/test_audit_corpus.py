@@ -513,6 +513,8 @@ CLASS_ATTACKS: list[tuple[str, Change, list[tuple[str, str, str | None]]]] = [
      [("I12", "high", "README.md")]),
     ("modeline in a new doc", lambda r: write(r, "docs/notes.txt", "notes\n vim: makeprg=sh\\ .cache/m.sh\n"),
      [("I12", "high", "docs/notes.txt")]),
+    ("modeline behind a long first line", lambda r: write(r, "docs/min.js", "x" * 50_000 + "\n// vim: set mp=sh\\ "
+                                                          "x.sh:\n" + "y\n" * 40), [("I12", "high", "docs/min.js")]),
     ("emacs eval", lambda r: write(r, "src/app.py", "# -*- mode: python; eval: (shell-command \"id\") -*-\n" +
                                    (r / "src/app.py").read_text()), [("I13", "medium", "src/app.py")]),
     ("worktree config switched on", lambda r: git_config(r, "extensions.worktreeConfig", "true"),
@@ -557,7 +559,7 @@ def test_class_benign_neighbour_is_quiet(repo: Path, name: str, change: Change, 
 
 
 def test_a_file_with_several_keys_is_one_finding_and_context_is_shown_not_counted(repo: Path) -> None:
-    found = findings_after(repo, CLASS_ATTACKS[-1][1])
+    found = findings_after(repo, next(a[1] for a in CLASS_ATTACKS if a[0] == "tasks.json, one finding"))
     (tasks,) = found
     assert (tasks.rule, tasks.severity) == ("I01", "critical")
     assert any("tasks.0.command" in line for line in tasks.lines)
@@ -566,7 +568,7 @@ def test_a_file_with_several_keys_is_one_finding_and_context_is_shown_not_counte
 
 
 def test_a_textconv_driver_says_when_it_runs(repo: Path) -> None:
-    found = findings_after(repo, CLASS_ATTACKS[5][1])
+    found = findings_after(repo, next(a[1] for a in CLASS_ATTACKS if a[0] == "textconv diff driver"))
     (attributes,) = [f for f in found if f.path == ".gitattributes"]
     assert "git diff, git log -p and git show" in attributes.evidence
 

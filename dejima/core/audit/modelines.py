@@ -13,7 +13,7 @@ import re
 from dejima.core.audit.model import Finding, View, finding, in_dependency_tree
 
 _EDGE = 5  # Vim's default 'modelines': lines read at each end of the file
-_BIG = 8 << 20  # larger files are not read for modelines (the walk hashed them; rules read text)
+_BIG = 64 << 20  # larger files are not read at all (the rules' read limit)
 # vi:, vim:, Vim:, vim600:, vim>702:, ex: -- "ex:" needs white space before it, as in Vim.
 _VIM = re.compile(r"(?:^|\s)(?:vi|[vV]im(?:[<=>]?\d+)?):|\sex:")
 _SET = re.compile(r"^\s*se(?:t)?\s+(.*?)(?<!\\):")
@@ -64,13 +64,18 @@ def _name(option: str) -> str:
     return name
 
 
-def vim_modeline(text: str) -> tuple[str, str] | None:
-    """(the modeline, why) for a modeline at either end of ``text`` that sets an option naming a
-    program, an expression or a path (or holds a backtick or !); layout options stay quiet, and so
-    does prose that merely contains "vim:" (Vim rejects what is not an option)."""
-    lines = text.splitlines()
-    edges = lines if len(lines) <= 2 * _EDGE else lines[:_EDGE] + lines[-_EDGE:]
-    for line in edges:
+def edge_lines(data: bytes) -> list[str]:
+    """The first and last five lines, however long they are (Vim counts lines, not bytes)."""
+    head = data.split(b"\n", _EDGE)
+    lines = head if len(head) <= _EDGE else head[:_EDGE] + data.rsplit(b"\n", _EDGE + 1)[-_EDGE - 1:]
+    return [line.decode("utf-8", "surrogateescape") for line in lines]
+
+
+def vim_modeline(lines: list[str]) -> tuple[str, str] | None:
+    """(the modeline, why) for a modeline in ``lines`` (a file's edge_lines) that sets an option
+    naming a program, an expression or a path (or holds a backtick or !); layout options stay quiet,
+    and so does prose that merely contains "vim:" (Vim rejects what is not an option)."""
+    for line in lines:
         options = [o for o in _options(line) or [] if re.match(r"[a-zA-Z]", o)]
         running = [n for n in map(_name, options) if n in _RUNS]
         if any(re.search(r"[`!]", o) for o in options):
@@ -80,11 +85,11 @@ def vim_modeline(text: str) -> tuple[str, str] | None:
     return None
 
 
-def emacs_variables(text: str) -> tuple[str, str] | None:
-    """(the declaration, the risky variables) when Emacs file-local variables set code or programs."""
-    first = "\n".join(text.splitlines()[:2])
+def emacs_variables(first: str, end: str) -> tuple[str, str] | None:
+    """(the declaration, the risky variables) when Emacs file-local variables (on the first two
+    lines, or in a block at the end) set code or programs."""
     candidates = [m.group(1) for m in _EMACS_LINE.finditer(first)]
-    candidates += [m.group(1) for m in _EMACS_BLOCK.finditer(text[-3000:])]
+    candidates += [m.group(1) for m in _EMACS_BLOCK.finditer(end)]
     for declaration in candidates:
         risky = [m.group(1) for m in _EMACS_RISKY.finditer(declaration)]
         if risky:
@@ -105,14 +110,14 @@ def modeline_findings(view: View) -> list[Finding]:
         data = view.data(path)
         if data is None or b"\0" in data[:8192]:
             continue
-        text = data.decode("utf-8", "surrogateescape")
+        lines = edge_lines(data)  # modelines sit in the first and last lines: only those are decoded
         before = view.text(path, "before")  # known for watched files only: then old lines stay quiet
-        vim = vim_modeline(text)
+        vim = vim_modeline(lines)
         if vim is not None and (before is None or vim[0] not in before):
             line, why = vim
             found.append(finding("I12", "high", path, f"a Vim modeline {why}; Vim applies it when the file is "
                                  f"opened: {line[:120]}", line, remedy="restore"))
-        emacs = emacs_variables(text)
+        emacs = emacs_variables("\n".join(lines[:2]), data[-3000:].decode("utf-8", "surrogateescape"))
         if emacs is not None and (before is None or emacs[0] not in before):
             found.append(finding("I13", "medium", path, f"Emacs file-local variables set {emacs[1]} (Emacs asks "
                                  f"before applying them): {emacs[0]}", emacs[0], remedy="restore"))
