@@ -2,6 +2,7 @@
 """The exit audit on a generated repository, against `git status` on the same tree, same run.
 
     python bench/audit.py [--files N] [--runs R]
+    python bench/audit.py --corpus    findings per flagged file on the audit corpus, and per class
 
 Generates N small files in a git repository (committed, then packed by `git gc`, as in any real
 clone), then times, each as the median of R runs after a warm-up: the session start (snapshot,
@@ -104,11 +105,54 @@ def report(name: str, phases: list[float]) -> None:
           "goal <= 2)")
 
 
+def corpus() -> int:
+    """The corpus of tests/unit/test_audit_corpus.py: how many findings each flagged file gets
+    (the counting rule says one), and which samples of each class pass."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
+    import test_audit_corpus as c  # noqa: PLC0415 - the corpus lives with its tests
+
+    from dejima.core.audit import rank  # noqa: PLC0415
+
+    work = Path(tempfile.mkdtemp(prefix="dejima-audit-corpus-"))
+    try:
+        c.build_b0(work / "base")
+        findings = files = 0
+        results: Counter[str] = Counter()
+        samples = [("attack", *a) for a in c.ATTACKS] + [("class attack", *a) for a in c.CLASS_ATTACKS]
+        for index, (kind, _name, change, expected, *variant) in enumerate(samples):
+            repo = work / f"s{index}"
+            subprocess.run(["cp", "-a", str(work / "base"), str(repo)], check=True)
+            if variant:
+                c.VARIANTS[variant[0]](repo)
+            found = [f for f in c.findings_after(repo, change) if rank(f.severity) >= rank("low")]
+            findings, files = findings + len(found), files + len({f.path for f in found})
+            try:
+                c._check(found, expected)
+                results[f"{kind}: found"] += 1
+            except AssertionError:
+                results[f"{kind}: MISSED"] += 1
+        for index, (_name, change, *variant) in enumerate([*c.BENIGN, *c.CLASS_BENIGN]):
+            repo = work / f"b{index}"
+            subprocess.run(["cp", "-a", str(work / "base"), str(repo)], check=True)
+            if variant and variant[0]:
+                c.VARIANTS[variant[0]](repo)
+            results["benign: quiet" if not c.loud(c.findings_after(repo, change)) else "benign: LOUD"] += 1
+        print(f"attack samples: {findings} findings on {files} flagged files = {findings / files:.2f} per file")
+        for key, count in sorted(results.items()):
+            print(f"{key}: {count}")
+        return 1 if any(k.endswith(("MISSED", "LOUD")) for k in results) else 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--corpus", action="store_true", help="findings per flagged file on the audit corpus")
     args = parser.parse_args()
+    if args.corpus:
+        return corpus()
     if args.files < 2 * TOUCHED:
         parser.error(f"--files must be at least {2 * TOUCHED}")
     work = Path(tempfile.mkdtemp(prefix="dejima-audit-bench-"))

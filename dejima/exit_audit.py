@@ -14,12 +14,21 @@ from pathlib import Path
 
 from dejima import host
 from dejima.core.audit import SEVERITIES, Finding, audit, derived_watch, watched
+from dejima.core.audit.git import housekeeping
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.model import finding, rank
 from dejima.core.gitconfig import GitConfigError, parse_git_config
 from dejima.core.snapshot import Snapshot
 from dejima.findings import FileState, FindingStore
-from dejima.snapshot import SnapshotError, load_snapshot, read_kept, save_snapshot, take_snapshot
+from dejima.snapshot import (
+    WALK_ATTEMPTS,
+    InconsistentWalk,
+    SnapshotError,
+    load_snapshot,
+    read_kept,
+    save_snapshot,
+    take_snapshot,
+)
 from dejima.ui.console import UI
 from dejima.violations import sessions_dir
 
@@ -84,10 +93,28 @@ def capture(mount: Mount) -> MountState:
     return MountState(mount, snapshot, _keep(mount, snapshot))
 
 
-def audit_mount(state: MountState) -> tuple[list[Finding], Snapshot]:
+def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[Finding]]:
+    """The end snapshot. When the tree would not hold still while walked (walked again, and still),
+    entries git's own housekeeping rewrites (a host-side `git gc`) are what they are; anything else
+    the walk cannot account for is named in a critical finding, the rest audited as usual."""
+    try:
+        return take_snapshot(state.mount.root, previous=state.snapshot), []
+    except InconsistentWalk as exc:
+        after, unsure = exc.snapshot, [p for p in exc.paths if not housekeeping(p)]
+        for path in exc.paths:
+            after.pop(path, None)
+    if not unsure:
+        return after, []
+    shown = ", ".join(unsure[:10]) + (f" and {len(unsure) - 10} more" if len(unsure) > 10 else "")
+    return after, [finding("X00", "critical", "", f"session {session_id}: {state.mount.root} changed while it was "
+                           f"audited (walked {WALK_ATTEMPTS} times); the audit cannot say what happened to {shown}: "
+                           "check them by hand, then ack this", "\n".join(unsure))]
+
+
+def audit_mount(state: MountState, session_id: str = "") -> tuple[list[Finding], Snapshot]:
     """Findings for one mount now (the session must be gone), and the end snapshot."""
     root = state.mount.root
-    after = take_snapshot(root, previous=state.snapshot)
+    after, unsure = _walk_end(state, session_id)
     read: dict[str, bytes | None] = {}
 
     def contents(side: str, path: str) -> bytes | None:
@@ -103,7 +130,7 @@ def audit_mount(state: MountState) -> tuple[list[Finding], Snapshot]:
         except OSError:
             return []
 
-    return audit(state.snapshot, after, contents, state.mount.kind, listdir), after
+    return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir)], after
 
 
 def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
@@ -195,7 +222,7 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
         found = []
         for state in states:
             try:
-                mount_findings, after = audit_mount(state)
+                mount_findings, after = audit_mount(state, session_id)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"
@@ -204,12 +231,27 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)
-    shown = [f for f in found if rank(f.severity) >= rank("low")]
-    if shown:
-        worst = max(shown, key=lambda f: SEVERITIES.index(f.severity)).severity
-        ui.warn(f"session {session_id} left {len(shown)} change(s) that can run code later "
-                f"(worst: {worst}); review them: dejima-audit")
+    _say(session_id, ui, store, workspace, found)
     return found
+
+
+def _say(session_id: str, ui: UI, store: FindingStore, workspace: str, found: list[Finding]) -> None:
+    """The closing message: how many changes, and the worst ones not reviewed yet, themselves."""
+    from dejima.ui.audit_views import end_of_session
+
+    shown = [f for f in found if rank(f.severity) >= rank("low")]
+    if not shown:
+        return
+    worst = max(shown, key=lambda f: SEVERITIES.index(f.severity)).severity
+    fingerprints = {f.fingerprint for f in shown}
+    unreviewed = [s for s in store.findings(workspace) if s.finding.fingerprint in fingerprints]
+    reviewed = f"; {len(shown) - len(unreviewed)} reviewed before" if len(unreviewed) < len(shown) else ""
+    ui.warn(f"session {session_id} left {len(shown)} change(s) that can run code later (worst: {worst}{reviewed})"
+            + (":" if unreviewed else ""))
+    for line in end_of_session(unreviewed, width=ui.console.width):
+        ui.console.print(line, crop=False)
+    if unreviewed:
+        ui.info("review them one file at a time: dejima-audit ack")
 
 
 def recover(ui: UI) -> None:

@@ -10,6 +10,7 @@ a new, unreviewed finding. File contents are stored once per hash (blobs), for `
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 from dejima import host
 from dejima.core.audit import CATALOGUE_VERSION, Finding
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA = """
 create table if not exists findings (
     id integer primary key, session text not null, workspace text not null, rule text not null,
@@ -32,16 +33,18 @@ create table if not exists acks (
 );
 create table if not exists blobs (sha256 text primary key, data blob not null);
 """
-# Columns added by schema 2 (an older database gains them, its rows keep their defaults).
-COLUMNS_2 = (
+# Columns added since schema 1 (an older database gains them, its rows keep their defaults).
+COLUMNS = (
     ("remedy", "text not null default 'review'"), ("notes", "text not null default ''"),
     ("mount", "text not null default 'workspace'"), ("root", "text not null default ''"),
     ("catalogue", "text not null default ''"), ("before_kind", "text"), ("before_mode", "integer"),
     ("before_blob", "text"), ("after_kind", "text"), ("after_blob", "text"), ("after_sha256", "text"),
+    # Schema 3: the other changes of the same file, merged into one finding (a JSON list).
+    ("lines", "text not null default '[]'"),
 )
 _SELECT = ("select f.id, f.session, f.workspace, f.rule, f.severity, f.path, f.key, f.evidence, f.fingerprint,"
            " f.remedy, f.notes, f.created, a.fingerprint is not null, a.note, a.time, f.mount, f.root, f.catalogue,"
-           " f.before_kind, f.before_mode, f.before_blob, f.after_kind, f.after_blob, f.after_sha256"
+           " f.before_kind, f.before_mode, f.before_blob, f.after_kind, f.after_blob, f.after_sha256, f.lines"
            " from findings f left join acks a on a.workspace = f.workspace and a.fingerprint = f.fingerprint")
 
 
@@ -86,7 +89,7 @@ class FindingStore:
             self.db.executescript(SCHEMA)
             if self.db.execute("pragma user_version").fetchone()[0] < SCHEMA_VERSION:
                 have = {row[1] for row in self.db.execute("pragma table_info(findings)")}
-                for name, declaration in COLUMNS_2:
+                for name, declaration in COLUMNS:
                     if name not in have:
                         self.db.execute(f"alter table findings add column {name} {declaration}")
                 self.db.execute(f"pragma user_version = {SCHEMA_VERSION}")
@@ -117,20 +120,20 @@ class FindingStore:
                 self.db.execute(
                     "insert or ignore into findings (session, workspace, rule, severity, path, key, evidence, "
                     "fingerprint, created, remedy, notes, mount, root, catalogue, before_kind, before_mode, "
-                    "before_blob, after_kind, after_blob, after_sha256) "
-                    "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "before_blob, after_kind, after_blob, after_sha256, lines) "
+                    "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (session, workspace, f.rule, f.severity, f.path, f.key, f.evidence, f.fingerprint, time.time(),
                      f.remedy, "\n".join(f.notes), mount, root, CATALOGUE_VERSION, state.before_kind,
                      state.before_mode, self._blob(state.before), state.after_kind, self._blob(state.after),
-                     state.after_sha256))
+                     state.after_sha256, json.dumps(list(f.lines))))
             return self.db.total_changes - before
 
     def _stored(self, row: tuple[object, ...], with_state: bool = False) -> Stored:
         (id_, session, workspace, rule, severity, path, key, evidence, fp, remedy, notes, created, acked, note,
          ack_time, mount, root, catalogue, before_kind, before_mode, before_blob, after_kind, after_blob,
-         after_sha) = row
+         after_sha, lines) = row
         finding = Finding(str(rule), str(severity), str(path), str(key), str(evidence), str(fp), str(remedy),
-                          tuple(str(notes).splitlines()))
+                          tuple(str(notes).splitlines()), tuple(map(str, json.loads(str(lines)))))
         state = FileState(before_kind, before_mode, self.blob(before_blob), after_kind,  # type: ignore[arg-type]
                           self.blob(after_blob), after_sha) if with_state else None  # type: ignore[arg-type]
         return Stored(int(id_), str(session), str(workspace), finding, float(created), bool(acked),  # type: ignore

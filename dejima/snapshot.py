@@ -43,6 +43,17 @@ class SnapshotError(DiagnosticError):
     reference = "audit-snapshot-failed"
 
 
+class InconsistentWalk(SnapshotError):
+    """Even walked again, the tree did not hold still: ``paths`` are the entries the walk cannot
+    account for (changed while it was walked); ``snapshot`` is the rest, which it can."""
+
+    def __init__(self, paths: list[str], snapshot: Snapshot) -> None:
+        shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        super().__init__(f"the tree changed while it was walked; unsure about {shown}",
+                         hint="something on the host is writing there; check those paths by hand")
+        self.paths, self.snapshot = paths, snapshot
+
+
 def _hash(name: str, size: int, directory: int) -> str:
     digest = hashlib.sha256()
     # O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO between lstat and open is
@@ -79,8 +90,13 @@ class _Walk:
     """One process's share of the walk: the entries that differ from ``previous`` (all of them
     without one; new and changed files hashed) and the listings of changed directories."""
 
-    def __init__(self, root: str, device: int, previous: Snapshot | None, hash_path: Callable[[str], bool]) -> None:
+    def __init__(self, root: str, device: int, previous: Snapshot | None, hash_path: Callable[[str], bool],
+                 list_all: bool = False) -> None:
         self.root, self.device, self.hash_path = root, device, hash_path
+        # Every directory's listing sent back, not only those whose ctime moved: a walk that found
+        # the tree inconsistent (something wrote there within the clock tick of the start walk, so
+        # a directory changed without its ctime moving) then finds every removal.
+        self.list_all = list_all
         self.checking = previous is not None  # the end of a session: every new or changed file is hashed
         self.previous: Snapshot = previous or {}
         self.rows: list[Row] = []
@@ -91,7 +107,8 @@ class _Walk:
         self.same: dict[int, int] = {}
 
     def fresh(self) -> _Walk:
-        return _Walk(self.root, self.device, self.previous if self.checking else None, self.hash_path)
+        return _Walk(self.root, self.device, self.previous if self.checking else None, self.hash_path,
+                     self.list_all)
 
     def result(self) -> Result:
         return self.rows, self.listings, self.seen
@@ -136,7 +153,7 @@ class _Walk:
             elif old.kind == "dir" and info.st_dev == self.device:
                 subdirs.append((path, False))
         self.seen += len(children) - len(vanished)
-        if listed or vanished:
+        if listed or vanished or self.list_all:
             self.listings.append((relative, [c.name for c in children if c.name not in vanished]))
         return subdirs
 
@@ -259,9 +276,23 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
         for path in missing(previous, listings):
             entries.pop(path, None)
     if len(entries) != seen:
-        raise SnapshotError(f"the snapshot walk saw {seen} entries where the snapshot holds {len(entries)}",
-                            hint="was the tree changed while it was walked? run the audit again")
+        listed = {f"{d}/{n}" if d else n for d, names in listings for n in names}
+        raise InconsistentWalk(sorted(p for p in entries if p not in listed), entries)
     return entries
+
+
+def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str], bool], count: int,
+               list_all: bool) -> Snapshot:
+    with _gc_paused():
+        # Copied before the fork: its reference counts are written now, not page by page after it.
+        entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
+        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all)
+        units = _frontier(front, count)
+        shares = _walk_shares(front, units, min(count, len(units))) if units else []
+        return _assemble(previous, entries, [front.result(), *shares])
+
+
+WALK_ATTEMPTS = 3  # the fast walk, then walks that list every directory
 
 
 def take_snapshot(root: Path, previous: Snapshot | None = None,
@@ -273,15 +304,18 @@ def take_snapshot(root: Path, previous: Snapshot | None = None,
     ctime, so an unchanged tuple is an unchanged file, and only changed files are read. Entries
     that did not change are ``previous``'s own objects, which makes ``diff`` fast. ``workers``:
     how many processes walk (default: one per CPU; 1 walks in this process).
+
+    A walk that does not add up (the host wrote there while the start walk ran, e.g. git's own
+    gc) is done again, listing every directory; InconsistentWalk names what still does not.
     """
     count = max(1, workers or _workers())
-    with _gc_paused():
-        # Copied before the fork: its reference counts are written now, not page by page after it.
-        entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
-        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path)
-        units = _frontier(front, count)
-        shares = _walk_shares(front, units, min(count, len(units))) if units else []
-        return _assemble(previous, entries, [front.result(), *shares])
+    for attempt in range(WALK_ATTEMPTS):
+        try:
+            return _walk_once(root, previous, hash_path, count, list_all=attempt > 0)
+        except InconsistentWalk:
+            if attempt == WALK_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def read_kept(root: Path, snapshot: Snapshot, keep: Callable[[str], bool], limit: int = 1 << 20) -> dict[str, bytes]:

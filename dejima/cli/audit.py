@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -24,41 +24,52 @@ At the end of every session dejima compares the workspace (and the session's hom
 with their snapshot from the start, and records each change that can run code later: git hooks
 and command-valued git config keys, IDE tasks and settings, agent configs and MCP servers, .env
 and direnv files, package-manager and build hooks, CI workflows, setuid bits, device nodes, links
-out of the tree, name tricks... (`dejima-audit rules` lists them all).
+out of the tree, name tricks... (`dejima-audit rules` lists them all). The changes found in one
+file are one finding.
 
 An acknowledgement covers that exact content: if the file changes again, the finding comes back.
 `dejima PATH` refuses to start on a workspace with unreviewed critical findings (unless
 --accept-findings). Findings are kept in $XDG_STATE_HOME/dejima/audit.sqlite3.
 
   dejima-audit                          unreviewed findings (low and above)
+  dejima-audit ack                      on a terminal: walk them one file at a time, worst first
   dejima-audit show ID [ID...]          evidence, and what changed in the file since the start
   dejima-audit ack ID [ID...] --note "why it is fine"
   dejima-audit ack --all --workspace ~/repos/project --note "reviewed"
   dejima-audit restore ID [ID...]       put the file back as it was at the start (or remove it)
   dejima-audit list --all --json        every finding, reviewed or not, info included
   dejima-audit rules                    the rule catalogue
+
+--json prints one JSON object per line (as `dejima violations --json` does).
 """
+
+
+def _listing_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    parser.add_argument("--all", action="store_true", dest=f"{prefix}all", help="also reviewed and info findings")
+    parser.add_argument("--workspace", dest=f"{prefix}workspace", help="only findings of this workspace")
+    parser.add_argument("--json", action="store_true", dest=f"{prefix}json", help="print JSON lines (for scripts)")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dejima-audit", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    _listing_options(parser, "default_")  # `dejima-audit --json` is `dejima-audit list --json`
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    listing = sub.add_parser("list", help="findings not reviewed yet (the default)")
-    listing.add_argument("--all", action="store_true", help="also reviewed and info findings")
-    listing.add_argument("--workspace", help="only findings of this workspace")
-    listing.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+    _listing_options(sub.add_parser("list", help="findings not reviewed yet (the default)"))
     show = sub.add_parser("show", help="one or more findings with their evidence and diff")
     show.add_argument("ids", nargs="+", type=int, metavar="ID")
-    ack = sub.add_parser("ack", help="record that you reviewed findings (bound to their content)")
+    show.add_argument("--json", action="store_true", help="print JSON lines (with each file's diff)")
+    ack = sub.add_parser("ack", help="record that you reviewed findings (bound to their content); without ids, "
+                                     "on a terminal, walk the unreviewed ones file by file")
     ack.add_argument("ids", nargs="*", type=int, metavar="ID")
     ack.add_argument("--all", action="store_true", help="every unreviewed finding (of --workspace if given)")
-    ack.add_argument("--workspace", help="with --all: only this workspace")
-    ack.add_argument("--note", required=True, help="why the change is fine (recorded with the time)")
+    ack.add_argument("--workspace", help="only this workspace (with --all, or for the walk)")
+    ack.add_argument("--note", help="why the change is fine (recorded with the time); needed with ids or --all")
     restore = sub.add_parser("restore", help="put flagged files back as they were when the session started")
     restore.add_argument("ids", nargs="+", type=int, metavar="ID")
     restore.add_argument("--force", action="store_true", help="even if the file changed again since the audit")
-    sub.add_parser("rules", help="the rule catalogue: what is watched, and how severe a change is")
+    rules = sub.add_parser("rules", help="the rule catalogue: what is watched, and how severe a change is")
+    rules.add_argument("--json", action="store_true", help="print JSON lines")
     return parser
 
 
@@ -69,16 +80,27 @@ def _output() -> Console:
     return Console(highlight=False, soft_wrap=True)
 
 
+def _json_lines(records: list[dict[str, object]]) -> None:
+    for record in records:
+        print(json.dumps(record, sort_keys=True))
+
+
 def _workspace(value: str | None) -> str | None:
     return os.path.abspath(os.path.expanduser(value)) if value else None
 
 
 def _body(argv: list[str], ui: UI) -> int:
-    args = _parser().parse_args(argv or ["list"])
+    args = _parser().parse_args(argv)
+    if args.action is None:
+        args.action, args.all, args.workspace, args.json = "list", args.default_all, args.default_workspace, \
+            args.default_json
     if args.action == "rules":
-        from dejima.ui.audit_views import rules_reference
+        from dejima.ui.audit_views import rules_records, rules_reference
 
-        print(rules_reference(), end="")
+        if args.json:
+            _json_lines(rules_records())  # type: ignore[arg-type]
+        else:
+            print(rules_reference(), end="")
         return exit_codes.SUCCESS
     from dejima.findings import FindingStore
 
@@ -89,27 +111,28 @@ def _body(argv: list[str], ui: UI) -> int:
         store.close()
 
 
-def _list(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
+def _unreviewed(store: FindingStore, workspace: str | None) -> list[Stored]:
     from dejima.core.audit import rank
-    from dejima.ui.audit_views import findings_table
 
-    found = store.findings(_workspace(args.workspace), include_acked=args.all)
-    if not args.all:
-        found = [s for s in found if rank(s.finding.severity) >= rank("low")]
+    return [s for s in store.findings(workspace) if rank(s.finding.severity) >= rank("low")]
+
+
+def _list(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
+    from dejima.ui.audit_views import finding_record, findings_table
+
+    found = store.findings(_workspace(args.workspace), include_acked=True) if args.all else \
+        _unreviewed(store, _workspace(args.workspace))
     if args.json:
-        print(json.dumps([{
-            "id": s.id, "workspace": s.workspace, "session": s.session, "mount": s.mount, "root": s.root,
-            "reviewed": s.acked, "note": s.ack_note, "catalogue": s.catalogue,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(s.created)),
-            **{k: getattr(s.finding, k) for k in ("rule", "severity", "path", "key", "evidence", "remedy",
-                                                  "fingerprint")},
-            "notes": list(s.finding.notes)} for s in found], indent=2))
+        _json_lines([finding_record(s) for s in found])
         return exit_codes.SUCCESS
     if not found:
         ui.info("no unreviewed findings" if not args.all else "no findings")
         return exit_codes.SUCCESS
-    _output().print(findings_table(found))
-    ui.info("details: dejima-audit show ID; reviewed: dejima-audit ack ID --note ...; undo: dejima-audit restore ID")
+    output = _output()
+    for line in findings_table(found, width=output.width):
+        output.print(line, crop=False)
+    ui.info("review them one file at a time: dejima-audit ack; details: dejima-audit show ID; "
+            "undo: dejima-audit restore ID")
     return exit_codes.SUCCESS
 
 
@@ -122,23 +145,59 @@ def _known(store: FindingStore, ids: list[int]) -> list[Stored]:
 
 
 def _show(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
-    from dejima.ui.audit_views import print_finding
+    from dejima.ui.audit_views import finding_record, print_finding
 
+    found = _known(store, args.ids)
+    if args.json:
+        _json_lines([finding_record(s) for s in found])
+        return exit_codes.SUCCESS
     output = _output()
-    for stored in _known(store, args.ids):
+    for stored in found:
         print_finding(output, stored)
     return exit_codes.SUCCESS
 
 
 def _ack(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
-    if args.all == bool(args.ids):
-        raise UsageError("ack needs finding ids, or --all (not both)", hint="dejima-audit lists them with their ids")
-    if not args.note.strip():
-        raise UsageError("--note is empty", hint='say why the change is fine: --note "my own pre-commit hook"')
+    if args.all and args.ids:
+        raise UsageError("ack takes finding ids or --all, not both", hint="dejima-audit lists them with their ids")
+    if not args.all and not args.ids:
+        return _walk(args, store, ui)
+    if args.note is None or not args.note.strip():
+        raise UsageError("--note is empty" if args.note is not None else "ack with ids or --all needs --note",
+                         hint='say why the change is fine: --note "my own pre-commit hook"; or run '
+                              "`dejima-audit ack` alone on a terminal to walk the findings")
     if args.ids:
         _known(store, args.ids)
     done = store.ack(None if args.all else args.ids, args.note, _workspace(args.workspace) if args.all else None)
     ui.info(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (they were already reviewed)"))
+    return exit_codes.SUCCESS
+
+
+def _ask(prompt: str) -> str | None:
+    print(prompt, end="", flush=True)
+    line = sys.stdin.readline()
+    return line.rstrip("\n") if line else None
+
+
+def _walk(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
+    from dejima.cli.audit_review import Review, instead
+    from dejima.restore import restore
+
+    workspace = _workspace(args.workspace)
+    found = _unreviewed(store, workspace)
+    if not found:
+        ui.info("no unreviewed findings")
+        return exit_codes.SUCCESS
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(f"ack without ids walks the {len(found)} unreviewed finding(s) on a terminal, and this is "
+                         "not one", hint=instead(found, workspace))
+    review = Review(store, _output(), _ask, restore)
+    review.tally.note = (args.note or "").strip()  # offered for every file; Enter accepts it
+    tally = review.run(found)
+    left = len(tally.left) + tally.skipped
+    ui.info(f"acknowledged {tally.acknowledged}, restored {tally.restored}, skipped {tally.skipped}"
+            + (f"; {len(tally.left)} not shown yet: dejima-audit ack again to go on" if tally.left else "")
+            + ("" if left else "; nothing left to review"))
     return exit_codes.SUCCESS
 
 
@@ -160,7 +219,5 @@ def _restore(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import sys
-
     args = list(sys.argv[1:] if argv is None else argv)
     return run_main(lambda ui: _body(args, ui), failure=exit_codes.FAILURE)

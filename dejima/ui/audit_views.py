@@ -8,8 +8,8 @@ import difflib
 import re
 import time
 
+from rich.cells import cell_len, set_cell_size
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from dejima.core.audit.catalogue import (
@@ -44,16 +44,111 @@ def _where(stored: Stored) -> str:
     return f"{stored.mount} of {stored.workspace}"
 
 
-def findings_table(found: list[Stored]) -> Table:
-    table = Table("id", "severity", "rule", "where", "path", "what", show_lines=False)
+def cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal cells, cut at the end with a marker."""
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, max(width - 1, 0)) + "…"
+
+
+def shorten_path(path: str, width: int) -> str:
+    """``path`` in at most ``width`` cells, shortened from the middle: the start says where it is,
+    the end which file it is."""
+    if cell_len(path) <= width:
+        return path
+    if width < 5:
+        return cut(path, width)
+    tail_width = (width - 1) * 2 // 3
+    head = set_cell_size(path, width - 1 - tail_width)
+    tail, size = "", 0
+    for char in reversed(path):
+        size += cell_len(char)
+        if size > tail_width:
+            break
+        tail = char + tail
+    return set_cell_size(head + "…" + tail, width)
+
+
+def _path_cell(stored: Stored) -> str:
+    path = safe(stored.finding.path or "(whole mount)")
+    return path if stored.mount == "workspace" else f"{stored.mount}:{path}"
+
+
+def summary(stored: Stored) -> str:
+    """The finding's evidence in one line of plain text, with how many more changes it covers."""
+    f = stored.finding
+    more = sum(1 for line in f.lines if not line.startswith("context: "))
+    text = safe(f.evidence) + (f" (+{more} more)" if more else "")
+    return f"[reviewed] {text}" if stored.acked else text
+
+
+def _group_header(workspace: str, rows: list[Stored], width: int) -> list[Text]:
+    unreviewed = sum(1 for s in rows if not s.acked)
+    counts = ", ".join(f"{n} {sev}" for sev in reversed(SEVERITIES)
+                       if (n := sum(1 for s in rows if s.finding.severity == sev)))
+    rest = f"{len(rows)} finding(s): {counts}" + (f"; {unreviewed} unreviewed" if unreviewed < len(rows) else "")
+    return [Text(f"workspace {shorten_path(safe(workspace), width - 10)}", style="bold"), Text(cut(rest, width))]
+
+
+def findings_table(found: list[Stored], width: int = 80) -> list[Text]:
+    """Findings as lines of at most ``width`` cells: a header per workspace (shown once, not on
+    every row), then one line per finding: id, severity, rule, path (shortened from the middle),
+    and its evidence (cut with a marker)."""
+    by_workspace: dict[str, list[Stored]] = {}
     for s in found:
-        f = s.finding
-        what = safe(f.evidence) + "".join(f"\n  + {safe(note)}" for note in f.notes)
-        if s.acked:
-            what += f"\n  reviewed: {safe(s.ack_note)}"
-        table.add_row(str(s.id), Text(f.severity, style=_STYLE.get(f.severity, "")), Text(f.rule),
-                      Text(safe(_where(s))), Text(safe(f.path or "(whole mount)")), Text(what))
-    return table
+        by_workspace.setdefault(s.workspace, []).append(s)
+    id_width = max((len(str(s.id)) for s in found), default=2)
+    lines: list[Text] = []
+    for workspace, rows in by_workspace.items():
+        if lines:
+            lines.append(Text(""))
+        rows.sort(key=lambda s: (-SEVERITIES.index(s.finding.severity), s.id))
+        lines.extend(_group_header(workspace, rows, width))
+        paths = [_path_cell(s) for s in rows]
+        fixed = id_width + 2 + 8 + 2 + 4 + 2
+        path_width = min(max(cell_len(p) for p in paths), max(12, (width - fixed) * 2 // 5))
+        what_width = max(width - fixed - path_width - 2, 8)
+        head = f"{'id':>{id_width}}  {'severity':<8}  {'rule':<4}  {set_cell_size('path', path_width)}  what"
+        lines.append(Text(cut(head, width), style="dim"))
+        for s, path in zip(rows, paths, strict=True):
+            f = s.finding
+            line = Text(f"{s.id:>{id_width}}  ")
+            line.append(f"{f.severity:<8}", style=_STYLE.get(f.severity, ""))
+            line.append(f"  {f.rule:<4}  {set_cell_size(shorten_path(path, path_width), path_width)}  "
+                        f"{cut(summary(s), what_width)}")
+            lines.append(line)
+    return lines
+
+
+def finding_record(stored: Stored) -> dict[str, object]:
+    """A finding for scripts (one JSON object per line, as `dejima violations --json` prints)."""
+    f = stored.finding
+    record: dict[str, object] = {
+        "id": stored.id, "workspace": stored.workspace, "session": stored.session, "mount": stored.mount,
+        "root": stored.root, "reviewed": stored.acked, "note": stored.ack_note, "catalogue": stored.catalogue,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(stored.created)),
+        "rule": f.rule, "severity": f.severity, "path": f.path, "key": f.key, "evidence": f.evidence,
+        "more": list(f.lines), "remedy": f.remedy, "fingerprint": f.fingerprint, "notes": list(f.notes)}
+    if stored.state is not None:
+        record["diff"] = _diff(stored)
+    return record
+
+
+def end_of_session(found: list[Stored], width: int = 80, shown: int = 5) -> list[Text]:
+    """The worst findings of a session, one line each (at most ``width`` cells), for the
+    launcher's closing message: severity, id, path and evidence."""
+    worst = sorted(found, key=lambda s: (-SEVERITIES.index(s.finding.severity), s.id))[:shown]
+    id_width = max((len(str(s.id)) for s in worst), default=1)
+    lines = []
+    for s in worst:
+        line = Text("  ")
+        line.append(f"{s.finding.severity:<8}", style=_STYLE.get(s.finding.severity, ""))
+        rest = f" {s.id:>{id_width}} {shorten_path(_path_cell(s), max(width // 3, 16))}: {summary(s)}"
+        line.append(cut(rest, width - 10))
+        lines.append(line)
+    if len(found) > shown:
+        lines.append(Text(f"  ... and {len(found) - shown} more"))
+    return lines
 
 
 def _decoded(data: bytes | None) -> list[str] | None:
@@ -62,7 +157,7 @@ def _decoded(data: bytes | None) -> list[str] | None:
     return [safe(line) for line in data.decode("utf-8", "surrogateescape").splitlines()]
 
 
-def _diff(stored: Stored) -> list[str]:
+def _diff(stored: Stored, limit: int = _DIFF_LINES) -> list[str]:
     state = stored.state
     if state is None:
         return []
@@ -79,23 +174,32 @@ def _diff(stored: Stored) -> list[str]:
     if before is None or after is None:
         return [*head, "(binary content: not shown)"]
     lines = list(difflib.unified_diff(before, after, "at the start", "at the end", lineterm="", n=2))
-    return [*head, *lines[:_DIFF_LINES], *(["..."] if len(lines) > _DIFF_LINES else [])]
+    return [*head, *lines[:limit], *(["..."] if len(lines) > limit else [])]
 
 
-def print_finding(console: Console, stored: Stored) -> None:
+def finding_lines(stored: Stored) -> list[Text]:
+    """A finding's evidence, every change it covers, its signals and how to undo it (plain text)."""
     f = stored.finding
     rows = [("finding", str(stored.id)), ("rule", f"{f.rule} ({rule_title(f.rule)})"), ("severity", f.severity),
             ("where", _where(stored)), ("path", f.path or "(whole mount)"), ("key", f.key), ("evidence", f.evidence),
+            *(("context" if line.startswith("context: ") else "also", line.removeprefix("context: "))
+              for line in f.lines),
             *(("signal", note) for note in f.notes), ("remedy", _remedy(f.remedy)), ("session", stored.session),
             ("when", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stored.created))),
             ("reviewed", f"yes: {stored.ack_note}" if stored.acked else "no"), ("fingerprint", f.fingerprint),
             ("catalogue", stored.catalogue)]
-    for label, value in rows:
-        if value:
-            console.print(Text(f"{label:>11}: {safe(value)}"))
-    for line in _diff(stored):
-        style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
-        console.print(Text(f"    {line}", style=style))
+    return [Text(f"{label:>11}: {safe(value)}") for label, value in rows if value]
+
+
+def diff_lines(stored: Stored, limit: int = _DIFF_LINES) -> list[Text]:
+    """What changed in the file since the start, as a unified diff of escaped lines."""
+    return [Text(f"    {line}", style="green" if line.startswith("+") else "red" if line.startswith("-") else "dim")
+            for line in _diff(stored, limit)]
+
+
+def print_finding(console: Console, stored: Stored) -> None:
+    for line in [*finding_lines(stored), *diff_lines(stored)]:
+        console.print(line)
     console.print()
 
 
@@ -115,31 +219,37 @@ def _range(severities: set[str]) -> str:
     return ordered[0] if len(ordered) == 1 else f"{ordered[0]}-{ordered[-1]}"
 
 
-def rules_reference() -> str:
-    """The catalogue as Markdown (docs/audit.md carries it; a test keeps it current)."""
-    lines = [f"Catalogue version {CATALOGUE_VERSION}.", "", "| rule | what | where | severity |", "|---|---|---|---|"]
+def rules_records() -> list[dict[str, str]]:
+    """The catalogue, one record per row: rule, what, where, severity."""
+    rows = []
     for rule in PATH_RULES:
         how = " (by key)" if rule.keys else " (new lines only)" if rule.grep else ""
         mounts = "" if rule.mounts == ("workspace",) else f" ({', '.join(rule.mounts)} mount)"
         paths = ", ".join(f"`{p}`" for p in rule.paths[:5]) + (", ..." if len(rule.paths) > 5 else "")
-        severities = {s for s in (rule.severity, rule.added, *(k.severity for k in rule.keys)) if s}
-        lines.append(f"| {rule.id} | {rule.title}{how}{mounts} | {paths} | {_range(severities)} |")
+        severities = {s for s in (rule.severity, rule.added, *(k.severity for k in rule.keys)) if s in SEVERITIES}
+        rows.append((rule.id, f"{rule.title}{how}{mounts}", paths, _range(severities)))
     for pattern, rule_id, severity, title in GIT_INNER:
-        lines.append(f"| {rule_id} | {title} | `.git/{pattern}` | {severity} |")
+        rows.append((rule_id, title, f"`.git/{pattern}`", severity))
     by_rule: dict[str, list[tuple[str, str]]] = {}
     for pattern, rule_id, severity in GIT_KEYS:
         by_rule.setdefault(rule_id, []).append((pattern, severity))
     for rule_id, keys in by_rule.items():
         patterns = ", ".join(f"`{p}`" for p, _ in keys)
-        lines.append(f"| {rule_id} | git config: {GIT_KEY_TITLES[rule_id]} | {patterns} | "
-                     f"{_range({s for _, s in keys})} |")
+        rows.append((rule_id, f"git config: {GIT_KEY_TITLES[rule_id]}", patterns, _range({s for _, s in keys})))
     for rule_id, title in KEY_RULE_TITLES.items():
         owning = [r for r in PATH_RULES if any(k.rule == rule_id for k in r.keys)]
         owners = ", ".join(dict.fromkeys(f"`{r.paths[0]}`" for r in owning))
         severities = {k.severity for r in owning for k in r.keys if k.rule == rule_id}
-        lines.append(f"| {rule_id} | {title} (by key) | {owners} | {_range(severities)} |")
+        rows.append((rule_id, f"{title} (by key)", owners, _range(severities)))
     for rule_id, (title, severity) in CODED_RULES.items():
-        lines.append(f"| {rule_id} | {title} | (rule in code) | {severity} |")
+        rows.append((rule_id, title, "(rule in code)", severity))
+    return [dict(zip(("rule", "what", "where", "severity"), row, strict=True)) for row in rows]
+
+
+def rules_reference() -> str:
+    """The catalogue as Markdown (docs/audit.md carries it; a test keeps it current)."""
+    lines = [f"Catalogue version {CATALOGUE_VERSION}.", "", "| rule | what | where | severity |", "|---|---|---|---|"]
+    lines += [f"| {r['rule']} | {r['what']} | {r['where']} | {r['severity']} |" for r in rules_records()]
     return "\n".join(lines) + "\n"
 
 

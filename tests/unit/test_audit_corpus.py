@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dejima.core.audit import Finding, rank
+from dejima.core.audit import Finding, constituents, rank
 from dejima.exit_audit import Mount, audit_mount, capture
 
 GIT = ["git", "-c", "init.defaultBranch=main", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
@@ -338,10 +338,13 @@ ATTACKS: list[tuple[str, Change, list[tuple[str, str, str | None]]]] = [
 
 
 def _check(found: list[Finding], expected: list[tuple[str, str, str | None]]) -> None:
+    """Each expected (rule, severity, path) is found, on its own or merged into its file's finding."""
     for rule, severity, path in expected:
-        hits = [f for f in found if f.rule == rule and (path is None or f.path == path)]
-        assert hits, f"no {rule} finding on {path}; got {[(f.rule, f.severity, f.path) for f in found]}"
-        assert max(rank(f.severity) for f in hits) >= rank(severity), f"{rule} on {path} below {severity}: {hits}"
+        hits = [s for f in found if path is None or f.path == path for r, s in constituents(f) if r == rule]
+        assert hits, f"no {rule} finding on {path}; got {[(f.rule, f.severity, f.path, f.lines) for f in found]}"
+        assert max(map(rank, hits)) >= rank(severity), f"{rule} on {path} below {severity}: {found}"
+    paths = [f.path for f in found]
+    assert len(paths) == len(set(paths)), f"one finding per changed file: {found}"
 
 
 @pytest.mark.parametrize("sample", ATTACKS, ids=[a[0] for a in ATTACKS])
@@ -492,3 +495,147 @@ def test_agent_configs_in_the_session_home_are_found(tmp_path: Path) -> None:
     found = findings_after(home, lambda h: (write(h, ".claude/settings.json", '{"hooks": {}}'),
                                             append(h, ".claude/projects/x/log.jsonl", "{}\n")), "home")
     assert [(f.rule, f.path) for f in found] == [("M02", ".claude/settings.json")]
+
+
+# --- classes the held-out samples missed: each attack found, its benign neighbour quiet --------------
+
+def loud(found: list[Finding]) -> list[tuple[str, str, str]]:
+    return [(f.rule, f.severity, f.path) for f in found if rank(f.severity) >= rank("low")]
+
+
+def worktree_config(root: Path) -> None:
+    write(root, ".git/config.worktree", "[core]\n\tfsmonitor = ./.cache/w.sh\n")
+
+
+CLASS_ATTACKS: list[tuple[str, Change, list[tuple[str, str, str | None]]]] = [
+    ("modeline runs a program", lambda r: append(r, "README.md",
+                                                 "\n<!-- vim: set fdm=expr foldexpr=system('id'): -->\n"),
+     [("I12", "high", "README.md")]),
+    ("modeline in a new doc", lambda r: write(r, "docs/notes.txt", "notes\n vim: makeprg=sh\\ .cache/m.sh\n"),
+     [("I12", "high", "docs/notes.txt")]),
+    ("modeline behind a long first line", lambda r: write(r, "docs/min.js", "x" * 50_000 + "\n// vim: set mp=sh\\ "
+                                                          "x.sh:\n" + "y\n" * 40), [("I12", "high", "docs/min.js")]),
+    ("emacs eval", lambda r: write(r, "src/app.py", "# -*- mode: python; eval: (shell-command \"id\") -*-\n" +
+                                   (r / "src/app.py").read_text()), [("I13", "medium", "src/app.py")]),
+    ("worktree config switched on", lambda r: git_config(r, "extensions.worktreeConfig", "true"),
+     [("G14", "critical", ".git/config"), ("G14", "critical", ".git/config.worktree")], "worktree"),
+    ("include of an unchanged file", lambda r: git_config(r, "include.path", "../shared.cfg"),
+     [("G12", "critical", ".git/config"), ("G12", "critical", "shared.cfg")], "shared"),
+    ("textconv diff driver", lambda r: (write(r, ".gitattributes", "*.md diff=md\n"),
+                                       git_config(r, "diff.md.textconv", "sh .cache/t.sh")),
+     [("G08", "critical", ".gitattributes"), ("G05", "high", ".git/config")]),
+    ("tasks.json, one finding", lambda r: write(r, ".vscode/tasks.json", json.dumps({"version": "2.0.0", "tasks": [
+        {"label": "x", "type": "shell", "command": "node .vscode/.c.js", "group": "build",
+         "runOptions": {"runOn": "folderOpen"}}]})), [("I01", "critical", ".vscode/tasks.json")]),
+]
+VARIANTS.update(worktree=worktree_config, shared=lambda r: write(r, "shared.cfg", "[core]\n\tpager = sh x.sh\n"))
+
+CLASS_BENIGN: list[tuple[str, Change, str]] = [
+    ("layout modelines", lambda r: (write(r, "src/util.py", "# -*- coding: utf-8 -*-\n" +
+                                          (r / "src/util.py").read_text() + "# vim: set ts=4 sw=4 et:\n"),
+                                    append(r, "README.md", "\n<!-- vim: set ft=markdown tw=80 noet: -->\n")), ""),
+    ("worktree config, other key", lambda r: git_config(r, "user.email", "me@example.invalid"), "worktree"),
+    ("attributes without drivers", lambda r: write(r, ".gitattributes", "*.png binary\n*.sh text eol=lf\n"), ""),
+    ("a task renamed", lambda r: write(r, ".vscode/tasks.json", (r / ".vscode/tasks.json").read_text().replace(
+        '"build"', '"compile"')), "tasks"),
+]
+VARIANTS["tasks"] = lambda r: write(r, ".vscode/tasks.json", json.dumps({"version": "2.0.0", "tasks": [
+    {"label": "build", "type": "shell", "command": "make", "group": "build"}]}))
+
+
+@pytest.mark.parametrize("sample", CLASS_ATTACKS, ids=[a[0] for a in CLASS_ATTACKS])
+def test_class_attack_is_found(repo: Path, sample: tuple) -> None:  # type: ignore[type-arg]
+    name, change, expected, *variant = sample
+    if variant:
+        VARIANTS[variant[0]](repo)
+    _check(findings_after(repo, change), expected)
+
+
+@pytest.mark.parametrize(("name", "change", "variant"), CLASS_BENIGN, ids=[b[0] for b in CLASS_BENIGN])
+def test_class_benign_neighbour_is_quiet(repo: Path, name: str, change: Change, variant: str) -> None:
+    if variant:
+        VARIANTS[variant](repo)
+    assert loud(findings_after(repo, change)) == []
+
+
+def test_a_file_with_several_keys_is_one_finding_and_context_is_shown_not_counted(repo: Path) -> None:
+    found = findings_after(repo, next(a[1] for a in CLASS_ATTACKS if a[0] == "tasks.json, one finding"))
+    (tasks,) = found
+    assert (tasks.rule, tasks.severity) == ("I01", "critical")
+    assert any("tasks.0.command" in line for line in tasks.lines)
+    context = [line for line in tasks.lines if line.startswith("context: ")]
+    assert len(context) == 1 and "tasks.0.label = 'x'" in context[0] and "version" in context[0]
+
+
+def test_a_textconv_driver_says_when_it_runs(repo: Path) -> None:
+    found = findings_after(repo, next(a[1] for a in CLASS_ATTACKS if a[0] == "textconv diff driver"))
+    (attributes,) = [f for f in found if f.path == ".gitattributes"]
+    assert "git diff, git log -p and git show" in attributes.evidence
+
+
+# The session's home with the caches every shipped workflow keeps there.
+SERDE = ".cargo/registry/src/index.crates.io-1949cf8c6b5b557f/serde-1.0.0"
+WHEEL = ".cache/pip/wheels/ab/cd/ef/demo-1.0-py3-none-any.whl"
+NPM = ".npm/_cacache/content-v2/sha512/ab/cd/" + "e" * 124
+GO_MOD = "go/pkg/mod/example.com/mod@v1.2.0"
+GO_OUT = b"compiled object\n"
+
+
+def go_output(data: bytes) -> str:
+    import hashlib
+
+    digest = hashlib.sha256(data).hexdigest()
+    return f".cache/go-build/{digest[:2]}/{digest}-d"
+
+
+def build_home(home: Path) -> None:
+    write(home, f"{SERDE}/Cargo.toml", '[package]\nname = "serde"\nversion = "1.0.0"\n')
+    write(home, f"{SERDE}/src/lib.rs", "pub fn serde() {}\n")
+    write(home, f"{SERDE}/.cargo-ok", '{"v":1}')
+    write(home, ".cargo/registry/index/index.crates.io-1949cf8c6b5b557f/.cache/se/rd/serde", "index v1\n")
+    write(home, WHEEL, "PK wheel\n")
+    write(home, ".cache/pip/http-v2/a/b/c/d/e/abcdef.body", "page 1\n")
+    write(home, NPM, "tarball\n")
+    write(home, ".npm/_cacache/index-v5/12/34/" + "a" * 60, "key1\tentry\n")
+    write(home, f"{GO_MOD}/mod.go", "package mod\n")
+    (home / go_output(GO_OUT)).parent.mkdir(parents=True, exist_ok=True)
+    (home / go_output(GO_OUT)).write_bytes(GO_OUT)
+
+
+HOME_ATTACKS: list[tuple[str, Change, str]] = [
+    ("crate source edited", lambda h: append(h, f"{SERDE}/src/lib.rs", "// planted\n"), SERDE),
+    ("build script added to a crate", lambda h: write(h, f"{SERDE}/build.rs", "fn main() {}\n"), SERDE),
+    ("cached wheel replaced", lambda h: write(h, WHEEL, "PK other wheel\n"), WHEEL),
+    ("npm cache content edited", lambda h: write(h, NPM, "other tarball\n"), NPM),
+    ("go module source edited", lambda h: append(h, f"{GO_MOD}/mod.go", "func init() {}\n"), GO_MOD),
+    ("go build output replaced", lambda h: (h / go_output(GO_OUT)).write_bytes(b"other object\n"), go_output(GO_OUT)),
+]
+HOME_BENIGN: list[tuple[str, Change]] = [
+    ("a crate extracted", lambda h: (write(h, SERDE.replace("1.0.0", "1.0.1") + "/src/lib.rs", "pub fn s() {}\n"),
+                                     write(h, SERDE.replace("1.0.0", "1.0.1") + "/.cargo-ok", '{"v":1}'))),
+    ("cargo index refreshed", lambda h: write(h, ".cargo/registry/index/index.crates.io-1949cf8c6b5b557f/.cache/"
+                                              "se/rd/serde", "index v2\n")),
+    ("pip http cache refreshed", lambda h: write(h, ".cache/pip/http-v2/a/b/c/d/e/abcdef.body", "page 2\n")),
+    ("a wheel cached", lambda h: write(h, WHEEL.replace("demo-1.0", "demo-2.0"), "PK\n")),
+    ("npm index appended", lambda h: append(h, ".npm/_cacache/index-v5/12/34/" + "a" * 60, "key1\tentry2\n")),
+    ("go build cache used", lambda h: (os.utime(h / go_output(GO_OUT)), (h / go_output(b"new\n")).parent.mkdir(
+        parents=True, exist_ok=True), (h / go_output(b"new\n")).write_bytes(b"new\n"))),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "entry"), HOME_ATTACKS, ids=[a[0] for a in HOME_ATTACKS])
+def test_a_changed_cache_entry_in_the_home_is_found_with_its_path(tmp_path: Path, name: str, change: Change,
+                                                                  entry: str) -> None:
+    build_home(tmp_path / "home")
+    assert loud(findings_after(tmp_path / "home", change, "home")) == [("M01", "medium", entry)]
+
+
+@pytest.mark.parametrize(("name", "change"), HOME_BENIGN, ids=[b[0] for b in HOME_BENIGN])
+def test_ordinary_cache_use_in_the_home_is_quiet(tmp_path: Path, name: str, change: Change) -> None:
+    build_home(tmp_path / "home")
+    assert loud(findings_after(tmp_path / "home", change, "home")) == []
+
+
+def test_prose_that_mentions_vim_is_quiet(repo: Path) -> None:
+    change = lambda r: append(r, "README.md", "\nEditors: vim: yes, emacs: yes.\n<!-- vim: ts=4 -->\n")  # noqa: E731
+    assert loud(findings_after(repo, change)) == []

@@ -11,6 +11,7 @@ severities, never create findings alone. The catalogue (catalogue.py) is data.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -22,13 +23,23 @@ from dejima.core.audit.fallback import fallback_findings
 from dejima.core.audit.files import file_findings
 from dejima.core.audit.git import derived_watch, git_findings
 from dejima.core.audit.lockfiles import lockfile_findings
-from dejima.core.audit.model import MOUNT_KINDS, SEVERITIES, Contents, Finding, View, in_dependency_tree, rank
+from dejima.core.audit.model import (
+    MOUNT_KINDS,
+    SEVERITIES,
+    Contents,
+    Finding,
+    View,
+    constituents,
+    in_dependency_tree,
+    rank,
+)
+from dejima.core.audit.modelines import modeline_findings
 from dejima.core.audit.names import name_findings
 from dejima.core.audit.trees import tree_findings
 from dejima.core.snapshot import Snapshot, diff
 
-__all__ = ["CATALOGUE_VERSION", "MOUNT_KINDS", "SEVERITIES", "Contents", "Finding", "audit", "derived_watch", "rank",
-           "watched"]
+__all__ = ["CATALOGUE_VERSION", "MOUNT_KINDS", "SEVERITIES", "Contents", "Finding", "audit", "constituents",
+           "derived_watch", "one_per_path", "rank", "watched"]
 
 # Files the git and lockfile rules read at both ends.
 _ANYWHERE = frozenset((".gitmodules", ".lfsconfig", ".gitattributes", ".gitignore", "package-lock.json",
@@ -48,6 +59,30 @@ def watched(path: str, kind: str = "workspace") -> bool:
         if path[path.rfind("/") + 1:] in _ANYWHERE and not in_dependency_tree(path):
             return True
     return kept_by_rules(path, kind)
+
+
+def _merged(group: list[Finding]) -> Finding:
+    """One finding for one path: the worst change leads, every other one is a line of evidence,
+    and the fingerprint covers them all (a later change to any of them re-opens the review)."""
+    worst, *others = group
+    if not others:
+        return worst
+    lines = [*worst.lines, *(line for o in others for line in (f"{o.rule} {o.severity}: {o.evidence}", *o.lines))]
+    merged = tuple(dict.fromkeys(line for line in lines if not line.startswith("context: ")))
+    context = tuple(dict.fromkeys(line for line in lines if line.startswith("context: ")))
+    digest = hashlib.sha256("\0".join(sorted(f.fingerprint for f in group)).encode()).hexdigest()
+    notes = tuple(dict.fromkeys(note for f in group for note in f.notes))
+    return replace(worst, lines=merged + context, notes=notes, fingerprint=digest)
+
+
+def one_per_path(found: list[Finding]) -> list[Finding]:
+    """The counting rule: the changes found in one file are one finding (research §4.2 keeps the
+    keys as evidence), so a reviewer reads each file once. ``found`` is worst first."""
+    groups: dict[str, list[Finding]] = {}
+    for item in found:
+        groups.setdefault(item.path, []).append(item)
+    merged = [_merged(group) for group in groups.values()]
+    return sorted(merged, key=lambda f: (-rank(f.severity), f.path, f.rule, f.key))
 
 
 def _deduplicated(found: list[Finding]) -> list[Finding]:
@@ -74,6 +109,7 @@ def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "wo
     if kind == "workspace":
         found.extend(git_findings(view))
         found.extend(lockfile_findings(view))
+        found.extend(modeline_findings(view))
     found = correlate(found, view)
     found.extend(fallback_findings(view, found))
-    return _deduplicated(found)
+    return one_per_path(_deduplicated(found))

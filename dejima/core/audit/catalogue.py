@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATALOGUE_VERSION = "2026.12.4"
+CATALOGUE_VERSION = "2026.12.5"
+
+
+# A KeyRule severity: the key runs nothing (a task's label, a schema version); a change to it is
+# shown with the file's finding, never a finding of its own.
+CONTEXT = "context"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,16 @@ COMPOSE = (K("services.*.privileged", "high", "not-false"), K("services.*.volume
            K("services.*.devices*", "high"), K("services.*.env_file*", "high"), K("services.*.security_opt*", "high"),
            K("services.*.userns_mode", "high"), *(K(f"services.*.environment.{n}", "high") for n in ENV_DANGER))
 
+# Keys of VS Code tasks and launch configurations that run nothing: names, grouping, display.
+TASK_CONTEXT = tuple(K(p, CONTEXT) for p in (
+    "version", "$schema", "tasks.*.label", "tasks.*.type", "tasks.*.group*", "tasks.*.presentation.*",
+    "tasks.*.problemmatcher*", "tasks.*.detail", "tasks.*.icon.*", "tasks.*.hide", "tasks.*.isbackground",
+    "tasks.*.promptonclose", "tasks.*.runoptions.instancelimit", "tasks.*.runoptions.reevaluateonrerun"))
+LAUNCH_CONTEXT = tuple(K(p, CONTEXT) for p in (
+    "version", "$schema", "configurations.*.name", "configurations.*.request", "configurations.*.presentation.*",
+    "configurations.*.console", "configurations.*.internalconsoleoptions", "compounds.*.name",
+    "compounds.*.presentation.*"))
+
 # Dot-directories whose files nothing runs (research §4.10): the generic fallback skips them.
 INERT_DIRS = (".github/ISSUE_TEMPLATE/", ".github/PULL_REQUEST_TEMPLATE/", ".github/DISCUSSION_TEMPLATE/",
               ".changeset/", ".pytest_cache/", ".mypy_cache/", ".ruff_cache/", ".hypothesis/", ".parcel-cache/",
@@ -121,7 +136,8 @@ def _env(prefix: str, severity: str) -> tuple[KeyRule, ...]:
 
 IDE = (
     PathRule("I01", "VS Code tasks", (".vscode/tasks.json",), "medium", "json",
-             (K("tasks.*.runoptions.runon", "critical", "not-default"), K("tasks.*", "medium")), "medium"),
+             (K("tasks.*.runoptions.runon", "critical", "not-default"), *TASK_CONTEXT, K("tasks.*", "medium")),
+             "medium"),
     PathRule("I04", "VS Code MCP servers", (".vscode/mcp.json",), "critical", "json", (K("*", "critical"),)),
     PathRule("I02", "VS Code settings that run programs", (".vscode/settings.json",), None, "json", (
         K("mcp*", "critical", rule="I04"),
@@ -131,7 +147,7 @@ IDE = (
         K("files.associations*", "low"), K("extensions.ignorerecommendations", "low"),
     )),
     PathRule("I05", "VS Code launch configurations", (".vscode/launch.json",), "medium", "json",
-             (K("configurations.*", "medium"), K("compounds.*", "medium")), "medium"),
+             (*LAUNCH_CONTEXT, K("configurations.*", "medium"), K("compounds.*", "medium")), "medium"),
     PathRule("I06", "recommended extensions", (".vscode/extensions.json", ".idea/externalDependencies.xml"), "low"),
     PathRule("I07", "VS Code workspace file", ("**/*.code-workspace",), "high", "json", (
         K("tasks.tasks.*.runoptions.runon", "critical", "not-default"), K("settings.mcp*", "critical", rule="I04"),
@@ -447,6 +463,9 @@ CODED_RULES = {
     "G24": ("nested or bare repository", "critical"), "G25": (".git look-alike name", "critical"),
     "G26": ("link into the git directory", "high"), "E02": ("file an already-allowed .envrc loads", "high"),
     "E10": ("module shadowing the standard library", "medium"),
+    "I12": ("Vim project rc, or a modeline in a changed text file that names a program or expression",
+            "medium-high"),
+    "I13": ("Emacs directory variables, or file-local variables that set code or programs", "medium"),
     "B07": ("installed dependency tree (one finding per tree)", "low-high"),
     "B10": ("Python environment (start-up files named one by one)", "high-critical"),
     "B11": ("bytecode written in the session", "high"),
@@ -455,7 +474,7 @@ CODED_RULES = {
     "F05": ("new executable bit", "low"), "F06": ("world-writable or new owner", "medium"),
     "F07": ("huge file or deep nesting", "low"), "F08": ("name trick (case, Unicode, controls)", "medium-critical"),
     "F09": ("invisible characters in code", "medium"), "F10": ("content changed behind an old mtime", "low"),
-    "M01": ("changed cache entry (cache mounts)", "medium"),
+    "M01": ("changed existing cache entry (caches under the session home, cache mounts)", "medium"),
     "X00": ("a session that could not be audited", "critical"),
     "X01": ("file in an unlisted dot-directory", "low"), "X02": ("new root config-as-code file", "medium"),
     "X03": ("other change inside a git directory", "medium"), "X04": ("other git config key", "medium-high"),

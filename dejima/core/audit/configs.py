@@ -4,9 +4,10 @@ finding; a parsed one is diffed key by key, so only the keys that make it run so
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from functools import lru_cache
 
-from dejima.core.audit.catalogue import KEY_RULE_TITLES, PATH_RULES, KeyRule, PathRule
+from dejima.core.audit.catalogue import CONTEXT, KEY_RULE_TITLES, PATH_RULES, KeyRule, PathRule
 from dejima.core.audit.globs import GlobIndex
 from dejima.core.audit.model import MOUNT_KINDS, Finding, View, finding, in_dependency_tree, rank
 from dejima.core.audit.values import VALUE_TESTS
@@ -14,6 +15,7 @@ from dejima.core.configfiles import ConfigParseError, parse_config
 from dejima.core.snapshot import Change
 
 _VALUE_LIMIT = 160
+_CONTEXT_SHOWN = 6
 _NARROWING = re.compile(r"(?i)(?:^|\.)(?:deny|disabled\w*|exclude\w*|block\w*|ask|ignore-scripts)(?:\.|$)")
 
 _INDEX = {kind: GlobIndex((glob, rule) for rule in PATH_RULES if kind in rule.mounts for glob in rule.paths)
@@ -92,8 +94,9 @@ def _short(value: str) -> str:
     return value if len(value) <= _VALUE_LIMIT else value[:_VALUE_LIMIT] + "..."
 
 
-def _key_findings(rule: PathRule, path: str, view: View) -> list[Finding] | None:
-    """Findings for the keys that changed, or None when the file no longer parses."""
+def _key_findings(rule: PathRule, path: str, view: View) -> tuple[list[Finding], list[str]] | None:
+    """Findings for the keys that changed, and the changed keys that run nothing (context); None
+    when the file no longer parses."""
     assert rule.fmt is not None
     data = view.data(path)
     if data is None and view.entry(path) is not None:
@@ -108,12 +111,15 @@ def _key_findings(rule: PathRule, path: str, view: View) -> list[Finding] | None
     except ConfigParseError:
         before = {}
     base_dir = path.rpartition("/")[0]
-    found = []
+    found, context = [], []
     for key, value in after.items():
         if before.get(key) == value:
             continue
         key_rule = _match_key(rule, key, value, view, base_dir)
         severity = key_rule.severity if key_rule else rule.other_keys
+        if severity == CONTEXT:
+            context.append(f"{key} = {_short(value)!r}")
+            continue
         if severity is None:
             continue
         was = f" (was {_short(before[key])!r})" if key in before else ""
@@ -124,11 +130,19 @@ def _key_findings(rule: PathRule, path: str, view: View) -> list[Finding] | None
     for key in before.keys() - after.keys():
         # A deny list that loses an entry widens what runs (an index shift shows as a change above).
         key_rule = _match_key(rule, key, before[key], view, base_dir) if _NARROWING.search(key) else None
-        if key_rule is not None:
+        if key_rule is not None and key_rule.severity != CONTEXT:
             rule_id = key_rule.rule or rule.id
             found.append(finding(rule_id, key_rule.severity, path, f"{rule.title}: {key} removed (was "
                                  f"{_short(before[key])!r})", f"removed:{before[key]}", key, rule.remedy))
-    return found
+    return found, context
+
+
+def _with_context(found: list[Finding], context: list[str]) -> list[Finding]:
+    if not context or not found:
+        return found  # context alone is no finding: nothing that runs changed
+    shown = ", ".join(context[:_CONTEXT_SHOWN]) + (f" and {len(context) - _CONTEXT_SHOWN} more"
+                                                   if len(context) > _CONTEXT_SHOWN else "")
+    return [replace(found[0], lines=(*found[0].lines, f"context: {shown}")), *found[1:]]
 
 
 def _apply(rule: PathRule, path: str, change: Change, view: View) -> list[Finding]:
@@ -151,13 +165,14 @@ def _apply(rule: PathRule, path: str, change: Change, view: View) -> list[Findin
         return [finding(rule.id, file_severity or "medium", path, f"{rule.title}: {_short(hits[0])}", value,
                         remedy=rule.remedy)]
     if rule.fmt is not None:
-        keyed = _key_findings(rule, path, view)
-        if keyed is None:
+        parsed = _key_findings(rule, path, view)
+        if parsed is None:
             return [finding(rule.id, rule.severity or "high", path,
                             f"{rule.title}: {change.what}, and cannot be read or parsed as {rule.fmt}", value,
                             remedy=rule.remedy)]
-        if keyed or file_severity is None:
-            return keyed
+        keyed, context = parsed
+        if keyed or context or file_severity is None:
+            return _with_context(keyed, context)
     if file_severity is None:
         return []
     return [finding(rule.id, file_severity, path, f"{rule.title}: {change.what}", value, remedy=rule.remedy)]
@@ -173,5 +188,5 @@ def config_findings(view: View) -> list[Finding]:
     for change in view.changes:
         if change.what == "removed":  # a deleted config can lift a deny list (an .npmrc's ignore-scripts...)
             found.extend(f for rule in rules_for(change.path, view.kind) if rule.fmt
-                         for f in _key_findings(rule, change.path, view) or [])
+                         for f in (_key_findings(rule, change.path, view) or ([], []))[0])
     return found

@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 from dejima.core.audit.catalogue import GIT_ALLOWED, GIT_BUILTINS, GIT_HOUSEKEEPING, GIT_INNER, GIT_KEYS
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.globs import matches
-from dejima.core.audit.model import Finding, View, finding, resolve
+from dejima.core.audit.model import Finding, View, finding, rank, resolve
 from dejima.core.gitconfig import GitConfigError, parse_git_config
 from dejima.core.snapshot import Snapshot
 
@@ -67,6 +67,15 @@ def _in_bare_repo(path: str, view: View) -> GitPath | None:
 
 def _housekeeping(inner: str) -> bool:
     return inner.startswith(GIT_HOUSEKEEPING)  # alternates, under objects/, are GIT_INNER's first
+
+
+def housekeeping(path: str) -> bool:
+    """A file git itself rewrites during ordinary work (objects, packs, refs, logs, the index), in
+    any git directory of the mount: what a host-side `git gc` changes while a walk runs."""
+    where = split_git(path)
+    if where is None or not where.inner or where.inner.startswith("hooks"):
+        return False
+    return _housekeeping(where.inner) and not any(matches(p, where.inner) for p, _, _, _ in GIT_INNER)
 
 
 def _parse(text: str | None) -> list[tuple[str, str]] | None:
@@ -215,24 +224,38 @@ def _attribute_drivers(view: View) -> tuple[dict[tuple[str, str], tuple[bool, st
     return named, found
 
 
+# When git runs a driver named by an attribute (research C1): what the evidence says, how severe.
+_DRIVER_RUNS = {
+    "clean": ("critical", "git runs it on git status, git add and git commit"),
+    "smudge": ("critical", "git runs it on git checkout, git switch and git reset"),
+    "process": ("critical", "git runs it on git status, git add and git checkout"),
+    "textconv": ("critical", "git runs it without a prompt on git diff, git log -p and git show"),
+    "command": ("critical", "git runs it as the external diff on git diff and git log -p"),
+    "driver": ("high", "git runs it on git merge and git rebase when both sides changed the file"),
+}
+
+
 def _driver_correlation(view: View, config_findings: list[Finding], changed_configs: set[str]) -> list[Finding]:
     """Research C1: a driver defined in config and named by an attribute, either side new."""
     if not changed_configs and not any(p.endswith((".gitattributes", "/info/attributes")) for p in view.changed):
         return []  # neither side changed: nothing new to correlate
     named, found = _attribute_drivers(view)
-    defined: dict[tuple[str, str], bool] = {}
+    defined: dict[tuple[str, str], tuple[bool, list[str]]] = {}
     changed_keys = {f.key for f in config_findings}
     for path in config_paths(view):
         for key, _ in _parse(view.text(path)) or []:
             m = re.fullmatch(r"(filter|diff|merge)\.(.+)\.(clean|smudge|process|command|textconv|driver)", key)
             if m:
-                defined[(m[1], m[2])] = defined.get((m[1], m[2]), False) or key in changed_keys
+                was_changed, programs = defined.get((m[1], m[2]), (False, []))
+                defined[(m[1], m[2])] = (was_changed or key in changed_keys, [*programs, m[3]])
     for (kind, name), (attribute_changed, source) in named.items():
-        if (kind, name) in defined and (attribute_changed or defined[(kind, name)]):
-            severity = "critical" if kind == "filter" else "high"
-            found.append(finding("G08", severity, source, f"{kind} driver {name!r} is defined in git config and "
-                                 f"named here: git runs it on status/add/checkout", f"{kind}.{name}",
-                                 f"{kind}.{name}", "restore"))
+        changed, programs = defined.get((kind, name), (False, []))
+        if programs and (attribute_changed or changed):
+            runs = [_DRIVER_RUNS[p] for p in dict.fromkeys(programs)]
+            severity = max((s for s, _ in runs), key=rank)
+            found.append(finding("G08", severity, source, f"{kind} driver {name!r} is defined in git config "
+                                 f"({', '.join(dict.fromkeys(programs))}) and named here: "
+                                 f"{'; '.join(w for _, w in runs)}", f"{kind}.{name}", f"{kind}.{name}", "restore"))
     return found
 
 
@@ -294,6 +317,47 @@ def _index_findings(view: View) -> list[Finding]:
             for index, paths in by_index.items()]
 
 
+_TRUE = ("true", "yes", "on", "1", "")
+
+
+def _switched_on(item: Finding, view: View) -> list[str]:
+    """Files a changed config key makes git read (an include, the per-worktree config, the hooks
+    path, an attributes file), as they are at the end."""
+    key, value, base = item.key.lower(), item.value.strip(), item.path.rpartition("/")[0]
+    if key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")) or \
+            key == "core.attributesfile":
+        target = resolve(base if key != "core.attributesfile" else "", value)
+        return [target] if target and view.entry(target) is not None else []
+    if key == "extensions.worktreeconfig" and value.lower() in _TRUE:
+        where = split_git(item.path)
+        gitdir = where.gitdir if where else ""
+        return [p for p in view.named("config.worktree") if p == f"{gitdir}/config.worktree" or
+                re.fullmatch(re.escape(gitdir) + r"/worktrees/[^/]+/config\.worktree", p)]
+    if key == "core.hookspath":
+        target = resolve("", value)
+        prefix = f"{target}/"
+        return [p for p, e in view.after.items() if target and p.startswith(prefix) and e.kind != "dir"] \
+            if target else []
+    return []
+
+
+def _enabled_files(found: list[Finding], view: View) -> list[Finding]:
+    """A setting that switches on another file lists that file at the setting's severity, whether
+    the file changed or not: what it holds is what git runs now."""
+    enabled = []
+    for item in found:
+        for target in _switched_on(item, view):
+            if target == item.path:
+                continue
+            keys = sorted({k for k, _ in _parse(view.text(target)) or []}) if item.rule != "G03" else []
+            shown = f" (keys: {', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''})" if keys else ""
+            entry = view.entry(target)
+            enabled.append(finding("G01" if item.rule == "G03" else item.rule, item.severity, target,
+                                   f"switched on by {item.key} in {item.path}: git reads it now{shown}",
+                                   (entry.sha256 or "") if entry else "", remedy="restore"))
+    return enabled
+
+
 def git_findings(view: View) -> list[Finding]:
     found: list[Finding] = []
     changed_configs = {p for p, c in view.changed.items() if c.after is not None and _is_config(p)}
@@ -321,6 +385,7 @@ def git_findings(view: View) -> list[Finding]:
         elif hooks and path.startswith(hooks + "/") and change.after.kind != "dir":
             found.append(finding("G01", "critical", path, f"a hook under core.hooksPath ({hooks})",
                                  change.after.sha256 or "", remedy="restore"))
+    found.extend(_enabled_files(found, view))
     found.extend(_replace_refs(view))
     found.extend(_index_findings(view))
     found.extend(_nested_repositories(view))

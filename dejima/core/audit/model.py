@@ -37,12 +37,25 @@ class Finding:
     fingerprint: str  # binds an acknowledgement to exactly this content
     remedy: str = "review"
     notes: tuple[str, ...] = ()  # correlations and content signals that raised the severity
+    # More evidence: the other changes found in the same file ("RULE severity: evidence"), and
+    # "context: ..." for changed keys that run nothing (a task's label).
+    lines: tuple[str, ...] = ()
     value: str = field(default="", compare=False)  # the raw new value (rules read it; not stored)
 
     def raise_by(self, note: str, levels: int = 1) -> Finding:
         if note in self.notes:
             return self
         return replace(self, severity=raised(self.severity, levels), notes=(*self.notes, note))
+
+
+def constituents(item: Finding) -> list[tuple[str, str]]:
+    """(rule, severity) of every change a finding covers: its own, and those merged into it."""
+    found = [(item.rule, item.severity)]
+    for line in item.lines:
+        head = line.partition(": ")[0].split(" ")
+        if len(head) == 2 and head[1] in SEVERITIES:
+            found.append((head[0], head[1]))
+    return found
 
 
 def fingerprint(rule: str, path: str, key: str, value: str | bytes) -> str:

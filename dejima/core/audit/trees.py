@@ -1,6 +1,7 @@
-"""Dependency trees, Python environments, bytecode and caches (research B07, B10, B11, M01): places
-with thousands of files, reported as one finding per tree that says what to do (reinstall on the
-host), with the few files that run at every start (.pth, sitecustomize, activate) named one by one.
+"""Dependency trees, Python environments and bytecode (research B07, B10, B11), and caches through
+caches.py (M01): places with thousands of files, reported as one finding per tree that says what to
+do (reinstall on the host), with the few files that run at every start (.pth, sitecustomize,
+activate) named one by one.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from dejima.core.audit.caches import cache_mount_findings, home_cache_findings
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.snapshot import Change
 
@@ -130,23 +132,11 @@ def _bytecode(view: View) -> list[Finding]:
                     _fingerprint_value(written), remedy="restore")]
 
 
-def _cache(view: View) -> list[Finding]:
-    """Caches gain entries legitimately; an existing entry that changed is a poisoned package."""
-    changed = [c for c in view.changes if c.before is not None and c.what != "removed"
-               and not (c.before.kind == "dir" and c.what in ("mode", "owner"))]
-    if not changed:
-        return []
-    paths = sorted({c.path for c in changed})
-    return [finding("M01", "medium", "", f"{len(paths)} existing cache entries changed ({_summary(paths)}): this "
-                    "project's next sessions use them; clear the cache to be sure", _fingerprint_value(changed),
-                    remedy="reinstall")]
-
-
 def tree_findings(view: View) -> list[Finding]:
     if view.kind == "cache":
-        return _cache(view)
+        return cache_mount_findings(view)
     if view.kind == "home":
-        return []
+        return home_cache_findings(view)
     return [*_dependencies(view), *_environments(view), *_bytecode(view)]
 
 

@@ -35,6 +35,11 @@ def workspace(tmp_path: Path) -> Path:
     return root
 
 
+def records(text: str) -> list[dict]:  # type: ignore[type-arg]
+    """--json prints JSON lines, as `dejima violations --json` does."""
+    return [json.loads(line) for line in text.splitlines()]
+
+
 def session(workspace: Path, session_id: str, change: object) -> dict[int, str]:
     """Runs the audit around ``change``; returns the unreviewed findings' ids and paths."""
     exit_audit.start(session_id, [exit_audit.Mount("workspace", workspace)])
@@ -62,17 +67,18 @@ def test_list_show_ack_and_the_finding_comes_back_when_the_content_changes(
     assert main(["list"]) == exit_codes.SUCCESS
     listing = capsys.readouterr().out
     assert "I01" in listing and "G01" in listing and "critical" in listing
-    assert "\u202e" not in listing and "\\u202e" in listing  # escaped, never interpreted
+    assert "\u202e" not in listing
     assert main(["show", *map(str, ids)]) == exit_codes.SUCCESS
     shown = capsys.readouterr().out
+    assert "\u202e" not in shown and "\\u202e" in shown  # the label, as context: escaped, never interpreted
     assert "+#!/bin/sh" in shown and '+{"version"' in shown
     assert "--- at the start" in shown
     assert main(["ack", *map(str, ids), "--note", "my own hook"]) == exit_codes.SUCCESS
     assert main(["list", "--json"]) == exit_codes.SUCCESS
-    assert json.loads(capsys.readouterr().out) == []
+    assert records(capsys.readouterr().out) == []
     session(workspace, "s2", lambda r: (r / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho\n"))
     assert main(["list", "--json"]) == exit_codes.SUCCESS
-    reopened = json.loads(capsys.readouterr().out)
+    reopened = records(capsys.readouterr().out)
     assert [(f["rule"], f["path"]) for f in reopened] == [("G01", ".git/hooks/post-checkout")]
 
 
@@ -85,9 +91,9 @@ def test_restore_puts_back_the_exact_bytes_and_mode_and_removes_what_the_session
     assert tasks.read_bytes() == original and (tasks.stat().st_mode & 0o7777) == 0o640
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
     assert main(["list", "--json"]) == exit_codes.SUCCESS  # restored findings count as reviewed
-    assert json.loads(capsys.readouterr().out) == []
+    assert records(capsys.readouterr().out) == []
     assert main(["list", "--all", "--json"]) == exit_codes.SUCCESS
-    assert all(f["note"].startswith("restored by dejima-audit restore") for f in json.loads(capsys.readouterr().out))
+    assert all(f["note"].startswith("restored by dejima-audit restore") for f in records(capsys.readouterr().out))
 
 
 def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(
@@ -108,9 +114,15 @@ def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(
     assert "is not a plain directory" in out.getvalue()
 
 
-def test_usage_errors_name_the_fix(out: io.StringIO) -> None:
-    assert main(["ack", "--note", "x"]) == exit_codes.USAGE
-    assert "ack needs finding ids, or --all" in out.getvalue()
+def test_usage_errors_name_the_fix(workspace: Path, out: io.StringIO) -> None:
+    ids = session(workspace, "s1", plant)
+    assert main(["ack"]) == exit_codes.USAGE  # no terminal here: it says what to type instead
+    listed = " ".join(map(str, sorted(ids)))
+    assert f"dejima-audit show {listed}" in out.getvalue()
+    assert f"dejima-audit ack {listed} --note" in out.getvalue()
+    assert main(["ack", *map(str, ids)]) == exit_codes.USAGE
+    assert "ack with ids or --all needs --note" in out.getvalue()
+    assert main(["ack", "--all", "1", "--note", "x"]) == exit_codes.USAGE
     assert main(["show", "999"]) == exit_codes.USAGE
     assert "no finding 999" in out.getvalue()
     assert main(["ack", "1", "--note", " "]) == exit_codes.USAGE
@@ -130,7 +142,7 @@ def test_a_start_state_that_cannot_be_read_blocks_its_workspace(workspace: Path,
     (sessions_dir() / "s9" / "audit" / "0.snapshot").write_bytes(b"garbage")
     exit_audit.recover(UI(plain_console(io.StringIO())))
     assert main(["list", "--json", "--workspace", str(workspace)]) == exit_codes.SUCCESS
-    (unaudited,) = json.loads(capsys.readouterr().out)
+    (unaudited,) = records(capsys.readouterr().out)
     assert (unaudited["rule"], unaudited["severity"]) == ("X00", "critical")
     assert "could not be audited" in unaudited["evidence"]
     assert not (sessions_dir() / "s9").joinpath("audit").exists()
