@@ -48,15 +48,14 @@ class ViolationStore:
         return True
 
     def summary(self) -> str | None:
+        """One line of totals: what was refused, and the live grants that changed the policy."""
         if not self.counts:
             return None
-        names = self.counts["dns"]
-        answers = self.counts["dns-answer"]
-        connections = self.counts["connection"]
-        parts = [f"{names} name(s) refused"] if names else []
-        parts += [f"{answers} answer address(es) dropped"] if answers else []
-        parts += [f"{connections} connection(s) blocked"] if connections else []
-        other = sum(self.counts.values()) - names - answers - connections
+        labels = (("dns", "name(s) refused"), ("dns-answer", "answer address(es) dropped"),
+                  ("connection", "connection(s) blocked"), ("grant", "grant(s)"), ("revoke", "revoke(s)"),
+                  ("grant-expired", "grant(s) expired"))
+        parts = [f"{self.counts[kind]} {label}" for kind, label in labels if self.counts[kind]]
+        other = sum(self.counts.values()) - sum(self.counts[kind] for kind, _ in labels)
         parts += [f"{other} other"] if other else []
         return ", ".join(parts)
 

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from dejima.core.egress import parse_entry
-from dejima.errors import DiagnosticError
+from dejima.errors import DiagnosticError, UsageError
 
 PROTOCOL = 1
 MAX_SECONDS = 30 * 24 * 3600
@@ -18,7 +18,9 @@ _DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-class GrantError(DiagnosticError):
+class GrantError(UsageError):
+    """Bad input to dejima-allow (exit 2), said before anything is sent."""
+
     reference = "invalid-grant"
 
 

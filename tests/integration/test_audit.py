@@ -52,7 +52,8 @@ def test_a_planted_hook_is_found_and_blocks_the_next_start_until_acked(
     assert "change(s) that can run code later (worst: critical)" in first.stderr
     refused = run_dejima(user, scope, "-q", str(workspace), "--", "true")
     assert refused.returncode == 125 and "unreviewed-findings" in refused.stderr
-    listed = json.loads(dejima_audit(user, scope, "list", "--json", "--workspace", str(workspace)).stdout)
+    listed = [json.loads(line) for line in
+              dejima_audit(user, scope, "list", "--json", "--workspace", str(workspace)).stdout.splitlines()]
     assert [(f["rule"], f["path"]) for f in listed] == [("G01", ".git/hooks/pre-commit")]
     acked = dejima_audit(user, scope, "ack", str(listed[0]["id"]), "--note", "test")
     assert acked.returncode == 0, acked.stderr
@@ -86,5 +87,6 @@ def test_the_session_home_is_audited_too_and_python_writes_no_bytecode(
     result = run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", script)
     assert result.returncode == 0, result.stderr
     assert not (workspace / "__pycache__").exists()
-    listed = json.loads(dejima_audit(user, scope, "list", "--json", "--workspace", str(workspace)).stdout)
+    listed = [json.loads(line) for line in
+              dejima_audit(user, scope, "list", "--json", "--workspace", str(workspace)).stdout.splitlines()]
     assert [(f["rule"], f["mount"], f["path"]) for f in listed] == [("M02", "home", ".claude/settings.json")]

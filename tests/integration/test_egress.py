@@ -378,13 +378,15 @@ def test_a_query_flood_and_garbage_do_not_kill_the_resolver(user: User, scope: s
     from dnslib import DNSRecord
 
     refused_name = bytes(DNSRecord.question("flood.other.test", "A").pack()).hex()
-    flood, junk, after = run_probe(
+    flood, junk, *after = run_probe(
         user, scope, workspace, world,
         {"op": "udp_flood", "host": "127.0.0.1", "port": 53, "count": 30_000, "seconds": 4, "payload": refused_name},
-        # The answer may wait behind the flood's backlog in the socket buffer: a client's patience.
-        {"op": "junk"}, dns("web.dejima.test", timeout=10), allow=("web.dejima.test",))
+        # A query that lands while the flood's backlog fills the socket buffer is dropped by the kernel
+        # (that is UDP): like any stub resolver, the client asks again.
+        {"op": "junk"}, *[dns("web.dejima.test", timeout=5)] * 3, allow=("web.dejima.test",))
     assert flood["packets"] >= 5_000 and junk["result"] == "sent"
-    assert after["rcode"] == 0 and after["ancount"] == 1
+    answered = [a for a in after if a.get("rcode") == 0 and a.get("ancount") == 1]
+    assert answered, (flood, after)
 
 
 def test_a_filter_that_stops_mid_session_is_reported_plainly(runtime: Runtime, user: User, scope: str,
