@@ -276,3 +276,44 @@ def test_no_secret_reaches_the_ledger_or_the_violations(tmp_path: Path, api: Fak
     for secret in (REAL_KEY, key, decoy):
         assert secret.lower() not in records.lower()
     assert read_records(proxy.ledger)[0]["path"] == "/r/anthropic-api-key/v1/messages?key&beta"
+
+
+def test_a_websocket_upgrade_becomes_a_two_way_pipe(tmp_path: Path) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    seen: list[bytes] = []
+
+    def upstream() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            seen.append(head)
+            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+            while data := conn.recv(4096):
+                conn.sendall(data.upper())
+
+    import threading
+
+    thread = threading.Thread(target=upstream, daemon=True)
+    thread.start()
+    spec = RouteSpec(route("openai-api-key", f"http://127.0.0.1:{listener.getsockname()[1]}", "authorization",
+                           "Bearer", manifest_host="api.openai.com"), fixed("sk-proj-" + "R" * 40))
+    with running_proxy(tmp_path, [spec]) as proxy:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+            sock.sendall(b"GET /r/openai-api-key/v1/responses HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\n"
+                         b"Upgrade: websocket\r\nSec-WebSocket-Key: k\r\nAuthorization: Bearer "
+                         + placeholder(proxy, "openai-api-key").encode() + b"\r\n\r\n")
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 101")
+            sock.sendall(b"frame-one")
+            echoed = b""
+            while len(echoed) < 9:
+                echoed += sock.recv(4096)
+            assert echoed == b"FRAME-ONE"
+    listener.close()
+    assert b"authorization: Bearer sk-proj-RRRR" in seen[0] and b"Upgrade: websocket" in seen[0]
