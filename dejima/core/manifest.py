@@ -36,8 +36,10 @@ class CredentialRoute:
     upstream: str
     header: str
     scheme: str
-    source: tuple[str, tuple[str, ...]]  # ("env", ("VAR",)) | ("file", ("~/p",)) | ("command", argv)
+    # ("env", ("VAR",)) | ("file", ("~/p",)) | ("command", argv) | ("claude_login", ("~/.claude/.credentials.json",))
+    source: tuple[str, tuple[str, ...]]
     placeholder_env: str | None = None
+    username: str | None = None  # Basic only: the user name sent with the token
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +91,12 @@ SECTIONS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, str]]]] = {
         "upstream": (_STR, "https:// URL of the only service the real secret may be sent to"),
         "header": (_STR, "HTTP header that carries the secret"),
         "scheme": (_STR, f"how the header is formed: one of {', '.join(SCHEMES)}"),
-        "source": (_TABLE, "where the host keeps the secret: { env = \"VAR\" }, { file = \"~/path\" } or "
-                   "{ command = [\"prog\", \"arg\"] }"),
+        "source": (_TABLE, "where the host keeps the secret: { env = \"VAR\" }, { file = \"~/path\" }, "
+                   "{ command = [\"prog\", \"arg\"] } or { claude_login = \"~/.claude/.credentials.json\" } "
+                   "(the host's Claude Code login, refreshed by the proxy)"),
         "placeholder_env": (_STR, "session env var that holds a placeholder instead of the secret"),
+        "username": (_STR, "scheme Basic only: the user name the service expects with a token "
+                     "(x-access-token, oauth2, x-token-auth…)"),
     }),
     "image": (KINDS, {
         "packages": (_STRS, "Debian packages the session image needs"),
@@ -162,8 +167,9 @@ def _credential(source: str, index: int, table: dict[str, Any]) -> CredentialRou
         raise _error(source, f"{path}.scheme", f"must be one of {', '.join(SCHEMES)}, not {table['scheme']!r}",
                      "raw means the header value is the secret itself (e.g. x-api-key)")
     where = table["source"]
-    if len(where) != 1 or next(iter(where)) not in ("env", "file", "command"):
-        raise _error(source, f"{path}.source", f"must name exactly one of env, file or command, not {where!r}",
+    if len(where) != 1 or next(iter(where)) not in ("env", "file", "command", "claude_login"):
+        raise _error(source, f"{path}.source",
+                     f"must name exactly one of env, file, command or claude_login, not {where!r}",
                      "e.g. source = { env = \"GITHUB_TOKEN\" }")
     (how, what), = where.items()
     if how == "command":
@@ -179,8 +185,12 @@ def _credential(source: str, index: int, table: dict[str, Any]) -> CredentialRou
     if placeholder is not None and not _ENV.match(placeholder):
         raise _error(source, f"{path}.placeholder_env", f"is not an environment variable name: {placeholder!r}",
                      "letters, digits and '_', not starting with a digit")
+    username = table.get("username")
+    if username is not None and (table["scheme"] != "Basic" or not username or ":" in username):
+        raise _error(source, f"{path}.username", "only goes with scheme = \"Basic\", non-empty and without ':'",
+                     "remove it, or set scheme = \"Basic\"")
     return CredentialRoute(table["name"], table["upstream"], table["header"], table["scheme"], (how, value),
-                           placeholder)
+                           placeholder, username)
 
 
 def _env(source: str, table: dict[str, Any], credentials: tuple[CredentialRoute, ...]) -> dict[str, str]:

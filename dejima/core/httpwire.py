@@ -1,0 +1,221 @@
+"""HTTP/1.1 message heads, parsed strictly, and how their bodies are framed.
+
+Strict on purpose: the proxy stands between an untrusted client and an upstream that may parse
+differently, so anything two parsers could read two ways (both Content-Length and
+Transfer-Encoding, two Content-Lengths, folded or space-padded header names, bare CR or LF,
+control characters, absolute-form targets) is refused rather than guessed at.
+No I/O here; the proxy's adapter reads the bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 128
+MAX_CHUNK_LINE = 4096
+
+_TOKEN = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_VALUE_BAD = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_TARGET = re.compile(rb"^/[\x21-\x7e]*$")
+_DIGITS = re.compile(rb"^[0-9]{1,18}$")
+_CHUNK_SIZE = re.compile(rb"^([0-9A-Fa-f]{1,15})(;[\x09\x20-\x7e]*)?$")
+
+# Hop-by-hop: meaningful for one connection only, never forwarded as they are.
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding",
+    b"upgrade", b"proxy-authorization", b"proxy-authenticate",
+})
+
+Headers = list[tuple[bytes, bytes]]  # (name as sent, value), in order; names compare case-insensitively
+
+
+class HttpError(Exception):
+    """A message the proxy refuses: ``status`` to answer with, ``reason`` for the body and the record."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    method: str
+    target: str
+    version: str  # "HTTP/1.1" or "HTTP/1.0"
+    headers: Headers
+
+    def get(self, name: bytes) -> bytes | None:
+        return header(self.headers, name)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHead:
+    version: str
+    status: int
+    reason: str
+    headers: Headers
+
+    def get(self, name: bytes) -> bytes | None:
+        return header(self.headers, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    kind: str  # "none", "length", "chunked" or "close" (until the connection ends; responses only)
+    length: int = 0
+
+
+def header(headers: Headers, name: bytes) -> bytes | None:
+    """The first value of a header; ``name`` in lower case."""
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def header_all(headers: Headers, name: bytes) -> list[bytes]:
+    return [value for key, value in headers if key.lower() == name]
+
+
+def _lines(head: bytes) -> list[bytes]:
+    if len(head) > MAX_HEAD_BYTES:
+        raise HttpError(431, f"message head larger than {MAX_HEAD_BYTES} bytes")
+    if not head.endswith(b"\r\n\r\n"):
+        raise HttpError(400, "message head does not end with CRLF CRLF")
+    lines = head[:-4].split(b"\r\n")
+    if any(b"\r" in line or b"\n" in line for line in lines):
+        raise HttpError(400, "bare CR or LF in the message head")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise HttpError(431, f"more than {MAX_HEADERS} header fields")
+    return lines
+
+
+def _headers(lines: list[bytes]) -> Headers:
+    headers: Headers = []
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):
+            raise HttpError(400, "folded header line (obs-fold) refused")
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.match(name):
+            raise HttpError(400, "malformed header field name")
+        value = value.strip(b" \t")
+        if _VALUE_BAD.search(value):
+            raise HttpError(400, "control character in a header value")
+        headers.append((name, value))
+    return headers
+
+
+def parse_request_head(head: bytes) -> RequestHead:
+    """A request head, origin-form target only (``/path?query``); raises HttpError."""
+    lines = _lines(head)
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not _TOKEN.match(parts[0]):
+        raise HttpError(400, "malformed request line")
+    method, target, version = parts
+    if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise HttpError(505 if version.startswith(b"HTTP/") else 400, "only HTTP/1.0 and HTTP/1.1 are served")
+    if not _TARGET.match(target):
+        raise HttpError(400, "the request target must be a path (origin-form), without spaces or controls")
+    return RequestHead(method.decode("ascii"), target.decode("ascii"), version.decode("ascii"), _headers(lines[1:]))
+
+
+def parse_response_head(head: bytes) -> ResponseHead:
+    lines = _lines(head)
+    version, _, rest = lines[0].partition(b" ")
+    status, _, reason = rest.partition(b" ")
+    if version not in (b"HTTP/1.1", b"HTTP/1.0") or not re.fullmatch(rb"[1-5][0-9][0-9]", status):
+        raise HttpError(502, "the upstream sent a malformed status line")
+    try:
+        headers = _headers(lines[1:])
+    except HttpError as exc:
+        raise HttpError(502, f"the upstream sent a malformed head: {exc.reason}") from exc
+    return ResponseHead(version.decode("ascii"), int(status), reason.decode("latin-1"), headers)
+
+
+def _content_length(headers: Headers, status: int) -> int | None:
+    values = header_all(headers, b"content-length")
+    if not values:
+        return None
+    if len(values) > 1 or not _DIGITS.match(values[0]):
+        raise HttpError(status, "Content-Length repeated or not a number")
+    return int(values[0])
+
+
+def request_framing(request: RequestHead) -> Framing:
+    """How the request body is delimited; smuggling-prone combinations raise HttpError(400)."""
+    encodings = header_all(request.headers, b"transfer-encoding")
+    length = _content_length(request.headers, 400)
+    if encodings:
+        if length is not None:
+            raise HttpError(400, "both Transfer-Encoding and Content-Length (request smuggling) refused")
+        if request.version == "HTTP/1.0":
+            raise HttpError(400, "Transfer-Encoding in an HTTP/1.0 request refused")
+        if len(encodings) != 1 or encodings[0].lower() != b"chunked":
+            raise HttpError(501, "only Transfer-Encoding: chunked is accepted")
+        return Framing("chunked")
+    if length:
+        return Framing("length", length)
+    return Framing("none")
+
+
+def response_framing(request_method: str, response: ResponseHead) -> Framing:
+    """How the response body is delimited (RFC 9112 section 6.3)."""
+    if request_method == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200:
+        return Framing("none")
+    encodings = header_all(response.headers, b"transfer-encoding")
+    if encodings:
+        last = encodings[-1].split(b",")[-1].strip().lower()
+        return Framing("chunked") if last == b"chunked" else Framing("close")
+    length = _content_length(response.headers, 502)
+    if length is not None:
+        return Framing("length", length) if length else Framing("none")
+    return Framing("close")
+
+
+def parse_chunk_size(line: bytes) -> int:
+    """The size on a chunk-size line (extensions dropped); raises HttpError(400)."""
+    match = _CHUNK_SIZE.match(line.rstrip(b"\r\n")) if line.endswith(b"\r\n") else None
+    if match is None or len(line) > MAX_CHUNK_LINE:
+        raise HttpError(400, "malformed chunk size line")
+    return int(match.group(1), 16)
+
+
+def connection_tokens(headers: Headers) -> set[bytes]:
+    tokens: set[bytes] = set()
+    for value in header_all(headers, b"connection"):
+        tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return tokens
+
+
+def end_to_end(headers: Headers) -> Headers:
+    """Headers without the hop-by-hop ones (including those the Connection header names)."""
+    named = connection_tokens(headers)
+    return [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+
+
+def wants_keep_alive(version: str, headers: Headers) -> bool:
+    tokens = connection_tokens(headers)
+    if version == "HTTP/1.0":
+        return b"keep-alive" in tokens
+    return b"close" not in tokens
+
+
+def is_websocket_upgrade(request: RequestHead) -> bool:
+    upgrade = request.get(b"upgrade")
+    return (b"upgrade" in connection_tokens(request.headers) and upgrade is not None
+            and upgrade.strip().lower() == b"websocket")
+
+
+def serialize_request(method: str, target: str, headers: Headers) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1".encode("ascii")]
+    lines += [name + b": " + value for name, value in headers]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def serialize_response(status: int, reason: str, headers: Headers) -> bytes:
+    lines = [f"HTTP/1.1 {status} {reason}".encode("latin-1")]
+    lines += [name + b": " + value for name, value in headers]
+    return b"\r\n".join(lines) + b"\r\n\r\n"

@@ -1,0 +1,143 @@
+"""Per-session placeholders and decoys, and the detector that recognises them anywhere.
+
+A *placeholder* stands in the session for a route's real secret; it is shaped like the real key
+(right prefix) because some clients check the format, and carries a random core that is unique to
+the session. A *decoy* is a fake credential planted in the session (AWS keys in the environment
+and in an ``~/.aws/credentials`` file) that no route accepts: any use of one is a signal.
+
+``SecretScanner.find`` recognises any of them in bytes (request heads, DNS names — case-insensitive,
+since DNS folds case), naming the route or decoy, never printing the value.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+_CORE_ALPHABET = string.ascii_lowercase + string.digits  # survives DNS case folding
+_CORE_LENGTH = 32
+
+# Prefixes that make a placeholder pass the format checks of the clients that read it, by the
+# manifest's (not the override's) upstream host and header.
+_SHAPES: tuple[tuple[str, str | None, str], ...] = (
+    ("api.anthropic.com", "authorization", "sk-ant-oat01-"),  # a Claude login (OAuth) token
+    ("api.anthropic.com", None, "sk-ant-api03-"),
+    ("api.openai.com", None, "sk-proj-"),
+    ("openrouter.ai", None, "sk-or-v1-"),
+    ("api.github.com", None, "ghp_"),
+    ("uploads.github.com", None, "ghp_"),
+    ("github.com", None, "ghp_"),
+    ("gitlab.com", None, "glpat-"),
+)
+DEFAULT_PREFIX = "dejima-placeholder-"
+
+
+def _core(length: int = _CORE_LENGTH, alphabet: str = _CORE_ALPHABET) -> str:
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+def placeholder_prefix(upstream_host: str, header: str) -> str:
+    for host, wanted_header, prefix in _SHAPES:
+        if host == upstream_host.lower() and wanted_header in (None, header.lower()):
+            return prefix
+    return DEFAULT_PREFIX
+
+
+def make_placeholder(upstream_host: str, header: str) -> str:
+    """A fresh placeholder for one route of one session."""
+    return placeholder_prefix(upstream_host, header) + _core()
+
+
+@dataclass(frozen=True, slots=True)
+class Decoys:
+    """Fake credentials for one session: environment variables and an AWS shared-credentials file."""
+
+    env: Mapping[str, str]
+    aws_credentials_file: str  # the text of ~/.aws/credentials
+    file_values: Mapping[str, str]  # the file's fake values, by a name that says where they are
+
+    def values(self) -> dict[str, str]:
+        """Decoy name -> value, for the scanner."""
+        return {**self.env, **self.file_values}
+
+
+DECOY_ENV_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "NPM_TOKEN", "HF_TOKEN", "STRIPE_API_KEY")
+_UPPER = string.ascii_uppercase + string.digits
+_MIXED = string.ascii_letters + string.digits
+
+
+def _decoy_value(name: str) -> str:
+    return {
+        "AWS_ACCESS_KEY_ID": lambda: "AKIA" + _core(16, _UPPER),
+        "AWS_SECRET_ACCESS_KEY": lambda: _core(40, _MIXED),
+        "NPM_TOKEN": lambda: "npm_" + _core(36),
+        "HF_TOKEN": lambda: "hf_" + _core(34),
+        "STRIPE_API_KEY": lambda: "sk_live_" + _core(32),
+    }[name]()
+
+
+def make_decoys(taken: Iterable[str] = ()) -> Decoys:
+    """Decoys for every name in DECOY_ENV_NAMES that no route uses (``taken``: the placeholder variables)."""
+    skip = set(taken)
+    env = {name: _decoy_value(name) for name in DECOY_ENV_NAMES if name not in skip}
+    key_id, secret = _decoy_value("AWS_ACCESS_KEY_ID"), _decoy_value("AWS_SECRET_ACCESS_KEY")
+    text = f"[default]\naws_access_key_id = {key_id}\naws_secret_access_key = {secret}\n"
+    where = "~/.aws/credentials"
+    return Decoys(env, text, {f"{where} aws_access_key_id": key_id, f"{where} aws_secret_access_key": secret})
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    kind: str  # "placeholder" or "decoy"
+    name: str  # the route name, or the decoy's variable name
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+class SecretScanner:
+    """Finds placeholders and decoys in bytes or text (case-insensitive). Values are never exposed."""
+
+    __slots__ = ("_by_value", "_pattern")
+
+    def __init__(self, placeholders: Mapping[str, str], decoys: Mapping[str, str]) -> None:
+        by_value: dict[bytes, Marker] = {}
+        for name, value in placeholders.items():
+            by_value[value.lower().encode()] = Marker("placeholder", name)
+        for name, value in decoys.items():
+            by_value[value.lower().encode()] = Marker("decoy", name)
+        self._by_value = by_value
+        # Longest first, so that a value that contains another is named by itself.
+        alternatives = sorted(by_value, key=len, reverse=True)
+        self._pattern = re.compile(b"|".join(re.escape(v) for v in alternatives), re.IGNORECASE) if by_value \
+            else None
+
+    def __repr__(self) -> str:
+        return f"SecretScanner({len(self._by_value)} values)"
+
+    def find_all(self, data: bytes | str) -> list[Marker]:
+        if self._pattern is None:
+            return []
+        raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+        found: list[Marker] = []
+        for match in self._pattern.finditer(raw):
+            marker = self._by_value[match.group(0).lower()]
+            if marker not in found:
+                found.append(marker)
+        return found
+
+    def find(self, data: bytes | str) -> Marker | None:
+        """The first placeholder or decoy in ``data``, or None."""
+        if self._pattern is None:
+            return None
+        raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+        match = self._pattern.search(raw)
+        return self._by_value[match.group(0).lower()] if match else None
+
+
+def find_secret_use(scanner: SecretScanner, data: bytes | str) -> Marker | None:
+    """Which placeholder or decoy ``data`` carries (for the proxy, and the resolver's DNS names)."""
+    return scanner.find(data)

@@ -1,0 +1,186 @@
+"""One request's round trip to its upstream: send the head and body, stream the response back.
+
+The request body flows to the upstream while the response is awaited (an upstream may answer
+before it has read everything). Failures before the response head reach the client become a
+502 or 504 whose body says what happened; after that, the client connection is closed, since a
+started response cannot change its status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dejima.core.admission import Admission
+from dejima.core.httpwire import (
+    Framing,
+    HttpError,
+    RequestHead,
+    ResponseHead,
+    end_to_end,
+    parse_response_head,
+    response_framing,
+    serialize_response,
+    wants_keep_alive,
+)
+from dejima.proxy.upstream import Connection, UpstreamError
+from dejima.proxy.wire import BodyCut, pipe, plain_response, relay_body
+
+if TYPE_CHECKING:
+    from dejima.proxy.server import ProxyServer
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: int
+    bytes_in: int = 0
+    bytes_out: int = 0
+    keep_alive: bool = False
+    error: str = ""
+
+
+class _Stale(Exception):
+    """A reused upstream connection closed before answering (it had timed out on the upstream's side)."""
+
+
+class Exchange:
+    def __init__(self, server: ProxyServer, head: RequestHead, framing: Framing, admission: Admission,
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server, self.head, self.framing, self.admission = server, head, framing, admission
+        self.reader, self.writer = reader, writer
+        self.upstream = admission.route.upstream
+
+    async def run(self, request: bytes, body: bytes | None = None) -> Outcome:
+        """Forward; ``body`` is a body already read (it replaces the client's framing)."""
+        replayable = body is not None or self.framing.kind == "none"
+        for attempt in (0, 1):
+            try:
+                conn = await self.server.pool.acquire(self.upstream)
+            except UpstreamError as exc:
+                return await self._fail(exc.status, exc.message)
+            try:
+                return await self._round_trip(conn, request, body)
+            except _Stale:
+                conn.close()
+                if attempt or not replayable:
+                    return await self._fail(502, f"{self.upstream} closed the connection without answering")
+            except BaseException:
+                conn.close()
+                raise
+        raise AssertionError("unreachable")
+
+    async def _fail(self, status: int, message: str) -> Outcome:
+        keep = self.framing.kind == "none"
+        await self.server.answer(self.writer, status, message, close=not keep)
+        return Outcome(status, keep_alive=keep, error=message)
+
+    async def _client_body_failed(self, error: str) -> Outcome:
+        self.writer.write(plain_response(400, "Bad Request", error, close=True))
+        return Outcome(400, keep_alive=False, error=error)
+
+    async def _send(self, conn: Connection, body: bytes | None) -> tuple[int, str]:
+        try:
+            if body is not None:
+                conn.writer.write(body)
+                await conn.writer.drain()
+                return len(body), ""
+            return await relay_body(self.reader, conn.writer, self.framing, self.server.idle), ""
+        except (BodyCut, HttpError, ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            return 0, f"request body not fully sent: {exc or type(exc).__name__}"
+
+    async def _head_or_error(self, conn: Connection) -> ResponseHead | UpstreamError | _Stale:
+        """A TaskGroup child never raises (a raising child would cancel the answer to the client)."""
+        try:
+            return await self._response_head(conn)
+        except (UpstreamError, _Stale) as exc:
+            return exc
+
+    async def _response_head(self, conn: Connection) -> ResponseHead:
+        while True:
+            try:
+                async with asyncio.timeout(self.server.config.response_timeout):
+                    raw = await conn.reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as exc:
+                if conn.reused and not exc.partial:
+                    raise _Stale() from None
+                raise UpstreamError(502, f"{self.upstream} closed the connection without answering") from None
+            except TimeoutError:
+                raise UpstreamError(504, f"{self.upstream} did not answer within "
+                                         f"{self.server.config.response_timeout:g} s") from None
+            except (ConnectionError, OSError) as exc:
+                if conn.reused:
+                    raise _Stale() from None
+                raise UpstreamError(502, f"{self.upstream} broke the connection: {exc}") from None
+            except asyncio.LimitOverrunError:
+                raise UpstreamError(502, f"{self.upstream} sent a response head that is too large") from None
+            try:
+                response = parse_response_head(raw)
+            except HttpError as exc:
+                raise UpstreamError(502, f"{self.upstream}: {exc.reason}") from None
+            if response.status == 101 or not 100 <= response.status < 200:
+                return response
+            if response.status != 100:  # 100 Continue was answered by the proxy itself
+                self.writer.write(raw)
+
+    async def _round_trip(self, conn: Connection, request: bytes, body: bytes | None) -> Outcome:
+        conn.writer.write(request)
+        async with asyncio.TaskGroup() as group:
+            sender = group.create_task(self._send(conn, body))
+            head = group.create_task(self._head_or_error(conn))
+            await asyncio.wait((sender, head), return_when=asyncio.FIRST_COMPLETED)
+            if not head.done() and sender.result()[1]:
+                head.cancel()  # the client's body was bad or cut: nothing more can go upstream
+                conn.close()
+                return await self._client_body_failed(sender.result()[1])
+            response = await head
+            if isinstance(response, UpstreamError):
+                sender.cancel()
+                conn.close()
+                return await self._fail(response.status, response.message)
+            if isinstance(response, _Stale):
+                sender.cancel()
+                raise response
+            if response.status == 101 and self.admission.upgrade:
+                sender.cancel()
+                return await self._upgrade(conn, response)
+            outcome = await self._relay_response(conn, response, sender)
+            if not sender.done():
+                sender.cancel()
+                outcome = Outcome(outcome.status, 0, outcome.bytes_out, False, outcome.error)
+        return outcome
+
+    async def _relay_response(self, conn: Connection, response: ResponseHead,
+                              sender: asyncio.Task[tuple[int, str]]) -> Outcome:
+        framing = response_framing(self.head.method, response)
+        http10 = self.head.version == "HTTP/1.0"
+        upstream_keep = wants_keep_alive(response.version, response.headers) and framing.kind != "close"
+        keep = wants_keep_alive(self.head.version, self.head.headers) and upstream_keep \
+            and not (http10 and framing.kind == "chunked")
+        headers = end_to_end(response.headers)
+        if framing.kind == "chunked" and not http10:
+            headers.append((b"Transfer-Encoding", b"chunked"))
+        headers.append((b"Connection", b"keep-alive" if keep else b"close"))
+        self.writer.write(serialize_response(response.status, response.reason, headers))
+        try:
+            sent = await relay_body(conn.reader, self.writer, framing, self.server.idle, rechunk=not http10)
+            await self.writer.drain()
+        except (BodyCut, HttpError, TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            conn.close()
+            return Outcome(response.status, 0, 0, False, f"response cut: {exc or type(exc).__name__}")
+        bytes_in, error = await sender if sender.done() else (0, "")
+        if upstream_keep and sender.done() and not error:
+            self.server.pool.release(conn)
+        else:
+            conn.close()
+        return Outcome(response.status, bytes_in, sent, keep and not error, error)
+
+    async def _upgrade(self, conn: Connection, response: ResponseHead) -> Outcome:
+        headers = end_to_end(response.headers)
+        headers += [(b"Connection", b"Upgrade"), (b"Upgrade", response.get(b"upgrade") or b"websocket")]
+        self.writer.write(serialize_response(101, response.reason, headers))
+        async with asyncio.TaskGroup() as group:
+            up = group.create_task(pipe(self.reader, conn.writer))
+            down = group.create_task(pipe(conn.reader, self.writer))
+        conn.close()
+        return Outcome(101, up.result(), down.result(), False)

@@ -1,0 +1,214 @@
+"""The credential proxy of one session: an asyncio HTTP/1.1 server on a unix socket (and loopback for tests).
+
+    session --(plain HTTP, /r/<route>/...)--> [ProxyServer] --(TLS, real secret)--> route's upstream
+
+Per request: read the head strictly (dejima.core.httpwire), decide (dejima.core.admission), swap the
+placeholder for the real credential, forward to the route's upstream only, stream the answer back
+chunk by chunk, and write one ledger entry (and a violation for a refusal that means something).
+Git pushes on routes with a push policy go through dejima.proxy.gitpush first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dejima.core.admission import Admission, Refusal, admit
+from dejima.core.credentials import Route, credential_value
+from dejima.core.httpwire import (
+    MAX_HEAD_BYTES,
+    Framing,
+    HttpError,
+    RequestHead,
+    parse_request_head,
+    request_framing,
+    serialize_request,
+)
+from dejima.core.ledger import LedgerEntry, Violation, redact_target, scrub
+from dejima.core.placeholders import SecretScanner
+from dejima.core.pushrules import PushPolicy
+from dejima.proxy.exchange import Exchange, Outcome
+from dejima.proxy.records import Records
+from dejima.proxy.sources import CredentialSource, SourceUnavailable
+from dejima.proxy.upstream import UpstreamPool
+from dejima.proxy.wire import BodyCut, Idle, close_writer, plain_response
+
+_REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Content Too Large",
+            431: "Request Header Fields Too Large", 501: "Not Implemented", 502: "Bad Gateway",
+            504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    route: Route
+    source: CredentialSource
+    push: PushPolicy | None = None  # git smart-HTTP routes: the push rules
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    routes: tuple[RouteSpec, ...]
+    ledger_path: Path
+    violations_path: Path
+    decoys: Mapping[str, str] = field(default_factory=dict)  # decoy name -> fake value
+    extra_ca_file: str | None = None  # trusted besides the system store (test worlds, corporate gateways)
+    connect_timeout: float = 10.0
+    response_timeout: float = 300.0  # for the upstream's response head
+    idle_timeout: float = 600.0  # between two reads of a body, and between two requests
+    max_push_bytes: int = 256 * 1024 * 1024
+
+
+class ProxyServer:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.specs = {spec.route.name: spec for spec in config.routes}
+        self.routes = {name: spec.route for name, spec in self.specs.items()}
+        self.scanner = SecretScanner({n: r.placeholder for n, r in self.routes.items()}, config.decoys)
+        self.reals: dict[str, str] = {}  # route -> last real value seen, to recognise it in requests
+        self.pool = UpstreamPool(config.extra_ca_file, config.connect_timeout)
+        self.idle = Idle(config.idle_timeout)
+        self.records = Records(config.ledger_path, config.violations_path)
+        self._servers: list[asyncio.Server] = []
+        self._clients: set[asyncio.Task[None]] = set()
+        self._busy: set[asyncio.Task[None]] = set()  # connections in the middle of an exchange
+        self.tcp_port: int | None = None
+
+    async def start(self, unix_path: Path | None = None, tcp_host: str | None = None, tcp_port: int = 0) -> None:
+        """Resolve every route's current secret, then listen (unix socket mode 0600; optional TCP for tests)."""
+        for name, spec in self.specs.items():
+            self.reals[name] = (await spec.source.current()).reveal()
+        if unix_path is not None:
+            server = await asyncio.start_unix_server(self._client, path=str(unix_path), limit=MAX_HEAD_BYTES)
+            os.chmod(unix_path, 0o600)
+            self._servers.append(server)
+        if tcp_host is not None:
+            server = await asyncio.start_server(self._client, tcp_host, tcp_port, limit=MAX_HEAD_BYTES)
+            self.tcp_port = server.sockets[0].getsockname()[1]
+            self._servers.append(server)
+
+    async def close(self, grace: float = 2.0) -> None:
+        """Stop listening, let exchanges in flight finish for up to ``grace`` seconds, then cut the rest."""
+        for server in self._servers:
+            server.close()
+        for task in self._clients - self._busy:
+            task.cancel()
+        if self._busy:
+            await asyncio.wait(set(self._busy), timeout=grace)
+        for task in self._clients:
+            task.cancel()
+        await asyncio.gather(*self._clients, return_exceptions=True)
+        for server in self._servers:
+            await server.wait_closed()
+        await self.pool.close()
+        self.records.close()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._clients.add(task)
+        try:
+            while await self._one(reader, writer):
+                pass
+        except (ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError, BodyCut, HttpError):
+            pass
+        except asyncio.CancelledError:
+            pass  # the proxy is closing; end this connection quietly
+        finally:
+            self._clients.discard(task)
+            await close_writer(writer)
+
+    async def _read_head(self, reader: asyncio.StreamReader) -> bytes | None:
+        try:
+            async with asyncio.timeout(self.config.idle_timeout):
+                return await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial.strip():
+                raise HttpError(400, "the connection ended inside a request head") from None
+            return None
+        except asyncio.LimitOverrunError:
+            raise HttpError(431, f"request head larger than {MAX_HEAD_BYTES} bytes") from None
+
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Serve one request; True when the connection may carry another."""
+        started = time.time()
+        try:
+            raw = await self._read_head(reader)
+            if raw is None:
+                return False
+            head = parse_request_head(raw)
+            framing = request_framing(head)
+        except HttpError as exc:
+            self.violation("malformed-request", "", exc.reason)
+            await self.answer(writer, exc.status, exc.reason, close=True)
+            self.ledger(started, "", "-", "-", Outcome(exc.status, error=exc.reason))
+            return False
+        decision = admit(head, self.routes, self.scanner, self.reals)
+        if isinstance(decision, Refusal):
+            return await self._refuse(head, framing, decision, writer, started)
+        task = asyncio.current_task()
+        assert task is not None
+        self._busy.add(task)
+        outcome = Outcome(0, error="cut: the proxy closed during the exchange")
+        try:
+            outcome = await self._forward(head, framing, decision, reader, writer)
+        finally:
+            self._busy.discard(task)
+            self.ledger(started, decision.route.name, head.method, head.target, outcome)
+        return outcome.keep_alive
+
+    async def _refuse(self, head: RequestHead, framing: Framing, refusal: Refusal, writer: asyncio.StreamWriter,
+                      started: float) -> bool:
+        if refusal.violation:
+            self.violation(refusal.violation, refusal.route, refusal.reason)
+        # The unread body would be taken for the next request: only a body-less request keeps the connection.
+        keep = framing.kind == "none"
+        extra = [(b"WWW-Authenticate", b'Basic realm="dejima"')] if refusal.challenge else []
+        await self.answer(writer, refusal.status, refusal.reason, close=not keep, extra=extra)
+        self.ledger(started, refusal.route, head.method, head.target, Outcome(refusal.status, error=refusal.reason))
+        return keep
+
+    async def _forward(self, head: RequestHead, framing: Framing, admission: Admission,
+                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Outcome:
+        route = admission.route
+        spec = self.specs[route.name]
+        try:
+            secret = await spec.source.current()
+        except SourceUnavailable as exc:
+            message = f"the credential of route {route.name!r} is unavailable: {exc}"
+            await self.answer(writer, 502, message, close=framing.kind != "none")
+            return Outcome(502, keep_alive=framing.kind == "none", error=message)
+        self.reals[route.name] = secret.reveal()
+        headers = [*admission.headers, (route.header.encode(), credential_value(route, secret).encode())]
+        if framing.kind == "chunked":
+            headers.append((b"Transfer-Encoding", b"chunked"))
+        if (head.get(b"expect") or b"").lower() == b"100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        exchange = Exchange(self, head, framing, admission, reader, writer)
+        if spec.push is not None:
+            from dejima.proxy.gitpush import guard_push
+
+            guarded = await guard_push(self, spec, exchange, headers)
+            if guarded is not None:
+                return guarded
+        return await exchange.run(serialize_request(head.method, admission.target, headers))
+
+    async def answer(self, writer: asyncio.StreamWriter, status: int, message: str, close: bool,
+                     extra: list[tuple[bytes, bytes]] | None = None) -> None:
+        writer.write(plain_response(status, _REASONS.get(status, "Error"), message, close, extra))
+        await writer.drain()
+
+    def violation(self, kind: str, route: str, detail: str) -> None:
+        reals = self.reals.values()
+        self.records.violation(Violation(time.time(), kind, scrub(route, self.scanner, reals),
+                                         scrub(detail, self.scanner, reals)))
+
+    def ledger(self, started: float, route: str, method: str, target: str, outcome: Outcome) -> None:
+        path = redact_target(target, self.scanner, self.reals.values()) if target != "-" else "-"
+        reals = self.reals.values()
+        self.records.entry(LedgerEntry(started, scrub(route, self.scanner, reals), method, path, outcome.status,
+                                       outcome.bytes_in, outcome.bytes_out, round((time.time() - started) * 1000, 3),
+                                       scrub(outcome.error, self.scanner, reals)))

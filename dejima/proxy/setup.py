@@ -1,0 +1,102 @@
+"""From a session's manifest routes to a ProxyConfig and the environment the session needs.
+
+    prepared = prepare([(route, "backends/anthropic.toml"), ...], directory=<0700 host dir>,
+                       overrides={"anthropic-api-key": "https://gateway.corp"}, push={"github-git": PushPolicy(...)})
+    server = ProxyServer(prepared.config); await server.start(unix_path=directory / "proxy.sock")
+    env = session_env(prepared, "http://127.0.0.1:PORT", {"anthropic-api-key": "ANTHROPIC_BASE_URL"})
+
+A route whose source is missing is left out and its error kept in ``skipped`` (the caller decides
+whether the session can start without it); ``required`` routes raise instead.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dejima.core.credentials import ROUTE_PREFIX, Route, RouteError, parse_upstream, route_base_url
+from dejima.core.manifest import CredentialRoute
+from dejima.core.placeholders import Decoys, make_decoys, make_placeholder
+from dejima.core.pushrules import PushPolicy
+from dejima.proxy.server import ProxyConfig, RouteSpec
+from dejima.proxy.sources import CredentialError, resolve_source
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    config: ProxyConfig
+    manifest_routes: Mapping[str, CredentialRoute]  # by route name, as the manifests wrote them
+    decoys: Decoys
+    skipped: tuple[CredentialError, ...] = field(default_factory=tuple)
+
+
+def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, overrides: Mapping[str, str] = {},
+            push: Mapping[str, PushPolicy] = {}, required: Iterable[str] = (), environ: Mapping[str, str] | None = None,
+            home: Path | None = None, extra_ca_file: str | None = None) -> Prepared:
+    """Resolve every route's source on the host and make this session's placeholders and decoys.
+
+    ``routes``: (manifest route, the manifest's path); ``overrides``: route name -> upstream URL
+    (gateways, corporate proxies, test worlds); ``directory``: the session's private host directory
+    (ledger.jsonl and violations.jsonl go there).
+    """
+    specs: list[RouteSpec] = []
+    manifest_routes: dict[str, CredentialRoute] = {}
+    skipped: list[CredentialError] = []
+    must = set(required)
+    for declared, origin in routes:
+        where = f"{origin} credentials route {declared.name!r}"
+        try:
+            source = resolve_source(declared.source, where, environ, home)
+            upstream_url = overrides.get(declared.name, declared.upstream)
+            upstream = parse_upstream(upstream_url, declared.name)
+        except CredentialError as exc:
+            if declared.name in must:
+                raise
+            skipped.append(exc)
+            continue
+        except RouteError as exc:
+            raise CredentialError(f"{where}: {exc}", hint="fix the upstream override in settings") from None
+        shape_host = parse_upstream(declared.upstream, declared.name).host
+        header = declared.header.lower()
+        route = Route(declared.name, upstream, header, declared.scheme, make_placeholder(shape_host, header),
+                      declared.username)
+        specs.append(RouteSpec(route, source, push.get(declared.name)))
+        manifest_routes[declared.name] = declared
+    decoys = make_decoys(r.placeholder_env for r in manifest_routes.values() if r.placeholder_env)
+    config = ProxyConfig(tuple(specs), directory / "ledger.jsonl", directory / "violations.jsonl",
+                         decoys.values(), extra_ca_file)
+    return Prepared(config, manifest_routes, decoys, tuple(skipped))
+
+
+def session_env(prepared: Prepared, origin: str, base_url_env: Mapping[str, str] = {}) -> dict[str, str]:
+    """The session's environment for its routes: placeholders, base URLs, git rewrites, decoys.
+
+    ``origin``: the proxy as the session reaches it (``http://127.0.0.1:PORT``); ``base_url_env``:
+    route name -> the variable that takes its base URL (e.g. ANTHROPIC_BASE_URL). Basic routes
+    (git smart-HTTP) get ``url.<proxy route>.insteadOf=<upstream>/`` and the placeholder as an
+    ``http.<proxy route>.extraHeader``, through GIT_CONFIG_* (no file in the workspace).
+    """
+    env: dict[str, str] = dict(prepared.decoys.env)
+    git: list[tuple[str, str]] = []
+    for spec in prepared.config.routes:
+        route, declared = spec.route, prepared.manifest_routes[spec.route.name]
+        base = route_base_url(origin, route.name)
+        if declared.placeholder_env:
+            env[declared.placeholder_env] = route.placeholder
+        if route.name in base_url_env:
+            env[base_url_env[route.name]] = base
+        if route.scheme == "Basic":
+            auth = base64.b64encode(f"{route.username or 'dejima'}:{route.placeholder}".encode()).decode()
+            git.append((f"url.{base}/.insteadOf", declared.upstream.rstrip("/") + "/"))
+            git.append((f"http.{base}/.extraHeader", f"Authorization: Basic {auth}"))
+    if git:
+        env["GIT_CONFIG_COUNT"] = str(len(git))
+        for index, (key, value) in enumerate(git):
+            env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = key, value
+        env["GIT_TERMINAL_PROMPT"] = "0"
+    return env
+
+
+__all__ = ["ROUTE_PREFIX", "Prepared", "prepare", "session_env"]

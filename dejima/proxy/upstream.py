@@ -1,0 +1,105 @@
+"""Connections to upstreams: TLS with the system's trust (plus an optional extra CA bundle), kept alive.
+
+Only the proxy's own configuration names an upstream (a route's URL), never the request, so a
+connection here can only reach the services the session's routes allow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from dejima.core.credentials import Upstream
+from dejima.proxy.wire import close_writer
+
+IDLE_KEEP = 30.0  # seconds an idle upstream connection is kept
+MAX_IDLE_PER_UPSTREAM = 8
+
+
+class UpstreamError(Exception):
+    """Connecting to an upstream failed; ``status`` is 502 or 504 for the client."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(slots=True, eq=False)
+class Connection:
+    upstream: Upstream
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    live: set[Connection]  # the pool's open connections; this one leaves it when closed
+    reused: bool = False
+    idle_since: float = field(default_factory=time.monotonic)
+
+    def close(self) -> None:
+        """Drop the connection at once: a graceful TLS close could wait on a stalled upstream."""
+        self.live.discard(self)
+        self.writer.transport.abort()
+
+    __hash__ = object.__hash__
+
+
+def tls_context(extra_ca_file: str | None) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    if extra_ca_file:
+        context.load_verify_locations(cafile=extra_ca_file)
+    return context
+
+
+class UpstreamPool:
+    def __init__(self, extra_ca_file: str | None = None, connect_timeout: float = 10.0) -> None:
+        self._tls = tls_context(extra_ca_file)
+        self._connect_timeout = connect_timeout
+        self._idle: dict[Upstream, deque[Connection]] = {}
+        self._live: set[Connection] = set()
+
+    async def acquire(self, upstream: Upstream) -> Connection:
+        idle = self._idle.get(upstream)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if now - conn.idle_since < IDLE_KEEP and not conn.reader.at_eof() and not conn.writer.is_closing():
+                conn.reused = True
+                return conn
+            conn.close()
+        return await self.connect(upstream)
+
+    async def connect(self, upstream: Upstream) -> Connection:
+        tls = self._tls if upstream.scheme == "https" else None
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                reader, writer = await asyncio.open_connection(
+                    upstream.host, upstream.port, ssl=tls, server_hostname=upstream.host if tls else None,
+                    limit=64 * 1024)
+        except TimeoutError:
+            raise UpstreamError(504, f"connecting to {upstream} timed out after {self._connect_timeout:g} s") from None
+        except ssl.SSLCertVerificationError as exc:
+            raise UpstreamError(502, f"the TLS certificate of {upstream} was not accepted: {exc.verify_message}") \
+                from None
+        except (OSError, ssl.SSLError) as exc:
+            raise UpstreamError(502, f"could not connect to {upstream}: {exc.strerror or exc}") from None
+        conn = Connection(upstream, reader, writer, self._live)
+        self._live.add(conn)
+        return conn
+
+    def release(self, conn: Connection) -> None:
+        idle = self._idle.setdefault(conn.upstream, deque())
+        if len(idle) >= MAX_IDLE_PER_UPSTREAM or conn.writer.is_closing():
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        idle.append(conn)
+
+    async def close(self) -> None:
+        """Close every upstream connection, idle or in use."""
+        conns = list(self._live)
+        self._idle.clear()
+        for conn in conns:
+            conn.close()
+            await close_writer(conn.writer, timeout=1.0)

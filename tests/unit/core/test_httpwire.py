@@ -1,0 +1,83 @@
+"""Strict HTTP/1.1 heads: anything two parsers could read two ways is refused."""
+
+import pytest
+
+from dejima.core.httpwire import (
+    HttpError,
+    end_to_end,
+    parse_chunk_size,
+    parse_request_head,
+    parse_response_head,
+    request_framing,
+    response_framing,
+    wants_keep_alive,
+)
+
+
+def req(extra: bytes = b"", line: bytes = b"POST /r/x/y HTTP/1.1") -> bytes:
+    return line + b"\r\nHost: h\r\n" + extra + b"\r\n"
+
+
+def test_a_plain_request() -> None:
+    head = parse_request_head(req(b"Content-Length: 5\r\nX-Case: Kept\r\n"))
+    assert (head.method, head.target, head.version) == ("POST", "/r/x/y", "HTTP/1.1")
+    assert head.get(b"x-case") == b"Kept" and (b"X-Case", b"Kept") in head.headers
+    assert request_framing(head).kind == "length" and request_framing(head).length == 5
+
+
+@pytest.mark.parametrize("extra,status", [
+    (b"Content-Length: 1\r\nTransfer-Encoding: chunked\r\n", 400),
+    (b"Content-Length: 1\r\nContent-Length: 1\r\n", 400),
+    (b"Content-Length: +1\r\n", 400),
+    (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", 501),
+    (b"Transfer-Encoding: identity\r\n", 501),
+])
+def test_smuggling_framings(extra: bytes, status: int) -> None:
+    with pytest.raises(HttpError) as err:
+        request_framing(parse_request_head(req(extra)))
+    assert err.value.status == status
+
+
+@pytest.mark.parametrize("raw", [
+    req(b"X: a\r\n b\r\n"), req(b"X : a\r\n"), req(b"X: a\rb\r\n"), req(b"X: a\x01\r\n"),
+    req(line=b"GET http://h/ HTTP/1.1"), req(line=b"GET /a b HTTP/1.1"), req(line=b"GET  /a HTTP/1.1"),
+    b"GET / HTTP/1.1\r\nHost: h\r\n", req(line=b"GET /\x7f HTTP/1.1"),
+])
+def test_malformed_heads(raw: bytes) -> None:
+    with pytest.raises(HttpError):
+        parse_request_head(raw)
+
+
+def test_limits() -> None:
+    with pytest.raises(HttpError) as err:
+        parse_request_head(req(b"".join(b"X-%d: 1\r\n" % i for i in range(200))))
+    assert err.value.status == 431
+    with pytest.raises(HttpError) as err:
+        parse_request_head(req(line=b"GET / HTTP/2.0"))
+    assert err.value.status == 505
+
+
+def test_response_framing() -> None:
+    resp = parse_response_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")
+    assert response_framing("GET", resp).kind == "chunked"
+    assert response_framing("HEAD", resp).kind == "none"
+    resp = parse_response_head(b"HTTP/1.1 200 OK\r\n\r\n")
+    assert response_framing("GET", resp).kind == "close"
+    resp = parse_response_head(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n")
+    assert response_framing("GET", resp).kind == "none"
+    with pytest.raises(HttpError) as err:
+        parse_response_head(b"HTTP/1.1 2000 OK\r\n\r\n")
+    assert err.value.status == 502
+
+
+def test_hop_by_hop_headers_are_dropped() -> None:
+    head = parse_request_head(req(b"Connection: close, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\nX-End: 2\r\n"))
+    assert [k for k, _ in end_to_end(head.headers)] == [b"Host", b"X-End"]
+    assert not wants_keep_alive("HTTP/1.1", head.headers) and not wants_keep_alive("HTTP/1.0", [])
+
+
+def test_chunk_sizes() -> None:
+    assert parse_chunk_size(b"1a;ext=1\r\n") == 26
+    for bad in (b"\r\n", b"-1\r\n", b"1 \r\n", b"0x1\r\n", b"1"):
+        with pytest.raises(HttpError):
+            parse_chunk_size(bad)

@@ -1,0 +1,111 @@
+"""A fake forge for git over smart HTTP: real `git http-backend` behind a tiny CGI server on loopback,
+recording the Authorization header each request carried."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "GIT_TERMINAL_PROMPT": "0"}
+
+
+def git(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
+    full = {"PATH": os.environ["PATH"], "HOME": str(cwd or "/nonexistent"), **GIT_ENV, **(env or {})}
+    return subprocess.run(["git", *args], cwd=cwd, env=full, capture_output=True, text=True, check=check,
+                          timeout=60)
+
+
+@dataclass
+class Forge:
+    root: Path
+    url: str
+    auth_seen: list[str] = field(default_factory=list)
+
+
+def _handler(forge: Forge) -> type[BaseHTTPRequestHandler]:
+    class CGI(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._run(b"")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._run(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+
+        def _run(self, body: bytes) -> None:
+            forge.auth_seen.append(self.headers.get("Authorization", ""))
+            path, _, query = self.path.partition("?")
+            env = {"PATH": os.environ["PATH"], "GIT_PROJECT_ROOT": str(forge.root), "GIT_HTTP_EXPORT_ALL": "1",
+                   "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
+                   "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
+                   "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+                   "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""), "REMOTE_USER": "forge-user",
+                   "REMOTE_ADDR": "127.0.0.1", "GIT_CONFIG_NOSYSTEM": "1"}
+            out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True,
+                                 timeout=60).stdout
+            head, _, payload = out.partition(b"\r\n\r\n")
+            status = 200
+            headers = []
+            for line in head.split(b"\r\n"):
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "status":
+                    status = int(value.split()[0])
+                elif name:
+                    headers.append((name, value.strip()))
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    return CGI
+
+
+@contextmanager
+def fake_forge(tmp: Path, repository: str = "owner/repo") -> Iterator[Forge]:
+    root = tmp / "forge"
+    bare = root / f"{repository}.git"
+    bare.parent.mkdir(parents=True)
+    git("init", "--bare", "-q", "-b", "main", str(bare))
+    git("config", "http.receivepack", "true", cwd=bare)
+    seed = tmp / "seed"
+    git("init", "-q", "-b", "main", str(seed))
+    (seed / "README").write_text("hello\n")
+    git("add", "README", cwd=seed)
+    git("commit", "-q", "-m", "first", cwd=seed)
+    git("push", "-q", str(bare), "main", cwd=seed)
+    (root / "other").mkdir()
+    git("init", "--bare", "-q", "-b", "main", str(root / "other" / "repo.git"))
+    forge = Forge(root, "")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(forge))
+    server.daemon_threads = True
+    forge.url = f"http://127.0.0.1:{server.server_port}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield forge
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def session_git_env(proxy_port: int, route: str, placeholder: str, username: str, forge_url: str) -> dict[str, str]:
+    """What a session's environment holds for git: an insteadOf rewrite and the placeholder, by GIT_CONFIG_*."""
+    base = f"http://127.0.0.1:{proxy_port}/r/{route}/"
+    auth = base64.b64encode(f"{username}:{placeholder}".encode()).decode()
+    return {"GIT_CONFIG_COUNT": "2",
+            "GIT_CONFIG_KEY_0": f"url.{base}.insteadOf", "GIT_CONFIG_VALUE_0": forge_url,
+            "GIT_CONFIG_KEY_1": f"http.{base}.extraHeader", "GIT_CONFIG_VALUE_1": f"Authorization: Basic {auth}"}

@@ -1,0 +1,45 @@
+"""From manifest routes to a proxy config and a session environment that holds no secret."""
+
+from pathlib import Path
+
+import pytest
+
+from dejima.core.manifest import CredentialRoute
+from dejima.core.pushrules import PushPolicy
+from dejima.proxy.setup import prepare, session_env
+from dejima.proxy.sources import CredentialError
+
+ANTHROPIC = CredentialRoute("anthropic-api-key", "https://api.anthropic.com", "x-api-key", "raw",
+                            ("env", ("ANTHROPIC_API_KEY",)), "ANTHROPIC_API_KEY")
+GIT = CredentialRoute("github-git", "https://github.com", "Authorization", "Basic", ("env", ("GH_TOKEN",)),
+                      None, "x-access-token")
+HOST = {"ANTHROPIC_API_KEY": "sk-ant-api03-" + "R" * 90, "GH_TOKEN": "ghp_" + "R" * 36}
+
+
+def test_env_has_placeholders_urls_and_git_rewrites_but_no_secret(tmp_path: Path) -> None:
+    prepared = prepare([(ANTHROPIC, "backends/anthropic.toml"), (GIT, "forges/github.toml")], tmp_path,
+                       overrides={"github-git": "http://127.0.0.1:9999"},
+                       push={"github-git": PushPolicy(("o/r",))}, environ=HOST)
+    env = session_env(prepared, "http://127.0.0.1:8080", {"anthropic-api-key": "ANTHROPIC_BASE_URL"})
+    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8080/r/anthropic-api-key"
+    assert env["ANTHROPIC_API_KEY"].startswith("sk-ant-api03-")
+    assert env["GIT_CONFIG_KEY_0"] == "url.http://127.0.0.1:8080/r/github-git/.insteadOf"
+    assert env["GIT_CONFIG_VALUE_0"] == "https://github.com/"
+    assert env["GIT_CONFIG_VALUE_1"].startswith("Authorization: Basic ")
+    assert "AWS_ACCESS_KEY_ID" in env and env["GIT_TERMINAL_PROMPT"] == "0"
+    for secret in HOST.values():
+        assert secret not in str(env) and secret not in repr(prepared)
+    git_spec = prepared.config.routes[1]
+    assert str(git_spec.route.upstream) == "http://127.0.0.1:9999" and git_spec.push is not None
+
+
+def test_missing_sources_are_skipped_or_required(tmp_path: Path) -> None:
+    prepared = prepare([(ANTHROPIC, "backends/anthropic.toml")], tmp_path, environ={})
+    assert prepared.config.routes == () and "env ANTHROPIC_API_KEY" in prepared.skipped[0].message
+    with pytest.raises(CredentialError, match="backends/anthropic.toml credentials route 'anthropic-api-key'"):
+        prepare([(ANTHROPIC, "backends/anthropic.toml")], tmp_path, environ={}, required=["anthropic-api-key"])
+
+
+def test_a_plaintext_override_to_a_remote_host_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CredentialError, match="plain http to a non-loopback host"):
+        prepare([(ANTHROPIC, "b.toml")], tmp_path, overrides={"anthropic-api-key": "http://gw.corp"}, environ=HOST)
