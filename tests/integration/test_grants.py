@@ -105,7 +105,8 @@ def test_a_grant_lets_the_agents_retry_through_and_a_revoke_cuts_its_open_connec
         stderr = proc.stderr.read()
     session = stderr.split("dejima violations ")[-1].split()[0] if "dejima violations " in stderr else None
     assert session is not None, stderr
-    records = [json.loads(line) for line in run_dejima(user, scope, "violations", session, "--json").stdout.splitlines()]
+    listed = run_dejima(user, scope, "violations", session, "--json").stdout
+    records = [json.loads(line) for line in listed.splitlines()]
     kinds = [r["kind"] for r in records]
     assert "grant" in kinds and "revoke" in kinds, kinds
 
