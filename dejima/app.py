@@ -9,16 +9,20 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from dejima import exit_audit, host, projects, session
 from dejima.core import labels
 from dejima.core.limits import describe
 from dejima.core.manifest import ManifestError
 from dejima.core.plan import (
+    PROXY_SOCKET,
     RESOLV_CONF,
     SESSION_HOME,
+    Identity,
     NetworkFacts,
     SessionPlan,
     SessionRequest,
@@ -39,6 +43,9 @@ from dejima.runtime import Runtime
 from dejima.ui.console import UI
 from dejima.ui.views import boundary_card
 from dejima.violations import ViolationStore, sessions_dir
+
+if TYPE_CHECKING:
+    from dejima.proxy.runner import SessionProxy
 
 
 def validate_workspace(path: str) -> Path:
@@ -88,6 +95,7 @@ class Prepared:
     runtime: Runtime
     plan: SessionPlan
     settings: Settings
+    proxy: SessionProxy | None = None  # the credential routes, served while the session runs
 
 
 def network_facts(settings: Settings, runtime: Runtime | None, upstream_override: tuple[str, ...]) -> NetworkFacts:
@@ -145,6 +153,9 @@ def prepare_session(
     host.resolv_conf_file(RESOLV_CONF)
     for path in cache_paths_outside_home(resolved):
         host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"), identity)
+    proxy = _prepare_proxy(workspace, command, resolved, settings, request, identity, ui)
+    if proxy is not None:
+        request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries)
     run_dir = host.ensure_private_dir(Path(request.run_dir or ""))
     # The filter (root without CAP_DAC_OVERRIDE) makes its control socket here, so the directory is
     # open to it; no one else gets near: its parent is the launcher's own 0700 state directory,
@@ -153,7 +164,22 @@ def prepare_session(
     host.record(run_dir.parent, "workspace", str(workspace))
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts, source, resolved,
                               engine_memory=runtime.memory())
-    return Prepared(runtime, plan, settings)
+    return Prepared(runtime, plan, settings, proxy)
+
+
+def _prepare_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+                   request: SessionRequest, identity: Identity, ui: UI) -> SessionProxy | None:
+    """The session's credential routes, their sources read now on the host (never in a container)."""
+    if not any(m.credentials for m in resolved.manifests):
+        return None
+    from dejima.proxy.runner import prepare_session_proxy
+
+    proxy = prepare_session_proxy(resolved, command, workspace, settings.credentials,
+                                  sessions_dir() / request.session_id, Path(request.home_dir),
+                                  (identity.uid, identity.gid))
+    for skipped in proxy.prepared.skipped if proxy else ():
+        ui.warn(f"{skipped.message}; the session starts without that route")
+    return proxy if proxy is not None and proxy.routes else None
 
 
 def new_session_id() -> str:
@@ -242,12 +268,13 @@ def run_session(prepared: Prepared, ui: UI) -> int:
         ui.info(boundary_line(prepared.plan))
     store = ViolationStore(prepared.plan.session_id)
     try:
-        return session.run(
-            prepared.runtime, prepared.plan, ui,
-            ready_timeout=settings.session.ready_timeout,
-            stop_timeout=settings.session.stop_timeout,
-            on_filter_output=store.append_output,
-        )
+        with _serving(prepared):
+            return session.run(
+                prepared.runtime, prepared.plan, ui,
+                ready_timeout=settings.session.ready_timeout,
+                stop_timeout=settings.session.stop_timeout,
+                on_filter_output=store.append_output,
+            )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:
             raise SessionError(
@@ -263,6 +290,33 @@ def run_session(prepared: Prepared, ui: UI) -> int:
         if summary:
             ui.warn(f"session {prepared.plan.session_id}: {summary}; "
                     f"details: dejima violations {prepared.plan.session_id}")
+        if prepared.proxy is not None:
+            ui.info(ledger_summary(prepared.plan.session_id))
+
+
+def _serving(prepared: Prepared) -> AbstractContextManager[object]:
+    """The credential proxy, serving on the session's run directory while the block runs."""
+    if prepared.proxy is None:
+        return nullcontext()
+    from dejima.proxy.runner import ProxyThread
+
+    return ProxyThread(prepared.proxy.prepared.config, sessions_dir() / prepared.plan.session_id / "run" / PROXY_SOCKET)
+
+
+def ledger_summary(session_id: str) -> str:
+    """One line of totals from the session's ledger (requests the proxy carried)."""
+    from dejima.proxy.records import read_records
+
+    entries = read_records(sessions_dir() / session_id / "ledger.jsonl")
+    if not entries:
+        return f"session {session_id}: no request went through the credential proxy"
+    def total(key: str) -> int:
+        return sum(int(str(e.get(key) or 0)) for e in entries)
+
+    refused = sum(1 for e in entries if int(str(e.get("status") or 0)) >= 400)
+    return (f"session {session_id}: {len(entries)} request(s) through the credential proxy ({refused} answered "
+            f"with an error), {total('bytes_in')} bytes in, {total('bytes_out')} bytes out; "
+            f"details: dejima ledger {session_id}")
 
 
 # --- management --------------------------------------------------------------------------------

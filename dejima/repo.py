@@ -28,6 +28,30 @@ def remote_hosts(config_text: str) -> frozenset[str]:
     return frozenset(hosts)
 
 
+def remote_repositories(config_text: str, host: str) -> tuple[str, ...]:
+    """Paths (owner/repo) of the remotes on ``host``: what a session may push to there."""
+    found = []
+    for url in _URL.findall(config_text):
+        match = _HOST.match(url)
+        if match and match.group(1).lower().strip("[]") == host.lower():
+            rest = url[match.end():]
+            if "://" in url:
+                rest = re.sub(r"^:\d+", "", rest)  # a port: ssh://git@host:22/owner/repo
+            path = rest.lstrip(":/").removesuffix("/").removesuffix(".git")
+            if path:
+                found.append(path)
+    return tuple(dict.fromkeys(found))
+
+
+def git_config_text(workspace: Path) -> str:
+    """The workspace's .git/config as text (empty when it is not a plain file in a plain .git)."""
+    config = workspace / ".git" / "config"
+    if not _regular_file(config) or (workspace / ".git").is_symlink():
+        return ""
+    with open(config, "rb") as stream:
+        return stream.read(MAX_CONFIG_BYTES).decode("utf-8", "replace")
+
+
 def _regular_file(path: Path) -> bool:
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)

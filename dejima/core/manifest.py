@@ -40,6 +40,7 @@ class CredentialRoute:
     source: tuple[str, tuple[str, ...]]
     placeholder_env: str | None = None
     username: str | None = None  # Basic only: the user name sent with the token
+    base_url_env: str | None = None  # session env var that takes the route's base URL (through the proxy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,9 @@ SECTIONS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, str]]]] = {
         "placeholder_env": (_STR, "session env var that holds a placeholder instead of the secret"),
         "username": (_STR, "scheme Basic only: the user name the service expects with a token "
                      "(x-access-token, oauth2, x-token-auth…)"),
+        "base_url_env": (_STR, "session env var that takes the route's base URL through dejima's proxy "
+                         "(e.g. ANTHROPIC_BASE_URL); the upstream's path is kept, so an SDK that wants /v1 "
+                         "in its base URL gets an upstream ending in /v1"),
     }),
     "image": (KINDS, {
         "packages": (_STRS, "Debian packages the session image needs"),
@@ -181,16 +185,17 @@ def _credential(source: str, index: int, table: dict[str, Any]) -> CredentialRou
         if not isinstance(what, str) or not what:
             raise _error(source, f"{path}.source.{how}", "must be a non-empty string", f"the host {how} to read")
         value = (what,)
-    placeholder = table.get("placeholder_env")
-    if placeholder is not None and not _ENV.match(placeholder):
-        raise _error(source, f"{path}.placeholder_env", f"is not an environment variable name: {placeholder!r}",
-                     "letters, digits and '_', not starting with a digit")
+    placeholder, base_url_env = table.get("placeholder_env"), table.get("base_url_env")
+    for key, name in (("placeholder_env", placeholder), ("base_url_env", base_url_env)):
+        if name is not None and not _ENV.match(name):
+            raise _error(source, f"{path}.{key}", f"is not an environment variable name: {name!r}",
+                         "letters, digits and '_', not starting with a digit")
     username = table.get("username")
     if username is not None and (table["scheme"] != "Basic" or not username or ":" in username):
         raise _error(source, f"{path}.username", "only goes with scheme = \"Basic\", non-empty and without ':'",
                      "remove it, or set scheme = \"Basic\"")
     return CredentialRoute(table["name"], table["upstream"], table["header"], table["scheme"], (how, value),
-                           placeholder, username)
+                           placeholder, username, base_url_env)
 
 
 def _env(source: str, table: dict[str, Any], credentials: tuple[CredentialRoute, ...]) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import re
 import shlex
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import PurePosixPath
@@ -125,6 +126,10 @@ class SessionRequest:
     bridge: bool = False  # relay the credential proxy's socket into the namespace
     project_allow: tuple[str, ...] = ()  # the user's policy for this workspace (dejima-allow --persist)
     project_source: str = ""  # the file it comes from
+    # What the session gets for its credential routes: placeholders, base URLs through the proxy,
+    # git rewrites, decoys. Never a secret: those stay in the launcher's proxy.
+    credential_env: tuple[tuple[str, str], ...] = ()
+    canaries: tuple[str, ...] = ()  # placeholder and decoy values the resolver refuses to see in a name
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,30 @@ class NetworkFacts:
     denied_addresses: tuple[IPNetwork, ...] = ()  # the host's own addresses, the engine's gateway
     host_addresses: tuple[IPNetwork, ...] = ()
     gateway: IPNetwork | None = None  # None without an engine (render mode)
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialView:
+    """A credential route as the user is shown it: where the secret comes from, where it may go."""
+
+    route: str
+    origin: str  # the manifest that declares it
+    source: str  # e.g. "host env ANTHROPIC_API_KEY" (never the value)
+    upstream: str  # after any [credentials] upstreams override
+    placeholder_env: str | None
+    base_url_env: str | None
+
+
+def credential_views(resolved: Resolved | None, upstreams: dict[str, str]) -> tuple[CredentialView, ...]:
+    views: dict[str, CredentialView] = {}
+    for manifest in resolved.manifests if resolved else ():
+        for route in manifest.credentials:
+            how, what = route.source
+            source = f"host {how} {' '.join(what)}" if how != "claude_login" else f"the host's Claude login ({what[0]})"
+            views.setdefault(route.name, CredentialView(route.name, manifest.source, source,
+                                                        upstreams.get(route.name, route.upstream),
+                                                        route.placeholder_env, route.base_url_env))
+    return tuple(views.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +179,8 @@ class SessionPlan:
     session: ContainerSpec
     resolved: Resolved | None = None
     unlocked: tuple[Unlocked, ...] = ()  # special allow entries let through by an override
+    credentials: tuple[CredentialView, ...] = ()  # the routes, for the card and --render (no values)
+    masked: tuple[str, ...] = ()  # per-session placeholders, left out of the plan hash
 
     @property
     def plan_hash(self) -> str:
@@ -169,6 +200,8 @@ def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation
                   upstreams: tuple[str, ...], request: SessionRequest | None = None) -> str:
     """The JSON document the filter process reads from its environment (policy, never secrets)."""
     sockets: dict[str, object] = {}
+    if request is not None and request.canaries:
+        sockets["canaries"] = sorted({canary_signature(c) for c in request.canaries})
     if request is not None and request.run_dir is not None:
         sockets["control"] = {"socket": f"{FILTER_RUN_DIR}/{CONTROL_SOCKET}", "owner": request.control_owner}
         if request.bridge:
@@ -295,6 +328,7 @@ def build_session_plan(
         # Python writes no bytecode in sessions, so the audit can flag every .pyc as deliberate:
         # Python trusts a .pyc whose header matches its source, whatever its code (research B11).
         "PYTHONDONTWRITEBYTECODE": "1",
+        **dict(request.credential_env),
     }
     if interactive:
         environment["TERM"] = "xterm-256color"
@@ -332,6 +366,8 @@ def build_session_plan(
         session=session_spec,
         resolved=resolved,
         unlocked=unlocked,
+        credentials=credential_views(resolved, settings.credentials.upstreams),
+        masked=tuple(v for c in request.canaries for v in (c, canary_signature(c))),
     )
 
 
@@ -357,7 +393,15 @@ def plan_hash(plan: SessionPlan) -> str:
         }
     data.pop("session_id")
     text = json.dumps(data, sort_keys=True, default=str).replace(plan.session_id, "<session>")
+    for value in sorted(plan.masked, key=len, reverse=True):  # new every session: the plan is the same
+        text = text.replace(value, "<placeholder>")
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def canary_signature(value: str) -> str:
+    """What the resolver looks for in a name: the value's last 16 letters and digits (its random
+    part; prefixes like sk-ant- are shared by every key), lower-case, as a name would carry them."""
+    return re.sub(r"[^a-z0-9]", "", value.lower())[-16:]
 
 
 def describe_command(command: tuple[str, ...] | None) -> str:

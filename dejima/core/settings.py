@@ -59,11 +59,19 @@ class LimitSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CredentialSettings:
+    upstreams: dict[str, str] = field(default_factory=dict)
+    extra_ca_file: str = ""
+    decoys: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     images: ImageSettings = field(default_factory=ImageSettings)
     session: SessionSettings = field(default_factory=SessionSettings)
     network: NetworkSettings = field(default_factory=NetworkSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
+    credentials: CredentialSettings = field(default_factory=CredentialSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +145,14 @@ def _between(low: int, high: int) -> Callable[[int], str | None]:
         return None if low <= value <= high else f"must be a whole number from {low} to {high}"
 
     return check
+
+
+def _upstream_urls(value: dict[str, str]) -> str | None:
+    for route, url in value.items():
+        if not url.startswith(("https://", "http://127.", "http://localhost")):
+            return (f"sends route {route!r} to {url!r}: secrets travel over https://, or plain http to "
+                    "this host's loopback (a local gateway, a test)")
+    return None
 
 
 def _tmp_size(value: str) -> str | None:
@@ -230,10 +246,27 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "filter_cpu_shares": Key("filter_cpu_shares", int, "CPU weight of the filter; above the session's, so "
                                  "DNS keeps answering while the session is busy.", _between(2, 262144)),
     },
+    "credentials": {
+        "upstreams": Key(
+            "upstreams", dict, "Where a credential route's secret goes instead of the manifest's upstream, per "
+            "route name: a corporate gateway, a regional endpoint, a test world "
+            "(`{ \"anthropic-api-key\" = \"https://llm-gateway.corp.example/anthropic\" }`). "
+            "`dejima manifests list` shows the route names.", _upstream_urls,
+        ),
+        "extra_ca_file": Key(
+            "extra_ca_file", str, "A PEM bundle the credential proxy trusts besides the system's, for "
+            "upstreams behind a corporate TLS proxy (empty: the system store only).",
+        ),
+        "decoys": Key(
+            "decoys", bool, "Plant decoy credentials in sessions (fake AWS keys and the like, in the "
+            "environment and ~/.aws/credentials): any use of one is refused and recorded as a sign the agent "
+            "went looking for secrets.",
+        ),
+    },
 }
 
 _DEFAULTS = {"images": ImageSettings(), "session": SessionSettings(), "network": NetworkSettings(),
-             "limits": LimitSettings()}
+             "limits": LimitSettings(), "credentials": CredentialSettings()}
 _KIND_NAMES = {float: "a number", str: "a string", list: "a list of strings", dict: "a table of strings",
                bool: "true or false", int: "a whole number"}
 
@@ -335,6 +368,7 @@ def parse_settings(text: str, source: str) -> Settings:
         session=SessionSettings(**sections.get("session", {})),
         network=network,
         limits=LimitSettings(**sections.get("limits", {})),
+        credentials=CredentialSettings(**sections.get("credentials", {})),
     )
 
 

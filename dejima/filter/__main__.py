@@ -61,7 +61,8 @@ async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     expect = config["expect"]
     writer = SetWriter(expect["family"], expect["table"])
     log = ViolationLog()
-    resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]), writer.add, log)
+    resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]), writer.add, log,
+                              canaries=tuple(config.get("canaries", ())))
     reader = NflogReader(config["nflog_group"], log, resolver.domain_of)
     reader.attach(asyncio.get_running_loop())
     await start_servers(resolver, spawn)

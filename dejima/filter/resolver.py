@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import struct
 import sys
 import threading
@@ -79,8 +80,12 @@ class Cached:
 
 class PolicyResolver:
     def __init__(self, policy: EgressPolicy, forward: Forward, add_addresses: AddAddresses, record: Record,
-                 ttl_floor: int = 60, ttl_ceiling: int = 3600, clock: Callable[[], float] = time.monotonic) -> None:
+                 ttl_floor: int = 60, ttl_ceiling: int = 3600, clock: Callable[[], float] = time.monotonic,
+                 canaries: tuple[str, ...] = ()) -> None:
         self.policy, self.forward, self.add_addresses, self.record = policy, forward, add_addresses, record
+        # The random part of every placeholder and decoy credential of the session (lower-case
+        # letters and digits): a name carrying one is refused, whatever the allow list says.
+        self.canaries = canaries
         self.ttl_floor, self.ttl_ceiling, self.clock = ttl_floor, ttl_ceiling, clock
         self.cache: OrderedDict[tuple[str, int], Cached] = OrderedDict()
         self.names: OrderedDict[str, tuple[str, float]] = OrderedDict()  # address -> (name, until)
@@ -159,6 +164,12 @@ class PolicyResolver:
         return data
 
     async def _answer(self, request: DNSRecord, question: Question) -> DNSRecord:
+        if self.canaries:
+            squeezed = re.sub(r"[^a-z0-9]", "", question.name)
+            if any(canary in squeezed for canary in self.canaries):
+                self._report({"kind": "canary", "domain": question.name, "qtype": question.type_name,
+                              "reason": "the name carries a placeholder or decoy credential of this session"})
+                return self._refuse(request, "the name carries a credential", EDE_PROHIBITED)
         verdict = self.policy.name_verdict(question.name)
         if not verdict.allowed:
             if question.name != SELF_CHECK_NAME:  # the filter's own probe is not a violation

@@ -32,6 +32,13 @@ def format_plan(plan: SessionPlan) -> str:
                  "gateway, found at start)")
     lines.append(f"upstream resolvers (the filter's own marked sockets only): {', '.join(plan.upstreams) or 'none'}")
     lines.append("IPv6: disabled in the namespace; UDP and ICMP: closed")
+    lines += ["", "## Credential routes (the secret stays in dejima's proxy on the host)"]
+    if not plan.credentials:
+        lines.append("none: no manifest of this session declares one")
+    for c in plan.credentials:
+        lines.append(f"{c.route:<24} {c.source} -> {c.upstream} only; session gets "
+                     f"{c.placeholder_env or 'no variable'} = a placeholder"
+                     + (f", {c.base_url_env} = the proxy" if c.base_url_env else "") + f"  (from {c.origin})")
     lines += ["", "## Containers"]
     for spec in (plan.filter, plan.session):
         lines.append(f"{spec.name}: user {spec.user}, capabilities {', '.join(spec.cap_add) or 'none'}, "
@@ -44,6 +51,16 @@ def format_plan(plan: SessionPlan) -> str:
             lines.append(f"  mount {bind.source} -> {bind.target} ({'ro' if bind.read_only else 'rw'})")
     lines += ["", "## nft ruleset (applied in the filter, then read back and verified)", plan.ruleset]
     return "\n".join(lines)
+
+
+def _credential_lines(plan: SessionPlan) -> list[str]:
+    if not plan.credentials:
+        return ["credentials none: no secret enters the session, and no route to one is set up"]
+    lines = ["credentials the session holds placeholders only; dejima's proxy on the host swaps in the secret "
+             "toward each route's own upstream"]
+    for c in plan.credentials:
+        lines.append(f"            {c.route}: {c.source} -> {c.upstream}")
+    return lines
 
 
 def boundary_card(plan: SessionPlan) -> list[str]:
@@ -69,8 +86,9 @@ def boundary_card(plan: SessionPlan) -> list[str]:
         "are the filter's",
         *limits,
         f"mounts      {mounts}, /tmp (tmpfs)",
-        "credentials none enter the session (no host secret is passed through)",
-        "grants      `dejima-allow` is not there yet: restart with --allow to widen",
+        *_credential_lines(plan),
+        "grants      `dejima-allow NAME` opens a name live (`dejima-allow` lists what was refused); "
+        "--revoke cuts it again",
         "exit audit  workspace, home and caches compared with their start at exit; what can run code later "
         "is recorded for review (dejima-audit)",
     ]

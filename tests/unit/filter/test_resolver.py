@@ -345,3 +345,22 @@ def test_refusals_of_one_name_are_folded(world: World) -> None:
     for _ in range(20):
         ask(world, question("loop.other.test"))
     assert [r["domain"] for r in world.records].count("loop.other.test") == 1
+
+
+def test_a_name_carrying_a_placeholder_is_refused_even_under_an_allowed_wildcard() -> None:
+    asked: list[str] = []
+
+    async def forward(query: DNSRecord) -> DNSRecord:
+        asked.append(str(query.q.qname))
+        return query.reply()
+
+    records: list[dict[str, object]] = []
+    policy = parse_policy(["*.wild.example.test"], [])
+    resolver = PolicyResolver(policy, forward, lambda a, p, t: None, records.append,
+                              canaries=("q7w8e9r0t1y2u3i4",))
+    for name in ("q7w8e9r0t1y2u3i4.wild.example.test", "q7w8e9r0-t1y2u3i4.wild.example.test",
+                 "q7w8e9.r0t1y2u3i4.wild.example.test"):
+        reply = DNSRecord.parse(asyncio.run(resolver.answer(question(name))))
+        assert reply.header.rcode == RCODE.REFUSED, name
+    assert asked == [] and {r["kind"] for r in records} == {"canary"}
+    assert DNSRecord.parse(asyncio.run(resolver.answer(question("a.wild.example.test")))).header.rcode == 0

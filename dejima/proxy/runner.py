@@ -1,0 +1,162 @@
+"""A session's credential proxy, from its manifests to a running server in the launcher.
+
+    routes = session_routes(resolved)                    # every [[credentials]] route the session's manifests declare
+    prepared = prepare_for_session(routes, ...)          # sources read on the host, placeholders made
+    env = session_environment(prepared)                  # what the session gets instead: placeholders, base URLs
+    with ProxyThread(prepared.config, socket_path):      # serving while the session runs
+        ...
+
+The proxy runs on its own asyncio loop in a thread of the launcher, so its secrets live in the
+launcher's memory only, and die with it. Its socket sits in the session's run directory, which
+is mounted into the filter alone; the filter relays the session's 127.0.0.1:BRIDGE_PORT to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from dejima.core.manifest import CredentialRoute
+from dejima.core.plan import BRIDGE_PORT
+from dejima.core.pushrules import PushPolicy
+from dejima.core.resolve import Resolved
+from dejima.core.settings import CredentialSettings
+from dejima.proxy.server import ProxyConfig, ProxyServer
+from dejima.proxy.setup import Prepared, prepare, session_env
+
+ORIGIN = f"http://127.0.0.1:{BRIDGE_PORT}"  # the proxy, as the session reaches it through the filter
+
+
+def session_routes(resolved: Resolved) -> list[tuple[CredentialRoute, str]]:
+    """(route, the manifest that declares it), each route name once (the first manifest wins)."""
+    seen: dict[str, tuple[CredentialRoute, str]] = {}
+    for manifest in resolved.manifests:
+        for route in manifest.credentials:
+            seen.setdefault(route.name, (route, manifest.source))
+    return list(seen.values())
+
+
+def required_routes(resolved: Resolved, command: tuple[str, ...] | None) -> tuple[str, ...]:
+    """Routes a session cannot do without: when the harness's own agent runs (no command given),
+    the routes of its backend, because an agent that cannot reach its model does nothing."""
+    if command is not None or resolved.harness.name == "shell":
+        return ()
+    return tuple(r.name for c in resolved.of_kind("backends") for r in c.manifest.credentials)
+
+
+def prepare_for_session(routes: Iterable[tuple[CredentialRoute, str]], directory: Path,
+                        overrides: Mapping[str, str], push: Mapping[str, PushPolicy], required: Iterable[str],
+                        extra_ca_file: str | None, decoys: bool) -> Prepared:
+    prepared = prepare(routes, directory, overrides, push, required, extra_ca_file=extra_ca_file)
+    if not decoys:
+        from dataclasses import replace
+
+        from dejima.core.placeholders import Decoys
+
+        prepared = replace(prepared, decoys=Decoys({}, "", {}), config=replace(prepared.config, decoys={}))
+    return prepared
+
+
+def session_environment(prepared: Prepared) -> dict[str, str]:
+    base_urls = {name: r.base_url_env for name, r in prepared.manifest_routes.items() if r.base_url_env}
+    return session_env(prepared, ORIGIN, base_urls)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionProxy:
+    """A session's credential routes, ready to serve: the config (holding the sources), what the
+    session's environment gets, and the values the resolver must never see in a name."""
+
+    prepared: Prepared
+    environment: tuple[tuple[str, str], ...]
+    canaries: tuple[str, ...]
+
+    @property
+    def routes(self) -> list[str]:
+        return [spec.route.name for spec in self.prepared.config.routes]
+
+
+def push_policies(routes: Iterable[tuple[CredentialRoute, str]], git_config: str) -> dict[str, PushPolicy]:
+    """Git routes (scheme Basic) may push only to this workspace's own remotes on their host."""
+    from dejima.core.credentials import parse_upstream
+    from dejima.repo import remote_repositories
+
+    policies = {}
+    for route, _origin in routes:
+        if route.scheme == "Basic":
+            host = parse_upstream(route.upstream, route.name).host
+            policies[route.name] = PushPolicy(remote_repositories(git_config, host))
+    return policies
+
+
+def prepare_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, workspace: Path,
+                          settings: CredentialSettings, session_dir: Path, home: Path,
+                          owner: tuple[int, int] | None = None) -> SessionProxy | None:
+    """Everything the session's proxy needs, resolved on the host; None when no manifest declares
+    a route. Sources that are missing are left out (``prepared.skipped`` says which), unless the
+    harness's agent needs them (required_routes), which raises CredentialError."""
+    from dejima.repo import git_config_text
+
+    routes = session_routes(resolved)
+    if not routes:
+        return None
+    prepared = prepare_for_session(routes, session_dir, settings.upstreams, push_policies(routes, git_config_text(
+        workspace)), required_routes(resolved, command), settings.extra_ca_file or None, settings.decoys)
+    if prepared.decoys.aws_credentials_file:
+        _plant_decoy_file(home / ".aws" / "credentials", prepared.decoys.aws_credentials_file, owner)
+    canaries = tuple(spec.route.placeholder for spec in prepared.config.routes) + tuple(
+        prepared.decoys.values().values())
+    return SessionProxy(prepared, tuple(sorted(session_environment(prepared).items())), canaries)
+
+
+DECOY_MARK = "# dejima decoy: fake values, planted to catch an agent that goes looking for credentials\n"
+
+
+def _plant_decoy_file(path: Path, text: str, owner: tuple[int, int] | None) -> None:
+    """Write the decoy where a real file would be, unless something else already lives there; a
+    root launcher hands it to the session's user, who must be able to read it like a real one."""
+    if path.is_symlink() or (path.exists() and not path.read_text(errors="replace").startswith(DECOY_MARK)):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(DECOY_MARK + text)
+    path.chmod(0o600)
+    if owner is not None and os.getuid() == 0:
+        for item in (path.parent, path):
+            os.chown(item, *owner)
+
+
+class ProxyThread:
+    """The proxy serving on ``socket_path`` from a thread of its own, for a ``with`` block."""
+
+    def __init__(self, config: ProxyConfig, socket_path: Path) -> None:
+        self.server = ProxyServer(config)
+        self.socket_path = socket_path
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="credential-proxy", daemon=True)
+
+    def __enter__(self) -> ProxyThread:
+        self.thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self.server.start(unix_path=self.socket_path), self.loop).result(60)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        # The filter connects as root without CAP_DAC_OVERRIDE: the mode lets it in; no one else
+        # reaches the path (its parent directory on the host is the launcher's own 0700 one).
+        os.chmod(self.socket_path, 0o666)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if self.thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(self.server.close(grace=1.0), self.loop).result(10)
+            finally:
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                self.thread.join(10)
+        self.loop.close()
