@@ -37,6 +37,7 @@ Management commands (they come first, so a directory named like one needs ./NAME
                                list, build, debootstrap, or prune the images dejima uses
   dejima settings [path|show|reference]
                                where the settings file is, the effective values, every key
+  dejima ledger SESSION        the requests a session's credential proxy carried (never a secret)
   dejima violations [SESSION]  what a session was refused (names, answers), recorded durably
   dejima manifests [list|show KIND/NAME]
                                forges, workflows, harnesses, backends, and where each comes from

@@ -182,7 +182,40 @@ def _violations(argv: list[str], ui: UI) -> int:
     table = Table("time", "kind", "destination", "reason")
     for r in records:
         table.add_row(plain(_clock(r.get("time"))), plain(r.get("kind", "?")), plain(_destination(r)),
-                      plain(r.get("reason", "")))
+                      plain(r.get("reason") or r.get("detail") or ""))
+    ui.console.print(table)
+    return exit_codes.SUCCESS
+
+
+def _ledger(argv: list[str], ui: UI) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dejima ledger",
+        description="The requests a session's credential proxy carried: time, route, method, path (query "
+        "values left out), status, bytes, duration. Never a secret.",
+    )
+    parser.add_argument("session", help="session id, as the exit summary or `dejima violations` names it")
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    args = parser.parse_args(argv)
+    from dejima.proxy.records import read_records
+    from dejima.violations import sessions_dir
+
+    path = sessions_dir() / args.session / "ledger.jsonl"
+    if not (sessions_dir() / args.session).is_dir():
+        raise UsageError(f"no session {args.session!r} on record", hint="`dejima violations` lists the sessions")
+    entries = read_records(path)
+    if args.json:
+        print_json_lines(entries)
+        return exit_codes.SUCCESS
+    if not entries:
+        ui.info(f"no request went through session {args.session}'s credential proxy")
+        return exit_codes.SUCCESS
+    from rich.table import Table
+
+    table = Table("time", "route", "method", "path", "status", "in", "out", "ms")
+    for e in entries:
+        table.add_row(plain(_clock(e.get("time"))), plain(e.get("route", "?")), plain(e.get("method", "?")),
+                      plain(e.get("path", "")), plain(e.get("status", "?")), plain(e.get("bytes_in", "")),
+                      plain(e.get("bytes_out", "")), plain(e.get("duration_ms", "")))
     ui.console.print(table)
     return exit_codes.SUCCESS
 
@@ -200,7 +233,11 @@ def _destination(record: dict[str, object]) -> str:
     where = f"{address}:{port}" if address and port else str(address or "")
     if domain and where:
         return f"{domain} -> {where}"
-    return str(domain or where or "?")
+    if domain or where:
+        return str(domain or where)
+    if record.get("entry"):  # a live grant, revoke or expiry
+        return str(record["entry"])
+    return f"route {record['route']}" if record.get("route") else "?"  # the credential proxy's
 
 
 def _manifests(argv: list[str], ui: UI) -> int:
@@ -254,5 +291,6 @@ def _manifests(argv: list[str], ui: UI) -> int:
 
 COMMANDS = {
     "sessions": _sessions, "stop": _stop, "clean": _clean, "doctor": _doctor,
-    "images": _images, "settings": _settings, "violations": _violations, "manifests": _manifests,
+    "images": _images, "settings": _settings, "violations": _violations, "ledger": _ledger,
+    "manifests": _manifests,
 }

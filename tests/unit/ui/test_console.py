@@ -36,7 +36,8 @@ def test_boundary_card_says_what_is_enforced() -> None:
                               Identity(1000, 1000, "u"), "f", "s")
     text = "\n".join(boundary_card(plan))
     for phrase in ("default-deny, verified in the kernel; allowed: pypi.org", "only dejima's resolver",
-                   "ipv6        off", "uid:gid 1000:1000, no capabilities", "/w/p (rw)", "no secret enters the session"):
+                   "ipv6        off", "uid:gid 1000:1000, no capabilities", "/w/p (rw)",
+                   "no secret enters the session"):
         assert phrase in text
 
 

@@ -1,0 +1,210 @@
+"""The credential proxy with a real session: the agent talks to its model through the filter's
+bridge and dejima's proxy, holding only a placeholder, while the real key reaches the model.
+
+The "model" is a fake Anthropic Messages API on this host's loopback (the proxy runs in the
+launcher, on the host, so that is where it connects); the session reaches it only through
+127.0.0.1:700 in its namespace. Nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from dejima.core import labels
+from dejima.runtime import Runtime
+from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
+
+REAL_KEY = "sk-ant-api03-" + "Zq7Vt2Lr9Xc4Nw8Pb1Ks6Hd3Fg5Jm0Yu2Ie7Oa4Ws9Rx1Tc8Vb3Nq6Lp5Kz" + "-canaryAA"
+EVENTS = [("message_start", {"type": "message_start", "message": {
+              "id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake", "content": [],
+              "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 3, "output_tokens": 1}}}),
+          ("content_block_start", {"type": "content_block_start", "index": 0,
+                                   "content_block": {"type": "text", "text": ""}}),
+          *[("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": word}})
+            for word in ("Hello ", "from ", "the ", "fake ", "model.")],
+          ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+          ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                             "usage": {"output_tokens": 5}}),
+          ("message_stop", {"type": "message_stop"})]
+DRIP_SECONDS = 0.25  # between two streamed events: a proxy that buffers would deliver them all at the end
+
+
+@dataclass
+class FakeModel:
+    port: int
+    seen: list[dict[str, str]] = field(default_factory=list)  # the headers of every request
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[FakeModel]:
+    fake = FakeModel(0)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            fake.seen.append({k.lower(): v for k, v in self.headers.items()} | {"path": self.path})
+            if not self.path.startswith("/v1/messages"):
+                self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+            elif self.headers.get("x-api-key") != REAL_KEY:
+                self._json(401, {"type": "error", "error": {"type": "authentication_error", "message": "bad key"}})
+            elif body.get("stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for name, data in EVENTS:
+                    chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                    time.sleep(DRIP_SECONDS)
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                self._json(200, {"id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake",
+                                 "content": [{"type": "text", "text": "Hello from the fake model."}],
+                                 "stop_reason": "end_turn", "stop_sequence": None,
+                                 "usage": {"input_tokens": 3, "output_tokens": 5}})
+
+        def _json(self, status: int, payload: dict[str, object]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    fake.port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield fake
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def settings(world_dir: Path, model: FakeModel) -> str:
+    path = world_dir / f"credentials-{model.port}.toml"
+    path.write_text(f'[credentials]\nupstreams = {{ "anthropic-api-key" = "http://127.0.0.1:{model.port}" }}\n')
+    path.chmod(0o644)
+    return str(path)
+
+
+# Runs in the session: what the agent can see, and one streamed request through the proxy.
+AGENT = r"""
+import glob, json, os, time, urllib.request
+key, base = os.environ.get("ANTHROPIC_API_KEY", ""), os.environ.get("ANTHROPIC_BASE_URL", "")
+request = urllib.request.Request(base + "/v1/messages", method="POST", headers={
+    "x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"},
+    data=json.dumps({"model": "claude-fake", "max_tokens": 16, "stream": True,
+                     "messages": [{"role": "user", "content": "hi"}]}).encode())
+arrivals, text = [], ""
+with urllib.request.urlopen(request, timeout=30) as response:
+    for line in response:
+        if line.startswith(b"data:"):
+            arrivals.append(time.monotonic())
+            data = json.loads(line[5:])
+            text += data.get("delta", {}).get("text", "")
+def status(url, headers):
+    try:
+        return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10).status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError as e:
+        return str(e)
+# The placeholder toward another route, and without the route prefix: refused at the proxy.
+elsewhere = status(base.replace("anthropic-api-key", "github-api") + "/user", {"Authorization": "Bearer " + key})
+environs = []
+for path in glob.glob("/proc/[0-9]*/environ"):
+    try:
+        environs.append(open(path, "rb").read().decode("latin-1"))
+    except OSError:
+        pass
+print(json.dumps({"key": key, "base": base, "text": text, "spread": arrivals[-1] - arrivals[0],
+                  "events": len(arrivals), "elsewhere": elsewhere, "environs": environs,
+                  "decoy": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+                  "aws_file": open(os.path.expanduser("~/.aws/credentials")).read()}))
+print("agent done", flush=True)
+"""
+
+
+@pytest.mark.timeout(1800)  # the first claude-code session builds its image (apt, npm)
+def test_the_agent_reaches_its_model_with_a_placeholder_and_the_key_never_enters(
+        runtime: Runtime, user: User, scope: str, workspace: Path, model: FakeModel, settings: str) -> None:
+    model.seen.clear()
+    with spawn_dejima(user, scope, "--harness", "claude-code", str(workspace), "--", "sh", "-c",
+                      'python3 -c "$0" && exec sleep 120', AGENT, DEJIMA_SETTINGS=settings,
+                      ANTHROPIC_API_KEY=REAL_KEY) as proc:
+        line = wait_for_line(proc.stdout, "{", timeout=1500)
+        wait_for_line(proc.stdout, "agent done")
+        inspected = [json.dumps(runtime.inspect(c)) for c in containers_of(runtime, scope)]
+        proc.terminate()
+        proc.wait(timeout=60)
+        stderr = proc.stderr.read()  # type: ignore[union-attr]
+    seen = json.loads(line)
+    # The agent held a placeholder shaped like a key, and reached the model through the bridge.
+    assert seen["key"].startswith("sk-ant-") and seen["key"] != REAL_KEY
+    assert seen["base"] == "http://127.0.0.1:700/r/anthropic-api-key"
+    assert seen["text"] == "Hello from the fake model."
+    # Streamed event by event: the first reached the agent well before the last was sent.
+    assert seen["events"] == len(EVENTS) and seen["spread"] >= DRIP_SECONDS * (len(EVENTS) - 2)
+    assert seen["elsewhere"] in (401, 403, 404), seen["elsewhere"]
+    # The model saw the real key, never the placeholder.
+    assert [h["x-api-key"] for h in model.seen] == [REAL_KEY]
+    assert seen["decoy"] and "aws_secret_access_key" in seen["aws_file"]  # decoys planted
+    # The real key is nowhere the session or the engine can show it.
+    assert all(REAL_KEY not in env for env in seen["environs"])
+    assert inspected and all(REAL_KEY not in text for text in inspected)
+    assert REAL_KEY not in stderr and "request(s) through the credential proxy" in stderr
+    for root in (user.home, workspace):
+        found = subprocess.run(["grep", "-rlF", REAL_KEY, str(root)], capture_output=True, text=True)
+        assert found.stdout == "", f"the real key was written to {found.stdout}"
+    session = stderr.split("dejima ledger ")[-1].split()[0]
+    listed = run_dejima(user, scope, "ledger", session, "--json").stdout
+    ledger = [json.loads(line) for line in listed.splitlines()]
+    assert [(e["route"], e["method"], e["status"]) for e in ledger][:1] == [("anthropic-api-key", "POST", 200)]
+
+
+def test_a_placeholder_in_a_dns_name_is_refused_and_recorded(user: User, scope: str, workspace: Path,
+                                                             settings: str) -> None:
+    script = ('import os, socket, json\nkey = os.environ["ANTHROPIC_API_KEY"]\nlabel = key[-30:].lower()'
+              '.replace("_", "-").strip("-")\n'
+              'try:\n    socket.getaddrinfo(label + ".api.anthropic.com", 443); r = "resolved"\n'
+              'except socket.gaierror: r = "refused"\nprint(json.dumps({"result": r}))')
+    result = run_dejima(user, scope, "--harness", "claude-code", str(workspace), "--", "python3", "-c", script,
+                        DEJIMA_SETTINGS=settings, ANTHROPIC_API_KEY=REAL_KEY)
+    assert result.returncode == 0, result.stderr
+    assert parse_json_line(result.stdout) == {"result": "refused"}
+    session = result.stderr.split("dejima violations ")[-1].split()[0]
+    listed = run_dejima(user, scope, "violations", session, "--json").stdout
+    records = [json.loads(line) for line in listed.splitlines()]
+    assert any(r["kind"] == "canary" for r in records), records
+
+
+def test_a_missing_source_is_named_and_the_agent_is_not_started_without_it(
+        runtime: Runtime, user: User, scope: str, workspace: Path, settings: str) -> None:
+    # With a command, the route is left out and the session starts, saying so.
+    with_command = run_dejima(user, scope, "--harness", "claude-code", str(workspace), "--", "true",
+                              DEJIMA_SETTINGS=settings, ANTHROPIC_API_KEY="")
+    assert with_command.returncode == 0, with_command.stderr
+    assert "backends/anthropic.toml" in with_command.stderr and "ANTHROPIC_API_KEY" in with_command.stderr
+    assert "starts without that route" in with_command.stderr
+    # The agent itself needs its model: no session at all, and the message names the source.
+    agent = run_dejima(user, scope, "--harness", "claude-code", str(workspace), DEJIMA_SETTINGS=settings,
+                       ANTHROPIC_API_KEY="")
+    assert agent.returncode != 0
+    assert "ANTHROPIC_API_KEY" in agent.stderr
+    assert containers_of(runtime, scope, role=labels.ROLE_SESSION) == []
