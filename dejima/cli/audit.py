@@ -91,7 +91,6 @@ def _body(argv: list[str], ui: UI) -> int:
 
 def _list(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
     from dejima.core.audit import rank
-    from dejima.ui.audit_views import findings_table
 
     found = store.findings(_workspace(args.workspace), include_acked=args.all)
     if not args.all:
@@ -108,6 +107,8 @@ def _list(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
     if not found:
         ui.info("no unreviewed findings" if not args.all else "no findings")
         return exit_codes.SUCCESS
+    from dejima.ui.audit_views import findings_table  # rich tables: only when there is one to show
+
     _output().print(findings_table(found))
     ui.info("details: dejima-audit show ID; reviewed: dejima-audit ack ID --note ...; undo: dejima-audit restore ID")
     return exit_codes.SUCCESS
