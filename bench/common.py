@@ -119,7 +119,8 @@ class Env:
 
     @property
     def vars(self) -> dict[str, str]:
-        return dict(os.environ, DEJIMA_SCOPE=self.scope, XDG_STATE_HOME=str(self.root / "state"), XDG_DATA_HOME=str(self.root / "data"),
+        return dict(os.environ, DEJIMA_SCOPE=self.scope, XDG_STATE_HOME=str(self.root / "state"),
+                    XDG_DATA_HOME=str(self.root / "data"),
                     XDG_CONFIG_HOME=str(self.root / "config"))
 
     def workspace(self, name: str) -> Path:

@@ -276,7 +276,6 @@ def measure_side(side: Side, names: Names, hot: list[str], seconds: float, root:
 
 def rows(sides: list[Side], load_: list[float], upstream_qps: float) -> list[Row]:
     masq, ours = (s.samples for s in sides)
-    common = {"load": load_}
 
     def pair(key: str) -> dict[str, list[float]]:
         return {"dejima": ours[key], "anchor": masq[key]}
@@ -286,17 +285,17 @@ def rows(sides: list[Side], load_: list[float], upstream_qps: float) -> list[Row
             median(masq["miss qps"]), "dnsmasq --nftset, cache on", 0.75, better="higher", samples=pair("miss qps"),
             note=f"set grew by {int(sum(ours['set growth']))} (dejima), {int(sum(masq['set growth']))} (dnsmasq); "
                  f"the fake upstream alone answers {upstream_qps:.0f} q/s",
-            **common),
+            load=load_),
         Row("resolver, cache hits (50 names), 100 in flight", "q/s", median(ours["hit qps"]), median(masq["hit qps"]),
-            "dnsmasq cached", 0.25, better="higher", samples=pair("hit qps"), **common),
+            "dnsmasq cached", 0.25, better="higher", samples=pair("hit qps"), load=load_),
         Row("resolver, one at a time, miss: median latency", "ms", median(ours["latency miss ms"]),
-            median(masq["latency miss ms"]), "dnsmasq", 2.0, samples=pair("latency miss ms"), **common),
+            median(masq["latency miss ms"]), "dnsmasq", 2.0, samples=pair("latency miss ms"), load=load_),
         Row("resolver, one at a time, hit: median latency", "ms", median(ours["latency hit ms"]),
-            median(masq["latency hit ms"]), "dnsmasq", None, samples=pair("latency hit ms"), **common),
+            median(masq["latency hit ms"]), "dnsmasq", None, samples=pair("latency hit ms"), load=load_),
         Row("filter memory under load (peak RSS)", "MiB", max(ours["rss under load"]), max(masq["rss under load"]),
-            "dnsmasq", 64.0, absolute=True, samples=pair("rss under load"), **common),
+            "dnsmasq", 64.0, absolute=True, samples=pair("rss under load"), load=load_),
         Row("filter memory 10 s after load / idle", "×", ours["rss after"][0] / ours["rss idle"][0],
             masq["rss after"][0] / masq["rss idle"][0], "dnsmasq after/idle", 1.25, absolute=True,
             note=f"dejima idle {ours['rss idle'][0]:.1f} MiB, after {ours['rss after'][0]:.1f} MiB; "
-                 f"dnsmasq {masq['rss idle'][0]:.1f} -> {masq['rss after'][0]:.1f} MiB", **common),
+                 f"dnsmasq {masq['rss idle'][0]:.1f} -> {masq['rss after'][0]:.1f} MiB", load=load_),
     ]
