@@ -299,8 +299,9 @@ def rows(sides: list[Side], load_: list[float], upstream_qps: float) -> list[Row
             median(masq["latency hit ms"]), "dnsmasq", None, samples=pair("latency hit ms"), load=load_),
         Row("filter memory under load (peak RSS)", "MiB", max(ours["rss under load"]), max(masq["rss under load"]),
             "dnsmasq", 64.0, absolute=True, samples=pair("rss under load"), load=load_),
-        Row(f"filter memory {AFTER_SECONDS} s after load (TTLs passed) / idle", "×", ours["rss after"][0] / ours["rss idle"][0],
-            masq["rss after"][0] / masq["rss idle"][0], "dnsmasq after/idle", 1.25, absolute=True,
+        Row(f"filter memory {AFTER_SECONDS} s after load (TTLs passed) / idle", "×",
+            ours["rss after"][0] / ours["rss idle"][0], masq["rss after"][0] / masq["rss idle"][0],
+            "dnsmasq after/idle", 1.25, absolute=True,
             note=f"dejima idle {ours['rss idle'][0]:.1f} MiB, after {ours['rss after'][0]:.1f} MiB; "
                  f"dnsmasq {masq['rss idle'][0]:.1f} -> {masq['rss after'][0]:.1f} MiB", load=load_),
     ]

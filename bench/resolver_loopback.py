@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -122,14 +123,14 @@ def measure(kind: str, mode: str, image: str, upstream_port: int, seconds: float
     thread = threading.Thread(target=serve, args=(kind, upstream_port, ready, state), daemon=True)
     thread.start()
     assert ready.wait(10)
-    port = int(state["port"])  # type: ignore[call-overload]
+    port = int(str(state["port"]))
     hot = [f"q{n}.bench.test" for n in range(50)]
     if mode == "hit":
         dnsperf(image, port, hot, 1)  # warm
         qps = dnsperf(image, port, hot, seconds)
     else:
         qps = dnsperf(image, port, [f"q{n}.bench.test" for n in range(100, 100 + int(seconds * 30000))], seconds)
-    loop, stop = state["stop"]  # type: ignore[misc]
+    loop, stop = cast(tuple[asyncio.AbstractEventLoop, asyncio.Event], state["stop"])
     loop.call_soon_threadsafe(stop.set)
     thread.join(10)
     if profile and "profiler" in state:
