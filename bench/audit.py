@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The exit audit on a generated repository, against `git status` on the same tree, same run.
 
-    python bench/audit.py [--files N] [--runs R]
+    python bench/audit.py [--files N] [--runs R]      (bench/run runs it with the others)
     python bench/audit.py --corpus    findings per flagged file on the audit corpus, and per class
 
-Generates N small files in a git repository (committed, then packed by `git gc`, as in any real
+Generates N files with the sizes of a real source tree (log-normal, median ~1.5 kB, a few up to
+1 MiB; ~0.3 GB for 100k) in a git repository (committed, then packed by `git gc`, as in any real
 clone), then times, each as the median of R runs after a warm-up: the session start (snapshot,
 kept files, save to disk); the end-of-session audit (snapshot, diff and rules, files read when a
 rule asks) alternated with `git status --porcelain`, on an untouched tree, and again after
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import random
 import shutil
 import statistics
 import subprocess
@@ -25,9 +27,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import Row, load, median  # noqa: E402
 from dejima.core.snapshot import Snapshot, diff  # noqa: E402
 from dejima.exit_audit import Mount, MountState, audit_mount, capture  # noqa: E402
 from dejima.snapshot import load_snapshot, save_snapshot  # noqa: E402
@@ -38,24 +42,35 @@ TOUCHED = 100  # files modified, added and removed each in the second scenario
 Marks = list[float]  # perf_counter() at the start and after each phase
 
 
-def generate(root: Path, files: int) -> None:
+def generate(root: Path, files: int) -> int:
+    """The tree; returns its size in bytes."""
+    sizes = random.Random(14)
+    text = b"".join(b"line %d: the quick brown fox jumps over the lazy dog\n" % n for n in range(20000))
+    total = 0
     for i in range(files):
         directory = root / f"d{i // 1000:03d}" / f"e{(i // 100) % 10}"
         if i % 100 == 0:
             directory.mkdir(parents=True, exist_ok=True)
-        (directory / f"f{i}.txt").write_text(f"file {i}\n")
-    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "bench"], ["gc", "-q"]):
+        size = min(1 << 20, int(sizes.lognormvariate(7.3, 1.2)))  # median e^7.3 ~ 1.5 kB
+        start = (i * 7919) % (len(text) - size) if size < len(text) else 0
+        (directory / f"f{i}.txt").write_bytes(b"file %d\n" % i + text[start:start + size])
+        total += size
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "bench"],
+                    ["-c", "pack.window=0", "gc", "-q"]):  # packed, as a clone is; no delta search to wait for
         subprocess.run([*GIT, "-C", str(root), *command], check=True)
+    return total
 
 
-def medians(run: Callable[[Marks], object], runs: int) -> list[float]:
-    """The median milliseconds of each phase ``run`` marks, over ``runs`` runs after a warm-up."""
+def medians(run: Callable[[Marks], object], runs: int, raw: bool = False) -> list[Any]:
+    """The median milliseconds of each phase ``run`` marks, over ``runs`` runs after a warm-up
+    (``raw``: every run's milliseconds of each phase instead)."""
     laps = []
     for _ in range(runs + 1):
         marks = [time.perf_counter()]
         run(marks)
         laps.append([(end - start) * 1000 for start, end in itertools.pairwise(marks)])
-    return [statistics.median(column) for column in zip(*laps[1:], strict=True)]
+    columns = [list(column) for column in zip(*laps[1:], strict=True)]
+    return columns if raw else [statistics.median(column) for column in columns]
 
 
 def git_status(root: Path, marks: Marks) -> None:
@@ -85,7 +100,7 @@ def load_alone(state: Path, runs: int) -> float:
         load_snapshot(state)
         marks.append(time.perf_counter())
 
-    return medians(run, runs)[0]
+    return float(medians(run, runs)[0])
 
 
 def modify(root: Path, files: int) -> Counter[str]:
@@ -99,10 +114,45 @@ def modify(root: Path, files: int) -> Counter[str]:
     return Counter({"modified": TOUCHED, "added": TOUCHED, "removed": TOUCHED})
 
 
-def report(name: str, phases: list[float]) -> None:
-    git, audit_ms = phases
-    print(f"{name}: git status {git:.0f} ms; end audit {audit_ms:.0f} ms ({audit_ms / git:.2f} x git status; "
-          "goal <= 2)")
+def run(files: int, runs: int) -> list[Row]:
+    """The rows bench/run shows; raises when the audit does not find exactly the changes made."""
+    work = Path(tempfile.mkdtemp(prefix="dejima-audit-bench-"))
+    root, state = work / "repo", work / "audit-start.snapshot"
+    try:
+        size = generate(root, files)
+        before = load()
+        (git_ms,) = medians(lambda marks: git_status(root, marks), runs, raw=True)
+        start_ms, save_ms = medians(lambda marks: start_session(root, state, marks), runs, raw=True)
+        captured = start_session(root, state, [])
+
+        def both(marks: Marks) -> None:  # alternated, so that a machine changing speed slows both
+            git_status(root, marks)
+            end_audit(captured, marks)
+
+        untouched = medians(both, runs, raw=True)
+        expected = modify(root, files)
+        touched = medians(both, runs, raw=True)
+        found = Counter(change.what for change in diff(captured.snapshot, end_audit(captured, [])))
+        if found != expected:
+            raise RuntimeError(f"the audit found {dict(found)}, expected {dict(expected)}")
+        loaded = load_alone(state, runs)
+        tree = f"{files} files, {size / 1e6:.0f} MB + .git (packed)"
+        loads, unit, anchor_name = [before, load()], "ms", "git status --porcelain"
+        return [
+            Row(f"audit: start snapshot, {files // 1000}k files", dejima=median(start_ms),
+                anchor=median(git_ms), goal=1.5, samples={"dejima": start_ms, "anchor": git_ms},
+                note=f"{tree}; saving it adds {median(save_ms):.0f} ms", unit=unit, anchor_name=anchor_name,
+                load=loads),
+            Row(f"audit: end of session, untouched, {files // 1000}k files", dejima=median(untouched[1]),
+                anchor=median(untouched[0]), goal=1.0, samples={"dejima": untouched[1], "anchor": untouched[0]},
+                note="mission: ≤ 2 ×; issue 14: ≤ 1 ×", unit=unit, anchor_name=anchor_name, load=loads),
+            Row(f"audit: end of session, {3 * TOUCHED} changed, {files // 1000}k files", dejima=median(touched[1]),
+                anchor=median(touched[0]), goal=1.0, samples={"dejima": touched[1], "anchor": touched[0]},
+                note=f"found exactly the {3 * TOUCHED} changes made; a crashed launcher's saved start loads in "
+                     f"{loaded:.0f} ms", unit=unit, anchor_name=anchor_name, load=loads),
+        ]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def corpus() -> int:
@@ -155,33 +205,9 @@ def main() -> int:
         return corpus()
     if args.files < 2 * TOUCHED:
         parser.error(f"--files must be at least {2 * TOUCHED}")
-    work = Path(tempfile.mkdtemp(prefix="dejima-audit-bench-"))
-    root, state = work / "repo", work / "audit-start.snapshot"
-    try:
-        generate(root, args.files)
-        (git,) = medians(lambda marks: git_status(root, marks), args.runs)
-        start = medians(lambda marks: start_session(root, state, marks), args.runs)
-        captured = start_session(root, state, [])
-
-        def both(marks: Marks) -> None:  # alternated, so that a machine changing speed slows both
-            git_status(root, marks)
-            end_audit(captured, marks)
-
-        untouched = medians(both, args.runs)
-        expected = modify(root, args.files)
-        touched = medians(both, args.runs)
-        found = Counter(change.what for change in diff(captured.snapshot, end_audit(captured, [])))
-        print(f"files: {args.files} (+ .git, packed); each time is the median of {args.runs} runs")
-        print(f"session start: {sum(start):.0f} ms = snapshot and kept files {start[0]:.0f} ({start[0] / git:.2f} x "
-              f"git status {git:.0f} ms) + save {start[1]:.0f}")
-        report("untouched tree", untouched)
-        report(f"{3 * TOUCHED} files changed", touched)
-        print(f"after a crashed launcher, loading the saved start state adds {load_alone(state, args.runs):.0f} ms")
-        if found != expected:
-            print(f"FAIL: the audit found {dict(found)}, expected {dict(expected)}", file=sys.stderr)
-            return 1
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    for row in run(args.files, args.runs):
+        print(f"{row.measurement}: {row.dejima:.0f} ms, {row.anchor_name} {row.anchor:.0f} ms, "
+              f"{row.ratio:.2f} × (goal {row.goal_text()}); {row.note}")
     return 0
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from dejima import exit_audit, host, projects, session
+from dejima import host, projects
 from dejima.core import labels
 from dejima.core.limits import describe
 from dejima.core.manifest import ManifestError
@@ -35,17 +35,16 @@ from dejima.core.plan import (
 from dejima.core.resolve import REPO_POLICY_FILE, Resolved, resolve
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError, UsageError
-from dejima.findings import FindingStore
-from dejima.imaging import ensure_images
 from dejima.manifests import load_catalog
 from dejima.repo import read_repo_policy, workspace_facts
-from dejima.runtime import Runtime
 from dejima.ui.console import UI
 from dejima.ui.views import boundary_card
 from dejima.violations import ViolationStore, sessions_dir
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the docker SDK, the audit rules and jinja2 are imported by the functions that use them
+    from dejima import exit_audit
     from dejima.proxy.runner import SessionProxy
+    from dejima.runtime import Runtime
 
 
 def validate_workspace(path: str) -> Path:
@@ -135,6 +134,9 @@ def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
     runtime: Runtime, ui: UI, options: Options = Options(),
 ) -> Prepared:
+    from dejima import exit_audit, session
+    from dejima.imaging import ensure_images
+
     identity = host.session_identity(workspace, options.as_root)
     facts = network_facts(settings, runtime, options.upstream_dns)
     source = str(host.settings_path())
@@ -228,6 +230,8 @@ def boundary_line(plan: SessionPlan) -> str:
 
 def check_findings(workspace: Path, accept: bool, ui: UI) -> None:
     """Warn about unreviewed findings; refuse to start on unreviewed critical ones unless accepted."""
+    from dejima.findings import FindingStore
+
     store = FindingStore()
     try:
         open_findings = store.findings(str(workspace))
@@ -250,6 +254,8 @@ def check_findings(workspace: Path, accept: bool, ui: UI) -> None:
 def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
     """Every directory the session can write that outlives it: the workspace, the per-project home,
     the manifest caches."""
+    from dejima import exit_audit
+
     mounts = []
     for bind in plan.session.binds:
         if bind.read_only:
@@ -260,6 +266,8 @@ def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
 
 
 def run_session(prepared: Prepared, ui: UI) -> int:
+    from dejima import exit_audit, session
+
     settings = prepared.settings
     audit_states = exit_audit.start(prepared.plan.session_id, audited_mounts(prepared.plan))
     if prepared.plan.interactive:
@@ -363,6 +371,8 @@ def stop_session(runtime: Runtime, scope: str, session_id: str) -> list[str]:
     members = [c.id for c in runtime.containers({labels.SCOPE: scope, labels.SESSION: session_id})]
     if not members:
         raise UsageError(f"no session {session_id!r}", hint="`dejima sessions` lists the running ones")
+    from dejima import session
+
     session.teardown(runtime, members)
     return members
 
@@ -384,6 +394,8 @@ def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
             stop_session(runtime, scope, info.session_id)
             ui.info(f"removed session {info.session_id} ({info.status})")
         return len(sessions)
+    from dejima import session
+
     with host.locked(sessions_dir()):
         return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-import tomlkit
-
 from dejima import host
 from dejima.errors import SettingsError
 
@@ -51,6 +49,8 @@ def read_allow(workspace: Path) -> tuple[tuple[str, ...], str]:
 
 def persist_allow(workspace: Path, entries: list[str]) -> Path:
     """Add ``entries`` (already validated) to the project's allow list, keeping what is there."""
+    import tomlkit  # only here: reading needs tomllib alone
+
     read_allow(workspace)  # a broken file is reported, never overwritten
     path = policy_path(workspace)
     document = tomlkit.parse(path.read_text()) if path.exists() else tomlkit.parse(HEADER.format(workspace=workspace))

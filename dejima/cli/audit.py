@@ -128,6 +128,7 @@ def _list(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
     if not found:
         ui.info("no unreviewed findings" if not args.all else "no findings")
         return exit_codes.SUCCESS
+
     output = _output()
     for line in findings_table(found, width=output.width):
         output.print(line, crop=False)

@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 
 from dejima.core import labels
-from dejima.core.render import render_template_text
 
 REPOSITORY = "dejima"
 BOOTSTRAP_BASE = "dejima/base"
@@ -59,6 +58,8 @@ def build_filter_recipe(
     template: str, base: str, base_id: str, extra_cas: dict[str, bytes], sources: dict[str, bytes]
 ) -> ImageRecipe:
     """``sources`` maps context paths (e.g. ``dejima/filter/nft.py``) to the filter's code."""
+    from dejima.core.render import render_template_text  # jinja2 only when a recipe is built
+
     return ImageRecipe(
         role=labels.ROLE_FILTER,
         dockerfile=render_template_text(template, base=base),
@@ -89,6 +90,8 @@ def build_session_recipe(
     template: str, base: str, base_id: str, extra_cas: dict[str, bytes], uid: int, gid: int, user: str,
     layers: ImageLayers = NO_LAYERS,
 ) -> ImageRecipe:
+    from dejima.core.render import render_template_text  # jinja2 only when a recipe is built
+
     bad = [p for p in layers.packages if not _PACKAGE.match(p)]
     if bad:
         raise ValueError(f"not Debian package names: {', '.join(bad)}")

@@ -14,7 +14,6 @@ import ipaddress
 from dataclasses import dataclass
 
 from dejima.core.egress import EgressPolicy
-from dejima.core.render import render_package_template
 
 TABLE = "dejima"
 RESOLVER_MARK = 0x646A  # "dj": the mark on the resolver's upstream sockets
@@ -85,6 +84,8 @@ def _literals(entries: object) -> list[LiteralRule]:
 def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
                    upstreams: tuple[ipaddress.IPv4Address, ...] = ()) -> str:
     """The nft ruleset (nft -f syntax) for ``policy``; no policy means no egress at all."""
+    from dejima.core.render import render_package_template  # jinja2 only when a ruleset is rendered
+
     policy = policy or EgressPolicy()
     return render_package_template(
         "ruleset.nft.j2",

@@ -15,8 +15,6 @@ import unicodedata
 
 from rich.text import Text
 
-from dejima.core.audit.names import INVISIBLE
-
 LIMIT = 300  # characters shown of one value; a DNS name is at most 253
 MESSAGE_LIMIT = 4000  # a launcher message: a few paths and values
 # Control, format (bidi, zero-width), line/paragraph separators, surrogates, private use, unassigned.
@@ -28,6 +26,8 @@ def _shown(char: str, keep_tabs: bool) -> str:
     point = ord(char)
     if 0xDC80 <= point <= 0xDCFF:
         return f"\\x{point - 0xDC00:02x}"
+    from dejima.core.audit.names import INVISIBLE  # the audit package: only for text beyond ASCII
+
     if (char == "\t" and keep_tabs) or (
             unicodedata.category(char) not in _HIDDEN_CATEGORIES and not INVISIBLE.match(char)):
         return char

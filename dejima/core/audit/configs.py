@@ -18,8 +18,15 @@ _VALUE_LIMIT = 160
 _CONTEXT_SHOWN = 6
 _NARROWING = re.compile(r"(?i)(?:^|\.)(?:deny|disabled\w*|exclude\w*|block\w*|ask|ignore-scripts)(?:\.|$)")
 
-_INDEX = {kind: GlobIndex((glob, rule) for rule in PATH_RULES if kind in rule.mounts for glob in rule.paths)
-          for kind in MOUNT_KINDS}
+
+@lru_cache(maxsize=None)
+def _index(kind: str, folded: bool = False) -> GlobIndex:
+    """The path rules of one mount kind, indexed when first asked (not at import: commands that
+    show findings never match paths)."""
+    if kind not in MOUNT_KINDS:
+        raise KeyError(kind)
+    return GlobIndex((glob.casefold() if folded else glob, rule)
+                     for rule in PATH_RULES if kind in rule.mounts for glob in rule.paths)
 
 
 def has_own_rules(path: str) -> bool:
@@ -29,21 +36,17 @@ def has_own_rules(path: str) -> bool:
 
 
 def rules_for(path: str, kind: str = "workspace") -> list[PathRule]:
-    index = _INDEX[kind]
+    index = _index(kind)
     if not index.may_match(path) or (kind == "workspace" and has_own_rules(path)):
         return []
-    return [rule for rule in _INDEX[kind].lookup(path) if isinstance(rule, PathRule)]
-
-
-_FOLDED = {kind: GlobIndex((glob.casefold(), rule) for rule in PATH_RULES if kind in rule.mounts for glob in rule.paths)
-           for kind in MOUNT_KINDS}
+    return [rule for rule in index.lookup(path) if isinstance(rule, PathRule)]
 
 
 def rules_for_folded(path: str, kind: str = "workspace") -> list[PathRule]:
     """Rules a case-folded path matches once the globs are case-folded too (name tricks)."""
     if kind == "workspace" and has_own_rules(path):
         return []
-    return [rule for rule in _FOLDED[kind].lookup(path.casefold()) if isinstance(rule, PathRule)]
+    return [rule for rule in _index(kind, True).lookup(path.casefold()) if isinstance(rule, PathRule)]
 
 
 def kept_by_rules(path: str, kind: str = "workspace") -> bool:

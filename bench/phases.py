@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Where `dejima WS -- true` spends its time: the real launcher, in this process, with its phases timed.
+
+    python bench/phases.py WORKSPACE [dejima options...]
+
+Wraps (never replaces) the functions a session start goes through and prints one line per call,
+nested, with its start offset and duration, then the process's own exit time. Used by bench/run
+(session phases) and by hand. Nothing is faked: the containers, the filter and the audit are real.
+"""
+
+from __future__ import annotations
+
+import time
+
+T0 = time.perf_counter()
+
+import atexit  # noqa: E402
+import functools  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+CALLS: list[tuple[str, float, float]] = []  # path ("main/app.run_session/..."), start, end (s since T0)
+_local = threading.local()  # the call path per thread: teardown removes containers in threads
+
+
+def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        outer = getattr(_local, "path", "")
+        path = f"{outer}/{name}" if outer else name
+        start = time.perf_counter() - T0
+        _local.path = path
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _local.path = outer
+            CALLS.append((path, start, time.perf_counter() - T0))
+    return wrapper
+
+
+def wrap(owner: Any, names: str, prefix: str = "") -> None:
+    for name in names.split():
+        setattr(owner, name, timed(prefix + name, getattr(owner, name)))
+
+
+def instrument() -> None:
+    import dejima.app as app
+    import dejima.exit_audit as exit_audit
+    import dejima.imaging as imaging
+    import dejima.runtime as runtime
+    import dejima.session as session
+
+    wrap(app, "resolve_manifests network_facts check_findings prepare_session run_session new_session_id "
+         "build_session_plan", "app.")
+    wrap(imaging, "resolve_base recipes ensure_image", "images.")
+    app_ensure = app.__dict__.get("ensure_images")
+    if app_ensure is not None:  # an older app imports it at module level
+        app.ensure_images = timed("images.ensure_images", app_ensure)  # type: ignore[attr-defined]
+    wrap(imaging, "ensure_images", "images.")
+    wrap(session, "remove_stale start_filter _wait_ready _run_attached check_filter_alive teardown "
+         "stop_filter_and_read", "session.")
+    wrap(exit_audit, "recover start finish", "audit.")
+    wrap(runtime.Runtime, "image_id create start wait stop logs remove containers gateway memory inspect",
+         "engine.")
+
+
+def report() -> None:
+    out = sys.stderr
+    print(f"{(time.perf_counter() - T0) * 1000:8.1f} ms at exit (atexit)", file=out)
+    for path, start, end in sorted(CALLS, key=lambda c: (c[1], c[0].count("/"))):
+        depth, name = path.count("/"), path.rsplit("/", 1)[-1]
+        print(f"{start * 1000:8.1f} ms {'  ' * depth}{name:<40s} {(end - start) * 1000:8.1f} ms", file=out)
+    if os.environ.get("DEJIMA_BENCH_PHASES"):
+        with open(os.environ["DEJIMA_BENCH_PHASES"], "w") as handle:
+            main = [(start, end) for path, start, end in CALLS if path == "main"]
+            json.dump({"imports_end": IMPORTED, "calls": CALLS, "main": main[0] if main else [0.0, 0.0],
+                       "exit": time.perf_counter() - T0}, handle)
+
+
+if __name__ == "__main__":
+    import dejima.runtime  # noqa: F401 - the docker SDK: the launcher imports it before the engine is reached
+    from dejima.cli.launch import main
+
+    instrument()  # imports the rest a start uses (session, audit, images), as main() would
+    IMPORTED = time.perf_counter() - T0
+    atexit.register(report)
+    print(f"{0:8.1f} ms imports (CLI, docker SDK, audit) {IMPORTED * 1000:8.1f} ms", file=sys.stderr)
+    status = timed("main", main)(sys.argv[1:])
+    sys.exit(status)
