@@ -32,13 +32,25 @@ from dejima.proxy.setup import Prepared, prepare, session_env
 ORIGIN = f"http://127.0.0.1:{BRIDGE_PORT}"  # the proxy, as the session reaches it through the filter
 
 
+# API families whose requests must be signed, not just carry a header: not served yet.
+UNSERVED_APIS = {"bedrock": "AWS SigV4 signing of Bedrock requests is not served by the proxy yet"}
+
+
 def session_routes(resolved: Resolved) -> list[tuple[CredentialRoute, str]]:
     """(route, the manifest that declares it), each route name once (the first manifest wins)."""
     seen: dict[str, tuple[CredentialRoute, str]] = {}
     for manifest in resolved.manifests:
-        for route in manifest.credentials:
-            seen.setdefault(route.name, (route, manifest.source))
+        if manifest.api not in UNSERVED_APIS:
+            for route in manifest.credentials:
+                seen.setdefault(route.name, (route, manifest.source))
     return list(seen.values())
+
+
+def unserved_routes(resolved: Resolved) -> list[str]:
+    """Why some declared routes get no proxy route at all (one line per manifest)."""
+    return [f"{m.source}: {UNSERVED_APIS[m.api]}; the session starts without its route(s) "
+            f"{', '.join(r.name for r in m.credentials)}"
+            for m in resolved.manifests if m.api in UNSERVED_APIS and m.credentials]
 
 
 def required_routes(resolved: Resolved, command: tuple[str, ...] | None) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ launcher, on the host, so that is where it connects); the session reaches it onl
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -95,8 +96,23 @@ def model() -> Iterator[FakeModel]:
     server.server_close()
 
 
+@pytest.fixture(scope="module")
+def claude_image(user: User, world_dir: Path) -> None:
+    """The claude-code session image, built before any test reads a session's output line by line
+    (its long build log would fill a pipe nobody reads meanwhile)."""
+    from tests.conftest import TEST_SCOPE
+
+    workspace = world_dir / "ws" / "claude-image"
+    workspace.mkdir(parents=True, exist_ok=True)
+    if os.getuid() == 0:
+        os.chown(workspace, user.uid, user.gid)
+    built = run_dejima(user, TEST_SCOPE, "-q", "--harness", "claude-code", str(workspace), "--", "true",
+                       timeout=1500, ANTHROPIC_API_KEY="")
+    assert built.returncode == 0, built.stderr[-3000:]
+
+
 @pytest.fixture
-def settings(world_dir: Path, model: FakeModel) -> str:
+def settings(world_dir: Path, model: FakeModel, claude_image: None) -> str:
     path = world_dir / f"credentials-{model.port}.toml"
     path.write_text(f'[credentials]\nupstreams = {{ "anthropic-api-key" = "http://127.0.0.1:{model.port}" }}\n')
     path.chmod(0o644)
@@ -141,14 +157,14 @@ print("agent done", flush=True)
 """
 
 
-@pytest.mark.timeout(1800)  # the first claude-code session builds its image (apt, npm)
+@pytest.mark.timeout(1800)  # the claude_image fixture builds the image on a first run (apt, npm)
 def test_the_agent_reaches_its_model_with_a_placeholder_and_the_key_never_enters(
         runtime: Runtime, user: User, scope: str, workspace: Path, model: FakeModel, settings: str) -> None:
     model.seen.clear()
     with spawn_dejima(user, scope, "--harness", "claude-code", str(workspace), "--", "sh", "-c",
                       'python3 -c "$0" && exec sleep 120', AGENT, DEJIMA_SETTINGS=settings,
                       ANTHROPIC_API_KEY=REAL_KEY) as proc:
-        line = wait_for_line(proc.stdout, "{", timeout=1500)
+        line = wait_for_line(proc.stdout, "{", timeout=120)
         wait_for_line(proc.stdout, "agent done")
         inspected = [json.dumps(runtime.inspect(c)) for c in containers_of(runtime, scope)]
         proc.terminate()
