@@ -152,8 +152,7 @@ for path in glob.glob("/proc/[0-9]*/environ"):
 print(json.dumps({"key": key, "base": base, "text": text, "spread": arrivals[-1] - arrivals[0],
                   "events": len(arrivals), "elsewhere": elsewhere, "environs": environs,
                   "decoy": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
-                  "aws_file": open(os.path.expanduser("~/.aws/credentials")).read()}))
-print("agent done", flush=True)
+                  "aws_file": open(os.path.expanduser("~/.aws/credentials")).read()}), "AGENT-DONE", flush=True)
 """
 
 
@@ -164,8 +163,7 @@ def test_the_agent_reaches_its_model_with_a_placeholder_and_the_key_never_enters
     with spawn_dejima(user, scope, "--harness", "claude-code", str(workspace), "--", "sh", "-c",
                       'python3 -c "$0" && exec sleep 120', AGENT, DEJIMA_SETTINGS=settings,
                       ANTHROPIC_API_KEY=REAL_KEY) as proc:
-        line = wait_for_line(proc.stdout, "{", timeout=120)
-        wait_for_line(proc.stdout, "agent done")
+        line = wait_for_line(proc.stdout, "AGENT-DONE", timeout=120).rsplit("AGENT-DONE", 1)[0]
         inspected = [json.dumps(runtime.inspect(c)) for c in containers_of(runtime, scope)]
         proc.terminate()
         proc.wait(timeout=60)
@@ -224,3 +222,18 @@ def test_a_missing_source_is_named_and_the_agent_is_not_started_without_it(
     assert agent.returncode != 0
     assert "ANTHROPIC_API_KEY" in agent.stderr
     assert containers_of(runtime, scope, role=labels.ROLE_SESSION) == []
+
+
+@pytest.mark.timeout(600)
+def test_the_real_claude_code_cli_answers_from_the_fake_model(user: User, scope: str, workspace: Path,
+                                                             model: FakeModel, settings: str) -> None:
+    """The real `claude -p`, headless, through the bridge and the proxy: it prints the fake reply,
+    and the fake API saw only the real key."""
+    model.seen.clear()
+    result = run_dejima(user, scope, "-q", "--harness", "claude-code", str(workspace), "--",
+                        "claude", "-p", "Say hello.", timeout=300, DEJIMA_SETTINGS=settings,
+                        ANTHROPIC_API_KEY=REAL_KEY)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-3000:], model.seen)
+    assert "Hello from the fake model." in result.stdout
+    keys = {h.get("x-api-key") for h in model.seen if h["path"].startswith("/v1/messages")}
+    assert keys == {REAL_KEY}, keys
