@@ -237,3 +237,50 @@ def test_the_real_claude_code_cli_answers_from_the_fake_model(user: User, scope:
     assert "Hello from the fake model." in result.stdout
     keys = {h.get("x-api-key") for h in model.seen if h["path"].startswith("/v1/messages")}
     assert keys == {REAL_KEY}, keys
+
+
+GIT_SESSION = r"""
+set -u
+export HOME=/tmp/h; mkdir -p $HOME; git config --global user.email a@b; git config --global user.name agent
+git clone -q https://github.com/owner/repo.git /tmp/c && cd /tmp/c || exit 3
+echo change >> README && git commit -qam change
+git push -q origin HEAD:refs/heads/feature 2>&1 && echo "PUSH-FEATURE ok"
+git commit -q --amend -m rewritten
+git push -q --force origin HEAD:refs/heads/feature 2>&1; echo "PUSH-FORCE $?"
+git push -q origin HEAD:main 2>&1; echo "PUSH-MAIN $?"
+git push -q https://github.com/other/repo.git HEAD:refs/heads/x 2>&1; echo "PUSH-OTHER $?"
+env | grep -c "$0" || true
+"""
+
+
+def test_git_clones_and_pushes_through_the_proxy_and_its_push_rules_hold(
+        user: User, scope: str, workspace: Path, world_dir: Path) -> None:
+    from tests.unit.proxy.gitworld import fake_forge, git
+
+    token = "ghp_" + "R3alT0kenThatMustNeverEnterTheSession0001"
+    git("init", "-q", "-b", "main", str(workspace))
+    git("-c", "safe.directory=*", "remote", "add", "origin", "https://github.com/owner/repo.git", cwd=workspace)
+    if os.getuid() == 0:
+        subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace)], check=True)
+    with fake_forge(world_dir / f"forge-{os.urandom(3).hex()}") as forge:
+        settings = world_dir / f"forge-{forge.url.rsplit(':', 1)[1]}.toml"
+        settings.write_text(f'[credentials]\nupstreams = {{ "github-git" = "{forge.url}" }}\n')
+        settings.chmod(0o644)
+        result = run_dejima(user, scope, str(workspace), "--", "sh", "-c", GIT_SESSION, token,
+                            DEJIMA_SETTINGS=str(settings), GH_TOKEN=token)
+    out = result.stdout + result.stderr
+    assert "PUSH-FEATURE ok" in out, out[-3000:]
+    assert "PUSH-FORCE 1" in out and "not a fast-forward" in out, out[-3000:]
+    assert "PUSH-MAIN 1" in out and "default branch" in out, out[-3000:]
+    assert "PUSH-OTHER 0" not in out and "PUSH-OTHER" in out, out[-3000:]
+    assert token not in result.stdout  # the session's env held no token: grep counted 0
+    assert result.stdout.strip().splitlines()[-1] == "0"
+    seen = {a for a in forge.auth_seen if a}
+    assert seen and all(base64_user_token(a) == ("x-access-token", token) for a in seen), seen
+
+
+def base64_user_token(header: str) -> tuple[str, str]:
+    import base64
+
+    user, _, password = base64.b64decode(header.split()[1]).decode().partition(":")
+    return user, password
