@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -284,6 +285,7 @@ def run_session(prepared: Prepared, ui: UI) -> int:
                 ready_timeout=settings.session.ready_timeout,
                 stop_timeout=settings.session.stop_timeout,
                 on_filter_output=store.append_output,
+                on_refusal=_notifier(ui) if prepared.plan.interactive and settings.session.notify_denials else None,
             )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:
@@ -302,6 +304,20 @@ def run_session(prepared: Prepared, ui: UI) -> int:
                     f"details: dejima violations {prepared.plan.session_id}")
         if prepared.proxy is not None:
             ui.info(ledger_summary(prepared.plan.session_id))
+
+
+def _notifier(ui: UI) -> Callable[[dict[str, object]], None]:
+    """Tell the user, once per name, that the session was refused a name it could be granted."""
+    told: set[str] = set()
+
+    def notify(record: dict[str, object]) -> None:
+        name = str(record.get("domain", ""))
+        if record.get("kind") == "dns" and name and name not in told and "not on the allow list" in str(
+                record.get("reason", "")):
+            told.add(name)
+            ui.notice(f"dejima: {name} was refused; dejima-allow {name} grants it")
+
+    return notify
 
 
 def _serving(prepared: Prepared) -> AbstractContextManager[object]:

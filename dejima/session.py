@@ -227,6 +227,30 @@ def teardown(runtime: Runtime, containers: list[str],
             raise errors[0]
 
 
+def _follow_refusals(runtime: Runtime, filter_id: str, on_refusal: Callable[[dict[str, object]], None]) -> None:
+    """Hand each violation record the filter prints to ``on_refusal`` while the session runs (the
+    stream ends when the filter is removed). The durable record is kept elsewhere, at teardown."""
+    import json
+
+    def follow() -> None:
+        buffer = b""
+        try:
+            for chunk in runtime.follow_logs(filter_id):
+                buffer += chunk
+                while b"\n" in buffer:
+                    raw, buffer = buffer.split(b"\n", 1)
+                    line = raw.decode(errors="replace")
+                    if line.startswith(VIOLATION):
+                        try:
+                            on_refusal(json.loads(line[len(VIOLATION):]))
+                        except ValueError:
+                            continue
+        except Exception:  # noqa: BLE001 - the filter went away; a notice is a courtesy, not a record
+            pass
+
+    threading.Thread(target=follow, name="refusal-notices", daemon=True).start()
+
+
 def check_filter_alive(runtime: Runtime, filter_id: str) -> None:
     """Raise FilterError when the filter stopped under the session: the session was killed with it
     (it is init of the session's PID namespace), and a bare 137 would hide why."""
@@ -252,10 +276,12 @@ def stop_filter_and_read(runtime: Runtime, container: str) -> str:
 
 
 def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_timeout: float,
-        on_filter_output: Callable[[str], None] | None = None) -> int:
+        on_filter_output: Callable[[str], None] | None = None,
+        on_refusal: Callable[[dict[str, object]], None] | None = None) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
 
-    ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped.
+    ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped;
+    ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
     """
     created: list[str] = []
     filter_id: str | None = None
@@ -263,6 +289,8 @@ def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_
         try:
             filter_id = start_filter(runtime, plan, ready_timeout)
             created.append(filter_id)
+            if on_refusal is not None:
+                _follow_refusals(runtime, filter_id, on_refusal)
             session_id = runtime.create(plan.session)
             created.append(session_id)
             if plan.interactive:

@@ -35,6 +35,7 @@ class SessionSettings:
     stop_timeout: float = 5.0
     ready_timeout: float = 30.0
     protect_git_hooks: bool = True
+    notify_denials: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +197,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "protect_git_hooks": Key(
             "protect_git_hooks", bool, "Mount the workspace's .git/hooks read-only in the session, so no hook "
             "can be planted there (the exit audit still checks); false lets the session write hooks.",
+        ),
+        "notify_denials": Key(
+            "notify_denials", bool, "In an interactive session, show each newly refused name in the terminal's "
+            "title (it never draws over the agent's screen), with the `dejima-allow` command that grants it.",
         ),
     },
     "network": {

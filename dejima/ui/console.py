@@ -39,6 +39,14 @@ class UI:
     def error(self, exc: DiagnosticError) -> None:
         self.console.print(render_error(exc))
 
+    def notice(self, message: str) -> None:
+        """A one-line notice that does not touch the screen another program draws (an agent's TUI
+        owns it): the terminal's title. Printable ASCII only, so no text can end the sequence."""
+        if self.console.is_terminal and not self.quiet:
+            shown = "".join(c for c in escaped(message, limit=200) if " " <= c <= "~")
+            self.console.file.write(f"\x1b]2;{shown}\x07")
+            self.console.file.flush()
+
     @contextmanager
     def step(self, title: str) -> Iterator[Step]:
         """A long step (image build, bootstrap) with its latest log line shown as progress."""

@@ -91,4 +91,7 @@ def boundary_card(plan: SessionPlan) -> list[str]:
         "--revoke cuts it again",
         "exit audit  workspace, home and caches compared with their start at exit; what can run code later "
         "is recorded for review (dejima-audit)",
+        *(["python envs uv and poetry environments live in the session home (/home/dejima/.local/venvs), not "
+           "the workspace; a .venv made there is a finding"] if "UV_PROJECT_ENVIRONMENT" in plan.session.environment
+          else []),
     ]

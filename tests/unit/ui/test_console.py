@@ -60,3 +60,23 @@ def test_boundary_card_shows_overrides_limits_and_root() -> None:
     assert "identity    ROOT (uid 0, asked for with --as-root), no capabilities" in text
     assert ("limits      session: 4096 processes, 6 GiB memory (no swap), CPU weight 512, /tmp 1 GiB; "
             "filter: 512 processes, 256 MiB memory (no swap), CPU weight 1024") in text
+
+
+def test_a_refusal_notice_goes_to_the_title_and_carries_no_terminal_control() -> None:
+    import io
+
+    from rich.console import Console
+
+    from dejima.ui.console import UI
+
+    stream = io.StringIO()
+    ui = UI(Console(file=stream, force_terminal=True))
+    ui.notice("dejima: evil\x07\x1b]2;owned\x1b\\[/].example was refused")
+    written = stream.getvalue()
+    assert written.startswith("\x1b]2;") and written.endswith("\x07")
+    inner = written[4:-1]
+    assert "\x07" not in inner and "\x1b" not in inner  # the name cannot close or start a sequence
+    assert "\\u001b]2;owned" in inner and "[/].example" in inner  # shown, escaped, not interpreted
+    quiet = io.StringIO()
+    UI(Console(file=quiet, force_terminal=False)).notice("dejima: x was refused")
+    assert quiet.getvalue() == ""  # not a terminal: nothing is written
