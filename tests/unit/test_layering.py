@@ -10,7 +10,10 @@ from dejima.packaged import FILTER_SHARED as SHIPPED_WITH_THE_FILTER
 PACKAGE = Path(__file__).parents[2] / "dejima"
 
 CORE_FORBIDDEN = {"docker", "requests", "nftables", "dnslib", "socket", "subprocess", "asyncio", "rich",
-                  "threading", "dejima.runtime", "dejima.host", "dejima.session", "dejima.ui"}
+                  "threading", "dejima.runtime", "dejima.host", "dejima.session", "dejima.ui",
+                  # standard-library I/O: files of state, processes, the network, the terminal
+                  "sqlite3", "ssl", "multiprocessing", "fcntl", "select", "selectors", "signal", "pty", "shutil",
+                  "tempfile", "urllib.request", "http.client", "http.server", "ftplib", "smtplib"}
 FILTER_ALLOWED_THIRD_PARTY = {"nftables", "dnslib"}
 # What the filter image ships besides dejima/filter: the same list the image build uses.
 FILTER_SHARED = {"dejima", *("dejima." + name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
