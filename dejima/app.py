@@ -272,7 +272,13 @@ def run_session(prepared: Prepared, ui: UI) -> int:
     from dejima import exit_audit, session
 
     settings = prepared.settings
-    audit_states = exit_audit.start(prepared.plan.session_id, audited_mounts(prepared.plan))
+    audit_states: list[exit_audit.MountState] = []
+    snapshot_started = [False]
+
+    def snapshot() -> None:  # while the filter starts: it must be taken before the session starts
+        snapshot_started[0] = True
+        audit_states.extend(exit_audit.start(prepared.plan.session_id, audited_mounts(prepared.plan)))
+
     if prepared.plan.interactive:
         ui.card("dejima boundary", boundary_card(prepared.plan))
     else:
@@ -286,6 +292,7 @@ def run_session(prepared: Prepared, ui: UI) -> int:
                 stop_timeout=settings.session.stop_timeout,
                 on_filter_output=store.append_output,
                 on_refusal=_notifier(ui) if prepared.plan.interactive and settings.session.notify_denials else None,
+                while_filter_starts=snapshot,
             )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:
@@ -297,7 +304,8 @@ def run_session(prepared: Prepared, ui: UI) -> int:
             ) from exc
         raise
     finally:
-        exit_audit.finish(prepared.plan.session_id, ui, states=audit_states)
+        if snapshot_started[0]:  # no snapshot: the session never started, there is nothing to audit
+            exit_audit.finish(prepared.plan.session_id, ui, states=audit_states or None)
         summary = store.summary()
         if summary:
             ui.warn(f"session {prepared.plan.session_id}: {summary}; "

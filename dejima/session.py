@@ -1,6 +1,7 @@
 """The orchestrator: start the filter, verify it, run the session, tear everything down.
 
-    run(plan) ── start_filter ── wait for "ready" (ruleset applied and read back) ── or FilterError
+    run(plan) ── create and start the filter; create the session; the caller's snapshot meanwhile
+             ── wait for "ready" (ruleset applied and read back, its digest the plan's) ── or FilterError
              └─ session container (joins the filter's network and PID namespaces)
                 ├─ non-interactive: attach, stream output, exit with the command's status
                 └─ interactive: `docker start -ai` gives a real TTY with resizing
@@ -277,8 +278,10 @@ def stop_filter_and_read(runtime: Runtime, container: str) -> str:
 
 def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_timeout: float,
         on_filter_output: Callable[[str], None] | None = None,
-        on_refusal: Callable[[dict[str, object]], None] | None = None) -> int:
+        on_refusal: Callable[[dict[str, object]], None] | None = None,
+        while_filter_starts: Callable[[], None] | None = None) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
+    The session starts only after the filter reported ready; ``while_filter_starts`` runs before.
 
     ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped;
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
@@ -287,12 +290,19 @@ def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_
     filter_id: str | None = None
     with signals_raise():
         try:
-            filter_id = start_filter(runtime, plan, ready_timeout)
+            filter_id = runtime.create(plan.filter)
             created.append(filter_id)
-            if on_refusal is not None:
-                _follow_refusals(runtime, filter_id, on_refusal)
+            runtime.start(filter_id)
+            # While the filter applies and verifies its ruleset (most of a start), do what does not
+            # depend on it: create the session container (it joins the filter's namespaces only
+            # when started) and the caller's work (the audit's start snapshot).
             session_id = runtime.create(plan.session)
             created.append(session_id)
+            if while_filter_starts is not None:
+                while_filter_starts()
+            _wait_ready(runtime, filter_id, ready_timeout, ruleset_digest(plan.ruleset))
+            if on_refusal is not None:
+                _follow_refusals(runtime, filter_id, on_refusal)
             if plan.interactive:
                 status = _run_interactive(runtime, session_id, stop_timeout)
             else:
