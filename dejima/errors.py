@@ -5,8 +5,10 @@ filter process inside its container) can raise these without import cycles.
 
     DejimaError                  root; anything dejima itself reports
     └── DiagnosticError          a failure written for the user: reference, message, context, hint
-        ├── SettingsError        the user's settings file is unusable
-        ├── UsageError           bad command-line arguments
+        ├── InputError           bad input (exit 2): the file, key or flag, and the fix
+        │   ├── SettingsError    the user's settings file is unusable
+        │   ├── UsageError       bad command-line arguments
+        │   └── (core) PolicyError, ManifestError: bad egress entries, bad manifests
         ├── EngineError          the container engine is unreachable or refused a request
         ├── ImageError           an image could not be pulled, bootstrapped or built
         └── SessionError         a session could not start, or its boundary could not be verified
@@ -60,11 +62,18 @@ class DiagnosticError(DejimaError):
         return "\n".join(parts)
 
 
-class SettingsError(DiagnosticError):
+class InputError(DiagnosticError):
+    """Input dejima refuses — a manifest, the settings, a flag, an entry, a control message: every
+    command exits 2 on it, whichever place the input came from."""
+
+    reference = "invalid-input"
+
+
+class SettingsError(InputError):
     reference = "invalid-settings"
 
 
-class UsageError(DiagnosticError):
+class UsageError(InputError):
     reference = "invalid-usage"
 
 

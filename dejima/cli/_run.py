@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 
 from dejima.cli import exit_codes
-from dejima.errors import DiagnosticError, UsageError
+from dejima.errors import DiagnosticError, InputError
 from dejima.ui.console import UI
 
 DEBUG_ENV = "DEJIMA_DEBUG"
@@ -26,7 +26,7 @@ def run_main(body: Callable[[UI], int], ui: UI | None = None, failure: int = exi
     ui = ui or UI()
     try:
         return body(ui)
-    except UsageError as exc:
+    except InputError as exc:  # bad input, whichever file, key or flag it came from
         ui.error(exc)
         return exc.exit_code or exit_codes.USAGE
     except DiagnosticError as exc:

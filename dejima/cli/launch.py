@@ -44,7 +44,8 @@ Management commands (they come first, so a directory named like one needs ./NAME
 
 Exit status: CMD's status (128+N when it ends on signal N); 125 when dejima itself fails
 (DEJIMA_DEBUG=1 adds the traceback of an unexpected error); 127 when CMD does not exist in the
-session image; 2 for bad arguments. Every --json prints JSON lines: one object per line.
+session image; 2 for bad input (arguments, settings, manifests, entries).
+Every --json prints JSON lines: one object per line.
 Settings: $XDG_CONFIG_HOME/dejima/settings.toml (or $DEJIMA_SETTINGS), validated strictly.
 """
 

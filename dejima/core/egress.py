@@ -20,7 +20,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 
-from dejima.errors import DiagnosticError
+from dejima.errors import InputError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -36,7 +36,7 @@ BROAD_SUFFIXES = frozenset({
 })
 
 
-class PolicyError(DiagnosticError):
+class PolicyError(InputError):
     reference = "invalid-egress-entry"
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dejima.core.egress import PolicyError, parse_entry
-from dejima.errors import DiagnosticError
+from dejima.errors import InputError
 
 KINDS = ("forges", "workflows", "harnesses", "backends")
 API_FAMILIES = ("anthropic", "openai", "gemini", "bedrock", "vertex", "ollama")
@@ -26,7 +26,7 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
 
 
-class ManifestError(DiagnosticError):
+class ManifestError(InputError):
     reference = "invalid-manifest"
 
 

@@ -42,7 +42,7 @@ def write_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str) -
 def test_bad_settings_refuse_to_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, captured: io.StringIO,
                                       text: str, expected: str) -> None:
     path = write_settings(monkeypatch, tmp_path, text)
-    assert main([str(tmp_path), "--", "true"]) == exit_codes.DEJIMA_FAILED
+    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE  # bad input, from a file as from a flag
     output = captured.getvalue()
     assert f"{path}: {expected}" in output
     assert "hint:" in output
@@ -53,14 +53,14 @@ def test_unreadable_settings_file_is_an_error(monkeypatch: pytest.MonkeyPatch, t
     path = tmp_path / "settings.toml"
     path.mkdir()  # a directory cannot be read as a file, whoever runs the test
     monkeypatch.setenv("DEJIMA_SETTINGS", str(path))
-    assert main([str(tmp_path), "--", "true"]) == exit_codes.DEJIMA_FAILED
+    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE
     assert f"{path}: cannot read the settings file" in captured.getvalue()
 
 
 def test_missing_settings_file_named_by_env_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                         captured: io.StringIO) -> None:
     monkeypatch.setenv("DEJIMA_SETTINGS", str(tmp_path / "nope.toml"))
-    assert main([str(tmp_path), "--", "true"]) == exit_codes.DEJIMA_FAILED
+    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE
     assert "does not exist" in captured.getvalue()
 
 
@@ -133,3 +133,20 @@ def test_render_prints_the_plan_without_docker(tmp_path: Path, captured: io.Stri
 def test_bad_allow_entry_is_a_usage_error(tmp_path: Path, captured: io.StringIO) -> None:
     assert main([str(tmp_path), "--allow", "*.com", "--render"]) == exit_codes.USAGE
     assert "--allow: invalid egress entry '*.com'" in captured.getvalue()
+
+
+AS_OWNER = ["--as-root"] if os.getuid() == 0 else []  # a root-owned tmp_path needs it when run as root
+
+
+@pytest.mark.parametrize("entry", ["[2001:db8::1]", "[2001:db8::1]:443", "0.0.0.0/0", "*"])
+def test_a_bad_allow_entry_exits_2_wherever_it_is_caught(tmp_path: Path, captured: io.StringIO, entry: str) -> None:
+    """The bracketed IPv6 entry used to pass the flag check and fail later with 125."""
+    assert main([str(tmp_path), "--render", *AS_OWNER, "--allow", entry]) == exit_codes.USAGE
+    assert entry in captured.getvalue() and "hint:" in captured.getvalue()
+
+
+def test_a_bad_allow_entry_in_the_settings_exits_2_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        captured: io.StringIO) -> None:
+    path = write_settings(monkeypatch, tmp_path, '[network]\nallow = ["[2001:db8::1]"]\n')
+    assert main([str(tmp_path), "--render", *AS_OWNER]) == exit_codes.USAGE
+    assert f"{path} network.allow" in captured.getvalue()
