@@ -35,7 +35,9 @@ from bench import dns  # noqa: E402
 from bench.common import bench_env, docker  # noqa: E402
 from dejima.core.egress import parse_policy  # noqa: E402
 from dejima.filter.dnsserver import Forwarder, start_servers  # noqa: E402
+from dejima.filter.nft import SetWriter  # noqa: E402
 from dejima.filter.resolver import PolicyResolver  # noqa: E402
+from dejima.filter.setbatch import BatchedSets  # noqa: E402
 
 
 def free_port() -> int:
@@ -79,11 +81,14 @@ def serve(kind: str, upstream_port: int, ready: threading.Event, state: dict[str
         policy = parse_policy(["*.bench.test"], [], answer_networks=(ipaddress.ip_network(dns.ANSWERS),))
         added = [0]
 
-        def add(addresses: list[str], ports: list[int] | None, timeout: int) -> None:
-            added[0] += len(addresses)
+        class CountingNft:  # the set writer's kernel side, counted (no nft on the host)
+            def cmd(self, text: str) -> tuple[int, str, str]:
+                added[0] += text.count(" timeout ")
+                return 0, "", ""
 
         state["added"] = added
-        resolver = PolicyResolver(policy, Forwarder(["127.0.0.1"], mark=0, port=upstream_port), add, lambda r: None)
+        sets = BatchedSets(SetWriter("inet", "bench", handle=CountingNft()))
+        resolver = PolicyResolver(policy, Forwarder(["127.0.0.1"], mark=0, port=upstream_port), sets, lambda r: None)
         async with asyncio.TaskGroup() as tasks:
             udp, tcp = await start_servers(resolver, tasks.create_task, port=0)
             state["port"] = tcp.sockets[0].getsockname()[1]

@@ -27,6 +27,7 @@ CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
 IPV6_SWITCH = Path("/proc/sys/net/ipv6/conf/all/disable_ipv6")
 PORT_FLOOR = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
 PRIVILEGED_BELOW = 1024
+PRUNE_SECONDS = 15.0
 
 
 def _fail(message: str) -> NoReturn:
@@ -51,6 +52,7 @@ async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     from dejima.filter.dnsserver import Forwarder, self_check, start_servers
     from dejima.filter.nflog import NflogReader
     from dejima.filter.resolver import PolicyResolver, ViolationLog
+    from dejima.filter.setbatch import BatchedSets
 
     policy_config = config["policy"]
     policy = parse_policy(
@@ -61,8 +63,9 @@ async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     expect = config["expect"]
     writer = SetWriter(expect["family"], expect["table"])
     log = ViolationLog()
-    resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]), writer.add, log,
-                              canaries=tuple(config.get("canaries", ())))
+    resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]), BatchedSets(writer),
+                              log, canaries=tuple(config.get("canaries", ())))
+    spawn(_prune(resolver, writer))
     reader = NflogReader(config["nflog_group"], log, resolver.domain_of)
     reader.attach(asyncio.get_running_loop())
     await start_servers(resolver, spawn)
@@ -72,6 +75,15 @@ async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
 
         await start_control(Grants(resolver, writer, log), config["control"]["socket"], config["control"]["owner"])
     return reader
+
+
+async def _prune(resolver: Any, writer: SetWriter) -> None:
+    """Expired answers, learned addresses and set elements leave memory on a timer, so the
+    filter shrinks back after a burst of queries."""
+    while True:
+        await asyncio.sleep(PRUNE_SECONDS)
+        resolver.prune()
+        writer.prune()
 
 
 async def _serve(config: dict[str, Any], digest: str) -> None:

@@ -6,6 +6,9 @@ random id, so replies are hard to forge) that carries the resolver mark: the rul
 marked packets reach an upstream, and setting a mark needs CAP_NET_ADMIN, which the session
 lacks. A reply counts only when it answers the very question asked (query.answers_question).
 
+A plain repeated question is answered straight from the resolver's checked answers
+(PolicyResolver.quick) in the datagram callback; everything else gets a task.
+
 The servers shed load instead of queueing it: past ``MAX_INFLIGHT`` UDP queries or
 ``MAX_TCP_CLIENTS`` connections, new ones are dropped, so a flood from the session costs it
 its own answers and never the filter's memory.
@@ -120,6 +123,15 @@ class _UdpServer(asyncio.DatagramProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        try:
+            reply = self.resolver.quick(data)  # a checked repeat: answered here, no task
+        except Exception as exc:  # noqa: BLE001 - see _report_bug; the full path still answers
+            _report_bug("udp hit", exc)
+            reply = None
+        if reply is not None:
+            if self.transport is not None:
+                self.transport.sendto(reply, addr)
+            return
         if self.inflight >= MAX_INFLIGHT:
             return  # shed: the client retries, the filter keeps its memory
         self.inflight += 1

@@ -131,6 +131,21 @@ class SetWriter:
         return (f"add {prefix} {{ {', '.join(f'{e} timeout 1s' for e in elements)} }}\n"
                 f"delete {prefix} {{ {', '.join(elements)} }}\n")
 
+    @staticmethod
+    def _elements(addresses: list[str], ports: list[int] | None) -> tuple[str, list[str]]:
+        target = "allow4" if ports is None else "allow4_port"
+        return target, addresses if ports is None else [f"{a} . {p}" for a in addresses for p in ports]
+
+    def fresh(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> bool:
+        """Would ``add`` leave the kernel alone (every element still in its set for at least half
+        of ``timeout``)? Lets a cached answer skip the set writer without a kernel round trip."""
+        import time
+
+        target, elements = self._elements(addresses, ports)
+        lasting = float("inf") if timeout is None else timeout
+        now = time.monotonic()
+        return all(self.expiry.get((target, e), 0) - now >= lasting / 2 for e in elements)
+
     def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
         """Allow TCP to ``addresses`` (on ``ports``, or every port when None) for ``timeout``
         seconds (None: until removed).
@@ -140,34 +155,57 @@ class SetWriter:
         kernels where a plain re-add keeps the old expiry. One with more than half the new
         timeout left is left alone, so repeated answers cost no kernel round trip.
         """
+        self.add_many([(addresses, ports, timeout)])
+
+    def add_many(self, requests: list[tuple[list[str], list[int] | None, int | None]]) -> None:
+        """``add`` for several answers in one kernel transaction: all of them hold, or none
+        (NftError)."""
         import time
 
-        if not addresses:
-            return
-        target = "allow4" if ports is None else "allow4_port"
-        elements = addresses if ports is None else [f"{a} . {p}" for a in addresses for p in ports]
-        prefix = self._prefix(target)
-        lasting = float("inf") if timeout is None else timeout
-        clause = "" if timeout is None else f" timeout {timeout}s"
         with self.lock:
             now = time.monotonic()
-            # Still in the set for at least half the new timeout: nothing to do in the kernel.
-            elements = [e for e in elements if self.expiry.get((target, e), 0) - now < lasting / 2]
-            if not elements:
+            batch, done = "", []
+            for addresses, ports, timeout in requests:
+                part, elements, target, lasting = self._add_batch(addresses, ports, timeout, now)
+                batch += part
+                done.append((addresses, elements, target, lasting))
+            if not batch:
                 return
-            known = [e for e in elements if self.expiry.get((target, e), 0) + self.MARGIN_SECONDS > now]
-            batch = self._forget("revoked4", [a for a in addresses if self.revoked.get(a, 0) > now])
-            batch += f"add {prefix} {{ {', '.join(e + clause for e in elements)} }}\n"
-            if known:
-                batch += f"delete {prefix} {{ {', '.join(known)} }}\n"
-                batch += f"add {prefix} {{ {', '.join(e + clause for e in known)} }}\n"
-            self._run(batch, f"add to set {target}")
-            for address in addresses:
-                self.revoked.pop(address, None)
-            for element in elements:
-                self.expiry[(target, element)] = now + lasting
+            self._run(batch, "add to the allow sets")
+            for addresses, elements, target, lasting in done:
+                for address in addresses:
+                    self.revoked.pop(address, None)
+                for element in elements:
+                    self.expiry[(target, element)] = max(self.expiry.get((target, element), 0), now + lasting)
             if len(self.expiry) > self.PRUNE_ABOVE:
-                self.expiry = {k: t for k, t in self.expiry.items() if t + self.MARGIN_SECONDS > now}
+                self.prune(now)
+
+    def _add_batch(self, addresses: list[str], ports: list[int] | None, timeout: int | None,
+                   now: float) -> tuple[str, list[str], str, float]:
+        """The batch lines for one ``add`` (empty when every element is fresh)."""
+        target, elements = self._elements(addresses, ports)
+        lasting = float("inf") if timeout is None else timeout
+        # Still in the set for at least half the new timeout: nothing to do in the kernel.
+        elements = [e for e in elements if self.expiry.get((target, e), 0) - now < lasting / 2]
+        if not addresses or not elements:
+            return "", [], target, lasting
+        prefix = self._prefix(target)
+        clause = "" if timeout is None else f" timeout {timeout}s"
+        known = [e for e in elements if self.expiry.get((target, e), 0) + self.MARGIN_SECONDS > now]
+        batch = self._forget("revoked4", [a for a in addresses if self.revoked.get(a, 0) > now])
+        batch += f"add {prefix} {{ {', '.join(e + clause for e in elements)} }}\n"
+        if known:
+            batch += f"delete {prefix} {{ {', '.join(known)} }}\n"
+            batch += f"add {prefix} {{ {', '.join(e + clause for e in known)} }}\n"
+        return batch, elements, target, lasting
+
+    def prune(self, now: float | None = None) -> None:
+        """Forget elements past their expiry (the kernel dropped them already)."""
+        import time
+
+        now = time.monotonic() if now is None else now
+        self.expiry = {k: t for k, t in self.expiry.items() if t + self.MARGIN_SECONDS > now}
+        self.revoked = {a: t for a, t in self.revoked.items() if t > now}
 
     def revoke(self, addresses: list[str]) -> None:
         """Take ``addresses`` out of both allow sets and cut their established flows (revoked4)."""

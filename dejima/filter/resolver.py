@@ -34,12 +34,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dnslib import EDNS0, QTYPE, RCODE, RR, DNSHeader, DNSRecord, EDNSOption
 
-from dejima.core.egress import EgressPolicy, ttl_timeout
-from dejima.filter import VIOLATION
+from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
+from dejima.filter import VIOLATION, hitcache
 from dejima.filter.query import UPSTREAM_PAYLOAD, Malformed, Question, build_upstream_query, parse_query, wire_name
 
 SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed: always refused
@@ -53,8 +53,18 @@ DENIAL_ENTRIES = 256  # refused names remembered for `dejima-allow`
 FOLD_SECONDS = 5.0  # identical refusal records within this window are folded into one
 
 Record = Callable[[dict[str, Any]], None]
-AddAddresses = Callable[[list[str], list[int] | None, int | None], None]
 Forward = Callable[[DNSRecord], Awaitable[DNSRecord]]
+MEMO_ENTRIES = 4096  # verdicts remembered per policy object
+
+
+class Sets(Protocol):
+    """The allow sets as the resolver sees them (setbatch.BatchedSets over nft.SetWriter)."""
+
+    def fresh(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> bool:
+        """True when ``add`` would change nothing in the kernel."""
+
+    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
+        """Returns once the addresses are in the sets."""
 
 
 class UpstreamError(Exception):
@@ -79,15 +89,20 @@ class Cached:
 
 
 class PolicyResolver:
-    def __init__(self, policy: EgressPolicy, forward: Forward, add_addresses: AddAddresses, record: Record,
+    def __init__(self, policy: EgressPolicy, forward: Forward, sets: Sets, record: Record,
                  ttl_floor: int = 60, ttl_ceiling: int = 3600, clock: Callable[[], float] = time.monotonic,
                  canaries: tuple[str, ...] = ()) -> None:
-        self.policy, self.forward, self.add_addresses, self.record = policy, forward, add_addresses, record
+        self.policy, self.forward, self.sets, self.record = policy, forward, sets, record
         # The random part of every placeholder and decoy credential of the session (lower-case
         # letters and digits): a name carrying one is refused, whatever the allow list says.
         self.canaries = canaries
         self.ttl_floor, self.ttl_ceiling, self.clock = ttl_floor, ttl_ceiling, clock
         self.cache: OrderedDict[tuple[str, int], Cached] = OrderedDict()
+        self.hits: dict[tuple[str, int], hitcache.Hit] = {}  # checked answers, as bytes
+        # Verdicts of the current policy object; the policy is replaced whole on any change.
+        self.memo_policy: object = None
+        self.name_memo: dict[str, Verdict] = {}
+        self.address_memo: dict[str, Verdict] = {}
         self.names: OrderedDict[str, tuple[str, float]] = OrderedDict()  # address -> (name, until)
         self.recent: OrderedDict[tuple[str, ...], float] = OrderedDict()
         # Names refused because no entry allows them: what `dejima-allow` offers to grant.
@@ -115,6 +130,8 @@ class PolicyResolver:
         """Drop cached answers and learned addresses of ``names`` (a revoked grant's)."""
         for key in [k for k in self.cache if k[0] in names]:
             del self.cache[key]
+        for key in [k for k in self.hits if k[0] in names]:
+            del self.hits[key]
         for address in [a for a, (n, _u) in self.names.items() if n in names]:
             del self.names[address]
 
@@ -138,7 +155,56 @@ class PolicyResolver:
             self.recent.popitem(last=False)
         self.record(record)
 
+    # --- memory and verdicts ------------------------------------------------------------------
+    def prune(self) -> None:
+        """Drop what has expired: cached answers, learned addresses, folded refusals."""
+        now = self.clock()
+        for key in [k for k, e in self.cache.items() if e.expires <= now]:
+            del self.cache[key]
+        self.hits = {k: h for k, h in self.hits.items() if h.expires > now}
+        for address in [a for a, (_n, until) in self.names.items() if until <= now]:
+            del self.names[address]
+        for folded in [k for k, t in self.recent.items() if now - t >= FOLD_SECONDS]:
+            del self.recent[folded]
+
+    def _memo(self) -> None:
+        if self.memo_policy is not self.policy or len(self.name_memo) + len(self.address_memo) > MEMO_ENTRIES:
+            self.memo_policy, self.name_memo, self.address_memo = self.policy, {}, {}
+
+    def _name_verdict(self, name: str) -> Verdict:
+        self._memo()
+        verdict = self.name_memo.get(name)
+        if verdict is None:
+            verdict = self.name_memo[name] = self.policy.name_verdict(name)
+        return verdict
+
+    def _address_verdict(self, address: str) -> Verdict:
+        self._memo()
+        verdict = self.address_memo.get(address)
+        if verdict is None:
+            verdict = self.address_memo[address] = self.policy.address_verdict(ipaddress.ip_address(address))
+        return verdict
+
     # --- answering ----------------------------------------------------------------------------
+    def quick(self, packet: bytes) -> bytes | None:
+        """The reply to a plain repeated question from the checked answers, without a task;
+        None: ``answer`` decides (a miss, an unusual query, a policy change, a set to refresh)."""
+        plain = hitcache.plain_question(packet)
+        hit = self.hits.get(plain.key) if plain is not None else None
+        if plain is None or hit is None or hit.policy is not self.policy:
+            return None
+        now = self.clock()
+        if hit.expires <= now:
+            del self.hits[plain.key]
+            return None
+        age = int(now - hit.stored)
+        if hit.addresses:
+            timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
+            ports = list(hit.ports) if hit.ports is not None else None
+            if not self.sets.fresh(list(hit.addresses), ports, timeout):
+                return None
+        return hitcache.render(hit, packet, plain, age)
+
     async def answer(self, packet: bytes, max_size: int | None = None) -> bytes | None:
         """The reply to one client packet (None: not even an id to answer to). ``max_size`` is
         the UDP limit; a larger reply is sent truncated so the client retries over TCP."""
@@ -170,7 +236,7 @@ class PolicyResolver:
                 self._report({"kind": "canary", "domain": question.name, "qtype": question.type_name,
                               "reason": "the name carries a placeholder or decoy credential of this session"})
                 return self._refuse(request, "the name carries a credential", EDE_PROHIBITED)
-        verdict = self.policy.name_verdict(question.name)
+        verdict = self._name_verdict(question.name)
         if not verdict.allowed:
             if question.name != SELF_CHECK_NAME:  # the filter's own probe is not a violation
                 self._report({"kind": "dns", "domain": question.name, "qtype": question.type_name,
@@ -189,7 +255,7 @@ class PolicyResolver:
                 reply = _reply(request)
                 reply.header.rcode = RCODE.SERVFAIL
                 return reply
-        return self._filtered(request, question, cached, verdict.ports)
+        return await self._filtered(request, question, cached, verdict.ports)
 
     def _cached(self, question: Question) -> Cached | None:
         key = (question.name, question.qtype)
@@ -215,7 +281,7 @@ class PolicyResolver:
                 self.cache.popitem(last=False)
         return entry
 
-    def _filtered(self, request: DNSRecord, question: Question, upstream: Cached,
+    async def _filtered(self, request: DNSRecord, question: Question, upstream: Cached,
                   ports: frozenset[int] | None) -> DNSRecord:
         """The client's reply from an upstream answer (fresh or cached), under the current policy."""
         try:
@@ -236,31 +302,41 @@ class PolicyResolver:
         kept: list[str] = []
         refused: list[tuple[str, str]] = []
         ttls: list[int] = []
+        answered: list[RR] = []  # as stored, for the hit cache
         for rr in records:
             if rr.rtype == QTYPE.A:
-                address = ipaddress.ip_address(str(rr.rdata))
-                verdict = self.policy.address_verdict(address)
+                address = str(rr.rdata)
+                verdict = self._address_verdict(address)
                 if not verdict.allowed:
-                    refused.append((str(address), verdict.reason))
+                    refused.append((address, verdict.reason))
                     continue
-                kept.append(str(address))
+                kept.append(address)
                 ttls.append(rr.ttl)
             reply.add_answer(_aged(rr, age, self.ttl_ceiling))
-        if not reply.rr:
-            for rr in upstream.records:
-                if rr.rtype == QTYPE.SOA:
-                    reply.add_auth(_aged(rr, age, self.ttl_ceiling))
+            answered.append(_aged(rr, 0, self.ttl_ceiling))
+        authority = [] if reply.rr else [_aged(rr, 0, self.ttl_ceiling) for rr in upstream.records
+                                         if rr.rtype == QTYPE.SOA]
+        for rr in authority:
+            reply.add_auth(_aged(rr, age, self.ttl_ceiling))
         for dropped, reason in refused:
             self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                           "address": dropped, "reason": reason})
         if refused and not kept:
             return self._refuse(request, f"{question.name} resolves to a denied address ({refused[0][1]})",
                                 EDE_BLOCKED)
+        policy, port_list = self.policy, sorted(ports) if ports is not None else None
         if kept:
             timeout = ttl_timeout(max(0, min(ttls) - age), self.ttl_floor, self.ttl_ceiling)
             # Into the allow sets before the client sees the answer, or its connect would race us.
-            self.add_addresses(kept, sorted(ports) if ports is not None else None, timeout)
+            await self.sets.add(kept, port_list, timeout)
             self._remember(kept, question.name, timeout)
+        if not refused and upstream.expires > upstream.stored and upstream.rcode == RCODE.NOERROR \
+                and policy is self.policy:
+            stored = DNSRecord(DNSHeader(qr=1, ra=1), q=request.q, rr=answered, auth=authority)
+            self.hits[(question.name, question.qtype)] = hitcache.build(
+                policy, question, stored, upstream.stored, upstream.expires, kept, port_list, min(ttls, default=0))
+            while len(self.hits) > CACHE_ENTRIES:
+                del self.hits[next(iter(self.hits))]
         return reply
 
     def _refuse(self, request: DNSRecord, reason: str, code: int, rcode: int = RCODE.REFUSED) -> DNSRecord:

@@ -17,6 +17,7 @@ from dejima.core.egress import parse_policy
 from dejima.filter.control import Grants
 from dejima.filter.nft import SetWriter
 from dejima.filter.resolver import PolicyResolver
+from dejima.filter.setbatch import BatchedSets
 
 DOCUMENTATION = ipaddress.ip_network("203.0.113.0/24")
 
@@ -44,7 +45,7 @@ def world() -> tuple[Grants, PolicyResolver, RecordingNft, list[dict[str, object
     nft = RecordingNft()
     sets = SetWriter("inet", "dejima", handle=nft)
     records: list[dict[str, object]] = []
-    resolver = PolicyResolver(policy, _forward, sets.add, records.append)
+    resolver = PolicyResolver(policy, _forward, BatchedSets(sets), records.append)
     now = [1000.0]
     return Grants(resolver, sets, records.append, clock=lambda: now[0]), resolver, nft, records
 

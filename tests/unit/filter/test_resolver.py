@@ -78,12 +78,30 @@ class _Zone(BaseResolver):  # type: ignore[misc]
         return reply
 
 
+class RecordingSets:
+    """Stands in for the allow sets: records every insert, and calls an element fresh once it was
+    inserted (as SetWriter does while most of its timeout is left)."""
+
+    def __init__(self, added: list[tuple[list[str], list[int] | None, int]] | None = None) -> None:
+        self.added = added if added is not None else []
+        self.asked = 0
+
+    def fresh(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> bool:
+        self.asked += 1
+        return any(a == addresses and p == ports for a, p, _t in self.added)
+
+    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
+        self.added.append((addresses, ports, timeout or 0))
+
+
 @dataclass
 class World:
     port: int  # dejima's resolver
     seen: list[bytes]  # raw packets the upstream got
     added: list[tuple[list[str], list[int] | None, int]]  # set insertions
     records: list[dict[str, object]]
+    resolver: PolicyResolver
+    sets: RecordingSets
     spoof: list[bool] = field(default_factory=list)
 
     def names_seen(self) -> list[str]:
@@ -117,6 +135,7 @@ def world(upstream: tuple[int, list[bytes], list[bool]]) -> Iterator[World]:
                           [("evil.example.test", "a test says this host exfiltrates")],
                           answer_networks=(DOCUMENTATION,))
     added: list[tuple[list[str], list[int] | None, int]] = []
+    sets = RecordingSets(added)
     records: list[dict[str, object]] = []
     ready = threading.Event()
     loop = asyncio.new_event_loop()
@@ -124,7 +143,8 @@ def world(upstream: tuple[int, list[bytes], list[bool]]) -> Iterator[World]:
 
     async def serve() -> None:
         forward = Forwarder(["127.0.0.1"], mark=0, timeout=1.0, port=upstream_port)
-        resolver = PolicyResolver(policy, forward, lambda a, p, t: added.append((a, p, t)), records.append)
+        resolver = PolicyResolver(policy, forward, sets, records.append)
+        state["resolver"] = resolver
         async with asyncio.TaskGroup() as tasks:
             udp, tcp = await start_servers(resolver, tasks.create_task, port=0)
             state["port"] = tcp.sockets[0].getsockname()[1]
@@ -137,7 +157,7 @@ def world(upstream: tuple[int, list[bytes], list[bool]]) -> Iterator[World]:
     thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
     thread.start()
     assert ready.wait(5)
-    yield World(int(state["port"]), seen, added, records, spoof)  # type: ignore[call-overload]
+    yield World(int(state["port"]), seen, added, records, state["resolver"], sets, spoof)  # type: ignore[call-overload, arg-type]
     loop.call_soon_threadsafe(state["stop"].set)  # type: ignore[attr-defined]
     thread.join(5)
     loop.close()
@@ -301,7 +321,7 @@ def test_repeated_name_is_answered_from_the_cache_and_rechecked(world: World) ->
     for _ in range(5):
         assert addresses(ask(world, question("web.example.test"))) == ["203.0.113.7"]
     assert world.names_seen() == ["web.example.test"]
-    assert len(world.added) == 5  # the set writer is told every time (it skips fresh entries itself)
+    assert len(world.added) == 1 and world.sets.asked == 4  # each hit asks whether the set still holds it
 
 
 def test_cached_answer_expires_with_its_ttl_and_follows_policy_changes() -> None:
@@ -316,7 +336,7 @@ def test_cached_answer_expires_with_its_ttl_and_follows_policy_changes() -> None
         return reply
 
     policy = parse_policy(["web.example.test"], [], answer_networks=(DOCUMENTATION,))
-    resolver = PolicyResolver(policy, forward, lambda a, p, t: None, lambda r: None, clock=lambda: now[0])
+    resolver = PolicyResolver(policy, forward, RecordingSets(), lambda r: None, clock=lambda: now[0])
     packet = question("web.example.test")
 
     def ask_directly() -> DNSRecord:
@@ -356,7 +376,7 @@ def test_a_name_carrying_a_placeholder_is_refused_even_under_an_allowed_wildcard
 
     records: list[dict[str, object]] = []
     policy = parse_policy(["*.wild.example.test"], [])
-    resolver = PolicyResolver(policy, forward, lambda a, p, t: None, records.append,
+    resolver = PolicyResolver(policy, forward, RecordingSets(), records.append,
                               canaries=("q7w8e9r0t1y2u3i4",))
     for name in ("q7w8e9r0t1y2u3i4.wild.example.test", "q7w8e9r0-t1y2u3i4.wild.example.test",
                  "q7w8e9.r0t1y2u3i4.wild.example.test"):
@@ -364,3 +384,41 @@ def test_a_name_carrying_a_placeholder_is_refused_even_under_an_allowed_wildcard
         assert reply.header.rcode == RCODE.REFUSED, name
     assert asked == [] and {r["kind"] for r in records} == {"canary"}
     assert DNSRecord.parse(asyncio.run(resolver.answer(question("a.wild.example.test")))).header.rcode == 0
+
+
+# --- the fast path for repeated questions ------------------------------------------------------------
+
+
+def test_a_revoke_takes_effect_for_a_cached_name_at_once(world: World) -> None:
+    assert addresses(ask(world, question("web.example.test"))) == ["203.0.113.7"]
+    assert addresses(ask(world, question("web.example.test"))) == ["203.0.113.7"]  # control: a hit
+    assert world.sets.asked == 1
+    world.resolver.policy = parse_policy(["a.wild.example.test"], [], answer_networks=(DOCUMENTATION,))
+    assert ask(world, question("web.example.test")).header.rcode == RCODE.REFUSED
+    assert world.names_seen() == ["web.example.test"]
+
+
+def test_a_hit_echoes_the_client_and_ages_its_ttls_like_the_full_path(world: World) -> None:
+    ask(world, question("web.example.test"))
+    client = DNSRecord(DNSHeader(id=0x5151, rd=1), q=DNSQuestion("WEB.example.Test", QTYPE.A))
+    client.add_ar(EDNS0(udp_len=4096))
+    reply = ask(world, bytes(client.pack()))
+    assert world.sets.asked == 1, "not answered by the fast path"
+    assert reply.header.id == 0x5151 and reply.header.rd == 1 and reply.header.ra == 1 and reply.header.qr == 1
+    assert str(reply.q.qname) == "WEB.example.Test." and addresses(reply) == ["203.0.113.7"]
+    assert 299 <= reply.rr[0].ttl <= 300 and [rr.rtype for rr in reply.ar] == [QTYPE.OPT]
+
+
+def test_unusual_repeats_take_the_full_path_and_are_refused_as_before(world: World) -> None:
+    ask(world, question("web.example.test"))
+    assert ask(world, wire([b"web", b"example", b"test"], questions=2)).header.rcode == RCODE.FORMERR
+    assert ask(world, wire([b"web", b"example", b"test"], qclass=CLASS.CH)).header.rcode == RCODE.FORMERR
+    assert ask(world, wire([b"web.example", b"test"])).header.rcode in (RCODE.REFUSED, RCODE.FORMERR)
+    assert world.sets.asked == 0
+
+
+def test_a_hit_whose_set_element_is_stale_is_inserted_again_before_the_answer(world: World) -> None:
+    ask(world, question("web.example.test"))
+    world.added.clear()  # the set writer now says the element needs a refresh
+    assert addresses(ask(world, question("web.example.test"))) == ["203.0.113.7"]
+    assert world.added == [(["203.0.113.7"], None, 300)] and world.names_seen() == ["web.example.test"]
