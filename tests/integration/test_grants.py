@@ -9,27 +9,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from dejima.runtime import Runtime
 from dejima.selftest import ECHO_PORT
-from tests.networld import WORLD_LABEL, World, build_world, remove_world
+from tests.networld import World
 from tests.world import User, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 
 ALLOW_MAIN = "import sys; from dejima.cli.allow import main; sys.exit(main())"
-
-
-@pytest.fixture(scope="module")
-def world(runtime: Runtime, images: object, world_dir: Path) -> Iterator[World]:
-    from tests.conftest import TEST_SCOPE
-
-    built = build_world(runtime, TEST_SCOPE, images.filter, images.session_root, world_dir)  # type: ignore[attr-defined]
-    yield built
-    remove_world(runtime, TEST_SCOPE, built)
-    assert runtime.networks({WORLD_LABEL: TEST_SCOPE}) == []
 
 
 def allow(user: User, scope: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -52,6 +38,7 @@ deadline = time.monotonic() + 90
 conn = attempt()
 print("denied" if conn is None else "open-at-start", flush=True)
 while conn is None and time.monotonic() < deadline:
+    time.sleep(0.05)  # an agent retries with a pause; a spinning loop would starve the host's own commands
     conn = attempt()
 if conn is None:
     print("gave up", flush=True); sys.exit(1)
