@@ -40,7 +40,7 @@ from dejima.manifests import load_catalog
 from dejima.repo import read_repo_policy, workspace_facts
 from dejima.ui.console import UI
 from dejima.ui.views import boundary_card
-from dejima.violations import ViolationStore, sessions_dir
+from dejima.violations import ViolationStore, ledger_path, run_dir, sessions_dir
 
 if TYPE_CHECKING:  # the docker SDK, the audit rules and jinja2 are imported by the functions that use them
     from dejima import exit_audit
@@ -159,12 +159,12 @@ def prepare_session(
     proxy = _prepare_proxy(workspace, command, resolved, settings, request, identity, ui)
     if proxy is not None:
         request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries)
-    run_dir = host.ensure_private_dir(Path(request.run_dir or ""))
+    sockets = host.ensure_private_dir(Path(request.run_dir or ""))
     # The filter (root without CAP_DAC_OVERRIDE) makes its control socket here, so the directory is
     # open to it; no one else gets near: its parent is the launcher's own 0700 state directory,
     # and it is mounted into the filter alone, never into the session.
-    run_dir.chmod(0o777)
-    host.record(run_dir.parent, "workspace", str(workspace))
+    sockets.chmod(0o777)
+    host.record(sockets.parent, "workspace", str(workspace))
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts, source, resolved,
                               engine_memory=runtime.memory())
     return Prepared(runtime, plan, settings, proxy)
@@ -334,14 +334,14 @@ def _serving(prepared: Prepared) -> AbstractContextManager[object]:
         return nullcontext()
     from dejima.proxy.runner import ProxyThread
 
-    return ProxyThread(prepared.proxy.prepared.config, sessions_dir() / prepared.plan.session_id / "run" / PROXY_SOCKET)
+    return ProxyThread(prepared.proxy.prepared.config, run_dir(prepared.plan.session_id) / PROXY_SOCKET)
 
 
 def ledger_summary(session_id: str) -> str:
     """One line of totals from the session's ledger (requests the proxy carried)."""
     from dejima.proxy.records import read_records
 
-    entries = read_records(sessions_dir() / session_id / "ledger.jsonl")
+    entries = read_records(ledger_path(session_id))
     if not entries:
         return f"session {session_id}: no request went through the credential proxy"
     def total(key: str) -> int:
@@ -465,7 +465,7 @@ def session_request(workspace: Path, command: tuple[str, ...] | None, resolved: 
         resolv_conf=PurePosixPath(host.state_dir() / "resolv.conf"),
         cache_root=PurePosixPath(host.data_dir() / "caches" / home.name),
         read_only=protected_paths(workspace, settings),
-        run_dir=PurePosixPath(sessions_dir() / session_id / "run"),
+        run_dir=PurePosixPath(run_dir(session_id)),
         control_owner=os.getuid(),
         project_allow=project_allow,
         project_source=project_source,

@@ -16,7 +16,7 @@ from typing import Any
 from dejima import host
 from dejima.core.plan import CONTROL_SOCKET
 from dejima.errors import SessionError
-from dejima.violations import sessions_dir
+from dejima.violations import RUN_DIR, sessions_dir
 
 TIMEOUT_SECONDS = 5.0
 
@@ -33,7 +33,7 @@ def running_sessions() -> list[RunningSession]:
     root = sessions_dir()
     found = []
     for directory in sorted(root.iterdir()) if root.is_dir() else ():
-        control = directory / "run" / CONTROL_SOCKET
+        control = directory / RUN_DIR / CONTROL_SOCKET
         workspace = host.read_record(directory, "workspace")
         if workspace is not None and control.exists() and host.owner_alive(directory):
             found.append(RunningSession(directory.name, workspace, control))

@@ -20,7 +20,8 @@ def docker_template(role: str) -> str:
 
 
 # The filter runs the same policy code as the launcher (stdlib only), so verdicts cannot drift.
-FILTER_SHARED = ("__init__.py", "errors.py", "core/__init__.py", "core/egress.py", "core/nftlisting.py")
+FILTER_SHARED = ("__init__.py", "errors.py", "core/__init__.py", "core/egress.py", "core/nftlisting.py",
+                 "core/grants.py")
 
 
 def filter_sources() -> dict[str, bytes]:

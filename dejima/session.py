@@ -85,6 +85,16 @@ def start_filter(runtime: Runtime, plan: SessionPlan, timeout: float) -> str:
     return container
 
 
+def follow_lines(runtime: Runtime, container: str) -> Iterator[str]:
+    """The container's output, line by line as it comes, until the container goes away."""
+    buffer = b""
+    for chunk in runtime.follow_logs(container):
+        buffer += chunk
+        while b"\n" in buffer:
+            raw, buffer = buffer.split(b"\n", 1)
+            yield raw.decode(errors="replace")
+
+
 def ruleset_digest(ruleset: str) -> str:
     """What the filter's ready line names: the ruleset it applied and verified."""
     return hashlib.sha256(ruleset.encode()).hexdigest()[:16]
@@ -94,13 +104,9 @@ def _wait_ready(runtime: Runtime, container: str, timeout: float, digest: str) -
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
-        buffer = b""
         try:
-            for chunk in runtime.follow_logs(container):
-                buffer += chunk
-                while b"\n" in buffer:
-                    raw, buffer = buffer.split(b"\n", 1)
-                    lines.put(raw.decode(errors="replace"))
+            for line in follow_lines(runtime, container):
+                lines.put(line)
         except Exception:  # noqa: BLE001 - the container went away; the None below reports it
             pass
         lines.put(None)
@@ -234,18 +240,13 @@ def _follow_refusals(runtime: Runtime, filter_id: str, on_refusal: Callable[[dic
     import json
 
     def follow() -> None:
-        buffer = b""
         try:
-            for chunk in runtime.follow_logs(filter_id):
-                buffer += chunk
-                while b"\n" in buffer:
-                    raw, buffer = buffer.split(b"\n", 1)
-                    line = raw.decode(errors="replace")
-                    if line.startswith(VIOLATION):
-                        try:
-                            on_refusal(json.loads(line[len(VIOLATION):]))
-                        except ValueError:
-                            continue
+            for line in follow_lines(runtime, filter_id):
+                if line.startswith(VIOLATION):
+                    try:
+                        on_refusal(json.loads(line[len(VIOLATION):]))
+                    except ValueError:
+                        continue
         except Exception:  # noqa: BLE001 - the filter went away; a notice is a courtesy, not a record
             pass
 

@@ -21,9 +21,22 @@ def sessions_dir() -> Path:
     return host.state_dir() / "sessions"
 
 
+RUN_DIR = "run"  # a session's sockets (control, proxy): mounted into its filter alone
+RECORDS = "violations.jsonl"  # the filter's and the credential proxy's refusals, one JSON line each
+LEDGER = "ledger.jsonl"  # the requests the credential proxy carried
+
+
+def run_dir(session_id: str) -> Path:
+    return sessions_dir() / session_id / RUN_DIR
+
+
+def ledger_path(session_id: str) -> Path:
+    return sessions_dir() / session_id / LEDGER
+
+
 class ViolationStore:
     def __init__(self, session_id: str) -> None:
-        self.path = sessions_dir() / session_id / "violations.jsonl"
+        self.path = sessions_dir() / session_id / RECORDS
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
 
@@ -61,7 +74,7 @@ class ViolationStore:
 
 
 def read(session_id: str) -> list[dict[str, Any]]:
-    path = sessions_dir() / session_id / "violations.jsonl"
+    path = sessions_dir() / session_id / RECORDS
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -69,4 +82,4 @@ def read(session_id: str) -> list[dict[str, Any]]:
 
 def known_sessions() -> list[str]:
     root = sessions_dir()
-    return sorted(p.name for p in root.iterdir() if (p / "violations.jsonl").exists()) if root.exists() else []
+    return sorted(p.name for p in root.iterdir() if (p / RECORDS).exists()) if root.exists() else []

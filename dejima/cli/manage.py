@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 from dejima import app, host
 from dejima.cli import exit_codes
@@ -171,20 +173,10 @@ def _violations(argv: list[str], ui: UI) -> int:
                 print(escaped(name))
         return exit_codes.SUCCESS
     records = violations.read(args.session)
-    if args.json:
-        print_json_lines(records)
-        return exit_codes.SUCCESS
-    if not records:
-        ui.info(f"no violations recorded for session {args.session}")
-        return exit_codes.SUCCESS
-    from rich.table import Table
-
-    table = Table("time", "kind", "destination", "reason")
-    for r in records:
-        table.add_row(plain(_clock(r.get("time"))), plain(r.get("kind", "?")), plain(_destination(r)),
-                      plain(r.get("reason") or r.get("detail") or ""))
-    ui.console.print(table)
-    return exit_codes.SUCCESS
+    return _show_records(records, ui, args.json, f"no violations recorded for session {args.session}",
+                         ("time", "kind", "destination", "reason"),
+                         lambda r: (_clock(r.get("time")), r.get("kind", "?"), _destination(r),
+                                    r.get("reason") or r.get("detail") or ""))
 
 
 def _ledger(argv: list[str], ui: UI) -> int:
@@ -197,25 +189,33 @@ def _ledger(argv: list[str], ui: UI) -> int:
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
     from dejima.proxy.records import read_records
-    from dejima.violations import sessions_dir
+    from dejima.violations import ledger_path
 
-    path = sessions_dir() / args.session / "ledger.jsonl"
-    if not (sessions_dir() / args.session).is_dir():
+    path = ledger_path(args.session)
+    if not path.parent.is_dir():
         raise UsageError(f"no session {args.session!r} on record", hint="`dejima violations` lists the sessions")
-    entries = read_records(path)
-    if args.json:
-        print_json_lines(entries)
+    return _show_records(read_records(path), ui, args.json,
+                         f"no request went through session {args.session}'s credential proxy",
+                         ("time", "route", "method", "path", "status", "in", "out", "ms"),
+                         lambda e: (_clock(e.get("time")), e.get("route", "?"), e.get("method", "?"),
+                                    e.get("path", ""), e.get("status", "?"), e.get("bytes_in", ""),
+                                    e.get("bytes_out", ""), e.get("duration_ms", "")))
+
+
+def _show_records(records: list[dict[str, Any]], ui: UI, as_json: bool, empty: str, columns: tuple[str, ...],
+                  cells: Callable[[dict[str, Any]], tuple[object, ...]]) -> int:
+    """A session's records as JSON lines, or a table whose every cell is session data (escaped)."""
+    if as_json:
+        print_json_lines(records)
         return exit_codes.SUCCESS
-    if not entries:
-        ui.info(f"no request went through session {args.session}'s credential proxy")
+    if not records:
+        ui.info(empty)
         return exit_codes.SUCCESS
     from rich.table import Table
 
-    table = Table("time", "route", "method", "path", "status", "in", "out", "ms")
-    for e in entries:
-        table.add_row(plain(_clock(e.get("time"))), plain(e.get("route", "?")), plain(e.get("method", "?")),
-                      plain(e.get("path", "")), plain(e.get("status", "?")), plain(e.get("bytes_in", "")),
-                      plain(e.get("bytes_out", "")), plain(e.get("duration_ms", "")))
+    table = Table(*columns)
+    for record in records:
+        table.add_row(*(plain(cell) for cell in cells(record)))
     ui.console.print(table)
     return exit_codes.SUCCESS
 

@@ -31,13 +31,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dejima.core.egress import EgressPolicy, Entry, PolicyError, parse_entry
+from dejima.core.grants import MAX_SECONDS, PROTOCOL  # the host side builds its messages from the same
 from dejima.filter.nft import SetWriter
 from dejima.filter.resolver import PolicyResolver
 
-PROTOCOL = 1
 MAX_MESSAGE = 64 * 1024
 MAX_ENTRIES = 64
-MAX_SECONDS = 30 * 24 * 3600
 MAX_REASON = 500
 _KEYS = {"grant": {"v", "op", "entries", "seconds", "reason"}, "revoke": {"v", "op", "entries", "reason"},
          "list": {"v", "op"}}
@@ -140,9 +139,10 @@ class Grants:
     def _cut(self, gone: list[Grant]) -> list[str]:
         """Addresses no remaining entry allows any more: out of the sets, their flows cut."""
         policy = self.resolver.policy
-        names = {name for address, name in self.resolver.learned().items()
+        learned = self.resolver.learned()
+        names = {name for name in set(learned.values())
                  if any(g.entry.matches_name(name) for g in gone) and not policy.name_verdict(name).allowed}
-        addresses = [a for a, n in self.resolver.learned().items() if n in names]
+        addresses = [a for a, n in learned.items() if n in names]
         for grant in gone:
             network = grant.entry.network
             if network is not None and not any(e.matches_address(network.network_address)

@@ -22,6 +22,7 @@ from dejima.core.placeholders import Decoys, make_decoys, make_placeholder
 from dejima.core.pushrules import PushPolicy
 from dejima.proxy.server import ProxyConfig, RouteSpec
 from dejima.proxy.sources import CredentialError, resolve_source
+from dejima.violations import LEDGER, RECORDS  # the session's own files: `dejima violations`/`ledger` read them
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
         specs.append(RouteSpec(route, source, push.get(declared.name)))
         manifest_routes[declared.name] = declared
     decoys = make_decoys(r.placeholder_env for r in manifest_routes.values() if r.placeholder_env)
-    config = ProxyConfig(tuple(specs), directory / "ledger.jsonl", directory / "violations.jsonl",
+    config = ProxyConfig(tuple(specs), directory / LEDGER, directory / RECORDS,
                          decoys.values(), extra_ca_file)
     return Prepared(config, manifest_routes, decoys, tuple(skipped))
 

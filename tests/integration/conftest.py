@@ -15,6 +15,7 @@ from dejima.imaging import ensure_image, recipes, resolve_base
 from dejima.runtime import Runtime
 from dejima.ui.console import UI
 from tests.conftest import TEST_SCOPE
+from tests.networld import WORLD_LABEL, World, build_world, remove_world
 from tests.world import TEST_GID, TEST_UID, User, make_user
 
 
@@ -70,3 +71,12 @@ def workspace(world_dir: Path, user: User, request: pytest.FixtureRequest) -> Pa
 @pytest.fixture
 def scope() -> str:
     return TEST_SCOPE
+
+
+@pytest.fixture(scope="module")
+def world(runtime: Runtime, images: Images, world_dir: Path) -> Iterator[World]:
+    """The egress test world (tests/networld.py), one per test module, removed with its network."""
+    built = build_world(runtime, TEST_SCOPE, images.filter, images.session_root, world_dir)
+    yield built
+    remove_world(runtime, TEST_SCOPE, built)
+    assert runtime.networks({WORLD_LABEL: TEST_SCOPE}) == []

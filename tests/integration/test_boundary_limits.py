@@ -10,28 +10,15 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from dejima.core import labels
 from dejima.runtime import Runtime
-from tests.networld import WORLD_LABEL, World, build_world, remove_world
+from tests.networld import World
 from tests.world import User, containers_of, make_user, run_dejima, spawn_dejima, wait_for_line
 
 LOW_PORTS = (1, 22, 53, 54, 80, 443, 853, 1023)
 CONTROL_PORTS = (1024, 8053)
-
-
-@pytest.fixture(scope="module")
-def world(runtime: Runtime, images: object, world_dir: Path) -> Iterator[World]:
-    from tests.conftest import TEST_SCOPE
-
-    built = build_world(runtime, TEST_SCOPE, images.filter, images.session_root, world_dir)  # type: ignore[attr-defined]
-    yield built
-    remove_world(runtime, TEST_SCOPE, built)
-    assert runtime.networks({WORLD_LABEL: TEST_SCOPE}) == []
 
 
 def last_json(stdout: str) -> dict[str, object]:

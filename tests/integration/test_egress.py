@@ -8,27 +8,16 @@ same destination answering when policy allows it, so the test can fail.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from dejima.core import labels
 from dejima.runtime import Runtime
-from tests.networld import WORLD_LABEL, World, build_world, queries_seen, remove_world
+from tests.networld import World, queries_seen
 from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 
 REFUSED, NXDOMAIN = 5, 3
-
-
-@pytest.fixture(scope="module")
-def world(runtime: Runtime, images: object, world_dir: Path) -> Iterator[World]:
-    from tests.conftest import TEST_SCOPE
-
-    built = build_world(runtime, TEST_SCOPE, images.filter, images.session_root, world_dir)  # type: ignore[attr-defined]
-    yield built
-    remove_world(runtime, TEST_SCOPE, built)
-    assert runtime.networks({WORLD_LABEL: TEST_SCOPE}) == []
 
 
 def run_probe(user: User, scope: str, workspace: Path, world: World, *actions: dict[str, object],
