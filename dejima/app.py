@@ -39,7 +39,6 @@ from dejima.errors import EngineError, SessionError, UsageError
 from dejima.manifests import load_catalog
 from dejima.repo import read_repo_policy, workspace_facts
 from dejima.ui.console import UI
-from dejima.ui.views import boundary_card
 from dejima.violations import ViolationStore, ledger_path, run_dir, sessions_dir
 
 if TYPE_CHECKING:  # the docker SDK, the audit rules and jinja2 are imported by the functions that use them
@@ -280,7 +279,7 @@ def run_session(prepared: Prepared, ui: UI) -> int:
         audit_states.extend(exit_audit.start(prepared.plan.session_id, audited_mounts(prepared.plan)))
 
     if prepared.plan.interactive:
-        ui.card("dejima boundary", boundary_card(prepared.plan))
+        ui.boundary(prepared.plan)
     else:
         ui.info(boundary_line(prepared.plan))
     store = ViolationStore(prepared.plan.session_id)

@@ -237,8 +237,6 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
 
 def _say(session_id: str, ui: UI, store: FindingStore, workspace: str, found: list[Finding]) -> None:
     """The closing message: how many changes, and the worst ones not reviewed yet, themselves."""
-    from dejima.ui.audit_views import end_of_session
-
     shown = [f for f in found if rank(f.severity) >= rank("low")]
     if not shown:
         return
@@ -248,8 +246,7 @@ def _say(session_id: str, ui: UI, store: FindingStore, workspace: str, found: li
     reviewed = f"; {len(shown) - len(unreviewed)} reviewed before" if len(unreviewed) < len(shown) else ""
     ui.warn(f"session {session_id} left {len(shown)} change(s) that can run code later (worst: {worst}{reviewed})"
             + (":" if unreviewed else ""))
-    for line in end_of_session(unreviewed, width=ui.console.width):
-        ui.console.print(line, crop=False)
+    ui.findings_left(unreviewed)
     if unreviewed:
         ui.info("review them one file at a time: dejima-audit ack")
 

@@ -8,13 +8,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
 
 from dejima.errors import DiagnosticError
 from dejima.ui.text import MESSAGE_LIMIT, escaped
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from dejima.core.plan import SessionPlan
+    from dejima.findings import Stored
 
 
 class UI:
@@ -35,6 +41,19 @@ class UI:
 
             body = Text("\n").join(_message(line) for line in lines)
             self.console.print(Panel(body, title=_message(title), expand=False))
+
+    def boundary(self, plan: SessionPlan) -> None:
+        """The card of what a session is held to, before the agent starts."""
+        from dejima.ui.views import boundary_card
+
+        self.card("dejima boundary", boundary_card(plan))
+
+    def findings_left(self, found: Sequence[Stored]) -> None:
+        """The worst findings a session left, one line each, in the closing message."""
+        from dejima.ui.audit_views import end_of_session
+
+        for line in end_of_session(list(found), width=self.console.width):
+            self.console.print(line, crop=False)
 
     def error(self, exc: DiagnosticError) -> None:
         self.console.print(render_error(exc))
