@@ -38,7 +38,7 @@ from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError, UsageError
 from dejima.manifests import load_catalog
 from dejima.repo import read_repo_policy, workspace_facts
-from dejima.ui.console import UI
+from dejima.reporting import SessionReporter
 from dejima.violations import ViolationStore, ledger_path, run_dir, sessions_dir
 
 if TYPE_CHECKING:  # the docker SDK, the audit rules and jinja2 are imported by the functions that use them
@@ -74,7 +74,7 @@ class Selection:
     forges: tuple[str, ...] = ()
 
 
-def resolve_manifests(workspace: Path, selection: Selection, ui: UI) -> Resolved:
+def resolve_manifests(workspace: Path, selection: Selection, ui: SessionReporter) -> Resolved:
     catalog = load_catalog()
     repo_policy = read_repo_policy(workspace)
     for key in repo_policy.ignored:
@@ -132,7 +132,7 @@ class Options:
 
 def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-    runtime: Runtime, ui: UI, options: Options = Options(),
+    runtime: Runtime, ui: SessionReporter, options: Options = Options(),
 ) -> Prepared:
     from dejima import exit_audit, session
     from dejima.imaging import ensure_images
@@ -170,7 +170,7 @@ def prepare_session(
 
 
 def _prepare_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                   request: SessionRequest, identity: Identity, ui: UI) -> SessionProxy | None:
+                   request: SessionRequest, identity: Identity, ui: SessionReporter) -> SessionProxy | None:
     """The session's credential routes, their sources read now on the host (never in a container)."""
     if not any(m.credentials for m in resolved.manifests):
         return None
@@ -230,7 +230,7 @@ def boundary_line(plan: SessionPlan) -> str:
     )
 
 
-def check_findings(workspace: Path, accept: bool, ui: UI) -> None:
+def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
     """Warn about unreviewed findings; refuse to start on unreviewed critical ones unless accepted."""
     from dejima.findings import FindingStore
 
@@ -267,7 +267,7 @@ def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
     return mounts
 
 
-def run_session(prepared: Prepared, ui: UI) -> int:
+def run_session(prepared: Prepared, ui: SessionReporter) -> int:
     from dejima import exit_audit, session
 
     settings = prepared.settings
@@ -313,7 +313,7 @@ def run_session(prepared: Prepared, ui: UI) -> int:
             ui.info(ledger_summary(prepared.plan.session_id))
 
 
-def _notifier(ui: UI) -> Callable[[dict[str, object]], None]:
+def _notifier(ui: SessionReporter) -> Callable[[dict[str, object]], None]:
     """Tell the user, once per name, that the session was refused a name it could be granted."""
     told: set[str] = set()
 
@@ -412,7 +412,7 @@ def record_stale_violations(session_id: str, output: str) -> None:
     store.append_output(output)
 
 
-def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
+def clean(runtime: Runtime, scope: str, ui: SessionReporter, everything: bool) -> int:
     if everything:
         sessions = list_sessions(runtime, scope)
         for info in sessions:

@@ -14,12 +14,12 @@ from pathlib import PurePosixPath
 
 from dejima import host, session
 from dejima.core.plan import SessionPlan, SessionRequest, build_session_plan
+from dejima.core.report import Reporter
 from dejima.core.settings import Settings
 from dejima.errors import DiagnosticError
 from dejima.imaging import ensure_image, find_base, recipes, resolve_base
 from dejima.runtime import Runtime, connect
 from dejima.selftest import ProbeResult, control_probe, probe_command, start_decoy
-from dejima.ui.console import UI
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,8 @@ def boundary_check(runtime: Runtime, settings: Settings, filter_image: str, sess
     return checks
 
 
-def _image_check(runtime: Runtime, settings: Settings, ui: UI, build: bool) -> tuple[Check, tuple[str, str] | None]:
+def _image_check(runtime: Runtime, settings: Settings, ui: Reporter,
+                 build: bool) -> tuple[Check, tuple[str, str] | None]:
     try:
         base = resolve_base(runtime, settings, ui) if build else find_base(runtime, settings)
         if base is None:
@@ -90,7 +91,7 @@ def _image_check(runtime: Runtime, settings: Settings, ui: UI, build: bool) -> t
         return Check("images", False, exc.message), None
 
 
-def run_doctor(settings: Settings, ui: UI, build: bool) -> list[Check]:
+def run_doctor(settings: Settings, ui: Reporter, build: bool) -> list[Check]:
     try:
         runtime = connect()
         version = runtime.version()

@@ -20,6 +20,7 @@ from dejima.core.audit.model import finding, rank
 from dejima.core.gitconfig import GitConfigError, parse_git_config
 from dejima.core.snapshot import Snapshot
 from dejima.findings import FileState, FindingStore
+from dejima.reporting import SessionReporter
 from dejima.snapshot import (
     WALK_ATTEMPTS,
     InconsistentWalk,
@@ -29,7 +30,6 @@ from dejima.snapshot import (
     save_snapshot,
     take_snapshot,
 )
-from dejima.ui.console import UI
 from dejima.violations import sessions_dir
 
 KEEP_LIMIT = 4 << 20  # bytes of one watched file kept at start (lockfiles can be large)
@@ -191,7 +191,7 @@ def _unauditable(session_id: str, reason: str) -> Finding:
                    f"{session_id}:{reason}")
 
 
-def finish(session_id: str, ui: UI, store: FindingStore | None = None, workspace: str = "",
+def finish(session_id: str, ui: SessionReporter, store: FindingStore | None = None, workspace: str = "",
            states: list[MountState] | None = None) -> list[Finding]:
     """Audit every mount against its start state (``states``, or the saved one when this launcher
     did not take it), store the findings, and say so."""
@@ -204,7 +204,7 @@ def finish(session_id: str, ui: UI, store: FindingStore | None = None, workspace
             store.close()
 
 
-def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
+def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace: str,
             states: list[MountState] | None) -> list[Finding]:
     directory = _state_dir(session_id)
     try:
@@ -235,7 +235,7 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
     return found
 
 
-def _say(session_id: str, ui: UI, store: FindingStore, workspace: str, found: list[Finding]) -> None:
+def _say(session_id: str, ui: SessionReporter, store: FindingStore, workspace: str, found: list[Finding]) -> None:
     """The closing message: how many changes, and the worst ones not reviewed yet, themselves."""
     shown = [f for f in found if rank(f.severity) >= rank("low")]
     if not shown:
@@ -251,7 +251,7 @@ def _say(session_id: str, ui: UI, store: FindingStore, workspace: str, found: li
         ui.info("review them one file at a time: dejima-audit ack")
 
 
-def recover(ui: UI) -> None:
+def recover(ui: SessionReporter) -> None:
     """Audit the sessions whose launcher died before it could (their start state is still there).
     Whether a launcher died is judged by the owner token in the session's directory, never by its
     containers: they do not exist yet while the start snapshot is taken."""
@@ -284,7 +284,7 @@ def _take_orphans() -> list[str]:
     return taken
 
 
-def _unauditable_old(session_id: str, old: Path, ui: UI) -> None:
+def _unauditable_old(session_id: str, old: Path, ui: SessionReporter) -> None:
     try:
         workspace = str(json.loads(old.read_text())["workspace"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -21,11 +21,11 @@ from dejima.core.images import (
     build_session_recipe,
 )
 from dejima.core.plan import Identity
+from dejima.core.report import Reporter
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, ImageError
 from dejima.host import read_extra_cas
 from dejima.runtime import Runtime
-from dejima.ui.console import UI
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ def find_base(runtime: Runtime, settings: Settings) -> Base | None:
     return None
 
 
-def resolve_base(runtime: Runtime, settings: Settings, ui: UI) -> Base:
+def resolve_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
     """The configured base if present or pullable; else a debootstrapped one, announced."""
     images = settings.images
     fallback_tag = bootstrap_base_tag(images.bootstrap_suite)
@@ -76,7 +76,7 @@ def resolve_base(runtime: Runtime, settings: Settings, ui: UI) -> Base:
     return make_bootstrap_base(runtime, settings, ui)
 
 
-def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: UI) -> Base:
+def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
     images = settings.images
     tag = bootstrap_base_tag(images.bootstrap_suite)
     with ui.step(f"Bootstrapping Debian {images.bootstrap_suite} into {tag}") as step:
@@ -97,7 +97,7 @@ def recipes(base: Base, settings: Settings, identity: Identity,
     return filter_recipe, session_recipe
 
 
-def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: UI, force: bool = False) -> str:
+def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: Reporter, force: bool = False) -> str:
     if not force and runtime.image_id(recipe.tag):
         return recipe.tag
     with ui.step(f"Building the {recipe.role} image {recipe.tag}") as step:
@@ -110,7 +110,7 @@ def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: UI, force: bool = Fa
     return recipe.tag
 
 
-def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: UI,
+def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: Reporter,
                   layers: ImageLayers = NO_LAYERS) -> tuple[str, str]:
     """Tags of the filter and session images, building them first if needed."""
     base = resolve_base(runtime, settings, ui)
@@ -118,7 +118,7 @@ def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: 
     return ensure_image(runtime, filter_recipe, ui), ensure_image(runtime, session_recipe, ui)
 
 
-def prune_images(runtime: Runtime, settings: Settings, identity: Identity, ui: UI,
+def prune_images(runtime: Runtime, settings: Settings, identity: Identity, ui: Reporter,
                  keep: frozenset[str] = frozenset()) -> tuple[int, int]:
     """Remove filter and session images other than the ones the current recipes (and ``keep``) name.
 

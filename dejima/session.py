@@ -26,11 +26,11 @@ from types import FrameType
 
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
+from dejima.core.report import Reporter
 from dejima.errors import EngineError, FilterError
 from dejima.filter import FAILED, READY, VIOLATION
 from dejima.host import Launcher, launcher_alive
 from dejima.runtime import Runtime
-from dejima.ui.console import UI
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FILTER_STOP_SECONDS = 2
@@ -277,7 +277,7 @@ def stop_filter_and_read(runtime: Runtime, container: str) -> str:
     return runtime.logs(container)
 
 
-def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_timeout: float,
+def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float, stop_timeout: float,
         on_filter_output: Callable[[str], None] | None = None,
         on_refusal: Callable[[dict[str, object]], None] | None = None,
         while_filter_starts: Callable[[], None] | None = None) -> int:
@@ -337,7 +337,7 @@ def stale_sessions(runtime: Runtime, scope: str) -> dict[str, list[str]]:
     return stale
 
 
-def remove_stale(runtime: Runtime, scope: str, ui: UI,
+def remove_stale(runtime: Runtime, scope: str, ui: Reporter,
                  on_filter_output: Callable[[str, str], None] | None = None) -> list[str]:
     """Remove sessions whose launcher is gone, first handing their filters' output to the caller."""
     stale = stale_sessions(runtime, scope)

@@ -13,7 +13,9 @@ from dejima.errors import DiagnosticError
 
 
 class Progress(Protocol):
-    """A long step's progress: its latest line of log."""
+    """A long step's progress: its latest line of log, and the tail kept for an error report."""
+
+    lines: list[str]
 
     def line(self, text: str) -> None: ...
 
