@@ -38,7 +38,6 @@ class ViolationStore:
     def __init__(self, session_id: str) -> None:
         self.path = sessions_dir() / session_id / RECORDS
         self.lock = threading.Lock()
-        self.counts: Counter[str] = Counter()
 
     def append_output(self, output: str) -> None:
         """Record every violation line of a filter's output."""
@@ -57,27 +56,49 @@ class ViolationStore:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             with self.path.open("a") as stream:
                 stream.write(json.dumps(record, sort_keys=True) + "\n")
-            self.counts[str(record.get("kind", "?"))] += 1
         return True
 
     def summary(self) -> str | None:
-        """One line of totals: what was refused, and the live grants that changed the policy."""
-        if not self.counts:
-            return None
-        labels = (("dns", "name(s) refused"), ("dns-answer", "answer address(es) dropped"),
-                  ("connection", "connection(s) blocked"), ("grant", "grant(s)"), ("revoke", "revoke(s)"),
-                  ("grant-expired", "grant(s) expired"))
-        parts = [f"{self.counts[kind]} {label}" for kind, label in labels if self.counts[kind]]
-        other = sum(self.counts.values()) - sum(self.counts[kind] for kind, _ in labels)
-        parts += [f"{other} other"] if other else []
-        return ", ".join(parts)
+        """One line of totals of everything recorded for the session: the filter's refusals and grants
+        (counted as they arrived) and the credential proxy's refusals (it writes the same file)."""
+        with self.lock:
+            return summarize(_read(self.path))
+
+
+# What the exit summary names, in order; the rest is counted as "other".
+SUMMARY_LABELS = (("dns", "name(s) refused"), ("dns-answer", "answer address(es) dropped"),
+                  ("connection", "connection(s) blocked"), ("decoy-used", "decoy credential(s) used"),
+                  ("proxy", "request(s) refused by the credential proxy"), ("grant", "grant(s)"),
+                  ("revoke", "revoke(s)"), ("grant-expired", "grant(s) expired"))
+
+
+def summarize(records: list[dict[str, Any]]) -> str | None:
+    counts = Counter(str(r.get("kind", "?")) if r.get("source") != "proxy" or r.get("kind") == "decoy-used"
+                     else "proxy" for r in records)
+    if not counts:
+        return None
+    parts = [f"{counts[kind]} {label}" for kind, label in SUMMARY_LABELS if counts[kind]]
+    other = sum(counts.values()) - sum(counts[kind] for kind, _ in SUMMARY_LABELS)
+    parts += [f"{other} other"] if other else []
+    return ", ".join(parts)
 
 
 def read(session_id: str) -> list[dict[str, Any]]:
-    path = sessions_dir() / session_id / RECORDS
+    return _read(sessions_dir() / session_id / RECORDS)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [_parsed(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _parsed(line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except ValueError:  # a line torn by a crash: shown as such, not dropped
+        return {"kind": "unreadable-record", "line": line}
+    return record if isinstance(record, dict) else {"kind": "unreadable-record", "line": line}
 
 
 def known_sessions() -> list[str]:
