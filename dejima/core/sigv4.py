@@ -56,6 +56,25 @@ class SigningScope:
 
 
 @dataclass(frozen=True, slots=True)
+class AwsSigning:
+    """How a route signs: its scope, and the placeholder secret key the session signs with instead."""
+
+    scope: SigningScope
+    secret_placeholder: str
+
+
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
+
+
+def region_of(host: str) -> str | None:
+    """The region a regional AWS endpoint names (``bedrock-runtime.eu-west-3.amazonaws.com``), or None."""
+    labels = host.lower().split(".")
+    if len(labels) >= 4 and labels[-2:] == ["amazonaws", "com"] and _REGION.match(labels[-3]):
+        return labels[-3]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
 class PresentedSignature:
     """The parts of an ``Authorization: AWS4-HMAC-SHA256 …`` header a client sent."""
 
