@@ -19,7 +19,7 @@ from dejima.proxy.server import ProxyServer
 from dejima.proxy.setup import Prepared, prepare, session_env
 from tests.awsverify import botocore_signature
 from tests.bedrockfake import DRIP_SECONDS, WORDS, FakeBedrock, decode_frames, fake_bedrock
-from tests.unit.proxy.fakes import FakeAPI, LoopThread, fake_api
+from tests.unit.proxy.fakes import FakeAPI, LoopThread, fake_api, raw_exchange
 
 ROOT = Path(__file__).resolve().parents[3]
 REAL_ID, REAL_SECRET, REAL_TOKEN = "ASIAHOSTREALKEY00001", "hostSecretKeyThatMustNeverLeaveTheProxy01", "hostToken//+="
@@ -169,3 +169,40 @@ def test_a_body_past_the_bound_is_refused_with_413(world: World) -> None:
     assert response.status == 413 and "signs each request body whole" in message and "4096" in message
     conn.close()
     assert world.bedrock.seen == []
+
+
+def test_what_the_session_adds_to_its_signature_is_dropped_and_a_chunked_body_is_signed(world: World) -> None:
+    """A session that sends its own token, payload hash, Host and a chunked body: the upstream gets
+    the host's token, a fresh signature over the de-chunked body, and its own Host."""
+    key_id, secret = world.placeholders()
+    body = b'{"anthropic_version":"bedrock-2023-05-31","max_tokens":1,"messages":[]}'
+    date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    head = (f"POST /r/aws-sigv4-runtime/model/m/invoke HTTP/1.1\r\nHost: bedrock-runtime.attacker.example\r\n"
+            f"Content-Type: application/json\r\nX-Amz-Date: {date}\r\nX-Amz-Security-Token: session-made-up\r\n"
+            f"X-Amz-Content-SHA256: {'f' * 64}\r\nTransfer-Encoding: chunked\r\n"
+            f"Authorization: AWS4-HMAC-SHA256 Credential={key_id}/{date[:8]}/us-east-1/bedrock/aws4_request, "
+            f"SignedHeaders=host;x-amz-date, Signature={'0' * 64}\r\n\r\n").encode()
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:10], body[10:])) + b"0\r\n\r\n"
+    reply = raw_exchange(world.port, head + chunked)
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
+    [seen] = world.bedrock.seen
+    assert seen.verdict == "", seen.verdict
+    assert seen.headers["x-amz-security-token"] == REAL_TOKEN and "x-amz-content-sha256" not in seen.headers
+    assert seen.headers["host"] == f"127.0.0.1:{world.bedrock.port}" and secret not in json.dumps(seen.headers)
+
+
+def test_a_chunked_body_past_the_bound_is_refused_and_the_connection_closed(world: World) -> None:
+    key_id, _ = world.placeholders()
+    date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    head = (f"POST /r/aws-sigv4-runtime/model/m/invoke HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            f"Authorization: AWS4-HMAC-SHA256 Credential={key_id}/{date[:8]}/us-east-1/bedrock/aws4_request, "
+            f"SignedHeaders=host, Signature={'0' * 64}\r\n\r\n").encode()
+    reply = raw_exchange(world.port, head + b"1000\r\n" + b"x" * 4096 + b"\r\n1000\r\n" + b"x" * 4096 + b"\r\n")
+    assert reply.startswith(b"HTTP/1.1 413") and b"Connection: close" in reply
+    assert world.bedrock.seen == []
+
+
+def test_a_request_without_a_signature_gets_401(world: World) -> None:
+    reply = raw_exchange(world.port, b"POST /r/aws-sigv4-runtime/model/m/invoke HTTP/1.1\r\nHost: x\r\n"
+                                     b"Content-Length: 2\r\n\r\n{}")
+    assert reply.startswith(b"HTTP/1.1 401") and world.bedrock.seen == []
