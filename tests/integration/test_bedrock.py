@@ -147,3 +147,20 @@ def test_the_real_claude_code_cli_answers_from_the_fake_bedrock(user: User, scop
     assert "".join(WORDS) in result.stdout
     assert invokes and all(s.verdict == "" for s in bedrock.seen), bedrock.seen
     assert all(f"Credential={REAL_ID}/" in s.headers["authorization"] for s in bedrock.seen)
+
+
+def test_missing_aws_keys_are_named_and_the_agent_is_not_started_without_them(
+        runtime: Runtime, user: User, scope: str, workspace: Path, settings: str) -> None:
+    from dejima.core import labels
+
+    no_keys = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "dejima-test-none"}
+    with_command = run_dejima(user, scope, "--harness", "claude-code", "--backend", "bedrock", str(workspace), "--",
+                              "true", DEJIMA_SETTINGS=settings, **no_keys)
+    assert with_command.returncode == 0, with_command.stderr
+    assert "backends/bedrock.toml credentials route 'aws-sigv4-runtime'" in with_command.stderr
+    assert "aws profile dejima-test-none" in with_command.stderr and "starts without that route" in with_command.stderr
+    agent = run_dejima(user, scope, "--harness", "claude-code", "--backend", "bedrock", str(workspace),
+                       DEJIMA_SETTINGS=settings, **no_keys)
+    assert agent.returncode != 0, agent.stderr
+    assert "aws profile dejima-test-none" in agent.stderr and "AWS_ACCESS_KEY_ID" in agent.stderr
+    assert containers_of(runtime, scope, role=labels.ROLE_SESSION) == []
