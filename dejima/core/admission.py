@@ -41,7 +41,7 @@ class Refusal:
 def _marker_refusal(marker: Marker, route: str, where: str) -> Refusal:
     if marker.kind == "decoy":
         return Refusal(403, f"decoy credential {marker.name} used in {where}", route, "decoy-used")
-    if marker.name == route:
+    if marker.belongs_to(route):
         return Refusal(403, f"this route's placeholder appeared in {where}, outside its credential header",
                        route, "placeholder-misplaced")
     return Refusal(403, f"the placeholder of route {marker.name!r} was sent toward route {route!r} ({where})",

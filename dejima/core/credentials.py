@@ -20,10 +20,14 @@ import hmac
 import ipaddress
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+if TYPE_CHECKING:
+    from dejima.core.sigv4 import AwsSigning
+
 ROUTE_PREFIX = "/r/"
-SCHEMES = ("Bearer", "token", "Basic", "raw")
+SCHEMES = ("Bearer", "token", "Basic", "raw", "aws-sigv4")
 _ROUTE_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _LOOPBACK_NAMES = ("localhost",)
 
@@ -115,12 +119,15 @@ class Route:
     scheme: str  # one of SCHEMES
     placeholder: str
     username: str | None = None  # Basic only: the user name the forge expects with a token
+    signing: AwsSigning | None = None  # aws-sigv4 only: the proxy signs each request (placeholder: a key id)
 
     def __post_init__(self) -> None:
         if not _ROUTE_NAME.match(self.name):
             raise RouteError(f"route name {self.name!r} is not kebab-case")
         if self.scheme not in SCHEMES:
             raise RouteError(f"route {self.name!r}: scheme {self.scheme!r} is not one of {', '.join(SCHEMES)}")
+        if (self.scheme == "aws-sigv4") != (self.signing is not None):
+            raise RouteError(f"route {self.name!r}: scheme aws-sigv4 goes with a signing scope, and only it")
         if self.header != self.header.lower() or not re.fullmatch(r"[a-z0-9!#$%&'*+.^_`|~-]+", self.header):
             raise RouteError(f"route {self.name!r}: header {self.header!r} is not a lower-case header name")
 
@@ -150,7 +157,9 @@ def upstream_target(upstream: Upstream, tail: str) -> str:
 
 
 def credential_value(route: Route, secret: Secret) -> str:
-    """The header value that carries the real secret, in the route's scheme."""
+    """The header value that carries the real secret, in the route's scheme (not aws-sigv4: it signs)."""
+    if route.scheme == "aws-sigv4":
+        raise ValueError(f"route {route.name!r} is signed per request (dejima.core.sigv4), not given a header")
     value = secret.reveal()
     if route.scheme == "raw":
         return value
@@ -169,6 +178,11 @@ def presented_token(scheme: str, header_value: str) -> str | None:
     value = header_value.strip()
     if scheme == "raw":
         return value
+    if scheme == "aws-sigv4":  # the key id the client signed with (its signature, made with a placeholder, is dropped)
+        from dejima.core.sigv4 import parse_authorization
+
+        presented = parse_authorization(value)
+        return presented.access_key_id if presented else None
     word, _, rest = value.partition(" ")
     rest = rest.strip()
     if scheme == "Basic":

@@ -19,7 +19,7 @@ from dejima.errors import InputError
 
 KINDS = ("forges", "workflows", "harnesses", "backends")
 API_FAMILIES = ("anthropic", "openai", "gemini", "bedrock", "vertex", "ollama")
-SCHEMES = ("Bearer", "token", "Basic", "raw")
+SCHEMES = ("Bearer", "token", "Basic", "raw", "aws-sigv4")
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -37,10 +37,12 @@ class CredentialRoute:
     header: str
     scheme: str
     # ("env", ("VAR",)) | ("file", ("~/p",)) | ("command", argv) | ("claude_login", ("~/.claude/.credentials.json",))
+    # | ("aws", ("profile",))
     source: tuple[str, tuple[str, ...]]
     placeholder_env: str | None = None
     username: str | None = None  # Basic only: the user name sent with the token
     base_url_env: str | None = None  # session env var that takes the route's base URL (through the proxy)
+    aws_service: str | None = None  # scheme aws-sigv4 only: the service name requests are signed for
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +96,19 @@ SECTIONS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, str]]]] = {
         "scheme": (_STR, f"how the header is formed: one of {', '.join(SCHEMES)}"),
         "source": (_TABLE, "where the host keeps the secret: { env = \"VAR\" }, { file = \"~/path\" }, "
                    "{ command = [\"prog\", \"arg\"] } or { claude_login = \"~/.claude/.credentials.json\" } "
-                   "(the host's Claude Code login, refreshed by the proxy)"),
+                   "(the host's Claude Code login, refreshed by the proxy) or, with scheme aws-sigv4, "
+                   "{ aws = \"default\" } (the host's AWS keys: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/"
+                   "AWS_SESSION_TOKEN, else the profile AWS_PROFILE or this value names in ~/.aws/credentials "
+                   "and ~/.aws/config, static keys or credential_process)"),
         "placeholder_env": (_STR, "session env var that holds a placeholder instead of the secret"),
         "username": (_STR, "scheme Basic only: the user name the service expects with a token "
                      "(x-access-token, oauth2, x-token-auth…)"),
         "base_url_env": (_STR, "session env var that takes the route's base URL through dejima's proxy "
                          "(e.g. ANTHROPIC_BASE_URL); the upstream's path is kept, so an SDK that wants /v1 "
                          "in its base URL gets an upstream ending in /v1"),
+        "aws_service": (_STR, "scheme aws-sigv4 only: the service name AWS signatures are made for (\"bedrock\" "
+                        "for bedrock-runtime); the region comes from the upstream host; the session gets "
+                        "placeholder AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
     }),
     "image": (KINDS, {
         "packages": (_STRS, "Debian packages the session image needs"),
@@ -171,9 +179,9 @@ def _credential(source: str, index: int, table: dict[str, Any]) -> CredentialRou
         raise _error(source, f"{path}.scheme", f"must be one of {', '.join(SCHEMES)}, not {table['scheme']!r}",
                      "raw means the header value is the secret itself (e.g. x-api-key)")
     where = table["source"]
-    if len(where) != 1 or next(iter(where)) not in ("env", "file", "command", "claude_login"):
+    if len(where) != 1 or next(iter(where)) not in ("env", "file", "command", "claude_login", "aws"):
         raise _error(source, f"{path}.source",
-                     f"must name exactly one of env, file, command or claude_login, not {where!r}",
+                     f"must name exactly one of env, file, command, claude_login or aws, not {where!r}",
                      "e.g. source = { env = \"GITHUB_TOKEN\" }")
     (how, what), = where.items()
     if how == "command":
@@ -194,8 +202,35 @@ def _credential(source: str, index: int, table: dict[str, Any]) -> CredentialRou
     if username is not None and (table["scheme"] != "Basic" or not username or ":" in username):
         raise _error(source, f"{path}.username", "only goes with scheme = \"Basic\", non-empty and without ':'",
                      "remove it, or set scheme = \"Basic\"")
+    _check_sigv4(source, path, table, how)
     return CredentialRoute(table["name"], table["upstream"], table["header"], table["scheme"], (how, value),
-                           placeholder, username, base_url_env)
+                           placeholder, username, base_url_env, table.get("aws_service"))
+
+
+def _check_sigv4(source: str, path: str, table: dict[str, Any], how: str) -> None:
+    """scheme aws-sigv4, source aws and aws_service go together; the upstream names its region."""
+    from urllib.parse import urlsplit
+
+    from dejima.core.sigv4 import region_of
+
+    if table["scheme"] != "aws-sigv4":
+        for key, present in (("aws_service", "aws_service" in table), ("source.aws", how == "aws")):
+            if present:
+                raise _error(source, f"{path}.{key}", "only goes with scheme = \"aws-sigv4\"",
+                             "remove it, or set scheme = \"aws-sigv4\"")
+        return
+    if how != "aws":
+        raise _error(source, f"{path}.source", "must be { aws = \"profile\" } with scheme aws-sigv4",
+                     "e.g. source = { aws = \"default\" }: the host's AWS keys, read by the proxy")
+    if not _NAME.match(table.get("aws_service", "")):
+        raise _error(source, f"{path}.aws_service", "is missing or not a service name",
+                     "e.g. aws_service = \"bedrock\" (the signing name, not the host's first label)")
+    if table["header"].lower() != "authorization" or "placeholder_env" in table:
+        raise _error(source, f"{path}.header", "must be \"Authorization\" with scheme aws-sigv4, without "
+                     "placeholder_env", "the session gets AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY placeholders")
+    if region_of(urlsplit(table["upstream"]).hostname or "") is None:
+        raise _error(source, f"{path}.upstream", f"does not name an AWS region: {table['upstream']!r}",
+                     "use the regional endpoint, e.g. https://bedrock-runtime.us-east-1.amazonaws.com")
 
 
 def _env(source: str, table: dict[str, Any], credentials: tuple[CredentialRoute, ...]) -> dict[str, str]:

@@ -51,6 +51,16 @@ def make_placeholder(upstream_host: str, header: str) -> str:
     return placeholder_prefix(upstream_host, header) + _core()
 
 
+# What an AWS SDK reads: a session with SigV4 routes gets placeholders in both (and no decoys there).
+AWS_PLACEHOLDER_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def make_aws_placeholders() -> tuple[str, str]:
+    """A key id and a secret key for a session's SigV4 routes, shaped like AWS's, random per session.
+    The session's SDK signs with them; the proxy drops that signature and signs with the host's keys."""
+    return "AKIA" + _core(16, _UPPER), _core(40, _MIXED)
+
+
 @dataclass(frozen=True, slots=True)
 class Decoys:
     """Fake credentials for one session: environment variables and an AWS shared-credentials file."""
@@ -93,6 +103,10 @@ def make_decoys(taken: Iterable[str] = ()) -> Decoys:
 class Marker:
     kind: str  # "placeholder" or "decoy"
     name: str  # the route name, or the decoy's variable name
+    shared_with: tuple[str, ...] = ()  # other routes holding the same placeholder (a session's AWS keys)
+
+    def belongs_to(self, route: str) -> bool:
+        return self.kind == "placeholder" and route in (self.name, *self.shared_with)
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
@@ -103,10 +117,14 @@ class SecretScanner:
 
     __slots__ = ("_by_value", "_pattern")
 
-    def __init__(self, placeholders: Mapping[str, str], decoys: Mapping[str, str]) -> None:
+    def __init__(self, placeholders: Mapping[str, str], decoys: Mapping[str, str],
+                 more_placeholders: Iterable[tuple[str, str]] = ()) -> None:
+        """``more_placeholders``: (route, value) for routes with a second placeholder (an AWS secret key)."""
         by_value: dict[bytes, Marker] = {}
-        for name, value in placeholders.items():
-            by_value[value.lower().encode()] = Marker("placeholder", name)
+        for name, value in [*placeholders.items(), *more_placeholders]:
+            known = by_value.get(value.lower().encode())
+            by_value[value.lower().encode()] = Marker("placeholder", known.name, (*known.shared_with, name)) \
+                if known else Marker("placeholder", name)
         for name, value in decoys.items():
             by_value[value.lower().encode()] = Marker("decoy", name)
         self._by_value = by_value

@@ -160,9 +160,13 @@ def credential_views(resolved: Resolved | None, upstreams: dict[str, str]) -> tu
         for route in manifest.credentials:
             how, what = route.source
             source = f"host {how} {' '.join(what)}" if how != "claude_login" else f"the host's Claude login ({what[0]})"
+            placeholder_env = route.placeholder_env
+            if route.scheme == "aws-sigv4":
+                source = f"the host's AWS keys (profile {what[0]} or AWS_PROFILE), SigV4-signed for {route.aws_service}"
+                placeholder_env = "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY"
             views.setdefault(route.name, CredentialView(route.name, manifest.source, source,
                                                         upstreams.get(route.name, route.upstream),
-                                                        route.placeholder_env, route.base_url_env))
+                                                        placeholder_env, route.base_url_env))
     return tuple(views.values())
 
 

@@ -32,8 +32,8 @@ from dejima.proxy.setup import Prepared, prepare, session_env
 ORIGIN = f"http://127.0.0.1:{BRIDGE_PORT}"  # the proxy, as the session reaches it through the filter
 
 
-# API families whose requests must be signed, not just carry a header: not served yet.
-UNSERVED_APIS = {"bedrock": "AWS SigV4 signing of Bedrock requests is not served by the proxy yet"}
+# API families the proxy cannot serve (none today: Bedrock's SigV4 routes are signed by dejima.proxy.signing).
+UNSERVED_APIS: dict[str, str] = {}
 
 
 def session_routes(resolved: Resolved) -> list[tuple[CredentialRoute, str]]:
@@ -122,6 +122,7 @@ def prepare_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, w
     if prepared.decoys.aws_credentials_file:
         _plant_decoy_file(home / ".aws" / "credentials", prepared.decoys.aws_credentials_file, owner)
     canaries = tuple(spec.route.placeholder for spec in prepared.config.routes) + tuple(
+        spec.route.signing.secret_placeholder for spec in prepared.config.routes if spec.route.signing) + tuple(
         prepared.decoys.values().values())
     return SessionProxy(prepared, tuple(sorted(session_environment(prepared).items())), canaries)
 

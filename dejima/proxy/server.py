@@ -60,6 +60,7 @@ class ProxyConfig:
     response_timeout: float = 300.0  # for the upstream's response head
     idle_timeout: float = 600.0  # between two reads of a body, and between two requests
     max_push_bytes: int = 256 * 1024 * 1024
+    max_signed_body: int = 32 * 1024 * 1024  # aws-sigv4 routes hash the whole request body before sending it
 
 
 class ProxyServer:
@@ -67,7 +68,8 @@ class ProxyServer:
         self.config = config
         self.specs = {spec.route.name: spec for spec in config.routes}
         self.routes = {name: spec.route for name, spec in self.specs.items()}
-        self.scanner = SecretScanner({n: r.placeholder for n, r in self.routes.items()}, config.decoys)
+        self.scanner = SecretScanner({n: r.placeholder for n, r in self.routes.items()}, config.decoys,
+                                     [(n, r.signing.secret_placeholder) for n, r in self.routes.items() if r.signing])
         self.reals: dict[str, str] = {}  # route -> last real value seen, to recognise it in requests
         self.pool = UpstreamPool(config.extra_ca_file, config.connect_timeout)
         self.idle = Idle(config.idle_timeout)
@@ -175,6 +177,10 @@ class ProxyServer:
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Outcome:
         route = admission.route
         spec = self.specs[route.name]
+        if route.signing is not None:
+            from dejima.proxy.signing import forward_signed
+
+            return await forward_signed(self, spec, Exchange(self, head, framing, admission, reader, writer))
         try:
             secret = await spec.source.current()
         except SourceUnavailable as exc:

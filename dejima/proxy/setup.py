@@ -18,8 +18,9 @@ from pathlib import Path
 
 from dejima.core.credentials import ROUTE_PREFIX, Route, RouteError, parse_upstream, route_base_url
 from dejima.core.manifest import CredentialRoute
-from dejima.core.placeholders import Decoys, make_decoys, make_placeholder
+from dejima.core.placeholders import AWS_PLACEHOLDER_ENV, Decoys, make_aws_placeholders, make_decoys, make_placeholder
 from dejima.core.pushrules import PushPolicy
+from dejima.core.sigv4 import AwsSigning, SigningScope, region_of
 from dejima.proxy.server import ProxyConfig, RouteSpec
 from dejima.proxy.sources import CredentialError, resolve_source
 from dejima.violations import LEDGER, RECORDS  # the session's own files: `dejima violations`/`ledger` read them
@@ -46,6 +47,7 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
     manifest_routes: dict[str, CredentialRoute] = {}
     skipped: list[CredentialError] = []
     must = set(required)
+    aws_key_id, aws_secret = make_aws_placeholders()  # one AWS identity per session, as an SDK has one
     for declared, origin in routes:
         where = f"{origin} credentials route {declared.name!r}"
         try:
@@ -61,11 +63,19 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
             raise CredentialError(f"{where}: {exc}", hint="fix the upstream override in settings") from None
         shape_host = parse_upstream(declared.upstream, declared.name).host
         header = declared.header.lower()
-        route = Route(declared.name, upstream, header, declared.scheme, make_placeholder(shape_host, header),
-                      declared.username)
+        signing = None
+        if declared.scheme == "aws-sigv4":
+            # The region of the upstream actually used (a regional override), else the manifest's.
+            region = region_of(upstream.host) or region_of(shape_host) or ""
+            signing = AwsSigning(SigningScope(region, declared.aws_service or ""), aws_secret)
+        placeholder = aws_key_id if signing else make_placeholder(shape_host, header)
+        route = Route(declared.name, upstream, header, declared.scheme, placeholder, declared.username, signing)
         specs.append(RouteSpec(route, source, push.get(declared.name)))
         manifest_routes[declared.name] = declared
-    decoys = make_decoys(r.placeholder_env for r in manifest_routes.values() if r.placeholder_env)
+    taken = [r.placeholder_env for r in manifest_routes.values() if r.placeholder_env]
+    if any(spec.route.signing for spec in specs):
+        taken += AWS_PLACEHOLDER_ENV
+    decoys = make_decoys(taken)
     config = ProxyConfig(tuple(specs), directory / LEDGER, directory / RECORDS,
                          decoys.values(), extra_ca_file)
     return Prepared(config, manifest_routes, decoys, tuple(skipped))
@@ -86,6 +96,8 @@ def session_env(prepared: Prepared, origin: str, base_url_env: Mapping[str, str]
         base = route_base_url(origin, route.name)
         if declared.placeholder_env:
             env[declared.placeholder_env] = route.placeholder
+        if route.signing:
+            env.update(zip(AWS_PLACEHOLDER_ENV, (route.placeholder, route.signing.secret_placeholder), strict=True))
         if route.name in base_url_env:
             env[base_url_env[route.name]] = base
         if route.scheme == "Basic":

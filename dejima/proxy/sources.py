@@ -159,5 +159,9 @@ def resolve_source(source: tuple[str, tuple[str, ...]], origin: str, environ: Ma
         from dejima.proxy.claude_login import ClaudeLoginSource
 
         return ClaudeLoginSource.load(values[0] if values else "~/.claude/.credentials.json", origin, where)
+    if kind == "aws":
+        from dejima.proxy.aws_source import AwsSource
+
+        return AwsSource(values[0], origin, env, where)
     raise CredentialError(f"{origin}: unknown credential source kind {kind!r}",
-                          hint="one of env, file, command, claude_login")
+                          hint="one of env, file, command, claude_login, aws")

@@ -68,7 +68,7 @@ def test_a_full_manifest_parses_into_values() -> None:
     (('upstream = "https://api.example.com"', 'upstream = "http://api.example.com"'),
      f"{SOURCE}: 'credentials[0].upstream' must be an https:// URL"),
     (('source = { env = "EXAMPLE_API_KEY" }', 'source = { env = "A", file = "b" }'),
-     f"{SOURCE}: 'credentials[0].source' must name exactly one of env, file, command or claude_login"),
+     f"{SOURCE}: 'credentials[0].source' must name exactly one of env, file, command, claude_login or aws"),
     (('scheme = "raw"', 'scheme = "raw"\nusername = "oauth2"'),
      f"{SOURCE}: 'credentials[0].username' only goes with scheme = \"Basic\""),
     (('AGENT_TELEMETRY = "0"', 'EXAMPLE_TOKEN = "sk-live-123"'),
@@ -101,3 +101,37 @@ def test_sections_belong_to_their_kinds() -> None:
 def test_file_names_must_be_kebab_case() -> None:
     with pytest.raises(ManifestError, match="is not kebab-case"):
         parse_manifest(GOOD, "harnesses", "My_Agent", SOURCE)
+
+
+SIGV4 = """
+schema = 1
+description = "a signed backend"
+[[credentials]]
+name = "aws-runtime"
+upstream = "https://bedrock-runtime.eu-west-3.amazonaws.com"
+header = "Authorization"
+scheme = "aws-sigv4"
+aws_service = "bedrock"
+source = { aws = "default" }
+[backend]
+api = "bedrock"
+"""
+
+
+def test_a_sigv4_route_names_its_service_and_the_aws_source() -> None:
+    route = parse(SIGV4, "backends", "signed").credentials[0]
+    assert (route.scheme, route.aws_service, route.source) == ("aws-sigv4", "bedrock", ("aws", ("default",)))
+
+
+@pytest.mark.parametrize(("mutation", "expected"), [
+    (('aws_service = "bedrock"\n', ""), "'credentials[0].aws_service' is missing"),
+    (('source = { aws = "default" }', 'source = { env = "AWS_SECRET_ACCESS_KEY" }'),
+     "'credentials[0].source' must be { aws = \"profile\" } with scheme aws-sigv4"),
+    (('scheme = "aws-sigv4"', 'scheme = "raw"'), "'credentials[0].aws_service' only goes with scheme = \"aws-sigv4\""),
+    (("bedrock-runtime.eu-west-3.amazonaws.com", "bedrock.example.com"), "does not name an AWS region"),
+    (('header = "Authorization"', 'header = "x-api-key"'), "must be \"Authorization\" with scheme aws-sigv4"),
+])
+def test_sigv4_mistakes_have_their_message(mutation: tuple[str, str], expected: str) -> None:
+    old, new = mutation
+    assert old in SIGV4
+    assert expected in error(SIGV4.replace(old, new, 1), "backends")

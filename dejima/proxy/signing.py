@@ -1,0 +1,69 @@
+"""Forwarding on aws-sigv4 routes (Bedrock): the request is signed again with the host's AWS keys.
+
+The session's SDK signed the request with this session's placeholder keys (admission checked the
+key id); that signature and its companions (SIGNATURE_HEADERS) are dropped, the body is read whole
+(SigV4 signs its SHA-256; bounded by ``max_signed_body``, 413 past it), and the request is signed
+for the route's upstream, region and service, then sent with the body. The response streams back
+as on every route (Bedrock's invoke-with-response-stream answers with an event stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from dejima.core.httpwire import HttpError, serialize_request
+from dejima.core.sigv4 import SIGNATURE_HEADERS, payload_sha256, sign
+from dejima.proxy.exchange import Exchange, Outcome
+from dejima.proxy.sources import SourceUnavailable
+from dejima.proxy.wire import BodyCut, read_body
+
+if TYPE_CHECKING:
+    from dejima.proxy.aws_source import AwsSource
+    from dejima.proxy.server import ProxyServer, RouteSpec
+
+_REFRAMED = frozenset({"content-length", "transfer-encoding"})
+
+
+async def _answer(server: ProxyServer, exchange: Exchange, status: int, message: str, body_read: bool) -> Outcome:
+    keep = body_read or exchange.framing.kind == "none"
+    await server.answer(exchange.writer, status, message, close=not keep)
+    return Outcome(status, keep_alive=keep, error=message)
+
+
+async def forward_signed(server: ProxyServer, spec: RouteSpec, exchange: Exchange) -> Outcome:
+    route = spec.route
+    assert route.signing is not None
+    source: AwsSource = spec.source  # type: ignore[assignment]  # resolve_source gives aws-sigv4 routes an AwsSource
+    if (exchange.head.get(b"expect") or b"").lower() == b"100-continue":
+        exchange.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    limit = server.config.max_signed_body
+    try:
+        body = await read_body(exchange.reader, exchange.framing, server.idle, limit)
+    except HttpError as exc:
+        reason = exc.reason if exc.status != 413 else (
+            f"{exc.reason}: route {route.name!r} signs each request body whole (AWS SigV4), so the proxy "
+            f"reads at most {limit} bytes of it")
+        return await _answer(server, exchange, exc.status, reason, False)
+    except (BodyCut, TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+        return await _answer(server, exchange, 400, f"request body not fully received: {exc or type(exc).__name__}",
+                             False)
+    try:
+        keys = await source.keys()
+    except SourceUnavailable as exc:
+        return await _answer(server, exchange, 502, f"the AWS keys of route {route.name!r} are unavailable: {exc}",
+                             True)
+    server.reals[route.name] = keys.secret_access_key.reveal()
+    if keys.session_token is not None:
+        server.reals[f"{route.name} (session token)"] = keys.session_token.reveal()
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in exchange.admission.headers
+               if k.lower().decode("latin-1") not in SIGNATURE_HEADERS | _REFRAMED]
+    if body or exchange.head.method in ("POST", "PUT", "PATCH"):
+        headers.append(("Content-Length", str(len(body))))
+    headers += sign(route.signing.scope, keys, exchange.head.method, exchange.admission.target, headers,
+                    payload_sha256(body), datetime.now(timezone.utc))
+    request = serialize_request(exchange.head.method, exchange.admission.target,
+                                [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers])
+    outcome = await exchange.run(request, body)
+    return Outcome(outcome.status, len(body), outcome.bytes_out, outcome.keep_alive, outcome.error)
