@@ -426,26 +426,6 @@ def clean(runtime: Runtime, scope: str, ui: UI, everything: bool) -> int:
         return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
 
 
-def validate_allow(text: str, flag: str = "--allow") -> None:
-    from dejima.core.egress import PolicyError, parse_entry
-
-    try:
-        parse_entry(text, flag)
-    except PolicyError as exc:
-        raise UsageError(exc.message, hint=exc.hint) from exc
-
-
-def validate_upstream(text: str) -> None:
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        raise UsageError(f"--dns-upstream {text!r} is not an IP address",
-                         hint="give the resolver's IPv4 address, e.g. --dns-upstream 10.0.0.2") from None
-    if address.version != 4 or address.is_loopback:
-        raise UsageError(f"--dns-upstream {text!r} cannot be reached from a container",
-                         hint="give a non-loopback IPv4 resolver")
-
-
 def session_request(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                     options: Options, session_id: str, launcher: str) -> SessionRequest:
     """What a session on ``workspace`` asks for: the same for a real start and for ``--render``,

@@ -17,9 +17,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dejima.core.egress import PolicyError, parse_entry
 from dejima.core.images import ImageLayers, InstallStep
+from dejima.core.kinds import EGRESS_ENTRY, STR, reasons_name_denied
 from dejima.core.manifest import Manifest, ManifestError
+from dejima.core.schema import Key, Table, check_data, list_of, table, table_of
 
 REPO_POLICY_FILE = ".dejima.toml"
 
@@ -158,6 +159,13 @@ def resolve(catalog: Mapping[tuple[str, str], Manifest], facts: WorkspaceFacts, 
     return Resolved(tuple(choices), repo)
 
 
+REPO_POLICY = table(Table({"network": Key(table(Table({
+    "deny": Key(list_of(EGRESS_ENTRY), "entries no session on this repository may reach"),
+    "deny_reasons": Key(table_of(STR), "reason per deny entry, shown to the agent and the user"),
+}, "[network]", rules=(reasons_name_denied,))), "the repository may only narrow the policy")}, "a repository policy"))
+_NARROWING = ("deny", "deny_reasons")
+
+
 def parse_repo_policy(text: str, source: str) -> RepoPolicy:
     """The repository's .dejima.toml: deny entries are kept; anything that could widen is not."""
     try:
@@ -167,16 +175,7 @@ def parse_repo_policy(text: str, source: str) -> RepoPolicy:
                             hint="fix it, or remove it: it may only narrow the policy anyway") from exc
     network = data.get("network", {}) if isinstance(data.get("network"), dict) else {}
     ignored = [key for key in data if key != "network"]
-    ignored += [f"network.{key}" for key in network if key not in ("deny", "deny_reasons")]
-    deny = network.get("deny", [])
-    if not isinstance(deny, list) or not all(isinstance(e, str) for e in deny):
-        raise ManifestError(f"{source}: 'network.deny' must be a list of strings", hint='deny = ["host.example"]')
-    for index, entry in enumerate(deny):
-        try:
-            parse_entry(entry, f"{source}: 'network.deny[{index}]'")
-        except PolicyError as exc:
-            raise ManifestError(exc.message, hint=exc.hint) from exc
-    reasons = network.get("deny_reasons", {})
-    if not isinstance(reasons, dict):
-        raise ManifestError(f"{source}: 'network.deny_reasons' must be a table", hint='{ "host" = "reason" }')
-    return RepoPolicy(tuple(deny), {k: str(v) for k, v in reasons.items() if k in deny}, tuple(ignored))
+    ignored += [f"network.{key}" for key in network if key not in _NARROWING]
+    narrowing = {"network": {key: value for key, value in network.items() if key in _NARROWING}}
+    checked = check_data(narrowing, REPO_POLICY, source, ManifestError)["network"]
+    return RepoPolicy(checked.get("deny", ()), checked.get("deny_reasons", {}), tuple(ignored))

@@ -132,7 +132,54 @@ def test_render_prints_the_plan_without_docker(tmp_path: Path, captured: io.Stri
 
 def test_bad_allow_entry_is_a_usage_error(tmp_path: Path, captured: io.StringIO) -> None:
     assert main([str(tmp_path), "--allow", "*.com", "--render"]) == exit_codes.USAGE
-    assert "--allow: invalid egress entry '*.com'" in captured.getvalue()
+    assert "--allow is not a valid egress entry ('*.com'): a wildcard needs" in captured.getvalue()
+
+
+@pytest.mark.parametrize(("flag", "value", "section", "key", "problem"), [
+    ("--allow", "[2001:db8::1]:443", "network", "allow", "is an IPv6 entry ('[2001:db8::1]:443'), but sessions"),
+    ("--allow-special", "*.com", "network", "allow_special", "is not a valid egress entry ('*.com')"),
+    ("--dns-upstream", "127.0.0.53", "network", "upstream_dns", "is a loopback address (127.0.0.53)"),
+    ("--dns-upstream", "dns.example", "network", "upstream_dns", "is not an IP address ('dns.example')"),
+    ("--dns-upstream", "2001:db8::53", "network", "upstream_dns", "is an IPv6 resolver (2001:db8::53)"),
+])
+def test_a_flag_and_its_setting_are_refused_alike(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                  captured: io.StringIO, flag: str, value: str, section: str,
+                                                  key: str, problem: str) -> None:
+    """One front door: the flag and the settings key take the same kind, so the same value is
+    refused with the same words (and exit 2), each naming where it was written."""
+    workspace = owned_by_a_user(tmp_path)
+    assert main([str(workspace), "--render", flag, value]) == exit_codes.USAGE
+    assert f"{flag} {problem}" in captured.getvalue()
+    captured.truncate(0)
+    path = write_settings(monkeypatch, tmp_path, f'[{section}]\n{key} = ["{value}"]\n')
+    assert main([str(workspace), "--render"]) == exit_codes.USAGE
+    assert f"{path}: '{section}.{key}[0]' {problem}" in captured.getvalue()
+
+
+def test_flags_are_checked_before_the_settings_are_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         captured: io.StringIO) -> None:
+    write_settings(monkeypatch, tmp_path, "not toml\n")
+    assert main([str(tmp_path), "--render", "--allow", "*"]) == exit_codes.USAGE
+    assert "--allow is not a valid egress entry ('*')" in captured.getvalue()
+    assert "not valid TOML" not in captured.getvalue()
+
+
+def test_dejima_allow_checks_its_duration_and_entries_before_looking_for_a_session(
+        monkeypatch: pytest.MonkeyPatch, captured: io.StringIO) -> None:
+    from dejima.cli import allow
+
+    def no_session(*_args: object) -> None:
+        raise AssertionError("bad input must be refused before a session is looked for")
+
+    monkeypatch.setattr(allow, "_pick_session", no_session)
+    assert allow.main(["crates.io", "--for", "5x"]) == exit_codes.USAGE
+    assert "--for is not a duration ('5x')" in captured.getvalue()
+    assert allow.main(["crates.io", "--for", "31d"]) == exit_codes.USAGE
+    assert "--for is out of range ('31d')" in captured.getvalue() and "from 1s to 30d" in captured.getvalue()
+    assert allow.main(["10.0.0.0/8"]) == exit_codes.USAGE
+    assert "the entry is not grantable live ('10.0.0.0/8')" in captured.getvalue()
+    assert allow.main(["*.com", "--revoke"]) == exit_codes.USAGE
+    assert "the entry is not a valid egress entry ('*.com')" in captured.getvalue()
 
 
 AS_OWNER = ["--as-root"] if os.getuid() == 0 else []  # a root-owned tmp_path needs it when run as root
