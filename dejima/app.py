@@ -82,8 +82,11 @@ def resolve_manifests(workspace: Path, selection: Selection, ui: UI) -> Resolved
         ui.warn(f"{workspace / REPO_POLICY_FILE}: '{key}' ignored: the repository may only narrow the policy "
                 "(deny entries), never widen it")
     try:
-        return resolve(catalog.manifests, workspace_facts(workspace), selection.harness, selection.backend,
-                       selection.workflows, selection.forges, repo_policy)
+        resolved = resolve(catalog.manifests, workspace_facts(workspace), selection.harness, selection.backend,
+                           selection.workflows, selection.forges, repo_policy, catalog.broken)
+        for broken in resolved.skipped:
+            ui.warn(f"{broken.source} is broken and not used here; `dejima manifests check` says why")
+        return resolved
     except ManifestError as exc:
         if exc.reference == "unknown-manifest":  # a command-line name that names nothing
             raise UsageError(exc.message, hint=exc.hint) from exc

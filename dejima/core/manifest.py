@@ -272,3 +272,39 @@ def render_manifest_reference() -> str:
             lines.append(f"| `{section.table.title}` `{key_name}` | {spec.kind.name} | {where} | "
                          f"{spec.help}{required} |")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokenManifest:
+    """A manifest file that failed its checks. It is reported when a session would use it (named
+    on the command line, a harness's default backend, or detected in the workspace) and listed by
+    `dejima manifests`; other sessions go on without it."""
+
+    kind: str
+    name: str
+    source: str
+    error: ManifestError
+    # How it would be detected (workflows, forges): its own [detect] when that table is sound,
+    # else the shipped manifest's it overrides; None: cannot tell, so it counts as used.
+    marker_files: tuple[str, ...] | None = None
+    remote_hosts: tuple[str, ...] | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    def needed(self, why: str) -> ManifestError:
+        """Its error, saying which session asked for it: raised instead of starting without it."""
+        return ManifestError(self.error.message, context=f"this session needs {self.ref} ({why})",
+                             hint=self.error.hint, reference=self.error.reference)
+
+
+def detection_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(marker files, remote hosts) of a manifest that failed its checks, when its TOML parses
+    and its [detect] table is sound on its own; None otherwise."""
+    try:
+        data = tomllib.loads(text)
+        detect = SECTIONS["detect"].kind.check(data.get("detect", {}))
+    except (tomllib.TOMLDecodeError, Invalid):
+        return None
+    return detect.get("files", ()), detect.get("remote_hosts", ())

@@ -123,7 +123,7 @@ class CredentialSettings:
         table_of(UPSTREAM_URL, names=KEBAB), "Where a credential route's secret goes instead of the manifest's "
         "upstream, per route name: a corporate gateway, a regional endpoint, a test world "
         "(`{ \"anthropic-api-key\" = \"https://llm-gateway.corp.example/anthropic\" }`); https://, or plain http "
-        "to this host's loopback. `dejima manifests list` shows the route names.", {})
+        "to this host's loopback. `dejima manifests show KIND/NAME` shows a manifest's routes.", {})
     extra_ca_file: str = key(STR, "A PEM bundle the credential proxy trusts besides the system's, for upstreams "
                              "behind a corporate TLS proxy (empty: the system store only).", "")
     decoys: bool = key(

@@ -197,3 +197,47 @@ def test_a_bad_allow_entry_in_the_settings_exits_2_too(monkeypatch: pytest.Monke
     path = write_settings(monkeypatch, tmp_path, '[network]\nallow = ["[2001:db8::1]"]\n')
     assert main([str(tmp_path), "--render", *AS_OWNER]) == exit_codes.USAGE
     assert f"{path}: 'network.allow[0]' is an IPv6 entry" in captured.getvalue()  # said where it is read
+
+
+BROKEN = 'schema = 1\ndescription = "x"\n[harness]\ncommand = ["x"]\napis = []\nextra = 1\n'
+
+
+def broken_harness(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    path = tmp_path / "config" / "dejima" / "harnesses" / "mine.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(BROKEN)
+    return path
+
+
+def test_a_broken_manifest_the_session_does_not_use_is_one_warning(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                  captured: io.StringIO) -> None:
+    path = broken_harness(monkeypatch, tmp_path)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    owned_by_a_user(workspace)
+    assert main([str(workspace), "--render", "--dns-upstream", "192.0.2.53"]) == exit_codes.SUCCESS
+    assert f"warning: {path} is broken and not used here" in captured.getvalue()
+    captured.truncate(0)
+    assert main([str(workspace), "--render", "--dns-upstream", "192.0.2.53", "--harness", "mine"]) == exit_codes.USAGE
+    output = captured.getvalue()
+    assert f"{path}: 'harness.extra' is not a known key" in output
+    assert "this session needs harnesses/mine (--harness mine)" in output
+
+
+def test_manifests_list_and_check_show_the_broken_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                      captured: io.StringIO,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    path = broken_harness(monkeypatch, tmp_path)
+    assert main(["manifests", "list", "--json"]) == exit_codes.SUCCESS
+    rows = {row["name"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert rows["mine"]["broken"].startswith(f"{path}: 'harness.extra' is not a known key")
+    assert rows["shell"]["broken"] is None
+    assert main(["manifests", "list"]) == exit_codes.SUCCESS
+    assert "BROKEN: " in captured.getvalue() and "1 broken manifest(s)" in captured.getvalue()
+    assert main(["manifests", "check"]) == exit_codes.USAGE
+    assert "did you mean" in captured.getvalue() or "known keys in [harness]" in captured.getvalue()
+    path.unlink()
+    assert main(["manifests", "check"]) == exit_codes.SUCCESS
