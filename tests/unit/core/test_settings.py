@@ -100,6 +100,12 @@ def test_network_settings_are_parsed_and_checked() -> None:
     ('[network]\nupstream_dns = ["127.0.0.53"]\n',
      "'network.upstream_dns[0]' is a loopback address (127.0.0.53): a loopback resolver"),
     ('[network]\nupstream_dns = ["dns.example"]\n', "'network.upstream_dns[0]' is not an IP address ('dns.example')"),
+    ('[network]\nallow = ["a.example", "[2001:db8::1]"]\n', "'network.allow[1]' is an IPv6 entry ('[2001:db8::1]')"),
+    ('[network]\nanswer_networks = ["10.0.0.1/8"]\n', "'network.answer_networks[0]' is not a network ('10.0.0.1/8')"),
+    ('[credentials]\nupstreams = { "anthropic-api-key" = "http://gw.example" }\n',
+     "'credentials.upstreams.anthropic-api-key' must be an https:// URL, or plain http:// to this host's loopback"),
+    ('[credentials]\nupstreams = { "Bad_Name" = "https://gw.example" }\n',
+     "'credentials.upstreams.Bad_Name' must be kebab-case, not 'Bad_Name'"),
 ])
 def test_bad_network_settings(text: str, message: str) -> None:
     assert message in error_of(text).message
