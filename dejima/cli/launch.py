@@ -39,8 +39,9 @@ Management commands (they come first, so a directory named like one needs ./NAME
                                where the settings file is, the effective values, every key
   dejima ledger SESSION        the requests a session's credential proxy carried (never a secret)
   dejima violations [SESSION]  what a session was refused (names, answers), recorded durably
-  dejima manifests [list|show KIND/NAME]
-                               forges, workflows, harnesses, backends, and where each comes from
+  dejima manifests [list|show KIND/NAME|check|reference]
+                               forges, workflows, harnesses, backends, where each comes from, and
+                               why a broken one is refused (it stops only sessions that use it)
 
 Exit status: CMD's status (128+N when it ends on signal N); 125 when dejima itself fails
 (DEJIMA_DEBUG=1 adds the traceback of an unexpected error); 127 when CMD does not exist in the
