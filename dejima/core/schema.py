@@ -16,6 +16,7 @@ written. The docs' reference tables are rendered from the same declarations.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -53,7 +54,7 @@ def key_path(path: Path) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            quoted = part if _BARE_KEY.match(part) else '"' + part.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            quoted = part if _BARE_KEY.match(part) else json.dumps(part)  # escapes control and non-ASCII
             text += ("." if text else "") + quoted
     return text
 

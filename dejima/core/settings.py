@@ -133,7 +133,8 @@ class CredentialSettings:
 
 
 def _section(cls: type, title: str, rules: tuple[Any, ...] = ()) -> Any:
-    return key(table(record(cls, f"[{title}]", rules)), f"the [{title}] section", factory=cls)
+    return key(table(record(cls, f"[{title}]", rules)), "settings live in sections; docs/settings.md lists every key",
+               factory=cls)
 
 
 @dataclass(frozen=True, slots=True)

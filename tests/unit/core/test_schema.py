@@ -104,6 +104,7 @@ def test_key_paths_are_written_as_toml_writes_them() -> None:
     assert key_path(("network", "deny_reasons", "x.example")) == 'network.deny_reasons."x.example"'
     assert key_path(("credentials", 0, "source", "command")) == "credentials[0].source.command"
     assert key_path(("a", 'q"b')) == 'a."q\\"b"'
+    assert key_path(("env", "X\x1b[31m\u202e")) == 'env."X\\u001b[31m\\u202e"'  # a key never carries control
 
 
 def test_values_in_messages_are_escaped_and_capped() -> None:
@@ -135,3 +136,19 @@ def test_a_dataclass_declares_its_own_table() -> None:
     with pytest.raises(InputError, match="'name' is missing"):
         check_data({}, table(record(Declared, "[declared]")), SOURCE, InputError)
     assert declared_default(Declared, "size") == "`2`" and declared_default(Declared, "tags") == "`[]`"
+
+
+def test_every_declared_key_says_what_it_is_for() -> None:
+    """The reference docs and the hints come from the declarations: none may be blank."""
+    from dataclasses import fields
+
+    from dejima.core.manifest import COMMON_TOP, SECTIONS
+    from dejima.core.schema import keys_of
+    from dejima.core.settings import Settings
+
+    declared = [spec for section in fields(Settings) for spec in keys_of(type(getattr(Settings(), section.name)))
+                .values()]
+    declared += list(COMMON_TOP.values())
+    declared += [spec for section in SECTIONS.values() if section.table for spec in section.table.keys.values()]
+    assert len(declared) > 40
+    assert all(spec.help.strip() and spec.kind.name for spec in declared)
