@@ -295,6 +295,10 @@ def _show_manifest(catalog: Any, ref: str | None, as_json: bool) -> int:
     if not ref or "/" not in ref:
         raise UsageError("show needs KIND/NAME", hint="e.g. dejima manifests show workflows/rust")
     kind, name = ref.split("/", 1)
+    from dejima.core.manifest import KINDS
+
+    if kind not in KINDS:
+        raise UsageError(f"show {escaped(ref)}: no kind {escaped(kind)!r}", hint=f"kinds: {', '.join(KINDS)}")
     data = asdict(catalog.get(kind, name))
     if as_json:
         print_json_lines([data])

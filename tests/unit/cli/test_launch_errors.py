@@ -239,5 +239,8 @@ def test_manifests_list_and_check_show_the_broken_one(monkeypatch: pytest.Monkey
     assert "BROKEN: " in captured.getvalue() and "1 broken manifest(s)" in captured.getvalue()
     assert main(["manifests", "check"]) == exit_codes.USAGE
     assert "did you mean" in captured.getvalue() or "known keys in [harness]" in captured.getvalue()
+    assert main(["manifests", "show", "harnesses/mine"]) == exit_codes.USAGE  # its error, not the shipped one
     path.unlink()
     assert main(["manifests", "check"]) == exit_codes.SUCCESS
+    assert main(["manifests", "show", "harness/shell"]) == exit_codes.USAGE
+    assert "no kind 'harness'" in captured.getvalue()
