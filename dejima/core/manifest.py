@@ -210,7 +210,8 @@ def manifest_format(kind: str) -> Kind:
     elsewhere = {}
     for name, section in SECTIONS.items():
         if kind in section.kinds:
-            keys[name] = Key(section.kind, "its keys are in docs/manifests.md", required=kind in section.required_in)
+            keys[name] = Key(section.kind, f"a [{name}] section (docs/manifests.md lists its keys)",
+                             required=kind in section.required_in)
         else:
             elsewhere[name] = f"[{name}] is for {', '.join(section.kinds)}"
     title = f"a {singular(kind)} manifest"
