@@ -81,8 +81,11 @@ def resolve_manifests(workspace: Path, selection: Selection, ui: SessionReporter
         ui.warn(f"{workspace / REPO_POLICY_FILE}: '{key}' ignored: the repository may only narrow the policy "
                 "(deny entries), never widen it")
     try:
-        return resolve(catalog.manifests, workspace_facts(workspace), selection.harness, selection.backend,
-                       selection.workflows, selection.forges, repo_policy)
+        resolved = resolve(catalog.manifests, workspace_facts(workspace), selection.harness, selection.backend,
+                           selection.workflows, selection.forges, repo_policy, catalog.broken)
+        for broken in resolved.skipped:
+            ui.warn(f"{broken.source} is broken and not used here; `dejima manifests check` says why")
+        return resolved
     except ManifestError as exc:
         if exc.reference == "unknown-manifest":  # a command-line name that names nothing
             raise UsageError(exc.message, hint=exc.hint) from exc
@@ -423,26 +426,6 @@ def clean(runtime: Runtime, scope: str, ui: SessionReporter, everything: bool) -
 
     with host.locked(sessions_dir()):
         return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
-
-
-def validate_allow(text: str, flag: str = "--allow") -> None:
-    from dejima.core.egress import PolicyError, parse_entry
-
-    try:
-        parse_entry(text, flag)
-    except PolicyError as exc:
-        raise UsageError(exc.message, hint=exc.hint) from exc
-
-
-def validate_upstream(text: str) -> None:
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        raise UsageError(f"--dns-upstream {text!r} is not an IP address",
-                         hint="give the resolver's IPv4 address, e.g. --dns-upstream 10.0.0.2") from None
-    if address.version != 4 or address.is_loopback:
-        raise UsageError(f"--dns-upstream {text!r} cannot be reached from a container",
-                         hint="give a non-loopback IPv4 resolver")
 
 
 def session_request(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,

@@ -2,17 +2,26 @@
 
 Shipped manifests live in the repository's forges/, workflows/, harnesses/ and backends/
 (installed as package data); the user's in ``$XDG_CONFIG_HOME/dejima/<kind>/<name>.toml``.
-Every manifest keeps the path it came from, so the plan can say who asked for what.
+Every manifest keeps the path it came from, so the plan can say who asked for what. Each file
+is checked on its own: a broken one stops only the sessions that would use it.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dejima import host
-from dejima.core.manifest import KINDS, Manifest, ManifestError, parse_manifest
+from dejima.core.manifest import (
+    KINDS,
+    BrokenManifest,
+    Manifest,
+    ManifestError,
+    detection_of,
+    parse_manifest,
+    singular,
+)
 from dejima.packaged import PACKAGE_ROOT
 
 
@@ -35,14 +44,19 @@ def user_dir(kind: str) -> Path:
 class Catalog:
     manifests: dict[tuple[str, str], Manifest]
     overridden: dict[tuple[str, str], str]  # (kind, name) -> the shipped file a user file replaced
+    # Files that failed their checks, each on its own: one bad file never hides the others, and
+    # a broken override is not replaced by the shipped manifest behind the user's back.
+    broken: dict[tuple[str, str], BrokenManifest] = field(default_factory=dict)
 
     def get(self, kind: str, name: str) -> Manifest:
+        if (kind, name) in self.broken:
+            raise self.broken[(kind, name)].error
         try:
             return self.manifests[(kind, name)]
         except KeyError:
             known = ", ".join(sorted(n for k, n in self.manifests if k == kind)) or "none"
             raise ManifestError(
-                f"no {kind[:-1] if kind != 'harnesses' else 'harness'} named {name!r}",
+                f"no {singular(kind)} named {name!r}",
                 hint=f"known {kind}: {known}; add your own as {user_dir(kind) / (name + '.toml')}",
                 reference="unknown-manifest",
             ) from None
@@ -51,28 +65,44 @@ class Catalog:
         return [m for (k, _), m in sorted(self.manifests.items()) if k == kind]
 
 
-def _read_dir(kind: str, directory: Path) -> dict[str, Manifest]:
-    found: dict[str, Manifest] = {}
+def _read(kind: str, path: Path, shipped: Manifest | None) -> Manifest | BrokenManifest:
+    text = None
+    try:
+        text = path.read_text(encoding="utf-8")
+        return parse_manifest(text, kind, path.stem, str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        error = ManifestError(f"{path}: cannot read the manifest: {exc}", hint="fix or remove the file")
+    except ManifestError as exc:
+        error = exc
+    detection = detection_of(text) if text is not None else None
+    if detection is None and shipped is not None:  # an override: it would be used where the shipped one is
+        detection = (shipped.marker_files, shipped.remote_hosts)
+    markers, hosts = detection if detection is not None else (None, None)
+    return BrokenManifest(kind, path.stem, str(path), error, markers, hosts)
+
+
+def _read_dir(kind: str, directory: Path, shipped: dict[str, Manifest]) -> dict[str, Manifest | BrokenManifest]:
     if not directory.is_dir():
-        return found
-    for path in sorted(directory.glob("*.toml")):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"{path}: cannot read the manifest: {exc}", hint="fix or remove the file") from exc
-        found[path.stem] = parse_manifest(text, kind, path.stem, str(path))
-    return found
+        return {}
+    return {path.stem: _read(kind, path, shipped.get(path.stem)) for path in sorted(directory.glob("*.toml"))}
 
 
 def load_catalog(include_user: bool = True) -> Catalog:
-    manifests: dict[tuple[str, str], Manifest] = {}
-    overridden: dict[tuple[str, str], str] = {}
+    """Every manifest, the user's overriding the shipped ones by name; files that fail their
+    checks are kept apart in ``broken`` (resolution raises their error when a session needs one)."""
+    catalog = Catalog({}, {}, {})
     for kind in KINDS:
-        for name, manifest in _read_dir(kind, shipped_dir(kind)).items():
-            manifests[(kind, name)] = manifest
+        shipped = _read_dir(kind, shipped_dir(kind), {})
+        found = dict(shipped)
         if include_user:
-            for name, manifest in _read_dir(kind, user_dir(kind)).items():
-                if (kind, name) in manifests:
-                    overridden[(kind, name)] = manifests[(kind, name)].source
-                manifests[(kind, name)] = manifest
-    return Catalog(manifests, overridden)
+            good = {name: m for name, m in shipped.items() if isinstance(m, Manifest)}
+            for name, manifest in _read_dir(kind, user_dir(kind), good).items():
+                if name in shipped:
+                    catalog.overridden[(kind, name)] = shipped[name].source
+                found[name] = manifest
+        for name, manifest in found.items():
+            if isinstance(manifest, BrokenManifest):
+                catalog.broken[(kind, name)] = manifest
+            else:
+                catalog.manifests[(kind, name)] = manifest
+    return catalog

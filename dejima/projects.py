@@ -13,6 +13,8 @@ import tomllib
 from pathlib import Path
 
 from dejima import host
+from dejima.core.kinds import ALLOW_ENTRY
+from dejima.core.schema import Key, Table, check_data, list_of, table
 from dejima.errors import SettingsError
 
 HEADER = """\
@@ -26,6 +28,11 @@ def policy_path(workspace: Path) -> Path:
     return host.config_dir() / "projects" / (host.home_dir_for(workspace).name + ".toml")
 
 
+PROJECT_POLICY = table(Table({"network": Key(table(Table({
+    "allow": Key(list_of(ALLOW_ENTRY), "entries every session on this workspace may reach, on top of the settings"),
+}, "[network]")), "a project policy holds only [network] allow = [...]")}, "a project policy"))
+
+
 def read_allow(workspace: Path) -> tuple[tuple[str, ...], str]:
     """The project's allowed entries and the file they come from (none when it is absent)."""
     path = policy_path(workspace)
@@ -36,15 +43,8 @@ def read_allow(workspace: Path) -> tuple[tuple[str, ...], str]:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SettingsError(f"{path}: cannot read this project's policy: {exc}",
                             hint="fix the file, or move it away to drop the project's own entries") from exc
-    unknown = sorted(set(data) - {"network"}) + sorted(f"network.{k}" for k in set(data.get("network", {})) - {"allow"})
-    if unknown:
-        raise SettingsError(f"{path}: unknown key(s) {', '.join(unknown)}",
-                            hint="a project policy holds only [network] allow = [\"name\", ...]")
-    allow = data.get("network", {}).get("allow", [])
-    if not isinstance(allow, list) or not all(isinstance(e, str) for e in allow):
-        raise SettingsError(f"{path}: network.allow must be a list of strings",
-                            hint='write allow = ["crates.io", "*.crates.io:443"]')
-    return tuple(allow), str(path)
+    checked = check_data(data, PROJECT_POLICY, str(path), SettingsError)
+    return tuple(checked.get("network", {}).get("allow", ())), str(path)
 
 
 def persist_allow(workspace: Path, entries: list[str]) -> Path:

@@ -57,22 +57,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: list[str], ui: UI) -> int:
     from dejima import control
     from dejima.core import grants
+    from dejima.core.kinds import GRANT_ENTRY, duration
+    from dejima.core.schema import check_flag
 
     args = build_parser().parse_args(argv)
     if args.revoke and (args.list or args.duration or args.persist or not args.entries):
         raise UsageError("--revoke takes entries and nothing of --list, --for or --persist",
                          hint="dejima-allow crates.io --revoke")
-    seconds = grants.parse_duration(args.duration) if args.duration else None
+    seconds = check_flag(duration(grants.MAX_SECONDS), args.duration, "--for") if args.duration else None
+    numbered = [e for e in args.entries if e.isdigit()]
+    entries = [check_flag(GRANT_ENTRY, e, "the entry") for e in args.entries if not e.isdigit()]  # canonical
     session = _pick_session(args.session, ui)
     if args.list or not args.entries:
         listing = _send(control, session, grants.list_message())
         return _show(listing, ui, args.json, grants_too=args.list)
-    numbered = [e for e in args.entries if e.isdigit()]
-    entries = [e for e in args.entries if not e.isdigit()]
     if numbered:
         denials = _send(control, session, grants.list_message())["denials"]
-        entries += [_denial(denials, int(n)) for n in numbered]
-    entries = grants.validate_entries(entries)
+        entries += [check_flag(GRANT_ENTRY, _denial(denials, int(n)), f"refused name {n}") for n in numbered]
     if args.revoke:
         answer = _send(control, session, grants.revoke_message(entries, args.reason or "revoked with dejima-allow"))
         return _done(ui, args.json, "revoked", answer["revoked"], session.session_id)

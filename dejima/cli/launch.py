@@ -39,8 +39,9 @@ Management commands (they come first, so a directory named like one needs ./NAME
                                where the settings file is, the effective values, every key
   dejima ledger SESSION        the requests a session's credential proxy carried (never a secret)
   dejima violations [SESSION]  what a session was refused (names, answers), recorded durably
-  dejima manifests [list|show KIND/NAME]
-                               forges, workflows, harnesses, backends, and where each comes from
+  dejima manifests [list|show KIND/NAME|check|reference]
+                               forges, workflows, harnesses, backends, where each comes from, and
+                               why a broken one is refused (it stops only sessions that use it)
 
 Exit status: CMD's status (128+N when it ends on signal N); 125 when dejima itself fails
 (DEJIMA_DEBUG=1 adds the traceback of an unexpected error); 127 when CMD does not exist in the
@@ -102,21 +103,14 @@ def _launch(argv: list[str], ui: UI) -> int:
     options, command = _split_command(argv)
     args = _launch_parser().parse_args(options)
     ui.quiet = args.quiet
+    upstream, allow, allow_special = _checked_flags(args)
     settings = host.load_settings()
     workspace = app.validate_workspace(args.path)
     selection = app.Selection(args.harness, args.backend, tuple(args.workflow), tuple(args.forge))
     resolved = app.resolve_manifests(workspace, selection, ui)
     from dejima.runtime import connect  # the docker SDK costs ~0.2 s to import: only when needed
 
-    upstream = tuple(args.dns_upstream)
-    for address in upstream:
-        app.validate_upstream(address)
-    for entry in args.allow:
-        app.validate_allow(entry)
-    for entry in args.allow_special:
-        app.validate_allow(entry, "--allow-special")
-    session_options = app.Options(tuple(args.allow), tuple(args.allow_special), upstream, args.as_root,
-                                  args.accept_findings)
+    session_options = app.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
     if args.render:
         from dejima.ui.views import format_plan
 
@@ -124,6 +118,16 @@ def _launch(argv: list[str], ui: UI) -> int:
         return exit_codes.SUCCESS
     prepared = app.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options)
     return app.run_session(prepared, ui)
+
+
+def _checked_flags(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """--dns-upstream, --allow and --allow-special, checked as the same keys in the settings are."""
+    from dejima.core.kinds import ALLOW_ENTRY, RESOLVER
+    from dejima.core.schema import check_flag
+
+    return (tuple(check_flag(RESOLVER, text, "--dns-upstream") for text in args.dns_upstream),
+            tuple(check_flag(ALLOW_ENTRY, text, "--allow") for text in args.allow),
+            tuple(check_flag(ALLOW_ENTRY, text, "--allow-special") for text in args.allow_special))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -244,15 +244,14 @@ def _manifests(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(
         prog="dejima manifests",
         description="list: every forge, workflow, harness and backend manifest, with the file it comes from "
-        "(your own in $XDG_CONFIG_HOME/dejima/<kind>/ override shipped ones by name); show KIND/NAME: "
-        "what one contributes (domains, environment, credential routes, image layers).",
+        "(your own in $XDG_CONFIG_HOME/dejima/<kind>/ override shipped ones by name), broken ones marked; "
+        "show KIND/NAME: what one contributes (domains, environment, credential routes, image layers); "
+        "check: why each broken manifest is refused (exit 2 if any is); reference: the format's keys.",
     )
-    parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "reference"])
+    parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "check", "reference"])
     parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dataclasses import asdict
-
     from dejima.manifests import load_catalog
 
     if args.action == "reference":
@@ -262,20 +261,16 @@ def _manifests(argv: list[str], ui: UI) -> int:
         return exit_codes.SUCCESS
     catalog = load_catalog()
     if args.action == "show":
-        if not args.ref or "/" not in args.ref:
-            raise UsageError("show needs KIND/NAME", hint="e.g. dejima manifests show workflows/rust")
-        kind, name = args.ref.split("/", 1)
-        manifest = catalog.get(kind, name)
-        data = asdict(manifest)
-        if args.json:
-            print_json_lines([data])
-        else:
-            for key, value in data.items():
-                if value not in ((), {}, None, ""):
-                    print(f"{key:>16}: {escaped(value, limit=None)}")
-        return exit_codes.SUCCESS
+        return _show_manifest(catalog, args.ref, args.json)
+    if args.action == "check":
+        return _check_manifests(catalog, ui, args.json)
     rows = [{"kind": m.kind, "name": m.name, "description": m.description, "source": m.source,
-             "overrides": catalog.overridden.get((m.kind, m.name))} for m in catalog.manifests.values()]
+             "overrides": catalog.overridden.get((m.kind, m.name)), "broken": None}
+            for m in catalog.manifests.values()]
+    rows += [{"kind": b.kind, "name": b.name, "description": None, "source": b.source,
+              "overrides": catalog.overridden.get((b.kind, b.name)), "broken": b.error.message}
+             for b in catalog.broken.values()]
+    rows.sort(key=lambda row: (str(row["kind"]), str(row["name"])))
     if args.json:
         print_json_lines(rows)
         return exit_codes.SUCCESS
@@ -284,9 +279,48 @@ def _manifests(argv: list[str], ui: UI) -> int:
     table = Table("manifest", "description", "from")
     for row in rows:
         origin = str(row["source"]) + (f" (overrides {row['overrides']})" if row["overrides"] else "")
-        table.add_row(plain(f"{row['kind']}/{row['name']}"), plain(row["description"]), plain(origin))
+        problem = str(row["broken"]).removeprefix(f"{row['source']}: ")
+        about = plain(f"BROKEN: {problem}", "red") if row["broken"] else plain(row["description"])
+        table.add_row(plain(f"{row['kind']}/{row['name']}"), about, plain(origin))
     ui.console.print(table)
+    if catalog.broken:
+        ui.warn(f"{len(catalog.broken)} broken manifest(s): sessions that need one stop with its error, others go "
+                "on without it; `dejima manifests check` says what to fix")
     return exit_codes.SUCCESS
+
+
+def _show_manifest(catalog: Any, ref: str | None, as_json: bool) -> int:
+    from dataclasses import asdict
+
+    if not ref or "/" not in ref:
+        raise UsageError("show needs KIND/NAME", hint="e.g. dejima manifests show workflows/rust")
+    kind, name = ref.split("/", 1)
+    from dejima.core.manifest import KINDS
+
+    if kind not in KINDS:
+        raise UsageError(f"show {escaped(ref)}: no kind {escaped(kind)!r}", hint=f"kinds: {', '.join(KINDS)}")
+    data = asdict(catalog.get(kind, name))
+    if as_json:
+        print_json_lines([data])
+    else:
+        for key, value in data.items():
+            if value not in ((), {}, None, ""):
+                print(f"{key:>16}: {escaped(value, limit=None)}")
+    return exit_codes.SUCCESS
+
+
+def _check_manifests(catalog: Any, ui: UI, as_json: bool) -> int:
+    """Every broken manifest with its error and fix; exit 2 (bad input) when there is one."""
+    broken = [catalog.broken[ref] for ref in sorted(catalog.broken)]
+    if as_json:
+        print_json_lines({"manifest": b.ref, "source": b.source, "error": b.error.message, "hint": b.error.hint}
+                         for b in broken)
+    else:
+        for b in broken:
+            ui.error(b.error)
+        if not broken:
+            ui.info(f"{len(catalog.manifests)} manifests, none broken")
+    return exit_codes.USAGE if broken else exit_codes.SUCCESS
 
 
 COMMANDS = {

@@ -36,8 +36,13 @@ BROAD_SUFFIXES = frozenset({
 })
 
 
+ENTRY_HINT = ("write a name (example.com), a wildcard for subdomains (*.example.com), an IPv4 address or network, "
+              "or a bracketed IPv6 one ([2001:db8::1]), each with an optional :port (1-65535)")
+
+
 class PolicyError(InputError):
     reference = "invalid-egress-entry"
+    rule = ""  # what is wrong with the entry alone, for messages that say where it was written their own way
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +79,9 @@ class Entry:
 
 
 def _fail(text: str, rule: str, where: str) -> PolicyError:
-    return PolicyError(
-        f"{where}: invalid egress entry {text!r}: {rule}",
-        hint="write a name (example.com), a wildcard for subdomains (*.example.com), an IPv4 address or "
-        "network, or a bracketed IPv6 one ([2001:db8::1]), each with an optional :port (1-65535)",
-    )
+    error = PolicyError(f"{where}: invalid egress entry {text!r}: {rule}", hint=ENTRY_HINT)
+    error.rule = rule
+    return error
 
 
 def _parse_port(text: str, port: str, where: str) -> int:

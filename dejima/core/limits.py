@@ -34,20 +34,9 @@ def parse_size(text: str) -> int:
     return int(match[1]) * _UNITS[match[2]]
 
 
-def check_size(text: str, minimum: int) -> str | None:
-    """A settings check: None when ``text`` is a size of at least ``minimum`` bytes."""
-    try:
-        size = parse_size(text)
-    except ValueError as exc:
-        return str(exc)
-    return None if size >= minimum else f"must be at least {format_bytes(minimum)}"
-
-
-def check_memory(text: str) -> str | None:
-    if _PERCENT.match(text.strip()):
-        return None
-    problem = check_size(text, MIN_MEMORY)
-    return None if problem is None else f"{problem} (or a share of the engine's memory, e.g. \"75%\")"
+def is_share(text: str) -> bool:
+    """A share of the engine's memory ("75%"), not a size."""
+    return _PERCENT.match(text.strip()) is not None
 
 
 def resolve_memory(text: str, total: int) -> int:

@@ -4,25 +4,54 @@ The directory names the kind and the file stem the name (``harnesses/claude-code
 Every file carries ``schema = 1``. Unknown keys, wrong types and bad egress entries are errors
 naming the file, the key path and the fix. Manifests hold no secrets: a credential is a *route*
 (which header, which upstream, where the host keeps the secret), resolved only by the proxy.
+
+The format is declared below as data (dejima/core/schema.py checks it; docs/manifests.md is
+rendered from it): a credential route's keys on ``CredentialRoute``'s fields, every other section
+in ``SECTIONS``. To add a key, add one declaration (and read it where the ``Manifest`` is built).
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from dejima.core.egress import PolicyError, parse_entry
+from dejima.core.kinds import (
+    ABSOLUTE_PATH,
+    ALLOW_ENTRY,
+    DOMAIN,
+    EGRESS_ENTRY,
+    ENV_NAME,
+    HTTPS_URL,
+    KEBAB,
+    STR,
+    TEXT,
+    WORKSPACE_PATH,
+    is_kebab,
+    one_of,
+    reasons_name_denied,
+)
+from dejima.core.schema import (
+    Invalid,
+    Key,
+    Kind,
+    Table,
+    array_of,
+    check_data,
+    key,
+    list_of,
+    one_key,
+    record,
+    table,
+    table_of,
+)
 from dejima.errors import InputError
 
 KINDS = ("forges", "workflows", "harnesses", "backends")
 API_FAMILIES = ("anthropic", "openai", "gemini", "bedrock", "vertex", "ollama")
 SCHEMES = ("Bearer", "token", "Basic", "raw", "aws-sigv4")
 SCHEMA_VERSION = 1
-_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
 
 
@@ -30,19 +59,83 @@ class ManifestError(InputError):
     reference = "invalid-manifest"
 
 
+def singular(kind: str) -> str:
+    return "harness" if kind == "harnesses" else kind[:-1]
+
+
+def _source(where: tuple[str, Any]) -> tuple[str, tuple[str, ...]]:
+    how, what = where
+    return how, tuple(what) if isinstance(what, tuple) else (what,)
+
+
+_ONE_SOURCE = one_key({"env": TEXT, "file": TEXT, "command": list_of(STR, non_empty=True), "claude_login": TEXT,
+                       "aws": TEXT},
+                      'source = { env = "GITHUB_TOKEN" }')
+SOURCE = Kind(_ONE_SOURCE.name, _ONE_SOURCE.expect, (dict,), lambda data: _source(_ONE_SOURCE.check(data)))
+
+
 @dataclass(frozen=True, slots=True)
 class CredentialRoute:
-    name: str
-    upstream: str
-    header: str
-    scheme: str
+    name: str = key(KEBAB, "kebab-case name of the route")
+    upstream: str = key(HTTPS_URL, "https:// URL of the only service the real secret may be sent to")
+    header: str = key(TEXT, "HTTP header that carries the secret")
+    scheme: str = key(one_of(*SCHEMES), f"how the header is formed: one of {', '.join(SCHEMES)} (raw: the header "
+                      "value is the secret itself, e.g. x-api-key)")
     # ("env", ("VAR",)) | ("file", ("~/p",)) | ("command", argv) | ("claude_login", ("~/.claude/.credentials.json",))
     # | ("aws", ("profile",))
-    source: tuple[str, tuple[str, ...]]
-    placeholder_env: str | None = None
-    username: str | None = None  # Basic only: the user name sent with the token
-    base_url_env: str | None = None  # session env var that takes the route's base URL (through the proxy)
-    aws_service: str | None = None  # scheme aws-sigv4 only: the service name requests are signed for
+    source: tuple[str, tuple[str, ...]] = key(
+        SOURCE, "where the host keeps the secret: { env = \"VAR\" }, { file = \"~/path\" }, { command = [\"prog\", "
+        "\"arg\"] } or { claude_login = \"~/.claude/.credentials.json\" } (the host's Claude Code login, refreshed "
+        "by the proxy) or, with scheme aws-sigv4, { aws = \"default\" } (the host's AWS keys: AWS_ACCESS_KEY_ID/"
+        "AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, else the profile AWS_PROFILE or this value names in "
+        "~/.aws/credentials and ~/.aws/config, static keys or credential_process)")
+    placeholder_env: str | None = key(ENV_NAME, "session env var that holds a placeholder instead of the secret", None)
+    username: str | None = key(TEXT, "scheme Basic only: the user name the service expects with a token "
+                               "(x-access-token, oauth2, x-token-auth…)", None)
+    base_url_env: str | None = key(
+        ENV_NAME, "session env var that takes the route's base URL through dejima's proxy (e.g. ANTHROPIC_BASE_URL); "
+        "the upstream's path is kept, so an SDK that wants /v1 in its base URL gets an upstream ending in /v1", None)
+    aws_service: str | None = key(
+        KEBAB, "scheme aws-sigv4 only: the service name AWS signatures are made for (\"bedrock\" for "
+        "bedrock-runtime); the region comes from the upstream host; the session gets placeholder "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", None)
+
+
+def _username_goes_with_basic(values: dict[str, Any]) -> None:
+    username = values.get("username")
+    if username is not None and (values.get("scheme") != "Basic" or ":" in username):
+        raise Invalid("only goes with scheme = \"Basic\", and holds no ':'", "remove it, or set scheme = \"Basic\"",
+                      ("username",))
+
+
+def _sigv4_goes_together(values: dict[str, Any]) -> None:
+    """scheme aws-sigv4, source aws and aws_service go together; the upstream names its region."""
+    from urllib.parse import urlsplit
+
+    from dejima.core.sigv4 import region_of
+
+    how = values.get("source", ("", ()))[0]
+    if values.get("scheme") != "aws-sigv4":
+        for name, present in (("aws_service", values.get("aws_service") is not None), ("source", how == "aws")):
+            if present:
+                raise Invalid("only goes with scheme = \"aws-sigv4\"", "remove it, or set scheme = \"aws-sigv4\"",
+                              (name,))
+        return
+    if how != "aws":
+        raise Invalid("must be { aws = \"profile\" } with scheme aws-sigv4",
+                      "e.g. source = { aws = \"default\" }: the host's AWS keys, read by the proxy", ("source",))
+    if values.get("aws_service") is None:
+        raise Invalid("is missing", "e.g. aws_service = \"bedrock\" (the signing name, not the host's first label)",
+                      ("aws_service",))
+    if str(values.get("header", "")).lower() != "authorization" or values.get("placeholder_env") is not None:
+        raise Invalid("must be \"Authorization\" with scheme aws-sigv4, without placeholder_env",
+                      "the session gets AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY placeholders", ("header",))
+    if region_of(urlsplit(str(values.get("upstream", ""))).hostname or "") is None:
+        raise Invalid(f"does not name an AWS region: {values.get('upstream')!r}",
+                      "use the regional endpoint, e.g. https://bedrock-runtime.us-east-1.amazonaws.com", ("upstream",))
+
+
+_ROUTE = record(CredentialRoute, "[[credentials]]", (_username_goes_with_basic, _sigv4_goes_together))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,284 +165,182 @@ class Manifest:
         return f"{self.kind}/{self.name}"
 
 
-# --- the schema, as data ------------------------------------------------------------------------
-# Each key: (type, help). Sections allowed per kind; "*" means every kind.
+# --- the format, as data ------------------------------------------------------------------------
 
-_STR, _INT, _STRS, _TABLE, _ARRAY_OF_TABLES = "a string", "an integer", "a list of strings", "a table", "tables"
-COMMON_TOP = {"schema": (_INT, "the manifest format version; write schema = 1"),
-              "description": (_STR, "one line saying what this is")}
-SECTIONS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, str]]]] = {
-    "detect": (("forges", "workflows"), {
-        "remote_hosts": (_STRS, "forges: host names in git remote URLs that mean this forge"),
-        "files": (_STRS, "workflows: file names (or simple globs) at the workspace root that mean this workflow"),
-    }),
-    "network": (KINDS, {
-        "allow": (_STRS, "egress entries the session needs: example.com, *.example.com, host:443"),
-        "deny": (_STRS, "egress entries to refuse even if allowed elsewhere"),
-        "deny_reasons": (_TABLE, "reason per deny entry, shown to the agent and the user"),
-    }),
-    "env": (KINDS, {}),  # free-form: NAME = "value"
-    "credentials": (KINDS, {
-        "name": (_STR, "kebab-case name of the route"),
-        "upstream": (_STR, "https:// URL of the only service the real secret may be sent to"),
-        "header": (_STR, "HTTP header that carries the secret"),
-        "scheme": (_STR, f"how the header is formed: one of {', '.join(SCHEMES)}"),
-        "source": (_TABLE, "where the host keeps the secret: { env = \"VAR\" }, { file = \"~/path\" }, "
-                   "{ command = [\"prog\", \"arg\"] } or { claude_login = \"~/.claude/.credentials.json\" } "
-                   "(the host's Claude Code login, refreshed by the proxy) or, with scheme aws-sigv4, "
-                   "{ aws = \"default\" } (the host's AWS keys: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/"
-                   "AWS_SESSION_TOKEN, else the profile AWS_PROFILE or this value names in ~/.aws/credentials "
-                   "and ~/.aws/config, static keys or credential_process)"),
-        "placeholder_env": (_STR, "session env var that holds a placeholder instead of the secret"),
-        "username": (_STR, "scheme Basic only: the user name the service expects with a token "
-                     "(x-access-token, oauth2, x-token-auth…)"),
-        "base_url_env": (_STR, "session env var that takes the route's base URL through dejima's proxy "
-                         "(e.g. ANTHROPIC_BASE_URL); the upstream's path is kept, so an SDK that wants /v1 "
-                         "in its base URL gets an upstream ending in /v1"),
-        "aws_service": (_STR, "scheme aws-sigv4 only: the service name AWS signatures are made for (\"bedrock\" "
-                        "for bedrock-runtime); the region comes from the upstream host; the session gets "
-                        "placeholder AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
-    }),
-    "image": (KINDS, {
-        "packages": (_STRS, "Debian packages the session image needs"),
-        "install": (_STRS, "shell lines run as root when the session image is built"),
-    }),
-    "caches": (KINDS, {"path": (_STR, "absolute path in the session kept per project")}),
-    "audit": (KINDS, {"watch": (_STRS, "workspace-relative files the exit audit must watch")}),
-    "harness": (("harnesses",), {
-        "command": (_STRS, "argv of the agent program"),
-        "apis": (_STRS, f"API families it speaks, among {', '.join(API_FAMILIES)}"),
-        "default_backend": (_STR, "backend used when none is named"),
-    }),
-    "backend": (("backends",), {"api": (_STR, f"the API family it speaks: one of {', '.join(API_FAMILIES)}")}),
+@dataclass(frozen=True, slots=True)
+class Section:
+    kinds: tuple[str, ...]  # the manifest kinds it belongs in
+    table: Table | None  # None: free-form NAME = "value" ([env])
+    kind: Kind
+    required_in: tuple[str, ...] = ()
+
+
+def _section(kinds: tuple[str, ...], title: str, keys: dict[str, Key], required_in: tuple[str, ...] = (),
+             rules: tuple[Any, ...] = ()) -> Section:
+    body = Table(keys, title, rules=rules)
+    kind = array_of(body) if title.startswith("[[") else table(body)
+    return Section(kinds, body, kind, required_in)
+
+
+COMMON_TOP = {
+    "schema": Key(Kind("integer", "an integer", (int,)), f"the manifest format version; write schema = "
+                  f"{SCHEMA_VERSION}", required=True),
+    "description": Key(STR, "one line saying what this is", required=True),
 }
-REQUIRED_SECTIONS = {"harnesses": ("harness",), "backends": ("backend",)}
-ARRAY_SECTIONS = ("credentials", "caches")
+SECTIONS: dict[str, Section] = {
+    "detect": _section(("forges", "workflows"), "[detect]", {
+        "remote_hosts": Key(list_of(DOMAIN), "forges: host names in git remote URLs that mean this forge"),
+        "files": Key(list_of(TEXT), "workflows: file names (or simple globs) at the workspace root that mean this "
+                     "workflow"),
+    }),
+    "network": _section(KINDS, "[network]", {
+        "allow": Key(list_of(ALLOW_ENTRY), "egress entries the session needs: example.com, *.example.com, host:443"),
+        "deny": Key(list_of(EGRESS_ENTRY), "egress entries to refuse even if allowed elsewhere"),
+        "deny_reasons": Key(table_of(STR), "reason per deny entry, shown to the agent and the user"),
+    }, rules=(reasons_name_denied,)),
+    "env": Section(KINDS, None, table_of(STR, names=ENV_NAME)),
+    "credentials": Section(KINDS, _ROUTE, array_of(_ROUTE)),
+    "image": _section(KINDS, "[image]", {
+        "packages": Key(list_of(TEXT), "Debian packages the session image needs"),
+        "install": Key(list_of(STR), "shell lines run as root when the session image is built"),
+    }),
+    "caches": _section(KINDS, "[[caches]]", {
+        "path": Key(ABSOLUTE_PATH, "absolute path in the session kept per project", required=True),
+    }),
+    "audit": _section(KINDS, "[audit]", {
+        "watch": Key(list_of(WORKSPACE_PATH), "workspace-relative files the exit audit must watch"),
+    }),
+    "harness": _section(("harnesses",), "[harness]", {
+        "command": Key(list_of(STR, non_empty=True), "argv of the agent program, e.g. [\"claude\"]", required=True),
+        "apis": Key(list_of(one_of(*API_FAMILIES)), f"API families it speaks, among {', '.join(API_FAMILIES)}"),
+        "default_backend": Key(KEBAB, "backend used when none is named"),
+    }, required_in=("harnesses",)),
+    "backend": _section(("backends",), "[backend]", {
+        "api": Key(one_of(*API_FAMILIES), f"the API family it speaks: one of {', '.join(API_FAMILIES)}",
+                   required=True),
+    }, required_in=("backends",)),
+}
 
 
-def _error(source: str, key: str, problem: str, fix: str) -> ManifestError:
-    return ManifestError(f"{source}: '{key}' {problem}", hint=fix)
+def _env_holds_no_secret(values: dict[str, Any]) -> None:
+    placeholders = {route.placeholder_env for route in values.get("credentials", ())}
+    for name, value in values.get("env", {}).items():
+        if _SECRETISH.search(name) and name not in placeholders and value:
+            raise Invalid("looks like a secret, and manifests hold none", "declare a [[credentials]] route with "
+                          "source = { env = ... } and placeholder_env instead", ("env", name))
 
 
-def _type_ok(value: object, kind: str) -> bool:
-    if kind == _STR:
-        return isinstance(value, str)
-    if kind == _INT:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == _STRS:
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    return isinstance(value, dict)
+def _route_names_differ(values: dict[str, Any]) -> None:
+    seen: dict[str, int] = {}
+    for index, route in enumerate(values.get("credentials", ())):
+        if route.name in seen:
+            raise Invalid(f"repeats the name of credentials[{seen[route.name]}]", "give each route its own name",
+                          ("credentials", index, "name"))
+        seen[route.name] = index
 
 
-def _check_table(source: str, path: str, table: dict[str, Any], keys: dict[str, tuple[str, str]]) -> None:
-    for key, value in table.items():
-        if key not in keys:
-            close = difflib.get_close_matches(key, list(keys), n=1)
-            suggestion = f"did you mean '{close[0]}'? " if close else ""
-            raise _error(source, f"{path}.{key}", "is not a known key",
-                         f"{suggestion}known keys in [{path}]: {', '.join(keys)}")
-        kind, help_text = keys[key]
-        if not _type_ok(value, kind):
-            raise _error(source, f"{path}.{key}", f"must be {kind}, not {type(value).__name__} {value!r}",
-                         f"{path}.{key}: {help_text}")
+def manifest_format(kind: str) -> Kind:
+    """The top table of a ``kind`` manifest: the common keys and the sections that kind may have."""
+    keys = dict(COMMON_TOP)
+    elsewhere = {}
+    for name, section in SECTIONS.items():
+        if kind in section.kinds:
+            keys[name] = Key(section.kind, f"a [{name}] section (docs/manifests.md lists its keys)",
+                             required=kind in section.required_in)
+        else:
+            elsewhere[name] = f"[{name}] is for {', '.join(section.kinds)}"
+    title = f"a {singular(kind)} manifest"
+    return table(Table(keys, title, elsewhere, rules=(_env_holds_no_secret, _route_names_differ)), title)
 
 
-def _entries(source: str, path: str, values: list[str]) -> tuple[str, ...]:
-    for index, text in enumerate(values):
-        try:
-            parse_entry(text, f"{source}: '{path}[{index}]'")
-        except PolicyError as exc:
-            raise ManifestError(exc.message, hint=exc.hint) from exc
-    return tuple(values)
+_FORMATS = {kind: manifest_format(kind) for kind in KINDS}
 
 
-def _credential(source: str, index: int, table: dict[str, Any]) -> CredentialRoute:
-    path = f"credentials[{index}]"
-    _check_table(source, path, table, SECTIONS["credentials"][1])
-    for key in ("name", "upstream", "header", "scheme", "source"):
-        if key not in table:
-            raise _error(source, f"{path}.{key}", "is missing", f"{path}.{key}: {SECTIONS['credentials'][1][key][1]}")
-    if not _NAME.match(table["name"]):
-        raise _error(source, f"{path}.name", f"must be kebab-case, not {table['name']!r}",
-                     "e.g. name = \"github-token\"")
-    if not table["upstream"].startswith("https://"):
-        raise _error(source, f"{path}.upstream", f"must be an https:// URL, not {table['upstream']!r}",
-                     "secrets only travel to their service over TLS")
-    if table["scheme"] not in SCHEMES:
-        raise _error(source, f"{path}.scheme", f"must be one of {', '.join(SCHEMES)}, not {table['scheme']!r}",
-                     "raw means the header value is the secret itself (e.g. x-api-key)")
-    where = table["source"]
-    if len(where) != 1 or next(iter(where)) not in ("env", "file", "command", "claude_login", "aws"):
-        raise _error(source, f"{path}.source",
-                     f"must name exactly one of env, file, command, claude_login or aws, not {where!r}",
-                     "e.g. source = { env = \"GITHUB_TOKEN\" }")
-    (how, what), = where.items()
-    if how == "command":
-        if not (isinstance(what, list) and what and all(isinstance(w, str) for w in what)):
-            raise _error(source, f"{path}.source.command", "must be a non-empty list of strings",
-                         "e.g. command = [\"gh\", \"auth\", \"token\"]")
-        value: tuple[str, ...] = tuple(what)
-    else:
-        if not isinstance(what, str) or not what:
-            raise _error(source, f"{path}.source.{how}", "must be a non-empty string", f"the host {how} to read")
-        value = (what,)
-    placeholder, base_url_env = table.get("placeholder_env"), table.get("base_url_env")
-    for key, name in (("placeholder_env", placeholder), ("base_url_env", base_url_env)):
-        if name is not None and not _ENV.match(name):
-            raise _error(source, f"{path}.{key}", f"is not an environment variable name: {name!r}",
-                         "letters, digits and '_', not starting with a digit")
-    username = table.get("username")
-    if username is not None and (table["scheme"] != "Basic" or not username or ":" in username):
-        raise _error(source, f"{path}.username", "only goes with scheme = \"Basic\", non-empty and without ':'",
-                     "remove it, or set scheme = \"Basic\"")
-    _check_sigv4(source, path, table, how)
-    return CredentialRoute(table["name"], table["upstream"], table["header"], table["scheme"], (how, value),
-                           placeholder, username, base_url_env, table.get("aws_service"))
-
-
-def _check_sigv4(source: str, path: str, table: dict[str, Any], how: str) -> None:
-    """scheme aws-sigv4, source aws and aws_service go together; the upstream names its region."""
-    from urllib.parse import urlsplit
-
-    from dejima.core.sigv4 import region_of
-
-    if table["scheme"] != "aws-sigv4":
-        for key, present in (("aws_service", "aws_service" in table), ("source.aws", how == "aws")):
-            if present:
-                raise _error(source, f"{path}.{key}", "only goes with scheme = \"aws-sigv4\"",
-                             "remove it, or set scheme = \"aws-sigv4\"")
-        return
-    if how != "aws":
-        raise _error(source, f"{path}.source", "must be { aws = \"profile\" } with scheme aws-sigv4",
-                     "e.g. source = { aws = \"default\" }: the host's AWS keys, read by the proxy")
-    if not _NAME.match(table.get("aws_service", "")):
-        raise _error(source, f"{path}.aws_service", "is missing or not a service name",
-                     "e.g. aws_service = \"bedrock\" (the signing name, not the host's first label)")
-    if table["header"].lower() != "authorization" or "placeholder_env" in table:
-        raise _error(source, f"{path}.header", "must be \"Authorization\" with scheme aws-sigv4, without "
-                     "placeholder_env", "the session gets AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY placeholders")
-    if region_of(urlsplit(table["upstream"]).hostname or "") is None:
-        raise _error(source, f"{path}.upstream", f"does not name an AWS region: {table['upstream']!r}",
-                     "use the regional endpoint, e.g. https://bedrock-runtime.us-east-1.amazonaws.com")
-
-
-def _env(source: str, table: dict[str, Any], credentials: tuple[CredentialRoute, ...]) -> dict[str, str]:
-    placeholders = {c.placeholder_env for c in credentials}
-    env: dict[str, str] = {}
-    for key, value in table.items():
-        if not _ENV.match(key):
-            raise _error(source, f"env.{key}", "is not an environment variable name",
-                         "letters, digits and '_', not starting with a digit")
-        if not isinstance(value, str):
-            raise _error(source, f"env.{key}", f"must be a string, not {type(value).__name__} {value!r}",
-                         f'write {key} = "{value}"')
-        if _SECRETISH.search(key) and key not in placeholders and value:
-            raise _error(source, f"env.{key}", "looks like a secret, and manifests hold none",
-                         "declare a [[credentials]] route with source = { env = ... } and placeholder_env instead")
-        env[key] = value
-    return env
+def _check_version(data: dict[str, Any], source: str) -> None:
+    """A manifest written for another format version says so first, whatever else it holds."""
+    version = data.get("schema")
+    if isinstance(version, int) and not isinstance(version, bool) and version != SCHEMA_VERSION:
+        raise ManifestError(f"{source}: 'schema' is {version}, but this dejima reads schema {SCHEMA_VERSION}",
+                            hint=f"upgrade dejima, or write the manifest for schema {SCHEMA_VERSION}")
 
 
 def parse_manifest(text: str, kind: str, name: str, source: str) -> Manifest:
     """Parse one manifest file's text; ``source`` names it in messages."""
     if kind not in KINDS:
         raise ManifestError(f"{source}: unknown manifest kind {kind!r}", hint=f"kinds: {', '.join(KINDS)}")
-    if not _NAME.match(name):
+    if not is_kebab(name):
         raise ManifestError(f"{source}: file name {name!r} is not kebab-case",
                             hint="name manifest files like claude-code.toml")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{source}: not valid TOML: {exc}", hint="fix the syntax at that line") from exc
-    for key, value in data.items():
-        if key in COMMON_TOP:
-            continue
-        if key not in SECTIONS:
-            known = list(COMMON_TOP) + [s for s, (kinds, _) in SECTIONS.items() if kind in kinds]
-            close = difflib.get_close_matches(key, known, n=1)
-            raise _error(source, key, "is not a known key or section",
-                         (f"did you mean '{close[0]}'? " if close else "") + f"known: {', '.join(known)}")
-        kinds, _keys = SECTIONS[key]
-        if kind not in kinds:
-            raise _error(source, key, f"does not belong in a {kind[:-1] if kind != 'harnesses' else 'harness'} "
-                         "manifest", f"[{key}] is for {', '.join(kinds)}")
-        is_array = key in ARRAY_SECTIONS
-        if is_array != isinstance(value, list):
-            raise _error(source, key, "must be written " + ("[[%s]] (an array of tables)" % key if is_array
-                                                            else f"[{key}] (a table)"), "see docs/manifests.md")
-    for key, (expected, help_text) in COMMON_TOP.items():
-        if key not in data:
-            raise _error(source, key, "is missing", f"add {key}: {help_text}")
-        if not _type_ok(data[key], expected):
-            raise _error(source, key, f"must be {expected}", help_text)
-    if data["schema"] != SCHEMA_VERSION:
-        raise _error(source, "schema", f"is {data['schema']}, but this dejima reads schema {SCHEMA_VERSION}",
-                     "upgrade dejima, or write the manifest for schema 1")
-    for section in REQUIRED_SECTIONS.get(kind, ()):
-        if section not in data:
-            raise _error(source, section, "is missing", f"a {kind} manifest needs a [{section}] section")
-    for section in ("detect", "network", "image", "audit", "harness", "backend"):
-        if section in data:
-            _check_table(source, section, data[section], SECTIONS[section][1])
-    network = data.get("network", {})
-    allow = _entries(source, "network.allow", network.get("allow", []))
-    deny = _entries(source, "network.deny", network.get("deny", []))
-    reasons = network.get("deny_reasons", {})
-    for entry, reason in reasons.items():
-        if entry not in deny or not isinstance(reason, str):
-            raise _error(source, f"network.deny_reasons.{entry}", "must be a reason (string) for an entry in "
-                         "network.deny", "add the entry to network.deny, or remove the reason")
-    credentials = tuple(_credential(source, i, t) for i, t in enumerate(data.get("credentials", [])))
-    names = [c.name for c in credentials]
-    if len(set(names)) != len(names):
-        raise _error(source, "credentials", "has two routes with the same name", "give each route its own name")
-    caches = []
-    for index, table in enumerate(data.get("caches", [])):
-        _check_table(source, f"caches[{index}]", table, SECTIONS["caches"][1])
-        path = table.get("path", "")
-        if not path.startswith("/"):
-            raise _error(source, f"caches[{index}].path", f"must be an absolute path, not {path!r}",
-                         "e.g. path = \"/home/dejima/.cache/pip\"")
-        caches.append(path)
-    watch = data.get("audit", {}).get("watch", [])
-    for index, path in enumerate(watch):
-        if path.startswith("/") or ".." in path.split("/"):
-            raise _error(source, f"audit.watch[{index}]", f"must be a path inside the workspace, not {path!r}",
-                         "write it relative to the workspace root")
-    harness = data.get("harness", {})
-    backend = data.get("backend", {})
-    for api in (*harness.get("apis", []), *([backend["api"]] if "api" in backend else [])):
-        if api not in API_FAMILIES:
-            raise _error(source, "harness.apis" if kind == "harnesses" else "backend.api",
-                         f"names an unknown API family {api!r}", f"known: {', '.join(API_FAMILIES)}")
-    if kind == "harnesses" and not harness.get("command"):
-        raise _error(source, "harness.command", "is missing or empty", "the argv of the agent, e.g. [\"claude\"]")
-    if kind == "backends" and "api" not in backend:
-        raise _error(source, "backend.api", "is missing", f"one of {', '.join(API_FAMILIES)}")
-    detect = data.get("detect", {})
+    _check_version(data, source)
+    values = check_data(data, _FORMATS[kind], source, ManifestError)
+    network, image, detect = values.get("network", {}), values.get("image", {}), values.get("detect", {})
+    harness, backend = values.get("harness", {}), values.get("backend", {})
     return Manifest(
-        kind=kind, name=name, source=source, description=data["description"], allow=allow, deny=deny,
-        deny_reasons=dict(reasons), env=_env(source, data.get("env", {}), credentials), credentials=credentials,
-        packages=tuple(data.get("image", {}).get("packages", [])),
-        install=tuple(data.get("image", {}).get("install", [])), caches=tuple(caches), audit_watch=tuple(watch),
-        remote_hosts=tuple(h.lower() for h in detect.get("remote_hosts", [])),
-        marker_files=tuple(detect.get("files", [])), command=tuple(harness.get("command", [])),
-        apis=tuple(harness.get("apis", [])), default_backend=harness.get("default_backend"),
-        api=backend.get("api"),
+        kind=kind, name=name, source=source, description=values["description"], allow=network.get("allow", ()),
+        deny=network.get("deny", ()), deny_reasons=network.get("deny_reasons", {}), env=values.get("env", {}),
+        credentials=values.get("credentials", ()), packages=image.get("packages", ()),
+        install=image.get("install", ()), caches=tuple(c["path"] for c in values.get("caches", ())),
+        audit_watch=values.get("audit", {}).get("watch", ()), remote_hosts=detect.get("remote_hosts", ()),
+        marker_files=detect.get("files", ()), command=harness.get("command", ()), apis=harness.get("apis", ()),
+        default_backend=harness.get("default_backend"), api=backend.get("api"),
     )
 
 
 def render_manifest_reference() -> str:
-    """Markdown reference of the manifest format, generated from the schema above (docs/manifests.md)."""
+    """Markdown reference of the manifest format, generated from the declarations (docs/manifests.md)."""
     lines = ["| key | type | kinds | meaning |", "| --- | --- | --- | --- |"]
-    for key, (kind, help_text) in COMMON_TOP.items():
-        lines.append(f"| `{key}` | {kind} | all | {help_text} (required) |")
-    for section, (kinds, keys) in SECTIONS.items():
-        where = "all" if kinds == KINDS else ", ".join(kinds)
-        header = f"[[{section}]]" if section in ARRAY_SECTIONS else f"[{section}]"
-        if not keys:
-            lines.append(f"| `{header}` NAME = \"value\" | string | {where} | plain, non-secret environment "
+    for name, spec in COMMON_TOP.items():
+        lines.append(f"| `{name}` | {spec.kind.name} | all | {spec.help} (required) |")
+    for name, section in SECTIONS.items():
+        where = "all" if section.kinds == KINDS else ", ".join(section.kinds)
+        if section.required_in:
+            where += " (section required)"
+        if section.table is None:
+            lines.append(f"| `[{name}]` NAME = \"value\" | string | {where} | plain, non-secret environment "
                          "variables for the session |")
-        for key, (kind, help_text) in keys.items():
-            lines.append(f"| `{header}` `{key}` | {kind} | {where} | {help_text} |")
+            continue
+        for key_name, spec in section.table.keys.items():
+            required = " (required)" if spec.required else ""
+            lines.append(f"| `{section.table.title}` `{key_name}` | {spec.kind.name} | {where} | "
+                         f"{spec.help}{required} |")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokenManifest:
+    """A manifest file that failed its checks. It is reported when a session would use it (named
+    on the command line, a harness's default backend, or detected in the workspace) and listed by
+    `dejima manifests`; other sessions go on without it."""
+
+    kind: str
+    name: str
+    source: str
+    error: ManifestError
+    # How it would be detected (workflows, forges): its own [detect] when that table is sound,
+    # else the shipped manifest's it overrides; None: cannot tell, so it counts as used.
+    marker_files: tuple[str, ...] | None = None
+    remote_hosts: tuple[str, ...] | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    def needed(self, why: str) -> ManifestError:
+        """Its error, saying which session asked for it: raised instead of starting without it."""
+        return ManifestError(self.error.message, context=f"this session needs {self.ref} ({why})",
+                             hint=self.error.hint, reference=self.error.reference)
+
+
+def detection_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """(marker files, remote hosts) of a manifest that failed its checks, when its TOML parses
+    and its [detect] table is sound on its own; None otherwise."""
+    try:
+        data = tomllib.loads(text)
+        detect = SECTIONS["detect"].kind.check(data.get("detect", {}))
+    except (tomllib.TOMLDecodeError, Invalid):
+        return None
+    return detect.get("files", ()), detect.get("remote_hosts", ())

@@ -17,9 +17,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dejima.core.egress import PolicyError, parse_entry
 from dejima.core.images import ImageLayers, InstallStep
-from dejima.core.manifest import Manifest, ManifestError
+from dejima.core.kinds import EGRESS_ENTRY, STR, reasons_name_denied
+from dejima.core.manifest import BrokenManifest, Manifest, ManifestError
+from dejima.core.schema import Key, Table, check_data, list_of, table, table_of
 
 REPO_POLICY_FILE = ".dejima.toml"
 
@@ -51,6 +52,7 @@ class RepoPolicy:
 class Resolved:
     choices: tuple[Choice, ...]
     repo: RepoPolicy = RepoPolicy()
+    skipped: tuple[BrokenManifest, ...] = ()  # broken manifests this session does not need
 
     @property
     def manifests(self) -> tuple[Manifest, ...]:
@@ -100,28 +102,63 @@ class Resolved:
         return env
 
 
+def _detected(markers: tuple[str, ...], hosts: tuple[str, ...], facts: WorkspaceFacts) -> str | None:
+    """Why a workflow (marker files) or forge (remote hosts) applies to the workspace, or None."""
+    files = sorted(name for name in facts.root_files if any(fnmatch.fnmatchcase(name, p) for p in markers))
+    if files:
+        return f"detected: {', '.join(files[:3])}"
+    remotes = sorted(h for h in facts.remote_hosts if h in hosts)
+    return f"detected: git remote {remotes[0]}" if remotes else None
+
+
 def detect_workflows(workflows: list[Manifest], facts: WorkspaceFacts) -> list[Choice]:
-    found = []
-    for manifest in workflows:
-        hits = sorted(name for name in facts.root_files
-                      if any(fnmatch.fnmatchcase(name, pattern) for pattern in manifest.marker_files))
-        if hits:
-            found.append(Choice(manifest, f"detected: {', '.join(hits[:3])}"))
-    return found
+    found = [(m, _detected(m.marker_files, (), facts)) for m in workflows]
+    return [Choice(m, why) for m, why in found if why]
 
 
 def detect_forges(forges: list[Manifest], facts: WorkspaceFacts) -> list[Choice]:
-    found = []
-    for manifest in forges:
-        hits = sorted(h for h in facts.remote_hosts if h in manifest.remote_hosts)
-        if hits:
-            found.append(Choice(manifest, f"detected: git remote {hits[0]}"))
-    return found
+    found = [(m, _detected((), m.remote_hosts, facts)) for m in forges]
+    return [Choice(m, why) for m, why in found if why]
+
+
+def _named(catalog: Mapping[tuple[str, str], Manifest], harness: str, backend: str | None,
+           workflows: tuple[str, ...], forges: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """The manifests the selection names, each with who named it."""
+    named = {("harnesses", harness): f"--harness {harness}" if harness != "shell" else "the default harness"}
+    named |= {("workflows", n): f"--workflow {n}" for n in workflows} | {("forges", n): f"--forge {n}" for n in forges}
+    default = catalog[("harnesses", harness)].default_backend if ("harnesses", harness) in catalog else None
+    if backend is not None:
+        named[("backends", backend)] = f"--backend {backend}"
+    elif default is not None:
+        named[("backends", default)] = f"the default backend of harness {harness}"
+    return named
+
+
+def _check_broken(broken: Mapping[tuple[str, str], BrokenManifest], facts: WorkspaceFacts,
+                  named: dict[tuple[str, str], str]) -> tuple[BrokenManifest, ...]:
+    """Raise the error of a broken manifest this session would use; the others, to mention."""
+    for ref, manifest in sorted(broken.items()):
+        if ref in named:
+            raise manifest.needed(named[ref])
+        if manifest.kind not in ("workflows", "forges"):
+            continue
+        if manifest.marker_files is None or manifest.remote_hosts is None:
+            raise manifest.needed("its [detect] cannot be read, so whether it applies here cannot be told")
+        why = _detected(manifest.marker_files, manifest.remote_hosts, facts)
+        if why:
+            raise manifest.needed(why)
+    return tuple(manifest for _, manifest in sorted(broken.items()))
 
 
 def resolve(catalog: Mapping[tuple[str, str], Manifest], facts: WorkspaceFacts, harness: str,
             backend: str | None = None, workflows: tuple[str, ...] = (), forges: tuple[str, ...] = (),
-            repo: RepoPolicy = RepoPolicy()) -> Resolved:
+            repo: RepoPolicy = RepoPolicy(), broken: Mapping[tuple[str, str], BrokenManifest] | None = None,
+            ) -> Resolved:
+    """The manifests a session uses. A broken manifest stops it only when it would be used;
+    the others come back in ``skipped``, for one warning line each."""
+    named = _named(catalog, harness, backend, workflows, forges)
+    skipped = _check_broken(broken or {}, facts, named)
+
     def get(kind: str, name: str, flag: str) -> Manifest:
         if (kind, name) not in catalog:
             known = ", ".join(sorted(n for k, n in catalog if k == kind)) or "none"
@@ -155,7 +192,14 @@ def resolve(catalog: Mapping[tuple[str, str], Manifest], facts: WorkspaceFacts, 
             if manifest.ref not in chosen:
                 choices.append(Choice(manifest, flag))
                 chosen.add(manifest.ref)
-    return Resolved(tuple(choices), repo)
+    return Resolved(tuple(choices), repo, skipped)
+
+
+REPO_POLICY = table(Table({"network": Key(table(Table({
+    "deny": Key(list_of(EGRESS_ENTRY), "entries no session on this repository may reach"),
+    "deny_reasons": Key(table_of(STR), "reason per deny entry, shown to the agent and the user"),
+}, "[network]", rules=(reasons_name_denied,))), "the repository may only narrow the policy")}, "a repository policy"))
+_NARROWING = ("deny", "deny_reasons")
 
 
 def parse_repo_policy(text: str, source: str) -> RepoPolicy:
@@ -167,16 +211,7 @@ def parse_repo_policy(text: str, source: str) -> RepoPolicy:
                             hint="fix it, or remove it: it may only narrow the policy anyway") from exc
     network = data.get("network", {}) if isinstance(data.get("network"), dict) else {}
     ignored = [key for key in data if key != "network"]
-    ignored += [f"network.{key}" for key in network if key not in ("deny", "deny_reasons")]
-    deny = network.get("deny", [])
-    if not isinstance(deny, list) or not all(isinstance(e, str) for e in deny):
-        raise ManifestError(f"{source}: 'network.deny' must be a list of strings", hint='deny = ["host.example"]')
-    for index, entry in enumerate(deny):
-        try:
-            parse_entry(entry, f"{source}: 'network.deny[{index}]'")
-        except PolicyError as exc:
-            raise ManifestError(exc.message, hint=exc.hint) from exc
-    reasons = network.get("deny_reasons", {})
-    if not isinstance(reasons, dict):
-        raise ManifestError(f"{source}: 'network.deny_reasons' must be a table", hint='{ "host" = "reason" }')
-    return RepoPolicy(tuple(deny), {k: str(v) for k, v in reasons.items() if k in deny}, tuple(ignored))
+    ignored += [f"network.{key}" for key in network if key not in _NARROWING]
+    narrowing = {"network": {key: value for key, value in network.items() if key in _NARROWING}}
+    checked = check_data(narrowing, REPO_POLICY, source, ManifestError)["network"]
+    return RepoPolicy(checked.get("deny", ()), checked.get("deny_reasons", {}), tuple(ignored))

@@ -1,5 +1,6 @@
 """`dejima-allow --persist` writes into your policy for the project and keeps what you wrote."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,10 @@ def test_persist_makes_a_new_file_that_says_what_it_is(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "why"), [
-    ("[network]\nallow = 3\n", "must be a list of strings"),
-    ("[network]\ndeny = []\n", "unknown key(s) network.deny"),
-    ("[images]\n", "unknown key(s) images"),
+    ("[network]\nallow = 3\n", "'network.allow' must be a list of egress entries, not int 3"),
+    ("[network]\nallow = [\"*.com\"]\n", "'network.allow[0]' is not a valid egress entry ('*.com')"),
+    ("[network]\ndeny = []\n", "'network.deny' is not a known key"),
+    ("[images]\n", "'images' is not a known key"),
     ("not toml", "cannot read this project's policy"),
 ])
 def test_a_broken_project_file_is_named_and_never_overwritten(tmp_path: Path, text: str, why: str) -> None:
@@ -42,6 +44,6 @@ def test_a_broken_project_file_is_named_and_never_overwritten(tmp_path: Path, te
     path = projects.policy_path(workspace)
     path.parent.mkdir(parents=True)
     path.write_text(text)
-    with pytest.raises(SettingsError, match=why.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(SettingsError, match=re.escape(why)):
         projects.persist_allow(workspace, ["crates.io"])
     assert path.read_text() == text

@@ -1,5 +1,7 @@
 from pathlib import Path
 
+import pytest
+
 from dejima.repo import read_repo_policy, remote_hosts, workspace_facts
 
 
@@ -36,3 +38,18 @@ def test_repository_policy_may_only_narrow(tmp_path: Path) -> None:
     policy = read_repo_policy(tmp_path)
     assert policy.deny == ("tracker.example",)
     assert set(policy.ignored) == {"network.allow", "session"}
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('[network]\ndeny = ["*.com"]\n', "'network.deny[0]' is not a valid egress entry ('*.com')"),
+    ('[network]\ndeny = "x.example"\n', "'network.deny' must be a list of egress entries, not str"),
+    ('[network]\ndeny = ["x.example"]\ndeny_reasons = { "y.example" = "r" }\n',
+     "'network.deny_reasons.\"y.example\"' is a reason for an entry that is not in deny"),
+])
+def test_a_bad_repository_policy_is_named_with_its_key(tmp_path: Path, text: str, problem: str) -> None:
+    from dejima.core.manifest import ManifestError
+
+    (tmp_path / ".dejima.toml").write_text(text + '[session]\nnetwork = "host"\n')
+    with pytest.raises(ManifestError) as caught:
+        read_repo_policy(tmp_path)
+    assert caught.value.message.startswith(f"{tmp_path / '.dejima.toml'}: {problem}")

@@ -75,16 +75,83 @@ def test_user_manifests_override_shipped_ones_by_name(tmp_path: Path, monkeypatc
     assert load_catalog(include_user=False).get("workflows", "rust").source != str(own)
 
 
-def test_a_broken_user_manifest_stops_everything_with_its_path(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def own_manifest(root: Path, ref: str, text: str) -> Path:
+    path = root / "dejima" / f"{ref}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def facts(*files: str) -> WorkspaceFacts:
+    return WorkspaceFacts(root_files=frozenset(files))
+
+
+BROKEN_HARNESS = 'schema = 1\ndescription = "x"\n[harness]\ncommand = ["x"]\napis = []\nextra = 1\n'
+
+
+def test_a_broken_user_manifest_stops_only_the_sessions_that_use_it(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from dejima.core.manifest import ManifestError
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    own = tmp_path / "dejima" / "harnesses" / "mine.toml"
-    own.parent.mkdir(parents=True)
-    own.write_text('schema = 1\ndescription = "x"\n[harness]\ncommand = ["x"]\napis = []\nextra = 1\n')
-    with pytest.raises(ManifestError, match=f"{own}: 'harness.extra' is not a known key"):
-        load_catalog()
+    own = own_manifest(tmp_path, "harnesses/mine", BROKEN_HARNESS)
+    catalog = load_catalog()  # used to raise here, for every session
+    assert catalog.broken[("harnesses", "mine")].source == str(own)
+    resolved = resolve(catalog.manifests, facts(), "shell", broken=catalog.broken)
+    assert [b.ref for b in resolved.skipped] == ["harnesses/mine"]
+    with pytest.raises(ManifestError, match=f"{own}: 'harness.extra' is not a known key") as caught:
+        resolve(catalog.manifests, facts(), "mine", broken=catalog.broken)
+    assert caught.value.context == "this session needs harnesses/mine (--harness mine)"
+    with pytest.raises(ManifestError, match="is not a known key"):
+        catalog.get("harnesses", "mine")
+
+
+@pytest.mark.parametrize("text", [
+    'schema = 1\ndescription = "my rust"\n[detect]\nfiles = ["Cargo.toml"]\n[network]\nallow = ["*.com"]\n',
+    'schema = 1\n[detect\nfiles = ["Cargo.toml"]\n',  # not TOML: detected where the shipped rust would be
+])
+def test_a_broken_override_is_reported_where_it_would_be_detected_and_never_replaced_by_the_shipped_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    from dejima.core.manifest import ManifestError
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    own = own_manifest(tmp_path, "workflows/rust", text)
+    catalog = load_catalog()
+    assert ("workflows", "rust") not in catalog.manifests  # the shipped rust does not stand in for it
+    assert catalog.overridden[("workflows", "rust")].endswith("workflows/rust.toml")
+    python = resolve(catalog.manifests, facts("pyproject.toml"), "shell", broken=catalog.broken)
+    assert {c.manifest.ref for c in python.choices} == {"harnesses/shell", "workflows/python"}
+    for files, flags, why in ((("Cargo.toml",), (), "detected: Cargo.toml"), ((), ("rust",), "--workflow rust")):
+        with pytest.raises(ManifestError) as caught:
+            resolve(catalog.manifests, facts(*files), "shell", workflows=flags, broken=catalog.broken)
+        assert caught.value.message.startswith(str(own)) and caught.value.context == (
+            f"this session needs workflows/rust ({why})")
+
+
+def test_a_broken_workflow_whose_detection_cannot_be_read_stops_every_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: it may add deny entries or audit watches to any workspace; dejima cannot
+    tell which, so it does not start without it."""
+    from dejima.core.manifest import ManifestError
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    own_manifest(tmp_path, "workflows/corp-guard", 'schema = 1\n[detect\n')
+    catalog = load_catalog()
+    with pytest.raises(ManifestError, match="not valid TOML") as caught:
+        resolve(catalog.manifests, facts(), "shell", broken=catalog.broken)
+    assert "whether it applies here cannot be told" in (caught.value.context or "")
+
+
+def test_a_broken_default_backend_stops_its_harness_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dejima.core.manifest import ManifestError
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    own_manifest(tmp_path, "backends/anthropic", 'schema = 1\ndescription = "x"\n[backend]\napi = "claude"\n')
+    catalog = load_catalog()
+    assert resolve(catalog.manifests, facts(), "shell", broken=catalog.broken).harness.name == "shell"
+    with pytest.raises(ManifestError, match="'backend.api' must be one of") as caught:
+        resolve(catalog.manifests, facts(), "claude-code", broken=catalog.broken)
+    assert caught.value.context == "this session needs backends/anthropic (the default backend of harness claude-code)"
 
 
 def test_session_image_composition_is_deterministic() -> None:

@@ -35,8 +35,8 @@ def write_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str) -
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("", "the settings file is empty"),
-    ("[images]\nbase = 1\n", "'images.base' must be a str, not int 1"),
-    ("[session]\nnetwrok = \"x\"\n", "unknown key 'session.netwrok'"),
+    ("[images]\nbase = 1\n", "'images.base' must be a string, not int 1"),
+    ("[session]\nnetwrok = \"x\"\n", "'session.netwrok' is not a known key"),
     ("not toml at all\n", "not valid TOML"),
 ])
 def test_bad_settings_refuse_to_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, captured: io.StringIO,
@@ -132,7 +132,54 @@ def test_render_prints_the_plan_without_docker(tmp_path: Path, captured: io.Stri
 
 def test_bad_allow_entry_is_a_usage_error(tmp_path: Path, captured: io.StringIO) -> None:
     assert main([str(tmp_path), "--allow", "*.com", "--render"]) == exit_codes.USAGE
-    assert "--allow: invalid egress entry '*.com'" in captured.getvalue()
+    assert "--allow is not a valid egress entry ('*.com'): a wildcard needs" in captured.getvalue()
+
+
+@pytest.mark.parametrize(("flag", "value", "section", "key", "problem"), [
+    ("--allow", "[2001:db8::1]:443", "network", "allow", "is an IPv6 entry ('[2001:db8::1]:443'), but sessions"),
+    ("--allow-special", "*.com", "network", "allow_special", "is not a valid egress entry ('*.com')"),
+    ("--dns-upstream", "127.0.0.53", "network", "upstream_dns", "is a loopback address (127.0.0.53)"),
+    ("--dns-upstream", "dns.example", "network", "upstream_dns", "is not an IP address ('dns.example')"),
+    ("--dns-upstream", "2001:db8::53", "network", "upstream_dns", "is an IPv6 resolver (2001:db8::53)"),
+])
+def test_a_flag_and_its_setting_are_refused_alike(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                  captured: io.StringIO, flag: str, value: str, section: str,
+                                                  key: str, problem: str) -> None:
+    """One front door: the flag and the settings key take the same kind, so the same value is
+    refused with the same words (and exit 2), each naming where it was written."""
+    workspace = owned_by_a_user(tmp_path)
+    assert main([str(workspace), "--render", flag, value]) == exit_codes.USAGE
+    assert f"{flag} {problem}" in captured.getvalue()
+    captured.truncate(0)
+    path = write_settings(monkeypatch, tmp_path, f'[{section}]\n{key} = ["{value}"]\n')
+    assert main([str(workspace), "--render"]) == exit_codes.USAGE
+    assert f"{path}: '{section}.{key}[0]' {problem}" in captured.getvalue()
+
+
+def test_flags_are_checked_before_the_settings_are_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         captured: io.StringIO) -> None:
+    write_settings(monkeypatch, tmp_path, "not toml\n")
+    assert main([str(tmp_path), "--render", "--allow", "*"]) == exit_codes.USAGE
+    assert "--allow is not a valid egress entry ('*')" in captured.getvalue()
+    assert "not valid TOML" not in captured.getvalue()
+
+
+def test_dejima_allow_checks_its_duration_and_entries_before_looking_for_a_session(
+        monkeypatch: pytest.MonkeyPatch, captured: io.StringIO) -> None:
+    from dejima.cli import allow
+
+    def no_session(*_args: object) -> None:
+        raise AssertionError("bad input must be refused before a session is looked for")
+
+    monkeypatch.setattr(allow, "_pick_session", no_session)
+    assert allow.main(["crates.io", "--for", "5x"]) == exit_codes.USAGE
+    assert "--for is not a duration ('5x')" in captured.getvalue()
+    assert allow.main(["crates.io", "--for", "31d"]) == exit_codes.USAGE
+    assert "--for is out of range ('31d')" in captured.getvalue() and "from 1s to 30d" in captured.getvalue()
+    assert allow.main(["10.0.0.0/8"]) == exit_codes.USAGE
+    assert "the entry is not grantable live ('10.0.0.0/8')" in captured.getvalue()
+    assert allow.main(["*.com", "--revoke"]) == exit_codes.USAGE
+    assert "the entry is not a valid egress entry ('*.com')" in captured.getvalue()
 
 
 AS_OWNER = ["--as-root"] if os.getuid() == 0 else []  # a root-owned tmp_path needs it when run as root
@@ -149,4 +196,51 @@ def test_a_bad_allow_entry_in_the_settings_exits_2_too(monkeypatch: pytest.Monke
                                                         captured: io.StringIO) -> None:
     path = write_settings(monkeypatch, tmp_path, '[network]\nallow = ["[2001:db8::1]"]\n')
     assert main([str(tmp_path), "--render", *AS_OWNER]) == exit_codes.USAGE
-    assert f"{path} network.allow" in captured.getvalue()
+    assert f"{path}: 'network.allow[0]' is an IPv6 entry" in captured.getvalue()  # said where it is read
+
+
+BROKEN = 'schema = 1\ndescription = "x"\n[harness]\ncommand = ["x"]\napis = []\nextra = 1\n'
+
+
+def broken_harness(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    path = tmp_path / "config" / "dejima" / "harnesses" / "mine.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(BROKEN)
+    return path
+
+
+def test_a_broken_manifest_the_session_does_not_use_is_one_warning(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                  captured: io.StringIO) -> None:
+    path = broken_harness(monkeypatch, tmp_path)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    owned_by_a_user(workspace)
+    assert main([str(workspace), "--render", "--dns-upstream", "192.0.2.53"]) == exit_codes.SUCCESS
+    assert f"warning: {path} is broken and not used here" in captured.getvalue()
+    captured.truncate(0)
+    assert main([str(workspace), "--render", "--dns-upstream", "192.0.2.53", "--harness", "mine"]) == exit_codes.USAGE
+    output = captured.getvalue()
+    assert f"{path}: 'harness.extra' is not a known key" in output
+    assert "this session needs harnesses/mine (--harness mine)" in output
+
+
+def test_manifests_list_and_check_show_the_broken_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                      captured: io.StringIO,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    path = broken_harness(monkeypatch, tmp_path)
+    assert main(["manifests", "list", "--json"]) == exit_codes.SUCCESS
+    rows = {row["name"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert rows["mine"]["broken"].startswith(f"{path}: 'harness.extra' is not a known key")
+    assert rows["shell"]["broken"] is None
+    assert main(["manifests", "list"]) == exit_codes.SUCCESS
+    assert "BROKEN: " in captured.getvalue() and "1 broken manifest(s)" in captured.getvalue()
+    assert main(["manifests", "check"]) == exit_codes.USAGE
+    assert "did you mean" in captured.getvalue() or "known keys in [harness]" in captured.getvalue()
+    assert main(["manifests", "show", "harnesses/mine"]) == exit_codes.USAGE  # its error, not the shipped one
+    path.unlink()
+    assert main(["manifests", "check"]) == exit_codes.SUCCESS
+    assert main(["manifests", "show", "harness/shell"]) == exit_codes.USAGE
+    assert "no kind 'harness'" in captured.getvalue()

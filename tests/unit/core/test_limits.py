@@ -1,7 +1,9 @@
 import pytest
 
-from dejima.core.limits import ContainerLimits, check_memory, describe, format_bytes, parse_size, resolve_memory
+from dejima.core.kinds import MEMORY
+from dejima.core.limits import ContainerLimits, describe, format_bytes, parse_size, resolve_memory
 from dejima.core.plan import resolve_limits
+from dejima.core.schema import Invalid
 from dejima.core.settings import LimitSettings
 
 GIB = 1024**3
@@ -22,8 +24,12 @@ def test_bad_sizes(text: str) -> None:
 @pytest.mark.parametrize(("text", "problem"), [("75%", None), ("100%", None), ("4g", None), ("0%", "not a size"),
                                                 ("101%", "not a size"), ("16m", "at least 32 MiB")])
 def test_memory_is_a_size_or_a_share(text: str, problem: str | None) -> None:
-    result = check_memory(text)
-    assert result is None if problem is None else problem in (result or "")
+    if problem is None:
+        assert MEMORY.check(text) == text
+        return
+    with pytest.raises(Invalid) as caught:
+        MEMORY.check(text)
+    assert problem in caught.value.problem and "75%" in caught.value.fix
 
 
 def test_shares_resolve_against_the_engines_memory_and_never_below_the_floor() -> None:

@@ -39,45 +39,47 @@ def test_invalid_toml_names_file_and_line() -> None:
 
 def test_unknown_key_suggests_the_close_one() -> None:
     exc = error_of('[images]\nbsae = "x"\n')
-    assert exc.message == f"{SOURCE}: unknown key 'images.bsae'"
-    assert "did you mean 'base'?" in (exc.hint or "")
+    assert exc.message == f"{SOURCE}: 'images.bsae' is not a known key"
+    assert "did you mean 'base'? known keys in [images]: base, base_fallback" in (exc.hint or "")
 
 
 def test_unknown_section() -> None:
     exc = error_of('[imagez]\nbase = "x"\n')
-    assert exc.message == f"{SOURCE}: unknown section or key 'imagez'"
+    assert exc.message == f"{SOURCE}: 'imagez' is not a known key"
     assert "did you mean 'images'?" in (exc.hint or "")
 
 
 def test_top_level_key_must_be_a_table() -> None:
-    assert error_of('images = "x"\n').message == f"{SOURCE}: 'images' must be a table"
+    assert error_of('images = "x"\n').message == f"{SOURCE}: 'images' must be a table, written [images], not str 'x'"
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[images]\nbase = 3\n", "'images.base' must be a str, not int 3"),
+        ("[images]\nbase = 3\n", "'images.base' must be a string, not int 3"),
         ("[session]\nstop_timeout = \"5\"\n", "'session.stop_timeout' must be a number, not str '5'"),
         ("[session]\nstop_timeout = true\n", "'session.stop_timeout' must be a number, not bool True"),
-        ("[images]\nbase_fallback = \"pull\"\n", "'images.base_fallback' must be one of 'debootstrap', 'none'"),
+        ("[images]\nbase_fallback = \"pull\"\n",
+         "'images.base_fallback' must be one of 'debootstrap', 'none', not 'pull'"),
         ("[images]\nbootstrap_mirror = \"ftp://x\"\n", "'images.bootstrap_mirror' must be an http:// or https:// URL"),
         ("[images]\nextra_ca_dir = \"certs\"\n", "'images.extra_ca_dir' must be an absolute path"),
-        ("[session]\nready_timeout = 0\n", "'session.ready_timeout' must be a number of seconds between 0 and 3600"),
+        ("[session]\nready_timeout = 0\n",
+         "'session.ready_timeout' must be a number of seconds between 0 and 3600, not 0"),
         ("[images]\nbase = \" \"\n", "'images.base' must not be empty"),
         ("[session]\nprotect_git_hooks = 1\n", "'session.protect_git_hooks' must be true or false, not int 1"),
         ("[limits]\nsession_pids = \"64\"\n", "'limits.session_pids' must be a whole number, not str '64'"),
         ("[limits]\nsession_pids = 64.0\n", "'limits.session_pids' must be a whole number, not float 64.0"),
-        ("[limits]\nfilter_pids = 4\n", "'limits.filter_pids' must be a whole number from 16 to 4194304"),
-        ("[limits]\nsession_memory = \"4GB\"\n", "'limits.session_memory' '4GB' is not a size"),
-        ("[limits]\nsession_memory = \"150%\"\n", "'limits.session_memory' '150%' is not a size"),
-        ("[limits]\nsession_tmp_size = \"1k\"\n", "'limits.session_tmp_size' must be at least 1 MiB"),
+        ("[limits]\nfilter_pids = 4\n", "'limits.filter_pids' must be a whole number from 16 to 4194304, not 4"),
+        ("[limits]\nsession_memory = \"4GB\"\n", "'limits.session_memory' is not a size ('4GB')"),
+        ("[limits]\nsession_memory = \"150%\"\n", "'limits.session_memory' is not a size ('150%')"),
+        ("[limits]\nsession_tmp_size = \"1k\"\n", "'limits.session_tmp_size' must be at least 1 MiB, not '1k'"),
         ("[limits]\nsession_cpu_shares = 1\n", "'limits.session_cpu_shares' must be a whole number from 2"),
     ],
 )
 def test_bad_values_name_the_key(text: str, message: str) -> None:
     exc = error_of(text)
     assert exc.message.startswith(f"{SOURCE}: {message}")
-    assert exc.hint and exc.hint.split(":")[0] in message
+    assert exc.hint  # the fix: the key's own help, or what to write instead
 
 
 def test_network_settings_are_parsed_and_checked() -> None:
@@ -90,12 +92,20 @@ def test_network_settings_are_parsed_and_checked() -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ('[network]\nallow = ["*.com"]\n', "'network.allow' entry [0]: invalid egress entry '*.com': a wildcard needs"),
-    ('[network]\nallow = "crates.io"\n', "'network.allow' must be a list of strings, not str 'crates.io'"),
-    ('[network]\nallow = [1]\n', "'network.allow' must be a list of strings, not list [1]"),
-    ('[network]\ndeny_reasons = { "x.example" = "r" }\n', "'network.deny_reasons' names 'x.example', which is"),
-    ('[network]\nupstream_dns = ["127.0.0.53"]\n', "a loopback resolver on the host is not reachable"),
-    ('[network]\nupstream_dns = ["dns.example"]\n', "'dns.example', which is not an IP address"),
+    ('[network]\nallow = ["*.com"]\n', "'network.allow[0]' is not a valid egress entry ('*.com'): a wildcard needs"),
+    ('[network]\nallow = "crates.io"\n', "'network.allow' must be a list of egress entries, not str 'crates.io'"),
+    ('[network]\nallow = [1]\n', "'network.allow[0]' must be a string, not int 1"),
+    ('[network]\ndeny_reasons = { "x.example" = "r" }\n',
+     "'network.deny_reasons.\"x.example\"' is a reason for an entry that is not in deny"),
+    ('[network]\nupstream_dns = ["127.0.0.53"]\n',
+     "'network.upstream_dns[0]' is a loopback address (127.0.0.53): a loopback resolver"),
+    ('[network]\nupstream_dns = ["dns.example"]\n', "'network.upstream_dns[0]' is not an IP address ('dns.example')"),
+    ('[network]\nallow = ["a.example", "[2001:db8::1]"]\n', "'network.allow[1]' is an IPv6 entry ('[2001:db8::1]')"),
+    ('[network]\nanswer_networks = ["10.0.0.1/8"]\n', "'network.answer_networks[0]' is not a network ('10.0.0.1/8')"),
+    ('[credentials]\nupstreams = { "anthropic-api-key" = "http://gw.example" }\n',
+     "'credentials.upstreams.anthropic-api-key' must be an https:// URL, or plain http:// to this host's loopback"),
+    ('[credentials]\nupstreams = { "Bad_Name" = "https://gw.example" }\n',
+     "'credentials.upstreams.Bad_Name' must be kebab-case, not 'Bad_Name'"),
 ])
 def test_bad_network_settings(text: str, message: str) -> None:
     assert message in error_of(text).message
