@@ -13,6 +13,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from dejima.core.egress import PolicyError, parse_entry
 from dejima.errors import InputError
@@ -41,6 +42,7 @@ class CredentialRoute:
     placeholder_env: str | None = None
     username: str | None = None  # Basic only: the user name sent with the token
     base_url_env: str | None = None  # session env var that takes the route's base URL (through the proxy)
+    intercept: bool = False  # the upstream's host is served by the proxy's TLS fallback (tools without a base URL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class Manifest:
 # Each key: (type, help). Sections allowed per kind; "*" means every kind.
 
 _STR, _INT, _STRS, _TABLE, _ARRAY_OF_TABLES = "a string", "an integer", "a list of strings", "a table", "tables"
+_BOOL = "true or false"
 COMMON_TOP = {"schema": (_INT, "the manifest format version; write schema = 1"),
               "description": (_STR, "one line saying what this is")}
 SECTIONS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, str]]]] = {
@@ -101,6 +104,9 @@ SECTIONS: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, str]]]] = {
         "base_url_env": (_STR, "session env var that takes the route's base URL through dejima's proxy "
                          "(e.g. ANTHROPIC_BASE_URL); the upstream's path is kept, so an SDK that wants /v1 "
                          "in its base URL gets an upstream ending in /v1"),
+        "intercept": (_BOOL, "for tools that take no base URL (gh): the session's connections to the upstream's "
+                      "host end at dejima's proxy, which shows a certificate from a per-session CA the session "
+                      "trusts; the upstream must be a bare https://host"),
     }),
     "image": (KINDS, {
         "packages": (_STRS, "Debian packages the session image needs"),
@@ -130,6 +136,8 @@ def _type_ok(value: object, kind: str) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == _STRS:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == _BOOL:
+        return isinstance(value, bool)
     return isinstance(value, dict)
 
 
@@ -194,8 +202,12 @@ def _credential(source: str, index: int, table: dict[str, Any]) -> CredentialRou
     if username is not None and (table["scheme"] != "Basic" or not username or ":" in username):
         raise _error(source, f"{path}.username", "only goes with scheme = \"Basic\", non-empty and without ':'",
                      "remove it, or set scheme = \"Basic\"")
+    intercept = table.get("intercept", False)
+    if intercept and urlsplit(table["upstream"]).path not in ("", "/"):
+        raise _error(source, f"{path}.intercept", f"needs an upstream without a path, not {table['upstream']!r}",
+                     "an intercepted tool sends its own paths: write upstream = \"https://host\"")
     return CredentialRoute(table["name"], table["upstream"], table["header"], table["scheme"], (how, value),
-                           placeholder, username, base_url_env)
+                           placeholder, username, base_url_env, intercept)
 
 
 def _env(source: str, table: dict[str, Any], credentials: tuple[CredentialRoute, ...]) -> dict[str, str]:
