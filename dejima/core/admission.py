@@ -126,6 +126,7 @@ def intercepted(head: RequestHead, host: str, route: str) -> RequestHead:
     if not head.target.startswith("/"):
         raise HttpError(400, "an intercepted request's target must be a path")
     named = (head.get(b"host") or host.encode("ascii")).decode("latin-1").lower()
-    if named not in (host, f"{host}:443"):
+    name, _, port = named.partition(":")
+    if name != host or not (port == "" or port.isdigit()):
         raise HttpError(421, f"the Host header names another host than the TLS connection ({host})")
     return replace(head, target=f"{ROUTE_PREFIX}{route}{head.target}")
