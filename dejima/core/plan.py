@@ -154,6 +154,7 @@ class CredentialView:
     upstream: str  # after any [credentials] upstreams override
     placeholder_env: str | None
     base_url_env: str | None
+    intercept: bool = False  # its host's TLS is answered by the proxy (the session CA)
 
 
 def credential_views(resolved: Resolved | None, upstreams: dict[str, str]) -> tuple[CredentialView, ...]:
@@ -164,7 +165,7 @@ def credential_views(resolved: Resolved | None, upstreams: dict[str, str]) -> tu
             source = f"host {how} {' '.join(what)}" if how != "claude_login" else f"the host's Claude login ({what[0]})"
             views.setdefault(route.name, CredentialView(route.name, manifest.source, source,
                                                         upstreams.get(route.name, route.upstream),
-                                                        route.placeholder_env, route.base_url_env))
+                                                        route.placeholder_env, route.base_url_env, route.intercept))
     return tuple(views.values())
 
 

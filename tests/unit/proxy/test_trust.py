@@ -107,3 +107,25 @@ def test_the_manifest_key_takes_a_boolean_and_a_bare_upstream() -> None:
         parse_manifest(FORGE.format(upstream="https://api.forge.test", intercept='"yes"'), "forges", "f", "f.toml")
     assert not parse_manifest(FORGE.format(upstream="https://forge.test/api", intercept="false"), "forges", "f",
                               "f.toml").credentials[0].intercept
+
+
+def test_render_shows_which_routes_are_intercepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A github workspace's plan says that the API hosts' TLS is answered by the proxy (no engine needed)."""
+    import subprocess
+
+    from dejima.cli import exit_codes
+    from dejima.cli.launch import main
+    from tests.unit.cli.test_launch_errors import AS_OWNER
+
+    def no_engine(*_args: object, **_kw: object) -> None:
+        raise AssertionError("--render needs no engine")
+
+    monkeypatch.setattr("dejima.runtime.connect", no_engine)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin", "https://github.com/o/r.git"], check=True)
+    assert main([str(tmp_path), "--render", *AS_OWNER, "--dns-upstream", "192.0.2.53"]) == exit_codes.SUCCESS
+    lines = capsys.readouterr().out.splitlines()
+    api = next(line for line in lines if line.startswith("github-api "))
+    git = next(line for line in lines if line.startswith("github-git "))
+    assert "TLS answered by the proxy" in api and "TLS answered by the proxy" not in git
