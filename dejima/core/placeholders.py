@@ -105,8 +105,8 @@ class SecretScanner:
 
     def __init__(self, placeholders: Mapping[str, str], decoys: Mapping[str, str]) -> None:
         by_value: dict[bytes, Marker] = {}
-        for name, value in placeholders.items():
-            by_value[value.lower().encode()] = Marker("placeholder", name)
+        for name, value in placeholders.items():  # a placeholder shared by routes is named by the first
+            by_value.setdefault(value.lower().encode(), Marker("placeholder", name))
         for name, value in decoys.items():
             by_value[value.lower().encode()] = Marker("decoy", name)
         self._by_value = by_value

@@ -58,6 +58,10 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
     manifest_routes: dict[str, CredentialRoute] = {}
     skipped: list[CredentialError] = []
     must = set(required)
+    # One placeholder per host secret: routes fed by the same source (gh's GH_TOKEN toward
+    # api.github.com and uploads.github.com, git's toward github.com) accept the same placeholder,
+    # each toward its own upstream only; it could only ever bring them the same secret.
+    shared: dict[tuple[str, tuple[str, ...]], str] = {}
     for declared, origin in routes:
         where = f"{origin} credentials route {declared.name!r}"
         try:
@@ -73,8 +77,8 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
             raise CredentialError(f"{where}: {exc}", hint="fix the upstream override in settings") from None
         shape_host = parse_upstream(declared.upstream, declared.name).host
         header = declared.header.lower()
-        route = Route(declared.name, upstream, header, declared.scheme, make_placeholder(shape_host, header),
-                      declared.username)
+        placeholder = shared.setdefault(declared.source, make_placeholder(shape_host, header))
+        route = Route(declared.name, upstream, header, declared.scheme, placeholder, declared.username)
         specs.append(RouteSpec(route, source, push.get(declared.name)))
         manifest_routes[declared.name] = declared
     decoys = make_decoys(r.placeholder_env for r in manifest_routes.values() if r.placeholder_env)

@@ -27,6 +27,7 @@ from tests.unit.proxy.fakes import make_test_ca
 from tests.world import User, containers_of, run_dejima, spawn_dejima, wait_for_line
 
 TOKEN = "ghp_" + "Tl5FallbackRealTokenNeverInSession0042"
+OTHER_TOKEN = "glpat-" + "OtherForgeRealTokenNeverInSession42"
 
 
 @dataclass
@@ -86,6 +87,33 @@ def github_workspace(workspace: Path, user: User) -> Path:
     return workspace
 
 
+OTHER_FORGE = """schema = 1
+description = "a second forge, so that the session holds a placeholder of another route"
+[detect]
+remote_hosts = ["forge.test"]
+[[credentials]]
+name = "other-forge-api"
+upstream = "https://api.forge.test"
+header = "Authorization"
+scheme = "Bearer"
+source = { env = "OTHER_FORGE_TOKEN" }
+placeholder_env = "OTHER_FORGE_TOKEN"
+"""
+
+
+@pytest.fixture
+def other_forge(user: User) -> Iterator[str]:
+    """A user manifest (no image packages: the session image stays the github one), used with --forge."""
+    path = user.home / ".config" / "dejima" / "forges" / "other-forge.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(OTHER_FORGE)
+    if os.getuid() == 0:
+        for item in (user.home / ".config", user.home / ".config" / "dejima", path.parent, path):
+            os.chown(item, user.uid, user.gid)
+    yield "other-forge"
+    path.unlink()
+
+
 @pytest.fixture
 def settings(world_dir: Path, github: FakeGitHub) -> str:
     upstream = f"https://127.0.0.1:{github.port}"
@@ -131,6 +159,10 @@ def handshake(name):
         return type(e).__name__
 out["sni"] = {name: handshake(name) for name in ("evil.example", "api.github.com")}
 out["uploads"] = fetch("https://uploads.github.com/repos/owner/repo/releases/1/assets?name=x")[0]
+token = os.environ["OTHER_FORGE_TOKEN"]  # another route's placeholder toward the intercepted host
+out["other"] = fetch("https://api.github.com/user")[0]
+token = os.environ["AWS_ACCESS_KEY_ID"]  # a decoy
+out["decoy"] = fetch("https://api.github.com/user")[0]
 try:
     socket.socket().bind(("127.0.0.1", 443)); out["bind"] = "bound"
 except OSError as e:
@@ -149,13 +181,15 @@ print(json.dumps(out), "AGENT-DONE", flush=True)
 @pytest.mark.timeout(1500)  # a first run builds the github forge's session image (gh from Debian)
 def test_tools_reach_the_intercepted_api_with_a_placeholder_and_the_ca_key_stays_out(
         runtime: Runtime, user: User, scope: str, github_workspace: Path, github: FakeGitHub,
-        settings: str) -> None:
-    built = run_dejima(user, scope, "-q", str(github_workspace), "--", "true", timeout=1200,
-                       DEJIMA_SETTINGS=settings, GH_TOKEN=TOKEN)
+        settings: str, other_forge: str) -> None:
+    forge = ("--forge", other_forge)
+    built = run_dejima(user, scope, "-q", *forge, str(github_workspace), "--", "true", timeout=1200,
+                       DEJIMA_SETTINGS=settings, GH_TOKEN=TOKEN, OTHER_FORGE_TOKEN=OTHER_TOKEN)
     assert built.returncode == 0, built.stderr[-3000:]
     github.seen.clear()
-    with spawn_dejima(user, scope, str(github_workspace), "--", "sh", "-c", 'python3 -c "$0" && exec sleep 120',
-                      AGENT, DEJIMA_SETTINGS=settings, GH_TOKEN=TOKEN) as proc:
+    with spawn_dejima(user, scope, *forge, str(github_workspace), "--", "sh", "-c",
+                      'python3 -c "$0" && exec sleep 120', AGENT, DEJIMA_SETTINGS=settings, GH_TOKEN=TOKEN,
+                      OTHER_FORGE_TOKEN=OTHER_TOKEN) as proc:
         line = wait_for_line(proc.stdout, "AGENT-DONE", timeout=180).rsplit("AGENT-DONE", 1)[0]
         inspected = [json.dumps(runtime.inspect(c)) for c in containers_of(runtime, scope)]
         proc.terminate()
@@ -172,26 +206,30 @@ def test_tools_reach_the_intercepted_api_with_a_placeholder_and_the_ca_key_stays
     print("gh:", seen["gh"])
     if seen["gh"] is not None:  # the github forge's image carries gh (Debian's package)
         assert seen["gh"][0] == 0 and json.loads(seen["gh"][1])["login"] == "octocat", seen["gh"]
-    # The fake saw the real token only, and only on the API route's requests.
-    user_calls = [auth for method, path, auth in github.seen if path == "/user"]
-    assert len(user_calls) == (3 if seen["gh"] is not None else 2), github.seen
-    assert set(user_calls) == {f"Bearer {TOKEN}"}
-    # Hostile: an unmarked name gets no TLS (control: the marked one does), the API's placeholder is
-    # refused toward the uploads host, and the relay's port cannot be taken.
+    # gh's one token serves the uploads host too (both routes take GH_TOKEN's placeholder).
+    assert seen["uploads"] == 200
+    # The fake saw the real token only: python, curl, gh and the upload; nothing else reached it.
+    assert [p for _m, p, _a in github.seen].count("/user") == (3 if seen["gh"] is not None else 2), github.seen
+    assert {auth for _m, _p, auth in github.seen} == {f"Bearer {TOKEN}"}, github.seen
+    # Hostile: an unmarked name gets no TLS (control: the marked one does), another route's
+    # placeholder and a decoy toward the intercepted host are refused, the relay's port cannot be taken.
     assert seen["sni"] == {"evil.example": "tls-refused", "api.github.com": "connected"}, seen["sni"]
-    assert seen["uploads"] == 403 and not any(p.startswith("/repos/") for _m, p, _a in github.seen)
+    assert seen["other"] == 403 and seen["decoy"] == 403
+    assert len(github.seen) == (4 if seen["gh"] is not None else 3)
     assert seen["bind"] == 13  # EACCES: 443 is below the namespace's unprivileged-port floor
     # The real token and the CA's key are nowhere the session or the engine can show them.
-    assert seen["environs"] and not any(TOKEN in env or "PRIVATE KEY" in env for env in seen["environs"])
-    assert inspected and all(TOKEN not in text and "PRIVATE KEY" not in text for text in inspected)
+    assert seen["environs"] and not any(t in env for env in seen["environs"] for t in (TOKEN, OTHER_TOKEN,
+                                                                                       "PRIVATE KEY"))
+    assert inspected and all(t not in text for text in inspected for t in (TOKEN, OTHER_TOKEN, "PRIVATE KEY"))
     for root in (user.home, github_workspace):
-        found = subprocess.run(["grep", "-rlE", f"PRIVATE KEY|{TOKEN}", str(root)], capture_output=True, text=True)
+        found = subprocess.run(["grep", "-rlE", f"PRIVATE KEY|{TOKEN}|{OTHER_TOKEN}", str(root)], capture_output=True,
+                               text=True)
         assert found.stdout == "", f"a key or the token was written to {found.stdout}"
     homes = list(user.home.glob("**/.dejima/tls/ca-bundle.pem"))
     assert homes and all(p.read_text().count("BEGIN CERTIFICATE") > 10 for p in homes)  # system CAs + session CA
     session = stderr.split("dejima ledger ")[-1].split()[0]
     records = [json.loads(x) for x in run_dejima(user, scope, "violations", session, "--json").stdout.splitlines()]
     kinds = [r["kind"] for r in records]
-    assert "tls-name-refused" in kinds and "placeholder-cross-route" in kinds, records
+    assert {"tls-name-refused", "placeholder-cross-route", "decoy-used"} <= set(kinds), records
     ledger = [json.loads(x) for x in run_dejima(user, scope, "ledger", session, "--json").stdout.splitlines()]
     assert ("github-api", "GET", 200) in [(e["route"], e["method"], e["status"]) for e in ledger]
