@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
-"""Credential proxy throughput, request rate and streaming delay, as ratios against same-run baselines.
+"""Credential proxy: throughput, request rate, streaming delay and memory, as ratios against same-run anchors.
 
-    .venv/bin/python bench/proxy.py [--bulk-mib 256] [--requests 2000] [--streams 40]
+    .venv/bin/python -m bench.proxy [--quick]          (bench/run runs it too: --only proxy)
 
-One upstream (a small asyncio HTTP server in its own process, on loopback) serves a bulk body, a
-100-byte body and a slow SSE stream. Three paths reach it: direct, through dejima's proxy (its own
-process, plain-HTTP route, header swap) and, when installed, through tinyproxy (a C forward proxy,
-loopback only). Bulk: curl downloads; small requests: one keep-alive connection, sequential GETs from
-this process (the same client for every path); streaming: the delay between the upstream's first
-event and its arrival at the client, proxy minus direct. Goals (docs: mission): bulk and requests/s
-at least tinyproxy's; first event within 5 ms of direct.
+One upstream process on loopback (plain HTTP, and TLS with a certificate for ``localhost``) serves a
+bulk body, a 100-byte body and a slow SSE stream. The ways to it:
+
+- direct (plain and TLS);
+- dejima's proxy in its own process: the plain-HTTP route (``/r/bench/...``, header swap) and the TLS
+  fallback (TLS to ``bench.test`` with a leaf of a session CA, SNI routing, header swap, then TLS to the
+  upstream, verified);
+- tinyproxy (a C forward proxy), anchor for the plain route;
+- mitmproxy in reverse mode (TLS in with its own CA, a header rewritten, TLS out, verified), anchor
+  for the TLS fallback; from ``.venv-mitm/bin/mitmdump``, ``$DEJIMA_BENCH_MITMDUMP`` or the PATH.
+
+Every way is measured by the same clients in this process (sequential keep-alive GETs; curl for
+bulk), alternated round by round. Goals: plain bulk and requests/s at least tinyproxy's; TLS
+fallback requests/s at least 3 × mitmproxy's; first streamed event within 5 ms of direct; the proxy
+process at most 64 MiB resident after the load.
 """
 
 from __future__ import annotations
@@ -17,62 +25,40 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
-UPSTREAM = r'''
-import asyncio, sys, time
-BIG = int(sys.argv[2]) * 1024 * 1024
-BLOCK = b"x" * (1024 * 1024)
-SMALL = b"s" * 100
-async def serve(reader, writer):
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            target = head.split(b" ")[1]
-            if target.endswith(b"/big"):
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % BIG)
-                for _ in range(BIG // len(BLOCK)):
-                    writer.write(BLOCK)
-                    await writer.drain()
-            elif target.endswith(b"/stream"):
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             b"Transfer-Encoding: chunked\r\n\r\n")
-                await writer.drain()
-                await asyncio.sleep(0.02)
-                event = b"data: %.9f\n\n" % time.time()
-                writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
-            else:
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + SMALL)
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    writer.close()
-async def main():
-    server = await asyncio.start_server(serve, "127.0.0.1", int(sys.argv[1]))
-    print("ready", flush=True)
-    await server.serve_forever()
-asyncio.run(main())
-'''
+from bench.common import REPO, Row, alternate, load, median
+from bench.proxywire import UPSTREAM, Way, bulk, first_event_delay, free_port, rss_mib, small, start, wait_port
+
+PLACEHOLDER, TLS_PLACEHOLDER = "sk-ant-api03-benchplaceholder", "sk-ant-api03-benchplaceholdertls"
+INTERCEPTED = "bench.test"
 
 PROXY = r'''
 import asyncio, sys
 from pathlib import Path
 from dejima.core.credentials import Route, Secret, parse_upstream
+from dejima.proxy.authority import SessionAuthority
+from dejima.proxy.intercept import Interception
 from dejima.proxy.server import ProxyConfig, ProxyServer, RouteSpec
 from dejima.proxy.sources import FixedSource
-upstream = parse_upstream(f"http://127.0.0.1:{sys.argv[1]}", "bench")
-route = Route("bench", upstream, "x-api-key", "raw", "sk-ant-api03-benchplaceholder")
+up, up_tls, port, tls_port, work, upstream_ca, host = sys.argv[1:8]
+plain = Route("bench", parse_upstream(f"http://127.0.0.1:{up}", "bench"), "x-api-key", "raw", sys.argv[8])
+tls = Route("bench-tls", parse_upstream(f"https://localhost:{up_tls}", "bench-tls"), "x-api-key", "raw", sys.argv[9])
 async def main():
-    tmp = Path(sys.argv[3])
-    server = ProxyServer(ProxyConfig((RouteSpec(route, FixedSource("bench", Secret("real-bench-key"))),),
-                                     tmp / "ledger.jsonl", tmp / "violations.jsonl"))
-    await server.start(None, "127.0.0.1", int(sys.argv[2]))
+    authority = SessionAuthority.create([host])
+    Path(work, "dejima-ca.pem").write_text(authority.ca_pem)
+    secret = FixedSource("bench", Secret("real-bench-key"))
+    config = ProxyConfig((RouteSpec(plain, secret), RouteSpec(tls, secret)), Path(work, "ledger.jsonl"),
+                         Path(work, "violations.jsonl"), extra_ca_file=upstream_ca,
+                         interception=Interception(authority, {host: "bench-tls"}))
+    server = ProxyServer(config)
+    await server.start(None, "127.0.0.1", int(port), tls_tcp_port=int(tls_port))
     print("ready", flush=True)
     await asyncio.Event().wait()
 asyncio.run(main())
@@ -90,164 +76,157 @@ DisableViaHeader Yes
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def mitmdump() -> str | None:
+    for candidate in (os.environ.get("DEJIMA_BENCH_MITMDUMP"), str(REPO / ".venv-mitm" / "bin" / "mitmdump"),
+                      shutil.which("mitmdump")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
-def start(argv: list[str], **kwargs: object) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **kwargs)  # type: ignore[call-overload]
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", argv
-    return proc
+def upstream_certificate(work: Path) -> tuple[str, str, str]:
+    """(cert, key, CA) for the upstream's ``localhost``, made by the same code as a session CA."""
+    from cryptography.hazmat.primitives import serialization
+
+    from dejima.proxy.authority import SessionAuthority, pem
+
+    authority = SessionAuthority.create(["localhost"], "bench upstream CA")
+    key, cert = authority.leaf("localhost")
+    paths = work / "upstream.pem", work / "upstream.key", work / "upstream-ca.pem"
+    paths[0].write_text(pem(cert))
+    paths[1].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    paths[2].write_text(authority.ca_pem)
+    return str(paths[0]), str(paths[1]), str(paths[2])
 
 
-def wait_port(port: int, seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
+class World:
+    """The running processes and the ways to the upstream; ``pids`` for memory readings."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.ways: dict[str, Way] = {}
+        self.pids: dict[str, int] = {}
+        self.procs: list[subprocess.Popen[str] | subprocess.Popen[bytes]] = []
+
+    def add(self, way: Way, proc: subprocess.Popen[str] | subprocess.Popen[bytes] | None = None) -> None:
+        self.ways[way.name] = way
+        if proc is not None:
+            self.pids[way.name] = proc.pid
 
 
-class Path_:
-    """How a client reaches the upstream: its connect port, request target and extra headers."""
-
-    def __init__(self, name: str, port: int, prefix: str, headers: str = "") -> None:
-        self.name, self.port, self.prefix, self.headers = name, port, prefix, headers
-
-    def curl(self, what: str) -> list[str]:
-        command = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{speed_download}"]
-        command += ["-H", self.headers.strip()] if self.headers else []
-        if self.prefix.startswith("http://"):  # a forward proxy: absolute URL through -x
-            return [*command, "--noproxy", "", "-x", f"http://127.0.0.1:{self.port}", f"{self.prefix}/{what}"]
-        return [*command, "--noproxy", "*", f"http://127.0.0.1:{self.port}{self.prefix}/{what}"]
-
-
-def bulk(path: Path_, reps: int) -> float:
-    speeds = []
-    for _ in range(reps):
-        code, speed = subprocess.run(path.curl("big"), capture_output=True, text=True, check=True).stdout.split()
-        assert code == "200", code
-        speeds.append(float(speed) / 1e6)
-    return statistics.median(speeds)
-
-
-def _recv(sock: socket.socket) -> bytes:
-    data = sock.recv(65536)
-    if not data:
-        raise ConnectionError("closed")
-    return data
-
-
-def read_response(sock: socket.socket) -> bool:
-    """Read one 100-byte response; True when the server keeps the connection open."""
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        buffer += _recv(sock)
-    head, _, rest = buffer.partition(b"\r\n\r\n")
-    assert head.split(b" ")[1] == b"200", head[:40]
-    while len(rest) < 100:
-        rest += _recv(sock)
-    return b"connection: close" not in head.lower() and not head.startswith(b"HTTP/1.0")
-
-
-def small(path: Path_, count: int) -> tuple[float, int]:
-    """Sequential GETs on one keep-alive connection (a new one whenever the server closes it)."""
-    request = (f"GET {path.prefix}/small HTTP/1.1\r\nHost: 127.0.0.1\r\n{path.headers}\r\n").encode()
-    connections, sock = 0, None
-    started = time.perf_counter()
-    for _ in range(count):
-        for attempt in (0, 1):
-            if sock is None:
-                sock = socket.create_connection(("127.0.0.1", path.port))
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                connections += 1
-            try:
-                sock.sendall(request)
-                keep = read_response(sock)
-                break
-            except ConnectionError:  # closed after its last answer without saying so (tinyproxy)
-                sock.close()
-                sock = None
-                if attempt:
-                    raise
-        if not keep and sock is not None:
-            sock.close()
-            sock = None
-    if sock is not None:
-        sock.close()
-    return count / (time.perf_counter() - started), connections
+@contextmanager
+def world(bulk_mib: int) -> Iterator[World]:
+    work = Path(tempfile.mkdtemp(prefix="dejima-bench-proxy-"))
+    found = World(work)
+    up, up_tls, port, tls_port, tiny, mitm = (free_port() for _ in range(6))
+    cert, key, upstream_ca = upstream_certificate(work)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    try:
+        found.procs.append(start([sys.executable, "-c", UPSTREAM, str(up), str(bulk_mib)]))
+        found.procs.append(start([sys.executable, "-c", UPSTREAM, str(up_tls), str(bulk_mib), cert, key]))
+        found.add(Way("direct", up, ""))
+        found.add(Way("direct TLS", up_tls, "", host="localhost", cafile=upstream_ca))
+        proxy = start([sys.executable, "-c", PROXY, str(up), str(up_tls), str(port), str(tls_port), str(work),
+                       upstream_ca, INTERCEPTED, PLACEHOLDER, TLS_PLACEHOLDER], env=env)
+        found.procs.append(proxy)
+        found.add(Way("dejima", port, "/r/bench", f"x-api-key: {PLACEHOLDER}\r\n"), proxy)
+        found.add(Way("dejima TLS", tls_port, "", f"x-api-key: {TLS_PLACEHOLDER}\r\n", INTERCEPTED,
+                      str(work / "dejima-ca.pem")), proxy)
+        if shutil.which("tinyproxy"):
+            (work / "tinyproxy.conf").write_text(TINYPROXY_CONF.format(port=tiny, dir=work))
+            found.procs.append(subprocess.Popen(["tinyproxy", "-d", "-c", str(work / "tinyproxy.conf")],
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            wait_port(tiny)
+            found.add(Way("tinyproxy", tiny, f"http://127.0.0.1:{up}"), found.procs[-1])
+        if (program := mitmdump()) is not None:
+            found.procs.append(subprocess.Popen(
+                [program, "-q", "--mode", f"reverse:https://localhost:{up_tls}", "--listen-host", "127.0.0.1",
+                 "--listen-port", str(mitm), "--set", f"confdir={work / 'mitm'}", "--set",
+                 f"ssl_verify_upstream_trusted_ca={upstream_ca}", "--modify-headers", "/~q/x-api-key/real-bench-key"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            wait_port(mitm)
+            found.add(Way("mitmproxy", mitm, "", f"x-api-key: {TLS_PLACEHOLDER}\r\n", INTERCEPTED,
+                          str(work / "mitm" / "mitmproxy-ca-cert.pem")), found.procs[-1])
+        yield found
+    finally:
+        for proc in found.procs:
+            proc.terminate()
+            proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
 
 
-def first_event_delay(path: Path_, count: int) -> float:
-    """Median ms between the upstream writing its first event and this client reading it."""
-    request = (f"GET {path.prefix}/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-               f"{path.headers}\r\n").encode()
-    delays = []
-    for _ in range(count):
-        with socket.create_connection(("127.0.0.1", path.port)) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(request)
-            data = b""
-            while b"data: " not in data or b"\n\n" not in data.split(b"data: ", 1)[1]:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            arrived = time.time()
-            sent = float(data.split(b"data: ", 1)[1].split(b"\n", 1)[0])
-            delays.append((arrived - sent) * 1000)
-    return statistics.median(delays)
+def _rate(way: Way, count: int) -> float:
+    return small(way, count)[0]
+
+
+def measure(found: World, quick: bool) -> dict[str, dict[str, float]]:
+    """Per way: bulk MB/s, small requests/s, first-event delay (ms); RSS (MiB) of the proxies."""
+    rounds, requests, streams, reps = (3, 300, 10, 1) if quick else (5, 2000, 40, 3)
+    ways = found.ways
+    results: dict[str, dict[str, float]] = {name: {} for name in ways}
+    for name, pid in found.pids.items():
+        results[name]["rss idle"] = rss_mib(pid)
+    rates = alternate({n: partial(_rate, w, requests // rounds) for n, w in ways.items()}, rounds)
+    speeds = alternate({n: partial(bulk, w, 1) for n, w in ways.items()}, reps)
+    delays = alternate({n: partial(first_event_delay, w, max(1, streams // rounds)) for n, w in ways.items()}, rounds)
+    for name in ways:
+        results[name].update({"small": median(rates[name]), "bulk": median(speeds[name]),
+                              "first event": median(delays[name])})
+    for name, pid in found.pids.items():
+        results[name]["rss after"] = rss_mib(pid)
+    return results
+
+
+def rows(results: dict[str, dict[str, float]], loads: list[float]) -> list[Row]:
+    d, dt = results["dejima"], results["dejima TLS"]
+    tiny, mitm = results.get("tinyproxy", {}), results.get("mitmproxy", {})
+    plain_note = f"direct {results['direct']['bulk']:,.0f} MB/s, {results['direct']['small']:,.0f} req/s"
+    tls_note = f"direct TLS {results['direct TLS']['bulk']:,.0f} MB/s, {results['direct TLS']['small']:,.0f} req/s"
+    return [
+        Row("proxy: plain route, bulk", "MB/s", d["bulk"], tiny.get("bulk"), "tinyproxy", 1.0, "higher",
+            note=plain_note, load=loads),
+        Row("proxy: plain route, small keep-alive requests", "req/s", d["small"], tiny.get("small"), "tinyproxy",
+            1.0, "higher", load=loads),
+        Row("proxy: first streamed event, over direct", "ms", d["first event"] - results["direct"]["first event"],
+            results["direct"]["first event"], "direct", 5.0, absolute=True, load=loads),
+        Row("proxy: TLS fallback, small keep-alive requests", "req/s", dt["small"], mitm.get("small"), "mitmproxy",
+            3.0, "higher", note=tls_note, load=loads),
+        Row("proxy: TLS fallback, bulk", "MB/s", dt["bulk"], mitm.get("bulk"), "mitmproxy", 1.0, "higher",
+            load=loads),
+        Row("proxy: TLS fallback, first streamed event, over direct TLS", "ms",
+            dt["first event"] - results["direct TLS"]["first event"], results["direct TLS"]["first event"],
+            "direct TLS", 5.0, absolute=True, load=loads),
+        Row("proxy: resident memory after the load", "MiB", d["rss after"], mitm.get("rss after"), "mitmproxy",
+            64.0, absolute=True, note=f"idle {d['rss idle']:.1f} MiB (mitmproxy {mitm.get('rss idle', 0):.1f}); "
+            "the proxy alone in a Python process (in a session it is a thread of the launcher)", load=loads),
+    ]
+
+
+def run(quick: bool) -> list[Row]:
+    before = load()
+    with world(64 if quick else 256) as found:
+        results = measure(found, quick)
+    return rows(results, [before, load()])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bulk-mib", type=int, default=256)
-    parser.add_argument("--bulk-reps", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--streams", type=int, default=40)
+    parser.add_argument("--quick", action="store_true", help="fewer requests and a smaller bulk body")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="dejima-bench-proxy-"))
-    up_port, proxy_port, tiny_port = free_port(), free_port(), free_port()
-    procs = [start([sys.executable, "-c", UPSTREAM, str(up_port), str(args.bulk_mib)])]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    procs.append(start([sys.executable, "-c", PROXY, str(up_port), str(proxy_port), str(work)], env=env))
-    paths = [Path_("direct", up_port, ""),
-             Path_("dejima", proxy_port, "/r/bench", "x-api-key: sk-ant-api03-benchplaceholder\r\n")]
-    if shutil.which("tinyproxy"):
-        (work / "tinyproxy.conf").write_text(TINYPROXY_CONF.format(port=tiny_port, dir=work))
-        procs.append(subprocess.Popen(["tinyproxy", "-d", "-c", str(work / "tinyproxy.conf")],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(tiny_port)
-        paths.append(Path_("tinyproxy", tiny_port, f"http://127.0.0.1:{up_port}"))
-    else:
-        print("tinyproxy not installed: its row is left out (apt-get install tinyproxy)")
-    try:
-        results = {}
-        for path in paths:
-            rps, connections = small(path, args.requests)
-            results[path.name] = (bulk(path, args.bulk_reps), rps, first_event_delay(path, args.streams))
-            mbs, rps, delay = results[path.name]
-            print(f"{path.name:10s} bulk {mbs:8.0f} MB/s   small {rps:7.0f} req/s ({connections} connections)   "
-                  f"first event {delay:6.2f} ms after the upstream sent it", flush=True)
-        base = results["direct"]
-        for name in ("dejima", "tinyproxy"):
-            if name in results and name != "direct":
-                mbs, rps, delay = results[name]
-                print(f"{name:10s} vs direct: bulk {mbs / base[0]:.2f}x, requests {rps / base[1]:.2f}x, "
-                      f"first-event delay +{delay - base[2]:.2f} ms")
-        if "tinyproxy" in results:
-            d, t = results["dejima"], results["tinyproxy"]
-            print(f"dejima vs tinyproxy: bulk {d[0] / t[0]:.2f}x (goal >= 1), requests {d[1] / t[1]:.2f}x (goal >= 1)")
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(10)
-        shutil.rmtree(work, ignore_errors=True)
+    before = load()
+    with world(64 if args.quick else 256) as found:
+        missing = {"tinyproxy", "mitmproxy"} - set(found.ways)
+        if missing:
+            print(f"not installed, rows left without an anchor: {', '.join(sorted(missing))} "
+                  "(apt-get install tinyproxy; python3 -m venv .venv-mitm && .venv-mitm/bin/pip install mitmproxy)")
+        results = measure(found, args.quick)
+    for name, values in results.items():
+        print(f"{name:11s} " + "   ".join(f"{k} {v:,.2f}" for k, v in values.items()))
+    from bench.__main__ import table
+
+    print()
+    print(table(rows(results, [before, load()])))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from dejima.core.plan import (
     PROXY_SOCKET,
     RESOLV_CONF,
     SESSION_HOME,
+    TLS_SOCKET,
     Identity,
     NetworkFacts,
     SessionPlan,
@@ -160,7 +161,8 @@ def prepare_session(
         host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"), identity)
     proxy = _prepare_proxy(workspace, command, resolved, settings, request, identity, ui)
     if proxy is not None:
-        request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries)
+        request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
+                          intercept=proxy.intercepted)
     sockets = host.ensure_private_dir(Path(request.run_dir or ""))
     # The filter (root without CAP_DAC_OVERRIDE) makes its control socket here, so the directory is
     # open to it; no one else gets near: its parent is the launcher's own 0700 state directory,
@@ -336,7 +338,9 @@ def _serving(prepared: Prepared) -> AbstractContextManager[object]:
         return nullcontext()
     from dejima.proxy.runner import ProxyThread
 
-    return ProxyThread(prepared.proxy.prepared.config, run_dir(prepared.plan.session_id) / PROXY_SOCKET)
+    sockets = run_dir(prepared.plan.session_id)
+    return ProxyThread(prepared.proxy.prepared.config, sockets / PROXY_SOCKET,
+                       sockets / TLS_SOCKET if prepared.proxy.intercepted else None)
 
 
 def ledger_summary(session_id: str) -> str:

@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from dejima.core.credentials import Route, looks_like_real_secret, presented_token, split_route_target, upstream_target
-from dejima.core.httpwire import Headers, RequestHead, end_to_end, is_websocket_upgrade
+from dejima.core.credentials import (
+    ROUTE_PREFIX,
+    Route,
+    looks_like_real_secret,
+    presented_token,
+    split_route_target,
+    upstream_target,
+)
+from dejima.core.httpwire import Headers, HttpError, RequestHead, end_to_end, is_websocket_upgrade
 from dejima.core.placeholders import Marker, SecretScanner
 
 _DROPPED = frozenset({b"host", b"expect"})  # the proxy writes Host; it answers Expect itself
@@ -110,3 +117,16 @@ def admit(head: RequestHead, routes: Mapping[str, Route], scanner: SecretScanner
     if upgrade:
         forwarded += [(b"Connection", b"Upgrade"), (b"Upgrade", head.get(b"upgrade") or b"websocket")]
     return Admission(route, upstream_target(route.upstream, tail), forwarded, upgrade)
+
+
+def intercepted(head: RequestHead, host: str, route: str) -> RequestHead:
+    """A request that arrived over the TLS fallback for ``host`` (its SNI), as a request for its
+    route: ``/user`` becomes ``/r/<route>/user``, then ``admit`` decides as for any route. The
+    target must be a path, and a Host header must name the host the TLS connection was made for."""
+    if not head.target.startswith("/"):
+        raise HttpError(400, "an intercepted request's target must be a path")
+    named = (head.get(b"host") or host.encode("ascii")).decode("latin-1").lower()
+    name, _, port = named.partition(":")
+    if name != host or not (port == "" or port.isdigit()):
+        raise HttpError(421, f"the Host header names another host than the TLS connection ({host})")
+    return replace(head, target=f"{ROUTE_PREFIX}{route}{head.target}")

@@ -74,4 +74,5 @@ VIOLATION_KINDS = {
     "foreign-credential": "the client sent a credential that is not this session's placeholder",
     "real-secret-in-request": "the request carried a real secret held by the proxy",
     "push-refused": "a git push broke a push rule",
+    "tls-name-refused": "a TLS connection to the proxy named no host a route intercepts (or no host at all)",
 }

@@ -20,6 +20,7 @@ from typing import Any
 from dejima.core.kinds import (
     ABSOLUTE_PATH,
     ALLOW_ENTRY,
+    BOOL,
     DOMAIN,
     EGRESS_ENTRY,
     ENV_NAME,
@@ -99,6 +100,10 @@ class CredentialRoute:
         KEBAB, "scheme aws-sigv4 only: the service name AWS signatures are made for (\"bedrock\" for "
         "bedrock-runtime); the region comes from the upstream host; the session gets placeholder "
         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", None)
+    intercept: bool = key(
+        BOOL, "for tools that take no base URL (gh): the session's connections to the upstream's host end at "
+        "dejima's proxy, which shows a certificate from a per-session CA the session trusts; the upstream must be "
+        "a bare https://host", False)
 
 
 def _username_goes_with_basic(values: dict[str, Any]) -> None:
@@ -106,6 +111,15 @@ def _username_goes_with_basic(values: dict[str, Any]) -> None:
     if username is not None and (values.get("scheme") != "Basic" or ":" in username):
         raise Invalid("only goes with scheme = \"Basic\", and holds no ':'", "remove it, or set scheme = \"Basic\"",
                       ("username",))
+
+
+def _intercept_needs_a_bare_host(values: dict[str, Any]) -> None:
+    from urllib.parse import urlsplit
+
+    upstream = str(values.get("upstream", ""))
+    if values.get("intercept") and urlsplit(upstream).path not in ("", "/"):
+        raise Invalid(f"needs an upstream without a path, not {upstream!r}",
+                      "an intercepted tool sends its own paths: write upstream = \"https://host\"", ("intercept",))
 
 
 def _sigv4_goes_together(values: dict[str, Any]) -> None:
@@ -135,7 +149,8 @@ def _sigv4_goes_together(values: dict[str, Any]) -> None:
                       "use the regional endpoint, e.g. https://bedrock-runtime.us-east-1.amazonaws.com", ("upstream",))
 
 
-_ROUTE = record(CredentialRoute, "[[credentials]]", (_username_goes_with_basic, _sigv4_goes_together))
+_ROUTE = record(CredentialRoute, "[[credentials]]", (_username_goes_with_basic, _sigv4_goes_together,
+                                                        _intercept_needs_a_bare_host))
 
 
 @dataclass(frozen=True, slots=True)

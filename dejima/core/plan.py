@@ -39,6 +39,7 @@ FILTER_RUN_DIR = "/run/dejima"
 CONTROL_SOCKET = "control.sock"
 PROXY_SOCKET = "proxy.sock"
 BRIDGE_PORT = 700  # the filter relays 127.0.0.1:700 in the namespace to the proxy's socket
+TLS_SOCKET, TLS_PORT = "tls.sock", 443  # the TLS fallback: intercepted names resolve to 127.0.0.1, relayed here
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,7 @@ class SessionRequest:
     # git rewrites, decoys. Never a secret: those stay in the launcher's proxy.
     credential_env: tuple[tuple[str, str], ...] = ()
     canaries: tuple[str, ...] = ()  # placeholder and decoy values the resolver refuses to see in a name
+    intercept: tuple[str, ...] = ()  # hosts the proxy's TLS fallback serves (manifests' intercept = true)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,7 @@ class CredentialView:
     upstream: str  # after any [credentials] upstreams override
     placeholder_env: str | None
     base_url_env: str | None
+    intercept: bool = False  # its host's TLS is answered by the proxy (the session CA)
 
 
 def credential_views(resolved: Resolved | None, upstreams: dict[str, str]) -> tuple[CredentialView, ...]:
@@ -166,7 +169,8 @@ def credential_views(resolved: Resolved | None, upstreams: dict[str, str]) -> tu
                 placeholder_env = "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY"
             views.setdefault(route.name, CredentialView(route.name, manifest.source, source,
                                                         upstreams.get(route.name, route.upstream),
-                                                        placeholder_env, route.base_url_env))
+                                                        placeholder_env, route.base_url_env,
+                                                        route.intercept))
     return tuple(views.values())
 
 
@@ -210,6 +214,9 @@ def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation
         sockets["control"] = {"socket": f"{FILTER_RUN_DIR}/{CONTROL_SOCKET}", "owner": request.control_owner}
         if request.bridge:
             sockets["bridge"] = {"socket": f"{FILTER_RUN_DIR}/{PROXY_SOCKET}", "port": BRIDGE_PORT}
+            if request.intercept:
+                sockets["intercept"] = {"socket": f"{FILTER_RUN_DIR}/{TLS_SOCKET}", "port": TLS_PORT,
+                                        "names": sorted(request.intercept)}
     return json.dumps(
         {
             **sockets,

@@ -64,7 +64,8 @@ async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     writer = SetWriter(expect["family"], expect["table"])
     log = ViolationLog()
     resolver = PolicyResolver(policy, Forwarder(config["upstreams"], config["resolver_mark"]), BatchedSets(writer),
-                              log, canaries=tuple(config.get("canaries", ())))
+                              log, canaries=tuple(config.get("canaries", ())),
+                              intercepted=frozenset(config.get("intercept", {}).get("names", ())))
     spawn(_prune(resolver, writer))
     reader = NflogReader(config["nflog_group"], log, resolver.domain_of)
     reader.attach(asyncio.get_running_loop())
@@ -98,6 +99,8 @@ async def _serve(config: dict[str, Any], digest: str) -> None:
             from dejima.filter.bridge import start_bridge
 
             await start_bridge(config["bridge"]["socket"], config["bridge"]["port"])
+            if "intercept" in config:  # the proxy's TLS fallback: intercepted names resolve to 127.0.0.1
+                await start_bridge(config["intercept"]["socket"], config["intercept"]["port"])
         print(f"{READY} ruleset={digest}", flush=True)
         _STATE["ready"] = True
         await stop.wait()

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dnslib import EDNS0, QTYPE, RCODE, RR, DNSHeader, DNSRecord, EDNSOption
+from dnslib import EDNS0, QTYPE, RCODE, RR, A, DNSHeader, DNSRecord, EDNSOption
 
 from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
 from dejima.filter import VIOLATION, hitcache
@@ -55,6 +55,7 @@ FOLD_SECONDS = 5.0  # identical refusal records within this window are folded in
 Record = Callable[[dict[str, Any]], None]
 Forward = Callable[[DNSRecord], Awaitable[DNSRecord]]
 MEMO_ENTRIES = 4096  # verdicts remembered per policy object
+INTERCEPT_ADDRESS, INTERCEPT_TTL = "127.0.0.1", 300
 
 
 class Sets(Protocol):
@@ -91,8 +92,11 @@ class Cached:
 class PolicyResolver:
     def __init__(self, policy: EgressPolicy, forward: Forward, sets: Sets, record: Record,
                  ttl_floor: int = 60, ttl_ceiling: int = 3600, clock: Callable[[], float] = time.monotonic,
-                 canaries: tuple[str, ...] = ()) -> None:
+                 canaries: tuple[str, ...] = (), intercepted: frozenset[str] = frozenset()) -> None:
         self.policy, self.forward, self.sets, self.record = policy, forward, sets, record
+        # Names the credential proxy's TLS fallback serves: answered with the loopback address the
+        # filter relays to the proxy; never asked upstream, never put in a set.
+        self.intercepted = intercepted
         # The random part of every placeholder and decoy credential of the session (lower-case
         # letters and digits): a name carrying one is refused, whatever the allow list says.
         self.canaries = canaries
@@ -243,6 +247,8 @@ class PolicyResolver:
                               "reason": verdict.reason})
                 self._denied(question.name, question.type_name, verdict.reason, grantable=not verdict.entry)
             return self._refuse(request, verdict.reason, EDE_PROHIBITED)
+        if question.name in self.intercepted:
+            return _intercepted(request, question)
         if question.qtype == QTYPE.AAAA:
             return _reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
         cached = self._cached(question)
@@ -388,6 +394,14 @@ def _reply(request: DNSRecord) -> DNSRecord:
     reply = DNSRecord(DNSHeader(id=request.header.id, qr=1, ra=1, rd=request.header.rd), q=request.q)
     if any(rr.rtype == QTYPE.OPT for rr in request.ar):
         reply.add_ar(EDNS0(udp_len=UPSTREAM_PAYLOAD))
+    return reply
+
+
+def _intercepted(request: DNSRecord, question: Question) -> DNSRecord:
+    """127.0.0.1 for an A question (the filter's TLS relay to the proxy), nothing for any other type."""
+    reply = _reply(request)
+    if question.qtype == QTYPE.A:
+        reply.add_answer(RR(request.q.qname, QTYPE.A, ttl=INTERCEPT_TTL, rdata=A(INTERCEPT_ADDRESS)))
     return reply
 
 

@@ -22,14 +22,17 @@ from pathlib import Path
 from types import TracebackType
 
 from dejima.core.manifest import CredentialRoute
-from dejima.core.plan import BRIDGE_PORT
+from dejima.core.plan import BRIDGE_PORT, SESSION_HOME
 from dejima.core.pushrules import PushPolicy
 from dejima.core.resolve import Resolved
 from dejima.core.settings import CredentialSettings
 from dejima.proxy.server import ProxyConfig, ProxyServer
-from dejima.proxy.setup import Prepared, prepare, session_env
+from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, Prepared, prepare, session_env
 
 ORIGIN = f"http://127.0.0.1:{BRIDGE_PORT}"  # the proxy, as the session reaches it through the filter
+TRUST_DIR = ".dejima/tls"  # in the session's home: the session CA and the bundle its tools trust
+# The host's bundle of system CAs, the first that exists (Debian/Ubuntu, Fedora/RHEL, Alpine/others).
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 
 
 # API families the proxy cannot serve (none today: Bedrock's SigV4 routes are signed by dejima.proxy.signing).
@@ -76,7 +79,7 @@ def prepare_for_session(routes: Iterable[tuple[CredentialRoute, str]], directory
 
 def session_environment(prepared: Prepared) -> dict[str, str]:
     base_urls = {name: r.base_url_env for name, r in prepared.manifest_routes.items() if r.base_url_env}
-    return session_env(prepared, ORIGIN, base_urls)
+    return session_env(prepared, ORIGIN, base_urls, f"{SESSION_HOME}/{TRUST_DIR}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,12 @@ class SessionProxy:
     @property
     def routes(self) -> list[str]:
         return [spec.route.name for spec in self.prepared.config.routes]
+
+    @property
+    def intercepted(self) -> tuple[str, ...]:
+        """Hosts the TLS fallback serves: the filter's resolver answers them with its relay."""
+        interception = self.prepared.interception
+        return tuple(interception.routes) if interception is not None else ()
 
 
 def push_policies(routes: Iterable[tuple[CredentialRoute, str]], git_config: str) -> dict[str, PushPolicy]:
@@ -121,6 +130,8 @@ def prepare_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, w
         workspace)), required_routes(resolved, command), settings.extra_ca_file or None, settings.decoys)
     if prepared.decoys.aws_credentials_file:
         _plant_decoy_file(home / ".aws" / "credentials", prepared.decoys.aws_credentials_file, owner)
+    if prepared.interception is not None:
+        write_trust(home / TRUST_DIR, prepared.interception.authority.ca_pem, owner)
     canaries = tuple(spec.route.placeholder for spec in prepared.config.routes) + tuple(
         spec.route.signing.secret_placeholder for spec in prepared.config.routes if spec.route.signing) + tuple(
         prepared.decoys.values().values())
@@ -143,25 +154,55 @@ def _plant_decoy_file(path: Path, text: str, owner: tuple[int, int] | None) -> N
             os.chown(item, *owner)
 
 
+def system_bundle() -> str:
+    """The host's system CAs as PEM ("" when the host has no bundle where Linux keeps one)."""
+    for candidate in SYSTEM_BUNDLES:
+        if os.path.isfile(candidate):
+            return Path(candidate).read_text(encoding="ascii", errors="replace")
+    return ""
+
+
+def write_trust(directory: Path, ca_pem: str, owner: tuple[int, int] | None) -> None:
+    """The session CA alone and the bundle (system CAs, then the session CA), readable by the
+    session's user; public certificates only, the CA's key stays in the proxy's memory. The home
+    is the session's to change: a link it left in the way is removed, never followed."""
+    for step in (directory.parent, directory):
+        if step.is_symlink() or (step.exists() and not step.is_dir()):
+            step.unlink()
+        step.mkdir(exist_ok=True, mode=0o755)
+    bundle = system_bundle().rstrip("\n")
+    for name, text in ((CA_FILE, ca_pem), (BUNDLE_FILE, f"{bundle}\n{ca_pem}" if bundle else ca_pem)):
+        path = directory / name
+        path.unlink(missing_ok=True)  # never write through a link the session may have left
+        path.write_text(text, encoding="ascii")
+        path.chmod(0o644)
+    if owner is not None and os.getuid() == 0:
+        for item in (directory.parent, directory, directory / CA_FILE, directory / BUNDLE_FILE):
+            os.chown(item, *owner)
+
+
 class ProxyThread:
     """The proxy serving on ``socket_path`` from a thread of its own, for a ``with`` block."""
 
-    def __init__(self, config: ProxyConfig, socket_path: Path) -> None:
+    def __init__(self, config: ProxyConfig, socket_path: Path, tls_socket_path: Path | None = None) -> None:
         self.server = ProxyServer(config)
-        self.socket_path = socket_path
+        self.socket_path, self.tls_socket_path = socket_path, tls_socket_path
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="credential-proxy", daemon=True)
 
     def __enter__(self) -> ProxyThread:
         self.thread.start()
         try:
-            asyncio.run_coroutine_threadsafe(self.server.start(unix_path=self.socket_path), self.loop).result(60)
+            asyncio.run_coroutine_threadsafe(self.server.start(
+                unix_path=self.socket_path, tls_unix_path=self.tls_socket_path), self.loop).result(60)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         # The filter connects as root without CAP_DAC_OVERRIDE: the mode lets it in; no one else
         # reaches the path (its parent directory on the host is the launcher's own 0700 one).
-        os.chmod(self.socket_path, 0o666)
+        for path in (self.socket_path, self.tls_socket_path):
+            if path is not None and path.exists():
+                os.chmod(path, 0o666)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,

@@ -16,8 +16,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dejima.core.admission import Admission, Refusal, admit
+from dejima.core.admission import Admission, Refusal, admit, intercepted
 from dejima.core.credentials import Route, credential_value
 from dejima.core.httpwire import (
     MAX_HEAD_BYTES,
@@ -27,6 +28,7 @@ from dejima.core.httpwire import (
     parse_request_head,
     request_framing,
     serialize_request,
+    wants_keep_alive,
 )
 from dejima.core.ledger import LedgerEntry, Violation, redact_target, scrub
 from dejima.core.placeholders import SecretScanner
@@ -37,9 +39,12 @@ from dejima.proxy.sources import CredentialSource, SourceUnavailable
 from dejima.proxy.upstream import UpstreamPool
 from dejima.proxy.wire import BodyCut, Idle, close_writer, plain_response
 
+if TYPE_CHECKING:
+    from dejima.proxy.intercept import Interception, Via
+
 _REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Content Too Large",
-            431: "Request Header Fields Too Large", 501: "Not Implemented", 502: "Bad Gateway",
-            504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
+            421: "Misdirected Request", 431: "Request Header Fields Too Large", 501: "Not Implemented",
+            502: "Bad Gateway", 504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,7 @@ class ProxyConfig:
     idle_timeout: float = 600.0  # between two reads of a body, and between two requests
     max_push_bytes: int = 256 * 1024 * 1024
     max_signed_body: int = 32 * 1024 * 1024  # aws-sigv4 routes hash the whole request body before sending it
+    interception: Interception | None = None  # the TLS fallback: the session CA and its hosts' routes
 
 
 class ProxyServer:
@@ -78,11 +84,22 @@ class ProxyServer:
         self._clients: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()  # connections in the middle of an exchange
         self.tcp_port: int | None = None
+        self.tls_port: int | None = None
 
-    async def start(self, unix_path: Path | None = None, tcp_host: str | None = None, tcp_port: int = 0) -> None:
-        """Resolve every route's current secret, then listen (unix socket mode 0600; optional TCP for tests)."""
+    async def start(self, unix_path: Path | None = None, tcp_host: str | None = None, tcp_port: int = 0,
+                    tls_unix_path: Path | None = None, tls_tcp_port: int | None = None) -> None:
+        """Resolve every route's current secret, then listen (unix socket mode 0600; optional TCP for tests);
+        with an interception configured, the TLS fallback listens too (``tls_*``)."""
         for name, spec in self.specs.items():
             self.reals[name] = (await spec.source.current()).reveal()
+        if self.config.interception is not None and (tls_unix_path is not None or tls_tcp_port is not None):
+            from dejima.proxy.intercept import TlsListener
+
+            tls = await TlsListener(self, self.config.interception).start(
+                tls_unix_path, tcp_host if tls_tcp_port is not None else None, tls_tcp_port or 0)
+            self._servers += tls
+            if tls_tcp_port is not None:
+                self.tls_port = tls[-1].sockets[0].getsockname()[1]
         if unix_path is not None:
             server = await asyncio.start_unix_server(self._client, path=str(unix_path), limit=MAX_HEAD_BYTES)
             os.chmod(unix_path, 0o600)
@@ -109,11 +126,16 @@ class ProxyServer:
         self.records.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self.serve_connection(reader, writer)
+
+    async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                               via: Via | None = None) -> None:
+        """Serve one client connection's requests; ``via``: it came through the TLS fallback."""
         task = asyncio.current_task()
         assert task is not None
         self._clients.add(task)
         try:
-            while await self._one(reader, writer):
+            while await self._one(reader, writer, via):
                 pass
         except (ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError, BodyCut, HttpError):
             pass
@@ -134,7 +156,7 @@ class ProxyServer:
         except asyncio.LimitOverrunError:
             raise HttpError(431, f"request head larger than {MAX_HEAD_BYTES} bytes") from None
 
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, via: Via | None) -> bool:
         """Serve one request; True when the connection may carry another."""
         started = time.time()
         try:
@@ -143,6 +165,8 @@ class ProxyServer:
                 return False
             head = parse_request_head(raw)
             framing = request_framing(head)
+            if via is not None:
+                head = intercepted(head, via.host, via.route)
         except HttpError as exc:
             self.violation("malformed-request", "", exc.reason)
             await self.answer(writer, exc.status, exc.reason, close=True)
@@ -166,8 +190,9 @@ class ProxyServer:
                       started: float) -> bool:
         if refusal.violation:
             self.violation(refusal.violation, refusal.route, refusal.reason)
-        # The unread body would be taken for the next request: only a body-less request keeps the connection.
-        keep = framing.kind == "none"
+        # The unread body would be taken for the next request: only a body-less request keeps the connection
+        # (and only when the client wants it kept).
+        keep = framing.kind == "none" and wants_keep_alive(head.version, head.headers)
         extra = [(b"WWW-Authenticate", b'Basic realm="dejima"')] if refusal.challenge else []
         await self.answer(writer, refusal.status, refusal.reason, close=not keep, extra=extra)
         self.ledger(started, refusal.route, head.method, head.target, Outcome(refusal.status, error=refusal.reason))

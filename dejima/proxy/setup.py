@@ -21,6 +21,7 @@ from dejima.core.manifest import CredentialRoute
 from dejima.core.placeholders import AWS_PLACEHOLDER_ENV, Decoys, make_aws_placeholders, make_decoys, make_placeholder
 from dejima.core.pushrules import PushPolicy
 from dejima.core.sigv4 import AwsSigning, SigningScope, region_of
+from dejima.proxy.intercept import Interception
 from dejima.proxy.server import ProxyConfig, RouteSpec
 from dejima.proxy.sources import CredentialError, resolve_source
 from dejima.violations import LEDGER, RECORDS  # the session's own files: `dejima violations`/`ledger` read them
@@ -32,6 +33,17 @@ class Prepared:
     manifest_routes: Mapping[str, CredentialRoute]  # by route name, as the manifests wrote them
     decoys: Decoys
     skipped: tuple[CredentialError, ...] = field(default_factory=tuple)
+
+    @property
+    def interception(self) -> Interception | None:
+        return self.config.interception
+
+
+# Where tools look for extra trust: each gets the session's bundle (the system's CAs and the session
+# CA), except Node, which adds NODE_EXTRA_CA_CERTS to its own store and gets the session CA alone.
+TRUST_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
+              "AWS_CA_BUNDLE", "CARGO_HTTP_CAINFO")
+CA_FILE, BUNDLE_FILE = "session-ca.pem", "ca-bundle.pem"
 
 
 def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, overrides: Mapping[str, str] = {},
@@ -48,6 +60,10 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
     skipped: list[CredentialError] = []
     must = set(required)
     aws_key_id, aws_secret = make_aws_placeholders()  # one AWS identity per session, as an SDK has one
+    # One placeholder per host secret: routes fed by the same source (gh's GH_TOKEN toward
+    # api.github.com and uploads.github.com, git's toward github.com) accept the same placeholder,
+    # each toward its own upstream only; it could only ever bring them the same secret.
+    shared: dict[tuple[str, tuple[str, ...]], str] = {}
     for declared, origin in routes:
         where = f"{origin} credentials route {declared.name!r}"
         try:
@@ -68,7 +84,8 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
             # The region of the upstream actually used (a regional override), else the manifest's.
             region = region_of(upstream.host) or region_of(shape_host) or ""
             signing = AwsSigning(SigningScope(region, declared.aws_service or ""), aws_secret)
-        placeholder = aws_key_id if signing else make_placeholder(shape_host, header)
+        placeholder = aws_key_id if signing else shared.setdefault(declared.source,
+                                                                   make_placeholder(shape_host, header))
         route = Route(declared.name, upstream, header, declared.scheme, placeholder, declared.username, signing)
         specs.append(RouteSpec(route, source, push.get(declared.name)))
         manifest_routes[declared.name] = declared
@@ -77,19 +94,42 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
         taken += AWS_PLACEHOLDER_ENV
     decoys = make_decoys(taken)
     config = ProxyConfig(tuple(specs), directory / LEDGER, directory / RECORDS,
-                         decoys.values(), extra_ca_file)
+                         decoys.values(), extra_ca_file, interception=_interception(manifest_routes.values()))
     return Prepared(config, manifest_routes, decoys, tuple(skipped))
 
 
-def session_env(prepared: Prepared, origin: str, base_url_env: Mapping[str, str] = {}) -> dict[str, str]:
+def _interception(routes: Iterable[CredentialRoute]) -> Interception | None:
+    """The session CA for the hosts of the routes marked ``intercept`` (the manifest's upstream
+    host: where the tool connects, whatever upstream override the proxy then uses)."""
+    from dejima.proxy.authority import SessionAuthority
+
+    hosts: dict[str, str] = {}
+    for declared in routes:
+        if declared.intercept:
+            hosts.setdefault(parse_upstream(declared.upstream, declared.name).host, declared.name)
+    return Interception(SessionAuthority.create(hosts), hosts) if hosts else None
+
+
+def trust_env(trust_dir: str) -> dict[str, str]:
+    """The variables that make the session's tools trust the session CA (``trust_dir`` as the session sees it)."""
+    env = {name: f"{trust_dir}/{BUNDLE_FILE}" for name in TRUST_VARS}
+    env["NODE_EXTRA_CA_CERTS"] = f"{trust_dir}/{CA_FILE}"
+    return env
+
+
+def session_env(prepared: Prepared, origin: str, base_url_env: Mapping[str, str] = {},
+                trust_dir: str | None = None) -> dict[str, str]:
     """The session's environment for its routes: placeholders, base URLs, git rewrites, decoys.
 
     ``origin``: the proxy as the session reaches it (``http://127.0.0.1:PORT``); ``base_url_env``:
     route name -> the variable that takes its base URL (e.g. ANTHROPIC_BASE_URL). Basic routes
     (git smart-HTTP) get ``url.<proxy route>.insteadOf=<upstream>/`` and the placeholder as an
-    ``http.<proxy route>.extraHeader``, through GIT_CONFIG_* (no file in the workspace).
+    ``http.<proxy route>.extraHeader``, through GIT_CONFIG_* (no file in the workspace). With
+    intercepted routes, ``trust_dir`` (where the session reads the CA files) goes into TRUST_VARS.
     """
     env: dict[str, str] = dict(prepared.decoys.env)
+    if prepared.interception is not None and trust_dir is not None:
+        env.update(trust_env(trust_dir))
     git: list[tuple[str, str]] = []
     for spec in prepared.config.routes:
         route, declared = spec.route, prepared.manifest_routes[spec.route.name]
@@ -112,4 +152,4 @@ def session_env(prepared: Prepared, origin: str, base_url_env: Mapping[str, str]
     return env
 
 
-__all__ = ["ROUTE_PREFIX", "Prepared", "prepare", "session_env"]
+__all__ = ["ROUTE_PREFIX", "Prepared", "prepare", "session_env", "trust_env"]

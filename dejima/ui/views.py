@@ -38,7 +38,9 @@ def format_plan(plan: SessionPlan) -> str:
     for c in plan.credentials:
         lines.append(f"{c.route:<24} {c.source} -> {c.upstream} only; session gets "
                      f"{c.placeholder_env or 'no variable'} = a placeholder"
-                     + (f", {c.base_url_env} = the proxy" if c.base_url_env else "") + f"  (from {c.origin})")
+                     + (f", {c.base_url_env} = the proxy" if c.base_url_env else "")
+                     + (", its host's TLS answered by the proxy (session CA)" if c.intercept else "")
+                     + f"  (from {c.origin})")
     lines += ["", "## Containers"]
     for spec in (plan.filter, plan.session):
         lines.append(f"{spec.name}: user {spec.user}, capabilities {', '.join(spec.cap_add) or 'none'}, "

@@ -192,12 +192,12 @@ class RunningProxy:
 
 
 @contextmanager
-def running_proxy(tmp: Path, specs: list[RouteSpec], unix_path: Path | None = None,
+def running_proxy(tmp: Path, specs: list[RouteSpec], unix_path: Path | None = None, tls_tcp_port: int | None = None,
                   **options: Any) -> Iterator[RunningProxy]:
     config = ProxyConfig(tuple(specs), tmp / "ledger.jsonl", tmp / "violations.jsonl", **options)
     loop = LoopThread()
     server = ProxyServer(config)
-    loop.run(server.start(unix_path, "127.0.0.1", 0))
+    loop.run(server.start(unix_path, "127.0.0.1", 0, tls_tcp_port=tls_tcp_port))
     try:
         yield RunningProxy(server, loop, server.tcp_port or 0, config.ledger_path, config.violations_path)
     finally:

@@ -43,3 +43,17 @@ def test_missing_sources_are_skipped_or_required(tmp_path: Path) -> None:
 def test_a_plaintext_override_to_a_remote_host_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CredentialError, match="plain http to a non-loopback host"):
         prepare([(ANTHROPIC, "b.toml")], tmp_path, overrides={"anthropic-api-key": "http://gw.corp"}, environ=HOST)
+
+
+def test_routes_fed_by_one_source_share_its_placeholder(tmp_path: Path) -> None:
+    """gh sends GH_TOKEN's placeholder to api.github.com and uploads.github.com alike: both routes
+    take it (each toward its own upstream); a route of another source does not."""
+    uploads = CredentialRoute("github-uploads", "https://uploads.github.com", "Authorization", "Bearer",
+                              ("env", ("GH_TOKEN",)))
+    api = CredentialRoute("github-api", "https://api.github.com", "Authorization", "Bearer", ("env", ("GH_TOKEN",)),
+                          "GH_TOKEN")
+    prepared = prepare([(api, "f.toml"), (uploads, "f.toml"), (GIT, "f.toml"), (ANTHROPIC, "b.toml")], tmp_path,
+                       environ=HOST)
+    placeholders = {spec.route.name: spec.route.placeholder for spec in prepared.config.routes}
+    assert placeholders["github-api"] == placeholders["github-uploads"] == placeholders["github-git"]
+    assert placeholders["anthropic-api-key"] != placeholders["github-api"]
