@@ -96,6 +96,7 @@ class Prepared:
     plan: SessionPlan
     settings: Settings
     proxy: SessionProxy | None = None  # the credential routes, served while the session runs
+    accept_findings: bool = False  # --accept-findings: unreviewed critical findings do not stop the start
 
 
 def network_facts(settings: Settings, runtime: Runtime | None, upstream_override: tuple[str, ...]) -> NetworkFacts:
@@ -135,9 +136,11 @@ def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
     runtime: Runtime, ui: UI, options: Options = Options(),
 ) -> Prepared:
-    from dejima import exit_audit, session
+    from dejima import session
+    from dejima.background import Background
     from dejima.imaging import ensure_images
 
+    memory = Background(runtime.memory, "engine-memory")  # the engine's slowest answer (~15 ms): meanwhile
     identity = host.session_identity(workspace, options.as_root)
     facts = network_facts(settings, runtime, options.upstream_dns)
     source = str(host.settings_path())
@@ -147,8 +150,6 @@ def prepare_session(
     scope = host.scope()
     with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
         session.remove_stale(runtime, scope, ui, record_stale_violations)
-    exit_audit.recover(ui)
-    check_findings(workspace, options.accept_findings, ui)
     filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
     request = session_request(workspace, command, resolved, settings, options, new_session_id(),
                               host.launcher_token())
@@ -166,8 +167,8 @@ def prepare_session(
     sockets.chmod(0o777)
     host.record(sockets.parent, "workspace", str(workspace))
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts, source, resolved,
-                              engine_memory=runtime.memory())
-    return Prepared(runtime, plan, settings, proxy)
+                              engine_memory=memory.join())
+    return Prepared(runtime, plan, settings, proxy, options.accept_findings)
 
 
 def _prepare_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -268,21 +269,49 @@ def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
     return mounts
 
 
+class SessionAudit:
+    """The exit audit around one session: its start before the session starts, its end once no
+    process of the session is left (whichever of the two places that call ``finish`` comes first)."""
+
+    def __init__(self, prepared: Prepared, ui: UI) -> None:
+        self.prepared, self.ui = prepared, ui
+        self.states: list[exit_audit.MountState] = []
+        self.started = self.finished = False
+
+    def start(self) -> None:
+        """While the filter starts (the time is free then): import the audit (~0.1 s), finish the
+        audits of sessions whose launcher died, check unreviewed findings (a critical one stops
+        this start), take the start snapshot."""
+        from dejima import exit_audit
+
+        plan = self.prepared.plan
+        exit_audit.recover(self.ui)
+        check_findings(Path(plan.workspace), self.prepared.accept_findings, self.ui)
+        self.started = True
+        self.states.extend(exit_audit.start(plan.session_id, audited_mounts(plan)))
+
+    def finish(self) -> None:
+        if not self.started or self.finished:  # no snapshot: the session never started, nothing to audit
+            return
+        from dejima import exit_audit
+
+        self.finished = True
+        exit_audit.finish(self.prepared.plan.session_id, self.ui, states=self.states or None)
+
+
 def run_session(prepared: Prepared, ui: UI) -> int:
-    from dejima import exit_audit, session
+    from dejima import session
 
     settings = prepared.settings
-    audit_states: list[exit_audit.MountState] = []
-    snapshot_started = [False]
+    audit = SessionAudit(prepared, ui)
 
-    def snapshot() -> None:  # while the filter starts: it must be taken before the session starts
-        snapshot_started[0] = True
-        audit_states.extend(exit_audit.start(prepared.plan.session_id, audited_mounts(prepared.plan)))
+    def while_filter_starts() -> None:  # rich and the audit are imported here, where it costs nothing
+        if prepared.plan.interactive:
+            ui.card("dejima boundary", boundary_card(prepared.plan))
+        else:
+            ui.info(boundary_line(prepared.plan))
+        audit.start()
 
-    if prepared.plan.interactive:
-        ui.card("dejima boundary", boundary_card(prepared.plan))
-    else:
-        ui.info(boundary_line(prepared.plan))
     store = ViolationStore(prepared.plan.session_id)
     try:
         with _serving(prepared):
@@ -292,7 +321,8 @@ def run_session(prepared: Prepared, ui: UI) -> int:
                 stop_timeout=settings.session.stop_timeout,
                 on_filter_output=store.append_output,
                 on_refusal=_notifier(ui) if prepared.plan.interactive and settings.session.notify_denials else None,
-                while_filter_starts=snapshot,
+                while_filter_starts=while_filter_starts,
+                once_session_removed=audit.finish,
             )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:
@@ -304,8 +334,7 @@ def run_session(prepared: Prepared, ui: UI) -> int:
             ) from exc
         raise
     finally:
-        if snapshot_started[0]:  # no snapshot: the session never started, there is nothing to audit
-            exit_audit.finish(prepared.plan.session_id, ui, states=audit_states or None)
+        audit.finish()  # done already unless the session's container could not be removed
         summary = store.summary()
         if summary:
             ui.warn(f"session {prepared.plan.session_id}: {summary}; "
