@@ -23,7 +23,7 @@ import threading  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
-CALLS: list[tuple[str, float, float]] = []  # path ("main/app.run_session/..."), start, end (s since T0)
+CALLS: list[tuple[str, float, float]] = []  # path ("main/start.run_session/..."), start, end (s since T0)
 _local = threading.local()  # the call path per thread: teardown removes containers in threads
 
 
@@ -51,8 +51,8 @@ def wrap(owner: Any, names: str, prefix: str = "") -> None:
 # its module is imported, so the launcher imports what it imports when it would (a module imported
 # while the filter starts is timed there, not before main()).
 TIMED = {
-    ("dejima.app", ""): ("resolve_manifests network_facts check_findings prepare_session run_session "
-                         "new_session_id build_session_plan", "app."),
+    ("dejima.app", ""): ("resolve_manifests network_facts new_session_id", "app."),
+    ("dejima.start", ""): ("check_findings prepare_session run_session build_session_plan", "start."),
     ("dejima.imaging", ""): ("resolve_base recipes ensure_image ensure_images", "images."),
     ("dejima.session", ""): ("remove_stale _create_and_start _wait_ready _run_attached check_filter_alive "
                              "teardown stop_filter_and_read", "session."),

@@ -48,7 +48,7 @@ def phases(env: Env, workspace: Path, runs: int) -> dict[str, float]:
     return {name: median(values) for name, values in found.items()}
 
 
-M, P, R = "main", "main/app.prepare_session", "main/app.run_session"
+M, P, R = "main", "main/start.prepare_session", "main/start.run_session"
 S = f"{R}/session._create_and_start"
 # Call path (bench/phases.py) -> the phase it is shown as.
 PHASES = {
@@ -58,7 +58,7 @@ PHASES = {
     f"{P}/images.ensure_images": "  image checks",
     f"{P}/images.ensure_images/images.recipes": "    recipes (render, hash; when not remembered)",
     f"{P}/engine.memory": "  engine memory (docker info)",
-    f"{P}/app.build_session_plan": "  plan (ruleset render)",
+    f"{P}/start.build_session_plan": "  plan (ruleset render)",
     S: "filter start || session create, audit import and start snapshot",
     f"{S}/engine.create": "  engine create (filter, session)",
     f"{S}/audit.recover": "  audit: recover (with its import)",

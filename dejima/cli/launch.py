@@ -122,8 +122,10 @@ def _launch(argv: list[str], ui: UI) -> int:
 
         print(format_plan(app.render_plan(workspace, command, resolved, settings, session_options)))
         return exit_codes.SUCCESS
-    prepared = app.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options)
-    return app.run_session(prepared, ui)
+    from dejima import start
+
+    prepared = start.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options)
+    return start.run_session(prepared, ui)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,9 @@
 """Small commands import only what they use (issue 14): `dejima --help` answers without the engine
-client, jinja2, rich tables or the audit catalogue; `dejima sessions` without jinja2, the audit or
-rich tables when there is no table to show, and without the docker SDK; `dejima-audit` with nothing to review without Docker,
-jinja2 or rich tables. Each command runs in a fresh interpreter, as a user runs it, and reports
-which modules it had loaded when it exited. Timings live in bench/ (small-command latency)."""
+client, jinja2, rich tables or the audit catalogue; `dejima sessions` without the docker SDK,
+jinja2, the audit or rich tables when there is no table to show; `dejima-audit` with nothing to
+review without Docker, jinja2 or rich tables. Each command runs in a fresh interpreter, as a user
+runs it, and reports which modules it had loaded when it exited. Timings live in bench/
+(small-command latency)."""
 
 from __future__ import annotations
 
