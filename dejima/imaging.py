@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dejima import host, packaged
-from dejima.bootstrap import bootstrap_base
 from dejima.core import labels
 from dejima.core.images import (
     NO_LAYERS,
@@ -82,6 +81,8 @@ def resolve_base(runtime: Runtime, settings: Settings, ui: UI) -> Base:
 
 def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: UI) -> Base:
     images = settings.images
+    from dejima.bootstrap import bootstrap_base  # debootstrap's helpers only when a base is made
+
     tag = bootstrap_base_tag(images.bootstrap_suite)
     with ui.step(f"Bootstrapping Debian {images.bootstrap_suite} into {tag}") as step:
         image = bootstrap_base(runtime, tag, images.bootstrap_suite, images.bootstrap_mirror, step.line)

@@ -9,9 +9,7 @@ one of them runs: a session start never pays for it. This is the only module tha
 
 from __future__ import annotations
 
-import io
 import ipaddress
-import tarfile
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +106,9 @@ class Runtime:
         return image
 
     def build(self, recipe: ImageRecipe, on_line: Callable[[str], None]) -> str:
+        import io
+        import tarfile
+
         import docker.errors
 
         context = io.BytesIO()
