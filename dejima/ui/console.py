@@ -45,7 +45,7 @@ class UI:
         if not self.quiet:
             from rich.panel import Panel
 
-            body = Text("\n").join(_message(line) for line in lines)
+            body = _styled("\n").join(_message(line) for line in lines)
             self.console.print(Panel(body, title=_message(title), expand=False))
 
     def error(self, exc: DiagnosticError) -> None:
