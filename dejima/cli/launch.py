@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
+import threading
 from collections.abc import Sequence
 
 from dejima import __version__, app, host
@@ -98,7 +100,27 @@ def _split_command(argv: list[str]) -> tuple[list[str], tuple[str, ...] | None]:
     return argv[:index], command
 
 
+GC_PAUSE_SECONDS = 10.0
+
+
 def _launch(argv: list[str], ui: UI) -> int:
+    # A start allocates much (plans, the audit's snapshot) and leaves almost no cycles: the
+    # collector would spend ~50 ms walking live objects during it and ~30 ms more at exit. It is
+    # off for the start (back on after GC_PAUSE_SECONDS, for a long session), and what exists when
+    # the session is over is frozen, so the exit's collection has nothing to walk.
+    gc.disable()
+    resume = threading.Timer(GC_PAUSE_SECONDS, gc.enable)
+    resume.daemon = True
+    resume.start()
+    try:
+        return _start(argv, ui)
+    finally:
+        resume.cancel()
+        gc.freeze()
+        gc.enable()
+
+
+def _start(argv: list[str], ui: UI) -> int:
     options, command = _split_command(argv)
     args = _launch_parser().parse_args(options)
     ui.quiet = args.quiet
