@@ -1,11 +1,13 @@
 """The orchestrator: start the filter, verify it, run the session, tear everything down.
 
-    run(plan) ── create and start the filter; create the session; the caller's snapshot meanwhile
+    run(plan) ── create the filter; start it on its own thread, meanwhile create the session
+                and do the caller's work (the audit's recovery, findings check, start snapshot)
              ── wait for "ready" (ruleset applied and read back, its digest the plan's) ── or FilterError
              └─ session container (joins the filter's network and PID namespaces)
                 ├─ non-interactive: attach, stream output, exit with the command's status
                 └─ interactive: `docker start -ai` gives a real TTY with resizing
-             └─ finally: remove the session and the filter, whatever happened
+             └─ finally, whatever happened, in parallel: stop the filter gently, keep its output,
+                remove it; remove the session, then the caller's end-of-session work (the audit)
 
 Signals (SIGINT, SIGTERM, SIGHUP) are forwarded to the command, which gets ``stop_timeout``
 seconds to exit; then everything is removed and dejima exits with 128+N.
@@ -296,7 +298,6 @@ def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
     """
     created: list[str] = []
-    filter_id: str | None = None
     with signals_raise():
         try:
             filter_id, session_id = _create_and_start(runtime, plan, created, while_filter_starts)
@@ -313,8 +314,8 @@ def run(runtime: Runtime, plan: SessionPlan, ui: UI, ready_timeout: float, stop_
             return 128 + interrupted.signum
         finally:
             steps, after = {}, {}
-            if filter_id is not None and on_filter_output is not None:
-                stopped = filter_id
+            if created and on_filter_output is not None:  # created[0]: the filter, once it exists
+                stopped = created[0]
                 steps[stopped] = lambda: on_filter_output(stop_filter_and_read(runtime, stopped))
             if len(created) == 2 and once_session_removed is not None:
                 after[created[1]] = once_session_removed
