@@ -23,7 +23,7 @@ import threading  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
-CALLS: list[tuple[str, float, float]] = []  # path ("main/app.run_session/..."), start, end (s since T0)
+CALLS: list[tuple[str, float, float]] = []  # path ("main/start.run_session/..."), start, end (s since T0)
 _local = threading.local()  # the call path per thread: teardown removes containers in threads
 
 
@@ -47,25 +47,45 @@ def wrap(owner: Any, names: str, prefix: str = "") -> None:
         setattr(owner, name, timed(prefix + name, getattr(owner, name)))
 
 
-def instrument() -> None:
-    import dejima.app as app
-    import dejima.exit_audit as exit_audit
-    import dejima.imaging as imaging
-    import dejima.runtime as runtime
-    import dejima.session as session
+# (module, class or "") -> (names to time, the prefix they are shown with); each is wrapped once
+# its module is imported, so the launcher imports what it imports when it would (a module imported
+# while the filter starts is timed there, not before main()).
+TIMED = {
+    ("dejima.app", ""): ("resolve_manifests network_facts new_session_id", "app."),
+    ("dejima.start", ""): ("check_findings prepare_session run_session build_session_plan", "start."),
+    ("dejima.imaging", ""): ("resolve_base recipes ensure_image ensure_images", "images."),
+    ("dejima.session", ""): ("remove_stale _create_and_start _wait_ready _run_attached check_filter_alive "
+                             "teardown stop_filter_and_read", "session."),
+    ("dejima.exit_audit", ""): ("recover start finish", "audit."),
+    ("dejima.runtime", "Runtime"): ("image_id create start wait stop logs remove containers gateway memory "
+                                    "inspect", "engine."),
+}
 
-    wrap(app, "resolve_manifests network_facts check_findings prepare_session run_session new_session_id "
-         "build_session_plan", "app.")
-    wrap(imaging, "resolve_base recipes ensure_image", "images.")
-    app_ensure = app.__dict__.get("ensure_images")
-    if app_ensure is not None:  # an older app imports it at module level
-        app.ensure_images = timed("images.ensure_images", app_ensure)  # type: ignore[attr-defined]
-    wrap(imaging, "ensure_images", "images.")
-    wrap(session, "remove_stale start_filter _wait_ready _run_attached check_filter_alive teardown "
-         "stop_filter_and_read", "session.")
-    wrap(exit_audit, "recover start finish", "audit.")
-    wrap(runtime.Runtime, "image_id create start wait stop logs remove containers gateway memory inspect",
-         "engine.")
+
+def instrument() -> None:
+    """Wrap what is imported already; hook imports to wrap the rest as it arrives."""
+    import builtins
+
+    pending = dict(TIMED)
+    original = builtins.__import__
+
+    def wrap_arrived() -> None:
+        for (module_name, class_name), (names, prefix) in list(pending.items()):
+            owner = sys.modules.get(module_name)
+            if owner is not None and class_name:
+                owner = getattr(owner, class_name, None)
+            if owner is not None and all(hasattr(owner, n) for n in names.split()):  # fully initialised
+                wrap(owner, names, prefix)
+                del pending[(module_name, class_name)]
+
+    def hooked(name: str, *args: Any, **kwargs: Any) -> Any:
+        module = original(name, *args, **kwargs)
+        if pending:
+            wrap_arrived()
+        return module
+
+    wrap_arrived()
+    builtins.__import__ = hooked
 
 
 def report() -> None:
@@ -82,12 +102,11 @@ def report() -> None:
 
 
 if __name__ == "__main__":
-    import dejima.runtime  # noqa: F401 - the docker SDK: the launcher imports it before the engine is reached
     from dejima.cli.launch import main
 
-    instrument()  # imports the rest a start uses (session, audit, images), as main() would
+    instrument()
     IMPORTED = time.perf_counter() - T0
     atexit.register(report)
-    print(f"{0:8.1f} ms imports (CLI, docker SDK, audit) {IMPORTED * 1000:8.1f} ms", file=sys.stderr)
+    print(f"{0:8.1f} ms imports (CLI, engine client) {IMPORTED * 1000:8.1f} ms", file=sys.stderr)
     status = timed("main", main)(sys.argv[1:])
     sys.exit(status)

@@ -35,7 +35,7 @@ def phases(env: Env, workspace: Path, runs: int) -> dict[str, float]:
         wall = timed([PYTHON, str(REPO / "bench" / "phases.py"), "-q", str(workspace), "--", "true"],
                      {**env.vars, "DEJIMA_BENCH_PHASES": str(report)}) * 1000
         data = json.loads(report.read_text())
-        found["imports (CLI, docker SDK, audit rules)"].append(data["imports_end"] * 1000)
+        found["imports before main() (CLI)"].append(data["imports_end"] * 1000)
         seen: dict[str, float] = defaultdict(float)
         for path, start, end in data["calls"]:
             if path in PHASES:
@@ -48,22 +48,25 @@ def phases(env: Env, workspace: Path, runs: int) -> dict[str, float]:
     return {name: median(values) for name, values in found.items()}
 
 
-M, P, R = "main", "main/app.prepare_session", "main/app.run_session"
+M, P, R = "main", "main/start.prepare_session", "main/start.run_session"
+S = f"{R}/session._create_and_start"
 # Call path (bench/phases.py) -> the phase it is shown as.
 PHASES = {
     M: "launcher main(), total",
     f"{M}/app.resolve_manifests": "settings and manifests",
     P: "prepare (stale check, findings, images, plan)",
     f"{P}/images.ensure_images": "  image checks",
-    f"{P}/images.ensure_images/images.recipes": "    recipes (render, hash)",
-    f"{P}/app.build_session_plan": "  plan (ruleset render)",
-    f"{R}/audit.start": "audit: start snapshot",
-    f"{R}/session.start_filter": "filter: create, start, until ready",
-    f"{R}/session.start_filter/engine.start": "  engine start (filter)",
-    f"{R}/session.start_filter/session._wait_ready": "  ready wait (ruleset applied, verified)",
-    f"{R}/engine.create": "session: create",
+    f"{P}/images.ensure_images/images.recipes": "    recipes (render, hash; when not remembered)",
+    f"{P}/engine.memory": "  engine memory (docker info)",
+    f"{P}/start.build_session_plan": "  plan (ruleset render)",
+    S: "filter start || session create, audit import and start snapshot",
+    f"{S}/engine.create": "  engine create (filter, session)",
+    f"{S}/audit.recover": "  audit: recover (with its import)",
+    f"{S}/audit.start": "  audit: start snapshot",
+    "engine.start": "  engine start (filter, on its own thread)",
+    f"{R}/session._wait_ready": "filter: ready wait (ruleset applied, verified)",
     f"{R}/session._run_attached": "session: start, run, wait",
     f"{R}/session.teardown": "teardown",
-    f"{R}/session.teardown/session.stop_filter_and_read": "  graceful filter stop, logs",
-    f"{R}/audit.finish": "audit: end",
+    "session.stop_filter_and_read": "  filter stop, logs (own thread)",
+    "audit.finish": "  audit: end (once the session is removed)",
 }

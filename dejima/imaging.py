@@ -7,10 +7,13 @@ Debian base with debootstrap if the settings allow it, and says so.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
-from dejima import packaged
-from dejima.bootstrap import bootstrap_base
+from dejima import host, packaged
 from dejima.core import labels
 from dejima.core.images import (
     NO_LAYERS,
@@ -78,6 +81,8 @@ def resolve_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
 
 def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
     images = settings.images
+    from dejima.bootstrap import bootstrap_base  # debootstrap's helpers only when a base is made
+
     tag = bootstrap_base_tag(images.bootstrap_suite)
     with ui.step(f"Bootstrapping Debian {images.bootstrap_suite} into {tag}") as step:
         image = bootstrap_base(runtime, tag, images.bootstrap_suite, images.bootstrap_mirror, step.line)
@@ -114,8 +119,74 @@ def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: 
                   layers: ImageLayers = NO_LAYERS) -> tuple[str, str]:
     """Tags of the filter and session images, building them first if needed."""
     base = resolve_base(runtime, settings, ui)
+    key = recipe_inputs_key(base, settings, identity, layers)
+    known = TagCache().get(key)
+    if known is not None and all(runtime.image_id(tag) for tag in known):
+        return known
     filter_recipe, session_recipe = recipes(base, settings, identity, layers)
-    return ensure_image(runtime, filter_recipe, ui), ensure_image(runtime, session_recipe, ui)
+    tags = ensure_image(runtime, filter_recipe, ui), ensure_image(runtime, session_recipe, ui)
+    TagCache().put(key, tags)
+    return tags
+
+
+RECIPE_KEY_VERSION = b"1"
+RECIPE_CODE = ("core/images.py", "core/render.py", "imaging.py")
+
+
+def recipe_inputs_key(base: Base, settings: Settings, identity: Identity, layers: ImageLayers = NO_LAYERS) -> str:
+    """A digest of everything ``recipes`` reads (templates, base, CAs, the filter's code, the user,
+    the layers) and of the code that makes recipes: equal keys give equal recipes, so their tags
+    can be remembered instead of rendering the Dockerfiles again (jinja2, ~20 ms) on every start."""
+    digest = hashlib.sha256(RECIPE_KEY_VERSION)
+    parts: list[tuple[str, bytes]] = [
+        *((f"code/{name}", (packaged.PACKAGE_ROOT / name).read_bytes()) for name in RECIPE_CODE),
+        ("base", f"{base.ref}\0{base.id}".encode()),
+        ("filter", packaged.docker_template("filter").encode()),
+        ("session", packaged.docker_template("session").encode()),
+        ("identity", f"{identity.uid}:{identity.gid}:{identity.name}".encode()),
+        ("layers", repr(layers).encode()),
+        *((f"ca/{name}", data) for name, data in sorted(read_extra_cas(settings.images.extra_ca_dir).items())),
+        *((f"source/{path}", data) for path, data in sorted(packaged.filter_sources().items())),
+    ]
+    for name, data in parts:
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
+
+class TagCache:
+    """Recipe keys to the (filter, session) tags they gave, in the launcher's state directory
+    (never mounted into a session). A tag whose image is gone is found out by the caller."""
+
+    KEEP = 32
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or host.state_dir() / "image-tags.json"
+
+    def _read(self) -> dict[str, list[str]]:
+        try:
+            found = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def get(self, key: str) -> tuple[str, str] | None:
+        tags = self._read().get(key)
+        if isinstance(tags, list) and len(tags) == 2 and all(isinstance(t, str) for t in tags):
+            return tags[0], tags[1]
+        return None
+
+    def put(self, key: str, tags: tuple[str, str]) -> None:
+        entries = self._read()
+        entries.pop(key, None)
+        entries[key] = list(tags)
+        kept = dict(list(entries.items())[-self.KEEP:])
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+            temporary.write_text(json.dumps(kept))
+            os.replace(temporary, self.path)
+        except OSError:
+            pass  # a cache: the next start renders the recipes again
 
 
 def prune_images(runtime: Runtime, settings: Settings, identity: Identity, ui: Reporter,

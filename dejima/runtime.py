@@ -1,30 +1,26 @@
-"""The only module that imports the docker SDK.
+"""The engine, in dejima's words: containers, images and networks as dejima's values
+(ContainerSpec, ImageRecipe, labels). Engine failures become ``EngineError``/``ImageError`` with
+a hint, never a traceback.
 
-``Runtime`` wraps a docker client and speaks in dejima's values (ContainerSpec, ImageRecipe,
-labels). Engine failures become ``EngineError``/``ImageError`` with a hint, never a traceback.
+Calls go through dejima.engine, a small HTTP client over the engine's socket. Image builds,
+pulls and imports (registry credentials, streamed uploads) use the docker SDK, imported only when
+one of them runs: a session start never pays for it. This is the only module that imports the SDK.
 """
 
 from __future__ import annotations
 
-import io
 import ipaddress
-import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
-import docker.errors
-import requests.exceptions
-
-import docker
 from dejima.core.images import ImageRecipe
 from dejima.core.plan import ContainerSpec
+from dejima.engine import ENGINE_HINT, STDOUT, APIError, Engine
 from dejima.errors import EngineError, ImageError
 
-ENGINE_HINT = (
-    "start the Docker engine (e.g. `sudo systemctl start docker`, or `dockerd &` as root) and check "
-    "that you may use its socket (`docker info`); DOCKER_HOST selects another engine"
-)
+__all__ = ["ENGINE_HINT", "ContainerInfo", "Runtime", "connect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,42 +33,56 @@ class ContainerInfo:
 
 
 def connect(timeout: float = 120.0) -> Runtime:
+    engine = Engine.from_env(timeout)
     try:
-        client = docker.from_env(timeout=int(timeout))  # type: ignore[attr-defined]
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise EngineError(f"cannot reach the Docker engine: {_short(exc)}", hint=ENGINE_HINT) from exc
-    except requests.exceptions.RequestException as exc:
-        raise EngineError(f"cannot reach the Docker engine: {_short(exc)}", hint=ENGINE_HINT) from exc
-    return Runtime(client)
+        engine.ping()
+    except APIError as exc:
+        raise EngineError(f"cannot reach the Docker engine: {exc.message}", hint=ENGINE_HINT) from exc
+    except OSError as exc:  # reached, then cut off or timed out
+        raise EngineError(f"cannot reach the Docker engine: {exc}", hint=ENGINE_HINT) from exc
+    return Runtime(engine)
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def _c(container: str) -> str:
+    return f"/containers/{quote(container, safe='')}"
 
 
 class Runtime:
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.api = client.api
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sdk: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The docker SDK's client for the same engine: image builds, pulls and imports (and tests)."""
+        if self._sdk is None:
+            import docker
+
+            self._sdk = docker.from_env(timeout=int(self.engine.timeout))  # type: ignore[attr-defined]
+        return self._sdk
+
+    @property
+    def api(self) -> Any:
+        return self.client.api
 
     # --- engine ---------------------------------------------------------------------------
     def version(self) -> dict[str, Any]:
-        info: dict[str, Any] = self.api.version()
+        info: dict[str, Any] = self.engine.call("GET", "/version")
         return info
 
     # --- images ---------------------------------------------------------------------------
     def image_id(self, ref: str) -> str | None:
         try:
-            return str(self.api.inspect_image(ref)["Id"])
-        except docker.errors.ImageNotFound:
-            return None
-        except docker.errors.APIError as exc:
-            raise EngineError(f"cannot inspect image {ref}: {_short(exc)}", hint=ENGINE_HINT) from exc
+            return str(self.engine.call("GET", f"/images/{quote(ref, safe='/:@')}/json")["Id"])
+        except APIError as exc:
+            if exc.not_found:
+                return None
+            raise EngineError(f"cannot inspect image {ref}: {exc.message}", hint=ENGINE_HINT) from exc
 
     def pull(self, ref: str) -> str:
         """Pull ``ref``; returns the engine's reason on failure instead of raising."""
+        import docker.errors
+
         repository, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
         try:
             for _ in self.api.pull(repository, tag=tag or "latest", stream=True, decode=True):
@@ -82,6 +92,8 @@ class Runtime:
         return "" if self.image_id(ref) else f"the engine reported success but {ref} is not present"
 
     def import_rootfs(self, tar_stream: Any, tag: str, image_labels: dict[str, str]) -> str:
+        import docker.errors
+
         repository, _, version = tag.rpartition(":")
         changes = [f"LABEL {k}={v}" for k, v in image_labels.items()] + ['CMD ["/bin/bash"]']
         try:
@@ -94,6 +106,11 @@ class Runtime:
         return image
 
     def build(self, recipe: ImageRecipe, on_line: Callable[[str], None]) -> str:
+        import io
+        import tarfile
+
+        import docker.errors
+
         context = io.BytesIO()
         with tarfile.open(fileobj=context, mode="w") as tar:
             for path, content in (("Dockerfile", recipe.dockerfile.encode()), *recipe.files):
@@ -102,18 +119,9 @@ class Runtime:
                 entry.mode = 0o644
                 tar.addfile(entry, io.BytesIO(content))
         context.seek(0)
-        repository, _, version = recipe.tag.rpartition(":")
         try:
-            for event in self.api.build(
-                fileobj=context,
-                custom_context=True,
-                tag=recipe.tag,
-                labels=recipe.labels,
-                rm=True,
-                forcerm=True,
-                pull=False,
-                decode=True,
-            ):
+            for event in self.api.build(fileobj=context, custom_context=True, tag=recipe.tag, labels=recipe.labels,
+                                        rm=True, forcerm=True, pull=False, decode=True):
                 if "error" in event:
                     raise ImageError(
                         f"building the {recipe.role} image failed: {event['error'].strip()}",
@@ -130,71 +138,42 @@ class Runtime:
         return image
 
     def images(self, label_filter: dict[str, str]) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self.api.images(filters={"label": _label_filters(label_filter)})
+        found: list[dict[str, Any]] = self.engine.call("GET", "/images/json", _filters(label_filter))
         return found
 
     def remove_image(self, image: str) -> None:
         try:
-            self.api.remove_image(image, force=False)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            raise EngineError(f"cannot remove image {image}: {_short(exc)}") from exc
+            self.engine.call("DELETE", f"/images/{quote(image, safe='/:@')}", {"force": False})
+        except APIError as exc:
+            if not exc.not_found:
+                raise EngineError(f"cannot remove image {image}: {exc.message}") from exc
 
     # --- containers -----------------------------------------------------------------------
     def create(self, spec: ContainerSpec) -> str:
-        binds = {b.source: {"bind": b.target, "mode": "ro" if b.read_only else "rw"} for b in spec.binds}
-        limits: dict[str, Any] = {}
-        if spec.limits is not None:
-            limits = {"pids_limit": spec.limits.pids, "cpu_shares": spec.limits.cpu_shares}
-            if spec.limits.memory is not None:  # swap limit = memory limit: no swap beyond it
-                limits.update(mem_limit=spec.limits.memory, memswap_limit=spec.limits.memory)
-        host_config = self.api.create_host_config(
-            **limits,
-            binds=binds,
-            tmpfs=dict(spec.tmpfs),
-            cap_drop=["ALL"],
-            cap_add=list(spec.cap_add) or None,
-            security_opt=["no-new-privileges:true"],
-            network_mode=spec.network_mode,
-            pid_mode=spec.pid_mode,
-            read_only=spec.read_only_rootfs,
-            init=False,
-            dns=list(spec.dns) or None,
-            sysctls=dict(spec.sysctls) or None,
-        )
         try:
-            created = self.api.create_container(
-                image=spec.image,
-                command=list(spec.command) if spec.command is not None else None,
-                entrypoint=list(spec.entrypoint) if spec.entrypoint is not None else None,
-                name=spec.name,
-                user=spec.user,
-                labels=spec.labels,
-                environment=spec.environment,
-                working_dir=spec.working_dir,
-                hostname=spec.hostname if not spec.network_mode.startswith("container:") else None,
-                tty=spec.tty,
-                stdin_open=spec.tty,
-                host_config=host_config,
-            )
-        except docker.errors.APIError as exc:
-            raise EngineError(f"cannot create container {spec.name}: {_short(exc)}") from exc
+            created = self.engine.call("POST", "/containers/create", {"name": spec.name}, create_body(spec))
+        except APIError as exc:
+            raise EngineError(f"cannot create container {spec.name}: {exc.message}") from exc
         return str(created["Id"])
 
     def start(self, container: str) -> None:
         try:
-            self.api.start(container)
-        except docker.errors.APIError as exc:
-            raise EngineError(f"cannot start container {container[:12]}: {_short(exc)}") from exc
+            self.engine.call("POST", f"{_c(container)}/start")
+        except APIError as exc:
+            raise EngineError(f"cannot start container {container[:12]}: {exc.message}") from exc
 
-    def follow_logs(self, container: str) -> Iterator[bytes]:
-        stream: Iterator[bytes] = self.api.logs(container, stream=True, follow=True, stdout=True, stderr=True)
-        return stream
+    def follow_logs(self, container: str) -> Generator[bytes, None, None]:
+        """Everything the container prints (stdout and stderr, as it comes) until it goes away."""
+        frames = self.engine.frames(f"{_c(container)}/logs", {"follow": 1, "stdout": 1, "stderr": 1})
+        try:
+            for _, data in frames:
+                yield data
+        finally:
+            frames.close()
 
     def first_log_line(self, container: str) -> str:
         """Block until the container prints a first line (or ends); then stop following."""
-        stream = self.api.logs(container, stream=True, follow=True, stdout=True, stderr=True)
+        stream = self.follow_logs(container)
         buffer = b""
         try:
             for chunk in stream:
@@ -207,26 +186,30 @@ class Runtime:
 
     def logs(self, container: str) -> str:
         try:
-            return bytes(self.api.logs(container, stdout=True, stderr=True)).decode(errors="replace")
-        except docker.errors.NotFound:
-            return ""
+            frames = self.engine.frames(f"{_c(container)}/logs", {"stdout": 1, "stderr": 1})
+            return b"".join(data for _, data in frames).decode(errors="replace")
+        except APIError as exc:
+            if exc.not_found:
+                return ""
+            raise EngineError(f"cannot read the output of {container[:12]}: {exc.message}") from exc
 
     def attach(self, container: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-        stream: Iterator[tuple[bytes | None, bytes | None]] = self.api.attach(
-            container, stdout=True, stderr=True, stream=True, logs=True, demux=True
-        )
-        return stream
+        """(stdout, stderr) pieces of the container's output, from its start (ask before starting it)."""
+        frames = self.engine.attach(container)
+        return ((data, None) if stream == STDOUT else (None, data) for stream, data in frames)
 
     def wait(self, container: str, timeout: float | None = None) -> int:
-        result = self.api.wait(container, timeout=timeout)
+        result = self.engine.call("POST", f"{_c(container)}/wait", timeout=timeout)
         return int(result["StatusCode"])
 
     def inspect(self, container: str) -> dict[str, Any] | None:
         try:
-            info: dict[str, Any] = self.api.inspect_container(container)
+            info: dict[str, Any] = self.engine.call("GET", f"{_c(container)}/json")
             return info
-        except docker.errors.NotFound:
-            return None
+        except APIError as exc:
+            if exc.not_found:
+                return None
+            raise EngineError(f"cannot inspect container {container[:12]}: {exc.message}") from exc
 
     def address(self, container: str, network: str) -> str:
         """The container's IPv4 address on ``network``."""
@@ -238,16 +221,16 @@ class Runtime:
     def memory(self) -> int | None:
         """Bytes of memory the engine's machine has (a VM's, under Docker Desktop)."""
         try:
-            total = self.api.info().get("MemTotal")
-        except docker.errors.APIError:
+            total = self.engine.call("GET", "/info").get("MemTotal")
+        except APIError:
             return None
         return int(total) if isinstance(total, int) and total > 0 else None
 
     def gateway(self, network: str) -> str | None:
         """The engine's gateway address on ``network`` (the host, seen from containers)."""
         try:
-            info = self.api.inspect_network(network)
-        except docker.errors.APIError:
+            info = self.engine.call("GET", f"/networks/{quote(network, safe='')}")
+        except APIError:
             return None
         configs = (info.get("IPAM") or {}).get("Config") or []
         for config in configs:
@@ -267,27 +250,25 @@ class Runtime:
     def stop(self, container: str, timeout: int) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds; quiet if already gone."""
         try:
-            self.api.stop(container, timeout=timeout)
-        except docker.errors.APIError:
+            self.engine.call("POST", f"{_c(container)}/stop", {"t": timeout}, timeout=self.engine.timeout + timeout)
+        except APIError:
             pass
 
     def kill(self, container: str, signal: str = "SIGKILL") -> None:
         try:
-            self.api.kill(container, signal=signal)
-        except docker.errors.APIError:
+            self.engine.call("POST", f"{_c(container)}/kill", {"signal": signal})
+        except APIError:
             pass  # already gone or not running: the remove that follows settles it
 
     def remove(self, container: str) -> None:
         try:
-            self.api.remove_container(container, force=True, v=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if "already in progress" not in str(exc):
-                raise EngineError(f"cannot remove container {container[:12]}: {_short(exc)}") from exc
+            self.engine.call("DELETE", _c(container), {"force": True, "v": True})
+        except APIError as exc:
+            if not exc.not_found and "already in progress" not in exc.message:
+                raise EngineError(f"cannot remove container {container[:12]}: {exc.message}") from exc
 
     def containers(self, label_filter: dict[str, str]) -> list[ContainerInfo]:
-        found = self.api.containers(all=True, filters={"label": _label_filters(label_filter)})
+        found = self.engine.call("GET", "/containers/json", {"all": True, **_filters(label_filter)})
         return [
             ContainerInfo(
                 id=c["Id"],
@@ -299,29 +280,75 @@ class Runtime:
             for c in found
         ]
 
+    # --- networks and volumes -------------------------------------------------------------
     def create_network(self, name: str, subnet: str, network_labels: dict[str, str]) -> str:
-        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])  # type: ignore[attr-defined]
+        body = {"Name": name, "Driver": "bridge", "CheckDuplicate": True, "Labels": network_labels,
+                "IPAM": {"Driver": "default", "Config": [{"Subnet": subnet}]}}
         try:
-            created = self.api.create_network(name, driver="bridge", ipam=ipam, labels=network_labels)
-        except docker.errors.APIError as exc:
-            raise EngineError(f"cannot create network {name}: {_short(exc)}") from exc
+            created = self.engine.call("POST", "/networks/create", body=body)
+        except APIError as exc:
+            raise EngineError(f"cannot create network {name}: {exc.message}") from exc
         return str(created["Id"])
 
     def remove_network(self, network: str) -> None:
         try:
-            self.api.remove_network(network)
-        except docker.errors.NotFound:
-            pass
+            self.engine.call("DELETE", f"/networks/{quote(network, safe='')}")
+        except APIError as exc:
+            if not exc.not_found:
+                raise EngineError(f"cannot remove network {network}: {exc.message}") from exc
 
     def networks(self, label_filter: dict[str, str]) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self.api.networks(filters={"label": _label_filters(label_filter)})
+        found: list[dict[str, Any]] = self.engine.call("GET", "/networks", _filters(label_filter))
         return found
 
     def volumes(self, label_filter: dict[str, str]) -> list[dict[str, Any]]:
-        found = self.api.volumes(filters={"label": _label_filters(label_filter)})
+        found = self.engine.call("GET", "/volumes", _filters(label_filter))
         return list(found.get("Volumes") or [])
 
 
-def _label_filters(label_filter: dict[str, str]) -> list[str]:
-    return [f"{k}={v}" if v else k for k, v in label_filter.items()]
+def create_body(spec: ContainerSpec) -> dict[str, Any]:
+    """The engine's container-create request for ``spec`` (what the SDK's create_container sent)."""
+    host: dict[str, Any] = {
+        "Binds": [f"{b.source}:{b.target}:{'ro' if b.read_only else 'rw'}" for b in spec.binds],
+        "Tmpfs": dict(spec.tmpfs),
+        "CapDrop": ["ALL"],
+        "CapAdd": list(spec.cap_add) or None,
+        "SecurityOpt": ["no-new-privileges:true"],
+        "NetworkMode": spec.network_mode,
+        "PidMode": spec.pid_mode,
+        "ReadonlyRootfs": spec.read_only_rootfs,
+        "Init": False,
+        "Dns": list(spec.dns) or None,
+        "Sysctls": dict(spec.sysctls) or None,
+    }
+    if spec.limits is not None:
+        host.update(PidsLimit=spec.limits.pids, CpuShares=spec.limits.cpu_shares)
+        if spec.limits.memory is not None:  # swap limit = memory limit: no swap beyond it
+            host.update(Memory=spec.limits.memory, MemorySwap=spec.limits.memory)
+    joined = spec.network_mode.startswith("container:")
+    return {
+        "Image": spec.image,
+        "Cmd": list(spec.command) if spec.command is not None else None,
+        "Entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,
+        "User": spec.user,
+        "Labels": spec.labels,
+        "Env": [f"{k}={v}" for k, v in spec.environment.items()],
+        "WorkingDir": spec.working_dir,
+        "Hostname": spec.hostname if not joined else None,
+        "Tty": spec.tty,
+        "OpenStdin": spec.tty,
+        "StdinOnce": spec.tty,
+        "AttachStdin": spec.tty,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "HostConfig": {k: v for k, v in host.items() if v is not None},
+    }
 
+
+def _filters(label_filter: dict[str, str]) -> dict[str, Any]:
+    return {"filters": {"label": [f"{k}={v}" if v else k for k, v in label_filter.items()]}}
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

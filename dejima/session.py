@@ -1,11 +1,13 @@
 """The orchestrator: start the filter, verify it, run the session, tear everything down.
 
-    run(plan) ── create and start the filter; create the session; the caller's snapshot meanwhile
+    run(plan) ── create the filter; start it on its own thread, meanwhile create the session
+                and do the caller's work (the audit's recovery, findings check, start snapshot)
              ── wait for "ready" (ruleset applied and read back, its digest the plan's) ── or FilterError
              └─ session container (joins the filter's network and PID namespaces)
                 ├─ non-interactive: attach, stream output, exit with the command's status
                 └─ interactive: `docker start -ai` gives a real TTY with resizing
-             └─ finally: remove the session and the filter, whatever happened
+             └─ finally, whatever happened, in parallel: stop the filter gently, keep its output,
+                remove it; remove the session, then the caller's end-of-session work (the audit)
 
 Signals (SIGINT, SIGTERM, SIGHUP) are forwarded to the command, which gets ``stop_timeout``
 seconds to exit; then everything is removed and dejima exits with 128+N.
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from dejima.background import Background
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.core.report import Reporter
@@ -211,17 +214,21 @@ def _forward(runtime: Runtime, container: str, signum: int, stop_timeout: float)
 
 
 def teardown(runtime: Runtime, containers: list[str],
-             before_removal: dict[str, Callable[[], None]] | None = None) -> None:
-    """Remove containers in parallel, each after its ``before_removal`` step if it has one."""
-    steps = before_removal or {}
+             before_removal: dict[str, Callable[[], None]] | None = None,
+             after_removal: dict[str, Callable[[], None]] | None = None) -> None:
+    """Remove containers in parallel, each between its ``before_removal`` and ``after_removal``
+    steps if it has them (on the same thread: the other removals go on meanwhile)."""
+    before, after = before_removal or {}, after_removal or {}
     with signals_deferred():
         errors: list[BaseException] = []
 
         def remove(container: str) -> None:
             try:
-                if container in steps:
-                    steps[container]()
+                if container in before:
+                    before[container]()
                 runtime.remove(container)
+                if container in after:
+                    after[container]()
             except BaseException as exc:  # noqa: BLE001 - collected and re-raised below
                 errors.append(exc)
 
@@ -280,27 +287,20 @@ def stop_filter_and_read(runtime: Runtime, container: str) -> str:
 def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float, stop_timeout: float,
         on_filter_output: Callable[[str], None] | None = None,
         on_refusal: Callable[[dict[str, object]], None] | None = None,
-        while_filter_starts: Callable[[], None] | None = None) -> int:
+        while_filter_starts: Callable[[], None] | None = None,
+        once_session_removed: Callable[[], None] | None = None) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
     The session starts only after the filter reported ready; ``while_filter_starts`` runs before.
+    ``once_session_removed`` runs when no process of the session is left (its container removed),
+    while the filter is still being stopped: the end of the session's audit belongs there.
 
     ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped;
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
     """
     created: list[str] = []
-    filter_id: str | None = None
     with signals_raise():
         try:
-            filter_id = runtime.create(plan.filter)
-            created.append(filter_id)
-            runtime.start(filter_id)
-            # While the filter applies and verifies its ruleset (most of a start), do what does not
-            # depend on it: create the session container (it joins the filter's namespaces only
-            # when started) and the caller's work (the audit's start snapshot).
-            session_id = runtime.create(plan.session)
-            created.append(session_id)
-            if while_filter_starts is not None:
-                while_filter_starts()
+            filter_id, session_id = _create_and_start(runtime, plan, created, while_filter_starts)
             _wait_ready(runtime, filter_id, ready_timeout, ruleset_digest(plan.ruleset))
             if on_refusal is not None:
                 _follow_refusals(runtime, filter_id, on_refusal)
@@ -313,11 +313,37 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
         except Interrupted as interrupted:
             return 128 + interrupted.signum
         finally:
-            steps = {}
-            if filter_id is not None and on_filter_output is not None:
-                stopped = filter_id
+            steps, after = {}, {}
+            if created and on_filter_output is not None:  # created[0]: the filter, once it exists
+                stopped = created[0]
                 steps[stopped] = lambda: on_filter_output(stop_filter_and_read(runtime, stopped))
-            teardown(runtime, created, steps)
+            if len(created) == 2 and once_session_removed is not None:
+                after[created[1]] = once_session_removed
+            teardown(runtime, created, steps, after)
+
+
+def _create_and_start(runtime: Runtime, plan: SessionPlan, created: list[str],
+                      while_filter_starts: Callable[[], None] | None) -> tuple[str, str]:
+    """Create and start the filter, create the session; ids go to ``created`` as they exist.
+
+    The engine takes most of a start to start the filter (its network above all), and the filter
+    then applies and verifies its ruleset. Meanwhile this does what does not depend on it: create
+    the session container (it joins the filter's namespaces only when started) and the caller's
+    work (the audit's start snapshot).
+    """
+    filter_id = runtime.create(plan.filter)
+    created.append(filter_id)
+    starting = Background(lambda: runtime.start(filter_id), "filter-start")
+    try:
+        session_id = runtime.create(plan.session)
+        created.append(session_id)
+        if while_filter_starts is not None:
+            while_filter_starts()
+    except BaseException:
+        starting.wait()  # what went wrong here is the story, whatever the start did
+        raise
+    starting.join()
+    return filter_id, session_id
 
 
 # --- leftovers -------------------------------------------------------------------------------

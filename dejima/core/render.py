@@ -1,4 +1,4 @@
-"""Rendering of text artefacts (nft rulesets, Dockerfiles) from typed values.
+"""Rendering of Dockerfile templates (docker/*/Dockerfile.j2) from typed values.
 
 Templates are strict: an undefined name is an error, never an empty string, so a typo in a
 template cannot silently drop a rule.
@@ -9,18 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import jinja2
-
-_PACKAGE_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("dejima", "templates"),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    autoescape=False,
-)
-
-
-def render_package_template(name: str, **values: Any) -> str:
-    """Render one of dejima's own templates (dejima/templates/NAME)."""
-    return _PACKAGE_ENV.get_template(name).render(**values)
 
 
 def render_template_text(text: str, **values: Any) -> str:

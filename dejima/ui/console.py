@@ -1,7 +1,10 @@
 """The launcher's console: messages on stderr (stdout belongs to the session's command).
 
 Messages name paths, sessions and values that a session may have chosen: every one is shown as
-plain text through ``ui.text`` (escaped, never markup), whoever built the string."""
+plain text through ``ui.text`` (escaped, never markup), whoever built the string.
+
+rich (~20 ms to import) is imported by the first message: a quiet start that has nothing to say
+never pays for it."""
 
 from __future__ import annotations
 
@@ -10,14 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
 
-from rich.console import Console
-from rich.text import Text
-
 from dejima.errors import DiagnosticError
 from dejima.ui.text import MESSAGE_LIMIT, escaped
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from rich.console import Console
+    from rich.text import Text
 
     from dejima.core.plan import SessionPlan
     from dejima.findings import Stored
@@ -25,21 +28,29 @@ if TYPE_CHECKING:
 
 class UI:
     def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
-        self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        self._console = console
         self.quiet = quiet
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        return self._console
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(Text("dejima: ", style="bold cyan") + _message(message))
+            self.console.print(_styled("dejima: ", "bold cyan") + _message(message))
 
     def warn(self, message: str) -> None:
-        self.console.print(Text("dejima: warning: ", style="bold yellow") + _message(message))
+        self.console.print(_styled("dejima: warning: ", "bold yellow") + _message(message))
 
     def card(self, title: str, lines: list[str]) -> None:
         if not self.quiet:
             from rich.panel import Panel
 
-            body = Text("\n").join(_message(line) for line in lines)
+            body = _styled("\n").join(_message(line) for line in lines)
             self.console.print(Panel(body, title=_message(title), expand=False))
 
     def boundary(self, plan: SessionPlan) -> None:
@@ -91,12 +102,14 @@ class Step:
         self.lines.append(text)
         del self.lines[:-200]  # keep the tail for error reports
         if self.status is not None:
-            self.status.update(Text(f"{escaped(self.title)} | {escaped(text, limit=100)}"))  # type: ignore[attr-defined]
+            self.status.update(_styled(f"{escaped(self.title)} | {escaped(text, limit=100)}"))  # type: ignore[attr-defined]
         elif not self.ui.quiet:
-            self.ui.console.print(Text(f"  {escaped(text, MESSAGE_LIMIT)}", style="dim"))
+            self.ui.console.print(_styled(f"  {escaped(text, MESSAGE_LIMIT)}", "dim"))
 
 
 def render_error(exc: DiagnosticError) -> Text:
+    from rich.text import Text
+
     text = Text()
     text.append("dejima: error", style="bold red")
     text.append(f" [{exc.reference}]: ", style="red")
@@ -111,12 +124,20 @@ def render_error(exc: DiagnosticError) -> Text:
     return text
 
 
+def _styled(text: str, style: str = "") -> Text:
+    from rich.text import Text
+
+    return Text(text, style=style)
+
+
 def _message(message: str) -> Text:
-    return Text(escaped(message, MESSAGE_LIMIT))
+    return _styled(escaped(message, MESSAGE_LIMIT))
 
 
 def plain_console(stream: IO[str], width: int = 100) -> Console:
     """A colourless console for tests and for --json paths."""
+    from rich.console import Console
+
     return Console(file=stream, width=width, color_system=None, highlight=False, soft_wrap=True)
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import TYPE_CHECKING
 
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported by ``plain`` alone: escaping needs none of it
+    from rich.text import Text
 
 LIMIT = 300  # characters shown of one value; a DNS name is at most 253
 MESSAGE_LIMIT = 4000  # a launcher message: a few paths and values
@@ -53,6 +55,8 @@ def escaped(value: object, limit: int | None = LIMIT, keep_tabs: bool = False) -
 
 def plain(value: object, style: str = "", limit: int | None = LIMIT) -> Text:
     """A table cell or a line of session-controlled text: escaped, capped, never markup."""
+    from rich.text import Text
+
     return Text(escaped(value, limit), style=style)
 
 

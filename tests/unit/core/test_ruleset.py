@@ -73,3 +73,17 @@ def test_policy_ruleset_matches_golden(update_golden: bool) -> None:
     if update_golden:
         POLICY_GOLDEN.write_text(text)
     assert text == POLICY_GOLDEN.read_text()
+
+
+def test_every_slot_of_the_template_renders_as_nft_lists_it() -> None:
+    """The cases the goldens leave out: a denied network with a port, several upstreams."""
+    import ipaddress
+
+    from dejima.core.egress import parse_policy
+
+    policy = parse_policy(["10.1.2.3:443"], [("192.0.2.0/24:25", "no mail")])
+    text = render_ruleset("s", policy, (ipaddress.IPv4Address("192.0.2.53"), ipaddress.IPv4Address("192.0.2.54")))
+    assert "\t\telements = { 192.0.2.53, 192.0.2.54 }\n\t}" in text
+    assert "\n\t\tip daddr 192.0.2.0/24 tcp dport 25 counter goto refuse\n" in text
+    assert "\n\t\tip daddr 10.1.2.3 tcp dport 443 accept\n" in text
+    assert "$" not in text

@@ -80,3 +80,18 @@ def test_a_refusal_notice_goes_to_the_title_and_carries_no_terminal_control() ->
     quiet = io.StringIO()
     UI(Console(file=quiet, force_terminal=False)).notice("dejima: x was refused")
     assert quiet.getvalue() == ""  # not a terminal: nothing is written
+
+
+def test_every_kind_of_message_prints_in_a_fresh_interpreter() -> None:
+    """rich is imported by the first message: each kind of message, first in its process, works."""
+    import subprocess
+    import sys
+
+    calls = ['ui.info("i")', 'ui.warn("w")', 'ui.card("title", ["a", "b"])',
+             'ui.error(SettingsError("bad", hint="fix"))', 'print(render_error(SettingsError("x")))']
+    for call in calls:
+        script = ("import sys; from dejima.errors import SettingsError; "
+                  "from dejima.ui.console import UI, render_error; "
+                  f"ui = UI(); {call}; assert 'rich' in sys.modules")
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, f"{call}: {result.stderr[-500:]}"

@@ -1,0 +1,286 @@
+"""Starting a session: prepare it (stale sessions, images, the plan, the credential routes), then
+run it (filter and session containers, the exit audit around it, the records kept after it).
+
+    prepare_session   engine checks and the plan; nothing started yet
+    run_session       session.run with the audit's start in the time the filter's start leaves free
+                      and its end once the session's container is gone; summaries at the end
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dejima import host
+from dejima.app import Options, network_facts, new_session_id, record_stale_violations, session_request
+from dejima.core.limits import describe
+from dejima.core.plan import (
+    PROXY_SOCKET,
+    RESOLV_CONF,
+    SESSION_HOME,
+    TLS_SOCKET,
+    Identity,
+    SessionPlan,
+    SessionRequest,
+    build_policy,
+    build_session_plan,
+    cache_paths_outside_home,
+    describe_command,
+    unlock_special,
+)
+from dejima.core.resolve import Resolved
+from dejima.core.settings import Settings
+from dejima.errors import EngineError, SessionError
+from dejima.reporting import SessionReporter
+from dejima.violations import ViolationStore, ledger_path, run_dir, sessions_dir
+
+if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
+    from dejima import exit_audit
+    from dejima.proxy.runner import SessionProxy
+    from dejima.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    runtime: Runtime
+    plan: SessionPlan
+    settings: Settings
+    proxy: SessionProxy | None = None  # the credential routes, served while the session runs
+    accept_findings: bool = False  # --accept-findings: unreviewed critical findings do not stop the start
+
+
+def prepare_session(
+    workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+    runtime: Runtime, ui: SessionReporter, options: Options | None = None,
+) -> Prepared:
+    from dejima import session
+    from dejima.background import Background
+    from dejima.imaging import ensure_images
+
+    options = options or Options()
+    memory = Background(runtime.memory, "engine-memory")  # the engine's slowest answer (~15 ms): meanwhile
+    identity = host.session_identity(workspace, options.as_root)
+    facts = network_facts(settings, runtime, options.upstream_dns)
+    source = str(host.settings_path())
+    # The allow list is checked against the host's and the engine's addresses before anything starts.
+    unlock_special(build_policy(settings, options.allow, facts, source, resolved), settings, options.allow_special,
+                   facts, source)
+    scope = host.scope()
+    with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
+        session.remove_stale(runtime, scope, ui, record_stale_violations)
+    filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
+    request = session_request(workspace, command, resolved, settings, options, new_session_id(),
+                              host.launcher_token())
+    host.ensure_private_dir(Path(request.home_dir), identity)
+    host.resolv_conf_file(RESOLV_CONF)
+    for path in cache_paths_outside_home(resolved):
+        host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"), identity)
+    proxy = _prepare_proxy(workspace, command, resolved, settings, request, identity, ui)
+    if proxy is not None:
+        request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
+                          intercept=proxy.intercepted)
+    sockets = host.ensure_private_dir(Path(request.run_dir or ""))
+    # The filter (root without CAP_DAC_OVERRIDE) makes its control socket here, so the directory is
+    # open to it; no one else gets near: its parent is the launcher's own 0700 state directory,
+    # and it is mounted into the filter alone, never into the session.
+    sockets.chmod(0o777)
+    host.record(sockets.parent, "workspace", str(workspace))
+    plan = build_session_plan(request, settings, identity, filter_image, session_image, facts, source, resolved,
+                              engine_memory=memory.join())
+    return Prepared(runtime, plan, settings, proxy, options.accept_findings)
+
+
+def _prepare_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+                   request: SessionRequest, identity: Identity, ui: SessionReporter) -> SessionProxy | None:
+    """The session's credential routes, their sources read now on the host (never in a container)."""
+    if not any(m.credentials for m in resolved.manifests):
+        return None
+    from dejima.proxy.runner import prepare_session_proxy, unserved_routes
+
+    for reason in unserved_routes(resolved):
+        ui.warn(reason)
+    proxy = prepare_session_proxy(resolved, command, workspace, settings.credentials,
+                                  sessions_dir() / request.session_id, Path(request.home_dir),
+                                  (identity.uid, identity.gid))
+    for skipped in proxy.prepared.skipped if proxy else ():
+        ui.warn(f"{skipped.message}; the session starts without that route")
+    return proxy if proxy is not None and proxy.routes else None
+
+
+COMMAND_SHOWN = 120  # characters of the command the one-line summary shows
+
+
+def boundary_line(plan: SessionPlan) -> str:
+    allowed = ", ".join(dict.fromkeys(e.canonical for e in plan.policy.allowed))
+    network = f"egress only to {allowed}" if allowed else "no egress"
+    harness = ""
+    if plan.resolved:
+        others = ", ".join(f"{c.manifest.name} ({c.why})" for c in plan.resolved.choices[1:])
+        harness = f"harness {plan.resolved.harness.name}" + (f" with {others}" if others else "") + " | "
+    command = describe_command(plan.session.command if not plan.interactive else None)
+    if len(command) > COMMAND_SHOWN:  # a long script must not push the boundary's facts off the line
+        command = command[:COMMAND_SHOWN] + f"…[{len(command) - COMMAND_SHOWN} more]"
+    overrides = "".join(f" | OVERRIDE {u.entry.canonical} ({u.override_origin}): {u.reason}" for u in plan.unlocked)
+    limits = f" | limits: {describe(plan.session.limits)}" if plan.session.limits else ""
+    return (
+        f"session {plan.session_id}: {harness}{command} "
+        f"in {plan.workspace} | network: {network} (nftables default-deny, verified; DNS only through "
+        f"dejima; no IPv6){overrides} | user {plan.session.user}, no capabilities | mounts: workspace, home{limits}"
+    )
+
+
+def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
+    """Warn about unreviewed findings; refuse to start on unreviewed critical ones unless accepted."""
+    from dejima.findings import FindingStore
+
+    store = FindingStore()
+    try:
+        open_findings = store.findings(str(workspace))
+    finally:
+        store.close()
+    if not open_findings:
+        return
+    critical = [s for s in open_findings if s.finding.severity == "critical"]
+    ui.warn(f"{len(open_findings)} unreviewed audit finding(s) in {workspace} ({len(critical)} critical): "
+            "dejima-audit lists them")
+    if critical and not accept:
+        raise SessionError(
+            f"{workspace} has {len(critical)} unreviewed critical finding(s) from earlier sessions "
+            "(e.g. a git hook or an IDE task that would run on the host)",
+            hint="review them with `dejima-audit` and `dejima-audit ack`, or start anyway with --accept-findings",
+            reference="unreviewed-findings",
+        )
+
+
+def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
+    """Every directory the session can write that outlives it: the workspace, the per-project home,
+    the manifest caches."""
+    from dejima import exit_audit
+
+    mounts = []
+    for bind in plan.session.binds:
+        if bind.read_only:
+            continue
+        kind = "workspace" if bind.source == plan.workspace else "home" if bind.target == SESSION_HOME else "cache"
+        mounts.append(exit_audit.Mount(kind, Path(bind.source)))
+    return mounts
+
+
+class SessionAudit:
+    """The exit audit around one session: its start before the session starts, its end once no
+    process of the session is left (whichever of the two places that call ``finish`` comes first)."""
+
+    def __init__(self, prepared: Prepared, ui: SessionReporter) -> None:
+        self.prepared, self.ui = prepared, ui
+        self.states: list[exit_audit.MountState] = []
+        self.started = self.finished = False
+
+    def start(self) -> None:
+        """While the filter starts (the time is free then): import the audit (~0.1 s), finish the
+        audits of sessions whose launcher died, check unreviewed findings (a critical one stops
+        this start), take the start snapshot."""
+        from dejima import exit_audit
+
+        plan = self.prepared.plan
+        exit_audit.recover(self.ui)
+        check_findings(Path(plan.workspace), self.prepared.accept_findings, self.ui)
+        self.started = True
+        self.states.extend(exit_audit.start(plan.session_id, audited_mounts(plan)))
+
+    def finish(self) -> None:
+        if not self.started or self.finished:  # no snapshot: the session never started, nothing to audit
+            return
+        from dejima import exit_audit
+
+        self.finished = True
+        exit_audit.finish(self.prepared.plan.session_id, self.ui, states=self.states or None)
+
+
+def run_session(prepared: Prepared, ui: SessionReporter) -> int:
+    from dejima import session
+
+    settings = prepared.settings
+    audit = SessionAudit(prepared, ui)
+
+    def while_filter_starts() -> None:  # rich and the audit are imported here, where it costs nothing
+        if prepared.plan.interactive:
+            ui.boundary(prepared.plan)
+        else:
+            ui.info(boundary_line(prepared.plan))
+        audit.start()
+
+    store = ViolationStore(prepared.plan.session_id)
+    try:
+        with _serving(prepared):
+            return session.run(
+                prepared.runtime, prepared.plan, ui,
+                ready_timeout=settings.session.ready_timeout,
+                stop_timeout=settings.session.stop_timeout,
+                on_filter_output=store.append_output,
+                on_refusal=_notifier(ui) if prepared.plan.interactive and settings.session.notify_denials else None,
+                while_filter_starts=while_filter_starts,
+                once_session_removed=audit.finish,
+            )
+    except EngineError as exc:
+        if "executable file not found" in exc.message or "no such file or directory" in exc.message:
+            raise SessionError(
+                f"the command {describe_command(prepared.plan.session.command)!r} was not found in the session image",
+                hint="check its name; the session image has bash, coreutils, git, curl and python3",
+                reference="command-not-found",
+                exit_code=127,
+            ) from exc
+        raise
+    finally:
+        audit.finish()  # done already unless the session's container could not be removed
+        summary = store.summary()
+        if summary:
+            ui.warn(f"session {prepared.plan.session_id}: {summary}; "
+                    f"details: dejima violations {prepared.plan.session_id}")
+        if prepared.proxy is not None:
+            ui.info(ledger_summary(prepared.plan.session_id))
+
+
+def _notifier(ui: SessionReporter) -> Callable[[dict[str, object]], None]:
+    """Tell the user, once per name, that the session was refused a name it could be granted."""
+    told: set[str] = set()
+
+    def notify(record: dict[str, object]) -> None:
+        name = str(record.get("domain", ""))
+        if record.get("kind") == "dns" and name and name not in told and "not on the allow list" in str(
+                record.get("reason", "")):
+            told.add(name)
+            ui.notice(f"dejima: {name} was refused; dejima-allow {name} grants it")
+
+    return notify
+
+
+def _serving(prepared: Prepared) -> AbstractContextManager[object]:
+    """The credential proxy, serving on the session's run directory while the block runs."""
+    if prepared.proxy is None:
+        return nullcontext()
+    from dejima.proxy.runner import ProxyThread
+
+    sockets = run_dir(prepared.plan.session_id)
+    return ProxyThread(prepared.proxy.prepared.config, sockets / PROXY_SOCKET,
+                       sockets / TLS_SOCKET if prepared.proxy.intercepted else None)
+
+
+def ledger_summary(session_id: str) -> str:
+    """One line of totals from the session's ledger (requests the proxy carried)."""
+    from dejima.proxy.records import read_records
+
+    entries = read_records(ledger_path(session_id))
+    if not entries:
+        return f"session {session_id}: no request went through the credential proxy"
+    def total(key: str) -> int:
+        return sum(int(str(e.get(key) or 0)) for e in entries)
+
+    refused = sum(1 for e in entries if int(str(e.get("status") or 0)) >= 400)
+    return (f"session {session_id}: {len(entries)} request(s) through the credential proxy ({refused} answered "
+            f"with an error), {total('bytes_in')} bytes in, {total('bytes_out')} bytes out; "
+            f"details: dejima ledger {session_id}")
+
+

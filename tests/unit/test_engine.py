@@ -1,0 +1,152 @@
+"""dejima.engine against a fake engine on a real unix socket: what goes on the wire, and how each
+way of framing a response (length, chunks, until EOF, an upgraded stream) is read back."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from dejima.core.limits import ContainerLimits
+from dejima.core.plan import Bind, ContainerSpec
+from dejima.engine import STDERR, STDOUT, APIError, Engine
+from dejima.errors import EngineError
+from dejima.runtime import Runtime, create_body
+
+
+class FakeEngine:
+    """Answers each connection with the next canned response and keeps what was asked."""
+
+    def __init__(self, path: Path, responses: list[bytes]) -> None:
+        self.requests: list[bytes] = []
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(8)
+        self.thread = threading.Thread(target=self.serve, args=(responses,), daemon=True)
+        self.thread.start()
+
+    def serve(self, responses: list[bytes]) -> None:
+        for response in responses:
+            conn, _ = self.server.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(body) < length:
+                    body += conn.recv(65536)
+                self.requests.append(head + b"\r\n\r\n" + body)
+                conn.sendall(response)
+
+
+@pytest.fixture
+def engine_at(tmp_path: Path) -> Iterator[tuple[Engine, list[FakeEngine]]]:
+    made: list[FakeEngine] = []
+    yield Engine(f"unix://{tmp_path / 'engine.sock'}", timeout=5), made
+    for fake in made:
+        fake.server.close()
+
+
+def serve(tmp_path: Path, made: list[FakeEngine], *responses: bytes) -> FakeEngine:
+    fake = FakeEngine(tmp_path / "engine.sock", list(responses))
+    made.append(fake)
+    return fake
+
+
+def frame(stream: int, data: bytes) -> bytes:
+    return struct.pack(">BxxxL", stream, len(data)) + data
+
+
+def chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+Fixture = tuple[Engine, list[FakeEngine]]
+
+
+def test_json_answer_and_the_version_learnt_from_ping(tmp_path: Path, engine_at: Fixture) -> None:
+    engine, made = engine_at
+    fake = serve(tmp_path, made, b"HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\nContent-Length: 2\r\n\r\nOK",
+                 b'HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n[{"Id": "abc"}]')
+    engine.ping()
+    found = Runtime(engine).containers({"dejima.scope": "t", "dejima.role": ""})
+    assert [c.id for c in found] == ["abc"]
+    request = fake.requests[1].split(b"\r\n")[0].decode()
+    assert request.startswith("GET /v1.41/containers/json?all=1&filters=")
+    query = parse_qs(urlsplit(request.split()[1]).query)
+    assert json.loads(query["filters"][0]) == {"label": ["dejima.scope=t", "dejima.role"]}
+
+
+def test_chunked_log_frames_split_across_chunks(tmp_path: Path, engine_at: Fixture) -> None:
+    engine, made = engine_at
+    stream = frame(STDOUT, b"dejima-filter: ready\n") + frame(STDERR, b"oops\n") + frame(STDOUT, b"")
+    body = chunked(stream[:5], stream[5:30], stream[30:])  # cuts through a header and a payload
+    serve(tmp_path, made, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+    assert list(engine.frames("/containers/x/logs", {"follow": 1})) == [
+        (STDOUT, b"dejima-filter: ready\n"), (STDERR, b"oops\n"), (STDOUT, b"")]
+
+
+def test_attach_reads_the_upgraded_stream_until_eof(tmp_path: Path, engine_at: Fixture) -> None:
+    engine, made = engine_at
+    fake = serve(tmp_path, made, b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
+                 + frame(STDOUT, b"out\n") + frame(STDERR, b"err\n"))
+    runtime = Runtime(engine)
+    assert list(runtime.attach("c1")) == [(b"out\n", None), (None, b"err\n")]
+    head = fake.requests[0].decode()
+    assert head.startswith("POST /containers/c1/attach?logs=1&stream=1&stdout=1&stderr=1 HTTP/1.1")
+    assert "Upgrade: tcp" in head
+
+
+def test_errors_carry_the_engines_words(tmp_path: Path, engine_at: Fixture) -> None:
+    engine, made = engine_at
+    message = b'{"message": "No such container: nope"}'
+    serve(tmp_path, made, b"HTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s" % (len(message), message),
+          b"HTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s" % (len(message), message),
+          b'HTTP/1.1 500 Server Error\r\nContent-Type: application/json\r\n\r\n{"message": "exec: \\"x\\": '
+          b'executable file not found in $PATH"}')
+    runtime = Runtime(engine)
+    assert runtime.inspect("nope") is None
+    with pytest.raises(APIError) as caught:
+        engine.call("POST", "/containers/nope/start")
+    assert caught.value.not_found and caught.value.message == "No such container: nope"
+    with pytest.raises(EngineError, match="executable file not found"):
+        runtime.start("c1")  # an until-EOF body, read whole
+
+
+def test_an_absent_engine_is_named_with_the_way_to_start_it(tmp_path: Path) -> None:
+    engine = Engine(f"unix://{tmp_path / 'absent.sock'}", timeout=1)
+    with pytest.raises(EngineError) as caught:
+        engine.ping()
+    assert "cannot reach the Docker engine" in caught.value.message and "docker info" in (caught.value.hint or "")
+
+
+def test_from_env_refuses_an_engine_it_cannot_speak_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "ssh://builder")
+    with pytest.raises(EngineError, match="unix:// sockets and tcp://"):
+        Engine.from_env()
+
+
+def test_create_body_keeps_every_restriction() -> None:
+    spec = ContainerSpec(
+        name="s", image="img", command=("true",), user="1000:1000", labels={"a": "b"}, environment={"K": "V"},
+        binds=(Bind("/w", "/w", read_only=False), Bind("/w/.git/hooks", "/w/.git/hooks", read_only=True)),
+        tmpfs={"/tmp": "size=1m"}, network_mode="container:f", pid_mode="container:f", read_only_rootfs=True,
+        hostname="ignored", limits=ContainerLimits(pids=64, memory=2**30, cpu_shares=512),
+    )
+    body = create_body(spec)
+    host = body["HostConfig"]
+    assert host["CapDrop"] == ["ALL"] and "CapAdd" not in host
+    assert host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert host["Binds"] == ["/w:/w:rw", "/w/.git/hooks:/w/.git/hooks:ro"]
+    assert host["Memory"] == host["MemorySwap"] == 2**30 and host["PidsLimit"] == 64 and host["CpuShares"] == 512
+    assert host["NetworkMode"] == host["PidMode"] == "container:f" and host["ReadonlyRootfs"] is True
+    assert body["Hostname"] is None  # a joined namespace has the filter's name
+    assert body["Env"] == ["K=V"] and body["User"] == "1000:1000" and body["Tty"] is False
