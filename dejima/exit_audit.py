@@ -6,20 +6,24 @@ gone, findings stored with the start state of their files (for `dejima-audit sho
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
 from pathlib import Path
 
-from dejima import host
+from dejima import host, mount_state
 from dejima.core.audit import SEVERITIES, Finding, audit, derived_watch, watched
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.model import finding, rank
 from dejima.core.gitconfig import GitConfigError, parse_git_config
-from dejima.core.snapshot import Snapshot
+from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.findings import FileState, FindingStore
+from dejima.mount_state import State, decode_state, encode_state, write_atomically
 from dejima.snapshot import (
     WALK_ATTEMPTS,
     InconsistentWalk,
@@ -27,7 +31,8 @@ from dejima.snapshot import (
     load_snapshot,
     read_kept,
     save_snapshot,
-    take_snapshot,
+    start_snapshot,
+    walk_changes,
 )
 from dejima.ui.console import UI
 from dejima.violations import sessions_dir
@@ -48,6 +53,7 @@ class MountState:
     mount: Mount
     snapshot: Snapshot
     kept: dict[str, bytes]
+    start: State | None = None  # kept for the next start (mount_state.py), when the audit judged it
 
 
 def _state_dir(session_id: str) -> Path:
@@ -60,9 +66,10 @@ def _read(root: Path, snapshot: Snapshot, path: str, limit: int) -> bytes | None
     return read_kept(root, {path: entry}, lambda p: True, limit).get(path) if entry else None
 
 
-def _keep(mount: Mount, snapshot: Snapshot) -> dict[str, bytes]:
+def _keep(mount: Mount, snapshot: Snapshot, cache: dict[str, object] | None = None) -> dict[str, bytes]:
     # The walk hashed exactly the watched files: keep those, without asking `watched` again.
-    kept = read_kept(mount.root, snapshot, lambda p: snapshot[p].sha256 is not None, KEEP_LIMIT)
+    hashed = set(compress(snapshot, map(attrgetter("sha256"), snapshot.values())))  # in C: 100k entries
+    kept = read_kept(mount.root, {p: snapshot[p] for p in hashed}, lambda p: True, KEEP_LIMIT)
     if mount.kind == "workspace":
         # Files the git config points at (includes, the hooks path): changing them changes git.
         config = kept.get(".git/config")
@@ -70,12 +77,18 @@ def _keep(mount: Mount, snapshot: Snapshot) -> dict[str, bytes]:
         if targets:
             prefixes = tuple(f"{t}/" for t in targets)
             kept.update(read_kept(mount.root, snapshot, lambda p: p in targets or p.startswith(prefixes), KEEP_LIMIT))
-        kept.update(_index_flags(mount.root, snapshot, config))
+        kept.update(_index_flags(mount.root, snapshot, config, cache))
     return kept
 
 
-def _index_flags(root: Path, snapshot: Snapshot, config: bytes | None) -> dict[str, bytes]:
-    """The paths .git/index hides at the start, so the audit reports only newly hidden ones."""
+def _index_flags(root: Path, snapshot: Snapshot, config: bytes | None,
+                 cache: dict[str, object] | None = None) -> dict[str, bytes]:
+    """The paths .git/index hides at the start, so the audit reports only newly hidden ones.
+    ``cache`` (a mount state's extra values): the answer for an index and config seen before."""
+    entry = snapshot.get(".git/index")
+    key = (tuple(entry), hashlib.sha256(config or b"").hexdigest()) if entry is not None else None
+    if cache is not None and key is not None and cache.get("index-flags-key") == key:
+        return {start_flags_key(".git/index"): cache["index-flags"]}  # type: ignore[dict-item]
     index = _read(root, snapshot, ".git/index", READ_LIMIT)
     if index is None:
         return {}
@@ -84,37 +97,68 @@ def _index_flags(root: Path, snapshot: Snapshot, config: bytes | None) -> dict[s
         flagged = hidden_paths(index, hash_size(parsed))
     except (GitIndexError, GitConfigError):
         return {}
-    return {start_flags_key(".git/index"): "\n".join(sorted(flagged)).encode("utf-8", "surrogateescape")}
+    value = "\n".join(sorted(flagged)).encode("utf-8", "surrogateescape")
+    if cache is not None:
+        cache.update({"index-flags-key": key, "index-flags": value})
+    return {start_flags_key(".git/index"): value}
 
 
-def capture(mount: Mount) -> MountState:
-    """The start state of one mount: every entry, and the bytes of the files rules read."""
-    snapshot = take_snapshot(mount.root, hash_path=lambda p: watched(p, mount.kind))
-    return MountState(mount, snapshot, _keep(mount, snapshot))
+def capture(mount: Mount, incremental: bool = True) -> MountState:
+    """The start state of one mount: every entry, and the bytes of the files rules read. What the
+    last audit of this mount left is trusted where its directories still list the same."""
+    recalled = mount_state.recall(mount.kind, mount.root) if incremental else None
 
+    def hash_path(path: str) -> bool:
+        return watched(path, mount.kind)
 
-def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[Finding]]:
-    """The end snapshot. When the tree would not hold still while walked (walked again, and still),
-    entries git's own housekeeping rewrites (a host-side `git gc`) are what they are; anything else
-    the walk cannot account for is named in a critical finding, the rest audited as usual."""
     try:
-        return take_snapshot(state.mount.root, previous=state.snapshot), []
+        walked = start_snapshot(mount.root, hash_path, recalled.known() if recalled else None)
+    except (OSError, ValueError):
+        if recalled is None:
+            raise
+        recalled, walked = None, start_snapshot(mount.root, hash_path)  # the state could not be loaded
+    snapshot = walked.snapshot
+    if recalled is not None and walked.used_known:
+        # The .git directory listed the same: its index is the one the cached answer was for.
+        git = recalled.digests.get(".git")
+        trusted = git is not None and git == walked.digests.get(".git")
+        change = compose(recalled.delta, snapshot, walked.changed)
+        start = State(recalled.identity, recalled.base, change, walked.digests,
+                      {k: v for k, v in recalled.extra.items() if trusted})
+    else:
+        start = State(mount_state.identity(mount.kind, mount.root), Path(), ([], []), walked.digests)
+    return MountState(mount, snapshot, _keep(mount, snapshot, start.extra), start)
+
+
+def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[str], list[Finding]]:
+    """The end snapshot, and the paths that may have changed. When the tree would not hold still
+    while walked (walked again, and still), entries git's own housekeeping rewrites (a host-side
+    `git gc`) are what they are; anything else the walk cannot account for is named in a critical
+    finding, the rest audited as usual."""
+    try:
+        return *walk_changes(state.mount.root, previous=state.snapshot), []
     except InconsistentWalk as exc:
         after, unsure = exc.snapshot, [p for p in exc.paths if not housekeeping(p)]
         for path in exc.paths:
             after.pop(path, None)
+    changed = changed_paths(state.snapshot, after)
     if not unsure:
-        return after, []
+        return after, changed, []
     shown = ", ".join(unsure[:10]) + (f" and {len(unsure) - 10} more" if len(unsure) > 10 else "")
-    return after, [finding("X00", "critical", "", f"session {session_id}: {state.mount.root} changed while it was "
-                           f"audited (walked {WALK_ATTEMPTS} times); the audit cannot say what happened to {shown}: "
-                           "check them by hand, then ack this", "\n".join(unsure))]
+    return after, changed, [finding("X00", "critical", "", f"session {session_id}: {state.mount.root} changed while "
+                                    f"it was audited (walked {WALK_ATTEMPTS} times); the audit cannot say what "
+                                    f"happened to {shown}: check them by hand, then ack this", "\n".join(unsure))]
 
 
 def audit_mount(state: MountState, session_id: str = "") -> tuple[list[Finding], Snapshot]:
     """Findings for one mount now (the session must be gone), and the end snapshot."""
+    found, after, _ = _audit_mount(state, session_id)
+    return found, after
+
+
+def _audit_mount(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
-    after, unsure = _walk_end(state, session_id)
+    after, changed, unsure = _walk_end(state, session_id)
     read: dict[str, bytes | None] = {}
 
     def contents(side: str, path: str) -> bytes | None:
@@ -130,7 +174,7 @@ def audit_mount(state: MountState, session_id: str = "") -> tuple[list[Finding],
         except OSError:
             return []
 
-    return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir)], after
+    return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed)], after, changed
 
 
 def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
@@ -148,8 +192,9 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
         for index, mount in enumerate(mounts):
             state = capture(mount)
             states.append(state)
-            save_snapshot(directory / f"{index}.snapshot", state.snapshot)
+            _save_start(directory, index, state)
             described.append({"kind": mount.kind, "root": str(mount.root), "snapshot": f"{index}.snapshot",
+                              "state": f"{index}.state",
                               "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
         temporary = directory / "state.json.tmp"
         temporary.write_text(json.dumps({"version": _STATE_VERSION, "mounts": described}))
@@ -160,13 +205,36 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
     return states
 
 
+def _save_start(directory: Path, index: int, state: MountState) -> None:
+    """The start snapshot, for the next run to audit if this launcher dies: a link to the base
+    it was loaded from plus its delta (a full save when there is none)."""
+    path, start = directory / f"{index}.snapshot", state.start
+    assert start is not None
+    try:
+        if not start.base.name:
+            raise FileNotFoundError("no base")
+        os.link(start.base, path)
+    except OSError:  # walked in full, or the base is gone or elsewhere: the whole snapshot
+        save_snapshot(path, state.snapshot)
+        start.delta = ([], [])
+    start.base = path
+    write_atomically(directory / f"{index}.state", encode_state(start, path.name))
+
+
 def _load(session_id: str) -> list[MountState]:
     directory = _state_dir(session_id)
     document = json.loads((directory / "state.json").read_text())
     if document.get("version") != _STATE_VERSION:
         raise ValueError(f"start state version {document.get('version')!r}, this dejima reads {_STATE_VERSION}")
-    return [MountState(Mount(m["kind"], Path(m["root"])), load_snapshot(directory / m["snapshot"]),
-                       {p: base64.b64decode(b) for p, b in m["kept"].items()}) for m in document["mounts"]]
+    states = []
+    for m in document["mounts"]:
+        snapshot, start = load_snapshot(directory / m["snapshot"]), None
+        if "state" in m:  # the snapshot is a base plus the delta kept with the digests
+            start = decode_state((directory / m["state"]).read_bytes(), directory)
+            snapshot = apply_delta(snapshot, start.delta)
+        states.append(MountState(Mount(m["kind"], Path(m["root"])), snapshot,
+                                 {p: base64.b64decode(b) for p, b in m["kept"].items()}, start))
+    return states
 
 
 def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> dict[str, FileState]:
@@ -183,6 +251,16 @@ def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> di
             before=kept, after_kind=now.kind if now else None, after=end,
             after_sha256=now.sha256 if now else None)
     return states
+
+
+def _remember(state: MountState, changed: list[str]) -> None:
+    """Keeps the start state for the next start, less the directories this session changed."""
+    if state.start is None:
+        return
+    try:
+        mount_state.remember(state.start, state.snapshot, {path.rpartition("/")[0] for path in changed})
+    except (OSError, ValueError):
+        mount_state.forget(state.mount.kind, state.mount.root)  # the next start walks in full
 
 
 def _unauditable(session_id: str, reason: str) -> Finding:
@@ -222,12 +300,15 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
         found = []
         for state in states:
             try:
-                mount_findings, after = audit_mount(state, session_id)
+                mount_findings, after, changed = _audit_mount(state, session_id)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"
                 ui.warn(f"the audit of {state.mount.root} failed ({reason}); recorded as a critical finding")
                 mount_findings, states_of = [_unauditable(session_id, f"{state.mount.root}: {reason}")], {}
+                mount_state.forget(state.mount.kind, state.mount.root)
+            else:
+                _remember(state, changed)
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)
