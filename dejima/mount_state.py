@@ -36,7 +36,7 @@ _MAGIC = b"dejima-mount-state 1\n"
 # the ctime comes from elsewhere, and the racy rule cannot be trusted.
 LOCAL_FILESYSTEMS = frozenset(("ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay",
                                "bcachefs", "jfs", "reiserfs"))
-COMPACT_RATIO = 20  # a delta past 1/20 of the entries is folded into a new base
+COMPACT_RATIO, COMPACT_MIN = 20, 1000  # a delta past 1/20 of the entries (and 1000) makes a new base
 
 
 def mounts_dir() -> Path:
@@ -165,7 +165,7 @@ def remember(state: State, snapshot: Snapshot, changed_dirs: set[str]) -> None:
     host.ensure_private_dir(directory)
     digests = {d: v for d, v in state.digests.items() if d not in changed_dirs}
     base, change = state.base, state.delta
-    if len(change[0]) + len(change[1]) > max(1000, len(snapshot) // COMPACT_RATIO):
+    if len(change[0]) + len(change[1]) > max(COMPACT_MIN, len(snapshot) // COMPACT_RATIO):
         base, change = new_base(state.identity, snapshot), ([], [])
     elif base.parent != directory:  # the session's own copy: linked in beside the mount's state
         kept = directory / f"base-{secrets.token_hex(8)}.snapshot"
