@@ -174,16 +174,18 @@ class _Walk:
         the same (no child added, removed or changed: each would move a ctime, an inode or a name);
         otherwise every child recorded, with the listing and the new digest."""
         prefix = relative + "/" if relative else ""
-        infos, keys = [], []
+        infos: list[tuple[str, os.stat_result]] = []
+        values: list[int] = []
+        add, key = values.extend, _STAT_KEY
         for child in children:
             try:
                 info = child.stat(follow_symlinks=False)
             except OSError:
                 continue  # vanished: left out of the listing, and of the digest
             infos.append((child.name, info))
-            keys.append((child.name, _STAT_KEY(info)))
+            add(key(info))
         self.seen += len(infos)
-        digest = listing_digest(keys)
+        digest = listing_digest([name for name, _ in infos], values)
         assert self.digests is not None
         if self.digests.get(relative) == digest:
             return [(prefix + name, False) for name, info in infos

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import marshal
 import stat
+import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, filterfalse
 from operator import is_not, itemgetter
@@ -127,11 +128,18 @@ def missing(before: Snapshot, listings: list[Listing]) -> list[str]:
     return gone + [path for path in before if path.startswith(below)] if below else gone
 
 
-def listing_digest(keys: Sequence[tuple[object, ...]]) -> bytes:
-    """What one directory holds, as its children's names and stat data in listing order: equal
-    digests mean no child was added, removed, renamed or changed in any way that moves its ctime.
-    A keyed hash, not a CRC: the session chooses names, sizes and mtimes."""
-    return hashlib.blake2b(marshal.dumps(list(keys)), digest_size=16).digest()
+def listing_digest(names: list[str], values: list[int]) -> bytes:
+    """What one directory holds, as its children's names and stat values (the same number for
+    each, in listing order): equal digests mean no child was added, removed, renamed or changed in
+    any way that moves its ctime. A cryptographic hash, not a CRC: the session chooses names,
+    sizes and mtimes. '/' cannot be part of a name, so the names joined by it are unambiguous."""
+    try:
+        packed = b"q" + struct.pack(f"={len(values)}q", *values)  # one call: the walk's hot path
+    except struct.error:  # a value past 64 bits (some inode numbers): the slower, general form
+        packed = b"m" + marshal.dumps(values, 2)
+    digest = hashlib.blake2b(packed, digest_size=16)
+    digest.update("/".join(names).encode("utf-8", "surrogateescape"))
+    return digest.digest()
 
 
 Delta = tuple[list[tuple[object, ...]], list[str]]  # entries (as rows) that differ, paths removed

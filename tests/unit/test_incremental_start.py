@@ -20,6 +20,7 @@ import pytest
 from dejima import exit_audit, mount_state
 from dejima import snapshot as walker
 from dejima.core.audit import Finding, watched
+from dejima.core.snapshot import listing_digest
 from dejima.exit_audit import Mount, MountState
 from dejima.ui.console import UI, plain_console
 
@@ -221,3 +222,11 @@ def test_a_large_delta_is_folded_into_a_new_base(root: Path, monkeypatch: pytest
     recalled = mount_state.recall("workspace", root)
     assert recalled is not None and recalled.delta == ([], [])
     starts_alike(root)
+
+
+def test_listing_digests_cover_every_name_and_value_even_past_64_bits() -> None:
+    digest = listing_digest(["a", "b"], [1, 2, 3, 4])
+    assert digest == listing_digest(["a", "b"], [1, 2, 3, 4])
+    assert len({digest, listing_digest(["b", "a"], [1, 2, 3, 4]), listing_digest(["a", "b"], [1, 2, 3, 5]),
+                listing_digest(["ab"], [1, 2, 3, 4])}) == 4
+    assert listing_digest(["a"], [2**64 - 1, -1]) != listing_digest(["a"], [2**64 - 2, -1])  # inode numbers
