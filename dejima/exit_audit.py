@@ -168,9 +168,11 @@ def _audit_mount(state: MountState, session_id: str) -> tuple[list[Finding], Sna
             read[path] = _read(root, after, path, READ_LIMIT)
         return read[path]
 
+    top = str(root)
+
     def listdir(directory: str) -> list[str]:
         try:
-            return os.listdir(os.path.join(root, directory))  # a real directory: the walk went in
+            return os.listdir(os.path.join(top, directory))  # a real directory: the walk went in
         except OSError:
             return []
 
