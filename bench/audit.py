@@ -39,7 +39,7 @@ from dejima import exit_audit  # noqa: E402
 from dejima.core.snapshot import diff  # noqa: E402
 from dejima.exit_audit import Mount, MountState, audit_mount  # noqa: E402
 from dejima.findings import FindingStore  # noqa: E402
-from dejima.snapshot import load_snapshot  # noqa: E402
+from dejima.mount_state import load_snapshot  # noqa: E402
 from dejima.ui.console import UI, plain_console  # noqa: E402
 
 GIT = ["git", "-c", "user.name=b", "-c", "user.email=b@example.invalid", "-c", "init.defaultBranch=main",

@@ -23,17 +23,8 @@ from dejima.core.audit.model import finding, rank
 from dejima.core.gitconfig import GitConfigError, parse_git_config
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.findings import FileState, FindingStore
-from dejima.mount_state import State, decode_state, encode_state, write_atomically
-from dejima.snapshot import (
-    WALK_ATTEMPTS,
-    InconsistentWalk,
-    SnapshotError,
-    load_snapshot,
-    read_kept,
-    save_snapshot,
-    start_snapshot,
-    walk_changes,
-)
+from dejima.mount_state import State, decode_state, encode_state, load_snapshot, save_snapshot, write_atomically
+from dejima.snapshot import WALK_ATTEMPTS, InconsistentWalk, SnapshotError, read_kept, start_snapshot, walk_changes
 from dejima.ui.console import UI
 from dejima.violations import sessions_dir
 

@@ -1,4 +1,5 @@
-"""What the audit keeps of a mount between sessions, so the next start walks only what changed.
+"""What the audit keeps of a mount between sessions, so the next start walks only what changed;
+and the files snapshots are kept in (a session's start state too).
 
 After an audit, a mount's state is its start snapshot as a shared base file plus a small delta,
 and the listing digests of its directories, minus those the session changed. The next start
@@ -28,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from dejima import host
-from dejima.core.snapshot import Delta, Snapshot, apply_delta
-from dejima.snapshot import Known, load_snapshot, save_snapshot
+from dejima.core.snapshot import Delta, Snapshot, apply_delta, decode, encode
+from dejima.forked import gc_paused
+from dejima.snapshot import Known
 
 _MAGIC = b"dejima-mount-state 1\n"
 # File systems whose timestamps come from this kernel's clock: on a network or FUSE file system
@@ -108,15 +110,34 @@ def decode_state(data: bytes, directory: Path) -> State:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` (mode 0600): a reader sees the old file or the new, never a part."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with open(fd, "wb") as file:
+            os.fchmod(fd, 0o600)  # a stale temporary file keeps its mode through O_CREAT
             file.write(data)
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def save_snapshot(path: Path, snapshot: Snapshot) -> None:
+    """Writes ``snapshot`` to ``path`` (mode 0600), atomically."""
+    with gc_paused():
+        data = encode(snapshot)
+    write_atomically(path, data)
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    """Reads what ``save_snapshot`` wrote; raises ValueError for anything else."""
+    data = path.read_bytes()
+    try:
+        with gc_paused():
+            return decode(data)
+    except ValueError as exc:
+        raise ValueError(f"the snapshot state file {path} is unusable: {exc}") from exc
 
 
 def filesystem(root: Path) -> str | None:

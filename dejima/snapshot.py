@@ -20,7 +20,7 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
-from dejima.core.snapshot import Entry, Listing, Snapshot, decode, encode, listing_digest, missing
+from dejima.core.snapshot import Entry, Listing, Snapshot, listing_digest, missing
 from dejima.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
 from dejima.forked import collect, fork, gc_paused, stop
 from dejima.forked import workers as default_workers
@@ -391,29 +391,3 @@ def read_kept(root: Path, snapshot: Snapshot, keep: Callable[[str], bool], limit
         finally:
             os.close(fd)
     return kept
-
-
-def save_snapshot(path: Path, snapshot: Snapshot) -> None:
-    """Writes ``snapshot`` to ``path`` (mode 0600), atomically: a reader sees the old file or the new."""
-    with gc_paused():
-        data = encode(snapshot)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with open(fd, "wb") as file:
-            os.fchmod(fd, 0o600)  # a stale temporary file keeps its mode through O_CREAT
-            file.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
-def load_snapshot(path: Path) -> Snapshot:
-    """Reads what ``save_snapshot`` wrote; raises ValueError for anything else."""
-    data = path.read_bytes()
-    try:
-        with gc_paused():
-            return decode(data)
-    except ValueError as exc:
-        raise ValueError(f"the snapshot state file {path} is unusable: {exc}") from exc
