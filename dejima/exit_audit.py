@@ -6,45 +6,34 @@ gone, findings stored with the start state of their files (for `dejima-audit sho
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
-from itertools import compress
-from operator import attrgetter
 from pathlib import Path
 
 from dejima import host, mount_state
-from dejima.core.audit import SEVERITIES, Finding, audit, derived_watch, watched
+from dejima.audit_start import Mount as Mount  # the audit's callers name them from here
+from dejima.audit_start import MountState as MountState
+from dejima.audit_start import capture as capture
+from dejima.core.audit import SEVERITIES, Finding, audit
 from dejima.core.audit.git import housekeeping
-from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.model import finding, rank
-from dejima.core.gitconfig import GitConfigError, parse_git_config
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.findings import FileState, FindingStore
+from dejima.kept import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
 from dejima.mount_state import State, decode_state, encode_state, load_snapshot, save_snapshot, write_atomically
-from dejima.snapshot import WALK_ATTEMPTS, InconsistentWalk, SnapshotError, read_kept, start_snapshot, walk_changes
+from dejima.snapshot import (
+    WALK_ATTEMPTS,
+    InconsistentWalk,
+    Known,
+    SnapshotError,
+    complete_start,
+    walk_changes,
+)
 from dejima.ui.console import UI
 from dejima.violations import sessions_dir
 
-KEEP_LIMIT = 4 << 20  # bytes of one watched file kept at start (lockfiles can be large)
-READ_LIMIT = 64 << 20  # bytes of a file a rule reads at the end (a large repository's .git/index)
 _STATE_VERSION = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    kind: str  # workspace, home or cache (core.audit.MOUNT_KINDS)
-    root: Path
-
-
-@dataclass
-class MountState:
-    mount: Mount
-    snapshot: Snapshot
-    kept: dict[str, bytes]
-    start: State | None = None  # kept for the next start (mount_state.py), when the audit judged it
 
 
 def _state_dir(session_id: str) -> Path:
@@ -52,73 +41,8 @@ def _state_dir(session_id: str) -> Path:
 
 
 def _read(root: Path, snapshot: Snapshot, path: str, limit: int) -> bytes | None:
-    """One regular file's bytes (None if absent, not a file, or larger than ``limit``)."""
-    entry = snapshot.get(path)
-    return read_kept(root, {path: entry}, lambda p: True, limit).get(path) if entry else None
-
-
-def _keep(mount: Mount, snapshot: Snapshot, cache: dict[str, object] | None = None) -> dict[str, bytes]:
-    # The walk hashed exactly the watched files: keep those, without asking `watched` again.
-    hashed = set(compress(snapshot, map(attrgetter("sha256"), snapshot.values())))  # in C: 100k entries
-    kept = read_kept(mount.root, {p: snapshot[p] for p in hashed}, lambda p: True, KEEP_LIMIT)
-    if mount.kind == "workspace":
-        # Files the git config points at (includes, the hooks path): changing them changes git.
-        config = kept.get(".git/config")
-        targets = derived_watch(config.decode("utf-8", "surrogateescape") if config is not None else None)
-        if targets:
-            prefixes = tuple(f"{t}/" for t in targets)
-            kept.update(read_kept(mount.root, snapshot, lambda p: p in targets or p.startswith(prefixes), KEEP_LIMIT))
-        kept.update(_index_flags(mount.root, snapshot, config, cache))
-    return kept
-
-
-def _index_flags(root: Path, snapshot: Snapshot, config: bytes | None,
-                 cache: dict[str, object] | None = None) -> dict[str, bytes]:
-    """The paths .git/index hides at the start, so the audit reports only newly hidden ones.
-    ``cache`` (a mount state's extra values): the answer for an index and config seen before."""
-    entry = snapshot.get(".git/index")
-    key = (tuple(entry), hashlib.sha256(config or b"").hexdigest()) if entry is not None else None
-    if cache is not None and key is not None and cache.get("index-flags-key") == key:
-        return {start_flags_key(".git/index"): cache["index-flags"]}  # type: ignore[dict-item]
-    index = _read(root, snapshot, ".git/index", READ_LIMIT)
-    if index is None:
-        return {}
-    try:
-        parsed = parse_git_config(config.decode("utf-8", "surrogateescape")) if config is not None else []
-        flagged = hidden_paths(index, hash_size(parsed))
-    except (GitIndexError, GitConfigError):
-        return {}
-    value = "\n".join(sorted(flagged)).encode("utf-8", "surrogateescape")
-    if cache is not None:
-        cache.update({"index-flags-key": key, "index-flags": value})
-    return {start_flags_key(".git/index"): value}
-
-
-def capture(mount: Mount, incremental: bool = True) -> MountState:
-    """The start state of one mount: every entry, and the bytes of the files rules read. What the
-    last audit of this mount left is trusted where its directories still list the same."""
-    recalled = mount_state.recall(mount.kind, mount.root) if incremental else None
-
-    def hash_path(path: str) -> bool:
-        return watched(path, mount.kind)
-
-    try:
-        walked = start_snapshot(mount.root, hash_path, recalled.known() if recalled else None)
-    except (OSError, ValueError):
-        if recalled is None:
-            raise
-        recalled, walked = None, start_snapshot(mount.root, hash_path)  # the state could not be loaded
-    snapshot = walked.snapshot
-    if recalled is not None and walked.used_known:
-        # The .git directory listed the same: its index is the one the cached answer was for.
-        git = recalled.digests.get(".git")
-        trusted = git is not None and git == walked.digests.get(".git")
-        change = compose(recalled.delta, snapshot, walked.changed)
-        start = State(recalled.identity, recalled.base, change, walked.digests,
-                      {k: v for k, v in recalled.extra.items() if trusted})
-    else:
-        start = State(mount_state.identity(mount.kind, mount.root), Path(), ([], []), walked.digests)
-    return MountState(mount, snapshot, _keep(mount, snapshot, start.extra), start)
+    """One regular file's bytes (None if not in ``snapshot``, not a file, or larger than ``limit``)."""
+    return read_file(root, path, limit) if path in snapshot else None
 
 
 def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[str], list[Finding]]:
@@ -148,6 +72,7 @@ def audit_mount(state: MountState, session_id: str = "") -> tuple[list[Finding],
 
 
 def _audit_mount(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
+    state.ready()
     root = state.mount.root
     after, changed, unsure = _walk_end(state, session_id)
     read: dict[str, bytes | None] = {}
@@ -183,9 +108,13 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
         (directory / "workspace").write_text(workspace)
         described = []
         for index, mount in enumerate(mounts):
-            state = capture(mount)
+            state = capture(mount, defer=True)
+            try:
+                _save_start(directory, index, state)
+            except (OSError, ValueError, SnapshotError):  # its trusted state went away: walked in full
+                state = capture(mount, incremental=False)
+                _save_start(directory, index, state)
             states.append(state)
-            _save_start(directory, index, state)
             described.append({"kind": mount.kind, "root": str(mount.root), "snapshot": f"{index}.snapshot",
                               "state": f"{index}.state",
                               "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
@@ -195,6 +124,8 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)  # no session starts without its start state
         raise
+    for state in states:  # after every walk: no fork while a thread runs
+        state.begin()
     return states
 
 
@@ -208,10 +139,19 @@ def _save_start(directory: Path, index: int, state: MountState) -> None:
             raise FileNotFoundError("no base")
         os.link(start.base, path)
     except OSError:  # walked in full, or the base is gone or elsewhere: the whole snapshot
-        save_snapshot(path, state.snapshot)
+        save_snapshot(path, state.ready())
         start.delta = ([], [])
     start.base = path
-    write_atomically(directory / f"{index}.state", encode_state(start, path.name))
+    walk = {}
+    if state.walked is not None and state.walked.known is not None:
+        # Not loaded yet: loaded from this link (the mount's own base may be replaced meanwhile);
+        # what the walk recorded is kept with the state, applied to it when read back.
+        delta, digests = start.delta, state.walked.known.digests
+        state.walked.known = Known(digests, lambda: apply_delta(load_snapshot(path), delta))
+        walk = {"walk": state.walked.results}
+    write_atomically(directory / f"{index}.state", encode_state(State(start.identity, path, start.delta,
+                                                                      start.digests, {**start.extra, **walk}),
+                                                                path.name))
 
 
 def _load(session_id: str) -> list[MountState]:
@@ -225,6 +165,10 @@ def _load(session_id: str) -> list[MountState]:
         if "state" in m:  # the snapshot is a base plus the delta kept with the digests
             start = decode_state((directory / m["state"]).read_bytes(), directory)
             snapshot = apply_delta(snapshot, start.delta)
+            walk = start.extra.pop("walk", None)
+            if walk is not None:  # the launcher died before it loaded the trusted entries
+                snapshot, changed = complete_start(snapshot, walk)
+                start.delta = compose(start.delta, snapshot, changed)
         states.append(MountState(Mount(m["kind"], Path(m["root"])), snapshot,
                                  {p: base64.b64decode(b) for p, b in m["kept"].items()}, start))
     return states
@@ -250,6 +194,7 @@ def _remember(state: MountState, changed: list[str]) -> None:
     """Keeps the start state for the next start, less the directories this session changed."""
     if state.start is None:
         return
+    state.start.extra["hashed"] = hashed_paths(state.snapshot)  # the next start keeps them without loading
     try:
         mount_state.remember(state.start, state.snapshot, {path.rpartition("/")[0] for path in changed})
     except (OSError, ValueError):
@@ -291,6 +236,8 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
     else:
         workspace = next((str(s.mount.root) for s in states if s.mount.kind == "workspace"), workspace)
         found = []
+        for state in states:  # every start complete before the end walks fork
+            state.join()
         for state in states:
             try:
                 mount_findings, after, changed = _audit_mount(state, session_id)

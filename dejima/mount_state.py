@@ -73,14 +73,10 @@ class State:
     delta: Delta
     digests: dict[str, bytes]
     extra: dict[str, Any] = field(default_factory=dict)
-    loaded_base: Snapshot | None = None  # set by ``known().load``
 
     def known(self) -> Known:
-        def load() -> Snapshot:
-            self.loaded_base = load_snapshot(self.base)
-            return apply_delta(dict(self.loaded_base), self.delta)
-
-        return Known(self.digests, load)
+        base, change = self.base, self.delta
+        return Known(self.digests, lambda: apply_delta(load_snapshot(base), change))
 
 
 def encode_state(state: State, base_name: str) -> bytes:
@@ -184,7 +180,8 @@ def remember(state: State, snapshot: Snapshot, changed_dirs: set[str]) -> None:
     into a new base (``snapshot``: the start snapshot), and drops bases no longer named."""
     directory = mounts_dir() / state.identity.key
     host.ensure_private_dir(directory)
-    digests = {d: v for d, v in state.digests.items() if d not in changed_dirs}
+    digests = {d: v for d, v in state.digests.items()  # nor those of directories that are gone
+               if d not in changed_dirs and (not d or getattr(snapshot.get(d), "kind", None) == "dir")}
     base, change = state.base, state.delta
     if len(change[0]) + len(change[1]) > max(COMPACT_MIN, len(snapshot) // COMPACT_RATIO):
         base, change = new_base(state.identity, snapshot), ([], [])

@@ -14,7 +14,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -332,19 +332,30 @@ class Walked:
     digests: dict[str, bytes]  # of the directories whose children were not racy when walked
     changed: list[str]  # the paths recorded or removed: every other entry is the known one
     used_known: bool  # False when the walk was done again in full
+    results: list[Result] = field(default_factory=list)  # what the walk recorded, listed and digested
+    known: Known | None = None  # set while the known entries are still to be loaded: ``complete``
+
+    def complete(self) -> Snapshot:
+        """Loads the known entries and applies what the walk recorded (InconsistentWalk when
+        they do not add up to what it counted)."""
+        if self.known is not None:
+            self.snapshot, self.changed = complete_start(self.known.load(), self.results)
+            self.known = None
+        return self.snapshot
 
 
 def start_snapshot(root: Path, hash_path: Callable[[str], bool] = lambda path: True, known: Known | None = None,
-                   workers: int | None = None) -> Walked:
+                   workers: int | None = None, defer: bool = False) -> Walked:
     """The snapshot of a session's start: like ``take_snapshot`` without ``previous`` (files
     hashed when ``hash_path`` says so), with every directory's listing digest. Given ``known``,
     the entries of directories whose digest is unchanged are ``known``'s own objects and only the
-    others are recorded; a walk that does not add up is done again in full."""
+    others are recorded; a walk that does not add up is done again in full. ``defer``: the known
+    entries are loaded by ``Walked.complete``, later (the walk needs only their digests)."""
     count = max(1, workers or default_workers())
     for attempt in range(WALK_ATTEMPTS):
         racy_after = time.time_ns() - RACY_NS  # before the walk: what it reads later is newer
         try:
-            return _start_once(root, hash_path, known if attempt == 0 else None, count, racy_after)
+            return _start_once(root, hash_path, known if attempt == 0 else None, count, racy_after, defer)
         except InconsistentWalk:
             if attempt == WALK_ATTEMPTS - 1:
                 raise
@@ -352,42 +363,31 @@ def start_snapshot(root: Path, hash_path: Callable[[str], bool] = lambda path: T
 
 
 def _start_once(root: Path, hash_path: Callable[[str], bool], known: Known | None, count: int,
-                racy_after: int) -> Walked:
+                racy_after: int, defer: bool) -> Walked:
     with gc_paused():
         digests = known.digests if known is not None else {}
         front = _Walk(str(root), os.stat(root).st_dev, None, hash_path, digests=digests, racy_after=racy_after)
         units = _frontier(front, count)
-        # The children walk while this process loads the known entries (the largest part of the
-        # start on a big tree, and not needed by the children: they compare digests).
-        shares, loaded = _walk_shares(front, units, count, meanwhile=known.load if known is not None else None)
+        # Not deferred, the children walk while this process loads the known entries (the
+        # largest part of the start on a big tree, and not needed by the children).
+        load = known.load if known is not None and not defer else None
+        shares, loaded = _walk_shares(front, units, count, meanwhile=load)
         results = [front.result(), *shares]
-        entries: Snapshot = loaded if loaded is not None else {}
-        # A child that was a directory and is not walked into any more takes what was below it along.
-        gone: list[Listing] = [(row[0], []) for rows, _, _, _ in results for row in rows
-                if row[1] != "dir" and (old := entries.get(row[0])) is not None and old.kind == "dir"]
-        snapshot, changed = _assemble(entries, entries, [*results, ([], gone, 0, [])])
         fresh: dict[str, bytes | None] = dict(digests)
         fresh.update(pair for _, _, _, digested in results for pair in digested)
-        # Racy directories (None) and directories that are gone keep no digest.
-        return Walked(snapshot, {d: v for d, v in fresh.items()
-                                 if v is not None and (not d or getattr(snapshot.get(d), "kind", None) == "dir")},
-                      changed, known is not None)
+        # Racy directories (None) keep no digest (nor those that are gone: ``remember`` drops them).
+        walked = Walked({}, {d: v for d, v in fresh.items() if v is not None}, [], known is not None, results,
+                        known if defer else None)
+        if not defer or known is None:
+            walked.snapshot, walked.changed = complete_start(loaded if loaded is not None else {}, results)
+        return walked
 
 
-def read_kept(root: Path, snapshot: Snapshot, keep: Callable[[str], bool], limit: int = 1 << 20) -> dict[str, bytes]:
-    """The bytes of the regular files ``keep`` selects (the audit diffs them and can restore them)."""
-    kept: dict[str, bytes] = {}
-    for path in filter(keep, snapshot):
-        entry = snapshot[path]
-        if entry.kind != "file" or entry.size > limit:
-            continue
-        try:
-            fd = os.open(os.path.join(root, path), _OPEN_FLAGS)
-        except OSError:
-            continue
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                kept[path] = os.read(fd, limit)
-        finally:
-            os.close(fd)
-    return kept
+def complete_start(entries: Snapshot, results: list[Result]) -> tuple[Snapshot, list[str]]:
+    """``entries`` (the known ones, changed in place) with what a start walk recorded applied; and
+    the paths it recorded or removed."""
+    with gc_paused():
+        # A child that was a directory and is not walked into any more takes what was below it along.
+        gone: list[Listing] = [(row[0], []) for rows, _, _, _ in results for row in rows
+                               if row[1] != "dir" and (old := entries.get(row[0])) is not None and old.kind == "dir"]
+        return _assemble(entries, entries, [*results, ([], gone, 0, [])])
