@@ -23,6 +23,7 @@ import marshal
 import os
 import secrets
 import shutil
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ _MAGIC = b"dejima-mount-state 1\n"
 LOCAL_FILESYSTEMS = frozenset(("ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay",
                                "bcachefs", "jfs", "reiserfs"))
 COMPACT_RATIO, COMPACT_MIN = 20, 1000  # a delta past 1/20 of the entries (and 1000) makes a new base
+STALE_SECONDS = 30 * 86400  # a mount state unused this long is dropped
 
 
 def mounts_dir() -> Path:
@@ -197,6 +199,19 @@ def remember(state: State, snapshot: Snapshot, changed_dirs: set[str]) -> None:
     for old in directory.glob("base-*.snapshot"):
         if old != base:
             old.unlink(missing_ok=True)  # a session that started from it holds its own link
+    _prune(directory.name)
+
+
+def _prune(current: str) -> None:
+    """Drops the states of mounts no session used for STALE_SECONDS (moved, replaced, deleted)."""
+    cutoff = time.time() - STALE_SECONDS
+    for directory in mounts_dir().iterdir():
+        try:
+            stale = directory.name != current and (directory / "state").stat().st_mtime < cutoff
+        except OSError:
+            stale = False  # no state yet, or being written
+        if stale:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def forget(kind: str, root: Path) -> None:

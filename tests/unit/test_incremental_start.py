@@ -268,3 +268,14 @@ def test_kept_bytes_are_never_read_through_a_directory_replaced_by_a_link(root: 
     states = exit_audit.start("s3", [Mount("workspace", root)])
     assert HOOK not in states[0].kept
     exit_audit.finish("s3", UI(plain_console(io.StringIO())), states=states)
+
+
+def test_the_state_of_a_mount_unused_for_a_month_is_dropped(root: Path, tmp_path: Path) -> None:
+    session(root, "s1")
+    old = mount_state.mounts_dir() / mount_state.identity("workspace", root).key
+    month_ago = time.time() - mount_state.STALE_SECONDS - 60
+    os.utime(old / "state", (month_ago, month_ago))
+    other = tmp_path / "other"
+    write(other, "a.txt", "a\n")
+    session(other, "s2")
+    assert not old.exists() and mount_state.recall("workspace", other) is not None
