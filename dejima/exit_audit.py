@@ -20,6 +20,7 @@ from dejima.core.audit.git import housekeeping
 from dejima.core.audit.model import finding, rank
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.findings import FileState, FindingStore
+from dejima.forked import gc_paused
 from dejima.kept import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
 from dejima.mount_state import State, decode_state, encode_state, load_snapshot, save_snapshot, write_atomically
 from dejima.snapshot import (
@@ -72,7 +73,13 @@ def audit_mount(state: MountState, session_id: str = "") -> tuple[list[Finding],
 
 
 def _audit_mount(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
+    # The rules allocate while 200k entries are in memory: a full collection would scan them all.
     state.ready()
+    with gc_paused():
+        return _audit_ready(state, session_id)
+
+
+def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
     after, changed, unsure = _walk_end(state, session_id)
     read: dict[str, bytes | None] = {}
@@ -248,7 +255,8 @@ def _finish(session_id: str, ui: UI, store: FindingStore, workspace: str,
                 mount_findings, states_of = [_unauditable(session_id, f"{state.mount.root}: {reason}")], {}
                 mount_state.forget(state.mount.kind, state.mount.root)
             else:
-                _remember(state, changed)
+                with gc_paused():
+                    _remember(state, changed)
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)
