@@ -9,45 +9,32 @@ import base64
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
-from dejima import host
-from dejima.core.audit import SEVERITIES, Finding, audit, derived_watch, watched
+from dejima import host, mount_state
+from dejima.audit_start import Mount as Mount  # the audit's callers name them from here
+from dejima.audit_start import MountState as MountState
+from dejima.audit_start import capture as capture
+from dejima.core.audit import SEVERITIES, Finding, audit
 from dejima.core.audit.git import housekeeping
-from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.model import finding, rank
-from dejima.core.gitconfig import GitConfigError, parse_git_config
-from dejima.core.snapshot import Snapshot
+from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.findings import FileState, FindingStore
+from dejima.forked import gc_paused
+from dejima.kept import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
+from dejima.mount_state import State, decode_state, encode_state, load_snapshot, save_snapshot, write_atomically
 from dejima.reporting import SessionReporter
 from dejima.snapshot import (
     WALK_ATTEMPTS,
     InconsistentWalk,
+    Known,
     SnapshotError,
-    load_snapshot,
-    read_kept,
-    save_snapshot,
-    take_snapshot,
+    complete_start,
+    walk_changes,
 )
 from dejima.violations import sessions_dir
 
-KEEP_LIMIT = 4 << 20  # bytes of one watched file kept at start (lockfiles can be large)
-READ_LIMIT = 64 << 20  # bytes of a file a rule reads at the end (a large repository's .git/index)
 _STATE_VERSION = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    kind: str  # workspace, home or cache (core.audit.MOUNT_KINDS)
-    root: Path
-
-
-@dataclass
-class MountState:
-    mount: Mount
-    snapshot: Snapshot
-    kept: dict[str, bytes]
 
 
 def _state_dir(session_id: str) -> Path:
@@ -55,66 +42,46 @@ def _state_dir(session_id: str) -> Path:
 
 
 def _read(root: Path, snapshot: Snapshot, path: str, limit: int) -> bytes | None:
-    """One regular file's bytes (None if absent, not a file, or larger than ``limit``)."""
-    entry = snapshot.get(path)
-    return read_kept(root, {path: entry}, lambda p: True, limit).get(path) if entry else None
+    """One regular file's bytes (None if not in ``snapshot``, not a file, or larger than ``limit``)."""
+    return read_file(root, path, limit) if path in snapshot else None
 
 
-def _keep(mount: Mount, snapshot: Snapshot) -> dict[str, bytes]:
-    # The walk hashed exactly the watched files: keep those, without asking `watched` again.
-    kept = read_kept(mount.root, snapshot, lambda p: snapshot[p].sha256 is not None, KEEP_LIMIT)
-    if mount.kind == "workspace":
-        # Files the git config points at (includes, the hooks path): changing them changes git.
-        config = kept.get(".git/config")
-        targets = derived_watch(config.decode("utf-8", "surrogateescape") if config is not None else None)
-        if targets:
-            prefixes = tuple(f"{t}/" for t in targets)
-            kept.update(read_kept(mount.root, snapshot, lambda p: p in targets or p.startswith(prefixes), KEEP_LIMIT))
-        kept.update(_index_flags(mount.root, snapshot, config))
-    return kept
-
-
-def _index_flags(root: Path, snapshot: Snapshot, config: bytes | None) -> dict[str, bytes]:
-    """The paths .git/index hides at the start, so the audit reports only newly hidden ones."""
-    index = _read(root, snapshot, ".git/index", READ_LIMIT)
-    if index is None:
-        return {}
+def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[str], list[Finding]]:
+    """The end snapshot, and the paths that may have changed. When the tree would not hold still
+    while walked (walked again, and still), entries git's own housekeeping rewrites (a host-side
+    `git gc`) are what they are; anything else the walk cannot account for is named in a critical
+    finding, the rest audited as usual."""
     try:
-        parsed = parse_git_config(config.decode("utf-8", "surrogateescape")) if config is not None else []
-        flagged = hidden_paths(index, hash_size(parsed))
-    except (GitIndexError, GitConfigError):
-        return {}
-    return {start_flags_key(".git/index"): "\n".join(sorted(flagged)).encode("utf-8", "surrogateescape")}
-
-
-def capture(mount: Mount) -> MountState:
-    """The start state of one mount: every entry, and the bytes of the files rules read."""
-    snapshot = take_snapshot(mount.root, hash_path=lambda p: watched(p, mount.kind))
-    return MountState(mount, snapshot, _keep(mount, snapshot))
-
-
-def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[Finding]]:
-    """The end snapshot. When the tree would not hold still while walked (walked again, and still),
-    entries git's own housekeeping rewrites (a host-side `git gc`) are what they are; anything else
-    the walk cannot account for is named in a critical finding, the rest audited as usual."""
-    try:
-        return take_snapshot(state.mount.root, previous=state.snapshot), []
+        return *walk_changes(state.mount.root, previous=state.snapshot), []
     except InconsistentWalk as exc:
         after, unsure = exc.snapshot, [p for p in exc.paths if not housekeeping(p)]
         for path in exc.paths:
             after.pop(path, None)
+    changed = changed_paths(state.snapshot, after)
     if not unsure:
-        return after, []
+        return after, changed, []
     shown = ", ".join(unsure[:10]) + (f" and {len(unsure) - 10} more" if len(unsure) > 10 else "")
-    return after, [finding("X00", "critical", "", f"session {session_id}: {state.mount.root} changed while it was "
-                           f"audited (walked {WALK_ATTEMPTS} times); the audit cannot say what happened to {shown}: "
-                           "check them by hand, then ack this", "\n".join(unsure))]
+    return after, changed, [finding("X00", "critical", "", f"session {session_id}: {state.mount.root} changed while "
+                                    f"it was audited (walked {WALK_ATTEMPTS} times); the audit cannot say what "
+                                    f"happened to {shown}: check them by hand, then ack this", "\n".join(unsure))]
 
 
 def audit_mount(state: MountState, session_id: str = "") -> tuple[list[Finding], Snapshot]:
     """Findings for one mount now (the session must be gone), and the end snapshot."""
+    found, after, _ = _audit_mount(state, session_id)
+    return found, after
+
+
+def _audit_mount(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
+    # The rules allocate while 200k entries are in memory: a full collection would scan them all.
+    state.ready()
+    with gc_paused():
+        return _audit_ready(state, session_id)
+
+
+def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
-    after, unsure = _walk_end(state, session_id)
+    after, changed, unsure = _walk_end(state, session_id)
     read: dict[str, bytes | None] = {}
 
     def contents(side: str, path: str) -> bytes | None:
@@ -124,13 +91,15 @@ def audit_mount(state: MountState, session_id: str = "") -> tuple[list[Finding],
             read[path] = _read(root, after, path, READ_LIMIT)
         return read[path]
 
+    top = str(root)
+
     def listdir(directory: str) -> list[str]:
         try:
-            return os.listdir(os.path.join(root, directory))  # a real directory: the walk went in
+            return os.listdir(os.path.join(top, directory))  # a real directory: the walk went in
         except OSError:
             return []
 
-    return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir)], after
+    return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed)], after, changed
 
 
 def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
@@ -146,10 +115,15 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
         (directory / "workspace").write_text(workspace)
         described = []
         for index, mount in enumerate(mounts):
-            state = capture(mount)
+            state = capture(mount, defer=True)
+            try:
+                _save_start(directory, index, state)
+            except (OSError, ValueError, SnapshotError):  # its trusted state went away: walked in full
+                state = capture(mount, incremental=False)
+                _save_start(directory, index, state)
             states.append(state)
-            save_snapshot(directory / f"{index}.snapshot", state.snapshot)
             described.append({"kind": mount.kind, "root": str(mount.root), "snapshot": f"{index}.snapshot",
+                              "state": f"{index}.state",
                               "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
         temporary = directory / "state.json.tmp"
         temporary.write_text(json.dumps({"version": _STATE_VERSION, "mounts": described}))
@@ -157,7 +131,34 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)  # no session starts without its start state
         raise
+    for state in states:  # after every walk: no fork while a thread runs
+        state.begin()
     return states
+
+
+def _save_start(directory: Path, index: int, state: MountState) -> None:
+    """The start snapshot, for the next run to audit if this launcher dies: a link to the base
+    it was loaded from plus its delta (a full save when there is none)."""
+    path, start = directory / f"{index}.snapshot", state.start
+    assert start is not None
+    try:
+        if not start.base.name:
+            raise FileNotFoundError("no base")
+        os.link(start.base, path)
+    except OSError:  # walked in full, or the base is gone or elsewhere: the whole snapshot
+        save_snapshot(path, state.ready())
+        start.delta = ([], [])
+    start.base = path
+    walk = {}
+    if state.walked is not None and state.walked.known is not None:
+        # Not loaded yet: loaded from this link (the mount's own base may be replaced meanwhile);
+        # what the walk recorded is kept with the state, applied to it when read back.
+        delta, digests = start.delta, state.walked.known.digests
+        state.walked.known = Known(digests, lambda: apply_delta(load_snapshot(path), delta))
+        walk = {"walk": state.walked.results}
+    write_atomically(directory / f"{index}.state", encode_state(State(start.identity, path, start.delta,
+                                                                      start.digests, {**start.extra, **walk}),
+                                                                path.name))
 
 
 def _load(session_id: str) -> list[MountState]:
@@ -165,8 +166,19 @@ def _load(session_id: str) -> list[MountState]:
     document = json.loads((directory / "state.json").read_text())
     if document.get("version") != _STATE_VERSION:
         raise ValueError(f"start state version {document.get('version')!r}, this dejima reads {_STATE_VERSION}")
-    return [MountState(Mount(m["kind"], Path(m["root"])), load_snapshot(directory / m["snapshot"]),
-                       {p: base64.b64decode(b) for p, b in m["kept"].items()}) for m in document["mounts"]]
+    states = []
+    for m in document["mounts"]:
+        snapshot, start = load_snapshot(directory / m["snapshot"]), None
+        if "state" in m:  # the snapshot is a base plus the delta kept with the digests
+            start = decode_state((directory / m["state"]).read_bytes(), directory)
+            snapshot = apply_delta(snapshot, start.delta)
+            walk = start.extra.pop("walk", None)
+            if walk is not None:  # the launcher died before it loaded the trusted entries
+                snapshot, changed = complete_start(snapshot, walk)
+                start.delta = compose(start.delta, snapshot, changed)
+        states.append(MountState(Mount(m["kind"], Path(m["root"])), snapshot,
+                                 {p: base64.b64decode(b) for p, b in m["kept"].items()}, start))
+    return states
 
 
 def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> dict[str, FileState]:
@@ -183,6 +195,17 @@ def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> di
             before=kept, after_kind=now.kind if now else None, after=end,
             after_sha256=now.sha256 if now else None)
     return states
+
+
+def _remember(state: MountState, changed: list[str]) -> None:
+    """Keeps the start state for the next start, less the directories this session changed."""
+    if state.start is None:
+        return
+    state.start.extra["hashed"] = hashed_paths(state.snapshot)  # the next start keeps them without loading
+    try:
+        mount_state.remember(state.start, state.snapshot, {path.rpartition("/")[0] for path in changed})
+    except (OSError, ValueError):
+        mount_state.forget(state.mount.kind, state.mount.root)  # the next start walks in full
 
 
 def _unauditable(session_id: str, reason: str) -> Finding:
@@ -220,14 +243,20 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
     else:
         workspace = next((str(s.mount.root) for s in states if s.mount.kind == "workspace"), workspace)
         found = []
+        for state in states:  # every start complete before the end walks fork
+            state.join()
         for state in states:
             try:
-                mount_findings, after = audit_mount(state, session_id)
+                mount_findings, after, changed = _audit_mount(state, session_id)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"
                 ui.warn(f"the audit of {state.mount.root} failed ({reason}); recorded as a critical finding")
                 mount_findings, states_of = [_unauditable(session_id, f"{state.mount.root}: {reason}")], {}
+                mount_state.forget(state.mount.kind, state.mount.root)
+            else:
+                with gc_paused():
+                    _remember(state, changed)
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)

@@ -9,20 +9,21 @@ fork and sends back only what differs from it, so the end-of-session audit costs
 from __future__ import annotations
 
 import errno
-import gc
 import hashlib
-import marshal
 import os
-import signal
 import stat
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from operator import itemgetter
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
-from dejima.core.snapshot import Entry, Listing, Snapshot, decode, encode, missing
-from dejima.errors import DiagnosticError
+from dejima.core.snapshot import Entry, Listing, Snapshot, listing_digest, missing
+from dejima.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
+from dejima.forked import collect, fork, gc_paused, stop
+from dejima.forked import workers as default_workers
 
 MAX_HASH_BYTES = 64 << 20
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
@@ -30,17 +31,18 @@ KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", sta
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # the mount itself may be reached through a link
 _DIR_FLAGS = _ROOT | os.O_NOFOLLOW
-_MAX_WORKERS = 8  # lstat-bound: more processes mostly cost forks
 _UNITS_PER_WORKER = 8  # directories dealt to each process, so one big directory does not idle the rest
 
 Row = tuple[Any, ...]  # an Entry's fields as a plain tuple: what marshal carries
-Result = tuple[list[Row], list[Listing], int]  # a share's rows, listings, and how many entries it saw
-
-
-class SnapshotError(DiagnosticError):
-    """The walk could not see the whole tree: a partial snapshot would hide changes."""
-
-    reference = "audit-snapshot-failed"
+Digested = list[tuple[str, "bytes | None"]]  # directories listed in full, each with its new digest
+Result = tuple[list[Row], list[Listing], int, Digested]  # a share's rows, listings, entries seen, digests
+# A directory with a child whose ctime is this recent is walked in full next time: a change in the
+# same tick of the file system's clock as the walk's read would not move the ctime it recorded
+# (git's "racy clean"). Covers a clock tick, and file systems that keep seconds or two.
+RACY_NS = 3_000_000_000
+# What a listing digest covers of each child, besides its name: ctime moves with any change to the
+# inode (content, mode, owner, links, xattrs, times) and cannot be set back from user space.
+_STAT_KEY = attrgetter("st_mode", "st_ino", "st_dev", "st_ctime_ns", "st_mtime_ns", "st_size")
 
 
 class InconsistentWalk(SnapshotError):
@@ -87,11 +89,16 @@ def _caps(path: str) -> bool | None:
 
 
 class _Walk:
-    """One process's share of the walk: the entries that differ from ``previous`` (all of them
-    without one; new and changed files hashed) and the listings of changed directories."""
+    """One process's share of the walk.
+
+    At the end of a session (``previous``, the start snapshot): the entries that differ from it,
+    new and changed files hashed, and the listings of changed directories. At the start
+    (``digests``, those a previous walk left; empty for a full walk): each directory's listing
+    digest; a directory whose digest is known is trusted as it was, any other is recorded in full
+    (watched files hashed) with its listing and new digest."""
 
     def __init__(self, root: str, device: int, previous: Snapshot | None, hash_path: Callable[[str], bool],
-                 list_all: bool = False) -> None:
+                 list_all: bool = False, digests: dict[str, bytes] | None = None, racy_after: int = 0) -> None:
         self.root, self.device, self.hash_path = root, device, hash_path
         # Every directory's listing sent back, not only those whose ctime moved: a walk that found
         # the tree inconsistent (something wrote there within the clock tick of the start walk, so
@@ -99,8 +106,10 @@ class _Walk:
         self.list_all = list_all
         self.checking = previous is not None  # the end of a session: every new or changed file is hashed
         self.previous: Snapshot = previous or {}
+        self.digests, self.racy_after = digests, racy_after
         self.rows: list[Row] = []
         self.listings: list[Listing] = []
+        self.digested: Digested = []
         self.seen = 0
         # Equal modes and owners as one object each: marshal then writes references (measured with a
         # non-root owner: saving a third faster, loading a sixth).
@@ -108,15 +117,16 @@ class _Walk:
 
     def fresh(self) -> _Walk:
         return _Walk(self.root, self.device, self.previous if self.checking else None, self.hash_path,
-                     self.list_all)
+                     self.list_all, self.digests, self.racy_after)
 
     def result(self) -> Result:
-        return self.rows, self.listings, self.seen
+        return self.rows, self.listings, self.seen, self.digested
 
-    def subtrees(self, units: Iterable[tuple[str, bool]]) -> None:
+    def subtrees(self, units: Iterable[tuple[str, bool]]) -> Result:
         stack = list(units)
         while stack:
             stack.extend(self.directory(*stack.pop()))
+        return self.result()
 
     def directory(self, relative: str, listed: bool) -> list[tuple[str, bool]]:
         """Records one directory's children; returns the subdirectories to walk, each with whether
@@ -128,6 +138,8 @@ class _Walk:
         except OSError:
             children, listed = [], self.checking  # what it held is out of view: count it as gone
         try:
+            if self.digests is not None:
+                return self._digested(relative, fd, children)
             return self._children(relative, fd, children, listed)
         finally:
             if fd >= 0:
@@ -157,6 +169,33 @@ class _Walk:
             self.listings.append((relative, [c.name for c in children if c.name not in vanished]))
         return subdirs
 
+    def _digested(self, relative: str, fd: int, children: list[os.DirEntry[str]]) -> list[tuple[str, bool]]:
+        """A start walk's directory: trusted as the previous walk recorded it when its digest is
+        the same (no child added, removed or changed: each would move a ctime, an inode or a name);
+        otherwise every child recorded, with the listing and the new digest."""
+        prefix = relative + "/" if relative else ""
+        infos: list[tuple[str, os.stat_result]] = []
+        values: list[int] = []
+        add, key = values.extend, _STAT_KEY
+        for child in children:
+            try:
+                info = child.stat(follow_symlinks=False)
+            except OSError:
+                continue  # vanished: left out of the listing, and of the digest
+            infos.append((child.name, info))
+            add(key(info))
+        self.seen += len(infos)
+        digest = listing_digest([name for name, _ in infos], values)
+        assert self.digests is not None
+        if self.digests.get(relative) == digest:
+            return [(prefix + name, False) for name, info in infos
+                    if stat.S_ISDIR(info.st_mode) and info.st_dev == self.device]
+        subdirs = [(prefix + name, False) for name, info in infos if self._record(prefix + name, name, fd, info, None)]
+        self.listings.append((relative, [name for name, _ in infos]))
+        racy = any(info.st_ctime_ns >= self.racy_after for _, info in infos)
+        self.digested.append((relative, None if racy else digest))
+        return subdirs
+
     def _record(self, path: str, name: str, fd: int, info: os.stat_result, old: Entry | None) -> bool:
         """Adds a new or changed entry; returns whether to walk into it."""
         kind = KINDS.get(stat.S_IFMT(info.st_mode), "other")
@@ -172,26 +211,10 @@ class _Walk:
         self.rows.append((path, kind, same(mode, mode), same(uid, uid), same(gid, gid), info.st_size,
                           info.st_nlink, info.st_ino, info.st_ctime_ns, info.st_mtime_ns, digest, target, caps))
         descend = kind == "dir" and info.st_dev == self.device
-        if self.checking and old is not None and old.kind == "dir" and not descend:
+        was_dir = kind == "dir" if self.digests is not None else old is not None and old.kind == "dir"
+        if was_dir and not descend and (self.checking or self.digests is not None):
             self.listings.append((path, []))  # what it held is not walked any more
         return descend
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    # Building 100k entries would trigger full collections that scan all of them, several times.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _workers() -> int:
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cpus, _MAX_WORKERS) if hasattr(os, "fork") else 1
 
 
 def _frontier(front: _Walk, count: int) -> list[tuple[str, bool]]:
@@ -202,71 +225,39 @@ def _frontier(front: _Walk, count: int) -> list[tuple[str, bool]]:
     return units
 
 
-def _fork(walk: _Walk, units: list[tuple[str, bool]]) -> tuple[int, int]:
-    """Walks ``units`` in a child process; returns its pid and the pipe its result comes through."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child only reads the filesystem and writes to its pipe
-        code = 2  # stopped before its result was written
-        try:
-            os.close(read_end)
+def _walk_shares(front: _Walk, units: list[tuple[str, bool]], count: int,
+                 meanwhile: Callable[[], Any] | None = None) -> tuple[list[Result], Any]:
+    """Deals ``units`` round-robin to ``count`` processes, this one included; or, given
+    ``meanwhile``, to ``count`` children while this process runs it. Returns the results, and
+    what ``meanwhile`` returned."""
+    shares = [units[i::count] for i in range(count)] if units else []
+    local = [] if meanwhile is not None or not shares else shares.pop(0)
+    children, results, here = [], [], front.fresh()
+    try:
+        for share in shares:
             try:
-                walk.subtrees(units)
-                data, status = marshal.dumps(walk.result()), 0
-            except BaseException as exc:  # reported to the parent, which raises
-                data, status = marshal.dumps(repr(exc)), 1
-            with open(write_end, "wb") as pipe:
-                pipe.write(data)
-            code = status
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    return pid, read_end
-
-
-def _collect(pid: int, read_end: int) -> Result:
-    try:
-        with open(read_end, "rb") as pipe:
-            data = pipe.read()
-    finally:
-        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    try:
-        result = marshal.loads(data) if code in (0, 1) else f"exit status {code}"
-    except (EOFError, ValueError, TypeError) as exc:
-        result = f"unreadable result: {exc}"
-    if code != 0 or not isinstance(result, tuple):
-        raise SnapshotError(f"a snapshot walker process failed ({result}); the snapshot would be partial",
-                            hint="run the audit again; if it fails again, report it")
-    return result
-
-
-def _walk_shares(front: _Walk, units: list[tuple[str, bool]], count: int) -> list[Result]:
-    """Deals ``units`` round-robin to ``count`` processes, this one included."""
-    shares, children, local = [units[i::count] for i in range(count)], [], front.fresh()
-    try:
-        for share in shares[1:]:
-            try:
-                children.append(_fork(front.fresh(), share))
+                children.append(fork(partial(front.fresh().subtrees, share)))
             except OSError:
-                local.subtrees(share)  # no fork: the same walk, here
-        local.subtrees(shares[0])
-        results = [local.result()]
+                local += share  # no fork: the same walk, here
+        loaded = meanwhile() if meanwhile is not None else None
+        results.append(here.subtrees(local))
         while children:
-            results.append(_collect(*children.pop(0)))
-        return results
+            results.append(collect(children.pop(0)))
+        return results, loaded
     finally:
-        for pid, read_end in children:  # left only by an error: stop and reap them
-            os.kill(pid, signal.SIGKILL)
-            os.close(read_end)
-            os.waitpid(pid, 0)
+        stop(children)  # left only by an error
 
 
-def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result]) -> Snapshot:
-    """``entries``, a copy of ``previous``, updated with what the walk found."""
+def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result]) -> tuple[Snapshot, list[str]]:
+    """``entries``, a copy of ``previous``, updated with what the walk found; and the paths it
+    recorded again or removed (every other entry is ``previous``'s own object)."""
     listings: list[Listing] = []
     seen = 0
-    for rows, lists, count in results:
-        entries.update(zip(map(itemgetter(0), rows), map(Entry._make, rows), strict=True))
+    changed: list[str] = []
+    for rows, lists, count, _ in results:
+        paths = list(map(itemgetter(0), rows))
+        entries.update(zip(paths, map(Entry._make, rows), strict=True))
+        changed += paths
         listings += lists
         seen += count
     # Removed entries are found through the listings of the directories whose ctime moved (adding,
@@ -274,21 +265,22 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
     # gone; the count then checks that trust. Sending back every name instead costs 25-50 ms more.
     if previous and len(entries) != seen:
         for path in missing(previous, listings):
-            entries.pop(path, None)
+            if entries.pop(path, None) is not None:
+                changed.append(path)
     if len(entries) != seen:
         listed = {f"{d}/{n}" if d else n for d, names in listings for n in names}
         raise InconsistentWalk(sorted(p for p in entries if p not in listed), entries)
-    return entries
+    return entries, changed
 
 
 def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str], bool], count: int,
-               list_all: bool) -> Snapshot:
-    with _gc_paused():
+               list_all: bool) -> tuple[Snapshot, list[str]]:
+    with gc_paused():
         # Copied before the fork: its reference counts are written now, not page by page after it.
         entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
         front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all)
         units = _frontier(front, count)
-        shares = _walk_shares(front, units, min(count, len(units))) if units else []
+        shares, _ = _walk_shares(front, units, min(count, len(units)) if units else 1)
         return _assemble(previous, entries, [front.result(), *shares])
 
 
@@ -297,6 +289,12 @@ WALK_ATTEMPTS = 3  # the fast walk, then walks that list every directory
 
 def take_snapshot(root: Path, previous: Snapshot | None = None,
                   hash_path: Callable[[str], bool] = lambda path: True, workers: int | None = None) -> Snapshot:
+    """See ``walk_changes``: the snapshot alone."""
+    return walk_changes(root, previous, hash_path, workers)[0]
+
+
+def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callable[[str], bool] = lambda path: True,
+                 workers: int | None = None) -> tuple[Snapshot, list[str]]:
     """Every entry under ``root`` (itself excluded), keyed by its relative path.
 
     Regular files are hashed when ``hash_path`` says so, or when ``previous`` (the start snapshot)
@@ -307,8 +305,9 @@ def take_snapshot(root: Path, previous: Snapshot | None = None,
 
     A walk that does not add up (the host wrote there while the start walk ran, e.g. git's own
     gc) is done again, listing every directory; InconsistentWalk names what still does not.
+    Also returns the paths recorded again or removed: ``diff`` needs to look at no other.
     """
-    count = max(1, workers or _workers())
+    count = max(1, workers or default_workers())
     for attempt in range(WALK_ATTEMPTS):
         try:
             return _walk_once(root, previous, hash_path, count, list_all=attempt > 0)
@@ -318,46 +317,77 @@ def take_snapshot(root: Path, previous: Snapshot | None = None,
     raise AssertionError("unreachable")
 
 
-def read_kept(root: Path, snapshot: Snapshot, keep: Callable[[str], bool], limit: int = 1 << 20) -> dict[str, bytes]:
-    """The bytes of the regular files ``keep`` selects (the audit diffs them and can restore them)."""
-    kept: dict[str, bytes] = {}
-    for path in filter(keep, snapshot):
-        entry = snapshot[path]
-        if entry.kind != "file" or entry.size > limit:
-            continue
+@dataclass
+class Known:
+    """What a previous walk of a mount left: its directories' listing digests (trusted where the
+    tree still lists the same), and its entries, loaded while the new walk runs."""
+
+    digests: dict[str, bytes]
+    load: Callable[[], Snapshot]
+
+
+@dataclass
+class Walked:
+    snapshot: Snapshot
+    digests: dict[str, bytes]  # of the directories whose children were not racy when walked
+    changed: list[str]  # the paths recorded or removed: every other entry is the known one
+    used_known: bool  # False when the walk was done again in full
+    results: list[Result] = field(default_factory=list)  # what the walk recorded, listed and digested
+    known: Known | None = None  # set while the known entries are still to be loaded: ``complete``
+
+    def complete(self) -> Snapshot:
+        """Loads the known entries and applies what the walk recorded (InconsistentWalk when
+        they do not add up to what it counted)."""
+        if self.known is not None:
+            self.snapshot, self.changed = complete_start(self.known.load(), self.results)
+            self.known = None
+        return self.snapshot
+
+
+def start_snapshot(root: Path, hash_path: Callable[[str], bool] = lambda path: True, known: Known | None = None,
+                   workers: int | None = None, defer: bool = False) -> Walked:
+    """The snapshot of a session's start: like ``take_snapshot`` without ``previous`` (files
+    hashed when ``hash_path`` says so), with every directory's listing digest. Given ``known``,
+    the entries of directories whose digest is unchanged are ``known``'s own objects and only the
+    others are recorded; a walk that does not add up is done again in full. ``defer``: the known
+    entries are loaded by ``Walked.complete``, later (the walk needs only their digests)."""
+    count = max(1, workers or default_workers())
+    for attempt in range(WALK_ATTEMPTS):
+        racy_after = time.time_ns() - RACY_NS  # before the walk: what it reads later is newer
         try:
-            fd = os.open(os.path.join(root, path), _OPEN_FLAGS)
-        except OSError:
-            continue
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                kept[path] = os.read(fd, limit)
-        finally:
-            os.close(fd)
-    return kept
+            return _start_once(root, hash_path, known if attempt == 0 else None, count, racy_after, defer)
+        except InconsistentWalk:
+            if attempt == WALK_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
-def save_snapshot(path: Path, snapshot: Snapshot) -> None:
-    """Writes ``snapshot`` to ``path`` (mode 0600), atomically: a reader sees the old file or the new."""
-    with _gc_paused():
-        data = encode(snapshot)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with open(fd, "wb") as file:
-            os.fchmod(fd, 0o600)  # a stale temporary file keeps its mode through O_CREAT
-            file.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+def _start_once(root: Path, hash_path: Callable[[str], bool], known: Known | None, count: int,
+                racy_after: int, defer: bool) -> Walked:
+    with gc_paused():
+        digests = known.digests if known is not None else {}
+        front = _Walk(str(root), os.stat(root).st_dev, None, hash_path, digests=digests, racy_after=racy_after)
+        units = _frontier(front, count)
+        # Not deferred, the children walk while this process loads the known entries (the
+        # largest part of the start on a big tree, and not needed by the children).
+        load = known.load if known is not None and not defer else None
+        shares, loaded = _walk_shares(front, units, count, meanwhile=load)
+        results = [front.result(), *shares]
+        fresh: dict[str, bytes | None] = dict(digests)
+        fresh.update(pair for _, _, _, digested in results for pair in digested)
+        # Racy directories (None) keep no digest (nor those that are gone: ``remember`` drops them).
+        walked = Walked({}, {d: v for d, v in fresh.items() if v is not None}, [], known is not None, results,
+                        known if defer else None)
+        if not defer or known is None:
+            walked.snapshot, walked.changed = complete_start(loaded if loaded is not None else {}, results)
+        return walked
 
 
-def load_snapshot(path: Path) -> Snapshot:
-    """Reads what ``save_snapshot`` wrote; raises ValueError for anything else."""
-    data = path.read_bytes()
-    try:
-        with _gc_paused():
-            return decode(data)
-    except ValueError as exc:
-        raise ValueError(f"the snapshot state file {path} is unusable: {exc}") from exc
+def complete_start(entries: Snapshot, results: list[Result]) -> tuple[Snapshot, list[str]]:
+    """``entries`` (the known ones, changed in place) with what a start walk recorded applied; and
+    the paths it recorded or removed."""
+    with gc_paused():
+        # A child that was a directory and is not walked into any more takes what was below it along.
+        gone: list[Listing] = [(row[0], []) for rows, _, _, _ in results for row in rows
+                               if row[1] != "dir" and (old := entries.get(row[0])) is not None and old.kind == "dir"]
+        return _assemble(entries, entries, [*results, ([], gone, 0, [])])

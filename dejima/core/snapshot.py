@@ -8,12 +8,15 @@ relative to the mount's root, '/'-separated, as text (surrogate-escaped when not
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import stat
+import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, filterfalse
-from operator import is_not, itemgetter
+from operator import is_not, itemgetter, methodcaller
 from typing import NamedTuple
 
 # An encoded snapshot: this line, a CRC-32 of the body, then the body: marshal of the entries as
@@ -68,6 +71,11 @@ def _content_changed(old: Entry, new: Entry) -> bool:
     return (old.size, old.ctime_ns, old.inode) != (new.size, new.ctime_ns, new.inode)
 
 
+def changed_paths(before: Snapshot, after: Snapshot) -> list[str]:
+    """The paths whose entries may differ (added, removed, or recorded again)."""
+    return _candidates(before, after)
+
+
 def _candidates(before: Snapshot, after: Snapshot) -> list[str]:
     """The paths whose entries may differ. A walk given ``previous`` keeps each unchanged entry as
     the very same object, so identity skips those without a Python-level loop."""
@@ -95,10 +103,12 @@ def _changes(path: str, old: Entry, new: Entry) -> list[Change]:
     return found
 
 
-def diff(before: Snapshot, after: Snapshot) -> list[Change]:
-    """Every difference between two snapshots of one mount, sorted by path."""
+def diff(before: Snapshot, after: Snapshot, candidates: Iterable[str] | None = None) -> list[Change]:
+    """Every difference between two snapshots of one mount, sorted by path. ``candidates``: the
+    only paths that can differ, when the walk that made ``after`` says so (all others are
+    ``before``'s own objects)."""
     changes: list[Change] = []
-    for path in sorted(_candidates(before, after)):
+    for path in sorted(_candidates(before, after) if candidates is None else candidates):
         old, new = before.get(path), after.get(path)
         if old is None:
             changes.append(Change(path, "added", None, new))
@@ -112,10 +122,55 @@ def diff(before: Snapshot, after: Snapshot) -> list[Change]:
 def missing(before: Snapshot, listings: list[Listing]) -> list[str]:
     """The paths of ``before`` gone from the listed directories, and everything that was below them."""
     present = {directory: set(names) for directory, names in listings}
-    gone = [path for path in before
-            if (parted := path.rpartition("/"))[0] in present and parted[2] not in present[parted[0]]]
+    # The paths under a listed directory, picked in C (no bytecode per entry of a large tree);
+    # then those it no longer lists.
+    parents = map(itemgetter(0), map(methodcaller("rpartition", "/"), before))
+    gone = [path for path in compress(before, map(present.__contains__, parents))
+            if (parted := path.rpartition("/"))[2] not in present[parted[0]]]
     below = tuple(path + "/" for path in gone if before[path].kind == "dir")
     return gone + [path for path in before if path.startswith(below)] if below else gone
+
+
+def listing_digest(names: list[str], values: list[int]) -> bytes:
+    """What one directory holds, as its children's names and stat values (the same number for
+    each, in listing order): equal digests mean no child was added, removed, renamed or changed in
+    any way that moves its ctime. A cryptographic hash, not a CRC: the session chooses names,
+    sizes and mtimes. '/' cannot be part of a name, so the names joined by it are unambiguous."""
+    try:
+        packed = b"q" + struct.pack(f"={len(values)}q", *values)  # one call: the walk's hot path
+    except struct.error:  # a value past 64 bits (some inode numbers): the slower, general form
+        packed = b"m" + marshal.dumps(values, 2)
+    digest = hashlib.blake2b(packed, digest_size=16)
+    digest.update("/".join(names).encode("utf-8", "surrogateescape"))
+    return digest.digest()
+
+
+Delta = tuple[list[tuple[object, ...]], list[str]]  # entries (as rows) that differ, paths removed
+
+
+def compose(previous: Delta, snapshot: Snapshot, changed: Iterable[str]) -> Delta:
+    """The delta from a base to ``snapshot``, given ``previous`` (from the base to the snapshot a
+    walk started from) and the paths that walk ``changed`` (recorded again or removed)."""
+    rows = {row[0]: row for row in previous[0]}
+    removed = set(previous[1])
+    for path in changed:
+        entry = snapshot.get(path)
+        if entry is None:
+            rows.pop(path, None)
+            removed.add(path)
+        else:
+            rows[path] = tuple(entry)
+            removed.discard(path)
+    return list(rows.values()), sorted(removed)
+
+
+def apply_delta(base: Snapshot, change: Delta) -> Snapshot:
+    """``base`` (changed in place) with ``change`` applied."""
+    rows, removed = change
+    for path in removed:
+        base.pop(path, None)
+    base.update(zip(map(itemgetter(0), rows), map(Entry._make, rows), strict=True))
+    return base
 
 
 def encode(snapshot: Snapshot) -> bytes:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from dejima.core.snapshot import Change, Entry, diff
-from dejima.snapshot import InconsistentWalk, SnapshotError, load_snapshot, save_snapshot, take_snapshot
+from dejima.mount_state import load_snapshot, save_snapshot
+from dejima.snapshot import InconsistentWalk, SnapshotError, take_snapshot
 
 
 def whats(changes: list[Change]) -> set[tuple[str, str]]:

@@ -99,11 +99,12 @@ def _deduplicated(found: list[Finding]) -> list[Finding]:
 
 
 def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace",
-          listdir: Callable[[str], list[str]] | None = None) -> list[Finding]:
+          listdir: Callable[[str], list[str]] | None = None, candidates: list[str] | None = None) -> list[Finding]:
     """Findings for the changes from ``before`` to ``after`` (one mount), worst first.
     ``contents(side, path)`` returns a file's bytes at "before" or "after" (None when unknown);
-    ``listdir(directory)`` the names in a directory now (default: from ``after``)."""
-    view = View(before, after, diff(before, after), contents, kind, listdir)
+    ``listdir(directory)`` the names in a directory now (default: from ``after``); ``candidates``
+    as for ``diff``."""
+    view = View(before, after, diff(before, after, candidates), contents, kind, listdir)
     found = [*config_findings(view), *file_findings(view), *name_findings(view), *tree_findings(view),
              *environment_findings(view)]
     if kind == "workspace":

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
 
 from dejima.core.audit.configs import rules_for, rules_for_folded
 from dejima.core.audit.model import Finding, View, finding
@@ -57,27 +60,36 @@ def _odd_name(name: str) -> str | None:
     return None
 
 
-def _sibling_forms(parent: str, view: View) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """A directory's names by case-folded and by NFC form, built once per directory."""
+Forms = tuple[list[str], Counter[str], Counter[str]]
+
+
+def _sibling_forms(parent: str, view: View) -> Forms:
+    """A directory's names, and how many of them have each case-folded and each NFC form, counted
+    once per directory (in C: a directory can hold many thousands)."""
     cached = view.memo.get(f"siblings:{parent}")
     if cached is None:
-        folded: dict[str, list[str]] = {}
-        composed: dict[str, list[str]] = {}
-        for sibling in view.siblings(parent):
-            folded.setdefault(sibling.casefold(), []).append(sibling)
-            composed.setdefault(unicodedata.normalize("NFC", sibling), []).append(sibling)
-        cached = view.memo[f"siblings:{parent}"] = (folded, composed)
+        siblings = view.siblings(parent)
+        cached = view.memo[f"siblings:{parent}"] = (siblings, Counter(map(str.casefold, siblings)),
+                                                    Counter(map(partial(unicodedata.normalize, "NFC"), siblings)))
     return cached  # type: ignore[return-value]
 
 
+def _other(name: str, siblings: list[str], form: Callable[[str], str], counted: Counter[str]) -> str | None:
+    """Another sibling with ``name``'s form (looked for only when the counts say there is one)."""
+    target = form(name)
+    if counted[target] <= (1 if name in siblings else 0):
+        return None
+    return next((s for s in siblings if s != name and form(s) == target), None)
+
+
 def _collision(path: str, name: str, view: View) -> str | None:
-    folded, composed = _sibling_forms(path.rpartition("/")[0], view)
-    same_case = [s for s in folded.get(name.casefold(), ()) if s != name]
-    if same_case:
-        return f"differs only in case from {same_case[0]!r}"
-    same_text = [s for s in composed.get(unicodedata.normalize("NFC", name), ()) if s != name]
-    if same_text:
-        return f"is the same text as {same_text[0]!r} in another Unicode normal form"
+    siblings, folded, composed = _sibling_forms(path.rpartition("/")[0], view)
+    other = _other(name, siblings, str.casefold, folded)
+    if other is not None:
+        return f"differs only in case from {other!r}"
+    other = _other(name, siblings, partial(unicodedata.normalize, "NFC"), composed)
+    if other is not None:
+        return f"is the same text as {other!r} in another Unicode normal form"
     return None
 
 

@@ -1,0 +1,109 @@
+"""A session's start state of one mount (what the exit audit compares the end with): every entry,
+and the bytes of the files the rules read. What the last audit of the mount left is trusted where
+its directories still list the same (mount_state.py); the entries it trusts are loaded during the
+session when the bytes to keep can be found without them."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dejima import mount_state
+from dejima.core.audit import watched
+from dejima.core.snapshot import Snapshot, compose
+from dejima.kept import hashed_paths, keep
+from dejima.mount_state import State
+from dejima.snapshot import SnapshotError, Walked, start_snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    kind: str  # workspace, home or cache (core.audit.MOUNT_KINDS)
+    root: Path
+
+
+@dataclass
+class MountState:
+    mount: Mount
+    snapshot: Snapshot
+    kept: dict[str, bytes]
+    start: State | None = None  # kept for the next start (mount_state.py), when the audit judged it
+    # A start walk whose trusted entries are still to be loaded (``begin`` loads them during the
+    # session; ``ready`` waits for them), and what went wrong doing it.
+    walked: Walked | None = None
+    failure: BaseException | None = None
+    loading: threading.Thread | None = field(default=None, repr=False)
+
+    def begin(self) -> None:
+        if self.walked is not None and self.loading is None:
+            self.loading = threading.Thread(target=self._complete, name="audit-start", daemon=True)
+            self.loading.start()
+
+    def join(self) -> None:
+        if self.loading is not None:
+            self.loading.join()
+            self.loading = None
+
+    def ready(self) -> Snapshot:
+        """The start snapshot, complete (raises what loading it raised)."""
+        self.join()
+        self._complete()
+        if self.failure is not None:
+            raise self.failure
+        return self.snapshot
+
+    def _complete(self) -> None:
+        walked, self.walked = self.walked, None
+        if walked is None:
+            return
+        try:
+            self.snapshot = walked.complete()
+            if self.start is not None:
+                self.start.delta = compose(self.start.delta, self.snapshot, walked.changed)
+        except BaseException as exc:  # raised by ``ready``, in the end audit: a finding, never silence
+            self.failure = exc
+
+
+def capture(mount: Mount, incremental: bool = True, defer: bool = False) -> MountState:
+    """The start state of one mount: every entry, and the bytes of the files rules read. What the
+    last audit of this mount left is trusted where its directories still list the same; with
+    ``defer``, its entries are loaded by ``MountState.begin`` (during the session) when the bytes
+    to keep can be found without them."""
+    recalled = mount_state.recall(mount.kind, mount.root) if incremental else None
+
+    def hash_path(path: str) -> bool:
+        return watched(path, mount.kind)
+
+    try:
+        walked = start_snapshot(mount.root, hash_path, recalled.known() if recalled else None, defer=defer)
+    except (OSError, ValueError):
+        if recalled is None:
+            raise
+        recalled, walked = None, start_snapshot(mount.root, hash_path)  # the state could not be loaded
+    if recalled is None or not walked.used_known:
+        start = State(mount_state.identity(mount.kind, mount.root), Path(), ([], []), walked.digests)
+        kept = keep(mount.root, mount.kind, hashed_paths(walked.snapshot), lambda: walked.snapshot, start.extra, False)
+        return MountState(mount, walked.snapshot, kept, start)
+    start = State(recalled.identity, recalled.base, recalled.delta, walked.digests, dict(recalled.extra))
+    state = MountState(mount, walked.snapshot, {}, start, walked)
+    try:
+        state.kept = _keep_known(state, recalled, walked)
+    except (OSError, ValueError, SnapshotError):  # the state could not be loaded, or did not add up
+        return capture(mount, incremental=False)
+    return state
+
+
+def _keep_known(state: MountState, recalled: State, walked: Walked) -> dict[str, bytes]:
+    previous = recalled.extra.get("hashed")
+    if isinstance(previous, list) and walked.known is not None:
+        # The watched files: those known in the directories trusted, and those the walk hashed.
+        listed = {directory for _, listings, _, _ in walked.results for directory, _ in listings}
+        hashed = [p for p in previous if p.rpartition("/")[0] not in listed]
+        hashed += [row[0] for rows, _, _, _ in walked.results for row in rows if row[10] is not None]
+    else:
+        hashed = hashed_paths(state.ready())
+    git = recalled.digests.get(".git")
+    assert state.start is not None
+    return keep(state.mount.root, state.mount.kind, hashed, state.ready, state.start.extra,
+                git is not None and git == walked.digests.get(".git"))

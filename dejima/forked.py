@@ -1,0 +1,96 @@
+"""Work split over forked processes: each child inherits its input through fork and sends back one
+marshal-able result through a pipe (the snapshot walk's parallelism; without fork, the caller
+runs the work in-process)."""
+
+from __future__ import annotations
+
+import gc
+import marshal
+import os
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from dejima.errors import DiagnosticError
+
+MAX_WORKERS = 8  # lstat-bound: more processes mostly cost forks
+
+
+class SnapshotError(DiagnosticError):
+    """The walk could not see the whole tree: a partial snapshot would hide changes (also when a
+    walker process failed or sent back something unreadable)."""
+
+    reference = "audit-snapshot-failed"
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    # Building 100k entries would trigger full collections that scan all of them, several times.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def workers() -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cpus, MAX_WORKERS) if hasattr(os, "fork") else 1
+
+
+Child = tuple[int, int]  # pid, the read end of its pipe
+
+
+def fork(work: Callable[[], Any]) -> Child:
+    """Runs ``work`` in a child process (OSError when it cannot fork)."""
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        raise
+    if pid == 0:  # the child only reads the filesystem and writes to its pipe
+        code = 2  # stopped before its result was written
+        try:
+            os.close(read_end)
+            try:
+                data, status = marshal.dumps(work()), 0
+            except BaseException as exc:  # reported to the parent, which raises
+                data, status = marshal.dumps(repr(exc)), 1
+            with open(write_end, "wb") as pipe:
+                pipe.write(data)
+            code = status
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    return pid, read_end
+
+
+def collect(child: Child) -> Any:
+    """The result ``fork``'s work returned; SnapshotError when it failed."""
+    pid, read_end = child
+    try:
+        with open(read_end, "rb") as pipe:
+            data = pipe.read()
+    finally:
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    try:
+        result = marshal.loads(data) if code in (0, 1) else f"exit status {code}"
+    except (EOFError, ValueError, TypeError) as exc:
+        result = f"unreadable result: {exc}"
+    if code != 0 or not isinstance(result, tuple):
+        raise SnapshotError(f"a snapshot walker process failed ({result}); the snapshot would be partial",
+                            hint="run the audit again; if it fails again, report it")
+    return result
+
+
+def stop(children: list[Child]) -> None:
+    """Kills and reaps children left by an error."""
+    for pid, read_end in children:
+        os.kill(pid, signal.SIGKILL)
+        os.close(read_end)
+        os.waitpid(pid, 0)

@@ -1,0 +1,222 @@
+"""What the audit keeps of a mount between sessions, so the next start walks only what changed;
+and the files snapshots are kept in (a session's start state too).
+
+After an audit, a mount's state is its start snapshot as a shared base file plus a small delta,
+and the listing digests of its directories, minus those the session changed. The next start
+trusts a directory's recorded entries only when its listing digest (names and lstat data of its
+children: mode, inode, device, ctime, mtime, size) is the same on disk; ctime moves with every
+change to an inode and user space cannot set it back, so a file the host rewrote between sessions,
+mtime restored or not, is recorded again. Directories with a child changed within RACY_NS of a
+walk keep no digest (git's racy-clean rule).
+
+The state lives in ``$XDG_STATE_HOME/dejima/audit/mounts/<key>/`` (the host user's, mode 0700,
+never mounted into a container), keyed by the mount's kind, path, device and inode: a moved or
+replaced workspace has no state and is walked in full. Files are replaced atomically and carry a
+checksum; anything unreadable, from another version, or naming another mount is ignored (a full
+walk), never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import secrets
+import shutil
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dejima import host
+from dejima.core.snapshot import Delta, Snapshot, apply_delta, decode, encode
+from dejima.forked import gc_paused
+from dejima.snapshot import Known
+
+_MAGIC = b"dejima-mount-state 1\n"
+# File systems whose timestamps come from this kernel's clock: on a network or FUSE file system
+# the ctime comes from elsewhere, and the racy rule cannot be trusted.
+LOCAL_FILESYSTEMS = frozenset(("ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay",
+                               "bcachefs", "jfs", "reiserfs"))
+COMPACT_RATIO, COMPACT_MIN = 20, 1000  # a delta past 1/20 of the entries (and 1000) makes a new base
+STALE_SECONDS = 30 * 86400  # a mount state unused this long is dropped
+
+
+def mounts_dir() -> Path:
+    return host.state_dir() / "audit" / "mounts"
+
+
+@dataclass(frozen=True)
+class Identity:
+    kind: str
+    root: str
+    device: int
+    inode: int
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(f"{self.kind}\0{self.root}\0{self.device}\0{self.inode}".encode(
+            "utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def identity(kind: str, root: Path) -> Identity:
+    info = os.stat(root)
+    return Identity(kind, os.path.realpath(root), info.st_dev, info.st_ino)
+
+
+@dataclass
+class State:
+    """A mount's start snapshot as ``base`` (an encoded snapshot file) plus ``delta``, with the
+    listing digests a start walk can trust; ``extra`` holds derived values cached with it."""
+
+    identity: Identity
+    base: Path
+    delta: Delta
+    digests: dict[str, bytes]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def known(self) -> Known:
+        base, change = self.base, self.delta
+        return Known(self.digests, lambda: apply_delta(load_snapshot(base), change))
+
+
+def encode_state(state: State, base_name: str) -> bytes:
+    i = state.identity
+    body = marshal.dumps({"identity": (i.kind, i.root, i.device, i.inode), "base": base_name,
+                          "delta": state.delta, "digests": state.digests, "extra": state.extra})
+    return _MAGIC + zlib.crc32(body).to_bytes(4, "big") + body
+
+
+def decode_state(data: bytes, directory: Path) -> State:
+    """What ``encode_state`` wrote; ValueError for anything else."""
+    start = len(_MAGIC) + 4
+    body = memoryview(data)[start:]
+    if not data.startswith(_MAGIC) or zlib.crc32(body) != int.from_bytes(data[len(_MAGIC):start], "big"):
+        raise ValueError("not a mount state of this version, or damaged")
+    try:
+        raw = marshal.loads(body)
+        kind, root, device, inode = raw["identity"]
+        rows, removed = raw["delta"]
+        base = directory / raw["base"]
+        if os.path.basename(raw["base"]) != raw["base"]:
+            raise ValueError("a base outside its directory")
+        return State(Identity(kind, root, device, inode), base, (list(rows), list(removed)), dict(raw["digests"]),
+                     dict(raw["extra"]))
+    except (EOFError, TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"cannot be decoded: {exc}") from exc
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` (mode 0600): a reader sees the old file or the new, never a part."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with open(fd, "wb") as file:
+            os.fchmod(fd, 0o600)  # a stale temporary file keeps its mode through O_CREAT
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def save_snapshot(path: Path, snapshot: Snapshot) -> None:
+    """Writes ``snapshot`` to ``path`` (mode 0600), atomically."""
+    with gc_paused():
+        data = encode(snapshot)
+    write_atomically(path, data)
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    """Reads what ``save_snapshot`` wrote; raises ValueError for anything else."""
+    data = path.read_bytes()
+    try:
+        with gc_paused():
+            return decode(data)
+    except ValueError as exc:
+        raise ValueError(f"the snapshot state file {path} is unusable: {exc}") from exc
+
+
+def filesystem(root: Path) -> str | None:
+    """The type of the file system ``root`` is on (None when /proc/self/mountinfo does not say)."""
+    device = os.stat(root).st_dev
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines:  # the last mount of a device wins: mounts stack
+        fields = line.split(" ")
+        if len(fields) > 2 and fields[2] == wanted and " - " in line:
+            found = line.split(" - ", 1)[1].split(" ", 1)[0]
+    return found
+
+
+def recall(kind: str, root: Path) -> State | None:
+    """The state the last audit of this very mount left, or None (then the start walks in full)."""
+    try:
+        mine = identity(kind, root)
+        if filesystem(root) not in LOCAL_FILESYSTEMS:
+            return None
+        directory = mounts_dir() / mine.key
+        state = decode_state((directory / "state").read_bytes(), directory)
+    except (OSError, ValueError):
+        return None
+    return state if state.identity == mine else None
+
+
+def new_base(mine: Identity, snapshot: Snapshot) -> Path:
+    """Writes ``snapshot`` as a new base file of this mount's state directory."""
+    directory = mounts_dir() / mine.key
+    host.ensure_private_dir(directory)
+    path = directory / f"base-{secrets.token_hex(8)}.snapshot"
+    save_snapshot(path, snapshot)
+    return path
+
+
+def remember(state: State, snapshot: Snapshot, changed_dirs: set[str]) -> None:
+    """Keeps ``state`` (the session's start) for the next start, without the digests of
+    ``changed_dirs``: what the session changed there is walked again. Compacts a large delta
+    into a new base (``snapshot``: the start snapshot), and drops bases no longer named."""
+    directory = mounts_dir() / state.identity.key
+    host.ensure_private_dir(directory)
+    digests = {d: v for d, v in state.digests.items()  # nor those of directories that are gone
+               if d not in changed_dirs and (not d or getattr(snapshot.get(d), "kind", None) == "dir")}
+    base, change = state.base, state.delta
+    if len(change[0]) + len(change[1]) > max(COMPACT_MIN, len(snapshot) // COMPACT_RATIO):
+        base, change = new_base(state.identity, snapshot), ([], [])
+    elif base.parent != directory:  # the session's own copy: linked in beside the mount's state
+        kept = directory / f"base-{secrets.token_hex(8)}.snapshot"
+        try:
+            os.link(base, kept)
+        except OSError:  # another file system: a copy
+            shutil.copyfile(base, kept)
+        base = kept
+    kept_state = State(state.identity, base, change, digests, state.extra)
+    write_atomically(directory / "state", encode_state(kept_state, base.name))
+    for old in directory.glob("base-*.snapshot"):
+        if old != base:
+            old.unlink(missing_ok=True)  # a session that started from it holds its own link
+    _prune(directory.name)
+
+
+def _prune(current: str) -> None:
+    """Drops the states of mounts no session used for STALE_SECONDS (moved, replaced, deleted)."""
+    cutoff = time.time() - STALE_SECONDS
+    for directory in mounts_dir().iterdir():
+        try:
+            stale = directory.name != current and (directory / "state").stat().st_mtime < cutoff
+        except OSError:
+            stale = False  # no state yet, or being written
+        if stale:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def forget(kind: str, root: Path) -> None:
+    """Drops a mount's state: the next start walks in full."""
+    try:
+        (mounts_dir() / identity(kind, root).key / "state").unlink(missing_ok=True)
+    except OSError:
+        pass
