@@ -112,6 +112,9 @@ class SetWriter:
         self.handle = handle or _nft()
         self.lock = threading.Lock()
         self.expiry: dict[tuple[str, str], float] = {}  # (set, element) -> when we last let it expire
+        # The next size that triggers a prune: twice what the last one left, so a map full of live
+        # elements is not copied on every transaction (the cost stays linear in what is added).
+        self.prune_above = self.PRUNE_ABOVE
         self.revoked: dict[str, float] = {}  # address -> until when revoked4 holds it
 
     def _prefix(self, target: str) -> str:
@@ -177,7 +180,7 @@ class SetWriter:
                     self.revoked.pop(address, None)
                 for element in elements:
                     self.expiry[(target, element)] = max(self.expiry.get((target, element), 0), now + lasting)
-            if len(self.expiry) > self.PRUNE_ABOVE:
+            if len(self.expiry) > self.prune_above:
                 self.prune(now)
 
     def _add_batch(self, addresses: list[str], ports: list[int] | None, timeout: int | None,
@@ -206,6 +209,7 @@ class SetWriter:
         now = time.monotonic() if now is None else now
         self.expiry = {k: t for k, t in self.expiry.items() if t + self.MARGIN_SECONDS > now}
         self.revoked = {a: t for a, t in self.revoked.items() if t > now}
+        self.prune_above = max(self.PRUNE_ABOVE, 2 * len(self.expiry))
 
     def revoke(self, addresses: list[str]) -> None:
         """Take ``addresses`` out of both allow sets and cut their established flows (revoked4)."""

@@ -19,7 +19,8 @@ sent upstream as a query the resolver builds itself. In the answer:
 
 Answers are cached for their TTL and checked against the policy again on every hit, so a cached
 answer can never outlive a change of policy. Refusals carry an Extended DNS Error (RFC 8914) with
-the reason when the client speaks EDNS.
+the reason when the client speaks EDNS. Packets are read and written as bytes (wire.py, answer.py,
+hitcache.py); dnslib reads only the queries too unusual for wire.plain_request (query.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import struct
 import sys
 import threading
 import time
@@ -36,25 +36,25 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dnslib import EDNS0, QTYPE, RCODE, RR, DNSHeader, DNSRecord, EDNSOption
-
 from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
-from dejima.filter import VIOLATION, hitcache
-from dejima.filter.query import UPSTREAM_PAYLOAD, Malformed, Question, build_upstream_query, parse_query, wire_name
+from dejima.filter import VIOLATION, answer, hitcache, query, wire
+from dejima.filter.answer import TYPE_A, TYPE_SOA, Answer, Rec, UpstreamError
+from dejima.filter.query import Malformed
+from dejima.filter.wire import FORMERR, NOERROR, REFUSED, SERVFAIL, Question, Request
 
 SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed: always refused
-EDE_OPTION = 15
 EDE_BLOCKED = 15
 EDE_PROHIBITED = 18
-MAX_CHAIN = 12  # CNAME hops followed inside one answer
+TYPE_AAAA = 28
 CACHE_ENTRIES = 4096
 NAME_ENTRIES = 16384  # address -> name, for naming the domain of a blocked connection
 DENIAL_ENTRIES = 256  # refused names remembered for `dejima-allow`
 FOLD_SECONDS = 5.0  # identical refusal records within this window are folded into one
 
 Record = Callable[[dict[str, Any]], None]
-Forward = Callable[[DNSRecord], Awaitable[DNSRecord]]
+Forward = Callable[[Question], Awaitable[Answer]]
 MEMO_ENTRIES = 4096  # verdicts remembered per policy object
+__all__ = ["SELF_CHECK_NAME", "PolicyResolver", "UpstreamError", "ViolationLog"]
 
 
 class Sets(Protocol):
@@ -65,10 +65,6 @@ class Sets(Protocol):
 
     async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
         """Returns once the addresses are in the sets."""
-
-
-class UpstreamError(Exception):
-    """No upstream gave a usable answer (timeouts, refusals, mismatched replies)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +78,7 @@ class Denial:
 
 @dataclass(frozen=True, slots=True)
 class Cached:
-    rcode: int
-    records: tuple[RR, ...]
+    answer: Answer
     stored: float
     expires: float
 
@@ -97,8 +92,8 @@ class PolicyResolver:
         # letters and digits): a name carrying one is refused, whatever the allow list says.
         self.canaries = canaries
         self.ttl_floor, self.ttl_ceiling, self.clock = ttl_floor, ttl_ceiling, clock
-        self.cache: OrderedDict[tuple[str, int], Cached] = OrderedDict()
-        self.hits: dict[tuple[str, int], hitcache.Hit] = {}  # checked answers, as bytes
+        self.cache: OrderedDict[Question, Cached] = OrderedDict()
+        self.hits: dict[Question, hitcache.Hit] = {}  # checked answers, as bytes
         # Verdicts of the current policy object; the policy is replaced whole on any change.
         self.memo_policy: object = None
         self.name_memo: dict[str, Verdict] = {}
@@ -189,13 +184,16 @@ class PolicyResolver:
     def quick(self, packet: bytes) -> bytes | None:
         """The reply to a plain repeated question from the checked answers, without a task;
         None: ``answer`` decides (a miss, an unusual query, a policy change, a set to refresh)."""
-        plain = hitcache.plain_question(packet)
-        hit = self.hits.get(plain.key) if plain is not None else None
-        if plain is None or hit is None or hit.policy is not self.policy:
+        found = wire.plain_request(packet)
+        if found is None:
+            return None
+        request, question = found
+        hit = self.hits.get(question)
+        if hit is None or hit.policy is not self.policy:
             return None
         now = self.clock()
         if hit.expires <= now:
-            del self.hits[plain.key]
+            del self.hits[question]
             return None
         age = int(now - hit.stored)
         if hit.addresses:
@@ -203,33 +201,26 @@ class PolicyResolver:
             ports = list(hit.ports) if hit.ports is not None else None
             if not self.sets.fresh(list(hit.addresses), ports, timeout):
                 return None
-        return hitcache.render(hit, packet, plain, age)
+        data = hitcache.render(hit, request, age)
+        return data if len(data) <= request.limit else None
 
     async def answer(self, packet: bytes, max_size: int | None = None) -> bytes | None:
         """The reply to one client packet (None: not even an id to answer to). ``max_size`` is
         the UDP limit; a larger reply is sent truncated so the client retries over TCP."""
-        try:
-            request = DNSRecord.parse(packet)
-        except Exception:  # noqa: BLE001 - dnslib raises many kinds on garbage; all mean "malformed"
-            return _formerr(packet)
-        try:
-            question = parse_query(request)
-        except Malformed as exc:
-            name = _printable(request)
+        found = query.read(packet)
+        if found is None:
+            return wire.formerr(packet)
+        request, question = found
+        if isinstance(question, Malformed):
+            name = query.printable(packet)
             if name != SELF_CHECK_NAME:
-                self._report({"kind": "dns", "domain": name, "reason": f"malformed query: {exc}"})
-            refusal: bytes = self._refuse(request, f"malformed query: {exc}", EDE_PROHIBITED, RCODE.FORMERR).pack()
-            return refusal
-        reply = await self._answer(request, question)
-        data: bytes = reply.pack()
-        limit = max_size if max_size is not None else _client_limit(request)
-        if len(data) > limit:
-            truncated = DNSRecord(DNSHeader(id=request.header.id, qr=1, ra=1, rd=request.header.rd, tc=1),
-                                  q=request.q)
-            data = truncated.pack()
-        return data
+                self._report({"kind": "dns", "domain": name, "reason": f"malformed query: {question}"})
+            return self._refuse(request, f"malformed query: {question}", EDE_PROHIBITED, FORMERR)
+        data = await self._answer(request, question)
+        limit = max_size if max_size is not None else request.limit
+        return data if len(data) <= limit else wire.truncated(request)
 
-    async def _answer(self, request: DNSRecord, question: Question) -> DNSRecord:
+    async def _answer(self, request: Request, question: Question) -> bytes:
         if self.canaries:
             squeezed = re.sub(r"[^a-z0-9]", "", question.name)
             if any(canary in squeezed for canary in self.canaries):
@@ -243,8 +234,8 @@ class PolicyResolver:
                               "reason": verdict.reason})
                 self._denied(question.name, question.type_name, verdict.reason, grantable=not verdict.entry)
             return self._refuse(request, verdict.reason, EDE_PROHIBITED)
-        if question.qtype == QTYPE.AAAA:
-            return _reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
+        if question.qtype == TYPE_AAAA:
+            return wire.reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
         cached = self._cached(question)
         if cached is None:
             try:
@@ -252,40 +243,34 @@ class PolicyResolver:
             except UpstreamError as exc:
                 self._report({"kind": "dns-upstream", "domain": question.name, "qtype": question.type_name,
                               "reason": str(exc)})
-                reply = _reply(request)
-                reply.header.rcode = RCODE.SERVFAIL
-                return reply
+                return wire.reply(request, SERVFAIL)
         return await self._filtered(request, question, cached, verdict.ports)
 
     def _cached(self, question: Question) -> Cached | None:
-        key = (question.name, question.qtype)
-        entry = self.cache.get(key)
+        entry = self.cache.get(question)
         if entry is None:
             return None
         if entry.expires <= self.clock():
-            del self.cache[key]
+            del self.cache[question]
             return None
-        self.cache.move_to_end(key)
+        self.cache.move_to_end(question)
         return entry
 
     async def _fetch(self, question: Question) -> Cached:
-        upstream = await self.forward(build_upstream_query(question))
-        records = tuple(rr for rr in upstream.rr) + tuple(rr for rr in upstream.auth if rr.rtype == QTYPE.SOA)
+        found = await self.forward(question)
         now = self.clock()
-        entry = Cached(upstream.header.rcode, records, now, now)
-        ttls = [rr.ttl for rr in upstream.rr]
-        if upstream.header.rcode == RCODE.NOERROR and ttls and min(ttls) > 0:
-            entry = Cached(entry.rcode, records, now, now + min(min(ttls), self.ttl_ceiling))
-            self.cache[(question.name, question.qtype)] = entry
-            while len(self.cache) > CACHE_ENTRIES:
-                self.cache.popitem(last=False)
+        if found.rcode != NOERROR or not found.ttl or found.ttl <= 0:
+            return Cached(found, now, now)
+        entry = self.cache[question] = Cached(found, now, now + min(found.ttl, self.ttl_ceiling))
+        while len(self.cache) > CACHE_ENTRIES:
+            self.cache.popitem(last=False)
         return entry
 
-    async def _filtered(self, request: DNSRecord, question: Question, upstream: Cached,
-                  ports: frozenset[int] | None) -> DNSRecord:
+    async def _filtered(self, request: Request, question: Question, upstream: Cached,
+                        ports: frozenset[int] | None) -> bytes:
         """The client's reply from an upstream answer (fresh or cached), under the current policy."""
         try:
-            chain, records = _chain(question, upstream.records)
+            chain, records = answer.chain(question, upstream.answer.records)
         except Malformed as exc:
             self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                           "reason": f"malformed upstream answer: {exc}"})
@@ -296,28 +281,7 @@ class PolicyResolver:
                 self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                               "alias": name, "reason": reason})
                 return self._refuse(request, f"{question.name} is an alias of {name}: {reason}", EDE_BLOCKED)
-        age = int(self.clock() - upstream.stored)
-        reply = _reply(request)
-        reply.header.rcode = upstream.rcode
-        kept: list[str] = []
-        refused: list[tuple[str, str]] = []
-        ttls: list[int] = []
-        answered: list[RR] = []  # as stored, for the hit cache
-        for rr in records:
-            if rr.rtype == QTYPE.A:
-                address = str(rr.rdata)
-                verdict = self._address_verdict(address)
-                if not verdict.allowed:
-                    refused.append((address, verdict.reason))
-                    continue
-                kept.append(address)
-                ttls.append(rr.ttl)
-            reply.add_answer(_aged(rr, age, self.ttl_ceiling))
-            answered.append(_aged(rr, 0, self.ttl_ceiling))
-        authority = [] if reply.rr else [_aged(rr, 0, self.ttl_ceiling) for rr in upstream.records
-                                         if rr.rtype == QTYPE.SOA]
-        for rr in authority:
-            reply.add_auth(_aged(rr, age, self.ttl_ceiling))
+        kept, refused, answers = self._screened(records)
         for dropped, reason in refused:
             self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                           "address": dropped, "reason": reason})
@@ -325,91 +289,40 @@ class PolicyResolver:
             return self._refuse(request, f"{question.name} resolves to a denied address ({refused[0][1]})",
                                 EDE_BLOCKED)
         policy, port_list = self.policy, sorted(ports) if ports is not None else None
+        authority = [] if answers else [rec for rec in upstream.answer.records if rec.rtype == TYPE_SOA]
+        hit = hitcache.build(policy, question.name, upstream.answer.rcode, answers, authority, upstream.stored,
+                             upstream.expires, kept, port_list, self.ttl_ceiling)
+        age = int(self.clock() - upstream.stored)
         if kept:
-            timeout = ttl_timeout(max(0, min(ttls) - age), self.ttl_floor, self.ttl_ceiling)
+            timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
             # Into the allow sets before the client sees the answer, or its connect would race us.
             await self.sets.add(kept, port_list, timeout)
             self._remember(kept, question.name, timeout)
-        if not refused and upstream.expires > upstream.stored and upstream.rcode == RCODE.NOERROR \
-                and policy is self.policy:
-            stored = DNSRecord(DNSHeader(qr=1, ra=1), q=request.q, rr=answered, auth=authority)
-            self.hits[(question.name, question.qtype)] = hitcache.build(
-                policy, question, stored, upstream.stored, upstream.expires, kept, port_list, min(ttls, default=0))
+        if not refused and upstream.expires > upstream.stored and hit.rcode == NOERROR and policy is self.policy:
+            self.hits[question] = hit
             while len(self.hits) > CACHE_ENTRIES:
                 del self.hits[next(iter(self.hits))]
-        return reply
+        return hitcache.render(hit, request, age)
 
-    def _refuse(self, request: DNSRecord, reason: str, code: int, rcode: int = RCODE.REFUSED) -> DNSRecord:
-        reply = _reply(request)
-        reply.header.rcode = rcode
-        if any(rr.rtype == QTYPE.OPT for rr in request.ar):
-            text = f"dejima: {reason}"[:200].encode("ascii", "replace")
-            reply.ar = [rr for rr in reply.ar if rr.rtype != QTYPE.OPT]
-            reply.add_ar(EDNS0(udp_len=UPSTREAM_PAYLOAD, opts=[EDNSOption(EDE_OPTION, struct.pack("!H", code) + text)]))
-        return reply
+    def _screened(self, records: list[Rec]) -> tuple[list[str], list[tuple[str, str]], list[Rec]]:
+        """The allowed addresses, the refused ones with the reason, and the records without the
+        refused addresses."""
+        kept: list[str] = []
+        refused: list[tuple[str, str]] = []
+        answers: list[Rec] = []
+        for rec in records:
+            if rec.rtype == TYPE_A:
+                address = answer.address(rec)
+                verdict = self._address_verdict(address)
+                if not verdict.allowed:
+                    refused.append((address, verdict.reason))
+                    continue
+                kept.append(address)
+            answers.append(rec)
+        return kept, refused, answers
 
-
-def _chain(question: Question, records: tuple[RR, ...]) -> tuple[list[str], list[RR]]:
-    """The CNAME chain that starts at the asked name, and the records that answer along it.
-
-    Records for other owners are dropped: only what answers the question reaches the client and
-    the allow sets."""
-    by_owner: dict[str, list[RR]] = {}
-    for rr in records:
-        try:
-            owner = wire_name(rr.rname)
-        except Malformed:
-            continue  # not a name a chain can reach: such records are dropped with the others
-        if rr.rtype != QTYPE.SOA:
-            by_owner.setdefault(owner, []).append(rr)
-    chain, kept = [question.name], []
-    for _ in range(MAX_CHAIN):
-        owned = by_owner.get(chain[-1], [])
-        alias = next((rr for rr in owned if rr.rtype == QTYPE.CNAME), None)
-        if alias is None or question.qtype == QTYPE.CNAME:
-            kept += [rr for rr in owned if rr.rtype == question.qtype]
-            if alias is not None:
-                chain.append(wire_name(alias.rdata.label))
-            return chain, kept
-        kept.append(alias)
-        target = wire_name(alias.rdata.label)
-        if target in chain:
-            raise Malformed(f"CNAME loop at {target}")
-        chain.append(target)
-    raise Malformed(f"CNAME chain longer than {MAX_CHAIN}")
-
-
-def _aged(rr: RR, age: int, ceiling: int) -> RR:
-    return RR(rr.rname, rr.rtype, rr.rclass, max(0, min(rr.ttl, ceiling) - age), rr.rdata)
-
-
-def _reply(request: DNSRecord) -> DNSRecord:
-    """An empty reply to ``request``: its id and question, recursion available, our EDNS."""
-    reply = DNSRecord(DNSHeader(id=request.header.id, qr=1, ra=1, rd=request.header.rd), q=request.q)
-    if any(rr.rtype == QTYPE.OPT for rr in request.ar):
-        reply.add_ar(EDNS0(udp_len=UPSTREAM_PAYLOAD))
-    return reply
-
-
-def _client_limit(request: DNSRecord) -> int:
-    for rr in request.ar:
-        if rr.rtype == QTYPE.OPT:
-            return max(512, min(int(rr.rclass), UPSTREAM_PAYLOAD))
-    return 512
-
-
-def _formerr(packet: bytes) -> bytes | None:
-    """FORMERR for a packet dnslib cannot parse, echoing its id; nothing when there is no id."""
-    if len(packet) < 12 or packet[2] & 0x80:
-        return None
-    return packet[:2] + b"\x81\x01" + b"\x00" * 8
-
-
-def _printable(request: DNSRecord) -> str:
-    """A name for the record of a malformed query: the dnslib text of its first question, if any."""
-    if not request.questions:
-        return ""
-    return str(request.questions[0].qname).rstrip(".")[:253]
+    def _refuse(self, request: Request, reason: str, code: int, rcode: int = REFUSED) -> bytes:
+        return wire.reply(request, rcode, ede=(code, reason))
 
 
 class ViolationLog:

@@ -34,8 +34,11 @@ from dnslib import (
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 from dejima.core.egress import parse_policy
-from dejima.filter.dnsserver import Forwarder, start_servers
+from dejima.filter.answer import Answer, parse
+from dejima.filter.dnsserver import start_servers
 from dejima.filter.resolver import PolicyResolver
+from dejima.filter.upstream import Forwarder
+from dejima.filter.wire import Question
 
 DOCUMENTATION = ipaddress.ip_network("203.0.113.0/24")  # a reserved range answers may point into here
 ZONE: dict[str, list[tuple[str, str, int]]] = {
@@ -194,6 +197,14 @@ def wire(labels: list[bytes], qtype: int = QTYPE.A, qclass: int = CLASS.IN, ques
     return bytes(record.pack())
 
 
+def upstream_reply(question: Question, reply: DNSRecord) -> Answer:
+    """What the forwarder makes of ``reply`` from the upstream (a test's stand-in for it)."""
+    data = bytes(reply.pack())
+    found = parse(data, question)
+    assert found is not None
+    return found
+
+
 def addresses(reply: DNSRecord) -> list[str]:
     return [str(rr.rdata) for rr in reply.rr if rr.rtype == QTYPE.A]
 
@@ -329,11 +340,11 @@ def test_cached_answer_expires_with_its_ttl_and_follows_policy_changes() -> None
     now = [1000.0]
     asked: list[str] = []
 
-    async def forward(query: DNSRecord) -> DNSRecord:
-        asked.append(str(query.q.qname))
-        reply = query.reply()
-        reply.add_answer(RR(query.q.qname, QTYPE.A, rdata=A("203.0.113.7"), ttl=30))
-        return reply
+    async def forward(question: Question) -> Answer:
+        asked.append(question.name)
+        reply = DNSRecord.question(question.name, question.type_name).reply()
+        reply.add_answer(RR(question.name, QTYPE.A, rdata=A("203.0.113.7"), ttl=30))
+        return upstream_reply(question, reply)
 
     policy = parse_policy(["web.example.test"], [], answer_networks=(DOCUMENTATION,))
     resolver = PolicyResolver(policy, forward, RecordingSets(), lambda r: None, clock=lambda: now[0])
@@ -370,9 +381,9 @@ def test_refusals_of_one_name_are_folded(world: World) -> None:
 def test_a_name_carrying_a_placeholder_is_refused_even_under_an_allowed_wildcard() -> None:
     asked: list[str] = []
 
-    async def forward(query: DNSRecord) -> DNSRecord:
-        asked.append(str(query.q.qname))
-        return query.reply()
+    async def forward(question: Question) -> Answer:
+        asked.append(question.name)
+        return upstream_reply(question, DNSRecord.question(question.name, question.type_name).reply())
 
     records: list[dict[str, object]] = []
     policy = parse_policy(["*.wild.example.test"], [])
