@@ -20,7 +20,9 @@ from typing import Any
 
 from dnslib import RCODE, DNSRecord
 
+from dejima.filter import wire
 from dejima.filter.resolver import SELF_CHECK_NAME, PolicyResolver
+from dejima.filter.wire import Question, Request
 
 MAX_INFLIGHT = 1024
 MAX_TCP_CLIENTS = 64
@@ -45,10 +47,11 @@ class _UdpServer(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
-            reply = self.resolver.quick(data)  # a checked repeat: answered here, no task
+            plain = wire.plain_request(data)
+            reply = self.resolver.quick(plain) if plain is not None else None  # a checked repeat: no task
         except Exception as exc:  # noqa: BLE001 - see _report_bug; the full path still answers
             _report_bug("udp hit", exc)
-            reply = None
+            plain = reply = None
         if reply is not None:
             if self.transport is not None:
                 self.transport.sendto(reply, addr)
@@ -56,14 +59,14 @@ class _UdpServer(asyncio.DatagramProtocol):
         if self.inflight >= MAX_INFLIGHT:
             return  # shed: the client retries, the filter keeps its memory
         self.inflight += 1
-        self.spawn(self._handle(data, addr))
+        self.spawn(self._handle(data, addr, plain))
 
     def error_received(self, exc: Exception) -> None:
         pass  # an ICMP error for a reply the client no longer waits for: nothing to do
 
-    async def _handle(self, data: bytes, addr: tuple[str, int]) -> None:
+    async def _handle(self, data: bytes, addr: tuple[str, int], plain: tuple[Request, Question] | None) -> None:
         try:
-            reply = await self.resolver.answer(data)
+            reply = await self.resolver.answer(data, plain=plain)
             if reply is not None and self.transport is not None:
                 self.transport.sendto(reply, addr)
         except Exception as exc:  # noqa: BLE001 - see _report_bug

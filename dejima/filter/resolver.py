@@ -181,13 +181,11 @@ class PolicyResolver:
         return verdict
 
     # --- answering ----------------------------------------------------------------------------
-    def quick(self, packet: bytes) -> bytes | None:
-        """The reply to a plain repeated question from the checked answers, without a task;
-        None: ``answer`` decides (a miss, an unusual query, a policy change, a set to refresh)."""
-        found = wire.plain_request(packet)
-        if found is None:
-            return None
-        request, question = found
+    def quick(self, plain: tuple[Request, Question]) -> bytes | None:
+        """The reply to a plain repeated question (as wire.plain_request read it) from the checked
+        answers, without a task; None: ``answer`` decides (a miss, a policy change, a set to
+        refresh)."""
+        request, question = plain
         hit = self.hits.get(question)
         if hit is None or hit.policy is not self.policy:
             return None
@@ -204,10 +202,12 @@ class PolicyResolver:
         data = hitcache.render(hit, request, age)
         return data if len(data) <= request.limit else None
 
-    async def answer(self, packet: bytes, max_size: int | None = None) -> bytes | None:
+    async def answer(self, packet: bytes, max_size: int | None = None,
+                     plain: tuple[Request, Question] | None = None) -> bytes | None:
         """The reply to one client packet (None: not even an id to answer to). ``max_size`` is
-        the UDP limit; a larger reply is sent truncated so the client retries over TCP."""
-        found = query.read(packet)
+        the UDP limit; a larger reply is sent truncated so the client retries over TCP.
+        ``plain``: wire.plain_request's reading of the packet, when the caller has it."""
+        found = query.read(packet, plain)
         if found is None:
             return wire.formerr(packet)
         request, question = found
