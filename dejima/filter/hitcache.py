@@ -11,10 +11,11 @@ under the same policy object only.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
-from dejima.filter.answer import Rec, encode
-from dejima.filter.wire import Request, reply
+from dejima.filter.answer import Answer, Rec, encode, parse
+from dejima.filter.wire import HEADER, Question, Request, encode_name, reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +24,7 @@ class Hit:
     rcode: int
     counts: tuple[int, int, int]  # answer, authority, additional records of ``body``
     body: bytes  # the sections after the question, TTLs as stored
-    ttls: tuple[tuple[int, int], ...]  # (offset in body, stored TTL)
+    ttls: tuple[int, ...]  # offset in body, stored TTL; offset, TTL; ...
     stored: float  # when the upstream answered (TTLs age from here)
     expires: float
     addresses: tuple[str, ...]  # what the answer put into the allow sets
@@ -34,7 +35,8 @@ class Hit:
 def build(policy: object, asked: str, rcode: int, answers: list[Rec], authority: list[Rec], stored: float,
           expires: float, addresses: list[str], ports: list[int] | None, ceiling: int) -> Hit:
     """The reply's template: ``answers`` and ``authority`` records with TTLs capped at ``ceiling``."""
-    body, ttls = encode(answers + authority, asked, ceiling)
+    body, places = encode(answers + authority, asked, ceiling)
+    ttls = tuple(value for place in places for value in place)
     address_ttl = min((rec.ttl for rec in answers if rec.rtype == 1), default=0)
     return Hit(policy, rcode, (len(answers), len(authority), 0), body, ttls,
                stored, expires, tuple(addresses), tuple(ports) if ports is not None else None,
@@ -46,7 +48,16 @@ def render(hit: Hit, request: Request, age: int) -> bytes:
     body = hit.body
     if age > 0 and hit.ttls:
         aged = bytearray(body)
-        for offset, ttl in hit.ttls:
-            aged[offset:offset + 4] = max(0, ttl - age).to_bytes(4, "big")
+        ttls = hit.ttls
+        for at in range(0, len(ttls), 2):
+            offset = ttls[at]
+            aged[offset:offset + 4] = max(0, ttls[at + 1] - age).to_bytes(4, "big")
         body = bytes(aged)
     return reply(request, hit.rcode, hit.counts, body)
+
+
+def answer_of(hit: Hit, question: Question) -> Answer | None:
+    """The records of ``hit`` (TTLs as stored) read back as an upstream answer, for the resolver
+    to check again under another policy."""
+    head = b"\x00\x00" + HEADER.pack(0x8180 | hit.rcode, 1, *hit.counts)
+    return parse(head + encode_name(question.name) + struct.pack("!HH", question.qtype, 1) + hit.body, question)

@@ -26,6 +26,7 @@ hitcache.py); dnslib reads only the queries too unusual for wire.plain_request (
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import re
 import sys
@@ -34,7 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
 from dejima.filter import VIOLATION, answer, hitcache, query, wire
@@ -54,6 +55,8 @@ FOLD_SECONDS = 5.0  # identical refusal records within this window are folded in
 Record = Callable[[dict[str, Any]], None]
 Forward = Callable[[Question], Awaitable[Answer]]
 MEMO_ENTRIES = 4096  # verdicts remembered per policy object
+K = TypeVar("K")
+V = TypeVar("V")
 __all__ = ["SELF_CHECK_NAME", "PolicyResolver", "UpstreamError", "ViolationLog"]
 
 
@@ -92,13 +95,15 @@ class PolicyResolver:
         # letters and digits): a name carrying one is refused, whatever the allow list says.
         self.canaries = canaries
         self.ttl_floor, self.ttl_ceiling, self.clock = ttl_floor, ttl_ceiling, clock
-        self.cache: OrderedDict[Question, Cached] = OrderedDict()
+        # Plain dicts, oldest first, trimmed by an eighth at a time (_bounded): less memory per
+        # entry than OrderedDicts, and a copy that leaves the table compact.
+        self.cache: dict[Question, Cached] = {}
         self.hits: dict[Question, hitcache.Hit] = {}  # checked answers, as bytes
         # Verdicts of the current policy object; the policy is replaced whole on any change.
         self.memo_policy: object = None
         self.name_memo: dict[str, Verdict] = {}
         self.address_memo: dict[str, Verdict] = {}
-        self.names: OrderedDict[str, tuple[str, float]] = OrderedDict()  # address -> (name, until)
+        self.names: dict[str, tuple[str, float]] = {}  # address -> (name, until)
         self.recent: OrderedDict[tuple[str, ...], float] = OrderedDict()
         # Names refused because no entry allows them: what `dejima-allow` offers to grant.
         self.denials: OrderedDict[str, Denial] = OrderedDict()
@@ -109,12 +114,11 @@ class PolicyResolver:
         return found[0] if found and found[1] > self.clock() else None
 
     def _remember(self, addresses: list[str], name: str, seconds: int) -> None:
-        until = self.clock() + seconds
+        learned = (name, self.clock() + seconds)
         for address in addresses:
             self.names.pop(address, None)
-            self.names[address] = (name, until)
-        while len(self.names) > NAME_ENTRIES:
-            self.names.popitem(last=False)
+            self.names[address] = learned
+        self.names = _bounded(self.names, NAME_ENTRIES)
 
     def learned(self) -> dict[str, str]:
         """Address -> the name it was last learned for, for addresses still in the sets."""
@@ -152,15 +156,15 @@ class PolicyResolver:
 
     # --- memory and verdicts ------------------------------------------------------------------
     def prune(self) -> None:
-        """Drop what has expired: cached answers, learned addresses, folded refusals."""
+        """Drop what has expired: cached answers, learned addresses, folded refusals, and the
+        verdicts remembered (cheap to find again). The maps are copied, so their tables shrink."""
         now = self.clock()
-        for key in [k for k, e in self.cache.items() if e.expires <= now]:
-            del self.cache[key]
+        self.cache = {k: e for k, e in self.cache.items() if e.expires > now}
         self.hits = {k: h for k, h in self.hits.items() if h.expires > now}
-        for address in [a for a, (_n, until) in self.names.items() if until <= now]:
-            del self.names[address]
+        self.names = {a: learned for a, learned in self.names.items() if learned[1] > now}
         for folded in [k for k, t in self.recent.items() if now - t >= FOLD_SECONDS]:
             del self.recent[folded]
+        self.memo_policy, self.name_memo, self.address_memo = None, {}, {}
 
     def _memo(self) -> None:
         if self.memo_policy is not self.policy or len(self.name_memo) + len(self.address_memo) > MEMO_ENTRIES:
@@ -247,24 +251,36 @@ class PolicyResolver:
         return await self._filtered(request, question, cached, verdict.ports)
 
     def _cached(self, question: Question) -> Cached | None:
+        """The answer kept for ``question``, to be checked again: from its hit entry (re-read from
+        the bytes the client would get), or from the cache of the answers that are not hits."""
+        now = self.clock()
+        hit = self.hits.get(question)
+        if hit is not None and hit.expires > now:
+            found = hitcache.answer_of(hit, question)
+            if found is not None:
+                return Cached(found, hit.stored, hit.expires)
         entry = self.cache.get(question)
-        if entry is None:
-            return None
-        if entry.expires <= self.clock():
-            del self.cache[question]
-            return None
-        self.cache.move_to_end(question)
-        return entry
+        return entry if entry is not None and entry.expires > now else None
 
     async def _fetch(self, question: Question) -> Cached:
         found = await self.forward(question)
         now = self.clock()
         if found.rcode != NOERROR or not found.ttl or found.ttl <= 0:
-            return Cached(found, now, now)
-        entry = self.cache[question] = Cached(found, now, now + min(found.ttl, self.ttl_ceiling))
-        while len(self.cache) > CACHE_ENTRIES:
-            self.cache.popitem(last=False)
-        return entry
+            return Cached(found, now, now)  # not kept
+        return Cached(found, now, now + min(found.ttl, self.ttl_ceiling))
+
+    def _keep(self, question: Question, upstream: Cached, hit: hitcache.Hit, plain: bool) -> None:
+        """Keep a checked answer for its TTL: as a hit when ``plain`` (nothing dropped, checked
+        under the current policy), else as the upstream's answer, to be checked on each use."""
+        if upstream.expires <= upstream.stored:
+            return
+        if plain:
+            self.hits[question] = hit
+            self.hits = _bounded(self.hits, CACHE_ENTRIES)
+            self.cache.pop(question, None)
+        else:
+            self.cache[question] = upstream
+            self.cache = _bounded(self.cache, CACHE_ENTRIES)
 
     async def _filtered(self, request: Request, question: Question, upstream: Cached,
                         ports: frozenset[int] | None) -> bytes:
@@ -298,10 +314,7 @@ class PolicyResolver:
             # Into the allow sets before the client sees the answer, or its connect would race us.
             await self.sets.add(kept, port_list, timeout)
             self._remember(kept, question.name, timeout)
-        if not refused and upstream.expires > upstream.stored and hit.rcode == NOERROR and policy is self.policy:
-            self.hits[question] = hit
-            while len(self.hits) > CACHE_ENTRIES:
-                del self.hits[next(iter(self.hits))]
+        self._keep(question, upstream, hit, not refused and hit.rcode == NOERROR and policy is self.policy)
         return hitcache.render(hit, request, age)
 
     def _screened(self, records: list[Rec]) -> tuple[list[str], list[tuple[str, str]], list[Rec]]:
@@ -323,6 +336,13 @@ class PolicyResolver:
 
     def _refuse(self, request: Request, reason: str, code: int, rcode: int = REFUSED) -> bytes:
         return wire.reply(request, rcode, ede=(code, reason))
+
+
+def _bounded(entries: dict[K, V], cap: int) -> dict[K, V]:
+    """``entries``, or when it holds more than ``cap``, a copy without its oldest eighth."""
+    if len(entries) <= cap:
+        return entries
+    return dict(itertools.islice(entries.items(), len(entries) - cap + cap // 8, None))
 
 
 class ViolationLog:
