@@ -110,7 +110,9 @@ class SetWriter:
 
         self.family, self.table = family, table
         self.handle = handle or _nft()
-        self.lock = threading.Lock()
+        # Held while the batch is built, run and recorded; add_many may run on a worker thread
+        # (setbatch.py), revoke and prune on the loop's. Reentrant: add_many prunes.
+        self.lock = threading.RLock()
         # set -> element -> when we last let it expire (per set, so an entry costs no key tuple)
         self.expiry: dict[str, dict[str, float]] = {"allow4": {}, "allow4_port": {}}
         # The next size that triggers a prune: twice what the last one left, so a map full of live
@@ -162,15 +164,18 @@ class SetWriter:
         """
         self.add_many([(addresses, ports, timeout)])
 
-    def add_many(self, requests: list[tuple[list[str], list[int] | None, int | None]]) -> None:
+    def add_many(self, requests: list[tuple[list[str], list[int] | None, int | None]],
+                 asked: float = float("inf")) -> None:
         """``add`` for several answers in one kernel transaction: all of them hold, or none
-        (NftError)."""
+        (NftError). ``asked``: when the earliest of them was asked for (time.monotonic()); an
+        address revoked since then is left out, so a late insert cannot undo the revoke."""
         import time
 
         with self.lock:
             now = time.monotonic()
             batch, done = "", []
             for addresses, ports, timeout in requests:
+                addresses = [a for a in addresses if self.revoked.get(a, 0) - self.REVOKED_SECONDS <= asked]
                 part, elements, target, lasting = self._add_batch(addresses, ports, timeout, now)
                 batch += part
                 done.append((addresses, elements, target, lasting))
@@ -210,11 +215,12 @@ class SetWriter:
         """Forget elements past their expiry (the kernel dropped them already)."""
         import time
 
-        now = time.monotonic() if now is None else now
-        self.expiry = {target: {e: t for e, t in expiry.items() if t + self.MARGIN_SECONDS > now}
-                       for target, expiry in self.expiry.items()}
-        self.revoked = {a: t for a, t in self.revoked.items() if t > now}
-        self.prune_above = max(self.PRUNE_ABOVE, 2 * sum(map(len, self.expiry.values())))
+        with self.lock:
+            now = time.monotonic() if now is None else now
+            self.expiry = {target: {e: t for e, t in expiry.items() if t + self.MARGIN_SECONDS > now}
+                           for target, expiry in self.expiry.items()}
+            self.revoked = {a: t for a, t in self.revoked.items() if t > now}
+            self.prune_above = max(self.PRUNE_ABOVE, 2 * sum(map(len, self.expiry.values())))
 
     def revoke(self, addresses: list[str]) -> None:
         """Take ``addresses`` out of both allow sets and cut their established flows (revoked4)."""

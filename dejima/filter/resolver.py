@@ -248,7 +248,7 @@ class PolicyResolver:
                 self._report({"kind": "dns-upstream", "domain": question.name, "qtype": question.type_name,
                               "reason": str(exc)})
                 return wire.reply(request, SERVFAIL)
-        return await self._filtered(request, question, cached, verdict.ports)
+        return await self._filtered(request, question, cached)
 
     def _cached(self, question: Question) -> Cached | None:
         """The answer kept for ``question``, to be checked again: from its hit entry (re-read from
@@ -282,9 +282,12 @@ class PolicyResolver:
             self.cache[question] = upstream
             self.cache = _bounded(self.cache, CACHE_ENTRIES)
 
-    async def _filtered(self, request: Request, question: Question, upstream: Cached,
-                        ports: frozenset[int] | None) -> bytes:
-        """The client's reply from an upstream answer (fresh or cached), under the current policy."""
+    async def _filtered(self, request: Request, question: Question, upstream: Cached) -> bytes:
+        """The client's reply from an upstream answer (fresh or cached), under the current policy
+        (asked again: a grant may have been revoked while the upstream answered)."""
+        verdict = self._name_verdict(question.name)
+        if not verdict.allowed:
+            return self._refuse(request, verdict.reason, EDE_PROHIBITED)
         try:
             chain, records = answer.chain(question, upstream.answer.records)
         except Malformed as exc:
@@ -304,7 +307,7 @@ class PolicyResolver:
         if refused and not kept:
             return self._refuse(request, f"{question.name} resolves to a denied address ({refused[0][1]})",
                                 EDE_BLOCKED)
-        policy, port_list = self.policy, sorted(ports) if ports is not None else None
+        policy, port_list = self.policy, sorted(verdict.ports) if verdict.ports is not None else None
         authority = [] if answers else [rec for rec in upstream.answer.records if rec.rtype == TYPE_SOA]
         hit = hitcache.build(policy, question.name, upstream.answer.rcode, answers, authority, upstream.stored,
                              upstream.expires, kept, port_list, self.ttl_ceiling)
@@ -313,6 +316,10 @@ class PolicyResolver:
             timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
             # Into the allow sets before the client sees the answer, or its connect would race us.
             await self.sets.add(kept, port_list, timeout)
+            if self.policy is not policy and not self._name_verdict(question.name).allowed:
+                # Revoked while the insert ran: the revoke cut these addresses (the set writer
+                # does not undo that for an insert asked before it), and the answer is refused.
+                return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
             self._remember(kept, question.name, timeout)
         self._keep(question, upstream, hit, not refused and hit.rcode == NOERROR and policy is self.policy)
         return hitcache.render(hit, request, age)
