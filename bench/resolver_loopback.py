@@ -80,11 +80,12 @@ def serve(kind: str, upstream_port: int, ready: threading.Event, state: dict[str
             await stop.wait()
             return
         policy = parse_policy(["*.bench.test"], [], answer_networks=(ipaddress.ip_network(dns.ANSWERS),))
-        added = [0]
+        added = [0, 0]
 
         class CountingNft:  # the set writer's kernel side, counted (no nft on the host)
             def cmd(self, text: str) -> tuple[int, str, str]:
                 added[0] += text.count(" timeout ")
+                added[1] += 1
                 return 0, "", ""
 
         state["added"] = added
@@ -137,6 +138,8 @@ def measure(kind: str, mode: str, image: str, upstream_port: int, seconds: float
         qps = dnsperf(image, port, hot, seconds)
     else:
         qps = dnsperf(image, port, [f"q{n}.bench.test" for n in range(100, 100 + int(seconds * 30000))], seconds)
+    if "added" in state:
+        print("elements, transactions:", state["added"])
     loop, stop = cast(tuple[asyncio.AbstractEventLoop, asyncio.Event], state["stop"])
     loop.call_soon_threadsafe(stop.set)
     thread.join(10)

@@ -66,8 +66,9 @@ class Sets(Protocol):
     def fresh(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> bool:
         """True when ``add`` would change nothing in the kernel."""
 
-    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
-        """Returns once the addresses are in the sets."""
+    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None, others: int = 0) -> None:
+        """Returns once the addresses are in the sets. ``others``: answers still on their way
+        (the inserts of answers close together share a transaction)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,7 @@ class PolicyResolver:
         # entry than OrderedDicts, and a copy that leaves the table compact.
         self.cache: dict[Question, Cached] = {}
         self.hits: dict[Question, hitcache.Hit] = {}  # checked answers, as bytes
+        self.fetching = 0  # queries waiting for the upstream
         # Verdicts of the current policy object; the policy is replaced whole on any change.
         self.memo_policy: object = None
         self.name_memo: dict[str, Verdict] = {}
@@ -263,7 +265,11 @@ class PolicyResolver:
         return entry if entry is not None and entry.expires > now else None
 
     async def _fetch(self, question: Question) -> Cached:
-        found = await self.forward(question)
+        self.fetching += 1
+        try:
+            found = await self.forward(question)
+        finally:
+            self.fetching -= 1
         now = self.clock()
         if found.rcode != NOERROR or not found.ttl or found.ttl <= 0:
             return Cached(found, now, now)  # not kept
@@ -315,7 +321,7 @@ class PolicyResolver:
         if kept:
             timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
             # Into the allow sets before the client sees the answer, or its connect would race us.
-            await self.sets.add(kept, port_list, timeout)
+            await self.sets.add(kept, port_list, timeout, others=self.fetching)
             if self.policy is not policy and not self._name_verdict(question.name).allowed:
                 # Revoked while the insert ran: the revoke cut these addresses (the set writer
                 # does not undo that for an insert asked before it), and the answer is refused.

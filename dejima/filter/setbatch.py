@@ -1,27 +1,29 @@
-"""Set inserts, group-committed: one nft transaction at a time, for every answer waiting.
+"""Set inserts of answers completed close together, in one nft transaction.
 
 The resolver awaits ``add`` before it releases an answer: the future resolves only after the
 transaction that holds the answer's addresses returned, so the allow set holds an address
-before the client sees it. The transaction runs on a worker thread of its own (the nftables
-bindings release the GIL while the kernel works), so the loop goes on answering meanwhile, and
-the answers that ask while one runs share the next. A failed transaction is retried answer by
-answer, so one bad answer cannot cost the others theirs; an answer whose own insert fails gets
-the error (and no reply).
+before the client sees it. A transaction costs far more than an element in it, so inserts wait
+for each other: until the next loop turn when no other answer is on its way (``others``, the
+resolver's count of queries still at the upstream), else up to ``WINDOW_SECONDS`` or
+``BATCH_MAX`` inserts, whichever comes first. A lone query is not delayed; under load an answer
+waits at most the window.
 
-Each insert carries the time it was asked for: an address revoked after that is not inserted
-(nft.SetWriter.add_many), so an answer that was on its way when a grant was revoked cannot undo
-the revoke.
+A failed transaction is retried answer by answer, so one bad answer cannot cost the others
+theirs; an answer whose own insert fails gets the error (and no reply). Each insert carries the
+time it was asked for: an address revoked after that is not inserted (nft.SetWriter.add_many),
+so an answer that was waiting when a grant was revoked cannot undo the revoke.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 Request = tuple[list[str], list[int] | None, int | None]
 Waiting = tuple[Request, float, asyncio.Future[None]]  # the insert, when it was asked, its answer
+WINDOW_SECONDS = 0.002
+BATCH_MAX = 64
 
 
 class Writer(Protocol):
@@ -31,70 +33,52 @@ class Writer(Protocol):
 
 
 class BatchedSets:
-    def __init__(self, writer: Writer, threaded: bool = True) -> None:
+    def __init__(self, writer: Writer) -> None:
         self.writer = writer
-        self.threaded = threaded
-        self.executor: ThreadPoolExecutor | None = None
         self.pending: list[Waiting] = []
-        self.running = False
+        self.soon: asyncio.Handle | None = None  # the flush at the next loop turn
+        self.timer: asyncio.TimerHandle | None = None  # the flush at the end of the window
 
     def fresh(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> bool:
         return self.writer.fresh(addresses, ports, timeout)
 
-    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
+    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None, others: int = 0) -> None:
+        """Returns once the addresses are in the sets. ``others``: how many more answers are on
+        their way (they may join this transaction)."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        if not self.pending and not self.running:
-            loop.call_soon(self._start, loop)  # the answers of this loop tick join it
         self.pending.append(((addresses, ports, timeout), time.monotonic(), done))
+        if others <= 0 or len(self.pending) >= BATCH_MAX:
+            if self.soon is None:
+                self.soon = loop.call_soon(self._flush)
+        elif self.soon is None and self.timer is None:
+            self.timer = loop.call_later(WINDOW_SECONDS, self._flush)
         await done
 
-    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _flush(self) -> None:
+        for handle in (self.soon, self.timer):
+            if handle is not None:
+                handle.cancel()
+        self.soon = self.timer = None
         batch, self.pending = self.pending, []
         if not batch:
             return
-        self.running = True
-        if not self.threaded:
-            self._finish(loop, batch, self._write(batch))
-            return
-        if self.executor is None:
-            self.executor = ThreadPoolExecutor(1, thread_name_prefix="dejima-nft")
-        running: Future[list[BaseException | None]] = self.executor.submit(self._write, batch)
-        running.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._done, loop, batch, running))
-
-    def _done(self, loop: asyncio.AbstractEventLoop, batch: list[Waiting],
-              running: Future[list[BaseException | None]]) -> None:
-        try:
-            errors = running.result()
-        except BaseException as exc:  # noqa: BLE001 - the worker itself failed: every waiting answer fails
-            errors = [exc] * len(batch)
-        self._finish(loop, batch, errors)
-
-    def _write(self, batch: list[Waiting]) -> list[BaseException | None]:
-        """On the worker thread: the inserts of ``batch``, and each one's error (None: it holds)."""
         try:
             self.writer.add_many([request for request, _asked, _done in batch], min(a for _r, a, _d in batch))
-            return [None] * len(batch)
         except Exception:  # noqa: BLE001 - retried one by one below, where each gets its own error
-            pass
-        errors: list[BaseException | None] = []
-        for request, asked, _done in batch:
-            try:
-                self.writer.add_many([request], asked)
-                errors.append(None)
-            except Exception as exc:  # noqa: BLE001 - the waiting answer fails with it: no reply
-                errors.append(exc)
-        return errors
-
-    def _finish(self, loop: asyncio.AbstractEventLoop, batch: list[Waiting],
-                errors: list[BaseException | None]) -> None:
-        self.running = False
-        for (_request, _asked, done), error in zip(batch, errors, strict=True):
-            if done.done():
-                continue  # its answer was cancelled
-            if error is None:
+            for request, asked, done in batch:
+                self._settle(done, request, asked)
+            return
+        for _request, _asked, done in batch:
+            if not done.done():
                 done.set_result(None)
-            else:
-                done.set_exception(error)
-        if self.pending:
-            self._start(loop)
+
+    def _settle(self, done: asyncio.Future[None], request: Request, asked: float) -> None:
+        try:
+            self.writer.add_many([request], asked)
+        except Exception as exc:  # noqa: BLE001 - the waiting answer fails with it: no reply
+            if not done.done():
+                done.set_exception(exc)
+            return
+        if not done.done():
+            done.set_result(None)

@@ -93,7 +93,7 @@ class RecordingSets:
         self.asked += 1
         return any(a == addresses and p == ports for a, p, _t in self.added)
 
-    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
+    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None, others: int = 0) -> None:
         self.added.append((addresses, ports, timeout or 0))
 
 
