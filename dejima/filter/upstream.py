@@ -174,6 +174,14 @@ class Forwarder:
                 errors.append(f"{upstream}: {exc}")
         raise UpstreamError("; ".join(errors) or "no upstream resolver configured")
 
+    def close(self) -> None:
+        """Close the sockets that take new queries (retired ones close with their last query)."""
+        for flows in self.flows.values():
+            for flow in flows:
+                flow.retired = True
+                flow.close()
+        self.flows.clear()
+
     def _flow(self, upstream: str) -> _Flow:
         loop = asyncio.get_running_loop()
         active = self.flows.setdefault(upstream, [])

@@ -433,3 +433,35 @@ def test_a_hit_whose_set_element_is_stale_is_inserted_again_before_the_answer(wo
     world.added.clear()  # the set writer now says the element needs a refresh
     assert addresses(ask(world, question("web.example.test"))) == ["203.0.113.7"]
     assert world.added == [(["203.0.113.7"], None, 300)] and world.names_seen() == ["web.example.test"]
+
+
+@pytest.mark.parametrize("when", ["upstream", "insert", "never"])
+def test_a_name_revoked_while_its_answer_is_on_the_way_is_refused(when: str) -> None:
+    """A grant revoked while the upstream answers, or while the answer's insert runs: the answer
+    is refused and its address not learned (the revoke's cut stands). Control: no revoke."""
+    allowed = parse_policy(["web.example.test"], [], answer_networks=(DOCUMENTATION,))
+    revoked = parse_policy(["other.example.test"], [], answer_networks=(DOCUMENTATION,))
+    resolver: PolicyResolver
+
+    class RevokingSets(RecordingSets):
+        async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None,
+                      others: int = 0) -> None:
+            await super().add(addresses, ports, timeout, others)
+            if when == "insert":
+                resolver.policy = revoked
+
+    async def forward(question: Question) -> Answer:
+        if when == "upstream":
+            resolver.policy = revoked
+        reply = DNSRecord.question(question.name, "A").reply()
+        reply.add_answer(RR(question.name, QTYPE.A, rdata=A("203.0.113.7"), ttl=300))
+        return upstream_reply(question, reply)
+
+    sets = RevokingSets()
+    resolver = PolicyResolver(allowed, forward, sets, lambda r: None)
+    reply = DNSRecord.parse(asyncio.run(resolver.answer(question("web.example.test"))))
+    if when == "never":
+        assert addresses(reply) == ["203.0.113.7"] and resolver.learned() == {"203.0.113.7": "web.example.test"}
+    else:
+        assert reply.header.rcode == RCODE.REFUSED and resolver.learned() == {} and resolver.hits == {}
+        assert sets.added == ([] if when == "upstream" else [(["203.0.113.7"], None, 300)])
