@@ -47,14 +47,14 @@ SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed
 EDE_BLOCKED = 15
 EDE_PROHIBITED = 18
 TYPE_AAAA = 28
-CACHE_ENTRIES = 4096
+CACHE_ENTRIES = 1024  # answers kept (hits and the others): an agent repeats far fewer names
 NAME_ENTRIES = 16384  # address -> name, for naming the domain of a blocked connection
 DENIAL_ENTRIES = 256  # refused names remembered for `dejima-allow`
 FOLD_SECONDS = 5.0  # identical refusal records within this window are folded into one
 
 Record = Callable[[dict[str, Any]], None]
 Forward = Callable[[Question], Awaitable[Answer]]
-MEMO_ENTRIES = 4096  # verdicts remembered per policy object
+MEMO_ENTRIES = 1024  # verdicts remembered per policy object
 K = TypeVar("K")
 V = TypeVar("V")
 __all__ = ["SELF_CHECK_NAME", "PolicyResolver", "UpstreamError", "ViolationLog"]
