@@ -80,7 +80,7 @@ def serve(kind: str, upstream_port: int, ready: threading.Event, state: dict[str
             await stop.wait()
             return
         policy = parse_policy(["*.bench.test"], [], answer_networks=(ipaddress.ip_network(dns.ANSWERS),))
-        added = [0, 0]
+        added = [0, 0]  # set elements inserted, nft transactions
 
         class CountingNft:  # the set writer's kernel side, counted (no nft on the host)
             def cmd(self, text: str) -> tuple[int, str, str]:
@@ -139,7 +139,8 @@ def measure(kind: str, mode: str, image: str, upstream_port: int, seconds: float
     else:
         qps = dnsperf(image, port, [f"q{n}.bench.test" for n in range(100, 100 + int(seconds * 30000))], seconds)
     if "added" in state:
-        print("elements, transactions:", state["added"])
+        elements, transactions = cast(list[int], state["added"])
+        print(f"  set inserts: {elements} elements in {transactions} transactions")
     loop, stop = cast(tuple[asyncio.AbstractEventLoop, asyncio.Event], state["stop"])
     loop.call_soon_threadsafe(stop.set)
     thread.join(10)
