@@ -1,5 +1,5 @@
 """The filter's resolver: the only DNS the session can use. This module decides; dnsserver.py
-does the sockets.
+(toward the session) and upstream.py (toward the upstreams) do the sockets.
 
 A query that is not an ordinary question (query.py) or asks for a name that is not allowed is
 answered at once and never leaves the filter (no DNS tunnelling through it). An allowed name is
@@ -18,9 +18,11 @@ sent upstream as a query the resolver builds itself. In the answer:
 - AAAA questions get an empty answer: sessions have no IPv6.
 
 Answers are cached for their TTL and checked against the policy again on every hit, so a cached
-answer can never outlive a change of policy. Refusals carry an Extended DNS Error (RFC 8914) with
-the reason when the client speaks EDNS. Packets are read and written as bytes (wire.py, answer.py,
-hitcache.py); dnslib reads only the queries too unusual for wire.plain_request (query.py).
+answer can never outlive a change of policy; the name is checked again when the upstream's answer
+arrives and after its insert, so a grant revoked meanwhile refuses the answer. Refusals carry an
+Extended DNS Error (RFC 8914) with the reason when the client speaks EDNS. Packets are read and
+written as bytes (wire.py, answer.py, hitcache.py); dnslib reads only the queries too unusual for
+wire.plain_request (query.py).
 """
 
 from __future__ import annotations
