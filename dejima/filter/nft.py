@@ -110,8 +110,8 @@ class SetWriter:
 
         self.family, self.table = family, table
         self.handle = handle or _nft()
-        # Held while the batch is built, run and recorded; add_many may run on a worker thread
-        # (setbatch.py), revoke and prune on the loop's. Reentrant: add_many prunes.
+        # Held while a batch is built, run and recorded (callers may use threads). Reentrant:
+        # add_many prunes.
         self.lock = threading.RLock()
         # set -> element -> when we last let it expire (per set, so an entry costs no key tuple)
         self.expiry: dict[str, dict[str, float]] = {"allow4": {}, "allow4_port": {}}
