@@ -34,10 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import dns  # noqa: E402
 from bench.common import bench_env, docker  # noqa: E402
 from dejima.core.egress import parse_policy  # noqa: E402
-from dejima.filter.dnsserver import Forwarder, start_servers  # noqa: E402
+from dejima.filter.dnsserver import start_servers  # noqa: E402
 from dejima.filter.nft import SetWriter  # noqa: E402
 from dejima.filter.resolver import PolicyResolver  # noqa: E402
 from dejima.filter.setbatch import BatchedSets  # noqa: E402
+from dejima.filter.upstream import Forwarder  # noqa: E402
 
 
 def free_port() -> int:
@@ -79,11 +80,12 @@ def serve(kind: str, upstream_port: int, ready: threading.Event, state: dict[str
             await stop.wait()
             return
         policy = parse_policy(["*.bench.test"], [], answer_networks=(ipaddress.ip_network(dns.ANSWERS),))
-        added = [0]
+        added = [0, 0]  # set elements inserted, nft transactions
 
         class CountingNft:  # the set writer's kernel side, counted (no nft on the host)
             def cmd(self, text: str) -> tuple[int, str, str]:
                 added[0] += text.count(" timeout ")
+                added[1] += 1
                 return 0, "", ""
 
         state["added"] = added
@@ -136,6 +138,9 @@ def measure(kind: str, mode: str, image: str, upstream_port: int, seconds: float
         qps = dnsperf(image, port, hot, seconds)
     else:
         qps = dnsperf(image, port, [f"q{n}.bench.test" for n in range(100, 100 + int(seconds * 30000))], seconds)
+    if "added" in state:
+        elements, transactions = cast(list[int], state["added"])
+        print(f"  set inserts: {elements} elements in {transactions} transactions")
     loop, stop = cast(tuple[asyncio.AbstractEventLoop, asyncio.Event], state["stop"])
     loop.call_soon_threadsafe(stop.set)
     thread.join(10)

@@ -27,7 +27,7 @@ CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
 IPV6_SWITCH = Path("/proc/sys/net/ipv6/conf/all/disable_ipv6")
 PORT_FLOOR = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
 PRIVILEGED_BELOW = 1024
-PRUNE_SECONDS = 15.0
+PRUNE_SECONDS = 5.0
 
 
 def _fail(message: str) -> NoReturn:
@@ -49,10 +49,11 @@ def _check_namespace() -> None:
 async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     """The resolver, its nflog reader and (when configured) the control channel; returns the reader."""
     from dejima.core.egress import parse_policy
-    from dejima.filter.dnsserver import Forwarder, self_check, start_servers
+    from dejima.filter.dnsserver import self_check, start_servers
     from dejima.filter.nflog import NflogReader
     from dejima.filter.resolver import PolicyResolver, ViolationLog
     from dejima.filter.setbatch import BatchedSets
+    from dejima.filter.upstream import Forwarder
 
     policy_config = config["policy"]
     policy = parse_policy(

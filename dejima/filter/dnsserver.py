@@ -1,10 +1,5 @@
-"""The resolver's sockets, on one asyncio loop: UDP and TCP on 127.0.0.1:53 for the session, and
-marked sockets toward the upstream resolvers.
-
-Upstream queries leave from a fresh socket each (a random source port picked by the kernel and a
-random id, so replies are hard to forge) that carries the resolver mark: the ruleset lets only
-marked packets reach an upstream, and setting a mark needs CAP_NET_ADMIN, which the session
-lacks. A reply counts only when it answers the very question asked (query.answers_question).
+"""The resolver's sockets toward the session, on one asyncio loop: UDP and TCP on 127.0.0.1:53.
+(Its sockets toward the upstream resolvers are upstream.py's.)
 
 A plain repeated question is answered straight from the resolver's checked answers
 (PolicyResolver.quick) in the datagram callback; everything else gets a task.
@@ -25,87 +20,15 @@ from typing import Any
 
 from dnslib import RCODE, DNSRecord
 
-from dejima.filter.query import answers_question
-from dejima.filter.resolver import SELF_CHECK_NAME, PolicyResolver, UpstreamError
+from dejima.filter import wire
+from dejima.filter.resolver import SELF_CHECK_NAME, PolicyResolver
+from dejima.filter.wire import Question, Request
 
-SO_MARK = 36
 MAX_INFLIGHT = 1024
 MAX_TCP_CLIENTS = 64
 TCP_IDLE_SECONDS = 10.0
 
 Spawn = Callable[[Coroutine[Any, Any, None]], object]
-
-
-class Forwarder:
-    """Sends the resolver's own query to the upstreams in turn: UDP, then TCP when truncated."""
-
-    def __init__(self, upstreams: list[str], mark: int, timeout: float = 2.5, port: int = 53) -> None:
-        self.upstreams, self.mark, self.timeout, self.port = upstreams, mark, timeout, port
-
-    def _socket(self, kind: int) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, kind)
-        try:
-            if self.mark:
-                sock.setsockopt(socket.SOL_SOCKET, SO_MARK, self.mark)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        return sock
-
-    async def __call__(self, query: DNSRecord) -> DNSRecord:
-        errors: list[str] = []
-        for upstream in self.upstreams:
-            try:
-                async with asyncio.timeout(self.timeout):
-                    reply = await self._udp(query, upstream)
-                    if reply.header.tc:
-                        reply = await self._tcp(query, upstream)
-                return reply
-            except TimeoutError:
-                errors.append(f"{upstream}: no answer within {self.timeout:g} s")
-            except (OSError, ValueError, EOFError) as exc:
-                errors.append(f"{upstream}: {exc}")
-        raise UpstreamError("; ".join(errors) or "no upstream resolver configured")
-
-    async def _udp(self, query: DNSRecord, upstream: str) -> DNSRecord:
-        loop = asyncio.get_running_loop()
-        with self._socket(socket.SOCK_DGRAM) as sock:
-            sock.connect((upstream, self.port))
-            await loop.sock_sendall(sock, query.pack())
-            while True:  # until the reply to this very question (anything else is ignored)
-                data = await loop.sock_recv(sock, 65535)
-                reply = _parse(data)
-                if reply is not None and answers_question(reply, query):
-                    return reply
-
-    async def _tcp(self, query: DNSRecord, upstream: str) -> DNSRecord:
-        loop = asyncio.get_running_loop()
-        sock = self._socket(socket.SOCK_STREAM)
-        try:
-            await loop.sock_connect(sock, (upstream, self.port))
-        except BaseException:
-            sock.close()
-            raise
-        reader, writer = await asyncio.open_connection(sock=sock)
-        try:
-            packed = query.pack()
-            writer.write(struct.pack("!H", len(packed)) + packed)
-            await writer.drain()
-            length = struct.unpack("!H", await reader.readexactly(2))[0]
-            reply = _parse(await reader.readexactly(length))
-            if reply is None or not answers_question(reply, query):
-                raise ValueError("the TCP reply does not answer the question")
-            return reply
-        finally:
-            writer.close()
-
-
-def _parse(data: bytes) -> DNSRecord | None:
-    try:
-        return DNSRecord.parse(data)
-    except Exception:  # noqa: BLE001 - garbage from the network is ignored, whatever dnslib raises
-        return None
 
 
 def _report_bug(where: str, exc: BaseException) -> None:
@@ -124,10 +47,11 @@ class _UdpServer(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
-            reply = self.resolver.quick(data)  # a checked repeat: answered here, no task
+            plain = wire.plain_request(data)
+            reply = self.resolver.quick(plain) if plain is not None else None  # a checked repeat: no task
         except Exception as exc:  # noqa: BLE001 - see _report_bug; the full path still answers
             _report_bug("udp hit", exc)
-            reply = None
+            plain = reply = None
         if reply is not None:
             if self.transport is not None:
                 self.transport.sendto(reply, addr)
@@ -135,14 +59,14 @@ class _UdpServer(asyncio.DatagramProtocol):
         if self.inflight >= MAX_INFLIGHT:
             return  # shed: the client retries, the filter keeps its memory
         self.inflight += 1
-        self.spawn(self._handle(data, addr))
+        self.spawn(self._handle(data, addr, plain))
 
     def error_received(self, exc: Exception) -> None:
         pass  # an ICMP error for a reply the client no longer waits for: nothing to do
 
-    async def _handle(self, data: bytes, addr: tuple[str, int]) -> None:
+    async def _handle(self, data: bytes, addr: tuple[str, int], plain: tuple[Request, Question] | None) -> None:
         try:
-            reply = await self.resolver.answer(data)
+            reply = await self.resolver.answer(data, plain=plain)
             if reply is not None and self.transport is not None:
                 self.transport.sendto(reply, addr)
         except Exception as exc:  # noqa: BLE001 - see _report_bug

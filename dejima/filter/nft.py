@@ -110,8 +110,14 @@ class SetWriter:
 
         self.family, self.table = family, table
         self.handle = handle or _nft()
-        self.lock = threading.Lock()
-        self.expiry: dict[tuple[str, str], float] = {}  # (set, element) -> when we last let it expire
+        # Held while a batch is built, run and recorded (callers may use threads). Reentrant:
+        # add_many prunes.
+        self.lock = threading.RLock()
+        # set -> element -> when we last let it expire (per set, so an entry costs no key tuple)
+        self.expiry: dict[str, dict[str, float]] = {"allow4": {}, "allow4_port": {}}
+        # The next size that triggers a prune: twice what the last one left, so a map full of live
+        # elements is not copied on every transaction (the cost stays linear in what is added).
+        self.prune_above = self.PRUNE_ABOVE
         self.revoked: dict[str, float] = {}  # address -> until when revoked4 holds it
 
     def _prefix(self, target: str) -> str:
@@ -144,7 +150,8 @@ class SetWriter:
         target, elements = self._elements(addresses, ports)
         lasting = float("inf") if timeout is None else timeout
         now = time.monotonic()
-        return all(self.expiry.get((target, e), 0) - now >= lasting / 2 for e in elements)
+        expiry = self.expiry[target]
+        return all(expiry.get(e, 0) - now >= lasting / 2 for e in elements)
 
     def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
         """Allow TCP to ``addresses`` (on ``ports``, or every port when None) for ``timeout``
@@ -157,15 +164,18 @@ class SetWriter:
         """
         self.add_many([(addresses, ports, timeout)])
 
-    def add_many(self, requests: list[tuple[list[str], list[int] | None, int | None]]) -> None:
+    def add_many(self, requests: list[tuple[list[str], list[int] | None, int | None]],
+                 asked: float = float("inf")) -> None:
         """``add`` for several answers in one kernel transaction: all of them hold, or none
-        (NftError)."""
+        (NftError). ``asked``: when the earliest of them was asked for (time.monotonic()); an
+        address revoked since then is left out, so a late insert cannot undo the revoke."""
         import time
 
         with self.lock:
             now = time.monotonic()
             batch, done = "", []
             for addresses, ports, timeout in requests:
+                addresses = [a for a in addresses if self.revoked.get(a, 0) - self.REVOKED_SECONDS <= asked]
                 part, elements, target, lasting = self._add_batch(addresses, ports, timeout, now)
                 batch += part
                 done.append((addresses, elements, target, lasting))
@@ -175,9 +185,10 @@ class SetWriter:
             for addresses, elements, target, lasting in done:
                 for address in addresses:
                     self.revoked.pop(address, None)
+                expiry, until = self.expiry[target], now + lasting  # one float shared by the elements
                 for element in elements:
-                    self.expiry[(target, element)] = max(self.expiry.get((target, element), 0), now + lasting)
-            if len(self.expiry) > self.PRUNE_ABOVE:
+                    expiry[element] = max(expiry.get(element, 0), until)
+            if sum(map(len, self.expiry.values())) > self.prune_above:
                 self.prune(now)
 
     def _add_batch(self, addresses: list[str], ports: list[int] | None, timeout: int | None,
@@ -186,12 +197,13 @@ class SetWriter:
         target, elements = self._elements(addresses, ports)
         lasting = float("inf") if timeout is None else timeout
         # Still in the set for at least half the new timeout: nothing to do in the kernel.
-        elements = [e for e in elements if self.expiry.get((target, e), 0) - now < lasting / 2]
+        expiry = self.expiry[target]
+        elements = [e for e in elements if expiry.get(e, 0) - now < lasting / 2]
         if not addresses or not elements:
             return "", [], target, lasting
         prefix = self._prefix(target)
         clause = "" if timeout is None else f" timeout {timeout}s"
-        known = [e for e in elements if self.expiry.get((target, e), 0) + self.MARGIN_SECONDS > now]
+        known = [e for e in elements if expiry.get(e, 0) + self.MARGIN_SECONDS > now]
         batch = self._forget("revoked4", [a for a in addresses if self.revoked.get(a, 0) > now])
         batch += f"add {prefix} {{ {', '.join(e + clause for e in elements)} }}\n"
         if known:
@@ -203,9 +215,12 @@ class SetWriter:
         """Forget elements past their expiry (the kernel dropped them already)."""
         import time
 
-        now = time.monotonic() if now is None else now
-        self.expiry = {k: t for k, t in self.expiry.items() if t + self.MARGIN_SECONDS > now}
-        self.revoked = {a: t for a, t in self.revoked.items() if t > now}
+        with self.lock:
+            now = time.monotonic() if now is None else now
+            self.expiry = {target: {e: t for e, t in expiry.items() if t + self.MARGIN_SECONDS > now}
+                           for target, expiry in self.expiry.items()}
+            self.revoked = {a: t for a, t in self.revoked.items() if t > now}
+            self.prune_above = max(self.PRUNE_ABOVE, 2 * sum(map(len, self.expiry.values())))
 
     def revoke(self, addresses: list[str]) -> None:
         """Take ``addresses`` out of both allow sets and cut their established flows (revoked4)."""
@@ -216,14 +231,13 @@ class SetWriter:
         wanted = set(addresses)
         with self.lock:
             now = time.monotonic()
-            gone = {t: [e for (tt, e) in self.expiry if tt == t and e.split(" . ")[0] in wanted]
-                    for t in ("allow4", "allow4_port")}
+            gone = {t: [e for e in self.expiry[t] if e.split(" . ")[0] in wanted] for t in ("allow4", "allow4_port")}
             batch = self._forget("allow4", gone["allow4"]) + self._forget("allow4_port", gone["allow4_port"])
             cut = ", ".join(f"{a} timeout {self.REVOKED_SECONDS}s" for a in sorted(wanted))
             batch += self._forget("revoked4", sorted(wanted)) + f"add {self._prefix('revoked4')} {{ {cut} }}\n"
             self._run(batch, "revoke addresses")
             for target, elements in gone.items():
                 for element in elements:
-                    self.expiry.pop((target, element), None)
+                    self.expiry[target].pop(element, None)
             for address in wanted:
                 self.revoked[address] = now + self.REVOKED_SECONDS

@@ -6,16 +6,20 @@ check while the upstream sees a different name. A query is accepted only when it
 question: opcode QUERY, exactly one question, class IN, a type from ``ORDINARY_TYPES``, and a
 name whose every label is letters, digits and hyphens. The upstream then gets a query the
 resolver builds itself from that question (fresh id, no client options), and an upstream reply
-counts only when it answers exactly that question.
+counts only when it answers exactly that question (upstream.py).
+
+The plainest queries are read from bytes (wire.plain_request); the rest are read here with
+dnslib, which also names what is wrong with a query that is refused.
 """
 
 from __future__ import annotations
 
-import re
 import secrets
-from dataclasses import dataclass
+import struct
 
-from dnslib import CLASS, EDNS0, OPCODE, QTYPE, DNSHeader, DNSLabel, DNSQuestion, DNSRecord
+from dnslib import CLASS, OPCODE, QTYPE, DNSBuffer, DNSLabel, DNSRecord
+
+from dejima.filter.wire import LABEL, OPT, UPSTREAM_PAYLOAD, Question, Request, encode_name, plain_request
 
 # Types an agent's tools ask for. ANY is not here (RFC 8482 deprecates it; it would hand out
 # every record of an allowed name at once); neither are zone transfers or obsolete types.
@@ -23,37 +27,56 @@ ORDINARY_TYPES = frozenset({
     QTYPE.A, QTYPE.AAAA, QTYPE.CNAME, QTYPE.MX, QTYPE.TXT, QTYPE.SRV, QTYPE.NS, QTYPE.SOA,
     QTYPE.PTR, QTYPE.CAA, QTYPE.HTTPS, QTYPE.SVCB,
 })
-UPSTREAM_PAYLOAD = 1232  # the EDNS buffer size DNS Flag Day 2020 settled on
-_LABEL = re.compile(rb"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 
 
 class Malformed(ValueError):
     """The packet is not an ordinary query; the message says why (it reaches the client)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Question:
-    name: str  # lower-case, labels joined by dots, no trailing dot
-    qtype: int
-
-    @property
-    def type_name(self) -> str:
-        return str(QTYPE.get(self.qtype, str(self.qtype)))
-
-
-def wire_name(label: DNSLabel) -> str:
-    """The name a DNSLabel carries on the wire, or Malformed when a label is not letters, digits
-    and hyphens (a dot, a byte outside ASCII, an empty or over-long label)."""
-    parts = label.label
-    if not parts:
+def checked_name(labels: list[bytes] | tuple[bytes, ...]) -> str:
+    """The name raw labels spell, or Malformed when a label is not letters, digits and hyphens
+    (a dot, a byte outside ASCII, an empty or over-long label)."""
+    if not labels:
         raise Malformed("the root name is not a host name")
-    for part in parts:
-        if not _LABEL.match(part):
+    for part in labels:
+        if not LABEL.match(part):
             raise Malformed(f"label {part[:80]!r} is not letters, digits and hyphens")
-    name = b".".join(parts).decode("ascii").lower()
+    name = b".".join(labels).decode("ascii").lower()
     if len(name) > 253:
         raise Malformed("a name has at most 253 characters")
     return name
+
+
+def wire_name(label: DNSLabel) -> str:
+    """The name a DNSLabel carries on the wire (see ``checked_name``)."""
+    return checked_name(label.label)
+
+
+def read(packet: bytes, plain: tuple[Request, Question] | None = None) -> tuple[Request, Question | Malformed] | None:
+    """The client's request and its one ordinary question, or Malformed saying why it is not;
+    None when the packet is not a DNS message at all. ``plain``: wire.plain_request's reading of
+    the packet, when the caller has it."""
+    plain = plain or plain_request(packet)
+    if plain is not None and plain[1].qtype in ORDINARY_TYPES:
+        return plain
+    try:
+        record = DNSRecord.parse(packet)
+    except Exception:  # noqa: BLE001 - dnslib raises many kinds on garbage; all mean "malformed"
+        return None
+    request = _request(record)
+    try:
+        return request, parse_query(record)
+    except Malformed as exc:
+        return request, exc
+
+
+def printable(packet: bytes) -> str:
+    """A name for the record of a malformed query: the dnslib text of its first question, if any."""
+    try:
+        questions = DNSRecord.parse(packet).questions
+    except Exception:  # noqa: BLE001 - see read
+        return ""
+    return str(questions[0].qname).rstrip(".")[:253] if questions else ""
 
 
 def parse_query(request: DNSRecord) -> Question:
@@ -75,19 +98,25 @@ def parse_query(request: DNSRecord) -> Question:
     return Question(wire_name(question.qname), question.qtype)
 
 
-def build_upstream_query(question: Question) -> DNSRecord:
-    """A query of the resolver's own making: random id, recursion desired, EDNS with our buffer
-    size and nothing of the client's (no client subnet, cookies or padding)."""
-    query = DNSRecord(DNSHeader(id=secrets.randbits(16), rd=1),
-                      q=DNSQuestion(DNSLabel(question.name), question.qtype, CLASS.IN))
-    query.add_ar(EDNS0(udp_len=UPSTREAM_PAYLOAD))
-    return query
+def _request(record: DNSRecord) -> Request:
+    """What a reply to a query read by dnslib echoes: its id, rd, first question and EDNS."""
+    section = b""
+    if record.questions:
+        try:
+            buffer = DNSBuffer()
+            record.questions[0].pack(buffer)
+            section = bytes(buffer.data)
+        except Exception:  # noqa: BLE001 - a question dnslib cannot write back is not echoed
+            section = b""
+    options = [rr for rr in record.ar if rr.rtype == QTYPE.OPT]
+    limit = max(512, min(int(options[0].rclass), UPSTREAM_PAYLOAD)) if options else 512
+    return Request(struct.pack("!H", record.header.id), record.header.rd, section, bool(options), limit)
 
 
-def answers_question(reply: DNSRecord, query: DNSRecord) -> bool:
-    """Is ``reply`` the upstream's answer to ``query`` (id, flags and the very question)?"""
-    if reply.header.id != query.header.id or not reply.header.qr or len(reply.questions) != 1:
-        return False
-    mine, theirs = query.questions[0], reply.questions[0]
-    return (theirs.qtype == mine.qtype and theirs.qclass == mine.qclass
-            and tuple(p.lower() for p in theirs.qname.label) == tuple(p.lower() for p in mine.qname.label))
+def upstream_query(question: Question) -> tuple[int, bytes, bytes]:
+    """A query of the resolver's own making: (id, packet, question section). Random id,
+    recursion desired, EDNS with our buffer size and nothing of the client's (no client subnet,
+    cookies or padding)."""
+    qid = secrets.randbits(16)
+    section = encode_name(question.name) + struct.pack("!HH", question.qtype, CLASS.IN)
+    return qid, struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 1) + section + OPT, section

@@ -1,5 +1,5 @@
 """The filter's resolver: the only DNS the session can use. This module decides; dnsserver.py
-does the sockets.
+(toward the session) and upstream.py (toward the upstreams) do the sockets.
 
 A query that is not an ordinary question (query.py) or asks for a name that is not allowed is
 answered at once and never leaves the filter (no DNS tunnelling through it). An allowed name is
@@ -18,44 +18,49 @@ sent upstream as a query the resolver builds itself. In the answer:
 - AAAA questions get an empty answer: sessions have no IPv6.
 
 Answers are cached for their TTL and checked against the policy again on every hit, so a cached
-answer can never outlive a change of policy. Refusals carry an Extended DNS Error (RFC 8914) with
-the reason when the client speaks EDNS.
+answer can never outlive a change of policy; the name is checked again when the upstream's answer
+arrives and after its insert, so a grant revoked meanwhile refuses the answer. Refusals carry an
+Extended DNS Error (RFC 8914) with the reason when the client speaks EDNS. Packets are read and
+written as bytes (wire.py, answer.py, hitcache.py); dnslib reads only the queries too unusual for
+wire.plain_request (query.py).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import json
 import re
-import struct
 import sys
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-from dnslib import EDNS0, QTYPE, RCODE, RR, A, DNSHeader, DNSRecord, EDNSOption
+from typing import Any, Protocol, TypeVar
 
 from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
-from dejima.filter import VIOLATION, hitcache
-from dejima.filter.query import UPSTREAM_PAYLOAD, Malformed, Question, build_upstream_query, parse_query, wire_name
+from dejima.filter import VIOLATION, answer, hitcache, query, wire
+from dejima.filter.answer import TYPE_A, TYPE_SOA, Answer, Rec, UpstreamError
+from dejima.filter.query import Malformed
+from dejima.filter.wire import FORMERR, NOERROR, REFUSED, SERVFAIL, Question, Request
 
 SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed: always refused
-EDE_OPTION = 15
 EDE_BLOCKED = 15
 EDE_PROHIBITED = 18
-MAX_CHAIN = 12  # CNAME hops followed inside one answer
-CACHE_ENTRIES = 4096
+TYPE_AAAA = 28
+CACHE_ENTRIES = 1024  # answers kept (hits and the others): an agent repeats far fewer names
 NAME_ENTRIES = 16384  # address -> name, for naming the domain of a blocked connection
 DENIAL_ENTRIES = 256  # refused names remembered for `dejima-allow`
 FOLD_SECONDS = 5.0  # identical refusal records within this window are folded into one
 
 Record = Callable[[dict[str, Any]], None]
-Forward = Callable[[DNSRecord], Awaitable[DNSRecord]]
-MEMO_ENTRIES = 4096  # verdicts remembered per policy object
-INTERCEPT_ADDRESS, INTERCEPT_TTL = "127.0.0.1", 300
+Forward = Callable[[Question], Awaitable[Answer]]
+MEMO_ENTRIES = 1024  # verdicts remembered per policy object
+INTERCEPT_ADDRESS, INTERCEPT_TTL = bytes((127, 0, 0, 1)), 300
+K = TypeVar("K")
+V = TypeVar("V")
+__all__ = ["SELF_CHECK_NAME", "PolicyResolver", "UpstreamError", "ViolationLog"]
 
 
 class Sets(Protocol):
@@ -64,12 +69,9 @@ class Sets(Protocol):
     def fresh(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> bool:
         """True when ``add`` would change nothing in the kernel."""
 
-    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
-        """Returns once the addresses are in the sets."""
-
-
-class UpstreamError(Exception):
-    """No upstream gave a usable answer (timeouts, refusals, mismatched replies)."""
+    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None, others: int = 0) -> None:
+        """Returns once the addresses are in the sets. ``others``: answers still on their way
+        (the inserts of answers close together share a transaction)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +85,7 @@ class Denial:
 
 @dataclass(frozen=True, slots=True)
 class Cached:
-    rcode: int
-    records: tuple[RR, ...]
+    answer: Answer
     stored: float
     expires: float
 
@@ -101,13 +102,16 @@ class PolicyResolver:
         # letters and digits): a name carrying one is refused, whatever the allow list says.
         self.canaries = canaries
         self.ttl_floor, self.ttl_ceiling, self.clock = ttl_floor, ttl_ceiling, clock
-        self.cache: OrderedDict[tuple[str, int], Cached] = OrderedDict()
-        self.hits: dict[tuple[str, int], hitcache.Hit] = {}  # checked answers, as bytes
+        # Plain dicts, oldest first, trimmed by an eighth at a time (_bounded): less memory per
+        # entry than OrderedDicts, and a copy that leaves the table compact.
+        self.cache: dict[Question, Cached] = {}
+        self.hits: dict[Question, hitcache.Hit] = {}  # checked answers, as bytes
+        self.fetching = 0  # queries waiting for the upstream
         # Verdicts of the current policy object; the policy is replaced whole on any change.
         self.memo_policy: object = None
         self.name_memo: dict[str, Verdict] = {}
         self.address_memo: dict[str, Verdict] = {}
-        self.names: OrderedDict[str, tuple[str, float]] = OrderedDict()  # address -> (name, until)
+        self.names: dict[str, tuple[str, float]] = {}  # address -> (name, until)
         self.recent: OrderedDict[tuple[str, ...], float] = OrderedDict()
         # Names refused because no entry allows them: what `dejima-allow` offers to grant.
         self.denials: OrderedDict[str, Denial] = OrderedDict()
@@ -118,12 +122,11 @@ class PolicyResolver:
         return found[0] if found and found[1] > self.clock() else None
 
     def _remember(self, addresses: list[str], name: str, seconds: int) -> None:
-        until = self.clock() + seconds
+        learned = (name, self.clock() + seconds)
         for address in addresses:
             self.names.pop(address, None)
-            self.names[address] = (name, until)
-        while len(self.names) > NAME_ENTRIES:
-            self.names.popitem(last=False)
+            self.names[address] = learned
+        self.names = _bounded(self.names, NAME_ENTRIES)
 
     def learned(self) -> dict[str, str]:
         """Address -> the name it was last learned for, for addresses still in the sets."""
@@ -161,15 +164,15 @@ class PolicyResolver:
 
     # --- memory and verdicts ------------------------------------------------------------------
     def prune(self) -> None:
-        """Drop what has expired: cached answers, learned addresses, folded refusals."""
+        """Drop what has expired: cached answers, learned addresses, folded refusals, and the
+        verdicts remembered (cheap to find again). The maps are copied, so their tables shrink."""
         now = self.clock()
-        for key in [k for k, e in self.cache.items() if e.expires <= now]:
-            del self.cache[key]
+        self.cache = {k: e for k, e in self.cache.items() if e.expires > now}
         self.hits = {k: h for k, h in self.hits.items() if h.expires > now}
-        for address in [a for a, (_n, until) in self.names.items() if until <= now]:
-            del self.names[address]
+        self.names = {a: learned for a, learned in self.names.items() if learned[1] > now}
         for folded in [k for k, t in self.recent.items() if now - t >= FOLD_SECONDS]:
             del self.recent[folded]
+        self.memo_policy, self.name_memo, self.address_memo = None, {}, {}
 
     def _memo(self) -> None:
         if self.memo_policy is not self.policy or len(self.name_memo) + len(self.address_memo) > MEMO_ENTRIES:
@@ -190,16 +193,17 @@ class PolicyResolver:
         return verdict
 
     # --- answering ----------------------------------------------------------------------------
-    def quick(self, packet: bytes) -> bytes | None:
-        """The reply to a plain repeated question from the checked answers, without a task;
-        None: ``answer`` decides (a miss, an unusual query, a policy change, a set to refresh)."""
-        plain = hitcache.plain_question(packet)
-        hit = self.hits.get(plain.key) if plain is not None else None
-        if plain is None or hit is None or hit.policy is not self.policy:
+    def quick(self, plain: tuple[Request, Question]) -> bytes | None:
+        """The reply to a plain repeated question (as wire.plain_request read it) from the checked
+        answers, without a task; None: ``answer`` decides (a miss, a policy change, a set to
+        refresh)."""
+        request, question = plain
+        hit = self.hits.get(question)
+        if hit is None or hit.policy is not self.policy:
             return None
         now = self.clock()
         if hit.expires <= now:
-            del self.hits[plain.key]
+            del self.hits[question]
             return None
         age = int(now - hit.stored)
         if hit.addresses:
@@ -207,33 +211,28 @@ class PolicyResolver:
             ports = list(hit.ports) if hit.ports is not None else None
             if not self.sets.fresh(list(hit.addresses), ports, timeout):
                 return None
-        return hitcache.render(hit, packet, plain, age)
+        data = hitcache.render(hit, request, age)
+        return data if len(data) <= request.limit else None
 
-    async def answer(self, packet: bytes, max_size: int | None = None) -> bytes | None:
+    async def answer(self, packet: bytes, max_size: int | None = None,
+                     plain: tuple[Request, Question] | None = None) -> bytes | None:
         """The reply to one client packet (None: not even an id to answer to). ``max_size`` is
-        the UDP limit; a larger reply is sent truncated so the client retries over TCP."""
-        try:
-            request = DNSRecord.parse(packet)
-        except Exception:  # noqa: BLE001 - dnslib raises many kinds on garbage; all mean "malformed"
-            return _formerr(packet)
-        try:
-            question = parse_query(request)
-        except Malformed as exc:
-            name = _printable(request)
+        the UDP limit; a larger reply is sent truncated so the client retries over TCP.
+        ``plain``: wire.plain_request's reading of the packet, when the caller has it."""
+        found = query.read(packet, plain)
+        if found is None:
+            return wire.formerr(packet)
+        request, question = found
+        if isinstance(question, Malformed):
+            name = query.printable(packet)
             if name != SELF_CHECK_NAME:
-                self._report({"kind": "dns", "domain": name, "reason": f"malformed query: {exc}"})
-            refusal: bytes = self._refuse(request, f"malformed query: {exc}", EDE_PROHIBITED, RCODE.FORMERR).pack()
-            return refusal
-        reply = await self._answer(request, question)
-        data: bytes = reply.pack()
-        limit = max_size if max_size is not None else _client_limit(request)
-        if len(data) > limit:
-            truncated = DNSRecord(DNSHeader(id=request.header.id, qr=1, ra=1, rd=request.header.rd, tc=1),
-                                  q=request.q)
-            data = truncated.pack()
-        return data
+                self._report({"kind": "dns", "domain": name, "reason": f"malformed query: {question}"})
+            return self._refuse(request, f"malformed query: {question}", EDE_PROHIBITED, FORMERR)
+        data = await self._answer(request, question)
+        limit = max_size if max_size is not None else request.limit
+        return data if len(data) <= limit else wire.truncated(request)
 
-    async def _answer(self, request: DNSRecord, question: Question) -> DNSRecord:
+    async def _answer(self, request: Request, question: Question) -> bytes:
         if self.canaries:
             squeezed = re.sub(r"[^a-z0-9]", "", question.name)
             if any(canary in squeezed for canary in self.canaries):
@@ -249,8 +248,8 @@ class PolicyResolver:
             return self._refuse(request, verdict.reason, EDE_PROHIBITED)
         if question.name in self.intercepted:
             return _intercepted(request, question)
-        if question.qtype == QTYPE.AAAA:
-            return _reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
+        if question.qtype == TYPE_AAAA:
+            return wire.reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
         cached = self._cached(question)
         if cached is None:
             try:
@@ -258,40 +257,53 @@ class PolicyResolver:
             except UpstreamError as exc:
                 self._report({"kind": "dns-upstream", "domain": question.name, "qtype": question.type_name,
                               "reason": str(exc)})
-                reply = _reply(request)
-                reply.header.rcode = RCODE.SERVFAIL
-                return reply
-        return await self._filtered(request, question, cached, verdict.ports)
+                return wire.reply(request, SERVFAIL)
+        return await self._filtered(request, question, cached)
 
     def _cached(self, question: Question) -> Cached | None:
-        key = (question.name, question.qtype)
-        entry = self.cache.get(key)
-        if entry is None:
-            return None
-        if entry.expires <= self.clock():
-            del self.cache[key]
-            return None
-        self.cache.move_to_end(key)
-        return entry
+        """The answer kept for ``question``, to be checked again: from its hit entry (re-read from
+        the bytes the client would get), or from the cache of the answers that are not hits."""
+        now = self.clock()
+        hit = self.hits.get(question)
+        if hit is not None and hit.expires > now:
+            found = hitcache.answer_of(hit, question)
+            if found is not None:
+                return Cached(found, hit.stored, hit.expires)
+        entry = self.cache.get(question)
+        return entry if entry is not None and entry.expires > now else None
 
     async def _fetch(self, question: Question) -> Cached:
-        upstream = await self.forward(build_upstream_query(question))
-        records = tuple(rr for rr in upstream.rr) + tuple(rr for rr in upstream.auth if rr.rtype == QTYPE.SOA)
-        now = self.clock()
-        entry = Cached(upstream.header.rcode, records, now, now)
-        ttls = [rr.ttl for rr in upstream.rr]
-        if upstream.header.rcode == RCODE.NOERROR and ttls and min(ttls) > 0:
-            entry = Cached(entry.rcode, records, now, now + min(min(ttls), self.ttl_ceiling))
-            self.cache[(question.name, question.qtype)] = entry
-            while len(self.cache) > CACHE_ENTRIES:
-                self.cache.popitem(last=False)
-        return entry
-
-    async def _filtered(self, request: DNSRecord, question: Question, upstream: Cached,
-                  ports: frozenset[int] | None) -> DNSRecord:
-        """The client's reply from an upstream answer (fresh or cached), under the current policy."""
+        self.fetching += 1
         try:
-            chain, records = _chain(question, upstream.records)
+            found = await self.forward(question)
+        finally:
+            self.fetching -= 1
+        now = self.clock()
+        if found.rcode != NOERROR or not found.ttl or found.ttl <= 0:
+            return Cached(found, now, now)  # not kept
+        return Cached(found, now, now + min(found.ttl, self.ttl_ceiling))
+
+    def _keep(self, question: Question, upstream: Cached, hit: hitcache.Hit, plain: bool) -> None:
+        """Keep a checked answer for its TTL: as a hit when ``plain`` (nothing dropped, checked
+        under the current policy), else as the upstream's answer, to be checked on each use."""
+        if upstream.expires <= upstream.stored:
+            return
+        if plain:
+            self.hits[question] = hit
+            self.hits = _bounded(self.hits, CACHE_ENTRIES)
+            self.cache.pop(question, None)
+        else:
+            self.cache[question] = upstream
+            self.cache = _bounded(self.cache, CACHE_ENTRIES)
+
+    async def _filtered(self, request: Request, question: Question, upstream: Cached) -> bytes:
+        """The client's reply from an upstream answer (fresh or cached), under the current policy
+        (asked again: a grant may have been revoked while the upstream answered)."""
+        verdict = self._name_verdict(question.name)
+        if not verdict.allowed:
+            return self._refuse(request, verdict.reason, EDE_PROHIBITED)
+        try:
+            chain, records = answer.chain(question, upstream.answer.records)
         except Malformed as exc:
             self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                           "reason": f"malformed upstream answer: {exc}"})
@@ -302,128 +314,65 @@ class PolicyResolver:
                 self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                               "alias": name, "reason": reason})
                 return self._refuse(request, f"{question.name} is an alias of {name}: {reason}", EDE_BLOCKED)
-        age = int(self.clock() - upstream.stored)
-        reply = _reply(request)
-        reply.header.rcode = upstream.rcode
-        kept: list[str] = []
-        refused: list[tuple[str, str]] = []
-        ttls: list[int] = []
-        answered: list[RR] = []  # as stored, for the hit cache
-        for rr in records:
-            if rr.rtype == QTYPE.A:
-                address = str(rr.rdata)
-                verdict = self._address_verdict(address)
-                if not verdict.allowed:
-                    refused.append((address, verdict.reason))
-                    continue
-                kept.append(address)
-                ttls.append(rr.ttl)
-            reply.add_answer(_aged(rr, age, self.ttl_ceiling))
-            answered.append(_aged(rr, 0, self.ttl_ceiling))
-        authority = [] if reply.rr else [_aged(rr, 0, self.ttl_ceiling) for rr in upstream.records
-                                         if rr.rtype == QTYPE.SOA]
-        for rr in authority:
-            reply.add_auth(_aged(rr, age, self.ttl_ceiling))
+        kept, refused, answers = self._screened(records)
         for dropped, reason in refused:
             self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                           "address": dropped, "reason": reason})
         if refused and not kept:
             return self._refuse(request, f"{question.name} resolves to a denied address ({refused[0][1]})",
                                 EDE_BLOCKED)
-        policy, port_list = self.policy, sorted(ports) if ports is not None else None
+        policy, port_list = self.policy, sorted(verdict.ports) if verdict.ports is not None else None
+        authority = [] if answers else [rec for rec in upstream.answer.records if rec.rtype == TYPE_SOA]
+        hit = hitcache.build(policy, question.name, upstream.answer.rcode, answers, authority, upstream.stored,
+                             upstream.expires, kept, port_list, self.ttl_ceiling)
+        age = int(self.clock() - upstream.stored)
         if kept:
-            timeout = ttl_timeout(max(0, min(ttls) - age), self.ttl_floor, self.ttl_ceiling)
+            timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
             # Into the allow sets before the client sees the answer, or its connect would race us.
-            await self.sets.add(kept, port_list, timeout)
+            await self.sets.add(kept, port_list, timeout, others=self.fetching)
+            if self.policy is not policy and not self._name_verdict(question.name).allowed:
+                # Revoked while the insert ran: the revoke cut these addresses (the set writer
+                # does not undo that for an insert asked before it), and the answer is refused.
+                return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
             self._remember(kept, question.name, timeout)
-        if not refused and upstream.expires > upstream.stored and upstream.rcode == RCODE.NOERROR \
-                and policy is self.policy:
-            stored = DNSRecord(DNSHeader(qr=1, ra=1), q=request.q, rr=answered, auth=authority)
-            self.hits[(question.name, question.qtype)] = hitcache.build(
-                policy, question, stored, upstream.stored, upstream.expires, kept, port_list, min(ttls, default=0))
-            while len(self.hits) > CACHE_ENTRIES:
-                del self.hits[next(iter(self.hits))]
-        return reply
+        self._keep(question, upstream, hit, not refused and hit.rcode == NOERROR and policy is self.policy)
+        return hitcache.render(hit, request, age)
 
-    def _refuse(self, request: DNSRecord, reason: str, code: int, rcode: int = RCODE.REFUSED) -> DNSRecord:
-        reply = _reply(request)
-        reply.header.rcode = rcode
-        if any(rr.rtype == QTYPE.OPT for rr in request.ar):
-            text = f"dejima: {reason}"[:200].encode("ascii", "replace")
-            reply.ar = [rr for rr in reply.ar if rr.rtype != QTYPE.OPT]
-            reply.add_ar(EDNS0(udp_len=UPSTREAM_PAYLOAD, opts=[EDNSOption(EDE_OPTION, struct.pack("!H", code) + text)]))
-        return reply
+    def _screened(self, records: list[Rec]) -> tuple[list[str], list[tuple[str, str]], list[Rec]]:
+        """The allowed addresses, the refused ones with the reason, and the records without the
+        refused addresses."""
+        kept: list[str] = []
+        refused: list[tuple[str, str]] = []
+        answers: list[Rec] = []
+        for rec in records:
+            if rec.rtype == TYPE_A:
+                address = answer.address(rec)
+                verdict = self._address_verdict(address)
+                if not verdict.allowed:
+                    refused.append((address, verdict.reason))
+                    continue
+                kept.append(address)
+            answers.append(rec)
+        return kept, refused, answers
 
-
-def _chain(question: Question, records: tuple[RR, ...]) -> tuple[list[str], list[RR]]:
-    """The CNAME chain that starts at the asked name, and the records that answer along it.
-
-    Records for other owners are dropped: only what answers the question reaches the client and
-    the allow sets."""
-    by_owner: dict[str, list[RR]] = {}
-    for rr in records:
-        try:
-            owner = wire_name(rr.rname)
-        except Malformed:
-            continue  # not a name a chain can reach: such records are dropped with the others
-        if rr.rtype != QTYPE.SOA:
-            by_owner.setdefault(owner, []).append(rr)
-    chain, kept = [question.name], []
-    for _ in range(MAX_CHAIN):
-        owned = by_owner.get(chain[-1], [])
-        alias = next((rr for rr in owned if rr.rtype == QTYPE.CNAME), None)
-        if alias is None or question.qtype == QTYPE.CNAME:
-            kept += [rr for rr in owned if rr.rtype == question.qtype]
-            if alias is not None:
-                chain.append(wire_name(alias.rdata.label))
-            return chain, kept
-        kept.append(alias)
-        target = wire_name(alias.rdata.label)
-        if target in chain:
-            raise Malformed(f"CNAME loop at {target}")
-        chain.append(target)
-    raise Malformed(f"CNAME chain longer than {MAX_CHAIN}")
+    def _refuse(self, request: Request, reason: str, code: int, rcode: int = REFUSED) -> bytes:
+        return wire.reply(request, rcode, ede=(code, reason))
 
 
-def _aged(rr: RR, age: int, ceiling: int) -> RR:
-    return RR(rr.rname, rr.rtype, rr.rclass, max(0, min(rr.ttl, ceiling) - age), rr.rdata)
-
-
-def _reply(request: DNSRecord) -> DNSRecord:
-    """An empty reply to ``request``: its id and question, recursion available, our EDNS."""
-    reply = DNSRecord(DNSHeader(id=request.header.id, qr=1, ra=1, rd=request.header.rd), q=request.q)
-    if any(rr.rtype == QTYPE.OPT for rr in request.ar):
-        reply.add_ar(EDNS0(udp_len=UPSTREAM_PAYLOAD))
-    return reply
-
-
-def _intercepted(request: DNSRecord, question: Question) -> DNSRecord:
+def _intercepted(request: Request, question: Question) -> bytes:
     """127.0.0.1 for an A question (the filter's TLS relay to the proxy), nothing for any other type."""
-    reply = _reply(request)
-    if question.qtype == QTYPE.A:
-        reply.add_answer(RR(request.q.qname, QTYPE.A, ttl=INTERCEPT_TTL, rdata=A(INTERCEPT_ADDRESS)))
-    return reply
+    if question.qtype != TYPE_A:
+        return wire.reply(request)
+    body, _ = answer.encode([Rec(question.name, TYPE_A, INTERCEPT_TTL, INTERCEPT_ADDRESS)], question.name,
+                            INTERCEPT_TTL)
+    return wire.reply(request, counts=(1, 0, 0), body=body)
 
 
-def _client_limit(request: DNSRecord) -> int:
-    for rr in request.ar:
-        if rr.rtype == QTYPE.OPT:
-            return max(512, min(int(rr.rclass), UPSTREAM_PAYLOAD))
-    return 512
-
-
-def _formerr(packet: bytes) -> bytes | None:
-    """FORMERR for a packet dnslib cannot parse, echoing its id; nothing when there is no id."""
-    if len(packet) < 12 or packet[2] & 0x80:
-        return None
-    return packet[:2] + b"\x81\x01" + b"\x00" * 8
-
-
-def _printable(request: DNSRecord) -> str:
-    """A name for the record of a malformed query: the dnslib text of its first question, if any."""
-    if not request.questions:
-        return ""
-    return str(request.questions[0].qname).rstrip(".")[:253]
+def _bounded(entries: dict[K, V], cap: int) -> dict[K, V]:
+    """``entries``, or when it holds more than ``cap``, a copy without its oldest eighth."""
+    if len(entries) <= cap:
+        return entries
+    return dict(itertools.islice(entries.items(), len(entries) - cap + cap // 8, None))
 
 
 class ViolationLog:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -288,14 +289,23 @@ asker.join()
 results = []
 for port in sorted(ports):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)
+    deadline = time.monotonic() + 8
+    while True:  # the resolver keeps an idle upstream socket for a moment: wait until it lets go
+        try:
+            s.bind(("0.0.0.0", port)); break
+        except OSError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     try:
-        s.bind(("0.0.0.0", port))  # the resolver closed it; its conntrack entry lives on
+        # The resolver closed it; the flow's conntrack entry lives on.
         s.sendto(query("tunnel.dejima.test", 0x2222), (upstream, 53)); s.recv(512)
         results.append("answered")
     except socket.timeout:
         results.append("timeout")
     except OSError as e:
         results.append("blocked: " + (e.strerror or str(e)))
+    results[-1] += " (bound)" if s.getsockname()[1] == port else " (not bound)"
 print(json.dumps({"ports": sorted(ports), "results": results}))
 """
 
@@ -309,13 +319,94 @@ def test_session_cannot_ride_the_resolvers_upstream_flow(runtime: Runtime, user:
     assert result.returncode == 0, result.stderr
     attack = parse_json_line(result.stdout)
     assert attack["ports"], "the attack never saw the resolver's upstream socket, so it proves nothing"
-    assert all(outcome != "answered" for outcome in attack["results"]), attack  # type: ignore[union-attr]
+    outcomes = [str(outcome) for outcome in cast(list[object], attack["results"])]
+    assert not any(outcome.startswith("answered") for outcome in outcomes), attack
+    # Control: the session did take a port the resolver had used (it keeps an idle socket open for
+    # a moment), so what refused the query was the ruleset, not a port still in use.
+    assert any(outcome.endswith("(bound)") for outcome in outcomes), attack
     assert "tunnel.dejima.test" not in queries_seen(runtime, world)
     assert "slow.dejima.test" in queries_seen(runtime, world)  # the control: the resolver's own query went
     session = result.stderr.split("dejima violations ")[-1].split()[0]
     listed = run_dejima(user, scope, "violations", session, "--json").stdout
     records = [json.loads(line) for line in listed.splitlines()]
     assert any(r["kind"] == "connection" and r["address"] == world.dns and r.get("port") == 53 for r in records)
+
+
+FORGE_THE_UPSTREAMS_ANSWER = r"""
+import json, socket, struct, sys, threading, time
+upstream, forged = sys.argv[1], sys.argv[2]
+qname = b"".join(bytes([len(p)]) + p for p in b"slow.dejima.test".split(b".")) + b"\0"
+question = qname + struct.pack("!HH", 1, 1)
+def forgery(qid):  # an answer to the resolver's own query, pointing at an address of our choosing
+    return (struct.pack("!HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question
+            + b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 300, 4) + socket.inet_aton(forged))
+answer = {}
+def ask_slow_name():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(6)
+    s.sendto(struct.pack("!HHHHHH", 0x1111, 0x0100, 1, 0, 0, 0) + question, ("127.0.0.1", 53))
+    data = s.recv(512)
+    answer["address"] = socket.inet_ntoa(data[-4:]) if struct.unpack("!H", data[6:8])[0] else None
+asker = threading.Thread(target=ask_slow_name); asker.start()
+remote = socket.inet_aton(upstream)[::-1].hex().upper() + ":0035"
+targets, deadline = set(), time.monotonic() + 6
+while not targets and asker.is_alive() and time.monotonic() < deadline:
+    for line in open("/proc/net/udp").read().splitlines()[1:]:
+        fields = line.split()
+        local, port = fields[1].split(":")
+        # The resolver's upstream sockets: toward the upstream, or any other socket of root's
+        # but the filter's listener on port 53 and the engine's resolver on 127.0.0.11 (not ours),
+        # should the resolver ever leave them unconnected.
+        if fields[2] == remote or (fields[7] == "0" and int(port, 16) != 53 and local != "0B00007F"):
+            address = socket.inet_ntoa(bytes.fromhex(local)[::-1])
+            targets.add((address if address != "0.0.0.0" else "127.0.0.1", int(port, 16)))
+# Control: the same forgeries reach a socket of ours on the same address (they are deliverable).
+control = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+control.bind((sorted(targets)[0][0] if targets else "127.0.0.1", 0)); control.setblocking(False)
+sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sent = 0
+for qid in range(65536):  # every id the resolver could have drawn, at every upstream socket it has
+    packet = forgery(qid)
+    for target in sorted(targets):
+        try:
+            sender.sendto(packet, target); sent += 1
+        except OSError:
+            pass
+    if qid % 4096 == 0:
+        sender.sendto(packet, control.getsockname())
+delivered = 0
+while True:
+    try:
+        control.recv(512); delivered += 1
+    except BlockingIOError:
+        break
+pending_throughout = asker.is_alive()
+asker.join()
+print(json.dumps({"targets": sorted(targets), "sent": sent, "control_delivered": delivered,
+                  "answer": answer.get("address"), "pending_throughout": pending_throughout}))
+"""
+
+
+def test_forged_answers_from_the_session_do_not_reach_the_resolver(runtime: Runtime, user: User, scope: str,
+                                                                   workspace: Path, world: World) -> None:
+    """The resolver keeps upstream sockets open across queries. The session sees them in
+    /proc/net/udp and can send to their ports from the shared namespace: it forges the answer to
+    a pending query, with every id, pointing an allowed name at an address of its choosing. Only
+    the upstream's own address and port may answer (the sockets are connected) and only with the
+    id and question asked, so the forgeries are dropped and the forged address stays closed."""
+    result = run_dejima(user, scope, "-q", "--allow", "slow.dejima.test", str(workspace), "--", "sh", "-c",
+                        'python3 -c "$1" "$2" "$3" && python3 -c "$4" "$5"', "forge",
+                        FORGE_THE_UPSTREAMS_ANSWER, world.dns, world.other, *world.probe(
+                            tcp(world.other, 8080), tcp(world.web, 8080))[2:],
+                        DEJIMA_SETTINGS=str(world.settings))
+    assert result.returncode == 0, result.stderr
+    attack = parse_json_line(result.stdout)
+    assert attack["targets"], "the attack never saw the resolver's upstream socket, so it proves nothing"
+    assert attack["answer"] == world.web, attack  # the upstream's answer, not the forged one
+    assert attack["pending_throughout"] is True, attack  # every forgery raced the pending query
+    assert int(str(attack["sent"])) >= 65536 and int(str(attack["control_delivered"])) >= 8, attack
+    forged, genuine = json.loads([line for line in result.stdout.splitlines() if line.startswith("[")][-1])
+    assert forged["result"] == "blocked", forged  # the forged address never entered the allow set
+    assert genuine["result"] == "connected", genuine  # control: the genuine one did
 
 
 def raw_query(*questions: tuple[list[bytes], int]) -> dict[str, object]:

@@ -14,10 +14,12 @@ import pytest
 from dnslib import QTYPE, RCODE, RR, A, DNSRecord
 
 from dejima.core.egress import parse_policy
+from dejima.filter.answer import Answer, parse
 from dejima.filter.control import Grants
 from dejima.filter.nft import SetWriter
 from dejima.filter.resolver import PolicyResolver
 from dejima.filter.setbatch import BatchedSets
+from dejima.filter.wire import Question
 
 DOCUMENTATION = ipaddress.ip_network("203.0.113.0/24")
 
@@ -31,10 +33,13 @@ class RecordingNft:
         return 0, "", ""
 
 
-async def _forward(query: DNSRecord) -> DNSRecord:
-    reply = query.reply()
-    reply.add_answer(RR(query.q.qname, QTYPE.A, rdata=A("203.0.113.7"), ttl=300))
-    return reply
+async def _forward(question: Question) -> Answer:
+    reply = DNSRecord.question(question.name, "A").reply()
+    reply.add_answer(RR(question.name, QTYPE.A, rdata=A("203.0.113.7"), ttl=300))
+    data = bytes(reply.pack())
+    found = parse(data, question)
+    assert found is not None
+    return found
 
 
 @pytest.fixture

@@ -8,16 +8,16 @@ import asyncio
 from dnslib import QTYPE, RCODE, DNSRecord
 
 from dejima.core.egress import parse_policy
+from dejima.filter.answer import Answer
 from dejima.filter.resolver import PolicyResolver
-from tests.unit.filter.test_resolver import RecordingSets, question
+from dejima.filter.wire import Question
+from tests.unit.filter.test_resolver import RecordingSets, question, upstream_reply
 
 
 def resolver(asked: list[str], added: list[object], records: list[dict[str, object]]) -> PolicyResolver:
-    async def forward(query: DNSRecord) -> DNSRecord:
-        asked.append(str(query.q.qname))
-        reply = query.reply()
-        reply.add_answer(*DNSRecord.question(str(query.q.qname)).reply().rr)
-        return reply
+    async def forward(query: Question) -> Answer:
+        asked.append(query.name + ".")
+        return upstream_reply(query, DNSRecord.question(query.name, query.type_name).reply())
 
     policy = parse_policy(["api.github.com:443", "github.com:443"], [("denied.example.test", "a test says no")])
     return PolicyResolver(policy, forward, RecordingSets(added), records.append,  # type: ignore[arg-type]

@@ -34,8 +34,11 @@ from dnslib import (
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 from dejima.core.egress import parse_policy
-from dejima.filter.dnsserver import Forwarder, start_servers
+from dejima.filter.answer import Answer, parse
+from dejima.filter.dnsserver import start_servers
 from dejima.filter.resolver import PolicyResolver
+from dejima.filter.upstream import Forwarder
+from dejima.filter.wire import Question
 
 DOCUMENTATION = ipaddress.ip_network("203.0.113.0/24")  # a reserved range answers may point into here
 ZONE: dict[str, list[tuple[str, str, int]]] = {
@@ -90,7 +93,7 @@ class RecordingSets:
         self.asked += 1
         return any(a == addresses and p == ports for a, p, _t in self.added)
 
-    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> None:
+    async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None, others: int = 0) -> None:
         self.added.append((addresses, ports, timeout or 0))
 
 
@@ -192,6 +195,14 @@ def wire(labels: list[bytes], qtype: int = QTYPE.A, qclass: int = CLASS.IN, ques
     for _ in range(questions):
         record.add_question(DNSQuestion(DNSLabel(labels), qtype, qclass))
     return bytes(record.pack())
+
+
+def upstream_reply(question: Question, reply: DNSRecord) -> Answer:
+    """What the forwarder makes of ``reply`` from the upstream (a test's stand-in for it)."""
+    data = bytes(reply.pack())
+    found = parse(data, question)
+    assert found is not None
+    return found
 
 
 def addresses(reply: DNSRecord) -> list[str]:
@@ -329,11 +340,11 @@ def test_cached_answer_expires_with_its_ttl_and_follows_policy_changes() -> None
     now = [1000.0]
     asked: list[str] = []
 
-    async def forward(query: DNSRecord) -> DNSRecord:
-        asked.append(str(query.q.qname))
-        reply = query.reply()
-        reply.add_answer(RR(query.q.qname, QTYPE.A, rdata=A("203.0.113.7"), ttl=30))
-        return reply
+    async def forward(question: Question) -> Answer:
+        asked.append(question.name)
+        reply = DNSRecord.question(question.name, question.type_name).reply()
+        reply.add_answer(RR(question.name, QTYPE.A, rdata=A("203.0.113.7"), ttl=30))
+        return upstream_reply(question, reply)
 
     policy = parse_policy(["web.example.test"], [], answer_networks=(DOCUMENTATION,))
     resolver = PolicyResolver(policy, forward, RecordingSets(), lambda r: None, clock=lambda: now[0])
@@ -370,9 +381,9 @@ def test_refusals_of_one_name_are_folded(world: World) -> None:
 def test_a_name_carrying_a_placeholder_is_refused_even_under_an_allowed_wildcard() -> None:
     asked: list[str] = []
 
-    async def forward(query: DNSRecord) -> DNSRecord:
-        asked.append(str(query.q.qname))
-        return query.reply()
+    async def forward(question: Question) -> Answer:
+        asked.append(question.name)
+        return upstream_reply(question, DNSRecord.question(question.name, question.type_name).reply())
 
     records: list[dict[str, object]] = []
     policy = parse_policy(["*.wild.example.test"], [])
@@ -422,3 +433,35 @@ def test_a_hit_whose_set_element_is_stale_is_inserted_again_before_the_answer(wo
     world.added.clear()  # the set writer now says the element needs a refresh
     assert addresses(ask(world, question("web.example.test"))) == ["203.0.113.7"]
     assert world.added == [(["203.0.113.7"], None, 300)] and world.names_seen() == ["web.example.test"]
+
+
+@pytest.mark.parametrize("when", ["upstream", "insert", "never"])
+def test_a_name_revoked_while_its_answer_is_on_the_way_is_refused(when: str) -> None:
+    """A grant revoked while the upstream answers, or while the answer's insert runs: the answer
+    is refused and its address not learned (the revoke's cut stands). Control: no revoke."""
+    allowed = parse_policy(["web.example.test"], [], answer_networks=(DOCUMENTATION,))
+    revoked = parse_policy(["other.example.test"], [], answer_networks=(DOCUMENTATION,))
+    resolver: PolicyResolver
+
+    class RevokingSets(RecordingSets):
+        async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None,
+                      others: int = 0) -> None:
+            await super().add(addresses, ports, timeout, others)
+            if when == "insert":
+                resolver.policy = revoked
+
+    async def forward(question: Question) -> Answer:
+        if when == "upstream":
+            resolver.policy = revoked
+        reply = DNSRecord.question(question.name, "A").reply()
+        reply.add_answer(RR(question.name, QTYPE.A, rdata=A("203.0.113.7"), ttl=300))
+        return upstream_reply(question, reply)
+
+    sets = RevokingSets()
+    resolver = PolicyResolver(allowed, forward, sets, lambda r: None)
+    reply = DNSRecord.parse(asyncio.run(resolver.answer(question("web.example.test"))))
+    if when == "never":
+        assert addresses(reply) == ["203.0.113.7"] and resolver.learned() == {"203.0.113.7": "web.example.test"}
+    else:
+        assert reply.header.rcode == RCODE.REFUSED and resolver.learned() == {} and resolver.hits == {}
+        assert sets.added == ([] if when == "upstream" else [(["203.0.113.7"], None, 300)])

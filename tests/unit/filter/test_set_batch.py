@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from dejima.filter.nft import NftError, SetWriter
-from dejima.filter.setbatch import BatchedSets
+from dejima.filter.setbatch import WINDOW_SECONDS, BatchedSets
 
 
 class RecordingNft:
@@ -60,3 +60,25 @@ def test_fresh_follows_what_add_would_do(timeout: int | None) -> None:
     assert not writer.fresh(["203.0.113.5"], [80], timeout)
     writer.revoke(["203.0.113.5"])
     assert not writer.fresh(["203.0.113.5"], [443], timeout)
+
+
+def test_inserts_gather_while_other_answers_are_on_their_way_and_a_lone_one_does_not_wait() -> None:
+    nft = RecordingNft()
+    sets = BatchedSets(SetWriter("inet", "dejima", handle=nft))
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        first = asyncio.ensure_future(sets.add(["203.0.113.1"], None, 300, others=1))  # another answer is coming
+        await asyncio.sleep(0)
+        assert nft.batches == []  # it waits for the other, up to the window
+        await sets.add(["203.0.113.2"], None, 300, others=0)  # the last one: both go now, together
+        await first
+        loop.call_later(WINDOW_SECONDS / 2, order.append, "half the window")
+        await sets.add(["203.0.113.3"], None, 300)  # alone: the next loop turn, not the window's end
+        order.append("lone insert done")
+        await asyncio.sleep(WINDOW_SECONDS)
+
+    asyncio.run(main())
+    assert len(nft.batches) == 2 and "203.0.113.1 " in nft.batches[0] and "203.0.113.2 " in nft.batches[0]
+    assert order == ["lone insert done", "half the window"]

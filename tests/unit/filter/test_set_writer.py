@@ -28,3 +28,26 @@ def test_new_elements_are_added_once_and_known_ones_refreshed() -> None:
     )
     writer.add(["203.0.113.6"], None, 60)
     assert nft.batches[-1] == "add element inet dejima allow4 { 203.0.113.6 timeout 60s }\n"
+
+
+def test_an_insert_asked_before_a_revoke_does_not_undo_it() -> None:
+    import time
+
+    nft = RecordingNft()
+    writer = SetWriter("inet", "dejima", handle=nft)
+    asked = time.monotonic()
+    writer.revoke(["203.0.113.5"])
+    writer.add_many([(["203.0.113.5", "203.0.113.6"], None, 300)], asked)
+    assert nft.batches[-1] == "add element inet dejima allow4 { 203.0.113.6 timeout 300s }\n"
+    writer.add_many([(["203.0.113.5"], None, 300)], time.monotonic())  # control: asked after the revoke
+    assert "delete element inet dejima revoked4 { 203.0.113.5 }" in nft.batches[-1]
+    assert "add element inet dejima allow4 { 203.0.113.5 timeout 300s }" in nft.batches[-1]
+
+
+def test_a_map_full_of_live_elements_is_not_copied_on_every_insert() -> None:
+    writer = SetWriter("inet", "dejima", handle=RecordingNft())
+    for n in range(3 * SetWriter.PRUNE_ABOVE):
+        writer.add([f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}"], None, 300)
+    # Each prune found every element alive and set the next one at twice the size: a few copies, not thousands.
+    assert writer.prune_above >= 2 * SetWriter.PRUNE_ABOVE
+    assert sum(map(len, writer.expiry.values())) == 3 * SetWriter.PRUNE_ABOVE
