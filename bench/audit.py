@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import Row, load, median  # noqa: E402
 from dejima import exit_audit  # noqa: E402
+from dejima.adapters.findings import FindingStore  # noqa: E402
+from dejima.adapters.mount_state import load_snapshot  # noqa: E402
 from dejima.core.snapshot import diff  # noqa: E402
-from dejima.exit_audit import Mount, MountState, audit_mount  # noqa: E402
-from dejima.findings import FindingStore  # noqa: E402
-from dejima.mount_state import load_snapshot  # noqa: E402
+from dejima.orchestration.exit_audit import Mount, MountState, audit_mount  # noqa: E402
 from dejima.ui.console import UI, plain_console  # noqa: E402
 
 GIT = ["git", "-c", "user.name=b", "-c", "user.email=b@example.invalid", "-c", "init.defaultBranch=main",

@@ -183,9 +183,10 @@ def remove_scope(scope: str) -> None:
 def dejima_images(env: Env, workspace: Path, allow: tuple[str, ...] = ()) -> tuple[str, str]:
     """The filter and session images a session on ``workspace`` runs, found (and built when missing)
     the way the launcher does it."""
-    from dejima import app, host
-    from dejima.imaging import ensure_images
-    from dejima.runtime import connect
+    from dejima.adapters import host
+    from dejima.adapters.image_builds import ensure_images
+    from dejima.adapters.runtime import connect
+    from dejima.orchestration import app
     from dejima.ui.console import UI
 
     with env.applied():

@@ -165,11 +165,11 @@ def world(env: Env) -> Iterator[tuple[str, str, str]]:
     """The bench network, the fake upstream on it, and the tools image: (network, upstream, image)."""
     import random
 
-    from dejima.imaging import find_base
-    from dejima.runtime import connect
+    from dejima.adapters.image_builds import find_base
+    from dejima.adapters.runtime import connect
 
     with env.applied():
-        from dejima import host
+        from dejima.adapters import host
 
         base = find_base(connect(), host.load_settings())
     if base is None:

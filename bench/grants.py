@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from bench.common import DEJIMA, PYTHON, Env, Row, alternate, docker, load, median, timed
-from dejima import control
+from dejima.adapters import control
 from dejima.core import grants
 
 GRANT_GOAL_MS = 50.0
@@ -41,7 +41,7 @@ while time.monotonic() < deadline:
 
 
 def _decoy(env: Env, network: str, image: str) -> str:
-    from dejima.selftest import DECOY_SERVER
+    from dejima.orchestration.selftest import DECOY_SERVER
 
     container = docker("run", "-d", "--network", network, "--label", f"dejima.scope={env.scope}",
                        "--entrypoint", "python3", image, "-c", DECOY_SERVER)

@@ -160,9 +160,9 @@ def main() -> int:
     upstream_port = free_port()
     with bench_env() as env:
         with env.applied():
-            from dejima import host
-            from dejima.imaging import find_base
-            from dejima.runtime import connect
+            from dejima.adapters import host
+            from dejima.adapters.image_builds import find_base
+            from dejima.adapters.runtime import connect
 
             base = find_base(connect(), host.load_settings())
         assert base is not None, "no base image: dejima images build"

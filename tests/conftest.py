@@ -35,8 +35,8 @@ def _isolated_dejima_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pyte
 
 @pytest.fixture(scope="session")
 def runtime() -> Iterator[object]:
+    from dejima.adapters.runtime import connect
     from dejima.errors import EngineError
-    from dejima.runtime import connect
 
     try:
         rt = connect()

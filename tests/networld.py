@@ -14,10 +14,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from dejima import selftest
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from dejima.core.plan import ContainerSpec
-from dejima.runtime import Runtime
+from dejima.orchestration import selftest
 
 WORLD_LABEL = "dejima.test-world"
 

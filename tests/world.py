@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dejima import selftest
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
-from dejima.runtime import Runtime
-from dejima.selftest import Decoy, ProbeResult
+from dejima.orchestration import selftest
+from dejima.orchestration.selftest import Decoy, ProbeResult
 
 TEST_UID = 4242
 TEST_GID = 4242

@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str], ui: UI) -> int:
-    from dejima import control
+    from dejima.adapters import control
     from dejima.core import grants
     from dejima.core.kinds import GRANT_ENTRY, duration
     from dejima.core.schema import check_flag
@@ -79,7 +79,7 @@ def _main(argv: list[str], ui: UI) -> int:
         return _done(ui, args.json, "revoked", answer["revoked"], session.session_id)
     answer = _send(control, session, grants.grant_message(entries, seconds, args.reason))
     if args.persist:
-        from dejima import projects
+        from dejima.adapters import projects
 
         path = projects.persist_allow(Path(session.workspace), answer["granted"])
         ui.info(f"added to {path}: the next session on {session.workspace} has it from the start")
@@ -88,7 +88,7 @@ def _main(argv: list[str], ui: UI) -> int:
 
 
 def _pick_session(wanted: str | None, ui: UI) -> Any:
-    from dejima import control
+    from dejima.adapters import control
 
     sessions = control.running_sessions()
     if wanted is not None:

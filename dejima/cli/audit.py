@@ -17,7 +17,7 @@ from dejima.ui.console import UI
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dejima.findings import FindingStore, Stored
+    from dejima.adapters.findings import FindingStore, Stored
 
 DESCRIPTION = """\
 At the end of every session dejima compares the workspace (and the session's home and caches)
@@ -102,7 +102,7 @@ def _body(argv: list[str], ui: UI) -> int:
         else:
             print(rules_reference(), end="")
         return exit_codes.SUCCESS
-    from dejima.findings import FindingStore
+    from dejima.adapters.findings import FindingStore
 
     store = FindingStore()
     try:
@@ -181,8 +181,8 @@ def _ask(prompt: str) -> str | None:
 
 
 def _walk(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
+    from dejima.adapters.restore import restore
     from dejima.cli.audit_review import Review, instead
-    from dejima.restore import restore
 
     workspace = _workspace(args.workspace)
     found = _unreviewed(store, workspace)
@@ -203,7 +203,7 @@ def _walk(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
 
 
 def _restore(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
-    from dejima.restore import restore
+    from dejima.adapters.restore import restore
     from dejima.ui.audit_views import safe
 
     done_paths: set[tuple[str, str]] = set()

@@ -19,7 +19,7 @@ from dejima.errors import DiagnosticError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dejima.findings import FindingStore, Stored
+    from dejima.adapters.findings import FindingStore, Stored
 
 Ask = Callable[[str], "str | None"]  # shows a prompt, returns the line typed (None at end of input)
 CHOICES = "a) acknowledge  r) restore  m) more  s) skip  q) quit"

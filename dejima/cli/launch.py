@@ -8,11 +8,13 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from dejima import __version__, app, host
+from dejima import __version__
+from dejima.adapters import host
 from dejima.cli import exit_codes
 from dejima.cli._run import run_main
 from dejima.cli.manage import COMMANDS
 from dejima.errors import UsageError
+from dejima.orchestration import app
 from dejima.ui.console import UI
 
 DESCRIPTION = """\
@@ -128,7 +130,7 @@ def _start(argv: list[str], ui: UI) -> int:
     workspace = app.validate_workspace(args.path)
     selection = app.Selection(args.harness, args.backend, tuple(args.workflow), tuple(args.forge))
     resolved = app.resolve_manifests(workspace, selection, ui)
-    from dejima.runtime import connect  # the docker SDK costs ~0.2 s to import: only when needed
+    from dejima.adapters.runtime import connect  # the docker SDK costs ~0.2 s to import: only when needed
 
     session_options = app.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
     if args.render:
@@ -136,7 +138,7 @@ def _start(argv: list[str], ui: UI) -> int:
 
         print(format_plan(app.render_plan(workspace, command, resolved, settings, session_options)))
         return exit_codes.SUCCESS
-    from dejima import start
+    from dejima.orchestration import start
 
     prepared = start.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options)
     status = start.run_session(prepared, ui)

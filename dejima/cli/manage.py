@@ -8,10 +8,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dejima import app, host
+from dejima.adapters import host
 from dejima.cli import exit_codes
 from dejima.cli.jsonout import print_json_lines
 from dejima.errors import UsageError
+from dejima.orchestration import app
 from dejima.ui.console import UI
 from dejima.ui.text import escaped, plain
 
@@ -22,7 +23,7 @@ def _sessions(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(prog="dejima sessions", description="List dejima sessions of this scope.")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.runtime import connect
+    from dejima.adapters.runtime import connect
 
     sessions = app.list_sessions(connect(), host.scope())
     if args.json:
@@ -45,7 +46,7 @@ def _stop(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(prog="dejima stop", description="Stop a session and remove its containers.")
     parser.add_argument("session", help="session id, as `dejima sessions` shows it")
     args = parser.parse_args(argv)
-    from dejima.runtime import connect
+    from dejima.adapters.runtime import connect
 
     app.stop_session(connect(), host.scope(), args.session)
     ui.info(f"stopped session {args.session}")
@@ -60,7 +61,7 @@ def _clean(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("--all", action="store_true", help="also stop sessions that are still running")
     args = parser.parse_args(argv)
-    from dejima.runtime import connect
+    from dejima.adapters.runtime import connect
 
     removed = app.clean(connect(), host.scope(), ui, everything=args.all)
     if not removed:
@@ -78,7 +79,7 @@ def _doctor(argv: list[str], ui: UI) -> int:
     parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
     parser.add_argument("--json", action="store_true", help=JSON_HELP + " (one per check)")
     args = parser.parse_args(argv)
-    from dejima.doctor import run_doctor
+    from dejima.orchestration.doctor import run_doctor
 
     checks = run_doctor(host.load_settings(), ui, build=args.build)
     if args.json:
@@ -103,16 +104,16 @@ def _images(argv: list[str], ui: UI) -> int:
     parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap", "prune"])
     parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
     args = parser.parse_args(argv)
+    from dejima.adapters.image_builds import ensure_image, make_bootstrap_base, recipes, resolve_base
+    from dejima.adapters.runtime import connect
     from dejima.core import labels
-    from dejima.imaging import ensure_image, make_bootstrap_base, recipes, resolve_base
-    from dejima.runtime import connect
 
     runtime, settings = connect(), host.load_settings()
     if args.action == "bootstrap":
         base = make_bootstrap_base(runtime, settings, ui)
         ui.info(f"made {base.ref} ({base.id[:19]})")
     elif args.action == "prune":
-        from dejima.imaging import prune_images
+        from dejima.adapters.image_builds import prune_images
 
         removed, kept = prune_images(runtime, settings, host.identity(), ui)
         ui.info(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
@@ -162,7 +163,7 @@ def _violations(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", nargs="?")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima import violations
+    from dejima.adapters import violations
 
     if args.session is None:
         names = violations.known_sessions()
@@ -188,8 +189,8 @@ def _ledger(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", help="session id, as the exit summary or `dejima violations` names it")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
+    from dejima.adapters.violations import ledger_path
     from dejima.proxy.records import read_records
-    from dejima.violations import ledger_path
 
     path = ledger_path(args.session)
     if not path.parent.is_dir():
@@ -252,7 +253,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
     parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.manifests import load_catalog
+    from dejima.adapters.catalog import load_catalog
 
     if args.action == "reference":
         from dejima.core.manifest import render_manifest_reference

@@ -2,7 +2,7 @@
 material (pure values).
 
 An entry is what ``lstat`` saw plus, for regular files, a content hash; links are never followed
-and special files never opened (the adapter in dejima/snapshot.py takes care of that). Paths are
+and special files never opened (the adapter in dejima/adapters/tree_walk.py takes care of that). Paths are
 relative to the mount's root, '/'-separated, as text (surrogate-escaped when not UTF-8).
 """
 

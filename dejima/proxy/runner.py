@@ -104,8 +104,8 @@ class SessionProxy:
 
 def push_policies(routes: Iterable[tuple[CredentialRoute, str]], git_config: str) -> dict[str, PushPolicy]:
     """Git routes (scheme Basic) may push only to this workspace's own remotes on their host."""
+    from dejima.adapters.repo import remote_repositories
     from dejima.core.credentials import parse_upstream
-    from dejima.repo import remote_repositories
 
     policies = {}
     for route, _origin in routes:
@@ -121,7 +121,7 @@ def prepare_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, w
     """Everything the session's proxy needs, resolved on the host; None when no manifest declares
     a route. Sources that are missing are left out (``prepared.skipped`` says which), unless the
     harness's agent needs them (required_routes), which raises CredentialError."""
-    from dejima.repo import git_config_text
+    from dejima.adapters.repo import git_config_text
 
     routes = session_routes(resolved)
     if not routes:

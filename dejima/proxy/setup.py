@@ -16,6 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dejima.adapters.violations import (  # the session's own files: `dejima violations`/`ledger` read them
+    LEDGER,
+    RECORDS,
+)
 from dejima.core.credentials import ROUTE_PREFIX, Route, RouteError, parse_upstream, route_base_url
 from dejima.core.manifest import CredentialRoute
 from dejima.core.placeholders import AWS_PLACEHOLDER_ENV, Decoys, make_aws_placeholders, make_decoys, make_placeholder
@@ -24,7 +28,6 @@ from dejima.core.sigv4 import AwsSigning, SigningScope, region_of
 from dejima.proxy.intercept import Interception
 from dejima.proxy.server import ProxyConfig, RouteSpec
 from dejima.proxy.sources import CredentialError, resolve_source
-from dejima.violations import LEDGER, RECORDS  # the session's own files: `dejima violations`/`ledger` read them
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.text import Text
 
+from dejima.adapters.findings import Stored
 from dejima.core.audit.catalogue import (
     CATALOGUE_VERSION,
     CODED_RULES,
@@ -23,7 +24,6 @@ from dejima.core.audit.catalogue import (
 )
 from dejima.core.audit.model import SEVERITIES
 from dejima.core.audit.names import INVISIBLE
-from dejima.findings import Stored
 
 # Line breaks too: a value must not be able to print a line of its own (a fake "reviewed: yes").
 _UNSAFE = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f]|{INVISIBLE.pattern}")

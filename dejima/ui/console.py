@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
+    from dejima.adapters.findings import Stored
     from dejima.core.plan import SessionPlan
-    from dejima.findings import Stored
 
 
 class UI:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.image_builds import ensure_image, recipes, resolve_base
+from dejima.adapters.runtime import Runtime
 from dejima.core.plan import Identity
 from dejima.core.settings import Settings
-from dejima.imaging import ensure_image, recipes, resolve_base
-from dejima.runtime import Runtime
 from dejima.ui.console import UI
 from tests.conftest import TEST_SCOPE
 from tests.networld import WORLD_LABEL, World, build_world, remove_world

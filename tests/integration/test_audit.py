@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from dejima.runtime import Runtime
+from dejima.adapters.runtime import Runtime
 from tests.world import User, run_dejima, spawn_dejima, wait_for_line
 
 PLANT_HOOK = "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dejima.runtime import Runtime
+from dejima.adapters.runtime import Runtime
 from tests.bedrockfake import DRIP_SECONDS, WORDS, FakeBedrock, fake_bedrock
 from tests.world import User, containers_of, run_dejima, spawn_dejima, wait_for_line
 

@@ -12,8 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
-from dejima.runtime import Runtime
 from tests.networld import World
 from tests.world import User, containers_of, make_user, run_dejima, spawn_dejima, wait_for_line
 

@@ -10,8 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
-from dejima.runtime import Runtime
 from tests.integration.test_audit import dejima_audit
 from tests.world import REPO, User, containers_of, run_dejima, spawn_dejima, wait_for_line
 

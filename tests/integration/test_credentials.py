@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
-from dejima.runtime import Runtime
 from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 
 REAL_KEY = "sk-ant-api03-" + "Zq7Vt2Lr9Xc4Nw8Pb1Ks6Hd3Fg5Jm0Yu2Ie7Oa4Ws9Rx1Tc8Vb3Nq6Lp5Kz" + "-canaryAA"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from dejima.runtime import Runtime
+from dejima.adapters.runtime import Runtime
 from tests.world import User, containers_of, run_dejima
 
 

@@ -13,8 +13,8 @@ from typing import cast
 
 import pytest
 
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
-from dejima.runtime import Runtime
 from tests.networld import World, queries_seen
 from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 
@@ -177,7 +177,7 @@ def test_the_filter_exposes_only_its_resolver(user: User, scope: str, workspace:
 
 def test_controls_reach_the_decoys_without_dejima(runtime: Runtime, images: object, scope: str,
                                                   world: World) -> None:
-    from dejima.selftest import control_probe
+    from dejima.orchestration.selftest import control_probe
 
     for address in (world.web, world.other):
         result = control_probe(runtime, scope, images.session_root, world.network, "test", address)  # type: ignore[attr-defined]

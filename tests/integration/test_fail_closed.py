@@ -9,12 +9,12 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from dejima import session
+from dejima.adapters.host import launcher_token
+from dejima.adapters.runtime import Runtime
 from dejima.core.plan import FILTER_CONFIG_ENV, Identity, SessionPlan, SessionRequest, build_session_plan
 from dejima.core.settings import Settings
 from dejima.errors import FilterError
-from dejima.host import launcher_token
-from dejima.runtime import Runtime
+from dejima.orchestration import session
 from dejima.ui.console import UI
 from tests.world import User, containers_of
 

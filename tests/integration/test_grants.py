@@ -11,7 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from dejima.selftest import ECHO_PORT
+from dejima.orchestration.selftest import ECHO_PORT
 from tests.networld import World
 from tests.world import User, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dejima.runtime import Runtime
+from dejima.adapters.runtime import Runtime
 from tests.world import User, run_dejima
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.host import identity
+from dejima.adapters.image_builds import ensure_image, recipes, resolve_base
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from dejima.core.settings import ImageSettings, Settings
 from dejima.errors import ImageError
-from dejima.host import identity
-from dejima.imaging import ensure_image, recipes, resolve_base
-from dejima.runtime import Runtime
 from dejima.ui.console import UI, plain_console
 from tests.conftest import TEST_SCOPE
 
@@ -74,7 +74,7 @@ def test_prune_removes_outdated_images_and_keeps_current_ones(runtime: Runtime, 
     current = images.filter  # type: ignore[attr-defined]
     outdated = "dejima/filter:0000outdated0000"
     runtime.api.tag(current, "dejima/filter", "0000outdated0000")
-    from dejima.imaging import prune_images
+    from dejima.adapters.image_builds import prune_images
 
     others = frozenset({images.session, images.session_root})  # type: ignore[attr-defined]
     prune_images(runtime, Settings(), identity(), quiet_ui()[0], keep=others)

@@ -11,7 +11,7 @@ import termios
 import time
 from pathlib import Path
 
-from dejima.runtime import Runtime
+from dejima.adapters.runtime import Runtime
 from tests.world import REPO, User, containers_of
 
 # Blocks SIGWINCH, says so, then waits for it: the resize below is then seen, not raced.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dejima.adapters.runtime import Runtime
 from dejima.core.plan import SESSION_HOME
-from dejima.runtime import Runtime
 from tests.world import User, parse_json_line, run_dejima
 
 INSPECT = r"""

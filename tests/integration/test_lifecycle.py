@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
-from dejima.runtime import Runtime
 from tests.world import User, containers_of, run_dejima, spawn_dejima, wait_for_line
 
 

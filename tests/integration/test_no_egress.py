@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
-from dejima.runtime import Runtime
-from dejima.selftest import ProbeResult, probe_command
+from dejima.orchestration.selftest import ProbeResult, probe_command
 from tests.world import (
     Decoy,
     User,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from dejima.runtime import Runtime
+from dejima.adapters.runtime import Runtime
 from tests.unit.proxy.fakes import make_test_ca
 from tests.world import User, containers_of, run_dejima, spawn_dejima, wait_for_line
 

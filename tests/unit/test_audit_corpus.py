@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dejima.core.audit import Finding, constituents, rank
-from dejima.exit_audit import Mount, audit_mount, capture
+from dejima.orchestration.exit_audit import Mount, audit_mount, capture
 
 GIT = ["git", "-c", "init.defaultBranch=main", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
 Change = Callable[[Path], None]

@@ -1,4 +1,4 @@
-"""dejima.engine against a fake engine on a real unix socket: what goes on the wire, and how each
+"""dejima.adapters.engine against a fake engine on a real unix socket: what goes on the wire, and how each
 way of framing a response (length, chunks, until EOF, an upgraded stream) is read back."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from dejima.adapters.engine import STDERR, STDOUT, APIError, Engine
+from dejima.adapters.runtime import Runtime, create_body
 from dejima.core.limits import ContainerLimits
 from dejima.core.plan import Bind, ContainerSpec
-from dejima.engine import STDERR, STDOUT, APIError, Engine
 from dejima.errors import EngineError
-from dejima.runtime import Runtime, create_body
 
 
 class FakeEngine:

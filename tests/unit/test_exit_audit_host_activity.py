@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dejima import exit_audit
 from dejima.core.audit import rank
+from dejima.orchestration import exit_audit
 from dejima.ui.console import UI, plain_console
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main"]

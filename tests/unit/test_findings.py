@@ -1,8 +1,8 @@
 import sqlite3
 from pathlib import Path
 
+from dejima.adapters.findings import FileState, FindingStore
 from dejima.core.audit import Finding
-from dejima.findings import FileState, FindingStore
 
 
 def finding(value: str) -> Finding:

@@ -1,7 +1,7 @@
 import os
 from pathlib import Path
 
-from dejima import host
+from dejima.adapters import host
 
 
 def test_own_launcher_is_alive_and_a_recycled_pid_is_not() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from dejima.adapters.image_builds import Base, TagCache, recipe_inputs_key, recipes
 from dejima.core.images import ImageLayers
 from dejima.core.plan import Identity
 from dejima.core.settings import Settings
-from dejima.imaging import Base, TagCache, recipe_inputs_key, recipes
 
 BASE = Base("dejima/base:bookworm-minbase", "sha256:" + "1" * 64, bootstrapped=True)
 ME = Identity(1000, 1000, "dev")

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 SDK = ("docker", "requests", "urllib3")
-DOCKER = (*SDK, "dejima.runtime", "dejima.engine")
+DOCKER = (*SDK, "dejima.adapters.runtime", "dejima.adapters.engine")
 TEMPLATES = ("jinja2",)
 TABLES = ("rich.table",)
-AUDIT = ("dejima.core.audit.catalogue", "dejima.exit_audit", "dejima.snapshot", "yaml")
+AUDIT = ("dejima.core.audit.catalogue", "dejima.orchestration.exit_audit", "dejima.adapters.tree_walk", "yaml")
 
 # Runs ENTRY's main(argv) and, at exit, writes the loaded module names where the test reads them.
 PROBE = """
@@ -61,14 +61,14 @@ def test_help_imports_nothing_heavy(tmp_path: Path, command: list[str]) -> None:
 def test_sessions_imports_only_the_engine_client(tmp_path: Path) -> None:
     status, modules = loaded(tmp_path, ["dejima", "sessions"])
     assert status != 0  # no engine at DOCKER_HOST: it got as far as connecting
-    assert "dejima.engine" in modules
+    assert "dejima.adapters.engine" in modules
     assert heavy(modules, SDK + TEMPLATES + TABLES + AUDIT) == []
 
 
 def test_audit_with_nothing_to_review_imports_no_engine_templates_or_tables(tmp_path: Path) -> None:
     status, modules = loaded(tmp_path, ["dejima-audit"])
     assert status == 0
-    assert "dejima.findings" in modules  # it did read the (empty) store
+    assert "dejima.adapters.findings" in modules  # it did read the (empty) store
     assert heavy(modules, DOCKER + TEMPLATES + TABLES) == []
 
 

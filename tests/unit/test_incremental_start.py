@@ -1,5 +1,5 @@
 """A session's start trusts what the last audit of the mount left only where the tree still lists
-the same (dejima/mount_state.py): whatever the host did between sessions, the start equals a full
+the same (dejima/adapters/mount_state.py): whatever the host did between sessions, the start equals a full
 walk of what is on disk. Real trees, real sessions' start and end (no containers: the session's
 writes are made by the test between start and end)."""
 
@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from dejima import exit_audit, mount_state
-from dejima import snapshot as walker
+from dejima.adapters import mount_state
+from dejima.adapters import tree_walk as walker
 from dejima.core.audit import Finding, watched
 from dejima.core.snapshot import listing_digest
-from dejima.exit_audit import Mount, MountState
+from dejima.orchestration import exit_audit
+from dejima.orchestration.exit_audit import Mount, MountState
 from dejima.ui.console import UI, plain_console
 
 HOOK = ".git/hooks/pre-commit"

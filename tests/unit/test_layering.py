@@ -1,16 +1,18 @@
-"""The architecture is enforced: the core is pure, the filter imports only what its image has."""
+"""The architecture is enforced: each layer imports only its allowlist (docs/design.md's table), the core is
+pure, the filter imports only what its image has, each library has one adapter."""
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from dejima.packaged import FILTER_SHARED as SHIPPED_WITH_THE_FILTER
+from dejima.adapters.packaged import FILTER_SHARED as SHIPPED_WITH_THE_FILTER
 
 PACKAGE = Path(__file__).parents[2] / "dejima"
 
 CORE_FORBIDDEN = {"docker", "requests", "nftables", "dnslib", "socket", "subprocess", "asyncio", "rich",
-                  "threading", "dejima.runtime", "dejima.host", "dejima.session", "dejima.ui",
+                  "threading", "dejima.adapters", "dejima.orchestration", "dejima.proxy", "dejima.ui",
                   # standard-library I/O: files of state, processes, the network, the terminal
                   "sqlite3", "ssl", "multiprocessing", "fcntl", "select", "selectors", "signal", "pty", "shutil",
                   "tempfile", "urllib.request", "http.client", "http.server", "ftplib", "smtplib"}
@@ -18,7 +20,8 @@ FILTER_ALLOWED_THIRD_PARTY = {"nftables", "dnslib"}
 # What the filter image ships besides dejima/filter: the same list the image build uses.
 FILTER_SHARED = {"dejima", *("dejima." + name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
                              for name in SHIPPED_WITH_THE_FILTER if name != "__init__.py")}
-ADAPTER_OWNERS = {"docker": {"runtime.py"}, "nftables": {"filter/nft.py"}}
+ADAPTER_OWNERS = {"docker": {"adapters/runtime.py"}, "nftables": {"filter/nft.py"},
+                  "cryptography": {"proxy/authority.py"}}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -28,7 +31,7 @@ def imports_of(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
-            if node.module.split(".")[0] == "dejima":  # from dejima import runtime: the module is dejima.runtime
+            if node.module.split(".")[0] == "dejima":  # from dejima.adapters import runtime: dejima.adapters.runtime
                 found.update(f"{node.module}.{alias.name}" for alias in node.names
                              if (PACKAGE.parent / node.module.replace(".", "/") / f"{alias.name}.py").exists()
                              or (PACKAGE.parent / node.module.replace(".", "/") / alias.name).is_dir())
@@ -45,20 +48,77 @@ def top(name: str) -> str:
     return name.split(".")[0]
 
 
-# The core's allowlist: the standard library (minus the I/O modules above), its own modules, the
-# errors, and one library each for the two modules that need one.
-CORE_LIBRARIES = {"jinja2": {"render.py"}, "yaml": {"configfiles.py"}}
+@dataclass(frozen=True)
+class Layer:
+    """What a layer's modules may import: dejima packages (a trailing '=' means the package's own
+    __init__ only, e.g. the filter's protocol markers) and libraries (each for the modules named)."""
+
+    packages: frozenset[str]
+    libraries: dict[str, frozenset[str]]
 
 
-@pytest.mark.parametrize("path", modules("core"), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_core_imports_only_its_allowlist(path: Path) -> None:
+ANY = frozenset({"*"})
+# docs/design.md's table, enforced: each layer imports the ones above it in this list, never below.
+LAYERS = {
+    "core": Layer(frozenset({"dejima.core", "dejima.errors"}),
+                  {"jinja2": frozenset({"core/render.py"}), "yaml": frozenset({"core/configfiles.py"})}),
+    "filter": Layer(frozenset({"dejima.filter", *FILTER_SHARED}),
+                    {"nftables": frozenset({"filter/nft.py"}), "dnslib": ANY}),
+    "adapters": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.filter="}),
+                      {"docker": frozenset({"adapters/runtime.py"}), "requests": frozenset({"adapters/runtime.py"}),
+                       "tomlkit": frozenset({"adapters/projects.py"})}),
+    "proxy": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.proxy", "dejima.adapters"}),
+                   {"cryptography": frozenset({"proxy/authority.py"})}),
+    "orchestration": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.proxy",
+                                      "dejima.orchestration", "dejima.filter="}), {}),
+    "ui": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.ui"}), {"rich": ANY}),
+    "cli": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.proxy", "dejima.orchestration",
+                            "dejima.ui", "dejima.cli", "dejima.filter="}), {"rich": ANY}),
+}
+TOP_LEVEL = {"__init__.py": Layer(frozenset(), {}), "__main__.py": Layer(frozenset({"dejima.cli"}), {}),
+             "errors.py": Layer(frozenset(), {})}
+
+
+def layer_of(path: Path) -> Layer:
+    relative = path.relative_to(PACKAGE)
+    if len(relative.parts) == 1:
+        return TOP_LEVEL[relative.name]
+    return LAYERS["core" if relative.parts[0] == "templates" else relative.parts[0]]
+
+
+def may_import(layer: Layer, path: str, name: str) -> bool:
     import sys
 
-    for name in imports_of(path):
-        root = top(name)
-        if root in sys.stdlib_module_names or name.startswith(("dejima.core", "dejima.errors")) or name == "dejima":
-            continue
-        assert path.name in CORE_LIBRARIES.get(root, set()), f"{path.relative_to(PACKAGE)} imports {name}"
+    if top(name) in sys.stdlib_module_names or name == "dejima":
+        return True
+    if top(name) == "dejima":
+        return any(name == allowed[:-1] if allowed.endswith("=") else name == allowed or name.startswith(allowed + ".")
+                   for allowed in layer.packages)
+    owners = layer.libraries.get(top(name), frozenset())
+    return owners == ANY or path in owners
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    outside = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+               if len(p.relative_to(PACKAGE).parts) == 1 and p.name not in TOP_LEVEL]
+    assert not outside, "a module at the top of dejima/: put it in its layer's package"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_each_module_imports_only_what_its_layer_allows(path: Path) -> None:
+    relative = str(path.relative_to(PACKAGE))
+    layer = layer_of(path)
+    refused = sorted(name for name in imports_of(path) if not may_import(layer, relative, name))
+    assert not refused, f"{relative} imports {refused}"
+
+
+def test_the_allowlist_refuses_a_layer_reaching_down(tmp_path: Path) -> None:
+    """Control: orchestration importing the terminal UI, or an adapter importing docker outside its one module."""
+    assert not may_import(LAYERS["orchestration"], "orchestration/app.py", "dejima.ui.console")
+    assert not may_import(LAYERS["adapters"], "adapters/host.py", "docker.errors")
+    assert not may_import(LAYERS["adapters"], "adapters/host.py", "dejima.filter.resolver")
+    assert may_import(LAYERS["adapters"], "adapters/violations.py", "dejima.filter")
+    assert not may_import(LAYERS["core"], "core/plan.py", "dejima.adapters.runtime")
 
 
 @pytest.mark.parametrize("path", modules("core"), ids=lambda p: p.name)
@@ -99,9 +159,9 @@ def test_each_library_has_one_adapter(library: str) -> None:
 
 
 def test_the_import_reader_sees_modules_imported_from_a_package(tmp_path: Path) -> None:
-    """Control: `from dejima import runtime` names dejima.runtime, which the core may not import."""
+    """Control: `from dejima.adapters import runtime` names dejima.adapters.runtime, which the core may not import."""
     probe = tmp_path / "probe.py"
-    probe.write_text("from dejima import runtime\nimport sqlite3\n")
+    probe.write_text("from dejima.adapters import runtime\nimport sqlite3\n")
     found = imports_of(probe)
-    assert "dejima.runtime" in found and "sqlite3" in found
-    assert top("dejima.runtime") == "dejima" and not "dejima.runtime".startswith(("dejima.core", "dejima.errors"))
+    assert "dejima.adapters.runtime" in found and "sqlite3" in found
+    assert not may_import(LAYERS["core"], "core/probe.py", "dejima.adapters.runtime")

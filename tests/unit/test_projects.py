@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dejima import projects
+from dejima.adapters import projects
 from dejima.errors import SettingsError
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "projects"

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from dejima.repo import read_repo_policy, remote_hosts, workspace_facts
+from dejima.adapters.repo import read_repo_policy, remote_hosts, workspace_facts
 
 
 def test_remote_hosts_from_every_url_form() -> None:

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from dejima import exit_audit, host
-from dejima.findings import FindingStore
+from dejima.adapters import host
+from dejima.adapters.findings import FindingStore
+from dejima.adapters.violations import sessions_dir
+from dejima.orchestration import exit_audit
 from dejima.ui.console import UI, plain_console
-from dejima.violations import sessions_dir
 
 
 @pytest.fixture
@@ -100,7 +101,7 @@ def test_two_recovering_launchers_never_take_the_same_orphan(workspace: Path) ->
 
 
 def test_new_session_ids_are_owned_from_the_start() -> None:
-    from dejima.app import new_session_id
+    from dejima.orchestration.app import new_session_id
 
     first, second = new_session_id(), new_session_id()
     assert first != second

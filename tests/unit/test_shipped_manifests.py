@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.catalog import load_catalog
 from dejima.core.manifest import KINDS, parse_manifest
 from dejima.core.resolve import WorkspaceFacts, resolve
-from dejima.manifests import load_catalog
 
 ROOT = Path(__file__).parents[2]
 FILES = sorted(p for kind in KINDS for p in (ROOT / kind).glob("*.toml"))
@@ -50,7 +50,7 @@ def test_every_workflow_and_forge_resolves_together() -> None:
 ])
 def test_detection_on_real_world_layouts(tmp_path: Path, files: dict[str, str], remote: str | None,
                                          expected: set[str]) -> None:
-    from dejima.repo import workspace_facts
+    from dejima.adapters.repo import workspace_facts
 
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -155,7 +155,7 @@ def test_a_broken_default_backend_stops_its_harness_only(tmp_path: Path, monkeyp
 
 
 def test_session_image_composition_is_deterministic() -> None:
-    from dejima import packaged
+    from dejima.adapters import packaged
     from dejima.core.images import build_session_recipe
 
     catalog = load_catalog(include_user=False).manifests

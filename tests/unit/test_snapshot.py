@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.mount_state import load_snapshot, save_snapshot
+from dejima.adapters.tree_walk import InconsistentWalk, SnapshotError, take_snapshot
 from dejima.core.snapshot import Change, Entry, diff
-from dejima.mount_state import load_snapshot, save_snapshot
-from dejima.snapshot import InconsistentWalk, SnapshotError, take_snapshot
 
 
 def whats(changes: list[Change]) -> set[tuple[str, str]]:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.violations import ViolationStore, summarize
 from dejima.core.ledger import Violation
 from dejima.filter import VIOLATION
 from dejima.proxy.records import Records
-from dejima.violations import ViolationStore, summarize
 
 
 def test_filter_and_proxy_records_are_counted_by_kind() -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dejima import host
-from dejima.violations import sessions_dir
+from dejima.adapters import host
+from dejima.adapters.violations import sessions_dir
 
 
 def fake_filter(path: Path, seen: list[str], name: str) -> socket.socket:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from dejima import exit_audit
+from dejima.adapters.findings import FindingStore
 from dejima.cli import exit_codes
 from dejima.cli.audit import main
-from dejima.findings import FindingStore
+from dejima.orchestration import exit_audit
 from dejima.ui.console import UI, plain_console
 
 
@@ -136,7 +136,7 @@ def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str], out: io.S
 
 def test_a_start_state_that_cannot_be_read_blocks_its_workspace(workspace: Path, out: io.StringIO,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from dejima.violations import sessions_dir
+    from dejima.adapters.violations import sessions_dir
 
     exit_audit.start("s9", [exit_audit.Mount("workspace", workspace)])
     (sessions_dir() / "s9" / "audit" / "0.snapshot").write_bytes(b"garbage")

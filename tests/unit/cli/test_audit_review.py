@@ -18,9 +18,9 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from dejima import exit_audit
+from dejima.adapters.findings import FindingStore, Stored
 from dejima.core.audit import Finding
-from dejima.findings import FindingStore, Stored
+from dejima.orchestration import exit_audit
 from dejima.ui.audit_views import findings_table
 from dejima.ui.console import UI, plain_console
 

@@ -22,7 +22,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
     def no_engine(*_args: object, **_kw: object) -> None:
         raise AssertionError("the engine must not be contacted for bad input")
 
-    monkeypatch.setattr("dejima.runtime.connect", no_engine)
+    monkeypatch.setattr("dejima.adapters.runtime.connect", no_engine)
     return buffer
 
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.runtime import ContainerInfo
+from dejima.adapters.violations import ViolationStore, sessions_dir
 from dejima.cli import exit_codes
 from dejima.cli.launch import main
 from dejima.core import labels
 from dejima.errors import SessionError
 from dejima.filter import VIOLATION
-from dejima.runtime import ContainerInfo
 from dejima.ui.console import UI, plain_console
 from dejima.ui.text import LIMIT, escaped
-from dejima.violations import ViolationStore, sessions_dir
 
 # What a hostile agent would put in a name it queries: markup that crashes or hides, ANSI escapes
 # that clear the screen or recolour, a bidi override that reorders, line breaks that forge a row.
@@ -100,9 +100,9 @@ class Labelled:
 
 def test_sessions_table_and_json(err: io.StringIO, capsys: pytest.CaptureFixture[str],
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from dejima import host
+    from dejima.adapters import host
 
-    monkeypatch.setattr("dejima.runtime.connect", lambda: Labelled(host.scope()))
+    monkeypatch.setattr("dejima.adapters.runtime.connect", lambda: Labelled(host.scope()))
     assert main(["sessions"]) == exit_codes.SUCCESS
     output = err.getvalue()
     assert_clean(output)
@@ -134,7 +134,7 @@ def test_launcher_messages_cards_and_errors_are_escaped() -> None:
 
 
 def test_the_audit_recovery_message_escapes_a_session_name(err: io.StringIO) -> None:
-    from dejima import exit_audit
+    from dejima.orchestration import exit_audit
 
     name = HOSTILE.replace("/", "_")
     (sessions_dir() / name / "audit").mkdir(parents=True)
@@ -149,7 +149,7 @@ def test_an_unexpected_exception_is_a_short_bug_report(err: io.StringIO, capsys:
     def broken(session_id: str) -> list[dict[str, object]]:
         raise KeyError(HOSTILE)
 
-    monkeypatch.setattr("dejima.violations.read", broken)
+    monkeypatch.setattr("dejima.adapters.violations.read", broken)
     monkeypatch.delenv("DEJIMA_DEBUG", raising=False)
     assert main(["violations", "s3"]) == exit_codes.DEJIMA_FAILED
     output = err.getvalue() + capsys.readouterr().err

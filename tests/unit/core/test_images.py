@@ -1,4 +1,4 @@
-from dejima import packaged
+from dejima.adapters import packaged
 from dejima.core.images import build_filter_recipe, build_session_recipe
 
 

@@ -121,7 +121,7 @@ def test_render_shows_which_routes_are_intercepted(tmp_path: Path, monkeypatch: 
     def no_engine(*_args: object, **_kw: object) -> None:
         raise AssertionError("--render needs no engine")
 
-    monkeypatch.setattr("dejima.runtime.connect", no_engine)
+    monkeypatch.setattr("dejima.adapters.runtime.connect", no_engine)
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin", "https://github.com/o/r.git"], check=True)
     assert main([str(tmp_path), "--render", *AS_OWNER, "--dns-upstream", "192.0.2.53"]) == exit_codes.SUCCESS

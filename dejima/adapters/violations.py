@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from dejima import host
+from dejima.adapters import host
 from dejima.filter import VIOLATION as PREFIX
 
 

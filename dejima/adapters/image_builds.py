@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dejima import host, packaged
+from dejima.adapters import host, packaged
+from dejima.adapters.host import read_extra_cas
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from dejima.core.images import (
     NO_LAYERS,
@@ -27,8 +29,6 @@ from dejima.core.plan import Identity
 from dejima.core.report import Reporter
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, ImageError
-from dejima.host import read_extra_cas
-from dejima.runtime import Runtime
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,7 @@ def resolve_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
 
 def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
     images = settings.images
-    from dejima.bootstrap import bootstrap_base  # debootstrap's helpers only when a base is made
+    from dejima.adapters.bootstrap import bootstrap_base  # debootstrap's helpers only when a base is made
 
     tag = bootstrap_base_tag(images.bootstrap_suite)
     with ui.step(f"Bootstrapping Debian {images.bootstrap_suite} into {tag}") as step:
@@ -130,7 +130,7 @@ def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: 
 
 
 RECIPE_KEY_VERSION = b"1"
-RECIPE_CODE = ("core/images.py", "core/render.py", "imaging.py")
+RECIPE_CODE = ("core/images.py", "core/render.py", "adapters/image_builds.py")
 
 
 def recipe_inputs_key(base: Base, settings: Settings, identity: Identity, layers: ImageLayers = NO_LAYERS) -> str:

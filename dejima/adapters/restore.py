@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dejima.adapters.findings import Stored
+from dejima.adapters.tree_walk import KINDS
 from dejima.errors import DiagnosticError
-from dejima.findings import Stored
-from dejima.snapshot import KINDS
 
 
 class RestoreError(DiagnosticError):

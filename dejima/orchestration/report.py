@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Protocol
 from dejima.core.report import Reporter
 
 if TYPE_CHECKING:
+    from dejima.adapters.findings import Stored
     from dejima.core.plan import SessionPlan
-    from dejima.findings import Stored
 
 
 class SessionReporter(Reporter, Protocol):

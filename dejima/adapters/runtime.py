@@ -2,7 +2,7 @@
 (ContainerSpec, ImageRecipe, labels). Engine failures become ``EngineError``/``ImageError`` with
 a hint, never a traceback.
 
-Calls go through dejima.engine, a small HTTP client over the engine's socket. Image builds,
+Calls go through dejima.adapters.engine, a small HTTP client over the engine's socket. Image builds,
 pulls and imports (registry credentials, streamed uploads) use the docker SDK, imported only when
 one of them runs: a session start never pays for it. This is the only module that imports the SDK.
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from dejima.adapters.engine import ENGINE_HINT, STDOUT, APIError, Engine
 from dejima.core.images import ImageRecipe
 from dejima.core.plan import ContainerSpec
-from dejima.engine import ENGINE_HINT, STDOUT, APIError, Engine
 from dejima.errors import EngineError, ImageError
 
 __all__ = ["ENGINE_HINT", "ContainerInfo", "Runtime", "connect"]

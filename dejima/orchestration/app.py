@@ -1,7 +1,7 @@
 """What each dejima command does, in terms of the core and the adapters.
 
 The CLI parses arguments and calls one function here; everything that touches the engine goes
-through a ``Runtime``. Starting a session is dejima/start.py.
+through a ``Runtime``. Starting a session is dejima/orchestration/start.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from dejima import host, projects
+from dejima.adapters import host, projects
+from dejima.adapters.catalog import load_catalog
+from dejima.adapters.repo import read_repo_policy, workspace_facts
+from dejima.adapters.violations import ViolationStore, run_dir, sessions_dir
 from dejima.core import labels
 from dejima.core.manifest import ManifestError
 from dejima.core.plan import (
@@ -25,13 +28,10 @@ from dejima.core.plan import (
 from dejima.core.resolve import REPO_POLICY_FILE, Resolved, resolve
 from dejima.core.settings import Settings
 from dejima.errors import SessionError, UsageError
-from dejima.manifests import load_catalog
-from dejima.repo import read_repo_policy, workspace_facts
-from dejima.reporting import SessionReporter
-from dejima.violations import ViolationStore, run_dir, sessions_dir
+from dejima.orchestration.report import SessionReporter
 
 if TYPE_CHECKING:  # the docker SDK, the audit rules and jinja2 are imported by the functions that use them
-    from dejima.runtime import Runtime
+    from dejima.adapters.runtime import Runtime
 
 
 def validate_workspace(path: str) -> Path:
@@ -178,7 +178,7 @@ def stop_session(runtime: Runtime, scope: str, session_id: str) -> list[str]:
     members = [c.id for c in runtime.containers({labels.SCOPE: scope, labels.SESSION: session_id})]
     if not members:
         raise UsageError(f"no session {session_id!r}", hint="`dejima sessions` lists the running ones")
-    from dejima import session
+    from dejima.orchestration import session
 
     session.teardown(runtime, members)
     return members
@@ -201,7 +201,7 @@ def clean(runtime: Runtime, scope: str, ui: SessionReporter, everything: bool) -
             stop_session(runtime, scope, info.session_id)
             ui.info(f"removed session {info.session_id} ({info.status})")
         return len(sessions)
-    from dejima import session
+    from dejima.orchestration import session
 
     with host.locked(sessions_dir()):
         return len(session.remove_stale(runtime, scope, ui, record_stale_violations))

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dejima import host
-from dejima.app import Options, network_facts, new_session_id, record_stale_violations, session_request
+from dejima.adapters import host
+from dejima.adapters.violations import ViolationStore, ledger_path, run_dir, sessions_dir
 from dejima.core.limits import describe
 from dejima.core.plan import (
     PROXY_SOCKET,
@@ -34,13 +34,13 @@ from dejima.core.plan import (
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError
-from dejima.reporting import SessionReporter
-from dejima.violations import ViolationStore, ledger_path, run_dir, sessions_dir
+from dejima.orchestration.app import Options, network_facts, new_session_id, record_stale_violations, session_request
+from dejima.orchestration.report import SessionReporter
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
-    from dejima import exit_audit
+    from dejima.adapters.runtime import Runtime
+    from dejima.orchestration import exit_audit
     from dejima.proxy.runner import SessionProxy
-    from dejima.runtime import Runtime
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +56,9 @@ def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
     runtime: Runtime, ui: SessionReporter, options: Options | None = None,
 ) -> Prepared:
-    from dejima import session
-    from dejima.background import Background
-    from dejima.imaging import ensure_images
+    from dejima.adapters.image_builds import ensure_images
+    from dejima.orchestration import session
+    from dejima.orchestration.background import Background
 
     options = options or Options()
     memory = Background(runtime.memory, "engine-memory")  # the engine's slowest answer (~15 ms): meanwhile
@@ -134,7 +134,7 @@ def boundary_line(plan: SessionPlan) -> str:
 
 def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
     """Warn about unreviewed findings; refuse to start on unreviewed critical ones unless accepted."""
-    from dejima.findings import FindingStore
+    from dejima.adapters.findings import FindingStore
 
     store = FindingStore()
     try:
@@ -158,7 +158,7 @@ def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
 def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
     """Every directory the session can write that outlives it: the workspace, the per-project home,
     the manifest caches."""
-    from dejima import exit_audit
+    from dejima.orchestration import exit_audit
 
     mounts = []
     for bind in plan.session.binds:
@@ -182,7 +182,7 @@ class SessionAudit:
         """While the filter starts (the time is free then): import the audit (~0.1 s), finish the
         audits of sessions whose launcher died, check unreviewed findings (a critical one stops
         this start), take the start snapshot."""
-        from dejima import exit_audit
+        from dejima.orchestration import exit_audit
 
         plan = self.prepared.plan
         exit_audit.recover(self.ui)
@@ -193,14 +193,14 @@ class SessionAudit:
     def finish(self) -> None:
         if not self.started or self.finished:  # no snapshot: the session never started, nothing to audit
             return
-        from dejima import exit_audit
+        from dejima.orchestration import exit_audit
 
         self.finished = True
         exit_audit.finish(self.prepared.plan.session_id, self.ui, states=self.states or None)
 
 
 def run_session(prepared: Prepared, ui: SessionReporter) -> int:
-    from dejima import session
+    from dejima.orchestration import session
 
     settings = prepared.settings
     audit = SessionAudit(prepared, ui)

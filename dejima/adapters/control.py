@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dejima import host
+from dejima.adapters import host
+from dejima.adapters.violations import RUN_DIR, sessions_dir
 from dejima.core.plan import CONTROL_SOCKET
 from dejima.errors import SessionError
-from dejima.violations import RUN_DIR, sessions_dir
 
 TIMEOUT_SECONDS = 5.0
 

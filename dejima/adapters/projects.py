@@ -12,7 +12,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from dejima import host
+from dejima.adapters import host
 from dejima.core.kinds import ALLOW_ENTRY
 from dejima.core.schema import Key, Table, check_data, list_of, table
 from dejima.errors import SettingsError

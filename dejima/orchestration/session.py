@@ -26,14 +26,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from dejima.background import Background
+from dejima.adapters.host import Launcher, launcher_alive
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.core.report import Reporter
 from dejima.errors import EngineError, FilterError
 from dejima.filter import FAILED, READY, VIOLATION
-from dejima.host import Launcher, launcher_alive
-from dejima.runtime import Runtime
+from dejima.orchestration.background import Background
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FILTER_STOP_SECONDS = 2

@@ -12,7 +12,8 @@ import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dejima import host
+from dejima.adapters import host
+from dejima.adapters.packaged import PACKAGE_ROOT
 from dejima.core.manifest import (
     KINDS,
     BrokenManifest,
@@ -22,7 +23,6 @@ from dejima.core.manifest import (
     parse_manifest,
     singular,
 )
-from dejima.packaged import PACKAGE_ROOT
 
 
 def shipped_dir(kind: str) -> Path:

@@ -9,12 +9,12 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dejima import mount_state
+from dejima.adapters import mount_state
+from dejima.adapters.kept import hashed_paths, keep
+from dejima.adapters.mount_state import State
+from dejima.adapters.tree_walk import SnapshotError, Walked, start_snapshot
 from dejima.core.audit import watched
 from dejima.core.snapshot import Snapshot, compose
-from dejima.kept import hashed_paths, keep
-from dejima.mount_state import State
-from dejima.snapshot import SnapshotError, Walked, start_snapshot
 
 
 @dataclass(frozen=True, slots=True)

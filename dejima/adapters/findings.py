@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dejima import host
+from dejima.adapters import host
 from dejima.core.audit import CATALOGUE_VERSION, Finding
 
 SCHEMA_VERSION = 3

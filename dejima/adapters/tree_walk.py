@@ -20,10 +20,10 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
+from dejima.adapters.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
+from dejima.adapters.forked import collect, fork, gc_paused, stop
+from dejima.adapters.forked import workers as default_workers
 from dejima.core.snapshot import Entry, Listing, Snapshot, listing_digest, missing
-from dejima.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
-from dejima.forked import collect, fork, gc_paused, stop
-from dejima.forked import workers as default_workers
 
 MAX_HASH_BYTES = 64 << 20
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",

@@ -12,9 +12,9 @@ import json
 import secrets
 from dataclasses import dataclass
 
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from dejima.core.plan import ContainerSpec
-from dejima.runtime import Runtime
 
 DECOY_TCP_PORT = 8080
 DECOY_UDP_PORT = 53

@@ -13,9 +13,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from dejima.errors import ImageError
-from dejima.runtime import Runtime
 
 
 def bootstrap_base(
@@ -59,7 +59,7 @@ def bootstrap_base(
         )
         try:
             image = runtime.import_rootfs(
-                tar.stdout, tag, {labels.ROLE: labels.ROLE_BASE, "dejima.bootstrap-mirror": mirror}
+                tar.stdout, tag, {labels.ROLE: labels.ROLE_BASE, "dejima.adapters.bootstrap-mirror": mirror}
             )
         finally:
             if tar.stdout:

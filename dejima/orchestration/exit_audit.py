@@ -11,20 +11,22 @@ import os
 import shutil
 from pathlib import Path
 
-from dejima import host, mount_state
-from dejima.audit_start import Mount as Mount  # the audit's callers name them from here
-from dejima.audit_start import MountState as MountState
-from dejima.audit_start import capture as capture
-from dejima.core.audit import SEVERITIES, Finding, audit
-from dejima.core.audit.git import housekeeping
-from dejima.core.audit.model import finding, rank
-from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
-from dejima.findings import FileState, FindingStore
-from dejima.forked import gc_paused
-from dejima.kept import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
-from dejima.mount_state import State, decode_state, encode_state, load_snapshot, save_snapshot, write_atomically
-from dejima.reporting import SessionReporter
-from dejima.snapshot import (
+from dejima.adapters import host, mount_state
+from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
+from dejima.adapters.audit_start import MountState as MountState
+from dejima.adapters.audit_start import capture as capture
+from dejima.adapters.findings import FileState, FindingStore
+from dejima.adapters.forked import gc_paused
+from dejima.adapters.kept import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
+from dejima.adapters.mount_state import (
+    State,
+    decode_state,
+    encode_state,
+    load_snapshot,
+    save_snapshot,
+    write_atomically,
+)
+from dejima.adapters.tree_walk import (
     WALK_ATTEMPTS,
     InconsistentWalk,
     Known,
@@ -32,7 +34,12 @@ from dejima.snapshot import (
     complete_start,
     walk_changes,
 )
-from dejima.violations import sessions_dir
+from dejima.adapters.violations import sessions_dir
+from dejima.core.audit import SEVERITIES, Finding, audit
+from dejima.core.audit.git import housekeeping
+from dejima.core.audit.model import finding, rank
+from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
+from dejima.orchestration.report import SessionReporter
 
 _STATE_VERSION = 2
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dejima import host
+from dejima.adapters import host
+from dejima.adapters.forked import gc_paused
+from dejima.adapters.tree_walk import Known
 from dejima.core.snapshot import Delta, Snapshot, apply_delta, decode, encode
-from dejima.forked import gc_paused
-from dejima.snapshot import Known
 
 _MAGIC = b"dejima-mount-state 1\n"
 # File systems whose timestamps come from this kernel's clock: on a network or FUSE file system

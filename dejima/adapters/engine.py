@@ -5,7 +5,7 @@ milliseconds per call (requests, urllib3, a connection pool). This client is wha
 path needs and no more: one short connection per request (so calls may run from several threads
 at once), Content-Length, chunked and until-EOF bodies, the multiplexed stdout/stderr framing of
 logs and attach, and an upgraded (hijacked) connection for attach. Image builds, pulls and
-imports stay with the SDK (dejima.runtime imports it for those alone).
+imports stay with the SDK (dejima.adapters.runtime imports it for those alone).
 
 The engine is found as the docker CLI and SDK find it: ``DOCKER_HOST`` (unix:// or tcp://, TLS
 with ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``), else /var/run/docker.sock.

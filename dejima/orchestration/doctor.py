@@ -12,14 +12,15 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
-from dejima import host, session
+from dejima.adapters import host
+from dejima.adapters.image_builds import ensure_image, find_base, recipes, resolve_base
+from dejima.adapters.runtime import Runtime, connect
 from dejima.core.plan import SessionPlan, SessionRequest, build_session_plan
 from dejima.core.report import Reporter
 from dejima.core.settings import Settings
 from dejima.errors import DiagnosticError
-from dejima.imaging import ensure_image, find_base, recipes, resolve_base
-from dejima.runtime import Runtime, connect
-from dejima.selftest import ProbeResult, control_probe, probe_command, start_decoy
+from dejima.orchestration import session
+from dejima.orchestration.selftest import ProbeResult, control_probe, probe_command, start_decoy
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,1 @@
+"""Orchestration: starts, runs and ends sessions by joining the core and the adapters."""
