@@ -95,7 +95,7 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         verdict = {True: "pass", False: "FAIL", None: "-" if r.dejima is not None else "pending"}[r.passed]
         body.append((r.measurement, number(r.dejima, r.unit), f"{number(r.anchor, r.unit)} ({r.anchor_name})"
-                     if r.anchor is not None else "-", number(r.ratio) + " ×" if r.ratio is not None else "-",
+                     if r.anchor is not None else "-", r.ratio_text(),
                      r.goal_text(), verdict))
     widths = [max(len(line[i]) for line in (head, *body)) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in (head, *body)]

@@ -55,6 +55,19 @@ class Row:
             return None
         return value <= self.goal if self.better == "lower" else value >= self.goal
 
+    def ratio_text(self) -> str:
+        """The ratio with enough digits that what is shown agrees with the verdict (0.2457 against a
+        goal of 0.25 shows as 0.246 ×, not as a failing 0.25 ×)."""
+        if self.ratio is None:
+            return "-"
+        for digits in (2, 3, 4, 6):
+            text = f"{self.ratio:.{digits}f}"
+            shown = float(text)
+            if self.goal is None or self.absolute or self.passed == (
+                    shown <= self.goal if self.better == "lower" else shown >= self.goal):
+                return f"{text} ×"
+        return f"{self.ratio!r} ×"
+
     def goal_text(self) -> str:
         if self.goal is None:
             return "-"

@@ -1,0 +1,21 @@
+"""What bench/run prints beside a verdict agrees with it: a ratio is never rounded across its goal."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.common import Row
+
+
+@pytest.mark.parametrize(("value", "better", "goal", "shown", "passed"), [
+    (0.2457, "higher", 0.25, "0.246 ×", False),  # 2 digits would print 0.25 beside FAIL
+    (0.2504, "higher", 0.25, "0.25 ×", True),
+    (1.0049, "lower", 1.0, "1.005 ×", False),
+    (0.9951, "lower", 1.0, "1.00 ×", True),  # shown 1.00 still meets ≤ 1
+    (3.14159, "higher", 3.0, "3.14 ×", True),
+])
+def test_the_ratio_shown_agrees_with_the_verdict(value: float, better: str, goal: float, shown: str,
+                                                 passed: bool) -> None:
+    row = Row("m", "q/s", value, 1.0, "anchor", goal, better=better)
+    assert row.passed is passed
+    assert row.ratio_text() == shown
