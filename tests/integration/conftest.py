@@ -16,7 +16,7 @@ from dejima.core.settings import Settings
 from dejima.ui.console import UI
 from tests.conftest import TEST_SCOPE
 from tests.networld import WORLD_LABEL, World, build_world, remove_world
-from tests.world import TEST_GID, TEST_UID, User, make_user
+from tests.world import TEST_GID, TEST_UID, User, make_user, run_dejima
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,25 @@ def world(runtime: Runtime, images: Images, world_dir: Path) -> Iterator[World]:
     yield built
     remove_world(runtime, TEST_SCOPE, built)
     assert runtime.networks({WORLD_LABEL: TEST_SCOPE}) == []
+
+
+@pytest.fixture(scope="session")
+def claude_image(user: User, world_dir: Path) -> None:
+    """The claude-code session image, built once before any test reads a session's output line by
+    line (its long build log would fill a pipe nobody reads meanwhile)."""
+    workspace = world_dir / "ws" / "claude-image"
+    workspace.mkdir(parents=True, exist_ok=True)
+    if os.getuid() == 0:
+        os.chown(workspace, user.uid, user.gid)
+    built = run_dejima(user, TEST_SCOPE, "-q", "--harness", "claude-code", str(workspace), "--", "true",
+                       timeout=1500, ANTHROPIC_API_KEY="")
+    assert built.returncode == 0, built.stderr[-3000:]
+
+
+def credential_settings(world_dir: Path, name: str, upstreams: dict[str, str], extra: str = "") -> str:
+    """A settings file (readable by the test user) sending credential routes to the test's fakes."""
+    routes = ", ".join(f'"{route}" = "{url}"' for route, url in upstreams.items())
+    path = world_dir / f"{name}.toml"
+    path.write_text(f"[credentials]\nupstreams = {{ {routes} }}\n{extra}")
+    path.chmod(0o644)
+    return str(path)

@@ -8,7 +8,6 @@ only through 127.0.0.1:700 in its namespace. The real secret key must appear now
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from dejima.adapters.runtime import Runtime
 from tests.bedrockfake import DRIP_SECONDS, WORDS, FakeBedrock, fake_bedrock
+from tests.integration.conftest import credential_settings
 from tests.world import User, containers_of, run_dejima, spawn_dejima, wait_for_line
 
 REAL_ID = "AKIACANARYHOSTKEY001"
@@ -31,27 +31,10 @@ def bedrock() -> Iterator[FakeBedrock]:
         yield fake
 
 
-@pytest.fixture(scope="module")
-def claude_image(user: User, world_dir: Path) -> None:
-    """The claude-code session image, built before a test reads a session's output line by line."""
-    from tests.conftest import TEST_SCOPE
-
-    workspace = world_dir / "ws" / "bedrock-claude-image"
-    workspace.mkdir(parents=True, exist_ok=True)
-    if os.getuid() == 0:
-        os.chown(workspace, user.uid, user.gid)
-    built = run_dejima(user, TEST_SCOPE, "-q", "--harness", "claude-code", str(workspace), "--", "true",
-                       timeout=1500, ANTHROPIC_API_KEY="")
-    assert built.returncode == 0, built.stderr[-3000:]
-
-
 @pytest.fixture
 def settings(world_dir: Path, bedrock: FakeBedrock, claude_image: None) -> str:
-    path = world_dir / f"bedrock-{bedrock.port}.toml"
-    path.write_text(f'[credentials]\nupstreams = {{ "aws-sigv4-runtime" = "{bedrock.url}", '
-                    f'"aws-sigv4-control" = "{bedrock.url}" }}\n')
-    path.chmod(0o644)
-    return str(path)
+    return credential_settings(world_dir, f"bedrock-{bedrock.port}",
+                               {"aws-sigv4-runtime": bedrock.url, "aws-sigv4-control": bedrock.url})
 
 
 # Runs in the session: one request as an AWS SDK would send it (signed, here with a made-up

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_credentials import REAL_KEY, FakeModel, claude_image, model, settings  # noqa: F401
+from tests.integration.test_credentials import REAL_KEY, FakeModel, model, settings  # noqa: F401
 from tests.world import User, run_dejima, spawn_dejima, wait_for_line
 
 TRY_FOREIGN = r"""

@@ -22,6 +22,7 @@ import pytest
 
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
+from tests.integration.conftest import credential_settings
 from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 
 REAL_KEY = "sk-ant-api03-" + "Zq7Vt2Lr9Xc4Nw8Pb1Ks6Hd3Fg5Jm0Yu2Ie7Oa4Ws9Rx1Tc8Vb3Nq6Lp5Kz" + "-canaryAA"
@@ -96,27 +97,10 @@ def model() -> Iterator[FakeModel]:
     server.server_close()
 
 
-@pytest.fixture(scope="module")
-def claude_image(user: User, world_dir: Path) -> None:
-    """The claude-code session image, built before any test reads a session's output line by line
-    (its long build log would fill a pipe nobody reads meanwhile)."""
-    from tests.conftest import TEST_SCOPE
-
-    workspace = world_dir / "ws" / "claude-image"
-    workspace.mkdir(parents=True, exist_ok=True)
-    if os.getuid() == 0:
-        os.chown(workspace, user.uid, user.gid)
-    built = run_dejima(user, TEST_SCOPE, "-q", "--harness", "claude-code", str(workspace), "--", "true",
-                       timeout=1500, ANTHROPIC_API_KEY="")
-    assert built.returncode == 0, built.stderr[-3000:]
-
-
 @pytest.fixture
 def settings(world_dir: Path, model: FakeModel, claude_image: None) -> str:
-    path = world_dir / f"credentials-{model.port}.toml"
-    path.write_text(f'[credentials]\nupstreams = {{ "anthropic-api-key" = "http://127.0.0.1:{model.port}" }}\n')
-    path.chmod(0o644)
-    return str(path)
+    return credential_settings(world_dir, f"credentials-{model.port}",
+                               {"anthropic-api-key": f"http://127.0.0.1:{model.port}"})
 
 
 # Runs in the session: what the agent can see, and one streamed request through the proxy.

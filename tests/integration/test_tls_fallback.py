@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.runtime import Runtime
+from tests.integration.conftest import credential_settings
 from tests.unit.proxy.fakes import make_test_ca
 from tests.world import User, containers_of, run_dejima, spawn_dejima, wait_for_line
 
@@ -117,11 +118,8 @@ def other_forge(user: User) -> Iterator[str]:
 @pytest.fixture
 def settings(world_dir: Path, github: FakeGitHub) -> str:
     upstream = f"https://127.0.0.1:{github.port}"
-    path = world_dir / f"tls-{github.port}.toml"
-    path.write_text(f'[credentials]\nupstreams = {{ "github-api" = "{upstream}", "github-uploads" = "{upstream}" }}\n'
-                    f'extra_ca_file = "{github.ca}"\n')
-    path.chmod(0o644)
-    return str(path)
+    return credential_settings(world_dir, f"tls-{github.port}", {"github-api": upstream, "github-uploads": upstream},
+                               f'extra_ca_file = "{github.ca}"\n')
 
 
 # Runs in the session, as the agent: three clients that know nothing of dejima, then the hostile part.
