@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from dejima.core.settings import Settings
 from dejima.ui.console import UI
 from tests.conftest import TEST_SCOPE
 from tests.networld import WORLD_LABEL, World, build_world, remove_world
-from tests.world import TEST_GID, TEST_UID, User, make_user, run_dejima
+from tests.world import TEST_GID, TEST_UID, User, containers_of, make_user, run_dejima, spawn_dejima, wait_for_line
 
 
 @dataclass(frozen=True)
@@ -102,3 +104,30 @@ def credential_settings(world_dir: Path, name: str, upstreams: dict[str, str], e
     path.write_text(f"[credentials]\nupstreams = {{ {routes} }}\n{extra}")
     path.chmod(0o644)
     return str(path)
+
+
+# Session-side Python an agent script ends with: what every process of the session holds in its
+# environment (the canary checks look for real secrets there).
+ENVIRONS = """
+environs = []
+for path in glob.glob("/proc/[0-9]*/environ"):
+    try:
+        environs.append(open(path, "rb").read().decode("latin-1"))
+    except OSError:
+        pass
+"""
+
+
+def run_agent(runtime: Runtime, user: User, scope: str, args: tuple[str, ...], agent: str, timeout: float = 120,
+              **env: str) -> tuple[dict[str, Any], list[str], str]:
+    """Run ``agent`` (Python printing one JSON object and AGENT-DONE) in a session started with
+    ``args``; while it still runs, inspect every container of the scope. Returns what the agent
+    printed, the inspections as JSON text, and the launcher's stderr."""
+    with spawn_dejima(user, scope, *args, "--", "sh", "-c", 'python3 -c "$0" && exec sleep 120', agent,
+                      **env) as proc:
+        line = wait_for_line(proc.stdout, "AGENT-DONE", timeout=timeout).rsplit("AGENT-DONE", 1)[0]
+        inspected = [json.dumps(runtime.inspect(c)) for c in containers_of(runtime, scope)]
+        proc.terminate()
+        proc.wait(timeout=60)
+        stderr = proc.stderr.read()  # type: ignore[union-attr]
+    return json.loads(line), inspected, stderr

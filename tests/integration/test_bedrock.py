@@ -16,8 +16,8 @@ import pytest
 
 from dejima.adapters.runtime import Runtime
 from tests.bedrockfake import DRIP_SECONDS, WORDS, FakeBedrock, fake_bedrock
-from tests.integration.conftest import credential_settings
-from tests.world import User, containers_of, run_dejima, spawn_dejima, wait_for_line
+from tests.integration.conftest import ENVIRONS, credential_settings, run_agent
+from tests.world import User, containers_of, run_dejima
 
 REAL_ID = "AKIACANARYHOSTKEY001"
 REAL_SECRET = "Canary/RealAwsSecretKeyNeverInSession0001"
@@ -69,12 +69,7 @@ try:
     decoy = send(decoy_id).status
 except urllib.error.HTTPError as e:
     decoy = e.code
-environs = []
-for path in glob.glob("/proc/[0-9]*/environ"):
-    try:
-        environs.append(open(path, "rb").read().decode("latin-1"))
-    except OSError:
-        pass
+""" + ENVIRONS + r"""
 print(json.dumps({"key": key, "secret": os.environ.get("AWS_SECRET_ACCESS_KEY", ""), "base": base, "text": text,
                   "spread": arrivals[-1] - arrivals[0], "decoy": decoy, "environs": environs}), "AGENT-DONE",
       flush=True)
@@ -85,15 +80,8 @@ print(json.dumps({"key": key, "secret": os.environ.get("AWS_SECRET_ACCESS_KEY", 
 def test_a_placeholder_signed_request_reaches_bedrock_signed_by_the_host_keys(
         runtime: Runtime, user: User, scope: str, workspace: Path, bedrock: FakeBedrock, settings: str) -> None:
     bedrock.seen.clear()
-    with spawn_dejima(user, scope, "--harness", "claude-code", "--backend", "bedrock", str(workspace), "--",
-                      "sh", "-c", 'python3 -c "$0" && exec sleep 120', AGENT, DEJIMA_SETTINGS=settings,
-                      **HOST_AWS) as proc:
-        line = wait_for_line(proc.stdout, "AGENT-DONE", timeout=120).rsplit("AGENT-DONE", 1)[0]
-        inspected = [json.dumps(runtime.inspect(c)) for c in containers_of(runtime, scope)]
-        proc.terminate()
-        proc.wait(timeout=60)
-        stderr = proc.stderr.read()  # type: ignore[union-attr]
-    seen = json.loads(line)
+    seen, inspected, stderr = run_agent(runtime, user, scope, ("--harness", "claude-code", "--backend", "bedrock",
+                                        str(workspace)), AGENT, DEJIMA_SETTINGS=settings, **HOST_AWS)
     assert seen["key"].startswith("AKIA") and seen["key"] != REAL_ID and seen["secret"] != REAL_SECRET
     assert seen["base"] == "http://127.0.0.1:700/r/aws-sigv4-runtime"
     assert seen["text"] == "".join(WORDS)

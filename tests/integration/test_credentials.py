@@ -22,8 +22,8 @@ import pytest
 
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
-from tests.integration.conftest import credential_settings
-from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
+from tests.integration.conftest import ENVIRONS, credential_settings, run_agent
+from tests.world import User, containers_of, parse_json_line, run_dejima
 
 REAL_KEY = "sk-ant-api03-" + "Zq7Vt2Lr9Xc4Nw8Pb1Ks6Hd3Fg5Jm0Yu2Ie7Oa4Ws9Rx1Tc8Vb3Nq6Lp5Kz" + "-canaryAA"
 EVENTS = [("message_start", {"type": "message_start", "message": {
@@ -127,12 +127,7 @@ def status(url, headers):
         return str(e)
 # The placeholder toward another route, and without the route prefix: refused at the proxy.
 elsewhere = status(base.replace("anthropic-api-key", "github-api") + "/user", {"Authorization": "Bearer " + key})
-environs = []
-for path in glob.glob("/proc/[0-9]*/environ"):
-    try:
-        environs.append(open(path, "rb").read().decode("latin-1"))
-    except OSError:
-        pass
+""" + ENVIRONS + r"""
 print(json.dumps({"key": key, "base": base, "text": text, "spread": arrivals[-1] - arrivals[0],
                   "events": len(arrivals), "elsewhere": elsewhere, "environs": environs,
                   "decoy": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
@@ -144,15 +139,8 @@ print(json.dumps({"key": key, "base": base, "text": text, "spread": arrivals[-1]
 def test_the_agent_reaches_its_model_with_a_placeholder_and_the_key_never_enters(
         runtime: Runtime, user: User, scope: str, workspace: Path, model: FakeModel, settings: str) -> None:
     model.seen.clear()
-    with spawn_dejima(user, scope, "--harness", "claude-code", str(workspace), "--", "sh", "-c",
-                      'python3 -c "$0" && exec sleep 120', AGENT, DEJIMA_SETTINGS=settings,
-                      ANTHROPIC_API_KEY=REAL_KEY) as proc:
-        line = wait_for_line(proc.stdout, "AGENT-DONE", timeout=120).rsplit("AGENT-DONE", 1)[0]
-        inspected = [json.dumps(runtime.inspect(c)) for c in containers_of(runtime, scope)]
-        proc.terminate()
-        proc.wait(timeout=60)
-        stderr = proc.stderr.read()  # type: ignore[union-attr]
-    seen = json.loads(line)
+    seen, inspected, stderr = run_agent(runtime, user, scope, ("--harness", "claude-code", str(workspace)), AGENT,
+                                        DEJIMA_SETTINGS=settings, ANTHROPIC_API_KEY=REAL_KEY)
     # The agent held a placeholder shaped like a key, and reached the model through the bridge.
     assert seen["key"].startswith("sk-ant-") and seen["key"] != REAL_KEY
     assert seen["base"] == "http://127.0.0.1:700/r/anthropic-api-key"

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.runtime import Runtime
-from tests.integration.conftest import credential_settings
+from tests.integration.conftest import ENVIRONS, credential_settings, run_agent
 from tests.unit.proxy.fakes import make_test_ca
-from tests.world import User, containers_of, run_dejima, spawn_dejima, wait_for_line
+from tests.world import User, run_dejima
 
 TOKEN = "ghp_" + "Tl5FallbackRealTokenNeverInSession0042"
 OTHER_TOKEN = "glpat-" + "OtherForgeRealTokenNeverInSession42"
@@ -165,12 +165,7 @@ try:
     socket.socket().bind(("127.0.0.1", 443)); out["bind"] = "bound"
 except OSError as e:
     out["bind"] = e.errno
-environs = []
-for path in glob.glob("/proc/[0-9]*/environ"):
-    try:
-        environs.append(open(path, "rb").read().decode("latin-1"))
-    except OSError:
-        pass
+""" + ENVIRONS + r"""
 out["environs"] = environs
 print(json.dumps(out), "AGENT-DONE", flush=True)
 """
@@ -185,15 +180,8 @@ def test_tools_reach_the_intercepted_api_with_a_placeholder_and_the_ca_key_stays
                        DEJIMA_SETTINGS=settings, GH_TOKEN=TOKEN, OTHER_FORGE_TOKEN=OTHER_TOKEN)
     assert built.returncode == 0, built.stderr[-3000:]
     github.seen.clear()
-    with spawn_dejima(user, scope, *forge, str(github_workspace), "--", "sh", "-c",
-                      'python3 -c "$0" && exec sleep 120', AGENT, DEJIMA_SETTINGS=settings, GH_TOKEN=TOKEN,
-                      OTHER_FORGE_TOKEN=OTHER_TOKEN) as proc:
-        line = wait_for_line(proc.stdout, "AGENT-DONE", timeout=180).rsplit("AGENT-DONE", 1)[0]
-        inspected = [json.dumps(runtime.inspect(c)) for c in containers_of(runtime, scope)]
-        proc.terminate()
-        proc.wait(timeout=60)
-        stderr = proc.stderr.read()  # type: ignore[union-attr]
-    seen = json.loads(line)
+    seen, inspected, stderr = run_agent(runtime, user, scope, (*forge, str(github_workspace)), AGENT, timeout=180,
+                                        DEJIMA_SETTINGS=settings, GH_TOKEN=TOKEN, OTHER_FORGE_TOKEN=OTHER_TOKEN)
     # The session holds a placeholder shaped like a token; api.github.com is the filter's relay.
     assert seen["token"].startswith("ghp_") and seen["token"] != TOKEN
     assert seen["address"] == "127.0.0.1"
