@@ -98,10 +98,8 @@ def _prepare_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: R
     """The session's credential routes, their sources read now on the host (never in a container)."""
     if not any(m.credentials for m in resolved.manifests):
         return None
-    from dejima.proxy.runner import prepare_session_proxy, unserved_routes
+    from dejima.proxy.runner import prepare_session_proxy
 
-    for reason in unserved_routes(resolved):
-        ui.warn(reason)
     proxy = prepare_session_proxy(resolved, command, workspace, settings.credentials,
                                   sessions_dir() / request.session_id, Path(request.home_dir),
                                   (identity.uid, identity.gid))

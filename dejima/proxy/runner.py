@@ -35,25 +35,13 @@ TRUST_DIR = ".dejima/tls"  # in the session's home: the session CA and the bundl
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 
 
-# API families the proxy cannot serve (none today: Bedrock's SigV4 routes are signed by dejima.proxy.signing).
-UNSERVED_APIS: dict[str, str] = {}
-
-
 def session_routes(resolved: Resolved) -> list[tuple[CredentialRoute, str]]:
     """(route, the manifest that declares it), each route name once (the first manifest wins)."""
     seen: dict[str, tuple[CredentialRoute, str]] = {}
     for manifest in resolved.manifests:
-        if manifest.api not in UNSERVED_APIS:
-            for route in manifest.credentials:
-                seen.setdefault(route.name, (route, manifest.source))
+        for route in manifest.credentials:
+            seen.setdefault(route.name, (route, manifest.source))
     return list(seen.values())
-
-
-def unserved_routes(resolved: Resolved) -> list[str]:
-    """Why some declared routes get no proxy route at all (one line per manifest)."""
-    return [f"{m.source}: {UNSERVED_APIS[m.api]}; the session starts without its route(s) "
-            f"{', '.join(r.name for r in m.credentials)}"
-            for m in resolved.manifests if m.api in UNSERVED_APIS and m.credentials]
 
 
 def required_routes(resolved: Resolved, command: tuple[str, ...] | None) -> tuple[str, ...]:
