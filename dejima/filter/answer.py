@@ -17,9 +17,9 @@ import struct
 from typing import NamedTuple
 
 from dejima.filter.query import Malformed, checked_name
-from dejima.filter.wire import HEADER, BadName, Question, encode_labels, encode_name, ldh_name, read_name
+from dejima.filter.wire import CLASS_IN, HEADER, BadName, Question, encode_labels, encode_name, ldh_name, read_name
 
-TYPE_A, TYPE_NS, TYPE_CNAME, TYPE_SOA, TYPE_PTR, TYPE_MX, TYPE_SRV = 1, 2, 5, 6, 12, 15, 33
+TYPE_A, TYPE_NS, TYPE_CNAME, TYPE_SOA, TYPE_PTR, TYPE_MX, TYPE_SRV, TYPE_AAAA = 1, 2, 5, 6, 12, 15, 33, 28
 # Where the one name inside the rdata of these types starts (RFC 1035 lets it be compressed; SRV
 # must not be, but some servers do). The rdata of other kept types holds no compressed name.
 NAME_AT = {TYPE_CNAME: 0, TYPE_NS: 0, TYPE_PTR: 0, TYPE_MX: 2, TYPE_SRV: 6}
@@ -69,7 +69,7 @@ def parse(data: bytes, question: Question, at: int | None = None) -> Answer | No
                 wanted = rtype in (TYPE_CNAME, question.qtype)
             else:
                 wanted = rtype == TYPE_SOA
-            owner = ldh_name(labels) if wanted and rclass == 1 else None
+            owner = ldh_name(labels) if wanted and rclass == CLASS_IN else None
             if owner is not None:  # a record for a name no chain can reach is dropped
                 records.append(Rec(question.name if owner == question.name else owner, rtype, ttl,
                                    _rdata(data, start, at, rtype)))

@@ -11,11 +11,10 @@ under the same policy object only.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-from dejima.filter.answer import Answer, Rec, encode, parse
-from dejima.filter.wire import HEADER, Question, Request, encode_name, reply
+from dejima.filter.answer import TYPE_A, Answer, Rec, encode, parse
+from dejima.filter.wire import HEADER, Question, Request, question_section, reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +36,7 @@ def build(policy: object, asked: str, rcode: int, answers: list[Rec], authority:
     """The reply's template: ``answers`` and ``authority`` records with TTLs capped at ``ceiling``."""
     body, places = encode(answers + authority, asked, ceiling)
     ttls = tuple(value for place in places for value in place)
-    address_ttl = min((rec.ttl for rec in answers if rec.rtype == 1), default=0)
+    address_ttl = min((rec.ttl for rec in answers if rec.rtype == TYPE_A), default=0)
     return Hit(policy, rcode, (len(answers), len(authority), 0), body, ttls,
                stored, expires, tuple(addresses), tuple(ports) if ports is not None else None,
                min(address_ttl, ceiling))
@@ -60,4 +59,4 @@ def answer_of(hit: Hit, question: Question) -> Answer | None:
     """The records of ``hit`` (TTLs as stored) read back as an upstream answer, for the resolver
     to check again under another policy."""
     head = b"\x00\x00" + HEADER.pack(0x8180 | hit.rcode, 1, *hit.counts)
-    return parse(head + encode_name(question.name) + struct.pack("!HH", question.qtype, 1) + hit.body, question)
+    return parse(head + question_section(question) + hit.body, question)

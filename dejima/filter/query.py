@@ -17,9 +17,18 @@ from __future__ import annotations
 import secrets
 import struct
 
-from dnslib import CLASS, OPCODE, QTYPE, DNSBuffer, DNSLabel, DNSRecord
+from dnslib import CLASS, OPCODE, QTYPE, DNSBuffer, DNSRecord
 
-from dejima.filter.wire import LABEL, OPT, UPSTREAM_PAYLOAD, Question, Request, encode_name, plain_request
+from dejima.filter.wire import (
+    LABEL,
+    OPT,
+    Question,
+    Request,
+    client_limit,
+    joined,
+    plain_request,
+    question_section,
+)
 
 # Types an agent's tools ask for. ANY is not here (RFC 8482 deprecates it; it would hand out
 # every record of an allowed name at once); neither are zone transfers or obsolete types.
@@ -41,15 +50,10 @@ def checked_name(labels: list[bytes] | tuple[bytes, ...]) -> str:
     for part in labels:
         if not LABEL.match(part):
             raise Malformed(f"label {part[:80]!r} is not letters, digits and hyphens")
-    name = b".".join(labels).decode("ascii").lower()
-    if len(name) > 253:
+    name = joined(labels)
+    if name is None:
         raise Malformed("a name has at most 253 characters")
     return name
-
-
-def wire_name(label: DNSLabel) -> str:
-    """The name a DNSLabel carries on the wire (see ``checked_name``)."""
-    return checked_name(label.label)
 
 
 def read(packet: bytes, plain: tuple[Request, Question] | None = None) -> tuple[Request, Question | Malformed] | None:
@@ -95,7 +99,7 @@ def parse_query(request: DNSRecord) -> Question:
         raise Malformed(f"class {CLASS.get(question.qclass, question.qclass)} is not answered")
     if question.qtype not in ORDINARY_TYPES:
         raise Malformed(f"type {QTYPE.get(question.qtype, question.qtype)} is not answered")
-    return Question(wire_name(question.qname), question.qtype)
+    return Question(checked_name(question.qname.label), question.qtype)
 
 
 def _request(record: DNSRecord) -> Request:
@@ -109,7 +113,7 @@ def _request(record: DNSRecord) -> Request:
         except Exception:  # noqa: BLE001 - a question dnslib cannot write back is not echoed
             section = b""
     options = [rr for rr in record.ar if rr.rtype == QTYPE.OPT]
-    limit = max(512, min(int(options[0].rclass), UPSTREAM_PAYLOAD)) if options else 512
+    limit = client_limit(int(options[0].rclass)) if options else 512
     return Request(struct.pack("!H", record.header.id), record.header.rd, section, bool(options), limit)
 
 
@@ -118,5 +122,5 @@ def upstream_query(question: Question) -> tuple[int, bytes, bytes]:
     recursion desired, EDNS with our buffer size and nothing of the client's (no client subnet,
     cookies or padding)."""
     qid = secrets.randbits(16)
-    section = encode_name(question.name) + struct.pack("!HH", question.qtype, CLASS.IN)
+    section = question_section(question)
     return qid, struct.pack("!HHHHHH", qid, 0x0100, 1, 0, 0, 1) + section + OPT, section

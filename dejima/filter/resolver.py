@@ -41,14 +41,13 @@ from typing import Any, Protocol, TypeVar
 
 from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
 from dejima.filter import VIOLATION, answer, hitcache, query, wire
-from dejima.filter.answer import TYPE_A, TYPE_SOA, Answer, Rec, UpstreamError
+from dejima.filter.answer import TYPE_A, TYPE_AAAA, TYPE_SOA, Answer, Rec, UpstreamError
 from dejima.filter.query import Malformed
 from dejima.filter.wire import FORMERR, NOERROR, REFUSED, SERVFAIL, Question, Request
 
 SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed: always refused
 EDE_BLOCKED = 15
 EDE_PROHIBITED = 18
-TYPE_AAAA = 28
 CACHE_ENTRIES = 1024  # answers kept (hits and the others): an agent repeats far fewer names
 NAME_ENTRIES = 16384  # address -> name, for naming the domain of a blocked connection
 DENIAL_ENTRIES = 256  # refused names remembered for `dejima-allow`
@@ -60,7 +59,7 @@ MEMO_ENTRIES = 1024  # verdicts remembered per policy object
 INTERCEPT_ADDRESS, INTERCEPT_TTL = bytes((127, 0, 0, 1)), 300
 K = TypeVar("K")
 V = TypeVar("V")
-__all__ = ["SELF_CHECK_NAME", "PolicyResolver", "UpstreamError", "ViolationLog"]
+__all__ = ["SELF_CHECK_NAME", "PolicyResolver", "ViolationLog"]
 
 
 class Sets(Protocol):

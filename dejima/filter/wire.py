@@ -91,8 +91,23 @@ def ldh_name(labels: list[bytes]) -> str | None:
     """The name the labels spell when every one is letters, digits and hyphens, else None."""
     if not labels or not all(LABEL.match(label) for label in labels):
         return None
+    return joined(labels)
+
+
+def joined(labels: list[bytes] | tuple[bytes, ...]) -> str | None:
+    """Labels already checked against LABEL as a name: lower-cased, dot-joined; None past 253 characters."""
     name = b".".join(labels).decode("ascii").lower()
     return name if len(name) <= 253 else None
+
+
+def question_section(question: Question) -> bytes:
+    """The question section asking ``question`` (class IN), as the resolver writes it."""
+    return encode_name(question.name) + struct.pack("!HH", question.qtype, CLASS_IN)
+
+
+def client_limit(payload: int) -> int:
+    """The largest UDP reply a client that announced ``payload`` gets: at least 512, at most ours."""
+    return max(512, min(payload, UPSTREAM_PAYLOAD))
 
 
 def encode_labels(labels: list[bytes]) -> bytes:
@@ -128,11 +143,11 @@ def plain_request(packet: bytes) -> tuple[Request, Question] | None:
     if ar:
         if packet[end:end + 3] != b"\x00\x00\x29" or len(packet) != end + 11 or packet[end + 9:end + 11] != b"\0\0":
             return None  # an OPT with options, or something else: the full path decides
-        edns, limit = True, max(512, min((packet[end + 3] << 8) | packet[end + 4], UPSTREAM_PAYLOAD))
+        edns, limit = True, client_limit((packet[end + 3] << 8) | packet[end + 4])
     elif len(packet) != end:
         return None
-    name = b".".join(labels).decode("ascii").lower()
-    if len(name) > 253:
+    name = joined(labels)
+    if name is None:
         return None
     return Request(packet[:2], packet[2] & 1, packet[12:end], edns, limit), Question(name, qtype)
 
