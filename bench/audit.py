@@ -36,10 +36,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import Row, load, median  # noqa: E402
-from dejima import exit_audit  # noqa: E402
 from dejima.adapters.findings import FindingStore  # noqa: E402
 from dejima.adapters.mount_state import load_snapshot  # noqa: E402
 from dejima.core.snapshot import diff  # noqa: E402
+from dejima.orchestration import exit_audit  # noqa: E402
 from dejima.orchestration.exit_audit import Mount, MountState, audit_mount  # noqa: E402
 from dejima.ui.console import UI, plain_console  # noqa: E402
 

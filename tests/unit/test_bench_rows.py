@@ -19,3 +19,18 @@ def test_the_ratio_shown_agrees_with_the_verdict(value: float, better: str, goal
     row = Row("m", "q/s", value, 1.0, "anchor", goal, better=better)
     assert row.passed is passed
     assert row.ratio_text() == shown
+
+
+def test_every_phase_bench_times_names_that_exist() -> None:
+    """bench/phases.py wraps functions by module and name as the launcher imports them; a renamed or
+    moved module would silently time nothing (its rows come out empty)."""
+    import importlib
+
+    from bench.phases import TIMED
+
+    for (module_name, class_name), (names, _prefix) in TIMED.items():
+        owner: object = importlib.import_module(module_name)
+        if class_name:
+            owner = getattr(owner, class_name)
+        missing = [name for name in names.split() if not hasattr(owner, name)]
+        assert not missing, f"{module_name}.{class_name}: {missing}"
