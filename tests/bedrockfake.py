@@ -12,7 +12,6 @@ import base64
 import binascii
 import json
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.awsverify import verify
+from tests.httpfake import send_json, serving
 
 REGION, SERVICE = "us-east-1", "bedrock"
 WORDS = ("Hello ", "from ", "fake ", "Bedrock.")
@@ -117,12 +117,7 @@ def _handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(b"0\r\n\r\n")
 
         def _json(self, status: int, payload: dict[str, object]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, payload)
 
     return Handler
 
@@ -130,16 +125,9 @@ def _handler(fake: FakeBedrock) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def fake_bedrock(key_id: str, secret: str, token: str | None = None, host: str = "127.0.0.1") -> Iterator[FakeBedrock]:
     fake = FakeBedrock(key_id, secret, token)
-    server = ThreadingHTTPServer((host, 0), _handler(fake))
-    server.daemon_threads = True
-    fake.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(ThreadingHTTPServer((host, 0), _handler(fake))) as server:
+        fake.port = server.server_address[1]
         yield fake
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def decode_frames(data: bytes) -> list[dict[str, object]]:

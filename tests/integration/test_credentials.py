@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import pytest
 
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
+from tests.httpfake import send_json, serving
 from tests.integration.conftest import ENVIRONS, credential_settings, run_agent
 from tests.world import User, containers_of, parse_json_line, run_dejima
 
@@ -82,19 +82,11 @@ def model() -> Iterator[FakeModel]:
                                  "usage": {"input_tokens": 3, "output_tokens": 5}})
 
         def _json(self, status: int, payload: dict[str, object]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, status, payload)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    fake.port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield fake
-    server.shutdown()
-    server.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as server:
+        fake.port = server.server_address[1]
+        yield fake
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import json
 import os
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.runtime import Runtime
+from tests.httpfake import send_json, serving
 from tests.integration.conftest import ENVIRONS, credential_settings, run_agent
 from tests.unit.proxy.fakes import make_test_ca
 from tests.world import User, run_dejima
@@ -56,12 +56,8 @@ def github(world_dir: Path) -> Iterator[FakeGitHub]:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             fake.seen.append((self.command, self.path, self.headers.get("Authorization", "")))
             ok = self.headers.get("Authorization") == f"Bearer {TOKEN}"
-            data = json.dumps({"login": "octocat", "id": 1} if ok else {"message": "Bad credentials"}).encode()
-            self.send_response(200 if ok else 401)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, 200 if ok else 401, {"login": "octocat", "id": 1} if ok else {"message": "Bad credentials"},
+                      "application/json; charset=utf-8")
 
         do_GET = do_POST = _answer  # noqa: N815 - the stdlib's names
 
@@ -69,11 +65,9 @@ def github(world_dir: Path) -> Iterator[FakeGitHub]:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(leaf), str(key))
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    fake.port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield fake
-    server.shutdown()
-    server.server_close()
+    with serving(server):
+        fake.port = server.server_address[1]
+        yield fake
 
 
 @pytest.fixture

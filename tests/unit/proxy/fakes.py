@@ -21,6 +21,7 @@ from dejima.core.credentials import Route, Secret, parse_upstream
 from dejima.core.placeholders import make_placeholder
 from dejima.proxy.server import ProxyConfig, ProxyServer, RouteSpec
 from dejima.proxy.sources import FixedSource
+from tests.httpfake import serving
 
 REAL_KEY = "sk-ant-api03-REALrealREALrealREALrealREALrealREALreal0123456789"
 
@@ -138,7 +139,6 @@ def _handler(api_ref: list[FakeAPI]) -> type[BaseHTTPRequestHandler]:
 def fake_api(tls: tuple[Path, Path] | None = None) -> Iterator[FakeAPI]:
     ref: list[FakeAPI] = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(ref))
-    server.daemon_threads = True
     scheme = "http"
     if tls is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -147,13 +147,8 @@ def fake_api(tls: tuple[Path, Path] | None = None) -> Iterator[FakeAPI]:
         scheme = "https"
     api = FakeAPI(server, f"{scheme}://127.0.0.1:{server.server_port}")
     ref.append(api)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield api
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 class LoopThread:

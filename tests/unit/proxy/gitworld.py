@@ -6,12 +6,13 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from tests.httpfake import serving
 
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "GIT_TERMINAL_PROMPT": "0"}
@@ -90,16 +91,9 @@ def fake_forge(tmp: Path, repository: str = "owner/repo") -> Iterator[Forge]:
     (root / "other").mkdir()
     git("init", "--bare", "-q", "-b", "main", str(root / "other" / "repo.git"))
     forge = Forge(root, "")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(forge))
-    server.daemon_threads = True
-    forge.url = f"http://127.0.0.1:{server.server_port}"
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _handler(forge))) as server:
+        forge.url = f"http://127.0.0.1:{server.server_port}"
         yield forge
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def session_git_env(proxy_port: int, route: str, placeholder: str, username: str, forge_url: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +14,7 @@ import pytest
 
 from dejima.proxy.claude_login import CLIENT_ID, ClaudeLoginSource
 from dejima.proxy.sources import CredentialError, SourceUnavailable, resolve_source
+from tests.httpfake import serving
 
 ORIGIN = "harnesses/claude-code.toml credentials[0] (claude-login)"
 
@@ -47,11 +47,8 @@ class TokenEndpoint:
 @pytest.fixture
 def endpoint() -> Iterator[TokenEndpoint]:
     ep = TokenEndpoint()
-    thread = threading.Thread(target=ep.server.serve_forever, daemon=True)
-    thread.start()
-    yield ep
-    ep.server.shutdown()
-    ep.server.server_close()
+    with serving(ep.server):
+        yield ep
 
 
 def write_login(home: Path, access: str, expires_in: float, refresh: str | None = "sk-ant-ort01-old") -> Path:
