@@ -61,9 +61,6 @@ class Catalog:
                 reference="unknown-manifest",
             ) from None
 
-    def of_kind(self, kind: str) -> list[Manifest]:
-        return [m for (k, _), m in sorted(self.manifests.items()) if k == kind]
-
 
 def _read(kind: str, path: Path, shipped: Manifest | None) -> Manifest | BrokenManifest:
     text = None

@@ -22,12 +22,12 @@ _DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def checked(name: str, check: Callable[[str], str | None], plural: str = "") -> Kind:
-    """A string kind with one check: ``check`` returns the problem (and raises for a fix), or None."""
+def checked(name: str, check: Callable[[str], str | None], plural: str = "", fix: str = "") -> Kind:
+    """A string kind with one check: ``check`` returns the problem, or None; ``fix`` says how to mend it."""
     def convert(value: str) -> str:
         problem = check(value)
         if problem:
-            raise Invalid(problem)
+            raise Invalid(problem, fix)
         return value
 
     return Kind(name, "a string", (str,), convert, plural)
@@ -182,42 +182,16 @@ HTTP_URL = checked("URL", lambda v: None if v.startswith(("http://", "https://")
 ABSOLUTE_PATH = checked("path", lambda v: None if v.startswith("/") else f"must be an absolute path, not {shown(v)}")
 
 
-def _https(text: str) -> str:
-    if not text.startswith("https://"):
-        raise Invalid(f"must be an https:// URL, not {shown(text)}", "secrets only travel to their service over TLS")
-    return text
-
-
-HTTPS_URL = Kind("https:// URL", "a string", (str,), _https)
-
-
-def _inside(text: str) -> str:
-    if text.startswith("/") or ".." in text.split("/"):
-        raise Invalid(f"must be a path inside the workspace, not {shown(text)}",
-                      "write it relative to the workspace root")
-    return text
-
-
-WORKSPACE_PATH = Kind("workspace path", "a string", (str,), _inside)
-
-
-def _env_name(text: str) -> str:
-    if not _ENV_NAME.match(text):
-        raise Invalid(f"is not an environment variable name ({shown(text)})",
-                      "letters, digits and '_', not starting with a digit")
-    return text
-
-
-ENV_NAME = Kind("variable name", "a string", (str,), _env_name)
-
-
-def _kebab(text: str) -> str:
-    if not _KEBAB.match(text):
-        raise Invalid(f"must be kebab-case, not {shown(text)}", 'lower-case words joined by "-", e.g. "github-token"')
-    return text
-
-
-KEBAB = Kind("kebab-case name", "a string", (str,), _kebab)
+HTTPS_URL = checked("https:// URL", lambda v: None if v.startswith("https://") else
+                    f"must be an https:// URL, not {shown(v)}", fix="secrets only travel to their service over TLS")
+WORKSPACE_PATH = checked("workspace path", lambda v: f"must be a path inside the workspace, not {shown(v)}"
+                         if v.startswith("/") or ".." in v.split("/") else None,
+                         fix="write it relative to the workspace root")
+ENV_NAME = checked("variable name", lambda v: None if _ENV_NAME.match(v) else
+                   f"is not an environment variable name ({shown(v)})",
+                   fix="letters, digits and '_', not starting with a digit")
+KEBAB = checked("kebab-case name", lambda v: None if _KEBAB.match(v) else f"must be kebab-case, not {shown(v)}",
+                fix='lower-case words joined by "-", e.g. "github-token"')
 
 
 def is_kebab(text: str) -> bool:

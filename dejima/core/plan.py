@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 
 from dejima.core import labels
 from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry
-from dejima.core.limits import ContainerLimits, resolve_memory
+from dejima.core.limits import ContainerLimits, is_share, resolve_memory
 from dejima.core.resolve import Resolved
 from dejima.core.ruleset import (
     DENY_ALL_EXPECTATION,
@@ -275,7 +275,7 @@ def unlock_special(policy: EgressPolicy, settings: Settings, cli_overrides: tupl
 def resolve_limits(limits: LimitSettings, engine_memory: int | None) -> tuple[ContainerLimits, ContainerLimits]:
     """(filter, session) limits; a memory share needs the engine's memory (unknown: no memory limit)."""
     def memory(text: str) -> int | None:
-        return None if engine_memory is None and text.endswith("%") else resolve_memory(text, engine_memory or 0)
+        return None if engine_memory is None and is_share(text) else resolve_memory(text, engine_memory or 0)
 
     return (
         ContainerLimits(limits.filter_pids, memory(limits.filter_memory), limits.filter_cpu_shares),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from dejima.core.images import ImageLayers, InstallStep
 from dejima.core.kinds import EGRESS_ENTRY, STR, reasons_name_denied
-from dejima.core.manifest import BrokenManifest, Manifest, ManifestError
+from dejima.core.manifest import BrokenManifest, Manifest, ManifestError, singular
 from dejima.core.schema import Key, Table, check_data, list_of, table, table_of
 
 REPO_POLICY_FILE = ".dejima.toml"
@@ -162,7 +162,7 @@ def resolve(catalog: Mapping[tuple[str, str], Manifest], facts: WorkspaceFacts, 
     def get(kind: str, name: str, flag: str) -> Manifest:
         if (kind, name) not in catalog:
             known = ", ".join(sorted(n for k, n in catalog if k == kind)) or "none"
-            raise ManifestError(f"{flag} {name}: no such {kind[:-1] if kind != 'harnesses' else 'harness'}",
+            raise ManifestError(f"{flag} {name}: no such {singular(kind)}",
                                 hint=f"known {kind}: {known}", reference="unknown-manifest")
         return catalog[(kind, name)]
 

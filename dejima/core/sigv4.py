@@ -27,7 +27,6 @@ from urllib.parse import quote, unquote
 from dejima.core.credentials import Secret
 
 ALGORITHM = "AWS4-HMAC-SHA256"
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # What a session's SDK wrote for its own (placeholder) signature: dropped before the proxy signs.
 SIGNATURE_HEADERS = frozenset({"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"})
 _SPACES = re.compile(r"\s+")

@@ -25,9 +25,8 @@ from pathlib import Path
 
 from dejima.core.credentials import Secret
 from dejima.core.sigv4 import AwsKeys
-from dejima.proxy.sources import COMMAND_TIMEOUT, CredentialError, SourceUnavailable, run_helper
+from dejima.proxy.sources import COMMAND_TIMEOUT, REFRESH_MARGIN, CredentialError, SourceUnavailable, run_helper
 
-REFRESH_MARGIN = 5 * 60.0  # read temporary keys again this long before they expire
 _ENV_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_CREDENTIAL_EXPIRATION")
 _UNRESOLVED = {"sso_session": "AWS SSO", "sso_start_url": "AWS SSO", "role_arn": "an assumed role",
                "web_identity_token_file": "a web identity"}

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dejima.core.credentials import Secret
-from dejima.proxy.sources import CredentialError, SourceUnavailable
+from dejima.proxy.sources import REFRESH_MARGIN, CredentialError, SourceUnavailable
 
 TOKEN_ENDPOINT = "https://console.anthropic.com/v1/oauth/token"
 CLIENT_ID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"  # Claude Code's public OAuth client
-REFRESH_MARGIN = 5 * 60.0  # refresh this long before expiry
 REFRESH_TIMEOUT = 20.0
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from dejima.proxy.aws_source import AwsSource
     from dejima.proxy.server import ProxyServer, RouteSpec
 
-_REFRAMED = frozenset({"content-length", "transfer-encoding"})
+_DROPPED = SIGNATURE_HEADERS | {"content-length", "transfer-encoding"}  # signed anew, framed anew
 
 
 async def _answer(server: ProxyServer, exchange: Exchange, status: int, message: str, body_read: bool) -> Outcome:
@@ -58,7 +58,7 @@ async def forward_signed(server: ProxyServer, spec: RouteSpec, exchange: Exchang
     if keys.session_token is not None:
         server.reals[f"{route.name} (session token)"] = keys.session_token.reveal()
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in exchange.admission.headers
-               if k.lower().decode("latin-1") not in SIGNATURE_HEADERS | _REFRAMED]
+               if k.lower().decode("latin-1") not in _DROPPED]
     if body or exchange.head.method in ("POST", "PUT", "PATCH"):
         headers.append(("Content-Length", str(len(body))))
     headers += sign(route.signing.scope, keys, exchange.head.method, exchange.admission.target, headers,

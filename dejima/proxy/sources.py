@@ -21,6 +21,7 @@ from dejima.errors import DiagnosticError
 
 COMMAND_TIMEOUT = 15.0
 COMMAND_MAX_AGE = 45 * 60.0
+REFRESH_MARGIN = 5 * 60.0  # an expiring credential is renewed this long before it expires
 MAX_FILE_BYTES = 64 * 1024
 
 
