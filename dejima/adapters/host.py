@@ -222,9 +222,7 @@ def claim(directory: Path, token: str | None = None) -> None:
     """Make ``directory`` (if needed) and record ``token`` (this launcher's) as its owner; call it
     holding ``locked(directory.parent)``."""
     ensure_private_dir(directory)
-    temporary = directory / f"{OWNER_FILE}.{os.getpid()}.tmp"
-    temporary.write_text(token or launcher_token())
-    temporary.replace(directory / OWNER_FILE)
+    write_atomically(directory / OWNER_FILE, (token or launcher_token()).encode())
 
 
 def owner_alive(directory: Path) -> bool:
@@ -239,9 +237,21 @@ def owner_alive(directory: Path) -> bool:
 
 def record(directory: Path, name: str, text: str) -> None:
     """Write a small fact about a session (its workspace, say) into its state directory, atomically."""
-    temporary = directory / f"{name}.{os.getpid()}.tmp"
-    temporary.write_text(text)
-    temporary.replace(directory / name)
+    write_atomically(directory / name, text.encode())
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Writes ``data`` to ``path`` (mode 0600): a reader sees the old file or the new, never a part."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with open(fd, "wb") as file:
+            os.fchmod(fd, 0o600)  # a stale temporary file keeps its mode through O_CREAT
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def read_record(directory: Path, name: str) -> str | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,9 +181,7 @@ class TagCache:
         kept = dict(list(entries.items())[-self.KEEP:])
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-            temporary.write_text(json.dumps(kept))
-            os.replace(temporary, self.path)
+            host.write_atomically(self.path, json.dumps(kept).encode())
         except OSError:
             pass  # a cache: the next start renders the recipes again
 

@@ -107,25 +107,11 @@ def decode_state(data: bytes, directory: Path) -> State:
         raise ValueError(f"cannot be decoded: {exc}") from exc
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Writes ``data`` to ``path`` (mode 0600): a reader sees the old file or the new, never a part."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with open(fd, "wb") as file:
-            os.fchmod(fd, 0o600)  # a stale temporary file keeps its mode through O_CREAT
-            file.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
 def save_snapshot(path: Path, snapshot: Snapshot) -> None:
     """Writes ``snapshot`` to ``path`` (mode 0600), atomically."""
     with gc_paused():
         data = encode(snapshot)
-    write_atomically(path, data)
+    host.write_atomically(path, data)
 
 
 def load_snapshot(path: Path) -> Snapshot:
@@ -195,7 +181,7 @@ def remember(state: State, snapshot: Snapshot, changed_dirs: set[str]) -> None:
             shutil.copyfile(base, kept)
         base = kept
     kept_state = State(state.identity, base, change, digests, state.extra)
-    write_atomically(directory / "state", encode_state(kept_state, base.name))
+    host.write_atomically(directory / "state", encode_state(kept_state, base.name))
     for old in directory.glob("base-*.snapshot"):
         if old != base:
             old.unlink(missing_ok=True)  # a session that started from it holds its own link

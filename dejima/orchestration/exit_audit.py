@@ -24,7 +24,6 @@ from dejima.adapters.mount_state import (
     encode_state,
     load_snapshot,
     save_snapshot,
-    write_atomically,
 )
 from dejima.adapters.tree_walk import (
     WALK_ATTEMPTS,
@@ -132,9 +131,8 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
             described.append({"kind": mount.kind, "root": str(mount.root), "snapshot": f"{index}.snapshot",
                               "state": f"{index}.state",
                               "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
-        temporary = directory / "state.json.tmp"
-        temporary.write_text(json.dumps({"version": _STATE_VERSION, "mounts": described}))
-        temporary.replace(directory / "state.json")
+        host.write_atomically(directory / "state.json",
+                              json.dumps({"version": _STATE_VERSION, "mounts": described}).encode())
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)  # no session starts without its start state
         raise
@@ -163,7 +161,7 @@ def _save_start(directory: Path, index: int, state: MountState) -> None:
         delta, digests = start.delta, state.walked.known.digests
         state.walked.known = Known(digests, lambda: apply_delta(load_snapshot(path), delta))
         walk = {"walk": state.walked.results}
-    write_atomically(directory / f"{index}.state", encode_state(State(start.identity, path, start.delta,
+    host.write_atomically(directory / f"{index}.state", encode_state(State(start.identity, path, start.delta,
                                                                       start.digests, {**start.extra, **walk}),
                                                                 path.name))
 
