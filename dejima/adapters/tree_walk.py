@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dejima.adapters.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
 from dejima.adapters.forked import collect, fork, gc_paused, stop
@@ -285,6 +285,7 @@ def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str],
 
 
 WALK_ATTEMPTS = 3  # the fast walk, then walks that list every directory
+T = TypeVar("T")
 
 
 def take_snapshot(root: Path, previous: Snapshot | None = None,
@@ -308,13 +309,17 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     Also returns the paths recorded again or removed: ``diff`` needs to look at no other.
     """
     count = max(1, workers or default_workers())
-    for attempt in range(WALK_ATTEMPTS):
+    return _retried(lambda attempt: _walk_once(root, previous, hash_path, count, list_all=attempt > 0))
+
+
+def _retried(walk: Callable[[int], T]) -> T:
+    """``walk(attempt)`` until it adds up, at most WALK_ATTEMPTS times (the last InconsistentWalk is raised)."""
+    for attempt in range(WALK_ATTEMPTS - 1):
         try:
-            return _walk_once(root, previous, hash_path, count, list_all=attempt > 0)
+            return walk(attempt)
         except InconsistentWalk:
-            if attempt == WALK_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+            pass
+    return walk(WALK_ATTEMPTS - 1)
 
 
 @dataclass
@@ -352,14 +357,9 @@ def start_snapshot(root: Path, hash_path: Callable[[str], bool] = lambda path: T
     others are recorded; a walk that does not add up is done again in full. ``defer``: the known
     entries are loaded by ``Walked.complete``, later (the walk needs only their digests)."""
     count = max(1, workers or default_workers())
-    for attempt in range(WALK_ATTEMPTS):
-        racy_after = time.time_ns() - RACY_NS  # before the walk: what it reads later is newer
-        try:
-            return _start_once(root, hash_path, known if attempt == 0 else None, count, racy_after, defer)
-        except InconsistentWalk:
-            if attempt == WALK_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+    # racy_after is taken before each walk: what the walk reads later is newer
+    return _retried(lambda attempt: _start_once(root, hash_path, known if attempt == 0 else None, count,
+                                                time.time_ns() - RACY_NS, defer))
 
 
 def _start_once(root: Path, hash_path: Callable[[str], bool], known: Known | None, count: int,
