@@ -20,6 +20,7 @@ from dejima.core.images import ImageRecipe
 from dejima.core.plan import ContainerSpec
 from dejima.errors import EngineError, ImageError
 
+_RAISE = object()  # _call's default: a missing object is an error too
 __all__ = ["ENGINE_HINT", "ContainerInfo", "Runtime", "connect"]
 
 
@@ -66,18 +67,26 @@ class Runtime:
         return self.client.api
 
     # --- engine ---------------------------------------------------------------------------
+    def _call(self, doing: str, method: str, path: str, params: dict[str, Any] | None = None, body: Any = None, *,
+              missing: Any = _RAISE, hint: str | None = None) -> Any:
+        """An engine call whose failure is an EngineError saying what was being done; with
+        ``missing``, a 404 (the object is gone) returns it instead."""
+        try:
+            return self.engine.call(method, path, params, body)
+        except APIError as exc:
+            if exc.not_found and missing is not _RAISE:
+                return missing
+            raise EngineError(f"cannot {doing}: {exc.message}", hint=hint) from exc
+
     def version(self) -> dict[str, Any]:
         info: dict[str, Any] = self.engine.call("GET", "/version")
         return info
 
     # --- images ---------------------------------------------------------------------------
     def image_id(self, ref: str) -> str | None:
-        try:
-            return str(self.engine.call("GET", f"/images/{quote(ref, safe='/:@')}/json")["Id"])
-        except APIError as exc:
-            if exc.not_found:
-                return None
-            raise EngineError(f"cannot inspect image {ref}: {exc.message}", hint=ENGINE_HINT) from exc
+        info = self._call(f"inspect image {ref}", "GET", f"/images/{quote(ref, safe='/:@')}/json", missing=None,
+                          hint=ENGINE_HINT)
+        return None if info is None else str(info["Id"])
 
     def pull(self, ref: str) -> str:
         """Pull ``ref``; returns the engine's reason on failure instead of raising."""
@@ -142,25 +151,17 @@ class Runtime:
         return found
 
     def remove_image(self, image: str) -> None:
-        try:
-            self.engine.call("DELETE", f"/images/{quote(image, safe='/:@')}", {"force": False})
-        except APIError as exc:
-            if not exc.not_found:
-                raise EngineError(f"cannot remove image {image}: {exc.message}") from exc
+        self._call(f"remove image {image}", "DELETE", f"/images/{quote(image, safe='/:@')}", {"force": False},
+                   missing=None)
 
     # --- containers -----------------------------------------------------------------------
     def create(self, spec: ContainerSpec) -> str:
-        try:
-            created = self.engine.call("POST", "/containers/create", {"name": spec.name}, create_body(spec))
-        except APIError as exc:
-            raise EngineError(f"cannot create container {spec.name}: {exc.message}") from exc
+        created = self._call(f"create container {spec.name}", "POST", "/containers/create", {"name": spec.name},
+                             create_body(spec))
         return str(created["Id"])
 
     def start(self, container: str) -> None:
-        try:
-            self.engine.call("POST", f"{_c(container)}/start")
-        except APIError as exc:
-            raise EngineError(f"cannot start container {container[:12]}: {exc.message}") from exc
+        self._call(f"start container {container[:12]}", "POST", f"{_c(container)}/start")
 
     def follow_logs(self, container: str) -> Generator[bytes, None, None]:
         """Everything the container prints (stdout and stderr, as it comes) until it goes away."""
@@ -203,13 +204,9 @@ class Runtime:
         return int(result["StatusCode"])
 
     def inspect(self, container: str) -> dict[str, Any] | None:
-        try:
-            info: dict[str, Any] = self.engine.call("GET", f"{_c(container)}/json")
-            return info
-        except APIError as exc:
-            if exc.not_found:
-                return None
-            raise EngineError(f"cannot inspect container {container[:12]}: {exc.message}") from exc
+        info: dict[str, Any] | None = self._call(f"inspect container {container[:12]}", "GET", f"{_c(container)}/json",
+                                                 missing=None)
+        return info
 
     def address(self, container: str, network: str) -> str:
         """The container's IPv4 address on ``network``."""
@@ -284,18 +281,11 @@ class Runtime:
     def create_network(self, name: str, subnet: str, network_labels: dict[str, str]) -> str:
         body = {"Name": name, "Driver": "bridge", "CheckDuplicate": True, "Labels": network_labels,
                 "IPAM": {"Driver": "default", "Config": [{"Subnet": subnet}]}}
-        try:
-            created = self.engine.call("POST", "/networks/create", body=body)
-        except APIError as exc:
-            raise EngineError(f"cannot create network {name}: {exc.message}") from exc
+        created = self._call(f"create network {name}", "POST", "/networks/create", body=body)
         return str(created["Id"])
 
     def remove_network(self, network: str) -> None:
-        try:
-            self.engine.call("DELETE", f"/networks/{quote(network, safe='')}")
-        except APIError as exc:
-            if not exc.not_found:
-                raise EngineError(f"cannot remove network {network}: {exc.message}") from exc
+        self._call(f"remove network {network}", "DELETE", f"/networks/{quote(network, safe='')}", missing=None)
 
     def networks(self, label_filter: dict[str, str]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.engine.call("GET", "/networks", _filters(label_filter))
