@@ -8,6 +8,7 @@ import gc
 import marshal
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,16 +25,41 @@ class SnapshotError(DiagnosticError):
     reference = "audit-snapshot-failed"
 
 
+_pauses = 0  # how many pauses of the collector are in force, across threads
+_pauses_lock = threading.Lock()
+
+
+def pause_gc() -> Callable[[], None]:
+    """Pause the collector until the returned function is called (once; further calls do nothing).
+    Pauses nest and span threads: the collector runs again when the last one ends, so no pause
+    ends another's (the launcher's start pause and the audit's loader thread overlap)."""
+    global _pauses
+    with _pauses_lock:
+        _pauses += 1
+        gc.disable()
+    ended = threading.Event()
+
+    def resume() -> None:
+        global _pauses
+        with _pauses_lock:
+            if ended.is_set():
+                return
+            ended.set()
+            _pauses -= 1
+            if _pauses == 0:
+                gc.enable()
+
+    return resume
+
+
 @contextmanager
 def gc_paused() -> Iterator[None]:
     # Building 100k entries would trigger full collections that scan all of them, several times.
-    enabled = gc.isenabled()
-    gc.disable()
+    resume = pause_gc()
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        resume()
 
 
 def workers() -> int:

@@ -110,15 +110,17 @@ def _launch(argv: list[str], ui: UI) -> int:
     # A start allocates much (plans, the audit's snapshot) and leaves almost no cycles: the
     # collector would spend ~50 ms walking live objects during it. It is off for the start (back
     # on after GC_PAUSE_SECONDS, for a long session).
-    gc.disable()
-    resume = threading.Timer(GC_PAUSE_SECONDS, gc.enable)
-    resume.daemon = True
-    resume.start()
+    from dejima.adapters.forked import pause_gc
+
+    resume = pause_gc()
+    timer = threading.Timer(GC_PAUSE_SECONDS, resume)
+    timer.daemon = True
+    timer.start()
     try:
         return _start(argv, ui)
     finally:
-        resume.cancel()
-        gc.enable()
+        timer.cancel()
+        resume()
 
 
 def _start(argv: list[str], ui: UI) -> int:
