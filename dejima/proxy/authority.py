@@ -102,9 +102,7 @@ def leaf_context(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> ssl
     password = secrets.token_bytes(32)
     data = pem(cert).encode() + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                   serialization.BestAvailableEncryption(password))
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_alpn_protocols(ALPN)
+    context = _server_context()
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("dejima-leaf")
         try:
@@ -117,6 +115,14 @@ def leaf_context(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> ssl
         path = Path(private) / "leaf.pem"
         path.write_bytes(data)
         context.load_cert_chain(str(path), password=password)
+    return context
+
+
+def _server_context() -> ssl.SSLContext:
+    """What every server side of the fallback speaks: TLS 1.2 or later, HTTP/1.1 by ALPN."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(ALPN)
     return context
 
 
@@ -156,9 +162,7 @@ class SessionAuthority:
     def server_context(self, refused: Refused) -> ssl.SSLContext:
         """The listening context: no certificate of its own; the SNI callback picks the marked host's
         leaf, and a handshake without SNI or for any other name ends with an alert."""
-        base = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        base.minimum_version = ssl.TLSVersion.TLSv1_2
-        base.set_alpn_protocols(ALPN)
+        base = _server_context()
 
         def choose(connection: ssl.SSLObject, name: str | None, _initial: ssl.SSLContext) -> int | None:
             context = self._contexts.get((name or "").lower().rstrip("."))
