@@ -60,14 +60,21 @@ def user(world_dir: Path) -> User:
     return make_user(world_dir, os.getuid(), os.getgid())
 
 
-@pytest.fixture
-def workspace(world_dir: Path, user: User, request: pytest.FixtureRequest) -> Path:
-    path = world_dir / "ws" / request.node.name.replace("[", "_").replace("]", "")
-    path.mkdir(parents=True)
+def user_workspace(world_dir: Path, user: User, name: str) -> Path:
+    """A workspace directory under the world, owned by the test user (sessions run as its owner)."""
+    path = world_dir / "ws" / name
+    path.mkdir(parents=True, exist_ok=True)
     (path.parent).chmod(0o755)
     if os.getuid() == 0:
         os.chown(path, user.uid, user.gid)
     return path
+
+
+@pytest.fixture
+def workspace(world_dir: Path, user: User, request: pytest.FixtureRequest) -> Path:
+    path = world_dir / "ws" / request.node.name.replace("[", "_").replace("]", "")
+    path.mkdir(parents=True)  # a test's own workspace is new: a name used twice is a mistake
+    return user_workspace(world_dir, user, path.name)
 
 
 @pytest.fixture
@@ -88,10 +95,7 @@ def world(runtime: Runtime, images: Images, world_dir: Path) -> Iterator[World]:
 def claude_image(user: User, world_dir: Path) -> None:
     """The claude-code session image, built once before any test reads a session's output line by
     line (its long build log would fill a pipe nobody reads meanwhile)."""
-    workspace = world_dir / "ws" / "claude-image"
-    workspace.mkdir(parents=True, exist_ok=True)
-    if os.getuid() == 0:
-        os.chown(workspace, user.uid, user.gid)
+    workspace = user_workspace(world_dir, user, "claude-image")
     built = run_dejima(user, TEST_SCOPE, "-q", "--harness", "claude-code", str(workspace), "--", "true",
                        timeout=1500, ANTHROPIC_API_KEY="")
     assert built.returncode == 0, built.stderr[-3000:]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import user_workspace
 from tests.integration.test_credentials import REAL_KEY, FakeModel, model, settings  # noqa: F401
 from tests.world import User, run_dejima, spawn_dejima, wait_for_line
 
@@ -60,10 +61,7 @@ def connect_as(uid: int, path: Path) -> str:
 @pytest.mark.timeout(1800)
 def test_a_route_serves_its_own_session_only(user: User, scope: str, workspace: Path, world_dir: Path,
                                              model: FakeModel, settings: str) -> None:  # noqa: F811
-    other = world_dir / "ws" / "isolation-other"
-    other.mkdir(parents=True, exist_ok=True)
-    if os.getuid() == 0:
-        os.chown(other, user.uid, user.gid)
+    other = user_workspace(world_dir, user, "isolation-other")
     before = proxy_sockets(user)
     model.seen.clear()
     with spawn_dejima(user, scope, "-q", "--harness", "claude-code", str(workspace), "--", "sh", "-c",

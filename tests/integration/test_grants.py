@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from dejima.orchestration.selftest import ECHO_PORT
+from tests.integration.conftest import user_workspace
 from tests.networld import World
 from tests.world import User, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 
@@ -191,13 +192,7 @@ def test_the_session_cannot_grant_itself_anything(user: User, scope: str, worksp
 
 
 def test_a_grant_to_one_session_is_invisible_to_another(user: User, scope: str, world_dir: Path, world: World) -> None:
-    import os
-
-    first, second = world_dir / "ws" / "grant-first", world_dir / "ws" / "grant-second"
-    for path in (first, second):
-        path.mkdir(parents=True, exist_ok=True)
-        if os.getuid() == 0:
-            os.chown(path, user.uid, user.gid)
+    first, second = (user_workspace(world_dir, user, name) for name in ("grant-first", "grant-second"))
     with session_with_retry(user, scope, first, world, "web.dejima.test", 8080, "once") as a, \
             session_with_retry(user, scope, second, world, "web.dejima.test", 8080, "once") as b:  # type: ignore[attr-defined]
         wait_for_line(a.stdout, "denied")

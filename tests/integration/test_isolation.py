@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dejima.adapters.runtime import Runtime
 from dejima.core.plan import SESSION_HOME
+from tests.integration.conftest import user_workspace
 from tests.world import User, parse_json_line, run_dejima
 
 INSPECT = r"""
@@ -81,9 +81,6 @@ def test_home_persists_per_project(runtime: Runtime, images: object, user: User,
     assert first.returncode == 0, first.stderr
     again = run_dejima(user, scope, "-q", str(workspace), "--", "cat", f"{SESSION_HOME}/note")
     assert again.stdout == "kept\n"
-    other = world_dir / "ws" / "other-project"
-    other.mkdir(parents=True, exist_ok=True)
-    if os.getuid() == 0:
-        os.chown(other, user.uid, user.gid)
+    other = user_workspace(world_dir, user, "other-project")
     elsewhere = run_dejima(user, scope, "-q", str(other), "--", "sh", "-c", "test -e $HOME/note; echo $?")
     assert elsewhere.stdout == "1\n"  # another project has its own home
