@@ -21,6 +21,7 @@ from dejima.core.httpwire import (
     end_to_end,
     parse_response_head,
     response_framing,
+    serialize_request,
     serialize_response,
     wants_keep_alive,
 )
@@ -58,22 +59,33 @@ class Exchange:
             try:
                 conn = await self.server.pool.acquire(self.upstream)
             except UpstreamError as exc:
-                return await self._fail(exc.status, exc.message)
+                return await self.fail(exc.status, exc.message)
             try:
                 return await self._round_trip(conn, request, body)
             except _Stale:
                 conn.close()
                 if attempt or not replayable:
-                    return await self._fail(502, f"{self.upstream} closed the connection without answering")
+                    return await self.fail(502, f"{self.upstream} closed the connection without answering")
             except BaseException:
                 conn.close()
                 raise
         raise AssertionError("unreachable")
 
-    async def _fail(self, status: int, message: str) -> Outcome:
-        keep = self.framing.kind == "none"
+    async def fail(self, status: int, message: str, body_read: bool = False) -> Outcome:
+        """Answer the client ``status`` with ``message``; the connection stays open only when no
+        unread body of the client's is left on it."""
+        keep = body_read or self.framing.kind == "none"
         await self.server.answer(self.writer, status, message, close=not keep)
         return Outcome(status, keep_alive=keep, error=message)
+
+    async def run_whole(self, headers: list[tuple[bytes, bytes]], body: bytes, length: bool = True) -> Outcome:
+        """Forward a request whose body was read whole: the client's framing gives way to a
+        Content-Length (``length``: even for an empty body)."""
+        forwarded = [(k, v) for k, v in headers if k.lower() not in (b"content-length", b"transfer-encoding")]
+        if length or body:
+            forwarded.append((b"Content-Length", b"%d" % len(body)))
+        outcome = await self.run(serialize_request(self.head.method, self.admission.target, forwarded), body)
+        return Outcome(outcome.status, len(body), outcome.bytes_out, outcome.keep_alive, outcome.error)
 
     async def _client_body_failed(self, error: str) -> Outcome:
         self.writer.write(plain_response(400, "Bad Request", error, close=True))
@@ -137,7 +149,7 @@ class Exchange:
             if isinstance(response, UpstreamError):
                 sender.cancel()
                 conn.close()
-                return await self._fail(response.status, response.message)
+                return await self.fail(response.status, response.message)
             if isinstance(response, _Stale):
                 sender.cancel()
                 raise response

@@ -58,9 +58,7 @@ async def _advertisement(server: ProxyServer, route: Route, repository: str, cre
 
 async def _refuse(server: ProxyServer, exchange: Exchange, status: int, message: str, route: str) -> Outcome:
     server.violation("push-refused", route, message)
-    keep = exchange.framing.kind == "none"
-    await server.answer(exchange.writer, status, message, close=not keep)
-    return Outcome(status, keep_alive=keep, error=message)
+    return await exchange.fail(status, message)
 
 
 async def guard_push(server: ProxyServer, spec: RouteSpec, exchange: Exchange,
@@ -94,7 +92,7 @@ async def _check_and_forward(server: ProxyServer, spec: RouteSpec, exchange: Exc
     try:
         plain = zlib.decompress(body, 16 + zlib.MAX_WBITS) if encoding == b"gzip" else body
         if plain == FLUSH:  # git's probe before a large (chunked) push: no commands, nothing to check
-            return await _forward(exchange, headers, body)
+            return await exchange.run_whole(headers, body)
         push = parse_push_request(plain)
         credential = credential_value(route, await spec.source.current())
         advertised, default_ref = parse_advertisement(await _advertisement(server, route, repository, credential))
@@ -115,11 +113,6 @@ async def _check_and_forward(server: ProxyServer, spec: RouteSpec, exchange: Exc
                               b"Cache-Control: no-cache\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
         await exchange.writer.drain()
         return Outcome(200, len(body), len(answer), True, "push refused: " + "; ".join(refused))
-    return await _forward(exchange, headers, body)
+    return await exchange.run_whole(headers, body)
 
 
-async def _forward(exchange: Exchange, headers: list[tuple[bytes, bytes]], body: bytes) -> Outcome:
-    forwarded = [(k, v) for k, v in headers if k.lower() not in (b"content-length", b"transfer-encoding")]
-    forwarded.append((b"Content-Length", b"%d" % len(body)))
-    outcome = await exchange.run(serialize_request(exchange.head.method, exchange.admission.target, forwarded), body)
-    return Outcome(outcome.status, len(body), outcome.bytes_out, outcome.keep_alive, outcome.error)

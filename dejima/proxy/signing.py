@@ -13,7 +13,7 @@ import asyncio
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from dejima.core.httpwire import HttpError, serialize_request
+from dejima.core.httpwire import HttpError
 from dejima.core.sigv4 import SIGNATURE_HEADERS, payload_sha256, sign
 from dejima.proxy.exchange import Exchange, Outcome
 from dejima.proxy.sources import SourceUnavailable
@@ -24,12 +24,6 @@ if TYPE_CHECKING:
     from dejima.proxy.server import ProxyServer, RouteSpec
 
 _DROPPED = SIGNATURE_HEADERS | {"content-length", "transfer-encoding"}  # signed anew, framed anew
-
-
-async def _answer(server: ProxyServer, exchange: Exchange, status: int, message: str, body_read: bool) -> Outcome:
-    keep = body_read or exchange.framing.kind == "none"
-    await server.answer(exchange.writer, status, message, close=not keep)
-    return Outcome(status, keep_alive=keep, error=message)
 
 
 async def forward_signed(server: ProxyServer, spec: RouteSpec, exchange: Exchange) -> Outcome:
@@ -45,25 +39,21 @@ async def forward_signed(server: ProxyServer, spec: RouteSpec, exchange: Exchang
         reason = exc.reason if exc.status != 413 else (
             f"{exc.reason}: route {route.name!r} signs each request body whole (AWS SigV4), so the proxy "
             f"reads at most {limit} bytes of it")
-        return await _answer(server, exchange, exc.status, reason, False)
+        return await exchange.fail(exc.status, reason, False)
     except (BodyCut, TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-        return await _answer(server, exchange, 400, f"request body not fully received: {exc or type(exc).__name__}",
+        return await exchange.fail(400, f"request body not fully received: {exc or type(exc).__name__}",
                              False)
     try:
         keys = await source.keys()
     except SourceUnavailable as exc:
-        return await _answer(server, exchange, 502, f"the AWS keys of route {route.name!r} are unavailable: {exc}",
+        return await exchange.fail(502, f"the AWS keys of route {route.name!r} are unavailable: {exc}",
                              True)
     server.reals[route.name] = keys.secret_access_key.reveal()
     if keys.session_token is not None:
         server.reals[f"{route.name} (session token)"] = keys.session_token.reveal()
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in exchange.admission.headers
                if k.lower().decode("latin-1") not in _DROPPED]
-    if body or exchange.head.method in ("POST", "PUT", "PATCH"):
-        headers.append(("Content-Length", str(len(body))))
     headers += sign(route.signing.scope, keys, exchange.head.method, exchange.admission.target, headers,
                     payload_sha256(body), datetime.now(timezone.utc))
-    request = serialize_request(exchange.head.method, exchange.admission.target,
-                                [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers])
-    outcome = await exchange.run(request, body)
-    return Outcome(outcome.status, len(body), outcome.bytes_out, outcome.keep_alive, outcome.error)
+    return await exchange.run_whole([(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers], body,
+                                    length=exchange.head.method in ("POST", "PUT", "PATCH"))
