@@ -138,3 +138,20 @@ def test_a_hit_reads_back_as_the_answer_it_was_built_from() -> None:
     request = wire.Request(b"\x00\x05", 1, wire.encode_name("WWW.example.test") + b"\x00\x01\x00\x01", False, 512)
     aged = DNSRecord.parse(hitcache.render(hit, request, 10))
     assert [rr.ttl for rr in aged.rr] == [50, 20] and str(aged.rr[0].rname) == "WWW.example.test."
+
+
+def test_a_name_past_253_characters_is_refused_on_every_path() -> None:
+    """Labels that are each valid can still spell a name past 253 characters (past 255 octets on the
+    wire): the plain reader leaves it to the full path, which refuses it; 253 characters pass."""
+    longest = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])  # 253 characters, 255 octets
+    too_long = longest + "dd"
+    for name, accepted in ((longest, True), (too_long, False)):
+        labels = [label.encode() for label in name.split(".")]
+        assert (wire.ldh_name(labels) is not None) == accepted
+        packet = b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + wire.encode_labels(labels) + b"\x00\x01\x00\x01"
+        assert (wire.plain_request(packet) is not None) == accepted
+        read = query.read(packet)
+        assert read is None or isinstance(read[1], Malformed) != accepted, read
+        if not accepted:
+            with pytest.raises(Malformed):
+                query.checked_name(labels)
