@@ -22,12 +22,18 @@ def sessions_dir() -> Path:
 
 
 RUN_DIR = "run"  # a session's sockets (control, proxy): mounted into its filter alone
+GATE = "gate"  # a session's start gate's FIFO: mounted read-only into the session
 RECORDS = "violations.jsonl"  # the filter's and the credential proxy's refusals, one JSON line each
 LEDGER = "ledger.jsonl"  # the requests the credential proxy carried
 
 
 def run_dir(session_id: str) -> Path:
     return sessions_dir() / session_id / RUN_DIR
+
+
+def gate_dir(session_id: str) -> Path:
+    """The session's start gate (adapters/gate.py): mounted read-only into the session."""
+    return sessions_dir() / session_id / GATE
 
 
 def ledger_path(session_id: str) -> Path:

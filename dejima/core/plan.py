@@ -40,6 +40,19 @@ CONTROL_SOCKET = "control.sock"
 PROXY_SOCKET = "proxy.sock"
 BRIDGE_PORT = 700  # the filter relays 127.0.0.1:700 in the namespace to the proxy's socket
 TLS_SOCKET, TLS_PORT = "tls.sock", 443  # the TLS fallback: intercepted names resolve to 127.0.0.1, relayed here
+# The start gate: the session's container starts while the filter applies its ruleset, but its
+# command waits on a FIFO (in a host directory mounted read-only) until the launcher, having seen
+# the filter's verified ready line, writes the word. End of file (the launcher went away) or any
+# other word: the command never runs. dash reads no startup file for `sh -c`.
+GATE_DIR, GATE_FIFO, GATE_WORD = "/run/dejima-gate", "go", "go"
+GATE_NOT_RELEASED = 125  # the gate's status when the launcher did not release it
+GATE_SCRIPT = (
+    f'read -r word < "$1" && [ "$word" = {GATE_WORD} ] || {{ echo "dejima: the session was not released by its '
+    f'launcher; nothing ran" >&2; exit {GATE_NOT_RELEASED}; }}; shift; '
+    'command -v -- "$1" >/dev/null 2>&1 || { echo "dejima: $1: command not found in the session image" >&2; '
+    'exit 127; }; exec "$@"'
+)
+GATE_ENTRYPOINT = ("/bin/sh", "-c", GATE_SCRIPT, "dejima-gate", f"{GATE_DIR}/{GATE_FIFO}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +136,7 @@ class SessionRequest:
     cache_root: PurePosixPath | None = None  # host directory for manifest caches outside $HOME
     read_only: tuple[PurePosixPath, ...] = ()  # workspace paths mounted read-only over themselves
     run_dir: PurePosixPath | None = None  # host directory for the filter's sockets (control, proxy)
+    gate_dir: PurePosixPath | None = None  # host directory holding the start gate's FIFO (None: no gate)
     control_owner: int = 0  # the launcher's uid: only it may use the control socket
     bridge: bool = False  # relay the credential proxy's socket into the namespace
     project_allow: tuple[str, ...] = ()  # the user's policy for this workspace (dejima-allow --persist)
@@ -189,6 +203,7 @@ class SessionPlan:
     unlocked: tuple[Unlocked, ...] = ()  # special allow entries let through by an override
     credentials: tuple[CredentialView, ...] = ()  # the routes, for the card and --render (no values)
     masked: tuple[str, ...] = ()  # per-session placeholders, left out of the plan hash
+    gate: str | None = None  # host path of the start gate's FIFO; None: the session starts after ready
 
     @property
     def plan_hash(self) -> str:
@@ -355,7 +370,9 @@ def build_session_plan(
         environment=environment,
         binds=(Bind(workspace, workspace), Bind(str(request.home_dir), SESSION_HOME), *(
             (Bind(str(request.resolv_conf), "/etc/resolv.conf", read_only=True),) if request.resolv_conf else ()),
-            *cache_binds, *(Bind(str(p), str(p), read_only=True) for p in request.read_only)),
+            *cache_binds, *(Bind(str(p), str(p), read_only=True) for p in request.read_only),
+            *((Bind(str(request.gate_dir), GATE_DIR, read_only=True),) if request.gate_dir else ())),
+        entrypoint=GATE_ENTRYPOINT if request.gate_dir else None,
         tmpfs={"/tmp": f"rw,nosuid,nodev,mode=1777,size={session_limits.tmp_size}"},
         # Joining the filter's network namespace puts the session behind its ruleset; joining its
         # PID namespace makes the kernel kill the session the moment the filter's init dies.
@@ -379,6 +396,7 @@ def build_session_plan(
         unlocked=unlocked,
         credentials=credential_views(resolved, settings.credentials.upstreams),
         masked=tuple(v for c in request.canaries for v in (c, canary_signature(c))),
+        gate=str(request.gate_dir / GATE_FIFO) if request.gate_dir else None,
     )
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dejima.adapters import host, projects
 from dejima.adapters.catalog import load_catalog
 from dejima.adapters.repo import read_repo_policy, workspace_facts
-from dejima.adapters.violations import ViolationStore, run_dir, sessions_dir
+from dejima.adapters.violations import ViolationStore, gate_dir, run_dir, sessions_dir
 from dejima.core import labels
 from dejima.core.manifest import ManifestError
 from dejima.core.plan import (
@@ -227,6 +227,7 @@ def session_request(workspace: Path, command: tuple[str, ...] | None, resolved: 
         cache_root=PurePosixPath(host.data_dir() / "caches" / home.name),
         read_only=protected_paths(workspace, settings),
         run_dir=PurePosixPath(run_dir(session_id)),
+        gate_dir=PurePosixPath(gate_dir(session_id)),
         control_owner=os.getuid(),
         project_allow=project_allow,
         project_source=project_source,

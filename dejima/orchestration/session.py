@@ -2,8 +2,10 @@
 
     run(plan) ── create the filter; start it on its own thread, meanwhile create the session
                 and do the caller's work (the audit's recovery, findings check, start snapshot)
+             ── start the session's container (it joins the filter's network and PID namespaces);
+                its command waits at the start gate (core/plan.py) until the filter is verified
              ── wait for "ready" (ruleset applied and read back, its digest the plan's) ── or FilterError
-             └─ session container (joins the filter's network and PID namespaces)
+             └─ release the gate: the command runs
                 ├─ non-interactive: attach, stream output, exit with the command's status
                 └─ interactive: `docker start -ai` gives a real TTY with resizing
              └─ finally, whatever happened, in parallel: stop the filter gently, keep its output,
@@ -24,8 +26,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from types import FrameType
 
+from dejima.adapters.gate import Gate
 from dejima.adapters.host import Launcher, launcher_alive
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
@@ -170,12 +174,28 @@ def _pump(stream: Iterator[tuple[bytes | None, bytes | None]]) -> None:
         pass
 
 
-def _run_attached(runtime: Runtime, container: str, stop_timeout: float) -> int:
+def _start_attached(runtime: Runtime, container: str) -> threading.Thread:
+    """Start the container with its output streamed to ours (attached before the start, so that
+    nothing it prints is lost); returns the thread that copies it."""
     stream = runtime.attach(container)
     pump = threading.Thread(target=_pump, args=(stream,), name="session-output", daemon=True)
     pump.start()
+    runtime.start(container)
+    return pump
+
+
+def _start_behind_gate(runtime: Runtime, container: str, ready: Callable[[], None]) -> threading.Thread:
+    """Start the gated session while the filter gets ready. A filter that failed meanwhile takes
+    the session's start down with it (it cannot join a stopped container): its story is the one."""
     try:
-        runtime.start(container)
+        return _start_attached(runtime, container)
+    except EngineError:
+        ready()  # raises the filter's own FilterError when it failed
+        raise
+
+
+def _run_attached(runtime: Runtime, container: str, stop_timeout: float, pump: threading.Thread) -> int:
+    try:
         status = runtime.wait(container)
     except Interrupted as interrupted:
         status = _forward(runtime, container, interrupted.signum, stop_timeout)
@@ -298,16 +318,24 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
     """
     created: list[str] = []
+    gate = Gate(plan.gate) if plan.gate is not None else None
     with signals_raise():
         try:
             filter_id, session_id = _create_and_start(runtime, plan, created, while_filter_starts)
-            _wait_ready(runtime, filter_id, ready_timeout, ruleset_digest(plan.ruleset))
+            # Behind the gate, the session's container starts while the filter applies its ruleset
+            # (its command waits for the release); without one, only once the filter is verified.
+            # An interactive session's terminal is handed over only to a session that will run.
+            ready = partial(_wait_ready, runtime, filter_id, ready_timeout, ruleset_digest(plan.ruleset))
+            pump = _start_behind_gate(runtime, session_id, ready) if gate is not None and not plan.interactive else None
+            ready()
             if on_refusal is not None:
                 _follow_refusals(runtime, filter_id, on_refusal)
+            if gate is not None:
+                gate.release()
             if plan.interactive:
                 status = _run_interactive(runtime, session_id, stop_timeout)
             else:
-                status = _run_attached(runtime, session_id, stop_timeout)
+                status = _run_attached(runtime, session_id, stop_timeout, pump or _start_attached(runtime, session_id))
             check_filter_alive(runtime, filter_id)
             return status
         except Interrupted as interrupted:
@@ -319,7 +347,11 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
                 steps[stopped] = lambda: on_filter_output(stop_filter_and_read(runtime, stopped))
             if len(created) == 2 and once_session_removed is not None:
                 after[created[1]] = once_session_removed
-            teardown(runtime, created, steps, after)
+            try:
+                teardown(runtime, created, steps, after)
+            finally:
+                if gate is not None:
+                    gate.close()
 
 
 def _create_and_start(runtime: Runtime, plan: SessionPlan, created: list[str],

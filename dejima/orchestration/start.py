@@ -18,6 +18,7 @@ from dejima.adapters import host
 from dejima.adapters.violations import ViolationStore, ledger_path, run_dir, sessions_dir
 from dejima.core.limits import describe
 from dejima.core.plan import (
+    GATE_ENTRYPOINT,
     PROXY_SOCKET,
     RESOLV_CONF,
     SESSION_HOME,
@@ -56,6 +57,7 @@ def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
     runtime: Runtime, ui: SessionReporter, options: Options | None = None,
 ) -> Prepared:
+    from dejima.adapters.gate import make_gate
     from dejima.adapters.image_builds import ensure_images
     from dejima.orchestration import session
     from dejima.orchestration.background import Background
@@ -87,6 +89,7 @@ def prepare_session(
     # open to it; no one else gets near: its parent is the launcher's own 0700 state directory,
     # and it is mounted into the filter alone, never into the session.
     sockets.chmod(0o777)
+    make_gate(Path(request.gate_dir or ""))
     host.record(sockets.parent, "workspace", str(workspace))
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts, source, resolved,
                               engine_memory=memory.join())
@@ -224,9 +227,10 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
             )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:
-            raise SessionError(
-                f"the command {describe_command(prepared.plan.session.command)!r} was not found in the session image",
-                hint="check its name; the session image has bash, coreutils, git, curl and python3",
+            raise SessionError(  # the gate names a missing command itself; this is its own shell
+                f"the session image cannot run {GATE_ENTRYPOINT[0]}, which holds the session's command "
+                "until the filter is verified",
+                hint="a session image needs a POSIX shell at /bin/sh",
                 reference="command-not-found",
                 exit_code=127,
             ) from exc

@@ -9,6 +9,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from dejima.adapters.gate import make_gate
 from dejima.adapters.host import launcher_token
 from dejima.adapters.runtime import Runtime
 from dejima.core.plan import FILTER_CONFIG_ENV, Identity, SessionPlan, SessionRequest, build_session_plan
@@ -20,10 +21,14 @@ from tests.world import User, containers_of
 
 
 def make_plan(images: object, scope: str, workspace: Path, user: User) -> SessionPlan:
+    session_id = os.urandom(4).hex()
+    # Gated, as the launcher runs it: the session's container starts while the filter is still
+    # being verified, so "never ran" below holds the gate to its promise.
+    gate = make_gate(workspace.parent / f"gate-{session_id}")
     request = SessionRequest(
-        session_id=os.urandom(4).hex(), scope=scope, workspace=PurePosixPath(workspace),
+        session_id=session_id, scope=scope, workspace=PurePosixPath(workspace),
         home_dir=PurePosixPath(workspace / ".home"), command=("touch", str(workspace / "session-ran")),
-        launcher=launcher_token(),
+        launcher=launcher_token(), gate_dir=PurePosixPath(gate.parent),
     )
     (workspace / ".home").mkdir(exist_ok=True)
     if os.getuid() == 0:

@@ -199,3 +199,17 @@ def test_root_on_a_root_owned_workspace_needs_the_option_and_a_user_cannot_ask_f
     assert caught.value.hint is not None and "--as-root" in caught.value.hint
     with pytest.raises(UsageError, match="--as-root needs dejima itself to run as root"):
         session_ids((1000, 1000), (1000, 1000), True, "/w")
+
+
+def test_a_gated_session_runs_its_command_behind_the_gate_mounted_read_only() -> None:
+    from dejima.core.plan import GATE_DIR, GATE_ENTRYPOINT
+
+    gated = plan(gate_dir=PurePosixPath("/state/sessions/abcd1234/gate"))
+    assert gated.session.entrypoint == GATE_ENTRYPOINT
+    assert gated.session.command == ("true",)  # the user's command, handed to the gate's script
+    gate_binds = [b for b in gated.session.binds if b.target == GATE_DIR]
+    assert [(b.source, b.read_only) for b in gate_binds] == [("/state/sessions/abcd1234/gate", True)]
+    assert gated.gate == "/state/sessions/abcd1234/gate/go"
+    assert not any(b.target == GATE_DIR for b in gated.filter.binds)
+    ungated = plan()
+    assert ungated.session.entrypoint is None and ungated.gate is None
