@@ -53,6 +53,7 @@ S = f"{R}/session._create_and_start"
 # Call path (bench/phases.py) -> the phase it is shown as.
 PHASES = {
     M: "launcher main(), total",
+    f"{M}/prestart.begin": "prestart: the remembered filter's create and start begun",
     f"{M}/app.resolve_manifests": "settings and manifests",
     P: "prepare (stale check, findings, images, plan)",
     f"{P}/images.ensure_images": "  image checks",
@@ -60,7 +61,8 @@ PHASES = {
     f"{P}/engine.memory": "  engine memory (docker info)",
     f"{P}/start.build_session_plan": "  plan (ruleset render)",
     S: "filter start || session create, audit import and start snapshot",
-    f"{S}/engine.create": "  engine create (filter, session)",
+    f"{S}/prestart.adopt": "  prestarted filter adopted (request compared)",
+    f"{S}/engine.create": "  engine create (session; filter too when not prestarted)",
     f"{S}/audit.recover": "  audit: recover (with its import)",
     f"{S}/audit.start": "  audit: start snapshot",
     "engine.start": "  engine start (filter, on its own thread)",

@@ -17,10 +17,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dejima.core.plan import Identity, session_ids
-from dejima.core.settings import Settings, parse_settings
 from dejima.errors import SettingsError, UsageError
+
+if TYPE_CHECKING:  # imported where used: the launcher's prestart (orchestration/prestart.py) imports
+    # this module before the plan's code, and starts the filter while that code is imported
+    from dejima.core.plan import Identity
+    from dejima.core.settings import Settings
 
 SETTINGS_ENV = "DEJIMA_SETTINGS"
 SCOPE_ENV = "DEJIMA_SCOPE"
@@ -30,6 +34,8 @@ _SCOPE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
 
 
 def identity() -> Identity:
+    from dejima.core.plan import Identity
+
     uid, gid = os.getuid(), os.getgid()
     try:
         name = pwd.getpwuid(uid).pw_name
@@ -40,6 +46,8 @@ def identity() -> Identity:
 
 def session_identity(workspace: Path, as_root: bool) -> Identity:
     """Who the session runs as (see ``session_ids``), with the name the session image gives it."""
+    from dejima.core.plan import Identity, session_ids
+
     launcher = identity()
     status = workspace.stat()
     uid, gid = session_ids((launcher.uid, launcher.gid), (status.st_uid, status.st_gid), as_root, str(workspace))
@@ -96,6 +104,8 @@ def settings_path() -> Path:
 
 
 def load_settings(path: Path | None = None) -> Settings:
+    from dejima.core.settings import Settings, parse_settings
+
     """Defaults when the file is absent; otherwise the file, strictly validated."""
     path = path or settings_path()
     try:

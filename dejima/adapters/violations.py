@@ -8,12 +8,14 @@ outlives the session (and survives a crash of the launcher up to the last line w
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from dejima.adapters import host
+from dejima.errors import SessionError
 from dejima.filter import VIOLATION as PREFIX
 
 
@@ -27,12 +29,25 @@ RECORDS = "violations.jsonl"  # the filter's and the credential proxy's refusals
 LEDGER = "ledger.jsonl"  # the requests the credential proxy carried
 
 
+def new_session_id() -> str:
+    """A fresh session id whose state directory this launcher owns from now on: the owner is
+    recorded before anything else goes there, so no other launcher takes it for a dead one's."""
+    root = sessions_dir()
+    with host.locked(root):
+        for _ in range(64):
+            session_id = secrets.token_hex(4)
+            if not (root / session_id).exists():
+                host.claim(root / session_id)
+                return session_id
+    raise SessionError(f"no unused session id in {root}", hint="remove old session directories there")
+
+
 def run_dir(session_id: str) -> Path:
     return sessions_dir() / session_id / RUN_DIR
 
 
 def gate_dir(session_id: str) -> Path:
-    """The session's start gate (adapters/gate.py): mounted read-only into the session."""
+    """The session's start gate (adapters/fifo.py): mounted read-only into the session."""
     return sessions_dir() / session_id / GATE
 
 

@@ -7,15 +7,22 @@ import gc
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dejima import __version__
 from dejima.adapters import host
 from dejima.cli import exit_codes
 from dejima.cli._run import run_main
-from dejima.cli.manage import COMMANDS
 from dejima.errors import UsageError
-from dejima.orchestration import app
 from dejima.ui.console import UI
+
+if TYPE_CHECKING:
+    from dejima.orchestration.prestart import Prestarted
+
+# dejima.cli.manage's COMMANDS, by name (a unit test holds them equal): the module is imported only
+# for them, since a session's start imports as little as it can before its filter is started.
+MANAGEMENT_COMMANDS = frozenset({"sessions", "stop", "clean", "doctor", "images", "settings", "violations", "ledger",
+                                 "manifests"})
 
 DESCRIPTION = """\
 Run a coding agent (or any command) on a real repository inside a guarded container pair.
@@ -127,6 +134,24 @@ def _start(argv: list[str], ui: UI) -> int:
     options, command = _split_command(argv)
     args = _launch_parser().parse_args(options)
     ui.quiet = args.quiet
+    if args.render:
+        return _session(args, command, ui, None)
+    # First thing, the filter this workspace's last session had (orchestration/prestart.py): the
+    # engine starts it while the rest of the launcher is imported and the plan is made.
+    from dejima.orchestration import prestart
+
+    prestarted = prestart.begin(args.path)
+    try:
+        return _session(args, command, ui, prestarted)
+    finally:
+        if prestarted is not None:
+            prestarted.discard()  # unless the session adopted it
+
+
+def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
+             prestarted: Prestarted | None) -> int:
+    from dejima.orchestration import app
+
     upstream, allow, allow_special = _checked_flags(args)
     settings = host.load_settings()
     workspace = app.validate_workspace(args.path)
@@ -142,7 +167,8 @@ def _start(argv: list[str], ui: UI) -> int:
         return exit_codes.SUCCESS
     from dejima.orchestration import start
 
-    prepared = start.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options)
+    prepared = start.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options,
+                                     prestarted)
     status = start.run_session(prepared, ui)
     gc.freeze()  # the process ends now: its exit need not walk every object it made (~30 ms)
     return status
@@ -160,7 +186,9 @@ def _checked_flags(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in COMMANDS:
+    if args and args[0] in MANAGEMENT_COMMANDS:
+        from dejima.cli.manage import COMMANDS
+
         name = args.pop(0)
         return run_main(lambda ui: COMMANDS[name](args, ui), failure=exit_codes.FAILURE)
     return run_main(lambda ui: _launch(args, ui))

@@ -17,6 +17,15 @@ from pathlib import PurePosixPath
 from dejima.core import labels
 from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry
 from dejima.core.limits import ContainerLimits, is_share, resolve_memory
+from dejima.core.paths import (
+    FILTER_CONFIG_ENV,
+    FILTER_CONFIG_FIFO,
+    FILTER_CONFIG_FIFO_ENV,
+    FILTER_RUN_DIR,
+    GATE_DIR,
+    GATE_FIFO,
+    GATE_WORD,
+)
 from dejima.core.resolve import Resolved
 from dejima.core.ruleset import (
     DENY_ALL_EXPECTATION,
@@ -31,11 +40,7 @@ from dejima.errors import UsageError
 
 SESSION_HOME = "/home/dejima"
 RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:0\n"  # the filter's resolver, in the shared namespace
-FILTER_CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
 PRIVILEGED_PORT_FLOOR = 1024  # every filter listener stays below it (the resolver is on 53)
-# The host directory mounted into the filter alone: the control socket (live grants) and the
-# credential proxy's socket live there, out of the session's reach (it is not in its mounts).
-FILTER_RUN_DIR = "/run/dejima"
 CONTROL_SOCKET = "control.sock"
 PROXY_SOCKET = "proxy.sock"
 BRIDGE_PORT = 700  # the filter relays 127.0.0.1:700 in the namespace to the proxy's socket
@@ -44,7 +49,6 @@ TLS_SOCKET, TLS_PORT = "tls.sock", 443  # the TLS fallback: intercepted names re
 # command waits on a FIFO (in a host directory mounted read-only) until the launcher, having seen
 # the filter's verified ready line, writes the word. End of file (the launcher went away) or any
 # other word: the command never runs. dash reads no startup file for `sh -c`.
-GATE_DIR, GATE_FIFO, GATE_WORD = "/run/dejima-gate", "go", "go"
 GATE_NOT_RELEASED = 125  # the gate's status when the launcher did not release it
 GATE_SCRIPT = (
     f'read -r word < "$1" && [ "$word" = {GATE_WORD} ] || {{ echo "dejima: the session was not released by its '
@@ -204,6 +208,8 @@ class SessionPlan:
     credentials: tuple[CredentialView, ...] = ()  # the routes, for the card and --render (no values)
     masked: tuple[str, ...] = ()  # per-session placeholders, left out of the plan hash
     gate: str | None = None  # host path of the start gate's FIFO; None: the session starts after ready
+    filter_config: str = ""  # the filter's configuration (policy, never secrets)
+    config_fifo: str | None = None  # host path of the FIFO it goes through; None: in the filter's environment
 
     @property
     def plan_hash(self) -> str:
@@ -315,6 +321,7 @@ def build_session_plan(
     filter_limits, session_limits = resolve_limits(settings.limits, engine_memory)
     upstreams = tuple(str(a) for a in facts.upstreams)
     ruleset = render_ruleset(request.session_id, policy, facts.upstreams)
+    config = filter_config(request.session_id, ruleset, DENY_ALL_EXPECTATION, policy, upstreams, request)
     expectation = DENY_ALL_EXPECTATION
     filter_name = f"dejima-{request.session_id}-filter"
     interactive = request.command is None
@@ -326,8 +333,10 @@ def build_session_plan(
         command=None,  # the image's entrypoint: python3 -m dejima.filter
         user="0:0",
         labels={**base_labels, labels.ROLE: labels.ROLE_FILTER},
-        environment={FILTER_CONFIG_ENV: filter_config(request.session_id, ruleset, expectation, policy, upstreams,
-                                                      request)},
+        # With a run directory the configuration goes through its FIFO (the filter may be started
+        # before the plan exists, orchestration/prestart.py); without, in the environment.
+        environment=({FILTER_CONFIG_FIFO_ENV: f"{FILTER_RUN_DIR}/{FILTER_CONFIG_FIFO}"} if request.run_dir is not None
+                     else {FILTER_CONFIG_ENV: config}),
         binds=(Bind(str(request.run_dir), FILTER_RUN_DIR),) if request.run_dir is not None else (),
         # NET_ADMIN for nft; NET_BIND_SERVICE for the resolver on port 53. Nothing else.
         cap_add=("NET_ADMIN", "NET_BIND_SERVICE"),
@@ -397,6 +406,8 @@ def build_session_plan(
         credentials=credential_views(resolved, settings.credentials.upstreams),
         masked=tuple(v for c in request.canaries for v in (c, canary_signature(c))),
         gate=str(request.gate_dir / GATE_FIFO) if request.gate_dir else None,
+        filter_config=config,
+        config_fifo=str(request.run_dir / FILTER_CONFIG_FIFO) if request.run_dir is not None else None,
     )
 
 

@@ -18,12 +18,13 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 from dejima.filter import FAILED, READY
 from dejima.filter.nft import NftError, SetWriter, apply_ruleset, read_listing, read_table, verify_listing, verify_table
 
-CONFIG_ENV = "DEJIMA_FILTER_CONFIG"
+CONFIG_ENV = "DEJIMA_FILTER_CONFIG"  # the launcher's names: dejima/core/paths.py
+CONFIG_FIFO_ENV = "DEJIMA_FILTER_CONFIG_FIFO"
 IPV6_SWITCH = Path("/proc/sys/net/ipv6/conf/all/disable_ipv6")
 PORT_FLOOR = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
 PRIVILEGED_BELOW = 1024
@@ -111,10 +112,31 @@ async def _serve(config: dict[str, Any], digest: str) -> None:
         os._exit(0)  # told to stop: queries still in flight have no one left to answer
 
 
-def main() -> None:
+def _read_config() -> str:
+    """The configuration, from the environment or, when the filter was started before its plan
+    existed, from the launcher's FIFO (one line; this waits for it)."""
     raw = os.environ.get(CONFIG_ENV)
-    if not raw:
-        _fail(f"no configuration in ${CONFIG_ENV}")
+    if raw:
+        return raw
+    fifo = os.environ.get(CONFIG_FIFO_ENV)
+    if not fifo:
+        _fail(f"no configuration in ${CONFIG_ENV} or ${CONFIG_FIFO_ENV}")
+    try:
+        with open(fifo, "rb") as channel:
+            return _config_line(channel)
+    except OSError as exc:
+        _fail(f"cannot read the configuration from {fifo}: {exc}")
+
+
+def _config_line(channel: BinaryIO) -> str:
+    line = channel.readline()
+    if not line.endswith(b"\n"):
+        _fail("the launcher went away before sending the configuration")
+    return line.decode()
+
+
+def main() -> None:
+    raw = _read_config()
     try:
         config = json.loads(raw)
         ruleset, expect = config["ruleset"], config["expect"]

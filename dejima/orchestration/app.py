@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -110,19 +109,6 @@ class Options:
     upstream_dns: tuple[str, ...] = ()
     as_root: bool = False
     accept_findings: bool = False
-
-
-def new_session_id() -> str:
-    """A fresh session id whose state directory this launcher owns from now on: the owner is
-    recorded before anything else goes there, so no other launcher takes it for a dead one's."""
-    root = sessions_dir()
-    with host.locked(root):
-        for _ in range(64):
-            session_id = secrets.token_hex(4)
-            if not (root / session_id).exists():
-                host.claim(root / session_id)
-                return session_id
-    raise SessionError(f"no unused session id in {root}", hint="remove old session directories there")
 
 
 def protected_paths(workspace: Path, settings: Settings) -> tuple[PurePosixPath, ...]:

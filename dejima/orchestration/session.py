@@ -29,15 +29,16 @@ from contextlib import contextmanager
 from functools import partial
 from types import FrameType
 
-from dejima.adapters.gate import Gate
+from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.host import Launcher, launcher_alive
-from dejima.adapters.runtime import Runtime
+from dejima.adapters.runtime import Runtime, create_body
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.core.report import Reporter
 from dejima.errors import EngineError, FilterError
 from dejima.filter import FAILED, READY, VIOLATION
 from dejima.orchestration.background import Background
+from dejima.orchestration.prestart import Prestarted
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FILTER_STOP_SECONDS = 2
@@ -308,7 +309,8 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
         on_filter_output: Callable[[str], None] | None = None,
         on_refusal: Callable[[dict[str, object]], None] | None = None,
         while_filter_starts: Callable[[], None] | None = None,
-        once_session_removed: Callable[[], None] | None = None) -> int:
+        once_session_removed: Callable[[], None] | None = None,
+        prestarted: Prestarted | None = None) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
     The session starts only after the filter reported ready; ``while_filter_starts`` runs before.
     ``once_session_removed`` runs when no process of the session is left (its container removed),
@@ -316,12 +318,14 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
 
     ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped;
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
+    ``prestarted``: a filter started before the plan existed, used if its request is the plan's.
     """
     created: list[str] = []
     gate = Gate(plan.gate) if plan.gate is not None else None
+    held: list[HeldFifo] = [gate] if gate is not None else []
     with signals_raise():
         try:
-            filter_id, session_id = _create_and_start(runtime, plan, created, while_filter_starts)
+            filter_id, session_id = _create_and_start(runtime, plan, created, held, while_filter_starts, prestarted)
             # Behind the gate, the session's container starts while the filter applies its ruleset
             # (its command waits for the release); without one, only once the filter is verified.
             # An interactive session's terminal is handed over only to a session that will run.
@@ -350,12 +354,22 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
             try:
                 teardown(runtime, created, steps, after)
             finally:
-                if gate is not None:
-                    gate.close()
+                for fifo in held:
+                    fifo.close()
 
 
-def _create_and_start(runtime: Runtime, plan: SessionPlan, created: list[str],
-                      while_filter_starts: Callable[[], None] | None) -> tuple[str, str]:
+def _send_configuration(fifo: str, configuration: str) -> HeldFifo:
+    """The filter's configuration into its FIFO, for it to read whenever it starts (on a thread:
+    past the pipe's 64 KiB the write waits for the reader). The launcher's end stays open until
+    teardown: were the launcher to die first, the filter would see end of file and apply nothing."""
+    channel = HeldFifo(fifo)
+    Background(lambda: channel.send(configuration.encode() + b"\n"), "filter-configuration")
+    return channel
+
+
+def _create_and_start(runtime: Runtime, plan: SessionPlan, created: list[str], held: list[HeldFifo],
+                      while_filter_starts: Callable[[], None] | None,
+                      prestarted: Prestarted | None = None) -> tuple[str, str]:
     """Create and start the filter, create the session; ids go to ``created`` as they exist.
 
     The engine takes most of a start to start the filter (its network above all), and the filter
@@ -363,9 +377,18 @@ def _create_and_start(runtime: Runtime, plan: SessionPlan, created: list[str],
     the session container (it joins the filter's namespaces only when started) and the caller's
     work (the audit's start snapshot).
     """
-    filter_id = runtime.create(plan.filter)
-    created.append(filter_id)
-    starting = Background(lambda: runtime.start(filter_id), "filter-start")
+    adopted = prestarted.adopt(plan.filter.name, create_body(plan.filter)) if prestarted is not None else None
+    starting: Background[None] | Prestarted
+    if adopted is not None and prestarted is not None:
+        filter_id, starting = adopted, prestarted  # being started since the launcher began
+        created.append(filter_id)
+    else:
+        filter_id = runtime.create(plan.filter)
+        created.append(filter_id)
+        starting = Background(lambda: runtime.start(filter_id), "filter-start")
+    # Only now: a prestarted filter that was not adopted is gone, and cannot read it instead.
+    if plan.config_fifo is not None:
+        held.append(_send_configuration(plan.config_fifo, plan.filter_config))
     try:
         session_id = runtime.create(plan.session)
         created.append(session_id)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dejima.adapters import host
-from dejima.adapters.violations import ViolationStore, ledger_path, run_dir, sessions_dir
+from dejima.adapters.violations import ViolationStore, ledger_path, new_session_id, run_dir, sessions_dir
 from dejima.core.limits import describe
 from dejima.core.plan import (
     GATE_ENTRYPOINT,
@@ -35,12 +35,13 @@ from dejima.core.plan import (
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError
-from dejima.orchestration.app import Options, network_facts, new_session_id, record_stale_violations, session_request
+from dejima.orchestration.app import Options, network_facts, record_stale_violations, session_request
 from dejima.orchestration.report import SessionReporter
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
     from dejima.orchestration import exit_audit
+    from dejima.orchestration.prestart import Prestarted
     from dejima.proxy.runner import SessionProxy
 
 
@@ -51,16 +52,19 @@ class Prepared:
     settings: Settings
     proxy: SessionProxy | None = None  # the credential routes, served while the session runs
     accept_findings: bool = False  # --accept-findings: unreviewed critical findings do not stop the start
+    prestarted: Prestarted | None = None  # the filter started before the plan (adopted if it is the plan's)
 
 
 def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-    runtime: Runtime, ui: SessionReporter, options: Options | None = None,
+    runtime: Runtime, ui: SessionReporter, options: Options | None = None, prestarted: Prestarted | None = None,
 ) -> Prepared:
-    from dejima.adapters.gate import make_gate
+    from dejima.adapters.fifo import make_gate, make_run_dir
     from dejima.adapters.image_builds import ensure_images
+    from dejima.adapters.runtime import create_body
     from dejima.orchestration import session
     from dejima.orchestration.background import Background
+    from dejima.orchestration.prestart import remember
 
     options = options or Options()
     memory = Background(runtime.memory, "engine-memory")  # the engine's slowest answer (~15 ms): meanwhile
@@ -74,8 +78,8 @@ def prepare_session(
     with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
         session.remove_stale(runtime, scope, ui, record_stale_violations)
     filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
-    request = session_request(workspace, command, resolved, settings, options, new_session_id(),
-                              host.launcher_token())
+    session_id = prestarted.session_id if prestarted is not None else new_session_id()
+    request = session_request(workspace, command, resolved, settings, options, session_id, host.launcher_token())
     host.ensure_private_dir(Path(request.home_dir), identity)
     host.resolv_conf_file(RESOLV_CONF)
     for path in cache_paths_outside_home(resolved):
@@ -84,16 +88,14 @@ def prepare_session(
     if proxy is not None:
         request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
                           intercept=proxy.intercepted)
-    sockets = host.ensure_private_dir(Path(request.run_dir or ""))
-    # The filter (root without CAP_DAC_OVERRIDE) makes its control socket here, so the directory is
-    # open to it; no one else gets near: its parent is the launcher's own 0700 state directory,
-    # and it is mounted into the filter alone, never into the session.
-    sockets.chmod(0o777)
+    if prestarted is None:  # else the prestart made it, its FIFO open to the prestarted filter
+        make_run_dir(Path(request.run_dir or ""))
     make_gate(Path(request.gate_dir or ""))
-    host.record(sockets.parent, "workspace", str(workspace))
+    host.record(sessions_dir() / request.session_id, "workspace", str(workspace))
     plan = build_session_plan(request, settings, identity, filter_image, session_image, facts, source, resolved,
                               engine_memory=memory.join())
-    return Prepared(runtime, plan, settings, proxy, options.accept_findings)
+    remember(workspace, plan.filter.name, create_body(plan.filter), plan.session_id, request.launcher)
+    return Prepared(runtime, plan, settings, proxy, options.accept_findings, prestarted)
 
 
 def _prepare_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -224,6 +226,7 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
                 on_refusal=_notifier(ui) if prepared.plan.interactive and settings.session.notify_denials else None,
                 while_filter_starts=while_filter_starts,
                 once_session_removed=audit.finish,
+                prestarted=prepared.prestarted,
             )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:

@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from dejima.adapters.gate import make_gate
+from dejima.adapters.fifo import make_gate
 from dejima.adapters.host import launcher_token
 from dejima.adapters.runtime import Runtime
 from dejima.core.plan import FILTER_CONFIG_ENV, Identity, SessionPlan, SessionRequest, build_session_plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dejima.adapters.runtime import Runtime
-from dejima.core.plan import SESSION_HOME
+from dejima.core.plan import GATE_DIR, SESSION_HOME
 from tests.integration.conftest import user_workspace
 from tests.world import User, parse_json_line, run_dejima
 
@@ -13,6 +13,12 @@ INSPECT = r"""
 import json, os
 status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
 mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
+read_only = [line.split()[4] for line in open("/proc/self/mountinfo") if "ro" in line.split()[5].split(",")]
+try:
+    open("/run/dejima-gate/planted", "w")
+    gate_writable = True
+except OSError:
+    gate_writable = False
 open("created-in-session.txt", "w").write("x")
 print(json.dumps({
     "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
@@ -20,6 +26,7 @@ print(json.dumps({
     "no_new_privs": status["NoNewPrivs"].strip(),
     "docker_sock": [p for p in ("/var/run/docker.sock", "/run/docker.sock") if os.path.exists(p)],
     "mounts": mounts, "cwd": os.getcwd(), "home": os.environ.get("HOME"),
+    "read_only": read_only, "gate_writable": gate_writable,
 }))
 """
 
@@ -65,12 +72,13 @@ def test_only_the_workspace_home_and_tmp_are_mounted(runtime: Runtime, images: o
                                                      scope: str, workspace: Path) -> None:
     (workspace.parent / "secret-sibling").mkdir(exist_ok=True)
     seen = inspect_session(user, scope, workspace)
-    declared = {str(workspace), SESSION_HOME, "/tmp"}
+    declared = {str(workspace), SESSION_HOME, "/tmp", GATE_DIR}  # the gate: read-only, one FIFO (test_fifo.py)
     mounts = set(seen["mounts"])  # type: ignore[arg-type]
     assert declared <= mounts
     unexpected = {m for m in mounts - declared - ENGINE_MOUNTS
                   if not m.startswith(("/proc/", "/sys/", "/dev/"))}
     assert unexpected == set()
+    assert GATE_DIR in seen["read_only"] and seen["gate_writable"] is False  # type: ignore[operator]
     listing = run_dejima(user, scope, "-q", str(workspace), "--", "ls", str(workspace.parent))
     assert listing.stdout.split() == [workspace.name]  # the sibling directory is not there
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from dejima.adapters.gate import Gate, make_gate
+from dejima.adapters.fifo import Gate, make_gate
 from dejima.core.plan import GATE_ENTRYPOINT, GATE_NOT_RELEASED
 
 

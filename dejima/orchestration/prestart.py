@@ -1,0 +1,126 @@
+"""The filter started before the plan exists.
+
+Before it can create the filter, a start spends ~0.15 s importing the launcher's code, reading the
+manifests and making the plan; the engine then takes ~0.25 s to start the filter. For a workspace
+that had a session before, the launcher remembers that session's filter create request (its
+per-session values marked) and, first thing, creates and starts the same filter for the new session
+on a thread, without a configuration: the filter waits for one on its FIFO (core/paths.py).
+
+Once the plan exists, its filter's create request must equal the prestarted one exactly; then that
+filter is the session's and gets the plan's configuration through the FIFO (orchestration/session.py),
+and its ready line must name the plan's ruleset as always. Otherwise, or when the prestart failed
+(the engine, an image gone), it is removed and the plan's filter is created the usual way, which
+reports whatever is really wrong. A launcher that stops before adopting it removes it too.
+
+This module is imported before the plan's code (cli/launch.py): it keeps to the standard library,
+the engine's client and the host's paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from dejima.adapters import host
+from dejima.adapters.engine import Engine
+from dejima.adapters.fifo import make_run_dir
+from dejima.adapters.violations import new_session_id, run_dir
+
+SESSION_MARK, LAUNCHER_MARK = "{dejima-session}", "{dejima-launcher}"
+REMEMBERED = "prestart"  # in the state directory (never mounted into a session), one file per workspace
+
+
+def _remembered(workspace: Path) -> Path:
+    return host.state_dir() / REMEMBERED / f"{hashlib.sha256(str(workspace).encode()).hexdigest()[:32]}.json"
+
+
+def _request_text(name: str, body: dict[str, Any]) -> str:
+    return json.dumps({"name": name, "body": body}, sort_keys=True)
+
+
+def remember(workspace: Path, name: str, body: dict[str, Any], session_id: str, launcher: str) -> None:
+    """Keep this session's filter create request for the next start in ``workspace``."""
+    text = _request_text(name, body).replace(session_id, SESSION_MARK).replace(launcher, LAUNCHER_MARK)
+    path = _remembered(workspace)
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    host.ensure_private_dir(path.parent)
+    host.write_atomically(path, text.encode())
+
+
+class Prestarted:
+    """A filter being created and started on a thread, for the session ``session_id``."""
+
+    def __init__(self, engine: Engine, session_id: str, name: str, body: dict[str, Any]) -> None:
+        self.session_id, self.name = session_id, name
+        self._engine, self._request = engine, _request_text(name, body)
+        self.container: str | None = None
+        self._created = threading.Event()
+        self._error: BaseException | None = None
+        self.adopted = False
+        self._thread = threading.Thread(target=self._run, args=(body,), name="filter-prestart", daemon=True)
+        self._thread.start()
+
+    def _run(self, body: dict[str, Any]) -> None:
+        try:
+            created = self._engine.call("POST", "/containers/create", {"name": self.name}, body)
+            self.container = str(created["Id"])
+            self._created.set()
+            self._engine.call("POST", f"/containers/{self.container}/start")
+        except BaseException as exc:  # noqa: BLE001 - handed to join(), or the usual path reports it
+            self._error = exc
+        finally:
+            self._created.set()
+
+    def adopt(self, name: str, body: dict[str, Any]) -> str | None:
+        """The prestarted container, when it was created and its request is exactly the plan's
+        (``name`` and ``body``); otherwise None, and it is gone."""
+        self._created.wait()
+        if self.container is not None and _request_text(name, body) == self._request:
+            self.adopted = True
+            return self.container
+        self.discard()
+        return None
+
+    def join(self) -> None:
+        """Wait for the start; raise what it raised (a failed start of an adopted filter is the session's)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def discard(self) -> None:
+        """Remove the container unless a session adopted it (then its teardown does)."""
+        self._thread.join()
+        if self.container is not None and not self.adopted:
+            try:
+                self._engine.call("DELETE", f"/containers/{self.container}", {"force": 1})
+            except Exception:  # noqa: BLE001 - gone already, or the engine is: the stale check finds it later
+                pass
+            self.container = None
+
+
+def begin(workspace_argument: str) -> Prestarted | None:
+    """Start the filter remembered for this workspace, if there is one; never raises (a start
+    that cannot prestart goes the usual way)."""
+    workspace = Path(workspace_argument).expanduser().resolve()
+    try:
+        entry = json.loads(_remembered(workspace).read_text())
+        template = _request_text(entry["name"], entry["body"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        session_id, launcher = new_session_id(), host.launcher_token()
+        request = json.loads(template.replace(SESSION_MARK, session_id).replace(LAUNCHER_MARK, launcher))
+        make_run_dir(run_dir(session_id))
+        return Prestarted(Engine.from_env(), session_id, request["name"], request["body"])
+    except Exception:  # noqa: BLE001 - the usual path meets the same trouble and says what it is
+        return None
