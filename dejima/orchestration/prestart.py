@@ -28,13 +28,15 @@ from dejima.adapters import host
 from dejima.adapters.engine import Engine
 from dejima.adapters.fifo import make_run_dir
 from dejima.adapters.violations import new_session_id, run_dir
+from dejima.errors import DiagnosticError
 
 SESSION_MARK, LAUNCHER_MARK = "{dejima-session}", "{dejima-launcher}"
 REMEMBERED = "prestart"  # in the state directory (never mounted into a session), one file per workspace
 
 
 def _remembered(workspace: Path) -> Path:
-    return host.state_dir() / REMEMBERED / f"{hashlib.sha256(str(workspace).encode()).hexdigest()[:32]}.json"
+    key = hashlib.sha256(f"{host.scope()}\0{workspace}".encode()).hexdigest()[:32]  # scopes share the state
+    return host.state_dir() / REMEMBERED / f"{key}.json"
 
 
 def _request_text(name: str, body: dict[str, Any]) -> str:
@@ -115,7 +117,7 @@ def begin(workspace_argument: str) -> Prestarted | None:
     try:
         entry = json.loads(_remembered(workspace).read_text())
         template = _request_text(entry["name"], entry["body"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, DiagnosticError):  # a bad scope: the usual path says so
         return None
     try:
         session_id, launcher = new_session_id(), host.launcher_token()
