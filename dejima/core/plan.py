@@ -50,11 +50,12 @@ TLS_SOCKET, TLS_PORT = "tls.sock", 443  # the TLS fallback: intercepted names re
 # the filter's verified ready line, writes the word. End of file (the launcher went away) or any
 # other word: the command never runs. dash reads no startup file for `sh -c`.
 GATE_NOT_RELEASED = 125  # the gate's status when the launcher did not release it
-GATE_SCRIPT = (
-    f'read -r word < "$1" && [ "$word" = {GATE_WORD} ] || {{ echo "dejima: the session was not released by its '
-    f'launcher; nothing ran" >&2; exit {GATE_NOT_RELEASED}; }}; shift; '
-    'command -v -- "$1" >/dev/null 2>&1 || { echo "dejima: $1: command not found in the session image" >&2; '
-    'exit 127; }; exec "$@"'
+GATE_SCRIPT = (  # its messages look like the launcher's own (ui/console.py render_error)
+    f'read -r word < "$1" && [ "$word" = {GATE_WORD} ] || {{ echo "dejima: error [session-not-released]: the launcher '
+    f'went away before the filter was verified; nothing ran" >&2; exit {GATE_NOT_RELEASED}; }}; shift; '
+    'command -v -- "$1" >/dev/null 2>&1 || { echo "dejima: error [command-not-found]: the command $1 was not found in '
+    'the session image" >&2; echo "  hint: check its name; the session image has bash, coreutils, git, curl and '
+    'python3" >&2; exit 127; }; exec "$@"'
 )
 GATE_ENTRYPOINT = ("/bin/sh", "-c", GATE_SCRIPT, "dejima-gate", f"{GATE_DIR}/{GATE_FIFO}")
 

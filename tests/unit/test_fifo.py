@@ -41,7 +41,7 @@ def test_a_launcher_that_goes_away_before_releasing_runs_nothing(tmp_path: Path)
     process = gated(fifo, "touch", str(marker))
     gate.close()  # as the kernel does when the launcher dies: the reader sees end of file
     status, errors = ended(process)
-    assert status == GATE_NOT_RELEASED and "not released" in errors
+    assert status == GATE_NOT_RELEASED and "[session-not-released]" in errors
     assert not marker.exists()
 
 
@@ -64,7 +64,7 @@ def test_a_missing_command_is_named(tmp_path: Path) -> None:
     process = gated(fifo, "no-such-command-here")
     gate.release()
     status, errors = ended(process)
-    assert status == 127 and "no-such-command-here: command not found in the session image" in errors
+    assert status == 127 and "[command-not-found]: the command no-such-command-here was not found" in errors
     gate.close()
 
 
