@@ -21,15 +21,21 @@ def run(env: Env, runs: int) -> tuple[list[Row], dict[str, float]]:
         "dejima": lambda: timed(ours, env.vars),
         "anchor": lambda: timed(bare) + timed(bare),
     }, runs)
+    after = load()
+    found, adopted = phases(env, workspace, max(3, runs // 2))
     row = Row("session start: dejima -q WS -- true", "s", median(samples["dejima"]), median(samples["anchor"]),
-              "2 × docker run --rm IMAGE true", 1.0, samples=samples, load=[before, load()],
-              note=f"session image {session_image}")
-    return [row], phases(env, workspace, max(3, runs // 2))
+              "2 × docker run --rm IMAGE true", 1.0, samples=samples, load=[before, after],
+              note=f"session image {session_image}; the prestarted filter was adopted in {adopted[0]} of "
+                   f"{adopted[1]} instrumented starts")
+    return [row], found
 
 
-def phases(env: Env, workspace: Path, runs: int) -> dict[str, float]:
-    """Median milliseconds of each timed phase of a start, over ``runs`` instrumented starts."""
+def phases(env: Env, workspace: Path, runs: int) -> tuple[dict[str, float], tuple[int, int]]:
+    """Median milliseconds of each timed phase of a start, over ``runs`` instrumented starts, and in
+    how many of them the prestarted filter was adopted (the session's was then the one container
+    created while the filter started)."""
     found: dict[str, list[float]] = defaultdict(list)
+    adopted = 0
     report = env.root / "phases.json"
     for _ in range(runs):
         wall = timed([PYTHON, str(REPO / "bench" / "phases.py"), "-q", str(workspace), "--", "true"],
@@ -37,6 +43,8 @@ def phases(env: Env, workspace: Path, runs: int) -> dict[str, float]:
         data = json.loads(report.read_text())
         found["imports before main() (CLI)"].append(data["imports_end"] * 1000)
         seen: dict[str, float] = defaultdict(float)
+        creates = sum(1 for path, _, _ in data["calls"] if path.endswith("engine.create"))
+        adopted += any(path == f"{M}/prestart.begin" for path, _, _ in data["calls"]) and creates == 1
         for path, start, end in data["calls"]:
             if path in PHASES:
                 seen[PHASES[path]] += (end - start) * 1000
@@ -45,7 +53,7 @@ def phases(env: Env, workspace: Path, runs: int) -> dict[str, float]:
         found["whole process (wall)"].append(wall)
         main_start, main_end = data["main"]
         found["interpreter start and exit"].append(wall - (main_end - main_start + data["imports_end"]) * 1000)
-    return {name: median(values) for name, values in found.items()}
+    return {name: median(values) for name, values in found.items()}, (adopted, runs)
 
 
 M, P, R = "main", "main/start.prepare_session", "main/start.run_session"
@@ -62,7 +70,8 @@ PHASES = {
     f"{P}/start.build_session_plan": "  plan (ruleset render)",
     S: "filter start || session create, audit import and start snapshot",
     f"{S}/prestart.adopt": "  prestarted filter adopted (request compared)",
-    f"{S}/engine.create": "  engine create (session; filter too when not prestarted)",
+    f"{S}/engine.create": "  engine create (the filter, when not prestarted)",
+    "engine.create": "  engine create (the session, own thread)",
     f"{S}/audit.recover": "  audit: recover (with its import)",
     f"{S}/audit.start": "  audit: start snapshot",
     "engine.start": "  engine start (filter, on its own thread)",

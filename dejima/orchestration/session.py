@@ -374,8 +374,8 @@ def _create_and_start(runtime: Runtime, plan: SessionPlan, created: list[str], h
 
     The engine takes most of a start to start the filter (its network above all), and the filter
     then applies and verifies its ruleset. Meanwhile this does what does not depend on it: create
-    the session container (it joins the filter's namespaces only when started) and the caller's
-    work (the audit's start snapshot).
+    the session container (it joins the filter's namespaces only when started; on a thread) and
+    the caller's work (the audit's start snapshot).
     """
     adopted = prestarted.adopt(plan.filter.name, create_body(plan.filter)) if prestarted is not None else None
     starting: Background[None] | Prestarted
@@ -389,16 +389,18 @@ def _create_and_start(runtime: Runtime, plan: SessionPlan, created: list[str], h
     # Only now: a prestarted filter that was not adopted is gone, and cannot read it instead.
     if plan.config_fifo is not None:
         held.append(_send_configuration(plan.config_fifo, plan.filter_config))
+    # The session's create waits on the engine while this thread does the caller's (Python) work.
+    creating = Background(lambda: created.append(runtime.create(plan.session)), "session-create")
     try:
-        session_id = runtime.create(plan.session)
-        created.append(session_id)
         if while_filter_starts is not None:
             while_filter_starts()
+        creating.join()
     except BaseException:
+        creating.wait()  # its container, if it made one, is in ``created`` for the teardown
         starting.wait()  # what went wrong here is the story, whatever the start did
         raise
     starting.join()
-    return filter_id, session_id
+    return filter_id, created[1]
 
 
 # --- leftovers -------------------------------------------------------------------------------
