@@ -9,12 +9,11 @@ and order (tomlkit).
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from dejima.adapters import host
 from dejima.core.kinds import ALLOW_ENTRY
-from dejima.core.schema import Key, Table, check_data, list_of, table
+from dejima.core.schema import Key, Table, check_data, list_of, parse_toml, table
 from dejima.errors import SettingsError
 
 HEADER = """\
@@ -37,12 +36,13 @@ def read_allow(workspace: Path) -> tuple[tuple[str, ...], str]:
     """The project's allowed entries and the file they come from (none when it is absent)."""
     path = policy_path(workspace)
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         return (), str(path)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{path}: cannot read this project's policy: {exc}",
                             hint="fix the file, or move it away to drop the project's own entries") from exc
+    data = parse_toml(text, str(path), SettingsError, "fix the file, or move it away to drop the project's own entries")
     checked = check_data(data, PROJECT_POLICY, str(path), SettingsError)
     return tuple(checked.get("network", {}).get("allow", ())), str(path)
 

@@ -43,6 +43,7 @@ from dejima.core.schema import (
     key,
     list_of,
     one_key,
+    parse_toml,
     record,
     table,
     table_of,
@@ -286,10 +287,7 @@ def parse_manifest(text: str, kind: str, name: str, source: str) -> Manifest:
     if not is_kebab(name):
         raise ManifestError(f"{source}: file name {name!r} is not kebab-case",
                             hint="name manifest files like claude-code.toml")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"{source}: not valid TOML: {exc}", hint="fix the syntax at that line") from exc
+    data = parse_toml(text, source, ManifestError)
     _check_version(data, source)
     values = check_data(data, _FORMATS[kind], source, ManifestError)
     network, image, detect = values.get("network", {}), values.get("image", {}), values.get("detect", {})

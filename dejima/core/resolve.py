@@ -13,14 +13,13 @@ sandbox is not a trusted source: its ``.dejima.toml`` may only add deny entries.
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dejima.core.images import ImageLayers, InstallStep
 from dejima.core.kinds import EGRESS_ENTRY, STR, reasons_name_denied
 from dejima.core.manifest import BrokenManifest, Manifest, ManifestError, singular
-from dejima.core.schema import Key, Table, check_data, list_of, table, table_of
+from dejima.core.schema import Key, Table, check_data, list_of, parse_toml, table, table_of
 
 REPO_POLICY_FILE = ".dejima.toml"
 
@@ -204,11 +203,7 @@ _NARROWING = ("deny", "deny_reasons")
 
 def parse_repo_policy(text: str, source: str) -> RepoPolicy:
     """The repository's .dejima.toml: deny entries are kept; anything that could widen is not."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"{source}: not valid TOML: {exc}",
-                            hint="fix it, or remove it: it may only narrow the policy anyway") from exc
+    data = parse_toml(text, source, ManifestError, "fix it, or remove it: it may only narrow the policy anyway")
     network = data.get("network", {}) if isinstance(data.get("network"), dict) else {}
     ignored = [key for key in data if key != "network"]
     ignored += [f"network.{key}" for key in network if key not in _NARROWING]

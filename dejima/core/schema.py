@@ -9,7 +9,7 @@ written. The docs' reference tables are rendered from the same declarations.
     Key(kind, help)            one key; ``key(...)`` declares it on a dataclass field
     Kind                       a value type: str, bool, bounded int, list of X, an egress entry...
     Table(keys)                a TOML table; ``record(cls)`` is the table a dataclass declares
-    check_document(...)        TOML text -> checked values, or the caller's InputError
+    parse_toml(...)            TOML text -> data, or the caller's InputError (then check_data)
     check_flag(kind, v, flag)  one flag's value -> its checked value, or a UsageError
 """
 
@@ -238,14 +238,14 @@ def one_key(kinds: Mapping[str, Kind], example: str) -> Kind:
     return Kind(f"one of {choices}", f"a table naming one of {choices}", (dict,), convert)
 
 
-def check_document(text: str, schema: Kind, source: str, error: type[InputError]) -> Any:
-    """Parse TOML ``text`` and check it against ``schema``; ``source`` names the file in messages
-    and ``error`` is the caller's InputError (exit 2 wherever it is caught)."""
+def parse_toml(text: str, source: str, error: type[InputError],
+               hint: str = "fix the syntax at that line") -> dict[str, Any]:
+    """TOML ``text`` as data; ``source`` names the file in messages and ``error`` is the caller's
+    InputError (exit 2 wherever it is caught), worded the same for every file dejima reads."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise error(f"{source}: not valid TOML: {exc}", hint="fix the syntax at that line") from exc
-    return check_data(data, schema, source, error)
+        raise error(f"{source}: not valid TOML: {exc}", hint=hint) from exc
 
 
 def check_data(data: Mapping[str, Any], schema: Kind, source: str, error: type[InputError]) -> Any:

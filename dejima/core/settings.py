@@ -11,7 +11,6 @@ To add a setting, add one field.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -35,7 +34,19 @@ from dejima.core.kinds import (
     size,
 )
 from dejima.core.limits import MIN_TMP
-from dejima.core.schema import Kind, check_data, declared_default, key, keys_of, list_of, record, shown, table, table_of
+from dejima.core.schema import (
+    Kind,
+    check_data,
+    declared_default,
+    key,
+    keys_of,
+    list_of,
+    parse_toml,
+    record,
+    shown,
+    table,
+    table_of,
+)
 from dejima.errors import SettingsError
 
 BASE_FALLBACKS = ("debootstrap", "none")
@@ -157,13 +168,7 @@ def parse_settings(text: str, source: str) -> Settings:
             hint="delete the file to use the defaults, or add settings, e.g. [images] base = \"debian:bookworm-slim\"",
             reference="empty-settings",
         )
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(
-            f"{source}: not valid TOML: {exc}",
-            hint="fix the syntax at that line (see docs/settings.md for every key)",
-        ) from exc
+    data = parse_toml(text, source, SettingsError, "fix the syntax at that line (see docs/settings.md for every key)")
     if not data:
         raise SettingsError(
             f"{source}: the settings file holds only comments",

@@ -37,7 +37,7 @@ def test_persist_makes_a_new_file_that_says_what_it_is(tmp_path: Path) -> None:
     ("[network]\nallow = [\"*.com\"]\n", "'network.allow[0]' is not a valid egress entry ('*.com')"),
     ("[network]\ndeny = []\n", "'network.deny' is not a known key"),
     ("[images]\n", "'images' is not a known key"),
-    ("not toml", "cannot read this project's policy"),
+    ("not toml", "not valid TOML"),
 ])
 def test_a_broken_project_file_is_named_and_never_overwritten(tmp_path: Path, text: str, why: str) -> None:
     workspace = tmp_path / "ws"

@@ -14,13 +14,13 @@ from dejima.core.schema import (
     Table,
     array_of,
     check_data,
-    check_document,
     check_flag,
     declared_default,
     key,
     key_path,
     list_of,
     one_key,
+    parse_toml,
     record,
     shown,
     table,
@@ -97,7 +97,7 @@ def test_a_missing_required_key_is_named() -> None:
 
 def test_toml_errors_name_the_file_and_line() -> None:
     with pytest.raises(InputError, match=f"{SOURCE}: not valid TOML: .*line 1"):
-        check_document("name = \n", DOCUMENT, SOURCE, InputError)
+        parse_toml("name = \n", SOURCE, InputError)
 
 
 def test_key_paths_are_written_as_toml_writes_them() -> None:
