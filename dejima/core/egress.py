@@ -42,7 +42,11 @@ ENTRY_HINT = ("write a name (example.com), a wildcard for subdomains (*.example.
 
 class PolicyError(InputError):
     reference = "invalid-egress-entry"
-    rule = ""  # what is wrong with the entry alone, for messages that say where it was written their own way
+
+    def __init__(self, message: str, *, rule: str = "", hint: str | None = None, context: str | None = None,
+                 exit_code: int | None = None) -> None:
+        super().__init__(message, hint=hint, context=context, exit_code=exit_code)
+        self.rule = rule  # what is wrong with the entry alone, for messages that say where it was written their own way
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +83,7 @@ class Entry:
 
 
 def _fail(text: str, rule: str, where: str) -> PolicyError:
-    error = PolicyError(f"{where}: invalid egress entry {text!r}: {rule}", hint=ENTRY_HINT)
-    error.rule = rule
-    return error
+    return PolicyError(f"{where}: invalid egress entry {text!r}: {rule}", rule=rule, hint=ENTRY_HINT)
 
 
 def _parse_port(text: str, port: str, where: str) -> int:
