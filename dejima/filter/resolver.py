@@ -56,6 +56,9 @@ FOLD_SECONDS = 5.0  # identical refusal records within this window are folded in
 Record = Callable[[dict[str, Any]], None]
 Forward = Callable[[Question], Awaitable[Answer]]
 MEMO_ENTRIES = 1024  # verdicts remembered per policy object
+# quick()'s written reply: question, hit, age, the reply after its id, the hit's set elements
+# (addresses, ports, timeout at that age).
+Reply = tuple[Question, hitcache.Hit, int, bytes, list[str], list[int] | None, int | None]
 INTERCEPT_ADDRESS, INTERCEPT_TTL = bytes((127, 0, 0, 1)), 300
 K = TypeVar("K")
 V = TypeVar("V")
@@ -105,6 +108,9 @@ class PolicyResolver:
         # entry than OrderedDicts, and a copy that leaves the table compact.
         self.cache: dict[Question, Cached] = {}
         self.hits: dict[Question, hitcache.Hit] = {}  # checked answers, as bytes
+        # Replies quick() wrote, by the client's packet without its id: a repeat of the same
+        # packet costs a lookup and the hit's checks, not a read and a render.
+        self.replies: dict[bytes, Reply] = {}
         self.fetching = 0  # queries waiting for the upstream
         # Verdicts of the current policy object; the policy is replaced whole on any change.
         self.memo_policy: object = None
@@ -138,6 +144,8 @@ class PolicyResolver:
             del self.cache[key]
         for key in [k for k in self.hits if k[0] in names]:
             del self.hits[key]
+        for packet in [p for p, reply in self.replies.items() if reply[0].name in names]:
+            del self.replies[packet]
         for address in [a for a, (n, _u) in self.names.items() if n in names]:
             del self.names[address]
 
@@ -168,6 +176,7 @@ class PolicyResolver:
         now = self.clock()
         self.cache = {k: e for k, e in self.cache.items() if e.expires > now}
         self.hits = {k: h for k, h in self.hits.items() if h.expires > now}
+        self.replies = {}
         self.names = {a: learned for a, learned in self.names.items() if learned[1] > now}
         for folded in [k for k, t in self.recent.items() if now - t >= FOLD_SECONDS]:
             del self.recent[folded]
@@ -192,10 +201,22 @@ class PolicyResolver:
         return verdict
 
     # --- answering ----------------------------------------------------------------------------
-    def quick(self, plain: tuple[Request, Question]) -> bytes | None:
-        """The reply to a plain repeated question (as wire.plain_request read it) from the checked
-        answers, without a task; None: ``answer`` decides (a miss, a policy change, a set to
-        refresh)."""
+    def quick(self, packet: bytes) -> bytes | None:
+        """The reply to a plain repeated question from the checked answers, without a task; None:
+        ``answer`` decides (a miss, a policy change, a set to refresh, a query the plain reader
+        declines). The same packet again (any id) is answered from the bytes written for it last,
+        checked as a hit is: the policy object, the hit still kept, its age, its set elements."""
+        reply = self.replies.get(packet[2:])
+        if reply is not None:
+            question, hit, age, tail, addresses, ports, timeout = reply
+            now = self.clock()
+            if (hit.policy is self.policy and self.hits.get(question) is hit and hit.expires > now
+                    and int(now - hit.stored) == age and (not addresses or self.sets.fresh(addresses, ports, timeout))):
+                return packet[:2] + tail
+        plain = wire.plain_request(packet)
+        return self._quick(packet, plain) if plain is not None else None
+
+    def _quick(self, packet: bytes, plain: tuple[Request, Question]) -> bytes | None:
         request, question = plain
         hit = self.hits.get(question)
         if hit is None or hit.policy is not self.policy:
@@ -205,20 +226,22 @@ class PolicyResolver:
             del self.hits[question]
             return None
         age = int(now - hit.stored)
-        if hit.addresses:
+        addresses, ports, timeout = list(hit.addresses), list(hit.ports) if hit.ports is not None else None, None
+        if addresses:
             timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
-            ports = list(hit.ports) if hit.ports is not None else None
-            if not self.sets.fresh(list(hit.addresses), ports, timeout):
+            if not self.sets.fresh(addresses, ports, timeout):
                 return None
         data = hitcache.render(hit, request, age)
-        return data if len(data) <= request.limit else None
+        if len(data) > request.limit:
+            return None
+        self.replies[packet[2:]] = (question, hit, age, data[2:], addresses, ports, timeout)
+        self.replies = _bounded(self.replies, CACHE_ENTRIES)
+        return data
 
-    async def answer(self, packet: bytes, max_size: int | None = None,
-                     plain: tuple[Request, Question] | None = None) -> bytes | None:
+    async def answer(self, packet: bytes, max_size: int | None = None) -> bytes | None:
         """The reply to one client packet (None: not even an id to answer to). ``max_size`` is
-        the UDP limit; a larger reply is sent truncated so the client retries over TCP.
-        ``plain``: wire.plain_request's reading of the packet, when the caller has it."""
-        found = query.read(packet, plain)
+        the UDP limit; a larger reply is sent truncated so the client retries over TCP."""
+        found = query.read(packet)
         if found is None:
             return wire.formerr(packet)
         request, question = found
