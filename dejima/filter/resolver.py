@@ -272,6 +272,13 @@ class PolicyResolver:
             return _intercepted(request, question)
         if question.qtype == TYPE_AAAA:
             return wire.reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
+        hit = self.hits.get(question)
+        if hit is not None and hit.policy is self.policy and hit.expires > self.clock():  # checked under this policy
+            age = int(self.clock() - hit.stored)
+            if not await self._inserted(question, hit, age, fresh_ok=True):
+                self.hits.pop(question, None)
+                return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
+            return hitcache.render(hit, request, age)
         cached = self._cached(question)
         if cached is None:
             try:
@@ -348,17 +355,29 @@ class PolicyResolver:
         hit = hitcache.build(policy, question.name, upstream.answer.rcode, answers, authority, upstream.stored,
                              upstream.expires, kept, port_list, self.ttl_ceiling)
         age = int(self.clock() - upstream.stored)
-        if kept:
-            timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
-            # Into the allow sets before the client sees the answer, or its connect would race us.
-            await self.sets.add(kept, port_list, timeout, others=self.fetching)
-            if self.policy is not policy and not self._name_verdict(question.name).allowed:
-                # Revoked while the insert ran: the revoke cut these addresses (the set writer
-                # does not undo that for an insert asked before it), and the answer is refused.
-                return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
-            self._remember(kept, question.name, timeout)
+        if not await self._inserted(question, hit, age, fresh_ok=False):
+            return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
         self._keep(question, upstream, hit, not refused and hit.rcode == NOERROR and policy is self.policy)
         return hitcache.render(hit, request, age)
+
+    async def _inserted(self, question: Question, hit: hitcache.Hit, age: int, fresh_ok: bool) -> bool:
+        """Put the addresses of ``hit`` into the allow sets, before the client sees the answer, or
+        its connect would race us (``fresh_ok``: a kept hit's repeat needs no insert while they
+        are still there for long enough). False: the name was revoked while the insert ran."""
+        if not hit.addresses:
+            return True
+        policy, addresses = hit.policy, list(hit.addresses)
+        ports = list(hit.ports) if hit.ports is not None else None
+        timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
+        if fresh_ok and self.sets.fresh(addresses, ports, timeout):
+            return True
+        await self.sets.add(addresses, ports, timeout, others=self.fetching)
+        if self.policy is not policy and not self._name_verdict(question.name).allowed:
+            # The revoke cut these addresses (the set writer does not undo that for an insert
+            # asked before it), and the answer is refused.
+            return False
+        self._remember(addresses, question.name, timeout)
+        return True
 
     def _screened(self, records: list[Rec]) -> tuple[list[str], list[tuple[str, str]], list[Rec]]:
         """The allowed addresses, the refused ones with the reason, and the records without the

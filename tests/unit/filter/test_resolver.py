@@ -503,3 +503,44 @@ def test_a_repeated_packet_is_answered_from_its_written_reply_and_checked_like_a
     assert resolver.quick(bytes(packet)) is None  # revoked: never from the written reply
     refused = DNSRecord.parse(asyncio.run(resolver.answer(bytes(packet))))
     assert refused.header.rcode == RCODE.REFUSED
+
+
+def test_a_hit_asked_over_tcp_is_answered_from_the_kept_answer(world: World) -> None:
+    """The full path (TCP here) answers a kept hit as it is: no upstream query, no insert while its
+    element is fresh; a stale element is inserted again first."""
+    udp = ask(world, question("web.example.test"))
+    tcp = ask(world, question("web.example.test"), tcp=True)
+    assert addresses(tcp) == addresses(udp) == ["203.0.113.7"] and tcp.rr[0].ttl <= 300
+    assert world.names_seen() == ["web.example.test"] and len(world.added) == 1 and world.sets.asked == 1
+    world.added.clear()  # the set writer now says the element needs a refresh
+    assert addresses(ask(world, question("web.example.test"), tcp=True)) == ["203.0.113.7"]
+    assert world.added == [(["203.0.113.7"], None, 300)] and world.names_seen() == ["web.example.test"]
+
+
+def test_a_hit_revoked_while_its_element_is_refreshed_is_refused() -> None:
+    allowed = parse_policy(["web.example.test"], [], answer_networks=(DOCUMENTATION,))
+    resolver: PolicyResolver
+    revoke = [False]
+
+    class RevokingSets(RecordingSets):
+        def fresh(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> bool:
+            return False  # every repeat refreshes its element
+
+        async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None,
+                      others: int = 0) -> None:
+            await super().add(addresses, ports, timeout, others)
+            if revoke[0]:
+                resolver.policy = parse_policy(["other.example.test"], [])
+
+    async def forward(question: Question) -> Answer:
+        reply = DNSRecord.question(question.name, "A").reply()
+        reply.add_answer(RR(question.name, QTYPE.A, rdata=A("203.0.113.7"), ttl=300))
+        return upstream_reply(question, reply)
+
+    resolver = PolicyResolver(allowed, forward, RevokingSets(), lambda r: None)
+    packet = question("web.example.test")
+    assert addresses(DNSRecord.parse(asyncio.run(resolver.answer(packet)))) == ["203.0.113.7"]
+    assert addresses(DNSRecord.parse(asyncio.run(resolver.answer(packet)))) == ["203.0.113.7"]  # control
+    revoke[0] = True
+    assert DNSRecord.parse(asyncio.run(resolver.answer(packet))).header.rcode == RCODE.REFUSED
+    assert resolver.hits == {} and resolver.quick(packet) is None
