@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-import json
 import re
-import sys
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -40,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
-from dejima.filter import VIOLATION, answer, hitcache, query, wire
+from dejima.filter import answer, hitcache, query, wire
 from dejima.filter.answer import TYPE_A, TYPE_AAAA, TYPE_SOA, Answer, Rec, UpstreamError
 from dejima.filter.query import Malformed
 from dejima.filter.wire import FORMERR, NOERROR, REFUSED, SERVFAIL, Question, Request
@@ -58,11 +55,11 @@ Forward = Callable[[Question], Awaitable[Answer]]
 MEMO_ENTRIES = 1024  # verdicts remembered per policy object
 # quick()'s written reply: question, hit, age, the reply after its id, the hit's set elements
 # (addresses, ports, timeout at that age).
-Reply = tuple[Question, hitcache.Hit, int, bytes, list[str], list[int] | None, int | None]
+Reply = tuple[Question, hitcache.Hit, int, bytes, list[str], list[int] | None, int]
 INTERCEPT_ADDRESS, INTERCEPT_TTL = bytes((127, 0, 0, 1)), 300
 K = TypeVar("K")
 V = TypeVar("V")
-__all__ = ["SELF_CHECK_NAME", "PolicyResolver", "ViolationLog"]
+__all__ = ["SELF_CHECK_NAME", "PolicyResolver"]
 
 
 class Sets(Protocol):
@@ -226,11 +223,9 @@ class PolicyResolver:
             del self.hits[question]
             return None
         age = int(now - hit.stored)
-        addresses, ports, timeout = list(hit.addresses), list(hit.ports) if hit.ports is not None else None, None
-        if addresses:
-            timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
-            if not self.sets.fresh(addresses, ports, timeout):
-                return None
+        addresses, ports, timeout = self._elements(hit, age)
+        if addresses and not self.sets.fresh(addresses, ports, timeout):
+            return None
         data = hitcache.render(hit, request, age)
         if len(data) > request.limit:
             return None
@@ -366,9 +361,7 @@ class PolicyResolver:
         are still there for long enough). False: the name was revoked while the insert ran."""
         if not hit.addresses:
             return True
-        policy, addresses = hit.policy, list(hit.addresses)
-        ports = list(hit.ports) if hit.ports is not None else None
-        timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
+        policy, (addresses, ports, timeout) = hit.policy, self._elements(hit, age)
         if fresh_ok and self.sets.fresh(addresses, ports, timeout):
             return True
         await self.sets.add(addresses, ports, timeout, others=self.fetching)
@@ -378,6 +371,11 @@ class PolicyResolver:
             return False
         self._remember(addresses, question.name, timeout)
         return True
+
+    def _elements(self, hit: hitcache.Hit, age: int) -> tuple[list[str], list[int] | None, int]:
+        """What ``hit`` puts into the allow sets at ``age``: addresses, ports, the timeout."""
+        timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
+        return list(hit.addresses), list(hit.ports) if hit.ports is not None else None, timeout
 
     def _screened(self, records: list[Rec]) -> tuple[list[str], list[tuple[str, str]], list[Rec]]:
         """The allowed addresses, the refused ones with the reason, and the records without the
@@ -414,19 +412,3 @@ def _bounded(entries: dict[K, V], cap: int) -> dict[K, V]:
     if len(entries) <= cap:
         return entries
     return dict(itertools.islice(entries.items(), len(entries) - cap + cap // 8, None))
-
-
-class ViolationLog:
-    """Violation records as JSON lines on stdout, where the launcher collects them."""
-
-    PREFIX = VIOLATION
-
-    def __init__(self, stream: Any = None) -> None:
-        self.stream = stream or sys.stdout
-        self.lock = threading.Lock()
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        record = {"time": round(time.time(), 3), **record}
-        with self.lock:
-            self.stream.write(self.PREFIX + json.dumps(record, sort_keys=True) + "\n")
-            self.stream.flush()
