@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The filter's resolver alone, on this host's loopback (mark 0, the set writer a counter, as in
 tests/unit/filter/test_resolver.py), under dnsperf: how fast its Python is, with and without
-cProfile, next to a bare asyncio UDP server that answers from a dict of bytes (the ceiling of
-this design on this box).
+cProfile, next to a bare UDP server on the same loop that answers from a dict of bytes (the
+ceiling of this design on this box).
 
     python bench/resolver_loopback.py [--seconds S] [--profile]
 
@@ -47,19 +47,23 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class Ceiling(asyncio.DatagramProtocol):
-    """Answers a known question from a dict of packed replies, id patched: no parsing, no policy."""
+class Ceiling:
+    """Answers a known question from a dict of packed replies, id patched: no parsing, no policy;
+    read as the resolver's UDP server reads (dnsserver.py: up to 64 datagrams a wake-up)."""
 
-    def __init__(self, answers: dict[bytes, bytes]) -> None:
-        self.answers = answers
+    def __init__(self, answers: dict[bytes, bytes], sock: socket.socket) -> None:
+        self.answers, self.sock = answers, sock
+        asyncio.get_running_loop().add_reader(sock.fileno(), self.readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport: asyncio.DatagramTransport = transport  # type: ignore[assignment]
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        reply = self.answers.get(data[12:].lower())
-        if reply is not None:
-            self.transport.sendto(data[:2] + reply, addr)
+    def readable(self) -> None:
+        for _ in range(64):
+            try:
+                data, addr = self.sock.recvfrom(65535)
+            except BlockingIOError:
+                return
+            reply = self.answers.get(data[12:].lower())
+            if reply is not None:
+                self.sock.sendto(data[:2] + reply, addr)
 
 
 def serve(kind: str, upstream_port: int, ready: threading.Event, state: dict[str, object]) -> None:
@@ -74,10 +78,15 @@ def serve(kind: str, upstream_port: int, ready: threading.Event, state: dict[str
                 question = bytes(dns_question(f"q{n}.bench.test"))
                 answers[question] = b"\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00" + question + \
                     b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x01\x2c\x00\x04" + bytes([10, 224, 0, n])
-            transport, _ = await loop.create_datagram_endpoint(lambda: Ceiling(answers), local_addr=("127.0.0.1", 0))
-            state["port"] = transport.get_extra_info("sockname")[1]
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            sock.bind(("127.0.0.1", 0))
+            Ceiling(answers, sock)
+            state["port"] = sock.getsockname()[1]
             ready.set()
             await stop.wait()
+            loop.remove_reader(sock.fileno())
+            sock.close()
             return
         policy = parse_policy(["*.bench.test"], [], answer_networks=(ipaddress.ip_network(dns.ANSWERS),))
         added = [0, 0]  # set elements inserted, nft transactions

@@ -52,9 +52,10 @@ async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     from dejima.core.egress import parse_policy
     from dejima.filter.dnsserver import self_check, start_servers
     from dejima.filter.nflog import NflogReader
-    from dejima.filter.resolver import PolicyResolver, ViolationLog
+    from dejima.filter.resolver import PolicyResolver
     from dejima.filter.setbatch import BatchedSets
     from dejima.filter.upstream import Forwarder
+    from dejima.filter.violations import ViolationLog
 
     policy_config = config["policy"]
     policy = parse_policy(

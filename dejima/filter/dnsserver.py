@@ -2,7 +2,7 @@
 (Its sockets toward the upstream resolvers are upstream.py's.)
 
 A plain repeated question is answered straight from the resolver's checked answers
-(PolicyResolver.quick) in the datagram callback; everything else gets a task.
+(PolicyResolver.quick) as its datagram is read; everything else gets a task.
 
 The servers shed load instead of queueing it: past ``MAX_INFLIGHT`` UDP queries or
 ``MAX_TCP_CLIENTS`` connections, new ones are dropped, so a flood from the session costs it
@@ -20,11 +20,11 @@ from typing import Any
 
 from dnslib import RCODE, DNSRecord
 
-from dejima.filter import wire
 from dejima.filter.resolver import SELF_CHECK_NAME, PolicyResolver
-from dejima.filter.wire import Question, Request
 
 MAX_INFLIGHT = 1024
+READS_PER_WAKEUP = 64
+DATAGRAM_BYTES = 65535  # the largest UDP payload: a longer query cannot arrive cut short
 MAX_TCP_CLIENTS = 64
 TCP_IDLE_SECONDS = 10.0
 
@@ -36,43 +36,58 @@ def _report_bug(where: str, exc: BaseException) -> None:
     print(f"dejima-filter: resolver error in {where}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
-class _UdpServer(asyncio.DatagramProtocol):
-    def __init__(self, resolver: PolicyResolver, spawn: Spawn) -> None:
-        self.resolver, self.spawn = resolver, spawn
+class _UdpServer:
+    """UDP on a non-blocking socket the loop watches (not an asyncio transport: that reads one
+    datagram per wake-up, into a fresh 256 KiB buffer). Each wake-up drains up to
+    ``READS_PER_WAKEUP`` datagrams, so a burst of hits costs one trip through the loop, and the
+    bound leaves the loop to the misses' tasks, the upstream replies and the control channel."""
+
+    def __init__(self, resolver: PolicyResolver, spawn: Spawn, sock: socket.socket) -> None:
+        self.resolver, self.spawn, self.sock = resolver, spawn, sock
         self.inflight = 0
-        self.transport: asyncio.DatagramTransport | None = None
+        self.loop = asyncio.get_running_loop()
+        self.loop.add_reader(sock.fileno(), self._readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def _readable(self) -> None:
+        recvfrom, quick = self.sock.recvfrom, self.resolver.quick
+        for _ in range(READS_PER_WAKEUP):
+            try:
+                data, addr = recvfrom(DATAGRAM_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # an error queued on the socket, not a datagram: the next read goes on
+                continue
+            try:
+                reply = quick(data)  # a checked repeat: answered here, no task
+            except Exception as exc:  # noqa: BLE001 - see _report_bug; the full path still answers
+                _report_bug("udp hit", exc)
+                reply = None
+            if reply is not None:
+                self._send(reply, addr)
+            elif self.inflight < MAX_INFLIGHT:  # else shed: the client retries, the filter keeps its memory
+                self.inflight += 1
+                self.spawn(self._handle(data, addr))
 
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+    def _send(self, reply: bytes, addr: tuple[str, int]) -> None:
         try:
-            plain = wire.plain_request(data)
-            reply = self.resolver.quick(plain) if plain is not None else None  # a checked repeat: no task
-        except Exception as exc:  # noqa: BLE001 - see _report_bug; the full path still answers
-            _report_bug("udp hit", exc)
-            plain = reply = None
-        if reply is not None:
-            if self.transport is not None:
-                self.transport.sendto(reply, addr)
-            return
-        if self.inflight >= MAX_INFLIGHT:
-            return  # shed: the client retries, the filter keeps its memory
-        self.inflight += 1
-        self.spawn(self._handle(data, addr, plain))
+            self.sock.sendto(reply, addr)
+        except OSError:
+            pass  # a full send buffer or a client gone: UDP, the client asks again
 
-    def error_received(self, exc: Exception) -> None:
-        pass  # an ICMP error for a reply the client no longer waits for: nothing to do
-
-    async def _handle(self, data: bytes, addr: tuple[str, int], plain: tuple[Request, Question] | None) -> None:
+    async def _handle(self, data: bytes, addr: tuple[str, int]) -> None:
         try:
-            reply = await self.resolver.answer(data, plain=plain)
-            if reply is not None and self.transport is not None:
-                self.transport.sendto(reply, addr)
+            reply = await self.resolver.answer(data)
+            if reply is not None and self.sock.fileno() >= 0:
+                self._send(reply, addr)
         except Exception as exc:  # noqa: BLE001 - see _report_bug
             _report_bug("udp", exc)
         finally:
             self.inflight -= 1
+
+    def close(self) -> None:
+        if self.sock.fileno() >= 0:
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
 
 
 class _TcpServer:
@@ -105,13 +120,19 @@ class _TcpServer:
 
 
 async def start_servers(resolver: PolicyResolver, spawn: Spawn, address: str = "127.0.0.1",
-                        port: int = 53) -> tuple[asyncio.DatagramTransport, asyncio.Server]:
+                        port: int = 53) -> tuple[_UdpServer, asyncio.Server]:
     """UDP and TCP servers for ``resolver`` on the same port (0: pick one, same for both)."""
-    loop = asyncio.get_running_loop()
     tcp = await asyncio.start_server(_TcpServer(resolver), address, port, reuse_address=True)
     port = tcp.sockets[0].getsockname()[1]
-    udp, _ = await loop.create_datagram_endpoint(lambda: _UdpServer(resolver, spawn), local_addr=(address, port))
-    return udp, tcp
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        sock.bind((address, port))
+    except OSError:
+        sock.close()
+        tcp.close()
+        raise
+    return _UdpServer(resolver, spawn, sock), tcp
 
 
 async def self_check(address: str = "127.0.0.1", port: int = 53, timeout: float = 5.0) -> None:

@@ -182,10 +182,11 @@ class SetWriter:
             if not batch:
                 return
             self._run(batch, "add to the allow sets")
+            untils: dict[float, float] = {}  # one float per timeout, shared by the batch's elements
             for addresses, elements, target, lasting in done:
                 for address in addresses:
                     self.revoked.pop(address, None)
-                expiry, until = self.expiry[target], now + lasting  # one float shared by the elements
+                expiry, until = self.expiry[target], untils.setdefault(lasting, now + lasting)
                 for element in elements:
                     expiry[element] = max(expiry.get(element, 0), until)
             if sum(map(len, self.expiry.values())) > self.prune_above:

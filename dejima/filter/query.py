@@ -56,11 +56,10 @@ def checked_name(labels: list[bytes] | tuple[bytes, ...]) -> str:
     return name
 
 
-def read(packet: bytes, plain: tuple[Request, Question] | None = None) -> tuple[Request, Question | Malformed] | None:
+def read(packet: bytes) -> tuple[Request, Question | Malformed] | None:
     """The client's request and its one ordinary question, or Malformed saying why it is not;
-    None when the packet is not a DNS message at all. ``plain``: wire.plain_request's reading of
-    the packet, when the caller has it."""
-    plain = plain or plain_request(packet)
+    None when the packet is not a DNS message at all."""
+    plain = plain_request(packet)
     if plain is not None and plain[1].qtype in ORDINARY_TYPES:
         return plain
     try:

@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-import json
 import re
-import sys
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -40,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
-from dejima.filter import VIOLATION, answer, hitcache, query, wire
+from dejima.filter import answer, hitcache, query, wire
 from dejima.filter.answer import TYPE_A, TYPE_AAAA, TYPE_SOA, Answer, Rec, UpstreamError
 from dejima.filter.query import Malformed
 from dejima.filter.wire import FORMERR, NOERROR, REFUSED, SERVFAIL, Question, Request
@@ -56,10 +53,13 @@ FOLD_SECONDS = 5.0  # identical refusal records within this window are folded in
 Record = Callable[[dict[str, Any]], None]
 Forward = Callable[[Question], Awaitable[Answer]]
 MEMO_ENTRIES = 1024  # verdicts remembered per policy object
+# quick()'s written reply: question, hit, age, the reply after its id, the hit's set elements
+# (addresses, ports, timeout at that age).
+Reply = tuple[Question, hitcache.Hit, int, bytes, list[str], list[int] | None, int]
 INTERCEPT_ADDRESS, INTERCEPT_TTL = bytes((127, 0, 0, 1)), 300
 K = TypeVar("K")
 V = TypeVar("V")
-__all__ = ["SELF_CHECK_NAME", "PolicyResolver", "ViolationLog"]
+__all__ = ["SELF_CHECK_NAME", "PolicyResolver"]
 
 
 class Sets(Protocol):
@@ -105,6 +105,9 @@ class PolicyResolver:
         # entry than OrderedDicts, and a copy that leaves the table compact.
         self.cache: dict[Question, Cached] = {}
         self.hits: dict[Question, hitcache.Hit] = {}  # checked answers, as bytes
+        # Replies quick() wrote, by the client's packet without its id: a repeat of the same
+        # packet costs a lookup and the hit's checks, not a read and a render.
+        self.replies: dict[bytes, Reply] = {}
         self.fetching = 0  # queries waiting for the upstream
         # Verdicts of the current policy object; the policy is replaced whole on any change.
         self.memo_policy: object = None
@@ -138,6 +141,8 @@ class PolicyResolver:
             del self.cache[key]
         for key in [k for k in self.hits if k[0] in names]:
             del self.hits[key]
+        for packet in [p for p, reply in self.replies.items() if reply[0].name in names]:
+            del self.replies[packet]
         for address in [a for a, (n, _u) in self.names.items() if n in names]:
             del self.names[address]
 
@@ -168,6 +173,7 @@ class PolicyResolver:
         now = self.clock()
         self.cache = {k: e for k, e in self.cache.items() if e.expires > now}
         self.hits = {k: h for k, h in self.hits.items() if h.expires > now}
+        self.replies = {}
         self.names = {a: learned for a, learned in self.names.items() if learned[1] > now}
         for folded in [k for k, t in self.recent.items() if now - t >= FOLD_SECONDS]:
             del self.recent[folded]
@@ -192,10 +198,22 @@ class PolicyResolver:
         return verdict
 
     # --- answering ----------------------------------------------------------------------------
-    def quick(self, plain: tuple[Request, Question]) -> bytes | None:
-        """The reply to a plain repeated question (as wire.plain_request read it) from the checked
-        answers, without a task; None: ``answer`` decides (a miss, a policy change, a set to
-        refresh)."""
+    def quick(self, packet: bytes) -> bytes | None:
+        """The reply to a plain repeated question from the checked answers, without a task; None:
+        ``answer`` decides (a miss, a policy change, a set to refresh, a query the plain reader
+        declines). The same packet again (any id) is answered from the bytes written for it last,
+        checked as a hit is: the policy object, the hit still kept, its age, its set elements."""
+        reply = self.replies.get(packet[2:])
+        if reply is not None:
+            question, hit, age, tail, addresses, ports, timeout = reply
+            now = self.clock()
+            if (hit.policy is self.policy and self.hits.get(question) is hit and hit.expires > now
+                    and int(now - hit.stored) == age and (not addresses or self.sets.fresh(addresses, ports, timeout))):
+                return packet[:2] + tail
+        plain = wire.plain_request(packet)
+        return self._quick(packet, plain) if plain is not None else None
+
+    def _quick(self, packet: bytes, plain: tuple[Request, Question]) -> bytes | None:
         request, question = plain
         hit = self.hits.get(question)
         if hit is None or hit.policy is not self.policy:
@@ -205,20 +223,20 @@ class PolicyResolver:
             del self.hits[question]
             return None
         age = int(now - hit.stored)
-        if hit.addresses:
-            timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
-            ports = list(hit.ports) if hit.ports is not None else None
-            if not self.sets.fresh(list(hit.addresses), ports, timeout):
-                return None
+        addresses, ports, timeout = self._elements(hit, age)
+        if addresses and not self.sets.fresh(addresses, ports, timeout):
+            return None
         data = hitcache.render(hit, request, age)
-        return data if len(data) <= request.limit else None
+        if len(data) > request.limit:
+            return None
+        self.replies[packet[2:]] = (question, hit, age, data[2:], addresses, ports, timeout)
+        self.replies = _bounded(self.replies, CACHE_ENTRIES)
+        return data
 
-    async def answer(self, packet: bytes, max_size: int | None = None,
-                     plain: tuple[Request, Question] | None = None) -> bytes | None:
+    async def answer(self, packet: bytes, max_size: int | None = None) -> bytes | None:
         """The reply to one client packet (None: not even an id to answer to). ``max_size`` is
-        the UDP limit; a larger reply is sent truncated so the client retries over TCP.
-        ``plain``: wire.plain_request's reading of the packet, when the caller has it."""
-        found = query.read(packet, plain)
+        the UDP limit; a larger reply is sent truncated so the client retries over TCP."""
+        found = query.read(packet)
         if found is None:
             return wire.formerr(packet)
         request, question = found
@@ -249,6 +267,13 @@ class PolicyResolver:
             return _intercepted(request, question)
         if question.qtype == TYPE_AAAA:
             return wire.reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
+        hit = self.hits.get(question)
+        if hit is not None and hit.policy is self.policy and hit.expires > self.clock():  # checked under this policy
+            age = int(self.clock() - hit.stored)
+            if not await self._inserted(question, hit, age, fresh_ok=True):
+                self.hits.pop(question, None)
+                return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
+            return hitcache.render(hit, request, age)
         cached = self._cached(question)
         if cached is None:
             try:
@@ -325,17 +350,32 @@ class PolicyResolver:
         hit = hitcache.build(policy, question.name, upstream.answer.rcode, answers, authority, upstream.stored,
                              upstream.expires, kept, port_list, self.ttl_ceiling)
         age = int(self.clock() - upstream.stored)
-        if kept:
-            timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
-            # Into the allow sets before the client sees the answer, or its connect would race us.
-            await self.sets.add(kept, port_list, timeout, others=self.fetching)
-            if self.policy is not policy and not self._name_verdict(question.name).allowed:
-                # Revoked while the insert ran: the revoke cut these addresses (the set writer
-                # does not undo that for an insert asked before it), and the answer is refused.
-                return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
-            self._remember(kept, question.name, timeout)
+        if not await self._inserted(question, hit, age, fresh_ok=False):
+            return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
         self._keep(question, upstream, hit, not refused and hit.rcode == NOERROR and policy is self.policy)
         return hitcache.render(hit, request, age)
+
+    async def _inserted(self, question: Question, hit: hitcache.Hit, age: int, fresh_ok: bool) -> bool:
+        """Put the addresses of ``hit`` into the allow sets, before the client sees the answer, or
+        its connect would race us (``fresh_ok``: a kept hit's repeat needs no insert while they
+        are still there for long enough). False: the name was revoked while the insert ran."""
+        if not hit.addresses:
+            return True
+        policy, (addresses, ports, timeout) = hit.policy, self._elements(hit, age)
+        if fresh_ok and self.sets.fresh(addresses, ports, timeout):
+            return True
+        await self.sets.add(addresses, ports, timeout, others=self.fetching)
+        if self.policy is not policy and not self._name_verdict(question.name).allowed:
+            # The revoke cut these addresses (the set writer does not undo that for an insert
+            # asked before it), and the answer is refused.
+            return False
+        self._remember(addresses, question.name, timeout)
+        return True
+
+    def _elements(self, hit: hitcache.Hit, age: int) -> tuple[list[str], list[int] | None, int]:
+        """What ``hit`` puts into the allow sets at ``age``: addresses, ports, the timeout."""
+        timeout = ttl_timeout(max(0, hit.address_ttl - age), self.ttl_floor, self.ttl_ceiling)
+        return list(hit.addresses), list(hit.ports) if hit.ports is not None else None, timeout
 
     def _screened(self, records: list[Rec]) -> tuple[list[str], list[tuple[str, str]], list[Rec]]:
         """The allowed addresses, the refused ones with the reason, and the records without the
@@ -372,19 +412,3 @@ def _bounded(entries: dict[K, V], cap: int) -> dict[K, V]:
     if len(entries) <= cap:
         return entries
     return dict(itertools.islice(entries.items(), len(entries) - cap + cap // 8, None))
-
-
-class ViolationLog:
-    """Violation records as JSON lines on stdout, where the launcher collects them."""
-
-    PREFIX = VIOLATION
-
-    def __init__(self, stream: Any = None) -> None:
-        self.stream = stream or sys.stdout
-        self.lock = threading.Lock()
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        record = {"time": round(time.time(), 3), **record}
-        with self.lock:
-            self.stream.write(self.PREFIX + json.dumps(record, sort_keys=True) + "\n")
-            self.stream.flush()

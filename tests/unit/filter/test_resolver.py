@@ -465,3 +465,82 @@ def test_a_name_revoked_while_its_answer_is_on_the_way_is_refused(when: str) -> 
     else:
         assert reply.header.rcode == RCODE.REFUSED and resolver.learned() == {} and resolver.hits == {}
         assert sets.added == ([] if when == "upstream" else [(["203.0.113.7"], None, 300)])
+
+
+def test_a_repeated_packet_is_answered_from_its_written_reply_and_checked_like_a_hit() -> None:
+    """quick() keeps the reply it wrote per client packet (id aside); the same packet again is
+    answered from it only while the hit's checks hold: a revoke, a forgotten name, an element to
+    refresh or a second of age each send it back to the hit or the full path."""
+    now = [1000.0]
+    allowed = parse_policy(["web.example.test"], [], answer_networks=(DOCUMENTATION,))
+
+    async def forward(question: Question) -> Answer:
+        reply = DNSRecord.question(question.name, "A").reply()
+        reply.add_answer(RR(question.name, QTYPE.A, rdata=A("203.0.113.7"), ttl=300))
+        return upstream_reply(question, reply)
+
+    sets = RecordingSets()
+    resolver = PolicyResolver(allowed, forward, sets, lambda r: None, clock=lambda: now[0])
+    packet = bytearray(question("web.example.test"))
+    asyncio.run(resolver.answer(bytes(packet)))
+    first = resolver.quick(bytes(packet))
+    assert first is not None and len(resolver.replies) == 1
+    packet[:2] = b"\x42\x42"
+    again = resolver.quick(bytes(packet))
+    assert again == b"\x42\x42" + first[2:]  # the written reply, with this client's id
+    assert sets.asked == 2  # the written reply still asks the set writer
+    added, sets.added[:] = list(sets.added), []
+    assert resolver.quick(bytes(packet)) is None  # an element to refresh: the full path inserts it
+    sets.added[:] = added
+    now[0] += 1
+    aged = DNSRecord.parse(resolver.quick(bytes(packet)))
+    assert aged.header.id == 0x4242 and aged.rr[0].ttl == 299  # re-written at the new age
+    resolver.forget({"web.example.test"})
+    assert resolver.quick(bytes(packet)) is None and resolver.replies == {}
+    asyncio.run(resolver.answer(bytes(packet)))
+    assert resolver.quick(bytes(packet)) is not None  # control: kept again, answered again
+    resolver.policy = parse_policy(["other.example.test"], [], answer_networks=(DOCUMENTATION,))
+    assert resolver.quick(bytes(packet)) is None  # revoked: never from the written reply
+    refused = DNSRecord.parse(asyncio.run(resolver.answer(bytes(packet))))
+    assert refused.header.rcode == RCODE.REFUSED
+
+
+def test_a_hit_asked_over_tcp_is_answered_from_the_kept_answer(world: World) -> None:
+    """The full path (TCP here) answers a kept hit as it is: no upstream query, no insert while its
+    element is fresh; a stale element is inserted again first."""
+    udp = ask(world, question("web.example.test"))
+    tcp = ask(world, question("web.example.test"), tcp=True)
+    assert addresses(tcp) == addresses(udp) == ["203.0.113.7"] and tcp.rr[0].ttl <= 300
+    assert world.names_seen() == ["web.example.test"] and len(world.added) == 1 and world.sets.asked == 1
+    world.added.clear()  # the set writer now says the element needs a refresh
+    assert addresses(ask(world, question("web.example.test"), tcp=True)) == ["203.0.113.7"]
+    assert world.added == [(["203.0.113.7"], None, 300)] and world.names_seen() == ["web.example.test"]
+
+
+def test_a_hit_revoked_while_its_element_is_refreshed_is_refused() -> None:
+    allowed = parse_policy(["web.example.test"], [], answer_networks=(DOCUMENTATION,))
+    resolver: PolicyResolver
+    revoke = [False]
+
+    class RevokingSets(RecordingSets):
+        def fresh(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> bool:
+            return False  # every repeat refreshes its element
+
+        async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None,
+                      others: int = 0) -> None:
+            await super().add(addresses, ports, timeout, others)
+            if revoke[0]:
+                resolver.policy = parse_policy(["other.example.test"], [])
+
+    async def forward(question: Question) -> Answer:
+        reply = DNSRecord.question(question.name, "A").reply()
+        reply.add_answer(RR(question.name, QTYPE.A, rdata=A("203.0.113.7"), ttl=300))
+        return upstream_reply(question, reply)
+
+    resolver = PolicyResolver(allowed, forward, RevokingSets(), lambda r: None)
+    packet = question("web.example.test")
+    assert addresses(DNSRecord.parse(asyncio.run(resolver.answer(packet)))) == ["203.0.113.7"]
+    assert addresses(DNSRecord.parse(asyncio.run(resolver.answer(packet)))) == ["203.0.113.7"]  # control
+    revoke[0] = True
+    assert DNSRecord.parse(asyncio.run(resolver.answer(packet))).header.rcode == RCODE.REFUSED
+    assert resolver.hits == {} and resolver.quick(packet) is None
