@@ -89,9 +89,12 @@ class Cached:
     expires: float
 
 
+TTL_FLOOR = 60  # seconds an allowed address stays in the sets, however short its TTL
+
+
 class PolicyResolver:
     def __init__(self, policy: EgressPolicy, forward: Forward, sets: Sets, record: Record,
-                 ttl_floor: int = 60, ttl_ceiling: int = 3600, clock: Callable[[], float] = time.monotonic,
+                 ttl_floor: int = TTL_FLOOR, ttl_ceiling: int = 3600, clock: Callable[[], float] = time.monotonic,
                  canaries: tuple[str, ...] = (), intercepted: frozenset[str] = frozenset()) -> None:
         self.policy, self.forward, self.sets, self.record = policy, forward, sets, record
         # Names the credential proxy's TLS fallback serves: answered with the loopback address the
