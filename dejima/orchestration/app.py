@@ -47,6 +47,15 @@ def validate_workspace(path: str) -> Path:
             f"(~/.ssh, credentials, other projects)",
             hint="give the path of one project, e.g. ~/repos/project",
         )
+    for own in (host.config_dir(), host.state_dir(), host.data_dir(), host.settings_path()):
+        own = own.resolve()
+        if own.is_relative_to(resolved) or resolved.is_relative_to(own):
+            # A session writes its workspace: there it could widen the next session's settings,
+            # acknowledge findings, or change what the launcher starts (state, prestart, image tags).
+            raise UsageError(
+                f"refusing to use {resolved} as a workspace: it overlaps dejima's own files ({own})",
+                hint="give the path of one project that holds none of dejima's settings, state or data",
+            )
     return resolved
 
 

@@ -83,6 +83,27 @@ def test_home_directory_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert "holds your whole home directory" in captured.getvalue()
 
 
+@pytest.mark.parametrize("variable", ["XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME"])
+def test_a_workspace_holding_dejimas_own_files_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                           captured: io.StringIO, variable: str) -> None:
+    """A session writes its workspace: one holding the settings, the state (prestarted filters,
+    image tags, acknowledged findings) or the data (homes) could change the next session."""
+    workspace = tmp_path / "project"
+    (workspace / "dejima").mkdir(parents=True)
+    monkeypatch.setenv(variable, str(workspace))
+    assert main([str(workspace), "--", "true"]) == exit_codes.USAGE
+    assert "overlaps dejima's own files" in captured.getvalue()
+    monkeypatch.setenv(variable, str(tmp_path / "elsewhere"))  # the control: the same workspace, state elsewhere
+    assert main([str(workspace), "--render", "--as-root", "--", "true"]) == exit_codes.SUCCESS
+
+
+def test_a_settings_file_inside_the_workspace_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         captured: io.StringIO) -> None:
+    write_settings(monkeypatch, tmp_path, "[session]\n")
+    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE
+    assert "overlaps dejima's own files" in captured.getvalue()
+
+
 def test_help_explains_the_boundary_and_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--help"])
