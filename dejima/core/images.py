@@ -12,8 +12,9 @@ import re
 from dataclasses import dataclass
 
 from dejima.core import labels
+from dejima.core.paths import IMAGE_REPOSITORY
 
-REPOSITORY = "dejima"
+REPOSITORY = IMAGE_REPOSITORY
 BOOTSTRAP_BASE = "dejima/base"
 
 

@@ -5,6 +5,8 @@ Kept apart from core/plan.py (and free of imports) so that the launcher's presta
 (orchestration/prestart.py) can make these places before the plan's code is even imported.
 """
 
+IMAGE_REPOSITORY = "dejima"  # the images dejima builds: dejima/filter:<hash>, dejima/session:<hash>
+
 # The host directory mounted into the filter alone: its configuration FIFO, the control socket
 # (live grants) and the credential proxy's sockets, out of the session's reach.
 FILTER_RUN_DIR = "/run/dejima"

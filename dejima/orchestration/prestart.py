@@ -28,6 +28,7 @@ from dejima.adapters import host
 from dejima.adapters.engine import Engine
 from dejima.adapters.fifo import make_run_dir
 from dejima.adapters.violations import new_session_id, run_dir
+from dejima.core.paths import FILTER_RUN_DIR, IMAGE_REPOSITORY
 from dejima.errors import DiagnosticError
 
 SESSION_MARK, LAUNCHER_MARK = "{dejima-session}", "{dejima-launcher}"
@@ -110,6 +111,31 @@ class Prestarted:
             self.container = None
 
 
+# What any filter create request of dejima's has (adapters/runtime.py create_body of core/plan.py's
+# filter spec). A remembered request is created before the plan can be compared with it, so one
+# that could do more than a filter (planted by whatever could write the state directory) is not.
+_HOST_KEYS = frozenset({"Binds", "Tmpfs", "CapDrop", "CapAdd", "SecurityOpt", "NetworkMode", "ReadonlyRootfs", "Init",
+                        "Dns", "Sysctls", "PidsLimit", "CpuShares", "Memory", "MemorySwap"})
+_BODY_KEYS = frozenset({"Image", "Cmd", "Entrypoint", "User", "Labels", "Env", "WorkingDir", "Hostname", "Tty",
+                        "OpenStdin", "StdinOnce", "AttachStdin", "AttachStdout", "AttachStderr", "HostConfig"})
+
+
+def filter_shaped(body: dict[str, Any], run: Path) -> bool:
+    """Whether ``body`` asks for no more than a filter: dejima's filter image with its own
+    entrypoint, two capabilities, no new privileges, the run directory as its only mount, a network
+    of its own."""
+    host_config = body.get("HostConfig")
+    if set(body) - _BODY_KEYS or not isinstance(host_config, dict) or set(host_config) - _HOST_KEYS:
+        return False
+    network = str(host_config.get("NetworkMode", ""))
+    return (str(body.get("Image", "")).startswith(f"{IMAGE_REPOSITORY}/filter:") and body.get("Cmd") is None
+            and body.get("Entrypoint") is None and host_config.get("CapDrop") == ["ALL"]
+            and set(host_config.get("CapAdd") or ()) <= {"NET_ADMIN", "NET_BIND_SERVICE"}
+            and host_config.get("SecurityOpt") == ["no-new-privileges:true"]
+            and host_config.get("Binds") == [f"{run}:{FILTER_RUN_DIR}:rw"]
+            and network not in ("host", "none") and not network.startswith("container:"))
+
+
 def begin(workspace_argument: str) -> Prestarted | None:
     """Start the filter remembered for this workspace, if there is one; never raises (a start
     that cannot prestart goes the usual way)."""
@@ -122,6 +148,8 @@ def begin(workspace_argument: str) -> Prestarted | None:
     try:
         session_id, launcher = new_session_id(), host.launcher_token()
         request = json.loads(template.replace(SESSION_MARK, session_id).replace(LAUNCHER_MARK, launcher))
+        if not filter_shaped(request["body"], run_dir(session_id)):
+            return None
         make_run_dir(run_dir(session_id))
         return Prestarted(Engine.from_env(), session_id, request["name"], request["body"])
     except Exception:  # noqa: BLE001 - the usual path meets the same trouble and says what it is
