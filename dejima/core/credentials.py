@@ -121,6 +121,12 @@ class Route:
     username: str | None = None  # Basic only: the user name the forge expects with a token
     signing: AwsSigning | None = None  # aws-sigv4 only: the proxy signs each request (placeholder: a key id)
 
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        """Every value the session holds for this route: its placeholder and, for a signed route,
+        the secret key's (the scanner and the resolver's canaries look for each)."""
+        return (self.placeholder, self.signing.secret_placeholder) if self.signing else (self.placeholder,)
+
     def __post_init__(self) -> None:
         if not _ROUTE_NAME.match(self.name):
             raise RouteError(f"route name {self.name!r} is not kebab-case")

@@ -117,11 +117,10 @@ class SecretScanner:
 
     __slots__ = ("_by_value", "_pattern")
 
-    def __init__(self, placeholders: Mapping[str, str], decoys: Mapping[str, str],
-                 more_placeholders: Iterable[tuple[str, str]] = ()) -> None:
-        """``more_placeholders``: (route, value) for routes with a second placeholder (an AWS secret key)."""
+    def __init__(self, placeholders: Mapping[str, Iterable[str]], decoys: Mapping[str, str]) -> None:
+        """``placeholders``: each route's values (Route.placeholders); ``decoys``: variable -> value."""
         by_value: dict[bytes, Marker] = {}
-        for name, value in [*placeholders.items(), *more_placeholders]:
+        for name, value in ((n, v) for n, values in placeholders.items() for v in values):
             known = by_value.get(value.lower().encode())
             by_value[value.lower().encode()] = Marker("placeholder", known.name, (*known.shared_with, name)) \
                 if known else Marker("placeholder", name)

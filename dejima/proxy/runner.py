@@ -120,8 +120,7 @@ def prepare_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, w
         _plant_decoy_file(home / ".aws" / "credentials", prepared.decoys.aws_credentials_file, owner)
     if prepared.interception is not None:
         write_trust(home / TRUST_DIR, prepared.interception.authority.ca_pem, owner)
-    canaries = tuple(spec.route.placeholder for spec in prepared.config.routes) + tuple(
-        spec.route.signing.secret_placeholder for spec in prepared.config.routes if spec.route.signing) + tuple(
+    canaries = tuple(value for spec in prepared.config.routes for value in spec.route.placeholders) + tuple(
         prepared.decoys.values().values())
     return SessionProxy(prepared, tuple(sorted(session_environment(prepared).items())), canaries)
 

@@ -74,8 +74,7 @@ class ProxyServer:
         self.config = config
         self.specs = {spec.route.name: spec for spec in config.routes}
         self.routes = {name: spec.route for name, spec in self.specs.items()}
-        self.scanner = SecretScanner({n: r.placeholder for n, r in self.routes.items()}, config.decoys,
-                                     [(n, r.signing.secret_placeholder) for n, r in self.routes.items() if r.signing])
+        self.scanner = SecretScanner({n: r.placeholders for n, r in self.routes.items()}, config.decoys)
         self.reals: dict[str, str] = {}  # route -> last real value seen, to recognise it in requests
         self.pool = UpstreamPool(config.extra_ca_file, config.connect_timeout)
         self.idle = Idle(config.idle_timeout)

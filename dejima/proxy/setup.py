@@ -140,7 +140,7 @@ def session_env(prepared: Prepared, origin: str, base_url_env: Mapping[str, str]
         if declared.placeholder_env:
             env[declared.placeholder_env] = route.placeholder
         if route.signing:
-            env.update(zip(AWS_PLACEHOLDER_ENV, (route.placeholder, route.signing.secret_placeholder), strict=True))
+            env.update(zip(AWS_PLACEHOLDER_ENV, route.placeholders, strict=True))
         if route.name in base_url_env:
             env[base_url_env[route.name]] = base
         if route.scheme == "Basic":

@@ -7,7 +7,7 @@ from dejima.core.placeholders import SecretScanner
 
 ROUTES = {"a": Route("a", parse_upstream("https://api.example.com/base", "a"), "x-api-key", "raw", "ph-a"),
           "b": Route("b", parse_upstream("https://other.example.com", "b"), "authorization", "Bearer", "ph-b")}
-SCANNER = SecretScanner({n: r.placeholder for n, r in ROUTES.items()}, {"AWS_ACCESS_KEY_ID": "AKIADECOY1"})
+SCANNER = SecretScanner({n: r.placeholders for n, r in ROUTES.items()}, {"AWS_ACCESS_KEY_ID": "AKIADECOY1"})
 
 
 def decide(head: bytes) -> Admission | Refusal:

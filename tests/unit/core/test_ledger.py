@@ -13,7 +13,7 @@ def test_query_values_go_names_stay() -> None:
 
 
 def test_secrets_are_removed_in_any_case() -> None:
-    scanner = SecretScanner({"route": "sk-ant-api03-placeholderabc"}, {"AWS": "AKIADECOY"})
+    scanner = SecretScanner({"route": ("sk-ant-api03-placeholderabc",)}, {"AWS": "AKIADECOY"})
     assert "real" not in scrub("/x/REALSECRET", scanner, ["realsecret"]).replace("<real secret>", "")
     assert scrub("/x/sk-ant-api03-placeholderABC", scanner, []) == "<placeholder route removed>"
     assert scrub("akiadecoy", scanner, []) == "<decoy AWS removed>"

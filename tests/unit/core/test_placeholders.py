@@ -21,7 +21,7 @@ def test_decoys_skip_names_routes_use() -> None:
 def test_the_scanner_names_what_it_finds() -> None:
     ph = make_placeholder("api.anthropic.com", "x-api-key")
     decoys = make_decoys()
-    scanner = SecretScanner({"anthropic-api-key": ph}, decoys.values())
+    scanner = SecretScanner({"anthropic-api-key": (ph,)}, decoys.values())
     assert str(find_secret_use(scanner, f"GET /?k={ph}".encode())) == "placeholder anthropic-api-key"
     dns_name = f"{ph.lower()}.exfil.example."
     assert str(scanner.find(dns_name)) == "placeholder anthropic-api-key"  # DNS folds case
