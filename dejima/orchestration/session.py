@@ -312,7 +312,8 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
         once_session_removed: Callable[[], None] | None = None,
         prestarted: Prestarted | None = None) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
-    The session starts only after the filter reported ready; ``while_filter_starts`` runs before.
+    The session's command runs only after the filter reported ready (its container may start
+    before, behind the gate); ``while_filter_starts`` runs before either.
     ``once_session_removed`` runs when no process of the session is left (its container removed),
     while the filter is still being stopped: the end of the session's audit belongs there.
 
