@@ -61,19 +61,27 @@ def _hidden_padded(data: bytes, count: int, hash_size: int) -> dict[str, str]:
         name = at + flags_at
         flags = data[name] << 8 | data[name + 1]
         name += 2
-        extended = 0
-        if flags & EXTENDED:
-            extended = data[name] << 8 | data[name + 1]
-            name += 2
-        length = flags & _NAME_MASK
-        end = name + length if length < _NAME_MASK else find(b"\0", name + _NAME_MASK)
-        if end >= len(data):
-            raise GitIndexError("an entry runs past the end of the index")
-        if flags & ASSUME_VALID or extended & SKIP_WORKTREE:
-            hidden[data[name:end].decode("utf-8", "surrogateescape")] = \
-                "assume-unchanged" if flags & ASSUME_VALID else "skip-worktree"
+        if flags & (ASSUME_VALID | EXTENDED):  # rare: flagged, or extended flags to read
+            extended = 0
+            if flags & EXTENDED:
+                extended = data[name] << 8 | data[name + 1]
+                name += 2
+            end = _name_end(data, name, flags)
+            if flags & ASSUME_VALID or extended & SKIP_WORKTREE:
+                hidden[data[name:end].decode("utf-8", "surrogateescape")] = \
+                    "assume-unchanged" if flags & ASSUME_VALID else "skip-worktree"
+        else:
+            length = flags & _NAME_MASK
+            end = name + length if length < _NAME_MASK else find(b"\0", name + _NAME_MASK)
         at += (end - at) // 8 * 8 + 8  # the name's NUL, then padding up to a multiple of 8
+    if at > len(data):  # the last entry ran past the end (an earlier one: an IndexError above)
+        raise GitIndexError("an entry runs past the end of the index")
     return hidden
+
+
+def _name_end(data: bytes, name: int, flags: int) -> int:
+    length = flags & _NAME_MASK
+    return name + length if length < _NAME_MASK else data.index(b"\0", name + _NAME_MASK)
 
 
 def _hidden_v4(data: bytes, count: int, hash_size: int) -> dict[str, str]:
