@@ -8,8 +8,6 @@ fork and sends back only what differs from it, so the end-of-session audit costs
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import os
 import stat
 import time
@@ -24,12 +22,11 @@ from typing import Any, TypeVar
 from dejima.adapters.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
 from dejima.adapters.forked import collect, fork, gc_paused, stop
 from dejima.adapters.forked import workers as default_workers
+from dejima.adapters.hashed_file import capabilities, content_hash
 from dejima.core.snapshot import Children, Entry, Listing, Snapshot, listing_digest, missing
 
-MAX_HASH_BYTES = 64 << 20
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # the mount itself may be reached through a link
 _DIR_FLAGS = _ROOT | os.O_NOFOLLOW
 _UNITS_PER_WORKER = 8  # directories dealt to each process, so one big directory does not idle the rest
@@ -55,38 +52,6 @@ class InconsistentWalk(SnapshotError):
         super().__init__(f"the tree changed while it was walked; unsure about {shown}",
                          hint="something on the host is writing there; check those paths by hand")
         self.paths, self.snapshot = paths, snapshot
-
-
-def _hash(name: str, size: int, directory: int) -> str:
-    digest = hashlib.sha256()
-    # O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO between lstat and open is
-    # refused instead of followed or waited on.
-    try:
-        fd = os.open(name, _OPEN_FLAGS, dir_fd=directory)
-    except OSError as exc:
-        return f"unreadable:{exc.errno}"  # still compared: a change of readability is a change
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not-a-file"
-        remaining = min(size, MAX_HASH_BYTES)
-        while remaining > 0:
-            chunk = os.read(fd, min(1 << 20, remaining))
-            if not chunk:
-                break
-            digest.update(chunk)
-            remaining -= len(chunk)
-    finally:
-        os.close(fd)
-    return digest.hexdigest() + ("" if size <= MAX_HASH_BYTES else f"+truncated:{size}")
-
-
-def _caps(path: str) -> bool | None:
-    if not hasattr(os, "getxattr"):
-        return None
-    try:
-        return bool(os.getxattr(path, "security.capability", follow_symlinks=False))
-    except OSError as exc:
-        return False if exc.errno in (errno.ENODATA, errno.ENOTSUP) else None
 
 
 class _Walk:
@@ -223,7 +188,7 @@ class _Walk:
             except OSError:
                 target = None  # vanished while walking
         elif kind == "file" and (self.checking or self.hash_path(path)):
-            digest, caps = _hash(name, info.st_size, fd), _caps(os.path.join(self.root, path))
+            digest, caps = content_hash(name, info.st_size, fd), capabilities(os.path.join(self.root, path))
         same, mode, uid, gid = self.same.setdefault, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
         self.rows.append((path, kind, same(mode, mode), same(uid, uid), same(gid, gid), info.st_size,
                           info.st_nlink, info.st_ino, info.st_ctime_ns, info.st_mtime_ns, digest, target, caps))
