@@ -14,7 +14,7 @@ from dejima.adapters.kept import hashed_paths, keep
 from dejima.adapters.mount_state import State
 from dejima.adapters.tree_walk import SnapshotError, Walked, start_snapshot
 from dejima.core.audit import watched
-from dejima.core.snapshot import Children, Snapshot, children_of, compose
+from dejima.core.snapshot import Children, Snapshot, children_of, compose, subtree_sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +35,10 @@ class MountState:
     failure: BaseException | None = None
     loading: threading.Thread | None = field(default=None, repr=False)
     # Derived from the complete snapshot during the session, for the end: each directory's
-    # children (what was removed is found without a pass over every entry), the hashed files.
+    # children (what was removed is found without a pass over every entry) and how many entries
+    # it holds (the walk is shared out by them), the hashed files.
     children: Children | None = field(default=None, repr=False)
+    sizes: dict[str, int] | None = field(default=None, repr=False)
     hashed: list[str] | None = field(default=None, repr=False)
 
     def begin(self) -> None:
@@ -62,7 +64,8 @@ class MountState:
     def _prepare(self) -> None:
         self._complete()
         if self.failure is None:
-            self.hashed, self.children = hashed_paths(self.snapshot), children_of(self.snapshot)
+            self.hashed, children = hashed_paths(self.snapshot), children_of(self.snapshot)
+            self.children, self.sizes = children, subtree_sizes(children)
 
     def _complete(self) -> None:
         walked, self.walked = self.walked, None

@@ -30,6 +30,7 @@ KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", sta
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # the mount itself may be reached through a link
 _DIR_FLAGS = _ROOT | os.O_NOFOLLOW
 _UNITS_PER_WORKER = 8  # directories dealt to each process, so one big directory does not idle the rest
+_SPLITS = 32  # directories the end walks ahead of the fork at most, each too big for one share
 
 Row = tuple[Any, ...]  # an Entry's fields as a plain tuple: what marshal carries
 Digested = list[tuple[str, "bytes | None"]]  # directories listed in full, each with its new digest
@@ -214,20 +215,57 @@ def _stats(children: list[os.DirEntry[str]]) -> tuple[list[str], list[os.stat_re
         return names, infos
 
 
-def _frontier(front: _Walk, count: int) -> list[tuple[str, bool]]:
-    """Walks the top of the tree here until there are enough directories to deal out."""
+def _frontier(front: _Walk, count: int, children: Children | None = None,
+              sizes: dict[str, int] | None = None) -> list[tuple[str, bool]]:
+    """Walks the top of the tree here until there are enough directories to deal out; given the
+    start's ``children`` and their ``sizes``, also each one too big for a fair share."""
     units = front.directory("", front.checking)  # the root is no entry: its listing is always taken
     while count > 1 and units and len(units) < count * _UNITS_PER_WORKER:
         units.extend(front.directory(*units.pop(0)))
+    if count > 1 and children and sizes:
+        _split_heavy(front, units, count, children, sizes)
     return units
 
 
+def _split_heavy(front: _Walk, units: list[tuple[str, bool]], count: int, children: Children,
+                 sizes: dict[str, int]) -> None:
+    """Walks here each unit that holds more than a fair share of the entries, and whose own
+    listing is small, its subdirectories dealt out instead (at most _SPLITS of them)."""
+    def weight(unit: tuple[str, bool]) -> int:
+        return sizes.get(unit[0], 0)
+
+    for _ in range(_SPLITS):
+        heaviest = max(units, key=weight, default=None)
+        total = sum(map(weight, units))
+        # A directory mostly of files cannot be split: walked here, it would be walked alone.
+        if heaviest is None or weight(heaviest) * count <= total or \
+                len(children.get(heaviest[0], ())) * count * 4 > total:
+            return
+        units.remove(heaviest)
+        units.extend(front.directory(*heaviest))
+
+
+def _deal(units: list[tuple[str, bool]], count: int, sizes: dict[str, int] | None) -> list[list[tuple[str, bool]]]:
+    """``count`` shares of ``units``: round-robin, or by the ``sizes`` of the start's directories
+    (largest first, each to the lightest share)."""
+    if not sizes:
+        return [units[i::count] for i in range(count)]
+    shares: list[list[tuple[str, bool]]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for unit in sorted(units, key=lambda unit: sizes.get(unit[0], 0), reverse=True):
+        lightest = loads.index(min(loads))
+        shares[lightest].append(unit)
+        loads[lightest] += sizes.get(unit[0], 0) + 1
+    return shares
+
+
 def _walk_shares(front: _Walk, units: list[tuple[str, bool]], count: int,
-                 meanwhile: Callable[[], Any] | None = None) -> tuple[list[Result], Any]:
+                 meanwhile: Callable[[], Any] | None = None,
+                 sizes: dict[str, int] | None = None) -> tuple[list[Result], Any]:
     """Deals ``units`` round-robin to ``count`` processes, this one included; or, given
     ``meanwhile``, to ``count`` children while this process runs it. Returns the results, and
     what ``meanwhile`` returned."""
-    shares = [units[i::count] for i in range(count)] if units else []
+    shares = _deal(units, count, sizes) if units else []
     local = [] if meanwhile is not None or not shares else shares.pop(0)
     children, results, here = [], [], front.fresh()
     try:
@@ -274,13 +312,13 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
 
 def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str], bool], count: int,
                list_all: bool, trusted: dict[str, bytes] | None,
-               children: Children | None) -> tuple[Snapshot, list[str]]:
+               children: Children | None, sizes: dict[str, int] | None) -> tuple[Snapshot, list[str]]:
     with gc_paused():
         # Copied before the fork: its reference counts are written now, not page by page after it.
         entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
         front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted)
-        units = _frontier(front, count)
-        shares, _ = _walk_shares(front, units, min(count, len(units)) if units else 1)
+        units = _frontier(front, count, children, sizes)
+        shares, _ = _walk_shares(front, units, min(count, len(units)) if units else 1, sizes=sizes)
         return _assemble(previous, entries, [front.result(), *shares], children)
 
 
@@ -296,7 +334,7 @@ def take_snapshot(root: Path, previous: Snapshot | None = None, hash_path: Calla
 
 def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callable[[str], bool] = lambda path: True,
                  workers: int | None = None, trusted: dict[str, bytes] | None = None,
-                 children: Children | None = None) -> tuple[Snapshot, list[str]]:
+                 children: Children | None = None, sizes: dict[str, int] | None = None) -> tuple[Snapshot, list[str]]:
     """Every entry under ``root`` (itself excluded), keyed by its relative path.
 
     Regular files are hashed when ``hash_path`` says so, or when ``previous`` (the start snapshot)
@@ -307,7 +345,8 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     listing digests the walk that took ``previous`` left (``Walked.digests``): a directory that
     still lists the same (names; mode, inode, device, ctime, mtime and size of each child) is
     ``previous``'s without a comparison per child. ``children``: ``children_of(previous)``, when
-    built already (removed entries are then found without a pass over ``previous``).
+    built already (removed entries are then found without a pass over ``previous``); ``sizes``:
+    ``subtree_sizes(children)``, by which the walk is shared out.
 
     A walk that does not add up (the host wrote there while the start walk ran, e.g. git's own
     gc) is done again, listing every directory and comparing every child; InconsistentWalk names
@@ -317,7 +356,7 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     count = max(1, workers or default_workers())
     return _retried(lambda attempt: _walk_once(root, previous, hash_path, count, list_all=attempt > 0,
                                                trusted=trusted if attempt == 0 and previous else None,
-                                               children=children))
+                                               children=children, sizes=sizes))
 
 
 def _retried(walk: Callable[[int], T]) -> T:

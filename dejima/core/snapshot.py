@@ -158,6 +158,17 @@ def children_of(snapshot: Snapshot) -> Children:
     return index
 
 
+def subtree_sizes(children: Children) -> dict[str, int]:
+    """How many entries each directory of ``children`` holds, at any depth (the end walk deals its
+    directories out to processes by these)."""
+    sizes = {directory: len(paths) for directory, paths in children.items()}
+    for directory in sorted(children, key=lambda d: d.count("/") + bool(d), reverse=True):  # deepest first
+        parent = directory.rpartition("/")[0]
+        if directory and parent in sizes:
+            sizes[parent] += sizes[directory]
+    return sizes
+
+
 def listing_digest(names: list[str], values: list[int]) -> bytes:
     """What one directory holds, as its children's names and stat values (the same number for
     each, in listing order): equal digests mean no child was added, removed, renamed or changed in

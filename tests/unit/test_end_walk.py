@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters import tree_walk as walker
-from dejima.core.snapshot import Snapshot, children_of, diff, missing
+from dejima.core.snapshot import Snapshot, children_of, diff, missing, subtree_sizes
 from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount
 from dejima.ui.console import UI, plain_console
@@ -128,3 +128,35 @@ def test_the_start_keeps_no_digest_of_a_directory_it_did_not_see(root: Path) -> 
     assert states[0].start is not None and states[0].start.digests
     assert "src/m2" not in states[0].start.digests and "src/m1" in states[0].start.digests
     exit_audit.finish("s2", quiet(), states=states)
+
+
+def test_subtree_sizes_count_every_entry_below_each_directory(root: Path) -> None:
+    snapshot = walker.take_snapshot(root)
+    sizes = subtree_sizes(children_of(snapshot))
+    assert sizes[""] == len(snapshot)
+    assert sizes["a/b/c"] == len([p for p in snapshot if p.startswith("a/b/c/")])
+    assert sizes[DEEP] == 3 and "src/m0/f0.py" not in sizes
+
+
+def test_the_walk_is_dealt_out_by_entries(tmp_path: Path) -> None:
+    # One top directory holds most of the tree, in subdirectories: dealt round-robin by directory,
+    # one process would walk it all; split and dealt by entries, each walks about half.
+    for n in range(40):
+        write(tmp_path, f"big/s{n}/f.txt", "x")
+        for m in range(9):
+            write(tmp_path, f"big/s{n}/g{m}.txt", "x")
+    for n in range(7):
+        write(tmp_path, f"small{n}/f.txt", "x")
+    before = walker.take_snapshot(tmp_path)
+    children = children_of(before)
+    sizes = subtree_sizes(children)
+    front = walker._Walk(str(tmp_path), os.stat(tmp_path).st_dev, before, lambda path: True)
+    units = walker._frontier(front, 2, children, sizes)
+    assert "big" not in {u[0] for u in units} and sum(1 for u in units if u[0].startswith("big/")) == 40
+    loads = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walker._deal(units, 2, sizes)]
+    assert max(loads) - min(loads) <= 11  # one unit's worth
+    round_robin = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walker._deal(
+        [("big", False), *((f"small{n}", False) for n in range(7))], 2, None)]
+    assert max(round_robin) > 3 * min(round_robin)  # the control: what dealing by directory does
+    after, changed = walker.walk_changes(tmp_path, before, workers=2, children=children, sizes=sizes)
+    assert after == before and changed == []
