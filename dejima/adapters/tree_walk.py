@@ -112,7 +112,8 @@ class _Walk:
             if self.digests is not None:
                 return self._digested(relative, fd, children)
             names, infos = _stats(children)
-            if opened and relative in self.trusted and \
+            # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
+            if opened and not listed and relative in self.trusted and \
                     self.trusted[relative] == listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos)))):
                 return self._unchanged(relative, names, infos)
             return self._children(relative, fd, names, infos, listed, len(children))
