@@ -1,9 +1,10 @@
 """Walks a mount with lstat and hashes its regular files: never follows links, never opens a FIFO,
 socket or device, never crosses into another filesystem, never runs anything from the tree.
 
-The walk is split over forked processes (one per CPU): each inherits the start snapshot through
-fork and sends back only what differs from it, so the end-of-session audit costs about what
-``git status`` does. Without fork, the same walk runs in-process.
+The walk is split over forked processes (one per CPU; walk_shares.py): each inherits the start
+snapshot through fork and sends back only what differs from it, and a directory that lists as the
+start walk saw it is not compared child by child, so the end-of-session audit costs little more
+than ``git status`` does. Without fork, the same walk runs in-process.
 """
 
 from __future__ import annotations
@@ -13,28 +14,23 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import chain
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from dejima.adapters.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
-from dejima.adapters.forked import collect, fork, gc_paused, stop
+from dejima.adapters.forked import gc_paused
 from dejima.adapters.forked import workers as default_workers
 from dejima.adapters.hashed_file import capabilities, content_hash
+from dejima.adapters.walk_shares import Digested, Result, Row, Unit, frontier, walk_shares
 from dejima.core.snapshot import Children, Entry, Listing, Snapshot, listing_digest, missing
 
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # the mount itself may be reached through a link
 _DIR_FLAGS = _ROOT | os.O_NOFOLLOW
-_UNITS_PER_WORKER = 8  # directories dealt to each process, so one big directory does not idle the rest
-_SPLITS = 32  # directories the end walks ahead of the fork at most, each too big for one share
 
-Row = tuple[Any, ...]  # an Entry's fields as a plain tuple: what marshal carries
-Digested = list[tuple[str, "bytes | None"]]  # directories listed in full, each with its new digest
-Result = tuple[list[Row], list[Listing], int, Digested]  # a share's rows, listings, entries seen, digests
 # A directory with a child whose ctime is this recent is walked in full next time: a change in the
 # same tick of the file system's clock as the walk's read would not move the ctime it recorded
 # (git's "racy clean"). Covers a clock tick, and file systems that keep seconds or two.
@@ -93,13 +89,13 @@ class _Walk:
     def result(self) -> Result:
         return self.rows, self.listings, self.seen, self.digested
 
-    def subtrees(self, units: Iterable[tuple[str, bool]]) -> Result:
+    def subtrees(self, units: Iterable[Unit]) -> Result:
         stack = list(units)
         while stack:
             stack.extend(self.directory(*stack.pop()))
         return self.result()
 
-    def directory(self, relative: str, listed: bool) -> list[tuple[str, bool]]:
+    def directory(self, relative: str, listed: bool) -> list[Unit]:
         """Records one directory's children; returns the subdirectories to walk, each with whether
         its listing is needed to find what was removed from it."""
         fd, opened = -1, False
@@ -121,7 +117,7 @@ class _Walk:
             if fd >= 0:
                 os.close(fd)
 
-    def _unchanged(self, relative: str, names: list[str], infos: list[os.stat_result]) -> list[tuple[str, bool]]:
+    def _unchanged(self, relative: str, names: list[str], infos: list[os.stat_result]) -> list[Unit]:
         """An end walk's directory that lists as the start walk saw it: every child the start's
         own object, the subdirectories walked in turn."""
         self.seen += len(names)
@@ -132,7 +128,7 @@ class _Walk:
                 if stat.S_ISDIR(info.st_mode) and info.st_dev == device]
 
     def _children(self, relative: str, fd: int, names: list[str], infos: list[os.stat_result],
-                  listed: bool, listed_count: int) -> list[tuple[str, bool]]:
+                  listed: bool, listed_count: int) -> list[Unit]:
         """Each child compared with the start's entry (``listed_count``: how many the directory
         listed, those gone before their lstat included)."""
         prefix = relative + "/" if relative else ""
@@ -152,7 +148,7 @@ class _Walk:
             self.listings.append((relative, names))
         return subdirs
 
-    def _digested(self, relative: str, fd: int, children: list[os.DirEntry[str]]) -> list[tuple[str, bool]]:
+    def _digested(self, relative: str, fd: int, children: list[os.DirEntry[str]]) -> list[Unit]:
         """A start walk's directory: trusted as the previous walk recorded it when its digest is
         the same (no child added, removed or changed: each would move a ctime, an inode or a name);
         otherwise every child recorded, with the listing and the new digest."""
@@ -216,74 +212,6 @@ def _stats(children: list[os.DirEntry[str]]) -> tuple[list[str], list[os.stat_re
         return names, infos
 
 
-def _frontier(front: _Walk, count: int, children: Children | None = None,
-              sizes: dict[str, int] | None = None) -> list[tuple[str, bool]]:
-    """Walks the top of the tree here until there are enough directories to deal out; given the
-    start's ``children`` and their ``sizes``, also each one too big for a fair share."""
-    units = front.directory("", front.checking)  # the root is no entry: its listing is always taken
-    while count > 1 and units and len(units) < count * _UNITS_PER_WORKER:
-        units.extend(front.directory(*units.pop(0)))
-    if count > 1 and children and sizes:
-        _split_heavy(front, units, count, children, sizes)
-    return units
-
-
-def _split_heavy(front: _Walk, units: list[tuple[str, bool]], count: int, children: Children,
-                 sizes: dict[str, int]) -> None:
-    """Walks here each unit that holds more than a fair share of the entries, and whose own
-    listing is small, its subdirectories dealt out instead (at most _SPLITS of them)."""
-    def weight(unit: tuple[str, bool]) -> int:
-        return sizes.get(unit[0], 0)
-
-    for _ in range(_SPLITS):
-        heaviest = max(units, key=weight, default=None)
-        total = sum(map(weight, units))
-        # A directory mostly of files cannot be split: walked here, it would be walked alone.
-        if heaviest is None or weight(heaviest) * count <= total or \
-                len(children.get(heaviest[0], ())) * count * 4 > total:
-            return
-        units.remove(heaviest)
-        units.extend(front.directory(*heaviest))
-
-
-def _deal(units: list[tuple[str, bool]], count: int, sizes: dict[str, int] | None) -> list[list[tuple[str, bool]]]:
-    """``count`` shares of ``units``: round-robin, or by the ``sizes`` of the start's directories
-    (largest first, each to the lightest share)."""
-    if not sizes:
-        return [units[i::count] for i in range(count)]
-    shares: list[list[tuple[str, bool]]] = [[] for _ in range(count)]
-    loads = [0] * count
-    for unit in sorted(units, key=lambda unit: sizes.get(unit[0], 0), reverse=True):
-        lightest = loads.index(min(loads))
-        shares[lightest].append(unit)
-        loads[lightest] += sizes.get(unit[0], 0) + 1
-    return shares
-
-
-def _walk_shares(front: _Walk, units: list[tuple[str, bool]], count: int,
-                 meanwhile: Callable[[], Any] | None = None,
-                 sizes: dict[str, int] | None = None) -> tuple[list[Result], Any]:
-    """Deals ``units`` round-robin to ``count`` processes, this one included; or, given
-    ``meanwhile``, to ``count`` children while this process runs it. Returns the results, and
-    what ``meanwhile`` returned."""
-    shares = _deal(units, count, sizes) if units else []
-    local = [] if meanwhile is not None or not shares else shares.pop(0)
-    children, results, here = [], [], front.fresh()
-    try:
-        for share in shares:
-            try:
-                children.append(fork(partial(front.fresh().subtrees, share)))
-            except OSError:
-                local += share  # no fork: the same walk, here
-        loaded = meanwhile() if meanwhile is not None else None
-        results.append(here.subtrees(local))
-        while children:
-            results.append(collect(children.pop(0)))
-        return results, loaded
-    finally:
-        stop(children)  # left only by an error
-
-
 def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result],
               children: Children | None = None) -> tuple[Snapshot, list[str]]:
     """``entries``, a copy of ``previous``, updated with what the walk found; and the paths it
@@ -318,8 +246,8 @@ def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str],
         # Copied before the fork: its reference counts are written now, not page by page after it.
         entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
         front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted)
-        units = _frontier(front, count, children, sizes)
-        shares, _ = _walk_shares(front, units, min(count, len(units)) if units else 1, sizes=sizes)
+        units = frontier(front, count, children, sizes)
+        shares, _ = walk_shares(front, units, min(count, len(units)) if units else 1, sizes=sizes)
         return _assemble(previous, entries, [front.result(), *shares], children)
 
 
@@ -415,11 +343,11 @@ def _start_once(root: Path, hash_path: Callable[[str], bool], known: Known | Non
     with gc_paused():
         digests = known.digests if known is not None else {}
         front = _Walk(str(root), os.stat(root).st_dev, None, hash_path, digests=digests, racy_after=racy_after)
-        units = _frontier(front, count)
+        units = frontier(front, count)
         # Not deferred, the children walk while this process loads the known entries (the
         # largest part of the start on a big tree, and not needed by the children).
         load = known.load if known is not None and not defer else None
-        shares, loaded = _walk_shares(front, units, count, meanwhile=load)
+        shares, loaded = walk_shares(front, units, count, meanwhile=load)
         results = [front.result(), *shares]
         # Only what this walk saw: racy directories (None) keep no digest, nor those it did not walk
         # (gone, or on another file system); the end walk trusts these.

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters import tree_walk as walker
+from dejima.adapters import walk_shares
 from dejima.core.snapshot import Snapshot, children_of, diff, missing, subtree_sizes
 from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount
@@ -151,11 +152,11 @@ def test_the_walk_is_dealt_out_by_entries(tmp_path: Path) -> None:
     children = children_of(before)
     sizes = subtree_sizes(children)
     front = walker._Walk(str(tmp_path), os.stat(tmp_path).st_dev, before, lambda path: True)
-    units = walker._frontier(front, 2, children, sizes)
+    units = walk_shares.frontier(front, 2, children, sizes)
     assert "big" not in {u[0] for u in units} and sum(1 for u in units if u[0].startswith("big/")) == 40
-    loads = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walker._deal(units, 2, sizes)]
+    loads = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walk_shares.deal(units, 2, sizes)]
     assert max(loads) - min(loads) <= 11  # one unit's worth
-    round_robin = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walker._deal(
+    round_robin = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walk_shares.deal(
         [("big", False), *((f"small{n}", False) for n in range(7))], 2, None)]
     assert max(round_robin) > 3 * min(round_robin)  # the control: what dealing by directory does
     after, changed = walker.walk_changes(tmp_path, before, workers=2, children=children, sizes=sizes)
