@@ -14,7 +14,7 @@ from dejima.adapters.kept import hashed_paths, keep
 from dejima.adapters.mount_state import State
 from dejima.adapters.tree_walk import SnapshotError, Walked, start_snapshot
 from dejima.core.audit import watched
-from dejima.core.snapshot import Snapshot, compose
+from dejima.core.snapshot import Children, Snapshot, children_of, compose, subtree_sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +34,18 @@ class MountState:
     walked: Walked | None = None
     failure: BaseException | None = None
     loading: threading.Thread | None = field(default=None, repr=False)
+    # Derived from the complete snapshot during the session, for the end: each directory's
+    # children (what was removed is found without a pass over every entry) and how many entries
+    # it holds (the walk is shared out by them), the hashed files.
+    children: Children | None = field(default=None, repr=False)
+    sizes: dict[str, int] | None = field(default=None, repr=False)
+    hashed: list[str] | None = field(default=None, repr=False)
 
     def begin(self) -> None:
-        if self.walked is not None and self.loading is None:
-            self.loading = threading.Thread(target=self._complete, name="audit-start", daemon=True)
+        """Completes the start snapshot and derives what the end needs from it, on a thread: the
+        session runs meanwhile (``join`` before any fork)."""
+        if self.loading is None and self.children is None:
+            self.loading = threading.Thread(target=self._prepare, name="audit-start", daemon=True)
             self.loading.start()
 
     def join(self) -> None:
@@ -52,6 +60,12 @@ class MountState:
         if self.failure is not None:
             raise self.failure
         return self.snapshot
+
+    def _prepare(self) -> None:
+        self._complete()
+        if self.failure is None:
+            self.hashed, children = hashed_paths(self.snapshot), children_of(self.snapshot)
+            self.children, self.sizes = children, subtree_sizes(children)
 
     def _complete(self) -> None:
         walked, self.walked = self.walked, None

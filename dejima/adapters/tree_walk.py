@@ -1,41 +1,36 @@
 """Walks a mount with lstat and hashes its regular files: never follows links, never opens a FIFO,
 socket or device, never crosses into another filesystem, never runs anything from the tree.
 
-The walk is split over forked processes (one per CPU): each inherits the start snapshot through
-fork and sends back only what differs from it, so the end-of-session audit costs about what
-``git status`` does. Without fork, the same walk runs in-process.
+The walk is split over forked processes (one per CPU; walk_shares.py): each inherits the start
+snapshot through fork and sends back only what differs from it, and a directory that lists as the
+start walk saw it is not compared child by child, so the end-of-session audit costs little more
+than ``git status`` does. Without fork, the same walk runs in-process.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import os
 import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
+from itertools import chain
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from dejima.adapters.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
-from dejima.adapters.forked import collect, fork, gc_paused, stop
+from dejima.adapters.forked import gc_paused
 from dejima.adapters.forked import workers as default_workers
-from dejima.core.snapshot import Entry, Listing, Snapshot, listing_digest, missing
+from dejima.adapters.hashed_file import capabilities, content_hash
+from dejima.adapters.walk_shares import Digested, Result, Row, Unit, frontier, walk_shares
+from dejima.core.snapshot import Children, Entry, Listing, Snapshot, listing_digest, missing
 
-MAX_HASH_BYTES = 64 << 20
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # the mount itself may be reached through a link
 _DIR_FLAGS = _ROOT | os.O_NOFOLLOW
-_UNITS_PER_WORKER = 8  # directories dealt to each process, so one big directory does not idle the rest
 
-Row = tuple[Any, ...]  # an Entry's fields as a plain tuple: what marshal carries
-Digested = list[tuple[str, "bytes | None"]]  # directories listed in full, each with its new digest
-Result = tuple[list[Row], list[Listing], int, Digested]  # a share's rows, listings, entries seen, digests
 # A directory with a child whose ctime is this recent is walked in full next time: a change in the
 # same tick of the file system's clock as the walk's read would not move the ctime it recorded
 # (git's "racy clean"). Covers a clock tick, and file systems that keep seconds or two.
@@ -56,50 +51,22 @@ class InconsistentWalk(SnapshotError):
         self.paths, self.snapshot = paths, snapshot
 
 
-def _hash(name: str, size: int, directory: int) -> str:
-    digest = hashlib.sha256()
-    # O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO between lstat and open is
-    # refused instead of followed or waited on.
-    try:
-        fd = os.open(name, _OPEN_FLAGS, dir_fd=directory)
-    except OSError as exc:
-        return f"unreadable:{exc.errno}"  # still compared: a change of readability is a change
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not-a-file"
-        remaining = min(size, MAX_HASH_BYTES)
-        while remaining > 0:
-            chunk = os.read(fd, min(1 << 20, remaining))
-            if not chunk:
-                break
-            digest.update(chunk)
-            remaining -= len(chunk)
-    finally:
-        os.close(fd)
-    return digest.hexdigest() + ("" if size <= MAX_HASH_BYTES else f"+truncated:{size}")
-
-
-def _caps(path: str) -> bool | None:
-    if not hasattr(os, "getxattr"):
-        return None
-    try:
-        return bool(os.getxattr(path, "security.capability", follow_symlinks=False))
-    except OSError as exc:
-        return False if exc.errno in (errno.ENODATA, errno.ENOTSUP) else None
-
-
 class _Walk:
     """One process's share of the walk.
 
     At the end of a session (``previous``, the start snapshot): the entries that differ from it,
-    new and changed files hashed, and the listings of changed directories. At the start
+    new and changed files hashed, and the listings of changed directories; a directory whose
+    listing digest is the one the start walk took (``trusted``) holds the start's children, each
+    unchanged, and is not compared child by child. At the start
     (``digests``, those a previous walk left; empty for a full walk): each directory's listing
     digest; a directory whose digest is known is trusted as it was, any other is recorded in full
     (watched files hashed) with its listing and new digest."""
 
     def __init__(self, root: str, device: int, previous: Snapshot | None, hash_path: Callable[[str], bool],
-                 list_all: bool = False, digests: dict[str, bytes] | None = None, racy_after: int = 0) -> None:
+                 list_all: bool = False, digests: dict[str, bytes] | None = None, racy_after: int = 0,
+                 trusted: dict[str, bytes] | None = None) -> None:
         self.root, self.device, self.hash_path = root, device, hash_path
+        self.trusted = trusted or {}
         # Every directory's listing sent back, not only those whose ctime moved: a walk that found
         # the tree inconsistent (something wrote there within the clock tick of the start walk, so
         # a directory changed without its ctime moving) then finds every removal.
@@ -117,59 +84,71 @@ class _Walk:
 
     def fresh(self) -> _Walk:
         return _Walk(self.root, self.device, self.previous if self.checking else None, self.hash_path,
-                     self.list_all, self.digests, self.racy_after)
+                     self.list_all, self.digests, self.racy_after, self.trusted)
 
     def result(self) -> Result:
         return self.rows, self.listings, self.seen, self.digested
 
-    def subtrees(self, units: Iterable[tuple[str, bool]]) -> Result:
+    def subtrees(self, units: Iterable[Unit]) -> Result:
         stack = list(units)
         while stack:
             stack.extend(self.directory(*stack.pop()))
         return self.result()
 
-    def directory(self, relative: str, listed: bool) -> list[tuple[str, bool]]:
+    def directory(self, relative: str, listed: bool) -> list[Unit]:
         """Records one directory's children; returns the subdirectories to walk, each with whether
         its listing is needed to find what was removed from it."""
-        fd = -1
+        fd, opened = -1, False
         try:  # children are lstat'ed relative to the directory's fd: a shorter lookup, and no links
             fd = os.open(os.path.join(self.root, relative), _DIR_FLAGS) if relative else os.open(self.root, _ROOT)
-            children = list(os.scandir(fd))
+            children, opened = list(os.scandir(fd)), True
         except OSError:
             children, listed = [], self.checking  # what it held is out of view: count it as gone
         try:
             if self.digests is not None:
                 return self._digested(relative, fd, children)
-            return self._children(relative, fd, children, listed)
+            names, infos = _stats(children)
+            # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
+            if opened and not listed and relative in self.trusted and \
+                    self.trusted[relative] == listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos)))):
+                return self._unchanged(relative, names, infos)
+            return self._children(relative, fd, names, infos, listed, len(children))
         finally:
             if fd >= 0:
                 os.close(fd)
 
-    def _children(self, relative: str, fd: int, children: list[os.DirEntry[str]],
-                  listed: bool) -> list[tuple[str, bool]]:
+    def _unchanged(self, relative: str, names: list[str], infos: list[os.stat_result]) -> list[Unit]:
+        """An end walk's directory that lists as the start walk saw it: every child the start's
+        own object, the subdirectories walked in turn."""
+        self.seen += len(names)
+        if self.list_all:
+            self.listings.append((relative, names))
+        prefix, device = relative + "/" if relative else "", self.device
+        return [(prefix + name, False) for name, info in zip(names, infos, strict=True)
+                if stat.S_ISDIR(info.st_mode) and info.st_dev == device]
+
+    def _children(self, relative: str, fd: int, names: list[str], infos: list[os.stat_result],
+                  listed: bool, listed_count: int) -> list[Unit]:
+        """Each child compared with the start's entry (``listed_count``: how many the directory
+        listed, those gone before their lstat included)."""
         prefix = relative + "/" if relative else ""
-        get, subdirs, vanished = self.previous.get, [], set()
-        for child in children:
-            try:
-                info = child.stat(follow_symlinks=False)
-            except OSError:
-                vanished.add(child.name)
-                continue
-            path = prefix + child.name
+        get, subdirs = self.previous.get, []
+        for name, info in zip(names, infos, strict=True):
+            path = prefix + name
             old = get(path)
             # ctime moves with every change to an inode (content, mode, owner, links, times, xattrs)
             # and cannot be set back from inside a container: an unchanged entry keeps its object.
             if old is None or old.ctime_ns != info.st_ctime_ns or old.inode != info.st_ino or old.size != info.st_size:
-                if self._record(path, child.name, fd, info, old):
+                if self._record(path, name, fd, info, old):
                     subdirs.append((path, self.checking and old is not None))
             elif old.kind == "dir" and info.st_dev == self.device:
                 subdirs.append((path, False))
-        self.seen += len(children) - len(vanished)
-        if listed or vanished or self.list_all:
-            self.listings.append((relative, [c.name for c in children if c.name not in vanished]))
+        self.seen += len(names)
+        if listed or len(names) != listed_count or self.list_all:
+            self.listings.append((relative, names))
         return subdirs
 
-    def _digested(self, relative: str, fd: int, children: list[os.DirEntry[str]]) -> list[tuple[str, bool]]:
+    def _digested(self, relative: str, fd: int, children: list[os.DirEntry[str]]) -> list[Unit]:
         """A start walk's directory: trusted as the previous walk recorded it when its digest is
         the same (no child added, removed or changed: each would move a ctime, an inode or a name);
         otherwise every child recorded, with the listing and the new digest."""
@@ -188,6 +167,7 @@ class _Walk:
         digest = listing_digest([name for name, _ in infos], values)
         assert self.digests is not None
         if self.digests.get(relative) == digest:
+            self.digested.append((relative, digest))  # seen again: kept (a directory not seen drops its own)
             return [(prefix + name, False) for name, info in infos
                     if stat.S_ISDIR(info.st_mode) and info.st_dev == self.device]
         subdirs = [(prefix + name, False) for name, info in infos if self._record(prefix + name, name, fd, info, None)]
@@ -206,7 +186,7 @@ class _Walk:
             except OSError:
                 target = None  # vanished while walking
         elif kind == "file" and (self.checking or self.hash_path(path)):
-            digest, caps = _hash(name, info.st_size, fd), _caps(os.path.join(self.root, path))
+            digest, caps = content_hash(name, info.st_size, fd), capabilities(os.path.join(self.root, path))
         same, mode, uid, gid = self.same.setdefault, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
         self.rows.append((path, kind, same(mode, mode), same(uid, uid), same(gid, gid), info.st_size,
                           info.st_nlink, info.st_ino, info.st_ctime_ns, info.st_mtime_ns, digest, target, caps))
@@ -217,40 +197,26 @@ class _Walk:
         return descend
 
 
-def _frontier(front: _Walk, count: int) -> list[tuple[str, bool]]:
-    """Walks the top of the tree here until there are enough directories to deal out."""
-    units = front.directory("", front.checking)  # the root is no entry: its listing is always taken
-    while count > 1 and units and len(units) < count * _UNITS_PER_WORKER:
-        units.extend(front.directory(*units.pop(0)))
-    return units
-
-
-def _walk_shares(front: _Walk, units: list[tuple[str, bool]], count: int,
-                 meanwhile: Callable[[], Any] | None = None) -> tuple[list[Result], Any]:
-    """Deals ``units`` round-robin to ``count`` processes, this one included; or, given
-    ``meanwhile``, to ``count`` children while this process runs it. Returns the results, and
-    what ``meanwhile`` returned."""
-    shares = [units[i::count] for i in range(count)] if units else []
-    local = [] if meanwhile is not None or not shares else shares.pop(0)
-    children, results, here = [], [], front.fresh()
+def _stats(children: list[os.DirEntry[str]]) -> tuple[list[str], list[os.stat_result]]:
+    """The names and lstat results of the children that are still there."""
     try:
-        for share in shares:
+        return [child.name for child in children], [child.stat(follow_symlinks=False) for child in children]
+    except OSError:  # one vanished since the listing: left out
+        names, infos = [], []
+        for child in children:
             try:
-                children.append(fork(partial(front.fresh().subtrees, share)))
+                infos.append(child.stat(follow_symlinks=False))
             except OSError:
-                local += share  # no fork: the same walk, here
-        loaded = meanwhile() if meanwhile is not None else None
-        results.append(here.subtrees(local))
-        while children:
-            results.append(collect(children.pop(0)))
-        return results, loaded
-    finally:
-        stop(children)  # left only by an error
+                continue
+            names.append(child.name)
+        return names, infos
 
 
-def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result]) -> tuple[Snapshot, list[str]]:
+def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result],
+              children: Children | None = None) -> tuple[Snapshot, list[str]]:
     """``entries``, a copy of ``previous``, updated with what the walk found; and the paths it
-    recorded again or removed (every other entry is ``previous``'s own object)."""
+    recorded again or removed (every other entry is ``previous``'s own object). ``children``:
+    ``children_of(previous)``, when built already."""
     listings: list[Listing] = []
     seen = 0
     changed: list[str] = []
@@ -264,7 +230,7 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
     # removing or renaming an entry moves it), and only when the count of entries says some are
     # gone; the count then checks that trust. Sending back every name instead costs 25-50 ms more.
     if previous and len(entries) != seen:
-        for path in missing(previous, listings):
+        for path in missing(previous, listings, children):
             if entries.pop(path, None) is not None:
                 changed.append(path)
     if len(entries) != seen:
@@ -274,42 +240,52 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
 
 
 def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str], bool], count: int,
-               list_all: bool) -> tuple[Snapshot, list[str]]:
+               list_all: bool, trusted: dict[str, bytes] | None,
+               children: Children | None, sizes: dict[str, int] | None) -> tuple[Snapshot, list[str]]:
     with gc_paused():
         # Copied before the fork: its reference counts are written now, not page by page after it.
         entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
-        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all)
-        units = _frontier(front, count)
-        shares, _ = _walk_shares(front, units, min(count, len(units)) if units else 1)
-        return _assemble(previous, entries, [front.result(), *shares])
+        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted)
+        units = frontier(front, count, children, sizes)
+        shares, _ = walk_shares(front, units, min(count, len(units)) if units else 1, sizes=sizes)
+        return _assemble(previous, entries, [front.result(), *shares], children)
 
 
 WALK_ATTEMPTS = 3  # the fast walk, then walks that list every directory
 T = TypeVar("T")
 
 
-def take_snapshot(root: Path, previous: Snapshot | None = None,
-                  hash_path: Callable[[str], bool] = lambda path: True, workers: int | None = None) -> Snapshot:
+def take_snapshot(root: Path, previous: Snapshot | None = None, hash_path: Callable[[str], bool] = lambda path: True,
+                  workers: int | None = None, trusted: dict[str, bytes] | None = None) -> Snapshot:
     """See ``walk_changes``: the snapshot alone."""
-    return walk_changes(root, previous, hash_path, workers)[0]
+    return walk_changes(root, previous, hash_path, workers, trusted)[0]
 
 
 def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callable[[str], bool] = lambda path: True,
-                 workers: int | None = None) -> tuple[Snapshot, list[str]]:
+                 workers: int | None = None, trusted: dict[str, bytes] | None = None,
+                 children: Children | None = None, sizes: dict[str, int] | None = None) -> tuple[Snapshot, list[str]]:
     """Every entry under ``root`` (itself excluded), keyed by its relative path.
 
     Regular files are hashed when ``hash_path`` says so, or when ``previous`` (the start snapshot)
     knew them with another (size, ctime, inode): a process in the container can set mtime but not
     ctime, so an unchanged tuple is an unchanged file, and only changed files are read. Entries
     that did not change are ``previous``'s own objects, which makes ``diff`` fast. ``workers``:
-    how many processes walk (default: one per CPU; 1 walks in this process).
+    how many processes walk (default: one per CPU; 1 walks in this process). ``trusted``: the
+    listing digests the walk that took ``previous`` left (``Walked.digests``): a directory that
+    still lists the same (names; mode, inode, device, ctime, mtime and size of each child) is
+    ``previous``'s without a comparison per child. ``children``: ``children_of(previous)``, when
+    built already (removed entries are then found without a pass over ``previous``); ``sizes``:
+    ``subtree_sizes(children)``, by which the walk is shared out.
 
     A walk that does not add up (the host wrote there while the start walk ran, e.g. git's own
-    gc) is done again, listing every directory; InconsistentWalk names what still does not.
+    gc) is done again, listing every directory and comparing every child; InconsistentWalk names
+    what still does not.
     Also returns the paths recorded again or removed: ``diff`` needs to look at no other.
     """
     count = max(1, workers or default_workers())
-    return _retried(lambda attempt: _walk_once(root, previous, hash_path, count, list_all=attempt > 0))
+    return _retried(lambda attempt: _walk_once(root, previous, hash_path, count, list_all=attempt > 0,
+                                               trusted=trusted if attempt == 0 and previous else None,
+                                               children=children, sizes=sizes))
 
 
 def _retried(walk: Callable[[int], T]) -> T:
@@ -334,7 +310,7 @@ class Known:
 @dataclass
 class Walked:
     snapshot: Snapshot
-    digests: dict[str, bytes]  # of the directories whose children were not racy when walked
+    digests: dict[str, bytes]  # of the directories walked whose children were not racy then
     changed: list[str]  # the paths recorded or removed: every other entry is the known one
     used_known: bool  # False when the walk was done again in full
     results: list[Result] = field(default_factory=list)  # what the walk recorded, listed and digested
@@ -367,17 +343,16 @@ def _start_once(root: Path, hash_path: Callable[[str], bool], known: Known | Non
     with gc_paused():
         digests = known.digests if known is not None else {}
         front = _Walk(str(root), os.stat(root).st_dev, None, hash_path, digests=digests, racy_after=racy_after)
-        units = _frontier(front, count)
+        units = frontier(front, count)
         # Not deferred, the children walk while this process loads the known entries (the
         # largest part of the start on a big tree, and not needed by the children).
         load = known.load if known is not None and not defer else None
-        shares, loaded = _walk_shares(front, units, count, meanwhile=load)
+        shares, loaded = walk_shares(front, units, count, meanwhile=load)
         results = [front.result(), *shares]
-        fresh: dict[str, bytes | None] = dict(digests)
-        fresh.update(pair for _, _, _, digested in results for pair in digested)
-        # Racy directories (None) keep no digest (nor those that are gone: ``remember`` drops them).
-        walked = Walked({}, {d: v for d, v in fresh.items() if v is not None}, [], known is not None, results,
-                        known if defer else None)
+        # Only what this walk saw: racy directories (None) keep no digest, nor those it did not walk
+        # (gone, or on another file system); the end walk trusts these.
+        fresh = {d: v for _, _, _, digested in results for d, v in digested if v is not None}
+        walked = Walked({}, fresh, [], known is not None, results, known if defer else None)
         if not defer or known is None:
             walked.snapshot, walked.changed = complete_start(loaded if loaded is not None else {}, results)
         return walked

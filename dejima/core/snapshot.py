@@ -15,7 +15,7 @@ import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import compress, filterfalse
+from itertools import compress, filterfalse, groupby
 from operator import is_not, itemgetter, methodcaller
 from typing import NamedTuple
 
@@ -62,6 +62,7 @@ class Change:
 
 Snapshot = dict[str, Entry]
 Listing = tuple[str, list[str]]  # a directory (relative path, "" for the root) and the names it holds
+Children = dict[str, list[str]]  # a directory ("" for the root) -> the paths of its children
 
 
 def _content_changed(old: Entry, new: Entry) -> bool:
@@ -119,9 +120,12 @@ def diff(before: Snapshot, after: Snapshot, candidates: Iterable[str] | None = N
     return changes
 
 
-def missing(before: Snapshot, listings: list[Listing]) -> list[str]:
-    """The paths of ``before`` gone from the listed directories, and everything that was below them."""
+def missing(before: Snapshot, listings: list[Listing], children: Children | None = None) -> list[str]:
+    """The paths of ``before`` gone from the listed directories, and everything that was below them.
+    ``children``: ``children_of(before)``, when built already (then no pass over all of ``before``)."""
     present = {directory: set(names) for directory, names in listings}
+    if children is not None:
+        return _missing_below(before, present, children)
     # The paths under a listed directory, picked in C (no bytecode per entry of a large tree);
     # then those it no longer lists.
     parents = map(itemgetter(0), map(methodcaller("rpartition", "/"), before))
@@ -129,6 +133,40 @@ def missing(before: Snapshot, listings: list[Listing]) -> list[str]:
             if (parted := path.rpartition("/"))[2] not in present[parted[0]]]
     below = tuple(path + "/" for path in gone if before[path].kind == "dir")
     return gone + [path for path in before if path.startswith(below)] if below else gone
+
+
+def _missing_below(before: Snapshot, present: dict[str, set[str]], children: Children) -> list[str]:
+    gone = [path for directory, names in present.items() for path in children.get(directory, ())
+            if path.rpartition("/")[2] not in names]
+    below: list[str] = []
+    stack = [path for path in gone if before[path].kind == "dir"]
+    while stack:
+        inside = children.get(stack.pop(), [])
+        below += inside
+        stack += inside  # a file has no children: looked up, found none
+    return gone + below
+
+
+def children_of(snapshot: Snapshot) -> Children:
+    """Each directory's children in ``snapshot`` (built while a session runs: the end audit then
+    finds what was removed from a directory without a pass over every entry)."""
+    index: Children = {}
+    parents = map(itemgetter(0), map(methodcaller("rpartition", "/"), snapshot))
+    # A walk records a directory's children together: one group each, mostly.
+    for parent, group in groupby(zip(parents, snapshot, strict=True), key=itemgetter(0)):
+        index.setdefault(parent, []).extend(map(itemgetter(1), group))
+    return index
+
+
+def subtree_sizes(children: Children) -> dict[str, int]:
+    """How many entries each directory of ``children`` holds, at any depth (the end walk deals its
+    directories out to processes by these)."""
+    sizes = {directory: len(paths) for directory, paths in children.items()}
+    for directory in sorted(children, key=lambda d: d.count("/") + bool(d), reverse=True):  # deepest first
+        parent = directory.rpartition("/")[0]
+        if directory and parent in sizes:
+            sizes[parent] += sizes[directory]
+    return sizes
 
 
 def listing_digest(names: list[str], values: list[int]) -> bytes:

@@ -58,7 +58,10 @@ def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[str], 
     `git gc`) are what they are; anything else the walk cannot account for is named in a critical
     finding, the rest audited as usual."""
     try:
-        return *walk_changes(state.mount.root, previous=state.snapshot), []
+        # The start walk's listing digests: a directory that lists the same is not compared child by child.
+        trusted = state.start.digests if state.start is not None else None
+        return *walk_changes(state.mount.root, previous=state.snapshot, trusted=trusted, children=state.children,
+                             sizes=state.sizes), []
     except InconsistentWalk as exc:
         after, unsure = exc.snapshot, [p for p in exc.paths if not housekeeping(p)]
         for path in exc.paths:
@@ -206,7 +209,8 @@ def _remember(state: MountState, changed: list[str]) -> None:
     """Keeps the start state for the next start, less the directories this session changed."""
     if state.start is None:
         return
-    state.start.extra["hashed"] = hashed_paths(state.snapshot)  # the next start keeps them without loading
+    # the next start keeps them without loading
+    state.start.extra["hashed"] = state.hashed if state.hashed is not None else hashed_paths(state.snapshot)
     try:
         mount_state.remember(state.start, state.snapshot, {path.rpartition("/")[0] for path in changed})
     except (OSError, ValueError):

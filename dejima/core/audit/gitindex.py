@@ -9,6 +9,7 @@ ASSUME_VALID = 0x8000
 EXTENDED = 0x4000
 SKIP_WORKTREE = 0x4000  # in the extended flags
 _FIXED = 40  # ctime, mtime, dev, ino, mode, uid, gid, size
+_NAME_MASK = 0xFFF  # the name's length in the flags; this value: that long or longer
 
 
 class GitIndexError(ValueError):
@@ -45,30 +46,61 @@ def hidden_paths(data: bytes, hash_size: int = 20) -> dict[str, str]:
     version, count = struct.unpack(">II", data[4:12])
     if version not in (2, 3, 4):
         raise GitIndexError(f"index version {version}")
-    at, previous, hidden = 12, b"", {}
     try:
-        for _ in range(count):
-            start = at
-            at += _FIXED + hash_size
-            (flags,) = struct.unpack(">H", data[at:at + 2])
-            at += 2
-            extended = 0
-            if flags & EXTENDED:
-                (extended,) = struct.unpack(">H", data[at:at + 2])
-                at += 2
-            if version == 4:
-                strip, at = _varint(data, at)
-                end = data.index(b"\0", at)
-                path = previous[:len(previous) - strip] + data[at:end]
-                at = end + 1
-            else:
-                end = data.index(b"\0", at)
-                path = data[at:end]
-                at = start + ((end - start) // 8 + 1) * 8  # NUL-padded to a multiple of 8
-            previous = path
-            if flags & ASSUME_VALID or extended & SKIP_WORKTREE:
-                text = path.decode("utf-8", "surrogateescape")
-                hidden[text] = "assume-unchanged" if flags & ASSUME_VALID else "skip-worktree"
+        return _hidden_v4(data, count, hash_size) if version == 4 else _hidden_padded(data, count, hash_size)
     except (struct.error, ValueError, IndexError) as exc:
         raise GitIndexError(f"truncated or corrupt index: {exc}") from exc
+
+
+def _hidden_padded(data: bytes, count: int, hash_size: int) -> dict[str, str]:
+    """Versions 2 and 3: each entry NUL-padded to a multiple of 8. Its name's length is read from
+    its flags, as git reads it (a name of 0xFFF bytes or more: up to its NUL); the path is decoded
+    only for a flagged entry (the end audit reads a 100k-entry index whenever git touched it)."""
+    at, hidden, flags_at, find = 12, {}, _FIXED + hash_size, data.index
+    for _ in range(count):
+        name = at + flags_at
+        flags = data[name] << 8 | data[name + 1]
+        name += 2
+        if flags & (ASSUME_VALID | EXTENDED):  # rare: flagged, or extended flags to read
+            extended = 0
+            if flags & EXTENDED:
+                extended = data[name] << 8 | data[name + 1]
+                name += 2
+            end = _name_end(data, name, flags)
+            if flags & ASSUME_VALID or extended & SKIP_WORKTREE:
+                hidden[data[name:end].decode("utf-8", "surrogateescape")] = \
+                    "assume-unchanged" if flags & ASSUME_VALID else "skip-worktree"
+        else:
+            length = flags & _NAME_MASK
+            end = name + length if length < _NAME_MASK else find(b"\0", name + _NAME_MASK)
+        at += (end - at) // 8 * 8 + 8  # the name's NUL, then padding up to a multiple of 8
+    if at > len(data):  # the last entry ran past the end (an earlier one: an IndexError above)
+        raise GitIndexError("an entry runs past the end of the index")
+    return hidden
+
+
+def _name_end(data: bytes, name: int, flags: int) -> int:
+    length = flags & _NAME_MASK
+    return name + length if length < _NAME_MASK else data.index(b"\0", name + _NAME_MASK)
+
+
+def _hidden_v4(data: bytes, count: int, hash_size: int) -> dict[str, str]:
+    """Version 4: names prefix-compressed against the previous entry's, NUL-terminated, unpadded."""
+    at, previous, hidden = 12, b"", {}
+    for _ in range(count):
+        at += _FIXED + hash_size
+        (flags,) = struct.unpack(">H", data[at:at + 2])
+        at += 2
+        extended = 0
+        if flags & EXTENDED:
+            (extended,) = struct.unpack(">H", data[at:at + 2])
+            at += 2
+        strip, at = _varint(data, at)
+        end = data.index(b"\0", at)
+        path = previous[:len(previous) - strip] + data[at:end]
+        at = end + 1
+        previous = path
+        if flags & ASSUME_VALID or extended & SKIP_WORKTREE:
+            text = path.decode("utf-8", "surrogateescape")
+            hidden[text] = "assume-unchanged" if flags & ASSUME_VALID else "skip-worktree"
     return hidden

@@ -28,3 +28,21 @@ def test_flags_are_read_from_a_real_index(tmp_path: Path, version: int) -> None:
 def test_a_broken_index_is_an_error(data: bytes) -> None:
     with pytest.raises(GitIndexError):
         hidden_paths(data)
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_a_path_longer_than_the_length_field_keeps_the_entries_after_it_in_step(tmp_path: Path, version: int) -> None:
+    # The flags hold a name's length up to 0xFFF; a longer one is read up to its NUL, as git does.
+    # (An index entry needs no file: one this long could not be created under a temporary directory.)
+    git = ["git", "-C", str(tmp_path)]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    blob = subprocess.run([*git, "hash-object", "-w", "--stdin"], input=b"x", capture_output=True,
+                          check=True).stdout.decode().strip()
+    deep = "/".join(["d" * 250] * 17) + "/a.txt"  # 4,256 bytes
+    for name in (deep, "e.txt", "z.txt"):
+        subprocess.run([*git, "update-index", "--add", "--cacheinfo", f"100644,{blob},{name}"], check=True)
+    subprocess.run([*git, "update-index", "--index-version", str(version)], check=True)
+    assert hidden_paths((tmp_path / ".git" / "index").read_bytes()) == {}
+    subprocess.run([*git, "update-index", "--assume-unchanged", deep, "z.txt"], check=True)
+    assert hidden_paths((tmp_path / ".git" / "index").read_bytes()) == {
+        deep: "assume-unchanged", "z.txt": "assume-unchanged"}

@@ -1,0 +1,163 @@
+"""The end walk trusts a directory that lists as the start walk saw it (dejima/adapters/tree_walk.py:
+names, mode, inode, device, ctime, mtime and size of each child) and finds what was removed through
+the start's children per directory: whatever a session does inside, the end finds what a comparison
+of every entry finds. Real trees; the session's writes are made by the test between start and end."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import time
+from operator import attrgetter
+from pathlib import Path
+
+import pytest
+
+from dejima.adapters import tree_walk as walker
+from dejima.adapters import walk_shares
+from dejima.core.snapshot import Snapshot, children_of, diff, missing, subtree_sizes
+from dejima.orchestration import exit_audit
+from dejima.orchestration.exit_audit import Mount
+from dejima.ui.console import UI, plain_console
+
+DEEP = "a/b/c/d/e/f/g/h"
+
+
+@pytest.fixture(autouse=True)
+def short_racy_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rule is the same; its window is shortened so that a test need not wait 3 s.
+    monkeypatch.setattr(walker, "RACY_NS", 20_000_000)
+
+
+def tick() -> None:
+    time.sleep(0.05)  # past the racy window: a walk now trusts what was written before
+
+
+def write(root: Path, path: str, text: str) -> None:
+    target = root / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    write(repo, ".git/config", "[core]\n\tbare = false\n")
+    for top in range(3):
+        for n in range(5):
+            write(repo, f"src/m{top}/f{n}.py", f"x = {top * 10 + n}\n")
+    parts = DEEP.split("/")
+    for depth in range(1, len(parts) + 1):
+        for n in range(3):
+            write(repo, "/".join(parts[:depth]) + f"/f{n}.txt", f"level {depth} file {n}\n")
+    tick()
+    return repo
+
+
+def changes(before: Snapshot, after: Snapshot) -> set[tuple[str, str]]:
+    return {(c.path, c.what) for c in diff(before, after)}
+
+
+def quiet() -> UI:
+    return UI(plain_console(io.StringIO()))
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["ctime", "control: ctime left out of the digest"])
+def test_a_rewrite_with_size_and_mtime_kept_in_a_trusted_directory_is_found(
+        root: Path, monkeypatch: pytest.MonkeyPatch, naive: bool) -> None:
+    if naive:  # what a digest without ctime (forgeable from inside: mtime, size) would let through
+        monkeypatch.setattr(walker, "_STAT_KEY", attrgetter("st_mode", "st_ino", "st_dev", "st_mtime_ns", "st_size"))
+    states = exit_audit.start("s1", [Mount("workspace", root)])
+    state = states[0]
+    assert state.start is not None and "src/m1" in state.start.digests  # the end walk may trust it
+    tick()
+    target = root / "src/m1/f3.py"
+    before = os.stat(target)
+    target.write_text("x = 99\n")  # the same size
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    now = os.stat(target)
+    assert (now.st_size, now.st_mtime_ns, now.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    _, after = exit_audit.audit_mount(state, "s1")
+    assert (("src/m1/f3.py", "modified") in changes(state.snapshot, after)) is not naive
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_new_file_in_a_deep_directory_is_found(root: Path, workers: int) -> None:
+    walked = walker.start_snapshot(root)
+    assert DEEP in walked.digests and "a/b/c" in walked.digests
+    tick()
+    write(root, f"{DEEP}/new.txt", "new\n")
+    after, changed = walker.walk_changes(root, walked.snapshot, workers=workers, trusted=walked.digests)
+    assert changes(walked.snapshot, after) == {(f"{DEEP}/new.txt", "added")}
+    # Only the directory that changed, its entry and the new file were recorded: the rest was trusted.
+    assert set(changed) == {f"{DEEP}/new.txt", DEEP}
+    assert after == walker.take_snapshot(root, previous=walked.snapshot, workers=workers)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_what_was_removed_deep_inside_is_found_through_the_children_index(root: Path, workers: int) -> None:
+    walked = walker.start_snapshot(root)
+    index = children_of(walked.snapshot)
+    tick()
+    (root / "a/b/c/d/f1.txt").unlink()
+    shutil.rmtree(root / "a/b/c/d/e/f")
+    write(root, "a/b/c/d/e/f", "a file where a directory was\n")
+    after, _ = walker.walk_changes(root, walked.snapshot, workers=workers, trusted=walked.digests, children=index)
+    expected = {("a/b/c/d/f1.txt", "removed"), ("a/b/c/d/e/f", "type")}
+    expected |= {(p, "removed") for p in walked.snapshot if p.startswith("a/b/c/d/e/f/")}
+    assert len(expected) == 2 + 3 * 3 + 2  # files of f, g and h, and the directories g and h
+    assert changes(walked.snapshot, after) == expected
+    assert after == walker.take_snapshot(root, previous=walked.snapshot, workers=workers)
+
+
+def test_missing_through_the_index_is_the_pass_over_every_entry(root: Path) -> None:
+    before = walker.take_snapshot(root)
+    listings = [("a/b/c/d", ["e", "f0.txt"]), ("src", ["m0"]), ("", ["a", ".git", "src"]), ("nowhere", [])]
+    by_index = missing(before, listings, children_of(before))
+    assert sorted(by_index) == sorted(missing(before, listings))
+    assert "a/b/c/d/f2.txt" in by_index and "src/m2/f4.py" in by_index
+
+
+def test_the_start_keeps_no_digest_of_a_directory_it_did_not_see(root: Path) -> None:
+    states = exit_audit.start("s1", [Mount("workspace", root)])
+    exit_audit.finish("s1", quiet(), states=states)
+    tick()
+    shutil.rmtree(root / "src/m2")  # gone between sessions: its old digest names nothing now
+    tick()
+    states = exit_audit.start("s2", [Mount("workspace", root)])
+    assert states[0].start is not None and states[0].start.digests
+    assert "src/m2" not in states[0].start.digests and "src/m1" in states[0].start.digests
+    exit_audit.finish("s2", quiet(), states=states)
+
+
+def test_subtree_sizes_count_every_entry_below_each_directory(root: Path) -> None:
+    snapshot = walker.take_snapshot(root)
+    sizes = subtree_sizes(children_of(snapshot))
+    assert sizes[""] == len(snapshot)
+    assert sizes["a/b/c"] == len([p for p in snapshot if p.startswith("a/b/c/")])
+    assert sizes[DEEP] == 3 and "src/m0/f0.py" not in sizes
+
+
+def test_the_walk_is_dealt_out_by_entries(tmp_path: Path) -> None:
+    # One top directory holds most of the tree, in subdirectories: dealt round-robin by directory,
+    # one process would walk it all; split and dealt by entries, each walks about half.
+    for n in range(40):
+        write(tmp_path, f"big/s{n}/f.txt", "x")
+        for m in range(9):
+            write(tmp_path, f"big/s{n}/g{m}.txt", "x")
+    for n in range(7):
+        write(tmp_path, f"small{n}/f.txt", "x")
+    before = walker.take_snapshot(tmp_path)
+    children = children_of(before)
+    sizes = subtree_sizes(children)
+    front = walker._Walk(str(tmp_path), os.stat(tmp_path).st_dev, before, lambda path: True)
+    units = walk_shares.frontier(front, 2, children, sizes)
+    assert "big" not in {u[0] for u in units} and sum(1 for u in units if u[0].startswith("big/")) == 40
+    loads = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walk_shares.deal(units, 2, sizes)]
+    assert max(loads) - min(loads) <= 11  # one unit's worth
+    round_robin = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walk_shares.deal(
+        [("big", False), *((f"small{n}", False) for n in range(7))], 2, None)]
+    assert max(round_robin) > 3 * min(round_robin)  # the control: what dealing by directory does
+    after, changed = walker.walk_changes(tmp_path, before, workers=2, children=children, sizes=sizes)
+    assert after == before and changed == []
