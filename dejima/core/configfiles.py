@@ -26,16 +26,18 @@ the same key path, since one would otherwise hide the other.
 
 from __future__ import annotations
 
-import configparser
 import json
 import re
 import tomllib
-import xml.etree.ElementTree as ElementTree
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from functools import cache
 from itertools import islice
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:  # each parser's library is imported when a file of its format is read (yaml ~15 ms)
+    import configparser
+    import xml.etree.ElementTree as ElementTree
 
 FORMATS = ("json", "toml", "yaml", "ini", "dotenv", "xml")
 MAX_BYTES = 4 * 1024 * 1024
@@ -175,23 +177,29 @@ def _read_toml(text: str) -> Pairs:
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 
 
-class _SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # C: faster
-    # YAML 1.2 booleans only, as GitHub Actions and docker compose read them: with YAML 1.1's
-    # yes/no/on/off a workflow's "on:" key would become "true".
-    yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
+@cache
+def _safe_loader() -> Any:
+    import yaml
 
+    class SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # C: faster
+        # YAML 1.2 booleans only, as GitHub Actions and docker compose read them: with YAML 1.1's
+        # yes/no/on/off a workflow's "on:" key would become "true".
+        yaml_implicit_resolvers = {
+            first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
 
-_SafeLoader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    SafeLoader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    return SafeLoader
 
 
 def _read_yaml(text: str) -> Pairs:
+    import yaml
+
     try:
         # Aliases are shared, not copied, so a "billion laughs" document loads small; its
         # flattening is what explodes, and _collect stops that at MAX_KEYS.
-        documents = list(islice(yaml.load_all(text, Loader=_SafeLoader), MAX_KEYS + 1))
+        documents = list(islice(yaml.load_all(text, Loader=_safe_loader()), MAX_KEYS + 1))
     except (yaml.YAMLError, ValueError) as error:  # ValueError: e.g. a timestamp like 2024-13-01
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ConfigParseError(f"invalid YAML: {reason}") from None
@@ -214,17 +222,25 @@ _TOP = "\x00"
 _NO_DEFAULT = "\x00default"
 
 
-class _IniParser(configparser.RawConfigParser):
-    # A delimiter is "=", or ":" followed by a space or the line end. npmrc keys contain ":"
-    # (//registry.example/:_authToken=..., @scope:registry=...) and must stay whole. Possessive
-    # (configparser strips the key): the stdlib's lazy pattern is quadratic in inner whitespace.
-    OPTCRE_NV = re.compile(r"(?P<option>(?:[^=:]|:(?!\s|$))*+)(?:(?P<vi>=|:(?=\s|$))\s*(?P<value>.*))?$")
+@cache
+def _ini_parser() -> type[configparser.RawConfigParser]:
+    import configparser
+
+    class IniParser(configparser.RawConfigParser):
+        # A delimiter is "=", or ":" followed by a space or the line end. npmrc keys contain ":"
+        # (//registry.example/:_authToken=..., @scope:registry=...) and must stay whole. Possessive
+        # (configparser strips the key): the stdlib's lazy pattern is quadratic in inner whitespace.
+        OPTCRE_NV = re.compile(r"(?P<option>(?:[^=:]|:(?!\s|$))*+)(?:(?P<vi>=|:(?=\s|$))\s*(?P<value>.*))?$")
+
+    return IniParser
 
 
 def _read_ini(text: str) -> Pairs:
+    import configparser
+
     if "\x00" in text:
         raise ConfigParseError("NUL character in INI file")
-    parser = _IniParser(
+    parser = _ini_parser()(
         allow_no_value=True, strict=False, interpolation=None, default_section=_NO_DEFAULT
     )
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep key case
@@ -289,6 +305,8 @@ def _read_dotenv(text: str) -> Pairs:
 
 
 def _read_xml(text: str) -> Pairs:
+    import xml.etree.ElementTree as ElementTree
+
     # expat fetches no external entities; internal ones can still expand exponentially.
     if "<!DOCTYPE" in text and "<!ENTITY" in text:
         raise ConfigParseError("XML entity declarations are refused")

@@ -6,9 +6,11 @@ gone, findings stored with the start state of their files (for `dejima-audit sho
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from dejima.adapters import host, mount_state
@@ -34,7 +36,7 @@ from dejima.adapters.tree_walk import (
     walk_changes,
 )
 from dejima.adapters.violations import sessions_dir
-from dejima.core.audit import SEVERITIES, Finding, audit
+from dejima.core.audit import SEVERITIES, Finding
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.model import finding, rank
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
@@ -108,6 +110,8 @@ def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Sna
         except OSError:
             return []
 
+    from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
+
     return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed)], after, changed
 
 
@@ -136,6 +140,9 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
                               "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
         host.write_atomically(directory / "state.json",
                               json.dumps({"version": _STATE_VERSION, "mounts": described}).encode())
+        # The rules (and yaml) are imported while the session runs, not while its filter starts.
+        threading.Thread(target=importlib.import_module, args=("dejima.core.audit.rules",), name="audit-rules",
+                         daemon=True).start()
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)  # no session starts without its start state
         raise

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dejima.core.audit import audit
+from dejima.core.audit.rules import audit
 from dejima.core.snapshot import Entry
 
 
