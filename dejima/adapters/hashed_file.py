@@ -8,18 +8,17 @@ import hashlib
 import os
 import stat
 
+from dejima.adapters.beneath import FILE_FLAGS
+
 MAX_HASH_BYTES = 64 << 20
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def content_hash(name: str, size: int, directory: int) -> str:
     """The SHA-256 of the regular file ``name`` in the directory open as ``directory`` (its first
     MAX_HASH_BYTES, marked as truncated past them), or why it could not be read."""
     digest = hashlib.sha256()
-    # O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO between lstat and open is
-    # refused instead of followed or waited on.
     try:
-        fd = os.open(name, _OPEN_FLAGS, dir_fd=directory)
+        fd = os.open(name, FILE_FLAGS, dir_fd=directory)  # a link or FIFO swapped in: refused
     except OSError as exc:
         return f"unreadable:{exc.errno}"  # still compared: a change of readability is a change
     try:

@@ -12,6 +12,7 @@ from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 
+from dejima.adapters.beneath import FILE_FLAGS, open_directory
 from dejima.core.audit import derived_watch
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.gitconfig import GitConfigError, parse_git_config
@@ -19,8 +20,6 @@ from dejima.core.snapshot import Snapshot
 
 KEEP_LIMIT = 4 << 20  # bytes of one watched file kept at start (lockfiles can be large)
 READ_LIMIT = 64 << 20  # bytes of a file a rule reads at the end (a large repository's .git/index)
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def read_file(root: Path | str, path: str, limit: int) -> bytes | None:
@@ -29,18 +28,11 @@ def read_file(root: Path | str, path: str, limit: int) -> bytes | None:
     entered (the walk would not have), whatever replaced a directory since it was walked."""
     *parents, name = path.split("/")
     try:
-        fd = os.open(root, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the mount itself may be reached through a link
+        fd = open_directory(root, parents, follow_root=True, one_device=True)
     except OSError:
         return None
     try:
-        device = os.fstat(fd).st_dev
-        for part in parents:
-            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-            if os.fstat(fd).st_dev != device:
-                return None
-        file = os.open(name, _OPEN_FLAGS, dir_fd=fd)
+        file = os.open(name, FILE_FLAGS, dir_fd=fd)
     except OSError:
         return None
     finally:

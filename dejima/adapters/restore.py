@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dejima.adapters.beneath import open_directory
 from dejima.adapters.findings import Stored
 from dejima.adapters.tree_walk import KINDS
 from dejima.errors import DiagnosticError
@@ -28,17 +29,12 @@ class RestoreError(DiagnosticError):
 @contextmanager
 def _parent(root: Path, path: str) -> Iterator[int]:
     """A descriptor of the path's directory, reached without following any link."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(root, flags)
     try:
-        for part in path.split("/")[:-1]:
-            try:
-                child = os.open(part, flags, dir_fd=fd)
-            except OSError as exc:
-                raise RestoreError(f"cannot reach {path}: {part!r} is not a plain directory ({exc.strerror})",
-                                   hint="look at the path yourself; restore never follows links") from exc
-            os.close(fd)
-            fd = child
+        fd = open_directory(root, path.split("/")[:-1])
+    except OSError as exc:
+        raise RestoreError(f"cannot reach {path}: {exc.filename!r} is not a plain directory ({exc.strerror})",
+                           hint="look at the path yourself; restore never follows links") from exc
+    try:
         yield fd
     finally:
         os.close(fd)

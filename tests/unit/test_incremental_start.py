@@ -24,18 +24,9 @@ from dejima.core.snapshot import listing_digest
 from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount, MountState
 from dejima.ui.console import UI, plain_console
+from tests.unit.racy import short_racy_window, tick  # noqa: F401 - the fixture applies by being imported
 
 HOOK = ".git/hooks/pre-commit"
-
-
-@pytest.fixture(autouse=True)
-def short_racy_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The rule is the same; its window is shortened so that a test need not wait 3 s.
-    monkeypatch.setattr(walker, "RACY_NS", 20_000_000)
-
-
-def tick() -> None:
-    time.sleep(0.05)  # past the racy window: a walk now trusts what was written before
 
 
 def write(root: Path, path: str, text: str, mode: int = 0o644) -> None:

@@ -1,0 +1,36 @@
+"""Opening what lies beneath a mount without following a link planted on the way: the audit reads
+and restores paths in a tree the session wrote, where any directory may have been swapped for a
+link since it was walked."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+# O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO after its lstat is refused instead
+# of followed or waited on.
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_directory(root: Path | str, parents: Sequence[str], follow_root: bool = False,
+                   one_device: bool = False) -> int:
+    """A descriptor of ``root``/``parents``, opened one component at a time, none of them a link
+    (``root`` itself may be one when ``follow_root``: a mount reached through a link) and, with
+    ``one_device``, none on another file system. Raises OSError (its filename the component that
+    failed); the caller closes the descriptor."""
+    fd = os.open(root, DIRECTORY_FLAGS & ~os.O_NOFOLLOW if follow_root else DIRECTORY_FLAGS)
+    try:
+        device = os.fstat(fd).st_dev
+        for part in parents:
+            inner = os.open(part, DIRECTORY_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+            if one_device and os.fstat(fd).st_dev != device:
+                raise OSError(errno.EXDEV, "on another file system", part)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
