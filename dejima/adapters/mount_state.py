@@ -19,12 +19,10 @@ walk), never trusted.
 from __future__ import annotations
 
 import hashlib
-import marshal
 import os
 import secrets
 import shutil
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 from dejima.adapters import host
 from dejima.adapters.forked import gc_paused
 from dejima.adapters.tree_walk import Known
-from dejima.core.snapshot import Delta, Snapshot, apply_delta, decode, encode
+from dejima.core.snapshot import Delta, Snapshot, apply_delta, decode, encode, frame, unframe
 
 _MAGIC = b"dejima-mount-state 1\n"
 # File systems whose timestamps come from this kernel's clock: on a network or FUSE file system
@@ -83,19 +81,14 @@ class State:
 
 def encode_state(state: State, base_name: str) -> bytes:
     i = state.identity
-    body = marshal.dumps({"identity": (i.kind, i.root, i.device, i.inode), "base": base_name,
-                          "delta": state.delta, "digests": state.digests, "extra": state.extra})
-    return _MAGIC + zlib.crc32(body).to_bytes(4, "big") + body
+    return frame(_MAGIC, {"identity": (i.kind, i.root, i.device, i.inode), "base": base_name, "delta": state.delta,
+                          "digests": state.digests, "extra": state.extra})
 
 
 def decode_state(data: bytes, directory: Path) -> State:
     """What ``encode_state`` wrote; ValueError for anything else."""
-    start = len(_MAGIC) + 4
-    body = memoryview(data)[start:]
-    if not data.startswith(_MAGIC) or zlib.crc32(body) != int.from_bytes(data[len(_MAGIC):start], "big"):
-        raise ValueError("not a mount state of this version, or damaged")
+    raw = unframe(_MAGIC, data, "mount state")
     try:
-        raw = marshal.loads(body)
         kind, root, device, inode = raw["identity"]
         rows, removed = raw["delta"]
         base = directory / raw["base"]
