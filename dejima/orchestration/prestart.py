@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from dejima.adapters.fifo import make_run_dir
 from dejima.adapters.violations import new_session_id, run_dir
 from dejima.core.paths import FILTER_RUN_DIR, IMAGE_REPOSITORY
 from dejima.errors import DiagnosticError
+from dejima.orchestration.background import Background
 
 SESSION_MARK, LAUNCHER_MARK = "{dejima-session}", "{dejima-launcher}"
 REMEMBERED = "prestart"  # in the state directory (never mounted into a session), one file per workspace
@@ -58,57 +58,51 @@ def remember(workspace: Path, name: str, body: dict[str, Any], session_id: str, 
 
 
 class Prestarted:
-    """A filter being created and started on a thread, for the session ``session_id``."""
+    """A filter being created, then started, on threads, for the session ``session_id``."""
 
     def __init__(self, engine: Engine, session_id: str, name: str, body: dict[str, Any]) -> None:
         self.session_id, self.name = session_id, name
         self._engine, self._request = engine, _request_text(name, body)
-        self.container: str | None = None
-        self._created = threading.Event()
-        self._error: BaseException | None = None
         self.adopted = False
-        self._thread = threading.Thread(target=self._run, args=(body,), name="filter-prestart", daemon=True)
-        self._thread.start()
+        self._creating = Background(lambda: str(engine.call("POST", "/containers/create", {"name": name}, body)["Id"]),
+                                    "filter-prestart-create")
+        self._starting = Background(lambda: engine.call("POST", f"/containers/{self._creating.join()}/start"),
+                                    "filter-prestart-start")
 
-    def _run(self, body: dict[str, Any]) -> None:
+    def created(self) -> str | None:
+        """The container, once its create returned; None when the create failed (the usual path
+        meets the same trouble and says what it is)."""
         try:
-            created = self._engine.call("POST", "/containers/create", {"name": self.name}, body)
-            self.container = str(created["Id"])
-            self._created.set()
-            self._engine.call("POST", f"/containers/{self.container}/start")
-        except BaseException as exc:  # noqa: BLE001 - handed to join(), or the usual path reports it
-            self._error = exc
-        finally:
-            self._created.set()
+            return self._creating.join()
+        except Exception:  # noqa: BLE001 - see above
+            return None
 
     def adopt(self, name: str, body: dict[str, Any]) -> str | None:
         """The prestarted container, when it was created and its request is exactly the plan's
         (``name`` and ``body``); otherwise None, and it is gone."""
-        self._created.wait()
-        if self.container is not None and _request_text(name, body) == self._request:
+        container = self.created()
+        if container is not None and _request_text(name, body) == self._request:
             self.adopted = True
-            return self.container
+            return container
         self.discard()
         return None
 
     def join(self) -> None:
         """Wait for the start; raise what it raised (a failed start of an adopted filter is the session's)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+        self._starting.join()
 
     def wait(self) -> None:
-        self._thread.join()
+        self._starting.wait()
 
     def discard(self) -> None:
         """Remove the container unless a session adopted it (then its teardown does)."""
-        self._thread.join()
-        if self.container is not None and not self.adopted:
+        self._starting.wait()
+        container = self.created()
+        if container is not None and not self.adopted:
             try:
-                self._engine.call("DELETE", f"/containers/{self.container}", {"force": 1})
+                self._engine.call("DELETE", f"/containers/{container}", {"force": 1})
             except Exception:  # noqa: BLE001 - gone already, or the engine is: the stale check finds it later
                 pass
-            self.container = None
 
 
 # What any filter create request of dejima's has (adapters/runtime.py create_body of core/plan.py's
@@ -148,9 +142,10 @@ def begin(workspace_argument: str) -> Prestarted | None:
     try:
         session_id, launcher = new_session_id(), host.launcher_token()
         request = json.loads(template.replace(SESSION_MARK, session_id).replace(LAUNCHER_MARK, launcher))
-        if not filter_shaped(request["body"], run_dir(session_id)):
+        run = run_dir(session_id)
+        if not filter_shaped(request["body"], run):
             return None
-        make_run_dir(run_dir(session_id))
+        make_run_dir(run)
         return Prestarted(Engine.from_env(), session_id, request["name"], request["body"])
     except Exception:  # noqa: BLE001 - the usual path meets the same trouble and says what it is
         return None

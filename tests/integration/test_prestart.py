@@ -69,8 +69,7 @@ def test_a_remembered_request_that_is_not_the_plans_is_removed(runtime: Runtime,
     path.write_text(json.dumps(entry))
     prestarted = prestart.begin(str(workspace))
     assert prestarted is not None
-    prestarted._created.wait(timeout=60)  # the container exists, so its removal is what is tested
-    planted = prestarted.container
+    planted = prestarted.created()  # the container exists, so its removal is what is tested
     assert planted is not None
     assert start_session(runtime, workspace, prestarted) == 0  # the plan's own filter ran the session
     assert not prestarted.adopted
