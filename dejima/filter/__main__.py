@@ -86,18 +86,11 @@ async def _prune(resolver: Any, writer: SetWriter) -> None:
     filter shrinks back after a burst of queries."""
     while True:
         await asyncio.sleep(PRUNE_SECONDS)
-        before = _held(resolver, writer)
-        resolver.prune()
-        writer.prune()
-        if before - _held(resolver, writer) >= GIVE_BACK_AFTER:
+        if resolver.prune() + writer.prune() >= GIVE_BACK_AFTER:
             _give_back_memory()
 
 
 GIVE_BACK_AFTER = 1024  # entries dropped by one prune: worth handing the freed heap back
-
-
-def _held(resolver: Any, writer: SetWriter) -> int:
-    return len(resolver.cache) + len(resolver.hits) + len(resolver.names) + sum(map(len, writer.expiry.values()))
 
 
 def _give_back_memory() -> None:

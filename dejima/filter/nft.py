@@ -212,16 +212,19 @@ class SetWriter:
             batch += f"add {prefix} {{ {', '.join(e + clause for e in known)} }}\n"
         return batch, elements, target, lasting
 
-    def prune(self, now: float | None = None) -> None:
-        """Forget elements past their expiry (the kernel dropped them already)."""
+    def prune(self, now: float | None = None) -> int:
+        """Forget elements past their expiry (the kernel dropped them already); returns how many."""
         import time
 
         with self.lock:
             now = time.monotonic() if now is None else now
+            held = sum(map(len, self.expiry.values()))
             self.expiry = {target: {e: t for e, t in expiry.items() if t + self.MARGIN_SECONDS > now}
                            for target, expiry in self.expiry.items()}
             self.revoked = {a: t for a, t in self.revoked.items() if t > now}
-            self.prune_above = max(self.PRUNE_ABOVE, 2 * sum(map(len, self.expiry.values())))
+            kept = sum(map(len, self.expiry.values()))
+            self.prune_above = max(self.PRUNE_ABOVE, 2 * kept)
+            return held - kept
 
     def revoke(self, addresses: list[str]) -> None:
         """Take ``addresses`` out of both allow sets and cut their established flows (revoked4)."""

@@ -170,10 +170,12 @@ class PolicyResolver:
         self.record(record)
 
     # --- memory and verdicts ------------------------------------------------------------------
-    def prune(self) -> None:
+    def prune(self) -> int:
         """Drop what has expired: cached answers, learned addresses, folded refusals, and the
-        verdicts remembered (cheap to find again). The maps are copied, so their tables shrink."""
+        verdicts remembered (cheap to find again). The maps are copied, so their tables shrink.
+        Returns how many answers, hits and learned addresses went."""
         now = self.clock()
+        held = len(self.cache) + len(self.hits) + len(self.names)
         self.cache = {k: e for k, e in self.cache.items() if e.expires > now}
         self.hits = {k: h for k, h in self.hits.items() if h.expires > now}
         self.replies = {}
@@ -181,6 +183,7 @@ class PolicyResolver:
         for folded in [k for k, t in self.recent.items() if now - t >= FOLD_SECONDS]:
             del self.recent[folded]
         self.memo_policy, self.name_memo, self.address_memo = None, {}, {}
+        return held - len(self.cache) - len(self.hits) - len(self.names)
 
     def _memo(self) -> None:
         if self.memo_policy is not self.policy or len(self.name_memo) + len(self.address_memo) > MEMO_ENTRIES:

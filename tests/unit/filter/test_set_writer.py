@@ -51,3 +51,16 @@ def test_a_map_full_of_live_elements_is_not_copied_on_every_insert() -> None:
     # Each prune found every element alive and set the next one at twice the size: a few copies, not thousands.
     assert writer.prune_above >= 2 * SetWriter.PRUNE_ABOVE
     assert sum(map(len, writer.expiry.values())) == 3 * SetWriter.PRUNE_ABOVE
+
+
+def test_a_prune_forgets_expired_elements_and_says_how_many() -> None:
+    """The filter hands freed memory back after a prune that dropped many (filter/__main__.py)."""
+    import time
+
+    writer = SetWriter("inet", "dejima", handle=RecordingNft())
+    writer.add(["203.0.113.5", "203.0.113.6"], None, 60)
+    writer.add(["203.0.113.7"], None, 600)
+    now = time.monotonic()
+    assert writer.prune(now) == 0
+    assert writer.prune(now + 60 + SetWriter.MARGIN_SECONDS + 1) == 2
+    assert writer.prune(now + 600 + SetWriter.MARGIN_SECONDS + 1) == 1
