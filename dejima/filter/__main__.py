@@ -83,26 +83,13 @@ async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
 
 async def _prune(resolver: Any, writer: SetWriter) -> None:
     """Expired answers, learned addresses and set elements leave memory on a timer, so the
-    filter shrinks back after a burst of queries."""
+    filter shrinks back after a burst of queries (memory.py gives the freed heap back)."""
+    from dejima.filter.memory import HeapReturn
+
+    heap = HeapReturn()
     while True:
         await asyncio.sleep(PRUNE_SECONDS)
-        if resolver.prune() + writer.prune() >= GIVE_BACK_AFTER:
-            _give_back_memory()
-
-
-GIVE_BACK_AFTER = 1024  # entries dropped by one prune: worth handing the freed heap back
-
-
-def _give_back_memory() -> None:
-    """Return to the kernel the heap pages a big prune freed (glibc keeps freed memory for reuse):
-    in-process after 100k names, 38.0 → 36.1 MiB. What stays is CPython's arenas, freed only when
-    wholly empty (docs/performance.md); PYTHONMALLOC=malloc did no better in the real filter."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the memory stays until reused
-        pass
+        heap.pruned(resolver.prune() + writer.prune())
 
 
 async def _serve(config: dict[str, Any], digest: str) -> None:
