@@ -24,7 +24,7 @@ from dejima.adapters.forked import gc_paused
 from dejima.adapters.forked import workers as default_workers
 from dejima.adapters.hashed_file import capabilities, content_hash
 from dejima.adapters.walk_shares import Digested, Result, Row, Unit, frontier, walk_shares
-from dejima.core.snapshot import Children, Entry, Listing, Snapshot, listing_digest, missing
+from dejima.core.snapshot import Children, Entry, Listing, Snapshot, listing_digest, missing, nested_dirs
 
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
@@ -38,6 +38,7 @@ RACY_NS = 3_000_000_000
 # What a listing digest covers of each child, besides its name: ctime moves with any change to the
 # inode (content, mode, owner, links, xattrs, times) and cannot be set back from user space.
 _STAT_KEY = attrgetter("st_mode", "st_ino", "st_dev", "st_ctime_ns", "st_mtime_ns", "st_size")
+_NAME = attrgetter("name")
 
 
 class InconsistentWalk(SnapshotError):
@@ -64,9 +65,11 @@ class _Walk:
 
     def __init__(self, root: str, device: int, previous: Snapshot | None, hash_path: Callable[[str], bool],
                  list_all: bool = False, digests: dict[str, bytes] | None = None, racy_after: int = 0,
-                 trusted: dict[str, bytes] | None = None) -> None:
+                 trusted: dict[str, bytes] | None = None, nested: Children | None = None) -> None:
         self.root, self.device, self.hash_path = root, device, hash_path
         self.trusted = trusted or {}
+        # ``nested_dirs`` of ``previous``: a trusted directory's subdirectories to walk, without a look at each child.
+        self.nested = nested
         # Every directory's listing sent back, not only those whose ctime moved: a walk that found
         # the tree inconsistent (something wrote there within the clock tick of the start walk, so
         # a directory changed without its ctime moving) then finds every removal.
@@ -84,7 +87,7 @@ class _Walk:
 
     def fresh(self) -> _Walk:
         return _Walk(self.root, self.device, self.previous if self.checking else None, self.hash_path,
-                     self.list_all, self.digests, self.racy_after, self.trusted)
+                     self.list_all, self.digests, self.racy_after, self.trusted, self.nested)
 
     def result(self) -> Result:
         return self.rows, self.listings, self.seen, self.digested
@@ -123,6 +126,8 @@ class _Walk:
         self.seen += len(names)
         if self.list_all:
             self.listings.append((relative, names))
+        if self.nested is not None:  # the same children as then: those that held entries then
+            return [(path, False) for path in self.nested.get(relative, ())]
         prefix, device = relative + "/" if relative else "", self.device
         return [(prefix + name, False) for name, info in zip(names, infos, strict=True)
                 if stat.S_ISDIR(info.st_mode) and info.st_dev == device]
@@ -200,7 +205,7 @@ class _Walk:
 def _stats(children: list[os.DirEntry[str]]) -> tuple[list[str], list[os.stat_result]]:
     """The names and lstat results of the children that are still there."""
     try:
-        return [child.name for child in children], [child.stat(follow_symlinks=False) for child in children]
+        return list(map(_NAME, children)), [child.stat(follow_symlinks=False) for child in children]
     except OSError:  # one vanished since the listing: left out
         names, infos = [], []
         for child in children:
@@ -245,7 +250,8 @@ def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str],
     with gc_paused():
         # Copied before the fork: its reference counts are written now, not page by page after it.
         entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
-        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted)
+        nested = nested_dirs(children) if children is not None and trusted else None
+        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted, nested=nested)
         units = frontier(front, count, children, sizes)
         shares, _ = walk_shares(front, units, min(count, len(units)) if units else 1, sizes=sizes)
         return _assemble(previous, entries, [front.result(), *shares], children)

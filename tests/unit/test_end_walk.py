@@ -15,7 +15,7 @@ import pytest
 
 from dejima.adapters import tree_walk as walker
 from dejima.adapters import walk_shares
-from dejima.core.snapshot import Snapshot, children_of, diff, missing, subtree_sizes
+from dejima.core.snapshot import Snapshot, children_of, diff, missing, nested_dirs, subtree_sizes
 from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount
 from dejima.ui.console import UI, plain_console
@@ -83,6 +83,38 @@ def test_a_new_file_in_a_deep_directory_is_found(root: Path, workers: int) -> No
     # Only the directory that changed, its entry and the new file were recorded: the rest was trusted.
     assert set(changed) == {f"{DEEP}/new.txt", DEEP}
     assert after == walker.take_snapshot(root, previous=walked.snapshot, workers=workers)
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["digest", "control: blind to a subdirectory's times"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_put_in_a_directory_empty_at_the_start_is_found(
+        root: Path, monkeypatch: pytest.MonkeyPatch, workers: int, naive: bool) -> None:
+    # Below a trusted directory the end walks only into the subdirectories that held entries at the
+    # start: one that was empty is entered again only when its parent's digest moved with it.
+    (root / "src/m1/empty").mkdir()
+    tick()
+    if naive:  # ext4 keeps a directory's size as a file is added: mode, inode and size alone stay the same
+        monkeypatch.setattr(walker, "_STAT_KEY", attrgetter("st_mode", "st_ino", "st_dev", "st_size"))
+    walked = walker.start_snapshot(root)
+    assert "src/m1" in walked.digests and "src/m1/empty" in walked.snapshot
+    tick()
+    before = os.stat(root / "src/m1/empty")
+    write(root, "src/m1/empty/hook.py", "import os\n")
+    os.utime(root / "src/m1/empty", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(root / "src/m1/empty").st_size == before.st_size
+    after, _ = walker.walk_changes(root, walked.snapshot, workers=workers, trusted=walked.digests,
+                                   children=children_of(walked.snapshot))
+    assert (("src/m1/empty/hook.py", "added") in changes(walked.snapshot, after)) is not naive
+    if not naive:
+        assert after == walker.take_snapshot(root, previous=walked.snapshot, workers=workers)
+
+
+def test_subdirectories_to_walk_below_a_trusted_directory_are_those_that_held_entries(root: Path) -> None:
+    (root / "src/m1/empty").mkdir()
+    nested = nested_dirs(children_of(walker.take_snapshot(root)))
+    assert sorted(nested[""]) == [".git", "a", "src"]
+    assert sorted(nested["src"]) == ["src/m0", "src/m1", "src/m2"] and "src/m1" not in nested
+    assert nested["a/b/c"] == ["a/b/c/d"] and DEEP not in nested
 
 
 @pytest.mark.parametrize("workers", [1, 2])
