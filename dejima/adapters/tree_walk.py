@@ -93,9 +93,10 @@ class _Walk:
         return self.rows, self.listings, self.seen, self.digested
 
     def subtrees(self, units: Iterable[Unit]) -> Result:
-        stack = list(units)
-        while stack:
-            stack.extend(self.directory(*stack.pop()))
+        for unit in units:  # taken one at a time: another process may take the next
+            stack = [unit]
+            while stack:
+                stack.extend(self.directory(*stack.pop()))
         return self.result()
 
     def directory(self, relative: str, listed: bool) -> list[Unit]:

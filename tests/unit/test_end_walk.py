@@ -162,11 +162,11 @@ def test_subtree_sizes_count_every_entry_below_each_directory(root: Path) -> Non
 
 
 def test_the_walk_is_dealt_out_by_entries(tmp_path: Path) -> None:
-    # One top directory holds most of the tree, in subdirectories: dealt round-robin by directory,
-    # one process would walk it all; split and dealt by entries, each walks about half.
+    # One top directory holds most of the tree, in subdirectories: dealt by directory, one process
+    # would walk it all; split, its subdirectories are dealt too, the largest first.
     for n in range(40):
         write(tmp_path, f"big/s{n}/f.txt", "x")
-        for m in range(9):
+        for m in range(9 + n % 3):
             write(tmp_path, f"big/s{n}/g{m}.txt", "x")
     for n in range(7):
         write(tmp_path, f"small{n}/f.txt", "x")
@@ -176,10 +176,20 @@ def test_the_walk_is_dealt_out_by_entries(tmp_path: Path) -> None:
     front = walker._Walk(str(tmp_path), os.stat(tmp_path).st_dev, before, lambda path: True)
     units = walk_shares.frontier(front, 2, children, sizes)
     assert "big" not in {u[0] for u in units} and sum(1 for u in units if u[0].startswith("big/")) == 40
-    loads = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walk_shares.deal(units, 2, sizes)]
-    assert max(loads) - min(loads) <= 11  # one unit's worth
-    round_robin = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walk_shares.deal(
-        [("big", False), *((f"small{n}", False) for n in range(7))], 2, None)]
-    assert max(round_robin) > 3 * min(round_robin)  # the control: what dealing by directory does
+    ordered = [sizes.get(u[0], 0) for u in walk_shares.by_size(units, sizes)]
+    assert ordered == sorted(ordered, reverse=True) and ordered[0] == 12 and ordered[-1] == 1
     after, changed = walker.walk_changes(tmp_path, before, workers=2, children=children, sizes=sizes)
     assert after == before and changed == []
+
+
+@pytest.mark.parametrize("count", [5, walk_shares.Queue.RECORDS * 3 + 1])
+def test_each_unit_is_taken_once_by_whichever_process_asks(count: int) -> None:
+    units = [(f"d{n}", n % 2 == 0) for n in range(count)]
+    queue = walk_shares.Queue(units)
+    try:
+        first, second = queue.taken(), queue.taken()  # two takers, as two processes read one pipe
+        taken = [next(first), next(second), next(second)]
+        taken += [*first, *second]  # the first takes all the rest: the second finds none left
+    finally:
+        queue.close()
+    assert sorted(taken) == sorted(units)
