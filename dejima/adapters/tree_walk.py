@@ -247,10 +247,12 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
 
 def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str], bool], count: int,
                list_all: bool, trusted: dict[str, bytes] | None,
-               children: Children | None, sizes: dict[str, int] | None) -> tuple[Snapshot, list[str]]:
+               children: Children | None, sizes: dict[str, int] | None,
+               entries: Snapshot | None) -> tuple[Snapshot, list[str]]:
     with gc_paused():
         # Copied before the fork: its reference counts are written now, not page by page after it.
-        entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
+        if entries is None:
+            entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
         nested = nested_dirs(children) if children is not None and trusted else None
         front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted, nested=nested)
         units = frontier(front, count, children, sizes)
@@ -270,7 +272,8 @@ def take_snapshot(root: Path, previous: Snapshot | None = None, hash_path: Calla
 
 def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callable[[str], bool] = lambda path: True,
                  workers: int | None = None, trusted: dict[str, bytes] | None = None,
-                 children: Children | None = None, sizes: dict[str, int] | None = None) -> tuple[Snapshot, list[str]]:
+                 children: Children | None = None, sizes: dict[str, int] | None = None,
+                 entries: Snapshot | None = None) -> tuple[Snapshot, list[str]]:
     """Every entry under ``root`` (itself excluded), keyed by its relative path.
 
     Regular files are hashed when ``hash_path`` says so, or when ``previous`` (the start snapshot)
@@ -281,8 +284,10 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     listing digests the walk that took ``previous`` left (``Walked.digests``): a directory that
     still lists the same (names; mode, inode, device, ctime, mtime and size of each child) is
     ``previous``'s without a comparison per child. ``children``: ``children_of(previous)``, when
-    built already (removed entries are then found without a pass over ``previous``); ``sizes``:
-    ``subtree_sizes(children)``, by which the walk is shared out.
+    built already (removed entries are then found without a pass over ``previous``; a trusted
+    directory's subdirectories without a look at each child); ``sizes``: ``subtree_sizes(children)``,
+    by which the walk is shared out; ``entries``: a copy of ``previous`` made ahead, which the walk
+    updates in place (otherwise it copies ``previous`` itself).
 
     A walk that does not add up (the host wrote there while the start walk ran, e.g. git's own
     gc) is done again, listing every directory and comparing every child; InconsistentWalk names
@@ -292,7 +297,8 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     count = max(1, workers or default_workers())
     return _retried(lambda attempt: _walk_once(root, previous, hash_path, count, list_all=attempt > 0,
                                                trusted=trusted if attempt == 0 and previous else None,
-                                               children=children, sizes=sizes))
+                                               children=children, sizes=sizes,
+                                               entries=entries if attempt == 0 else None))
 
 
 def _retried(walk: Callable[[int], T]) -> T:

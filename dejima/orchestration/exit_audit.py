@@ -63,7 +63,7 @@ def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[str], 
         # The start walk's listing digests: a directory that lists the same is not compared child by child.
         trusted = state.start.digests if state.start is not None else None
         return *walk_changes(state.mount.root, previous=state.snapshot, trusted=trusted, children=state.children,
-                             sizes=state.sizes), []
+                             sizes=state.sizes, entries=state.end_entries()), []
     except InconsistentWalk as exc:
         after, unsure = exc.snapshot, [p for p in exc.paths if not housekeeping(p)]
         for path in exc.paths:

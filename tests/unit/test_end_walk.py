@@ -193,3 +193,31 @@ def test_each_unit_is_taken_once_by_whichever_process_asks(count: int) -> None:
     finally:
         queue.close()
     assert sorted(taken) == sorted(units)
+
+
+def test_the_copy_made_during_the_session_is_updated_by_one_end_walk_only(root: Path) -> None:
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    state.join()
+    assert state.copy is not None
+    copy = state.copy[1]
+    tick()
+    write(root, "src/m0/new.py", "x = 1\n")
+    _, after = exit_audit.audit_mount(state, "s1")
+    assert after is copy and changes(state.snapshot, after) == {("src/m0/new.py", "added")}
+    assert "src/m0/new.py" not in state.snapshot  # the start itself untouched
+    (root / "src/m0/new.py").unlink()
+    write(root, "src/m1/other.py", "x = 2\n")
+    _, again = exit_audit.audit_mount(state, "s1")  # no copy left: the walk copies the start itself
+    assert again is not copy and changes(state.snapshot, again) == {("src/m1/other.py", "added")}
+    exit_audit.finish("s1", quiet(), states=[state])
+
+
+@pytest.mark.parametrize("replaced", [False, True], ids=["same snapshot", "control: the snapshot replaced"])
+def test_a_copy_of_another_snapshot_is_never_the_end_walks(root: Path, replaced: bool) -> None:
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    state.join()
+    if replaced:  # e.g. read back again: the copy may not be what the end compares with
+        state.snapshot = dict(state.snapshot)
+    assert (state.end_entries() is None) is replaced
+    assert state.end_entries() is None  # once
+    exit_audit.finish("s1", quiet(), states=[state])
