@@ -38,7 +38,6 @@ RACY_NS = 3_000_000_000
 # What a listing digest covers of each child, besides its name: ctime moves with any change to the
 # inode (content, mode, owner, links, xattrs, times) and cannot be set back from user space.
 _STAT_KEY = attrgetter("st_mode", "st_ino", "st_dev", "st_ctime_ns", "st_mtime_ns", "st_size")
-_NAME = attrgetter("name")
 
 
 class InconsistentWalk(SnapshotError):
@@ -105,18 +104,18 @@ class _Walk:
         fd, opened = -1, False
         try:  # children are lstat'ed relative to the directory's fd: a shorter lookup, and no links
             fd = os.open(os.path.join(self.root, relative), _DIR_FLAGS) if relative else os.open(self.root, _ROOT)
-            children, opened = list(os.scandir(fd)), True
+            listing, opened = os.listdir(fd), True
         except OSError:
-            children, listed = [], self.checking  # what it held is out of view: count it as gone
+            listing, listed = [], self.checking  # what it held is out of view: count it as gone
         try:
+            names, infos = _stats(fd, listing)
             if self.digests is not None:
-                return self._digested(relative, fd, children)
-            names, infos = _stats(children)
+                return self._digested(relative, fd, names, infos)
             # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
             if opened and not listed and relative in self.trusted and \
                     self.trusted[relative] == listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos)))):
                 return self._unchanged(relative, names, infos)
-            return self._children(relative, fd, names, infos, listed, len(children))
+            return self._children(relative, fd, names, infos, listed, len(listing))
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -154,31 +153,22 @@ class _Walk:
             self.listings.append((relative, names))
         return subdirs
 
-    def _digested(self, relative: str, fd: int, children: list[os.DirEntry[str]]) -> list[Unit]:
+    def _digested(self, relative: str, fd: int, names: list[str], infos: list[os.stat_result]) -> list[Unit]:
         """A start walk's directory: trusted as the previous walk recorded it when its digest is
         the same (no child added, removed or changed: each would move a ctime, an inode or a name);
         otherwise every child recorded, with the listing and the new digest."""
         prefix = relative + "/" if relative else ""
-        infos: list[tuple[str, os.stat_result]] = []
-        values: list[int] = []
-        add, key = values.extend, _STAT_KEY
-        for child in children:
-            try:
-                info = child.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished: left out of the listing, and of the digest
-            infos.append((child.name, info))
-            add(key(info))
-        self.seen += len(infos)
-        digest = listing_digest([name for name, _ in infos], values)
+        self.seen += len(names)
+        digest = listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos))))
         assert self.digests is not None
         if self.digests.get(relative) == digest:
             self.digested.append((relative, digest))  # seen again: kept (a directory not seen drops its own)
-            return [(prefix + name, False) for name, info in infos
+            return [(prefix + name, False) for name, info in zip(names, infos, strict=True)
                     if stat.S_ISDIR(info.st_mode) and info.st_dev == self.device]
-        subdirs = [(prefix + name, False) for name, info in infos if self._record(prefix + name, name, fd, info, None)]
-        self.listings.append((relative, [name for name, _ in infos]))
-        racy = any(info.st_ctime_ns >= self.racy_after for _, info in infos)
+        subdirs = [(prefix + name, False) for name, info in zip(names, infos, strict=True)
+                   if self._record(prefix + name, name, fd, info, None)]
+        self.listings.append((relative, names))
+        racy = any(info.st_ctime_ns >= self.racy_after for info in infos)
         self.digested.append((relative, None if racy else digest))
         return subdirs
 
@@ -203,18 +193,20 @@ class _Walk:
         return descend
 
 
-def _stats(children: list[os.DirEntry[str]]) -> tuple[list[str], list[os.stat_result]]:
-    """The names and lstat results of the children that are still there."""
+def _stats(fd: int, listing: list[str]) -> tuple[list[str], list[os.stat_result]]:
+    """The names and lstat results of the children listed (in the directory open as ``fd``) that
+    are still there. os.listdir and os.lstat: no DirEntry object per child."""
+    lstat = os.lstat
     try:
-        return list(map(_NAME, children)), [child.stat(follow_symlinks=False) for child in children]
-    except OSError:  # one vanished since the listing: left out
+        return listing, [lstat(name, dir_fd=fd) for name in listing]
+    except OSError:  # one vanished since the listing: left out, of the digest too
         names, infos = [], []
-        for child in children:
+        for name in listing:
             try:
-                infos.append(child.stat(follow_symlinks=False))
+                infos.append(lstat(name, dir_fd=fd))
             except OSError:
                 continue
-            names.append(child.name)
+            names.append(name)
         return names, infos
 
 
