@@ -121,9 +121,9 @@ def _keep_known(state: MountState, recalled: State, walked: Walked) -> dict[str,
     previous = recalled.extra.get("hashed")
     if isinstance(previous, list) and walked.known is not None:
         # The watched files: those known in the directories trusted, and those the walk hashed.
-        listed = {directory for _, listings, _, _ in walked.results for directory, _ in listings}
+        listed = {directory for _, listings, *_ in walked.results for directory, _ in listings}
         hashed = [p for p in previous if p.rpartition("/")[0] not in listed]
-        hashed += [row[0] for rows, _, _, _ in walked.results for row in rows if row[10] is not None]
+        hashed += [row[0] for rows, *_ in walked.results for row in rows if row[10] is not None]
     else:
         hashed = hashed_paths(state.ready())
     git = recalled.digests.get(".git")

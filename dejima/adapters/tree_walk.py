@@ -22,7 +22,7 @@ from typing import TypeVar
 from dejima.adapters.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
 from dejima.adapters.forked import gc_paused
 from dejima.adapters.forked import workers as default_workers
-from dejima.adapters.hashed_file import capabilities, content_hash
+from dejima.adapters.hashed_file import capabilities, hashed_content
 from dejima.adapters.walk_shares import Digested, Result, Row, Unit, frontier, walk_shares
 from dejima.core.snapshot import Children, Entry, Listing, Snapshot, listing_digest, missing, nested_dirs
 
@@ -35,6 +35,9 @@ _DIR_FLAGS = _ROOT | os.O_NOFOLLOW
 # same tick of the file system's clock as the walk's read would not move the ctime it recorded
 # (git's "racy clean"). Covers a clock tick, and file systems that keep seconds or two.
 RACY_NS = 3_000_000_000
+# The end walk sends back the bytes of the new and changed files it hashed, for the rules to read
+# without opening them again: each up to this size, and up to this much in all per process.
+SEND_FILE, SEND_TOTAL = 256 << 10, 8 << 20
 # What a listing digest covers of each child, besides its name: ctime moves with any change to the
 # inode (content, mode, owner, links, xattrs, times) and cannot be set back from user space.
 _STAT_KEY = attrgetter("st_mode", "st_ino", "st_dev", "st_ctime_ns", "st_mtime_ns", "st_size")
@@ -79,6 +82,8 @@ class _Walk:
         self.rows: list[Row] = []
         self.listings: list[Listing] = []
         self.digested: Digested = []
+        self.contents: dict[str, bytes] = {}
+        self.budget = SEND_TOTAL
         self.seen = 0
         # Equal modes and owners as one object each: marshal then writes references (measured with a
         # non-root owner: saving a third faster, loading a sixth).
@@ -89,7 +94,7 @@ class _Walk:
                      self.list_all, self.digests, self.racy_after, self.trusted, self.nested)
 
     def result(self) -> Result:
-        return self.rows, self.listings, self.seen, self.digested
+        return self.rows, self.listings, self.seen, self.digested, self.contents
 
     def subtrees(self, units: Iterable[Unit]) -> Result:
         for unit in units:  # taken one at a time: another process may take the next
@@ -182,7 +187,12 @@ class _Walk:
             except OSError:
                 target = None  # vanished while walking
         elif kind == "file" and (self.checking or self.hash_path(path)):
-            digest, caps = content_hash(name, info.st_size, fd), capabilities(os.path.join(self.root, path))
+            keep = self.checking and info.st_size <= SEND_FILE and info.st_size <= self.budget
+            digest, data = hashed_content(name, info.st_size, fd, keep)
+            caps = capabilities(os.path.join(self.root, path))
+            if data is not None:
+                self.contents[path] = data
+                self.budget -= len(data)
         same, mode, uid, gid = self.same.setdefault, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
         self.rows.append((path, kind, same(mode, mode), same(uid, uid), same(gid, gid), info.st_size,
                           info.st_nlink, info.st_ino, info.st_ctime_ns, info.st_mtime_ns, digest, target, caps))
@@ -218,7 +228,7 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
     listings: list[Listing] = []
     seen = 0
     changed: list[str] = []
-    for rows, lists, count, _ in results:
+    for rows, lists, count, *_ in results:
         paths = list(map(itemgetter(0), rows))
         entries.update(zip(paths, map(Entry._make, rows), strict=True))
         changed += paths
@@ -240,7 +250,7 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
 def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str], bool], count: int,
                list_all: bool, trusted: dict[str, bytes] | None,
                children: Children | None, sizes: dict[str, int] | None,
-               entries: Snapshot | None) -> tuple[Snapshot, list[str]]:
+               entries: Snapshot | None, contents: dict[str, bytes] | None) -> tuple[Snapshot, list[str]]:
     with gc_paused():
         # Copied before the fork: its reference counts are written now, not page by page after it.
         if entries is None:
@@ -249,7 +259,12 @@ def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str],
         front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted, nested=nested)
         units = frontier(front, count, children, sizes)
         shares, _ = walk_shares(front, units, min(count, len(units)) if units else 1, sizes=sizes)
-        return _assemble(previous, entries, [front.result(), *shares], children)
+        results = [front.result(), *shares]
+        walked = _assemble(previous, entries, results, children)
+        if contents is not None:  # only those of a walk that added up
+            for result in results:
+                contents.update(result[4])
+        return walked
 
 
 WALK_ATTEMPTS = 3  # the fast walk, then walks that list every directory
@@ -265,7 +280,8 @@ def take_snapshot(root: Path, previous: Snapshot | None = None, hash_path: Calla
 def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callable[[str], bool] = lambda path: True,
                  workers: int | None = None, trusted: dict[str, bytes] | None = None,
                  children: Children | None = None, sizes: dict[str, int] | None = None,
-                 entries: Snapshot | None = None) -> tuple[Snapshot, list[str]]:
+                 entries: Snapshot | None = None,
+                 contents: dict[str, bytes] | None = None) -> tuple[Snapshot, list[str]]:
     """Every entry under ``root`` (itself excluded), keyed by its relative path.
 
     Regular files are hashed when ``hash_path`` says so, or when ``previous`` (the start snapshot)
@@ -279,7 +295,8 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     built already (removed entries are then found without a pass over ``previous``; a trusted
     directory's subdirectories without a look at each child); ``sizes``: ``subtree_sizes(children)``,
     by which the walk is shared out; ``entries``: a copy of ``previous`` made ahead, which the walk
-    updates in place (otherwise it copies ``previous`` itself).
+    updates in place (otherwise it copies ``previous`` itself); ``contents``: filled with the bytes
+    of the new and changed files the walk hashed (SEND_FILE, SEND_TOTAL), the very bytes hashed.
 
     A walk that does not add up (the host wrote there while the start walk ran, e.g. git's own
     gc) is done again, listing every directory and comparing every child; InconsistentWalk names
@@ -290,7 +307,7 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     return _retried(lambda attempt: _walk_once(root, previous, hash_path, count, list_all=attempt > 0,
                                                trusted=trusted if attempt == 0 and previous else None,
                                                children=children, sizes=sizes,
-                                               entries=entries if attempt == 0 else None))
+                                               entries=entries if attempt == 0 else None, contents=contents))
 
 
 def _retried(walk: Callable[[int], T]) -> T:
@@ -356,7 +373,7 @@ def _start_once(root: Path, hash_path: Callable[[str], bool], known: Known | Non
         results = [front.result(), *shares]
         # Only what this walk saw: racy directories (None) keep no digest, nor those it did not walk
         # (gone, or on another file system); the end walk trusts these.
-        fresh = {d: v for _, _, _, digested in results for d, v in digested if v is not None}
+        fresh = {d: v for result in results for d, v in result[3] if v is not None}
         walked = Walked({}, fresh, [], known is not None, results, known if defer else None)
         if not defer or known is None:
             walked.snapshot, walked.changed = complete_start(loaded if loaded is not None else {}, results)
@@ -368,6 +385,6 @@ def complete_start(entries: Snapshot, results: list[Result]) -> tuple[Snapshot, 
     the paths it recorded or removed."""
     with gc_paused():
         # A child that was a directory and is not walked into any more takes what was below it along.
-        gone: list[Listing] = [(row[0], []) for rows, _, _, _ in results for row in rows
+        gone: list[Listing] = [(row[0], []) for rows, *_ in results for row in rows
                                if row[1] != "dir" and (old := entries.get(row[0])) is not None and old.kind == "dir"]
-        return _assemble(entries, entries, [*results, ([], gone, 0, [])])
+        return _assemble(entries, entries, [*results, ([], gone, 0, [], {})])

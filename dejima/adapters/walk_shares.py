@@ -18,7 +18,8 @@ _SPLITS = 32  # directories the end walks ahead of the fork at most, each too bi
 Unit = tuple[str, bool]  # a directory to walk, and whether its listing is needed to find removals
 Row = tuple[Any, ...]  # an Entry's fields as a plain tuple: what marshal carries
 Digested = list[tuple[str, "bytes | None"]]  # directories listed in full, each with its new digest
-Result = tuple[list[Row], list[Listing], int, Digested]  # a share's rows, listings, entries seen, digests
+# A share's rows, listings, entries seen, digests; and the bytes of the files an end walk hashed.
+Result = tuple[list[Row], list[Listing], int, Digested, dict[str, bytes]]
 
 
 class Share(Protocol):

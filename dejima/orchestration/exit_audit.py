@@ -54,8 +54,10 @@ def _read(root: Path, snapshot: Snapshot, path: str, limit: int) -> bytes | None
     return read_file(root, path, limit) if path in snapshot else None
 
 
-def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[str], list[Finding]]:
-    """The end snapshot, and the paths that may have changed. When the tree would not hold still
+def _walk_end(state: MountState, session_id: str,
+              contents: dict[str, bytes]) -> tuple[Snapshot, list[str], list[Finding]]:
+    """The end snapshot, and the paths that may have changed (``contents``: filled with the bytes
+    of the files the walk hashed, when it added up). When the tree would not hold still
     while walked (walked again, and still), entries git's own housekeeping rewrites (a host-side
     `git gc`) are what they are; anything else the walk cannot account for is named in a critical
     finding, the rest audited as usual."""
@@ -63,7 +65,7 @@ def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[str], 
         # The start walk's listing digests: a directory that lists the same is not compared child by child.
         trusted = state.start.digests if state.start is not None else None
         return *walk_changes(state.mount.root, previous=state.snapshot, trusted=trusted, children=state.children,
-                             sizes=state.sizes, entries=state.end_entries()), []
+                             sizes=state.sizes, entries=state.end_entries(), contents=contents), []
     except InconsistentWalk as exc:
         after, unsure = exc.snapshot, [p for p in exc.paths if not housekeeping(p)]
         for path in exc.paths:
@@ -92,8 +94,9 @@ def _audit_mount(state: MountState, session_id: str) -> tuple[list[Finding], Sna
 
 def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
-    after, changed, unsure = _walk_end(state, session_id)
-    read: dict[str, bytes | None] = {}
+    hashed: dict[str, bytes] = {}
+    after, changed, unsure = _walk_end(state, session_id, hashed)
+    read: dict[str, bytes | None] = {**hashed}  # the bytes the walk hashed: not read again
 
     def contents(side: str, path: str) -> bytes | None:
         if side == "before":

@@ -5,6 +5,7 @@ of every entry finds. Real trees; the session's writes are made by the test betw
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
@@ -220,4 +221,33 @@ def test_a_copy_of_another_snapshot_is_never_the_end_walks(root: Path, replaced:
         state.snapshot = dict(state.snapshot)
     assert (state.end_entries() is None) is replaced
     assert state.end_entries() is None  # once
+    exit_audit.finish("s1", quiet(), states=[state])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_end_walk_sends_back_the_bytes_it_hashed(root: Path, workers: int) -> None:
+    walked = walker.start_snapshot(root)
+    tick()
+    write(root, "src/m0/f1.py", "x = 'changed'\n")
+    write(root, "a/new.txt", "new\n")
+    write(root, "src/m2/big.txt", "y" * (walker.SEND_FILE + 1))  # too big to send: the rules read it
+    contents: dict[str, bytes] = {}
+    after, _ = walker.walk_changes(root, walked.snapshot, workers=workers, trusted=walked.digests,
+                                   contents=contents)
+    assert contents == {"src/m0/f1.py": b"x = 'changed'\n", "a/new.txt": b"new\n"}
+    assert all(after[path].sha256 == hashlib.sha256(data).hexdigest() for path, data in contents.items())
+
+
+@pytest.mark.parametrize("other", [False, True], ids=["the bytes hashed", "control: other bytes sent back"])
+def test_the_rules_read_what_the_end_walk_sent_back(root: Path, monkeypatch: pytest.MonkeyPatch, other: bool) -> None:
+    if other:  # a walk that sent back bytes other than the file's would hide what is in it
+        hashed = walker.hashed_content
+        monkeypatch.setattr(walker, "hashed_content", lambda *a: (hashed(*a)[0], b"" if a[3] else None))
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    tick()
+    write(root, "src/m0/notes.txt", "# vim: set makeprg=./evil:\n")
+    write(root, "src/m1/big.txt", "z\n" * walker.SEND_FILE + "# vim: set makeprg=./worse:\n")  # read by the rules
+    found, _ = exit_audit.audit_mount(state, "s1")
+    flagged = {f.path for f in found if f.rule == "I12"}
+    assert flagged == ({"src/m1/big.txt"} if other else {"src/m0/notes.txt", "src/m1/big.txt"})
     exit_audit.finish("s1", quiet(), states=[state])
