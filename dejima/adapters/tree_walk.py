@@ -250,7 +250,8 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
 def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str], bool], count: int,
                list_all: bool, trusted: dict[str, bytes] | None,
                children: Children | None, sizes: dict[str, int] | None,
-               entries: Snapshot | None, contents: dict[str, bytes] | None) -> tuple[Snapshot, list[str]]:
+               entries: Snapshot | None, contents: dict[str, bytes] | None,
+               listed: dict[str, list[str]] | None) -> tuple[Snapshot, list[str]]:
     with gc_paused():
         # Copied before the fork: its reference counts are written now, not page by page after it.
         if entries is None:
@@ -261,9 +262,11 @@ def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str],
         shares, _ = walk_shares(front, units, min(count, len(units)) if units else 1, sizes=sizes)
         results = [front.result(), *shares]
         walked = _assemble(previous, entries, results, children)
-        if contents is not None:  # only those of a walk that added up
-            for result in results:
+        for result in results:  # only those of a walk that added up
+            if contents is not None:
                 contents.update(result[4])
+            if listed is not None:
+                listed.update(result[1])
         return walked
 
 
@@ -281,7 +284,8 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
                  workers: int | None = None, trusted: dict[str, bytes] | None = None,
                  children: Children | None = None, sizes: dict[str, int] | None = None,
                  entries: Snapshot | None = None,
-                 contents: dict[str, bytes] | None = None) -> tuple[Snapshot, list[str]]:
+                 contents: dict[str, bytes] | None = None,
+                 listed: dict[str, list[str]] | None = None) -> tuple[Snapshot, list[str]]:
     """Every entry under ``root`` (itself excluded), keyed by its relative path.
 
     Regular files are hashed when ``hash_path`` says so, or when ``previous`` (the start snapshot)
@@ -296,7 +300,9 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     directory's subdirectories without a look at each child); ``sizes``: ``subtree_sizes(children)``,
     by which the walk is shared out; ``entries``: a copy of ``previous`` made ahead, which the walk
     updates in place (otherwise it copies ``previous`` itself); ``contents``: filled with the bytes
-    of the new and changed files the walk hashed (SEND_FILE, SEND_TOTAL), the very bytes hashed.
+    of the new and changed files the walk hashed (SEND_FILE, SEND_TOTAL), the very bytes hashed;
+    ``listed``: with the names in each directory the walk listed (those it held that changed; an
+    empty list for one it could not open or would not enter).
 
     A walk that does not add up (the host wrote there while the start walk ran, e.g. git's own
     gc) is done again, listing every directory and comparing every child; InconsistentWalk names
@@ -307,7 +313,8 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     return _retried(lambda attempt: _walk_once(root, previous, hash_path, count, list_all=attempt > 0,
                                                trusted=trusted if attempt == 0 and previous else None,
                                                children=children, sizes=sizes,
-                                               entries=entries if attempt == 0 else None, contents=contents))
+                                               entries=entries if attempt == 0 else None, contents=contents,
+                                               listed=listed))
 
 
 def _retried(walk: Callable[[int], T]) -> T:

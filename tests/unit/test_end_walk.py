@@ -11,6 +11,7 @@ import os
 import shutil
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,4 +251,24 @@ def test_the_rules_read_what_the_end_walk_sent_back(root: Path, monkeypatch: pyt
     found, _ = exit_audit.audit_mount(state, "s1")
     flagged = {f.path for f in found if f.rule == "I12"}
     assert flagged == ({"src/m1/big.txt"} if other else {"src/m0/notes.txt", "src/m1/big.txt"})
+    exit_audit.finish("s1", quiet(), states=[state])
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["the walk's listing", "control: a listing short of a name"])
+def test_the_rules_see_a_directory_as_the_end_walk_listed_it(
+        root: Path, monkeypatch: pytest.MonkeyPatch, partial: bool) -> None:
+    if partial:  # the rules take the walk's listing as it is: one short of a name hides a collision
+        walk = exit_audit.walk_changes
+
+        def short(*args: Any, **kwargs: Any) -> tuple[Snapshot, list[str]]:
+            walked = walk(*args, **kwargs)
+            kwargs["listed"]["src/m0"].remove("f0.py")
+            return walked
+
+        monkeypatch.setattr(exit_audit, "walk_changes", short)
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    tick()
+    write(root, "src/m0/F0.py", "x = 0\n")  # differs only in case from f0.py
+    found, _ = exit_audit.audit_mount(state, "s1")
+    assert any(f.rule == "F08" and f.path == "src/m0/F0.py" for f in found) is not partial
     exit_audit.finish("s1", quiet(), states=[state])
