@@ -40,6 +40,8 @@ class MountState:
     children: Children | None = field(default=None, repr=False)
     sizes: dict[str, int] | None = field(default=None, repr=False)
     hashed: list[str] | None = field(default=None, repr=False)
+    # A copy of the complete snapshot (and the snapshot it copies): the end walk's to update in place.
+    copy: tuple[Snapshot, Snapshot] | None = field(default=None, repr=False)
 
     def begin(self) -> None:
         """Completes the start snapshot and derives what the end needs from it, on a thread: the
@@ -66,6 +68,13 @@ class MountState:
         if self.failure is None:
             self.hashed, children = hashed_paths(self.snapshot), children_of(self.snapshot)
             self.children, self.sizes = children, subtree_sizes(children)
+            self.copy = self.snapshot, dict(self.snapshot)
+
+    def end_entries(self) -> Snapshot | None:
+        """The copy of the start snapshot made during the session, for the end walk to update in
+        place: once (None after, or when the snapshot it copies is not this one any more)."""
+        copy, self.copy = self.copy, None
+        return copy[1] if copy is not None and copy[0] is self.snapshot else None
 
     def _complete(self) -> None:
         walked, self.walked = self.walked, None
@@ -112,9 +121,9 @@ def _keep_known(state: MountState, recalled: State, walked: Walked) -> dict[str,
     previous = recalled.extra.get("hashed")
     if isinstance(previous, list) and walked.known is not None:
         # The watched files: those known in the directories trusted, and those the walk hashed.
-        listed = {directory for _, listings, _, _ in walked.results for directory, _ in listings}
+        listed = {directory for _, listings, *_ in walked.results for directory, _ in listings}
         hashed = [p for p in previous if p.rpartition("/")[0] not in listed]
-        hashed += [row[0] for rows, _, _, _ in walked.results for row in rows if row[10] is not None]
+        hashed += [row[0] for rows, *_ in walked.results for row in rows if row[10] is not None]
     else:
         hashed = hashed_paths(state.ready())
     git = recalled.digests.get(".git")

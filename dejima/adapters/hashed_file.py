@@ -16,24 +16,33 @@ MAX_HASH_BYTES = 64 << 20
 def content_hash(name: str, size: int, directory: int) -> str:
     """The SHA-256 of the regular file ``name`` in the directory open as ``directory`` (its first
     MAX_HASH_BYTES, marked as truncated past them), or why it could not be read."""
-    digest = hashlib.sha256()
+    return hashed_content(name, size, directory)[0]
+
+
+def hashed_content(name: str, size: int, directory: int, keep: bool = False) -> tuple[str, bytes | None]:
+    """``content_hash``, and with ``keep`` the very bytes it hashed (None when it read none: not
+    a regular file, or unreadable)."""
+    digest, chunks = hashlib.sha256(), []
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=directory)  # a link or FIFO swapped in: refused
     except OSError as exc:
-        return f"unreadable:{exc.errno}"  # still compared: a change of readability is a change
+        return f"unreadable:{exc.errno}", None  # still compared: a change of readability is a change
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not-a-file"
+            return "not-a-file", None
         remaining = min(size, MAX_HASH_BYTES)
         while remaining > 0:
             chunk = os.read(fd, min(1 << 20, remaining))
             if not chunk:
                 break
             digest.update(chunk)
+            if keep:
+                chunks.append(chunk)
             remaining -= len(chunk)
     finally:
         os.close(fd)
-    return digest.hexdigest() + ("" if size <= MAX_HASH_BYTES else f"+truncated:{size}")
+    return digest.hexdigest() + ("" if size <= MAX_HASH_BYTES else f"+truncated:{size}"), \
+        b"".join(chunks) if keep else None
 
 
 def capabilities(path: str) -> bool | None:

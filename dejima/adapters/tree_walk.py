@@ -22,9 +22,9 @@ from typing import TypeVar
 from dejima.adapters.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
 from dejima.adapters.forked import gc_paused
 from dejima.adapters.forked import workers as default_workers
-from dejima.adapters.hashed_file import capabilities, content_hash
+from dejima.adapters.hashed_file import capabilities, hashed_content
 from dejima.adapters.walk_shares import Digested, Result, Row, Unit, frontier, walk_shares
-from dejima.core.snapshot import Children, Entry, Listing, Snapshot, listing_digest, missing
+from dejima.core.snapshot import Children, Entry, Listing, Snapshot, listing_digest, missing, nested_dirs
 
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
@@ -35,6 +35,9 @@ _DIR_FLAGS = _ROOT | os.O_NOFOLLOW
 # same tick of the file system's clock as the walk's read would not move the ctime it recorded
 # (git's "racy clean"). Covers a clock tick, and file systems that keep seconds or two.
 RACY_NS = 3_000_000_000
+# The end walk sends back the bytes of the new and changed files it hashed, for the rules to read
+# without opening them again: each up to this size, and up to this much in all per process.
+SEND_FILE, SEND_TOTAL = 256 << 10, 8 << 20
 # What a listing digest covers of each child, besides its name: ctime moves with any change to the
 # inode (content, mode, owner, links, xattrs, times) and cannot be set back from user space.
 _STAT_KEY = attrgetter("st_mode", "st_ino", "st_dev", "st_ctime_ns", "st_mtime_ns", "st_size")
@@ -64,9 +67,11 @@ class _Walk:
 
     def __init__(self, root: str, device: int, previous: Snapshot | None, hash_path: Callable[[str], bool],
                  list_all: bool = False, digests: dict[str, bytes] | None = None, racy_after: int = 0,
-                 trusted: dict[str, bytes] | None = None) -> None:
+                 trusted: dict[str, bytes] | None = None, nested: Children | None = None) -> None:
         self.root, self.device, self.hash_path = root, device, hash_path
         self.trusted = trusted or {}
+        # ``nested_dirs`` of ``previous``: a trusted directory's subdirectories to walk, without a look at each child.
+        self.nested = nested
         # Every directory's listing sent back, not only those whose ctime moved: a walk that found
         # the tree inconsistent (something wrote there within the clock tick of the start walk, so
         # a directory changed without its ctime moving) then finds every removal.
@@ -77,6 +82,8 @@ class _Walk:
         self.rows: list[Row] = []
         self.listings: list[Listing] = []
         self.digested: Digested = []
+        self.contents: dict[str, bytes] = {}
+        self.budget = SEND_TOTAL
         self.seen = 0
         # Equal modes and owners as one object each: marshal then writes references (measured with a
         # non-root owner: saving a third faster, loading a sixth).
@@ -84,15 +91,16 @@ class _Walk:
 
     def fresh(self) -> _Walk:
         return _Walk(self.root, self.device, self.previous if self.checking else None, self.hash_path,
-                     self.list_all, self.digests, self.racy_after, self.trusted)
+                     self.list_all, self.digests, self.racy_after, self.trusted, self.nested)
 
     def result(self) -> Result:
-        return self.rows, self.listings, self.seen, self.digested
+        return self.rows, self.listings, self.seen, self.digested, self.contents
 
     def subtrees(self, units: Iterable[Unit]) -> Result:
-        stack = list(units)
-        while stack:
-            stack.extend(self.directory(*stack.pop()))
+        for unit in units:  # taken one at a time: another process may take the next
+            stack = [unit]
+            while stack:
+                stack.extend(self.directory(*stack.pop()))
         return self.result()
 
     def directory(self, relative: str, listed: bool) -> list[Unit]:
@@ -101,18 +109,18 @@ class _Walk:
         fd, opened = -1, False
         try:  # children are lstat'ed relative to the directory's fd: a shorter lookup, and no links
             fd = os.open(os.path.join(self.root, relative), _DIR_FLAGS) if relative else os.open(self.root, _ROOT)
-            children, opened = list(os.scandir(fd)), True
+            listing, opened = os.listdir(fd), True
         except OSError:
-            children, listed = [], self.checking  # what it held is out of view: count it as gone
+            listing, listed = [], self.checking  # what it held is out of view: count it as gone
         try:
+            names, infos = _stats(fd, listing)
             if self.digests is not None:
-                return self._digested(relative, fd, children)
-            names, infos = _stats(children)
+                return self._digested(relative, fd, names, infos)
             # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
             if opened and not listed and relative in self.trusted and \
                     self.trusted[relative] == listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos)))):
                 return self._unchanged(relative, names, infos)
-            return self._children(relative, fd, names, infos, listed, len(children))
+            return self._children(relative, fd, names, infos, listed, len(listing))
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -123,6 +131,8 @@ class _Walk:
         self.seen += len(names)
         if self.list_all:
             self.listings.append((relative, names))
+        if self.nested is not None:  # the same children as then: those that held entries then
+            return [(path, False) for path in self.nested.get(relative, ())]
         prefix, device = relative + "/" if relative else "", self.device
         return [(prefix + name, False) for name, info in zip(names, infos, strict=True)
                 if stat.S_ISDIR(info.st_mode) and info.st_dev == device]
@@ -148,31 +158,22 @@ class _Walk:
             self.listings.append((relative, names))
         return subdirs
 
-    def _digested(self, relative: str, fd: int, children: list[os.DirEntry[str]]) -> list[Unit]:
+    def _digested(self, relative: str, fd: int, names: list[str], infos: list[os.stat_result]) -> list[Unit]:
         """A start walk's directory: trusted as the previous walk recorded it when its digest is
         the same (no child added, removed or changed: each would move a ctime, an inode or a name);
         otherwise every child recorded, with the listing and the new digest."""
         prefix = relative + "/" if relative else ""
-        infos: list[tuple[str, os.stat_result]] = []
-        values: list[int] = []
-        add, key = values.extend, _STAT_KEY
-        for child in children:
-            try:
-                info = child.stat(follow_symlinks=False)
-            except OSError:
-                continue  # vanished: left out of the listing, and of the digest
-            infos.append((child.name, info))
-            add(key(info))
-        self.seen += len(infos)
-        digest = listing_digest([name for name, _ in infos], values)
+        self.seen += len(names)
+        digest = listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos))))
         assert self.digests is not None
         if self.digests.get(relative) == digest:
             self.digested.append((relative, digest))  # seen again: kept (a directory not seen drops its own)
-            return [(prefix + name, False) for name, info in infos
+            return [(prefix + name, False) for name, info in zip(names, infos, strict=True)
                     if stat.S_ISDIR(info.st_mode) and info.st_dev == self.device]
-        subdirs = [(prefix + name, False) for name, info in infos if self._record(prefix + name, name, fd, info, None)]
-        self.listings.append((relative, [name for name, _ in infos]))
-        racy = any(info.st_ctime_ns >= self.racy_after for _, info in infos)
+        subdirs = [(prefix + name, False) for name, info in zip(names, infos, strict=True)
+                   if self._record(prefix + name, name, fd, info, None)]
+        self.listings.append((relative, names))
+        racy = any(info.st_ctime_ns >= self.racy_after for info in infos)
         self.digested.append((relative, None if racy else digest))
         return subdirs
 
@@ -186,7 +187,12 @@ class _Walk:
             except OSError:
                 target = None  # vanished while walking
         elif kind == "file" and (self.checking or self.hash_path(path)):
-            digest, caps = content_hash(name, info.st_size, fd), capabilities(os.path.join(self.root, path))
+            keep = self.checking and info.st_size <= SEND_FILE and info.st_size <= self.budget
+            digest, data = hashed_content(name, info.st_size, fd, keep)
+            caps = capabilities(os.path.join(self.root, path))
+            if data is not None:
+                self.contents[path] = data
+                self.budget -= len(data)
         same, mode, uid, gid = self.same.setdefault, stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid
         self.rows.append((path, kind, same(mode, mode), same(uid, uid), same(gid, gid), info.st_size,
                           info.st_nlink, info.st_ino, info.st_ctime_ns, info.st_mtime_ns, digest, target, caps))
@@ -197,18 +203,20 @@ class _Walk:
         return descend
 
 
-def _stats(children: list[os.DirEntry[str]]) -> tuple[list[str], list[os.stat_result]]:
-    """The names and lstat results of the children that are still there."""
+def _stats(fd: int, listing: list[str]) -> tuple[list[str], list[os.stat_result]]:
+    """The names and lstat results of the children listed (in the directory open as ``fd``) that
+    are still there. os.listdir and os.lstat: no DirEntry object per child."""
+    lstat = os.lstat
     try:
-        return [child.name for child in children], [child.stat(follow_symlinks=False) for child in children]
-    except OSError:  # one vanished since the listing: left out
+        return listing, [lstat(name, dir_fd=fd) for name in listing]
+    except OSError:  # one vanished since the listing: left out, of the digest too
         names, infos = [], []
-        for child in children:
+        for name in listing:
             try:
-                infos.append(child.stat(follow_symlinks=False))
+                infos.append(lstat(name, dir_fd=fd))
             except OSError:
                 continue
-            names.append(child.name)
+            names.append(name)
         return names, infos
 
 
@@ -220,7 +228,7 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
     listings: list[Listing] = []
     seen = 0
     changed: list[str] = []
-    for rows, lists, count, _ in results:
+    for rows, lists, count, *_ in results:
         paths = list(map(itemgetter(0), rows))
         entries.update(zip(paths, map(Entry._make, rows), strict=True))
         changed += paths
@@ -241,14 +249,25 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
 
 def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str], bool], count: int,
                list_all: bool, trusted: dict[str, bytes] | None,
-               children: Children | None, sizes: dict[str, int] | None) -> tuple[Snapshot, list[str]]:
+               children: Children | None, sizes: dict[str, int] | None,
+               entries: Snapshot | None, contents: dict[str, bytes] | None,
+               listed: dict[str, list[str]] | None) -> tuple[Snapshot, list[str]]:
     with gc_paused():
         # Copied before the fork: its reference counts are written now, not page by page after it.
-        entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
-        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted)
+        if entries is None:
+            entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
+        nested = nested_dirs(children) if children is not None and trusted else None
+        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted, nested=nested)
         units = frontier(front, count, children, sizes)
         shares, _ = walk_shares(front, units, min(count, len(units)) if units else 1, sizes=sizes)
-        return _assemble(previous, entries, [front.result(), *shares], children)
+        results = [front.result(), *shares]
+        walked = _assemble(previous, entries, results, children)
+        for result in results:  # only those of a walk that added up
+            if contents is not None:
+                contents.update(result[4])
+            if listed is not None:
+                listed.update(result[1])
+        return walked
 
 
 WALK_ATTEMPTS = 3  # the fast walk, then walks that list every directory
@@ -263,7 +282,10 @@ def take_snapshot(root: Path, previous: Snapshot | None = None, hash_path: Calla
 
 def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callable[[str], bool] = lambda path: True,
                  workers: int | None = None, trusted: dict[str, bytes] | None = None,
-                 children: Children | None = None, sizes: dict[str, int] | None = None) -> tuple[Snapshot, list[str]]:
+                 children: Children | None = None, sizes: dict[str, int] | None = None,
+                 entries: Snapshot | None = None,
+                 contents: dict[str, bytes] | None = None,
+                 listed: dict[str, list[str]] | None = None) -> tuple[Snapshot, list[str]]:
     """Every entry under ``root`` (itself excluded), keyed by its relative path.
 
     Regular files are hashed when ``hash_path`` says so, or when ``previous`` (the start snapshot)
@@ -274,8 +296,13 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     listing digests the walk that took ``previous`` left (``Walked.digests``): a directory that
     still lists the same (names; mode, inode, device, ctime, mtime and size of each child) is
     ``previous``'s without a comparison per child. ``children``: ``children_of(previous)``, when
-    built already (removed entries are then found without a pass over ``previous``); ``sizes``:
-    ``subtree_sizes(children)``, by which the walk is shared out.
+    built already (removed entries are then found without a pass over ``previous``; a trusted
+    directory's subdirectories without a look at each child); ``sizes``: ``subtree_sizes(children)``,
+    by which the walk is shared out; ``entries``: a copy of ``previous`` made ahead, which the walk
+    updates in place (otherwise it copies ``previous`` itself); ``contents``: filled with the bytes
+    of the new and changed files the walk hashed (SEND_FILE, SEND_TOTAL), the very bytes hashed;
+    ``listed``: with the names in each directory the walk listed (those it held that changed; an
+    empty list for one it could not open or would not enter).
 
     A walk that does not add up (the host wrote there while the start walk ran, e.g. git's own
     gc) is done again, listing every directory and comparing every child; InconsistentWalk names
@@ -285,7 +312,9 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     count = max(1, workers or default_workers())
     return _retried(lambda attempt: _walk_once(root, previous, hash_path, count, list_all=attempt > 0,
                                                trusted=trusted if attempt == 0 and previous else None,
-                                               children=children, sizes=sizes))
+                                               children=children, sizes=sizes,
+                                               entries=entries if attempt == 0 else None, contents=contents,
+                                               listed=listed))
 
 
 def _retried(walk: Callable[[int], T]) -> T:
@@ -351,7 +380,7 @@ def _start_once(root: Path, hash_path: Callable[[str], bool], known: Known | Non
         results = [front.result(), *shares]
         # Only what this walk saw: racy directories (None) keep no digest, nor those it did not walk
         # (gone, or on another file system); the end walk trusts these.
-        fresh = {d: v for _, _, _, digested in results for d, v in digested if v is not None}
+        fresh = {d: v for result in results for d, v in result[3] if v is not None}
         walked = Walked({}, fresh, [], known is not None, results, known if defer else None)
         if not defer or known is None:
             walked.snapshot, walked.changed = complete_start(loaded if loaded is not None else {}, results)
@@ -363,6 +392,6 @@ def complete_start(entries: Snapshot, results: list[Result]) -> tuple[Snapshot, 
     the paths it recorded or removed."""
     with gc_paused():
         # A child that was a directory and is not walked into any more takes what was below it along.
-        gone: list[Listing] = [(row[0], []) for rows, _, _, _ in results for row in rows
+        gone: list[Listing] = [(row[0], []) for rows, *_ in results for row in rows
                                if row[1] != "dir" and (old := entries.get(row[0])) is not None and old.kind == "dir"]
-        return _assemble(entries, entries, [*results, ([], gone, 0, [])])
+        return _assemble(entries, entries, [*results, ([], gone, 0, [], {})])

@@ -1,23 +1,25 @@
 """How a walk is shared out: the top of the tree walked here until there are directories to deal
-out, dealt round-robin or by the start's entry counts, each share walked in a forked process (this
-one included) that sends back its result."""
+out, each taken in turn (the largest first, by the start's entry counts) by whichever forked
+process (this one included) asks first; each sends back its result."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any, Protocol
 
-from dejima.adapters.forked import collect, fork, stop
+from dejima.adapters.forked import SnapshotError, collect, fork, stop
 from dejima.core.snapshot import Children, Listing
 
-_UNITS_PER_WORKER = 8  # directories dealt to each process, so one big directory does not idle the rest
+_UNITS_PER_WORKER = 8  # directories to deal per process at least, so one big directory does not idle the rest
 _SPLITS = 32  # directories the end walks ahead of the fork at most, each too big for one share
 
 Unit = tuple[str, bool]  # a directory to walk, and whether its listing is needed to find removals
 Row = tuple[Any, ...]  # an Entry's fields as a plain tuple: what marshal carries
 Digested = list[tuple[str, "bytes | None"]]  # directories listed in full, each with its new digest
-Result = tuple[list[Row], list[Listing], int, Digested]  # a share's rows, listings, entries seen, digests
+# A share's rows, listings, entries seen, digests; and the bytes of the files an end walk hashed.
+Result = tuple[list[Row], list[Listing], int, Digested, dict[str, bytes]]
 
 
 class Share(Protocol):
@@ -62,39 +64,70 @@ def _split_heavy(front: Share, units: list[Unit], count: int, children: Children
         units.extend(front.directory(*heaviest))
 
 
-def deal(units: list[Unit], count: int, sizes: dict[str, int] | None) -> list[list[Unit]]:
-    """``count`` shares of ``units``: round-robin, or by the ``sizes`` of the start's directories
-    (largest first, each to the lightest share)."""
-    if not sizes:
-        return [units[i::count] for i in range(count)]
-    shares: list[list[Unit]] = [[] for _ in range(count)]
-    loads = [0] * count
-    for unit in sorted(units, key=lambda unit: sizes.get(unit[0], 0), reverse=True):
-        lightest = loads.index(min(loads))
-        shares[lightest].append(unit)
-        loads[lightest] += sizes.get(unit[0], 0) + 1
-    return shares
+def by_size(units: list[Unit], sizes: dict[str, int] | None) -> list[Unit]:
+    """``units``, the largest first by the ``sizes`` of the start's directories: the last ones
+    taken are small, so the processes end at about the same time."""
+    return sorted(units, key=lambda unit: sizes.get(unit[0], 0), reverse=True) if sizes else units
+
+
+class Queue:
+    """Units dealt one at a time through a pipe, each to whichever process asks first: one the
+    scheduler starves (another program busy on the machine) takes fewer, and none waits on it.
+    Every record is written, and the write end closed, before any process reads; a read of one
+    record is atomic (the pipe's lock), so each unit is taken exactly once."""
+
+    RECORDS = 1024  # 4 kB of records: they fit in any pipe, written at once
+
+    def __init__(self, units: list[Unit]) -> None:
+        self.units = units
+        self.step = -(-len(units) // self.RECORDS) or 1  # units per record
+        self.read_end, write_end = os.pipe()
+        try:
+            records = b"".join(i.to_bytes(4, "big") for i in range(0, len(units), self.step))
+            if os.write(write_end, records) != len(records):
+                raise OSError("the pipe of units took only part of them")
+        except OSError:
+            os.close(self.read_end)
+            raise
+        finally:
+            os.close(write_end)
+
+    def taken(self) -> Iterator[Unit]:
+        """The units this process takes, until none is left."""
+        while record := os.read(self.read_end, 4):
+            if len(record) != 4:
+                raise SnapshotError("the walk's queue of directories was read in part; the snapshot would be partial",
+                                    hint="run the audit again; if it fails again, report it")
+            start = int.from_bytes(record, "big")
+            yield from self.units[start:start + self.step]
+
+    def close(self) -> None:
+        os.close(self.read_end)
 
 
 def walk_shares(front: Share, units: list[Unit], count: int,
                 meanwhile: Callable[[], Any] | None = None,
                 sizes: dict[str, int] | None = None) -> tuple[list[Result], Any]:
-    """Deals ``units`` (``deal``) to ``count`` processes, this one included; or, given
-    ``meanwhile``, to ``count`` children while this process runs it. Returns the results, and
-    what ``meanwhile`` returned."""
-    shares = deal(units, count, sizes) if units else []
-    local = [] if meanwhile is not None or not shares else shares.pop(0)
-    children, results, here = [], [], front.fresh()
+    """``units`` (largest first by ``sizes``) taken one at a time by ``count`` processes, this
+    one included; or, given ``meanwhile``, by ``count`` children, and by this process once it
+    has run it. Returns the results, and what ``meanwhile`` returned."""
+    queue = Queue(by_size(units, sizes))
+    children, results = [], []
     try:
-        for share in shares:
+        for _ in range((count if meanwhile is not None else count - 1) if units else 0):
             try:
-                children.append(fork(partial(front.fresh().subtrees, share)))
+                children.append(fork(partial(_take, front.fresh(), queue)))
             except OSError:
-                local += share  # no fork: the same walk, here
+                break  # no fork: this process takes what the others would have
         loaded = meanwhile() if meanwhile is not None else None
-        results.append(here.subtrees(local))
+        results.append(_take(front.fresh(), queue))
         while children:
             results.append(collect(children.pop(0)))
         return results, loaded
     finally:
+        queue.close()
         stop(children)  # left only by an error
+
+
+def _take(share: Share, queue: Queue) -> Result:
+    return share.subtrees(queue.taken())

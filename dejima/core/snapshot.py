@@ -158,6 +158,17 @@ def children_of(snapshot: Snapshot) -> Children:
     return index
 
 
+def nested_dirs(children: Children) -> Children:
+    """Each directory's subdirectories that hold entries, from ``children_of`` a snapshot: below a
+    directory that lists as it did then, the only ones to walk into (any other held nothing, or
+    was on another file system, and a change to that would have moved its own ctime)."""
+    nested: Children = {}
+    for directory in children:
+        if directory:
+            nested.setdefault(directory.rpartition("/")[0], []).append(directory)
+    return nested
+
+
 def subtree_sizes(children: Children) -> dict[str, int]:
     """How many entries each directory of ``children`` holds, at any depth (the end walk deals its
     directories out to processes by these)."""

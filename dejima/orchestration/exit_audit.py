@@ -54,16 +54,19 @@ def _read(root: Path, snapshot: Snapshot, path: str, limit: int) -> bytes | None
     return read_file(root, path, limit) if path in snapshot else None
 
 
-def _walk_end(state: MountState, session_id: str) -> tuple[Snapshot, list[str], list[Finding]]:
-    """The end snapshot, and the paths that may have changed. When the tree would not hold still
-    while walked (walked again, and still), entries git's own housekeeping rewrites (a host-side
-    `git gc`) are what they are; anything else the walk cannot account for is named in a critical
-    finding, the rest audited as usual."""
+def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
+              listed: dict[str, list[str]]) -> tuple[Snapshot, list[str], list[Finding]]:
+    """The end snapshot, and the paths that may have changed (``contents`` and ``listed``: filled
+    with the bytes of the files the walk hashed and the directories it listed, when it added up).
+    When the tree would not hold still while walked (walked again, and still), entries git's own
+    housekeeping rewrites (a host-side `git gc`) are what they are; anything else the walk cannot
+    account for is named in a critical finding, the rest audited as usual."""
     try:
         # The start walk's listing digests: a directory that lists the same is not compared child by child.
         trusted = state.start.digests if state.start is not None else None
         return *walk_changes(state.mount.root, previous=state.snapshot, trusted=trusted, children=state.children,
-                             sizes=state.sizes), []
+                             sizes=state.sizes, entries=state.end_entries(), contents=contents,
+                             listed=listed), []
     except InconsistentWalk as exc:
         after, unsure = exc.snapshot, [p for p in exc.paths if not housekeeping(p)]
         for path in exc.paths:
@@ -92,8 +95,10 @@ def _audit_mount(state: MountState, session_id: str) -> tuple[list[Finding], Sna
 
 def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
-    after, changed, unsure = _walk_end(state, session_id)
-    read: dict[str, bytes | None] = {}
+    hashed: dict[str, bytes] = {}
+    listed: dict[str, list[str]] = {}
+    after, changed, unsure = _walk_end(state, session_id, hashed, listed)
+    read: dict[str, bytes | None] = {**hashed}  # the bytes the walk hashed: not read again
 
     def contents(side: str, path: str) -> bytes | None:
         if side == "before":
@@ -105,6 +110,8 @@ def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Sna
     top = str(root)
 
     def listdir(directory: str) -> list[str]:
+        if directory in listed:
+            return listed[directory]  # listed by the walk (the directories whose entry changed)
         try:
             return os.listdir(os.path.join(top, directory))  # a real directory: the walk went in
         except OSError:

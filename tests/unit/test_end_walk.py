@@ -5,17 +5,19 @@ of every entry finds. Real trees; the session's writes are made by the test betw
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dejima.adapters import tree_walk as walker
 from dejima.adapters import walk_shares
-from dejima.core.snapshot import Snapshot, children_of, diff, missing, subtree_sizes
+from dejima.core.snapshot import Snapshot, children_of, diff, missing, nested_dirs, subtree_sizes
 from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount
 from dejima.ui.console import UI, plain_console
@@ -85,6 +87,38 @@ def test_a_new_file_in_a_deep_directory_is_found(root: Path, workers: int) -> No
     assert after == walker.take_snapshot(root, previous=walked.snapshot, workers=workers)
 
 
+@pytest.mark.parametrize("naive", [False, True], ids=["digest", "control: blind to a subdirectory's times"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_put_in_a_directory_empty_at_the_start_is_found(
+        root: Path, monkeypatch: pytest.MonkeyPatch, workers: int, naive: bool) -> None:
+    # Below a trusted directory the end walks only into the subdirectories that held entries at the
+    # start: one that was empty is entered again only when its parent's digest moved with it.
+    (root / "src/m1/empty").mkdir()
+    tick()
+    if naive:  # ext4 keeps a directory's size as a file is added: mode, inode and size alone stay the same
+        monkeypatch.setattr(walker, "_STAT_KEY", attrgetter("st_mode", "st_ino", "st_dev", "st_size"))
+    walked = walker.start_snapshot(root)
+    assert "src/m1" in walked.digests and "src/m1/empty" in walked.snapshot
+    tick()
+    before = os.stat(root / "src/m1/empty")
+    write(root, "src/m1/empty/hook.py", "import os\n")
+    os.utime(root / "src/m1/empty", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(root / "src/m1/empty").st_size == before.st_size
+    after, _ = walker.walk_changes(root, walked.snapshot, workers=workers, trusted=walked.digests,
+                                   children=children_of(walked.snapshot))
+    assert (("src/m1/empty/hook.py", "added") in changes(walked.snapshot, after)) is not naive
+    if not naive:
+        assert after == walker.take_snapshot(root, previous=walked.snapshot, workers=workers)
+
+
+def test_subdirectories_to_walk_below_a_trusted_directory_are_those_that_held_entries(root: Path) -> None:
+    (root / "src/m1/empty").mkdir()
+    nested = nested_dirs(children_of(walker.take_snapshot(root)))
+    assert sorted(nested[""]) == [".git", "a", "src"]
+    assert sorted(nested["src"]) == ["src/m0", "src/m1", "src/m2"] and "src/m1" not in nested
+    assert nested["a/b/c"] == ["a/b/c/d"] and DEEP not in nested
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_what_was_removed_deep_inside_is_found_through_the_children_index(root: Path, workers: int) -> None:
     walked = walker.start_snapshot(root)
@@ -130,11 +164,11 @@ def test_subtree_sizes_count_every_entry_below_each_directory(root: Path) -> Non
 
 
 def test_the_walk_is_dealt_out_by_entries(tmp_path: Path) -> None:
-    # One top directory holds most of the tree, in subdirectories: dealt round-robin by directory,
-    # one process would walk it all; split and dealt by entries, each walks about half.
+    # One top directory holds most of the tree, in subdirectories: dealt by directory, one process
+    # would walk it all; split, its subdirectories are dealt too, the largest first.
     for n in range(40):
         write(tmp_path, f"big/s{n}/f.txt", "x")
-        for m in range(9):
+        for m in range(9 + n % 3):
             write(tmp_path, f"big/s{n}/g{m}.txt", "x")
     for n in range(7):
         write(tmp_path, f"small{n}/f.txt", "x")
@@ -144,10 +178,97 @@ def test_the_walk_is_dealt_out_by_entries(tmp_path: Path) -> None:
     front = walker._Walk(str(tmp_path), os.stat(tmp_path).st_dev, before, lambda path: True)
     units = walk_shares.frontier(front, 2, children, sizes)
     assert "big" not in {u[0] for u in units} and sum(1 for u in units if u[0].startswith("big/")) == 40
-    loads = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walk_shares.deal(units, 2, sizes)]
-    assert max(loads) - min(loads) <= 11  # one unit's worth
-    round_robin = [sum(sizes.get(u[0], 0) + 1 for u in share) for share in walk_shares.deal(
-        [("big", False), *((f"small{n}", False) for n in range(7))], 2, None)]
-    assert max(round_robin) > 3 * min(round_robin)  # the control: what dealing by directory does
+    ordered = [sizes.get(u[0], 0) for u in walk_shares.by_size(units, sizes)]
+    assert ordered == sorted(ordered, reverse=True) and ordered[0] == 12 and ordered[-1] == 1
     after, changed = walker.walk_changes(tmp_path, before, workers=2, children=children, sizes=sizes)
     assert after == before and changed == []
+
+
+@pytest.mark.parametrize("count", [5, walk_shares.Queue.RECORDS * 3 + 1])
+def test_each_unit_is_taken_once_by_whichever_process_asks(count: int) -> None:
+    units = [(f"d{n}", n % 2 == 0) for n in range(count)]
+    queue = walk_shares.Queue(units)
+    try:
+        first, second = queue.taken(), queue.taken()  # two takers, as two processes read one pipe
+        taken = [next(first), next(second), next(second)]
+        taken += [*first, *second]  # the first takes all the rest: the second finds none left
+    finally:
+        queue.close()
+    assert sorted(taken) == sorted(units)
+
+
+def test_the_copy_made_during_the_session_is_updated_by_one_end_walk_only(root: Path) -> None:
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    state.join()
+    assert state.copy is not None
+    copy = state.copy[1]
+    tick()
+    write(root, "src/m0/new.py", "x = 1\n")
+    _, after = exit_audit.audit_mount(state, "s1")
+    assert after is copy and changes(state.snapshot, after) == {("src/m0/new.py", "added")}
+    assert "src/m0/new.py" not in state.snapshot  # the start itself untouched
+    (root / "src/m0/new.py").unlink()
+    write(root, "src/m1/other.py", "x = 2\n")
+    _, again = exit_audit.audit_mount(state, "s1")  # no copy left: the walk copies the start itself
+    assert again is not copy and changes(state.snapshot, again) == {("src/m1/other.py", "added")}
+    exit_audit.finish("s1", quiet(), states=[state])
+
+
+@pytest.mark.parametrize("replaced", [False, True], ids=["same snapshot", "control: the snapshot replaced"])
+def test_a_copy_of_another_snapshot_is_never_the_end_walks(root: Path, replaced: bool) -> None:
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    state.join()
+    if replaced:  # e.g. read back again: the copy may not be what the end compares with
+        state.snapshot = dict(state.snapshot)
+    assert (state.end_entries() is None) is replaced
+    assert state.end_entries() is None  # once
+    exit_audit.finish("s1", quiet(), states=[state])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_end_walk_sends_back_the_bytes_it_hashed(root: Path, workers: int) -> None:
+    walked = walker.start_snapshot(root)
+    tick()
+    write(root, "src/m0/f1.py", "x = 'changed'\n")
+    write(root, "a/new.txt", "new\n")
+    write(root, "src/m2/big.txt", "y" * (walker.SEND_FILE + 1))  # too big to send: the rules read it
+    contents: dict[str, bytes] = {}
+    after, _ = walker.walk_changes(root, walked.snapshot, workers=workers, trusted=walked.digests,
+                                   contents=contents)
+    assert contents == {"src/m0/f1.py": b"x = 'changed'\n", "a/new.txt": b"new\n"}
+    assert all(after[path].sha256 == hashlib.sha256(data).hexdigest() for path, data in contents.items())
+
+
+@pytest.mark.parametrize("other", [False, True], ids=["the bytes hashed", "control: other bytes sent back"])
+def test_the_rules_read_what_the_end_walk_sent_back(root: Path, monkeypatch: pytest.MonkeyPatch, other: bool) -> None:
+    if other:  # a walk that sent back bytes other than the file's would hide what is in it
+        hashed = walker.hashed_content
+        monkeypatch.setattr(walker, "hashed_content", lambda *a: (hashed(*a)[0], b"" if a[3] else None))
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    tick()
+    write(root, "src/m0/notes.txt", "# vim: set makeprg=./evil:\n")
+    write(root, "src/m1/big.txt", "z\n" * walker.SEND_FILE + "# vim: set makeprg=./worse:\n")  # read by the rules
+    found, _ = exit_audit.audit_mount(state, "s1")
+    flagged = {f.path for f in found if f.rule == "I12"}
+    assert flagged == ({"src/m1/big.txt"} if other else {"src/m0/notes.txt", "src/m1/big.txt"})
+    exit_audit.finish("s1", quiet(), states=[state])
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["the walk's listing", "control: a listing short of a name"])
+def test_the_rules_see_a_directory_as_the_end_walk_listed_it(
+        root: Path, monkeypatch: pytest.MonkeyPatch, partial: bool) -> None:
+    if partial:  # the rules take the walk's listing as it is: one short of a name hides a collision
+        walk = exit_audit.walk_changes
+
+        def short(*args: Any, **kwargs: Any) -> tuple[Snapshot, list[str]]:
+            walked = walk(*args, **kwargs)
+            kwargs["listed"]["src/m0"].remove("f0.py")
+            return walked
+
+        monkeypatch.setattr(exit_audit, "walk_changes", short)
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    tick()
+    write(root, "src/m0/F0.py", "x = 0\n")  # differs only in case from f0.py
+    found, _ = exit_audit.audit_mount(state, "s1")
+    assert any(f.rule == "F08" and f.path == "src/m0/F0.py" for f in found) is not partial
+    exit_audit.finish("s1", quiet(), states=[state])

@@ -1,0 +1,63 @@
+"""A walker process's result (dejima/adapters/forked.py): taken as soon as it is whole, its exit
+reaped later; anything that is not a whole result is an error, never a partial snapshot."""
+
+from __future__ import annotations
+
+import marshal
+import os
+
+import pytest
+
+from dejima.adapters import forked
+from dejima.adapters.forked import SnapshotError
+
+
+def test_a_whole_result_is_taken_and_its_child_reaped_by_the_next_fork() -> None:
+    first = forked.fork(lambda: ("rows", [1, 2], 3))
+    assert forked.collect(first) == ("rows", [1, 2], 3)
+    second = forked.fork(lambda: ())  # reaps the first, if collect left it
+    assert forked._unreaped in ([], [second[0]])
+    assert forked.collect(second) == ()
+    forked.reap()
+    assert forked._unreaped == []
+    for pid, _ in (first, second):
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left
+
+
+def test_a_walker_that_raises_is_an_error() -> None:
+    with pytest.raises(SnapshotError, match="ZeroDivisionError"):
+        forked.collect(forked.fork(lambda: 1 // 0))
+
+
+def test_a_walker_that_dies_before_its_result_is_an_error() -> None:
+    with pytest.raises(SnapshotError, match="exit status 3"):
+        forked.collect(forked.fork(lambda: os._exit(3)))
+
+
+def _child_with(data: bytes) -> forked.Child:
+    """A child that has not necessarily exited, and a pipe that holds ``data`` as its result."""
+    hold_read, hold_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(hold_write)
+        os.read(hold_read, 1)  # until the test lets it go
+        os._exit(0)
+    os.close(hold_read)
+    read_end, write_end = os.pipe()
+    os.write(write_end, data)
+    os.close(write_end)
+    os.close(hold_write)  # it exits now: before collect looks, or after
+    return pid, read_end
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["whole", "control: cut short"])
+def test_only_a_whole_result_is_taken_before_the_child_exits(cut: bool) -> None:
+    data = marshal.dumps((["a/b", "file"], [("a", ["b"])], 2, []))
+    child = _child_with(data[:-3] if cut else data)
+    if cut:
+        with pytest.raises(SnapshotError, match="unreadable result"):
+            forked.collect(child)
+    else:
+        assert forked.collect(child) == marshal.loads(data)
+    forked.reap()
