@@ -16,7 +16,7 @@ import gc
 import ipaddress
 from collections.abc import Callable
 
-GIVE_BACK_AFTER = 1024  # entries dropped since the last give-back: worth a full collection (~3 ms)
+GIVE_BACK_AFTER = 1024  # entries dropped since the last give-back: worth a full collection (~3 ms) at once
 
 
 def _trim() -> Callable[[], object]:
@@ -29,7 +29,9 @@ def _trim() -> Callable[[], object]:
 
 
 class HeapReturn:
-    """Counts the entries the prunes dropped; once enough went, gives their memory back."""
+    """Counts the entries the prunes dropped and gives their memory back: at once when they reach
+    ``after``, else at the first prune that drops nothing (the burst is over; the tail it left
+    would otherwise keep its pages until the next burst)."""
 
     def __init__(self, after: int = GIVE_BACK_AFTER, trim: Callable[[], object] | None = None) -> None:
         self.after, self.trim = after, trim or _trim()
@@ -38,7 +40,7 @@ class HeapReturn:
     def pruned(self, dropped: int) -> bool:
         """Note ``dropped`` entries gone; True when that gave the memory back."""
         self.dropped += dropped
-        if self.dropped < self.after:
+        if self.dropped == 0 or (dropped > 0 and self.dropped < self.after):
             return False
         self.dropped = 0
         forget_address_caches()

@@ -19,6 +19,15 @@ def test_the_heap_is_given_back_once_enough_entries_were_dropped() -> None:
     assert heap.pruned(1) and trims == [1, 1]
 
 
+def test_the_tail_of_a_burst_is_given_back_once_a_prune_drops_nothing() -> None:
+    trims: list[int] = []
+    heap = HeapReturn(after=100, trim=lambda: trims.append(1))
+    assert not heap.pruned(0)  # nothing ever dropped: nothing to give back
+    assert not heap.pruned(30) and not heap.pruned(20)
+    assert heap.pruned(0) and trims == [1]  # quiet: the 50 left behind go back
+    assert not heap.pruned(0) and trims == [1]  # and only once
+
+
 def test_one_big_prune_gives_back_at_once() -> None:
     trims: list[int] = []
     heap = HeapReturn(after=100, trim=lambda: trims.append(1))
