@@ -13,15 +13,10 @@ from dejima.adapters.beneath import FILE_FLAGS
 MAX_HASH_BYTES = 64 << 20
 
 
-def content_hash(name: str, size: int, directory: int) -> str:
-    """The SHA-256 of the regular file ``name`` in the directory open as ``directory`` (its first
-    MAX_HASH_BYTES, marked as truncated past them), or why it could not be read."""
-    return hashed_content(name, size, directory)[0]
-
-
 def hashed_content(name: str, size: int, directory: int, keep: bool = False) -> tuple[str, bytes | None]:
-    """``content_hash``, and with ``keep`` the very bytes it hashed (None when it read none: not
-    a regular file, or unreadable)."""
+    """The SHA-256 of the regular file ``name`` in the directory open as ``directory`` (its first
+    MAX_HASH_BYTES, marked as truncated past them), or why it could not be read; and with ``keep``
+    the very bytes it hashed (None when it read none: not a regular file, or unreadable)."""
     digest, chunks = hashlib.sha256(), []
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=directory)  # a link or FIFO swapped in: refused

@@ -118,7 +118,7 @@ class _Walk:
                 return self._digested(relative, fd, names, infos)
             # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
             if opened and not listed and relative in self.trusted and \
-                    self.trusted[relative] == listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos)))):
+                    self.trusted[relative] == _digest(names, infos):
                 return self._unchanged(relative, names, infos)
             return self._children(relative, fd, names, infos, listed, len(listing))
         finally:
@@ -164,7 +164,7 @@ class _Walk:
         otherwise every child recorded, with the listing and the new digest."""
         prefix = relative + "/" if relative else ""
         self.seen += len(names)
-        digest = listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos))))
+        digest = _digest(names, infos)
         assert self.digests is not None
         if self.digests.get(relative) == digest:
             self.digested.append((relative, digest))  # seen again: kept (a directory not seen drops its own)
@@ -201,6 +201,11 @@ class _Walk:
         if was_dir and not descend and (self.checking or self.digests is not None):
             self.listings.append((path, []))  # what it held is not walked any more
         return descend
+
+
+def _digest(names: list[str], infos: list[os.stat_result]) -> bytes:
+    """The listing digest of a directory's children (what the start walk keeps, the end compares)."""
+    return listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos))))
 
 
 def _stats(fd: int, listing: list[str]) -> tuple[list[str], list[os.stat_result]]:
