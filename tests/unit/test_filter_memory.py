@@ -53,3 +53,11 @@ def test_without_glibc_the_trim_is_nothing(monkeypatch) -> None:  # type: ignore
 
     monkeypatch.setattr(ctypes, "CDLL", refuse)
     assert memory._trim()() is None
+
+
+def test_a_give_back_empties_the_address_cache_before_it_collects() -> None:
+    cached = ipaddress.IPv4Address.is_private.fget  # type: ignore[attr-defined]
+    assert ipaddress.IPv4Address("198.51.100.9").is_private
+    assert cached.cache_info().currsize > 0
+    HeapReturn(after=1, trim=lambda: None).pruned(1)
+    assert cached.cache_info().currsize == 0
