@@ -73,6 +73,9 @@ VIOLATION_KINDS = {
     "decoy-used": "a decoy credential was used",
     "foreign-credential": "the client sent a credential that is not this session's placeholder",
     "real-secret-in-request": "the request carried a real secret held by the proxy",
-    "push-refused": "a git push broke a push rule",
+    "push-refused": "a git push broke a push rule (or went through a route without push rules)",
+    "ambiguous-request": "a request on a git route that a forge could read another way than the proxy (encoded "
+                         "slashes, double encodings, WebDAV methods...)",
+    "budget-exceeded": "the session went past the credential proxy's memory or connection budget",
     "tls-name-refused": "a TLS connection to the proxy named no host a route intercepts (or no host at all)",
 }

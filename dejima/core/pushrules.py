@@ -15,19 +15,23 @@ carrying capabilities after a NUL), a flush, then a pack. The rules, by default:
   reason saying so; pushing to a new branch name works. ``old`` itself is checked by the upstream
   (receive-pack refuses a stale ``old``), so it is the ref's real current value.
 
+The commands are read as they arrive (``CommandReader``), before the pack; the rules that need
+no pack decide there. The pack itself streams on to the upstream through dejima.core.packscan,
+which keeps the commits' parents only, within a budget.
+
 A refused push is answered with a receive-pack report (``unpack ok`` / ``ng <ref> <reason>``, in
 side-band when asked) so git prints ``! [remote rejected] <ref> (<reason>)`` and ``remote: …``.
+Which request is a push, and toward which repository, is dejima.core.gitpath's to say.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 FLUSH = b"0000"
+MAX_COMMAND_BYTES = 1024 * 1024  # a push's commands (and push options): ~10,000 refs
 _OID = re.compile(rb"^([0-9a-f]{40}|[0-9a-f]{64})$")
 
 
@@ -56,7 +60,10 @@ class Command:
 class PushRequest:
     commands: tuple[Command, ...]
     capabilities: frozenset[str]
-    pack: bytes
+
+    @property
+    def sha256(self) -> bool:
+        return len(self.commands[0].new) == 64
 
 
 def normalise_repository(path: str) -> str:
@@ -64,14 +71,8 @@ def normalise_repository(path: str) -> str:
     return path[:-4] if path.endswith(".git") else path
 
 
-def git_request(tail: str) -> tuple[str, str] | None:
-    """(kind, repository) for a smart-HTTP push request path: kind is "advertise" or "push"; else None."""
-    path, _, query = tail.partition("?")
-    if path.endswith("/info/refs") and "service=git-receive-pack" in query.split("&"):
-        return "advertise", path[: -len("/info/refs")]
-    if path.endswith("/git-receive-pack"):
-        return "push", path[: -len("/git-receive-pack")]
-    return None
+class _Short(PushError):
+    """The data ends before the flush that ends the section."""
 
 
 def pkt_lines(data: bytes, offset: int = 0) -> tuple[list[bytes], int]:
@@ -79,13 +80,17 @@ def pkt_lines(data: bytes, offset: int = 0) -> tuple[list[bytes], int]:
     lines: list[bytes] = []
     while True:
         size_text = data[offset:offset + 4]
-        if len(size_text) < 4 or not re.fullmatch(rb"[0-9a-f]{4}", size_text):
+        if len(size_text) < 4:
+            raise _Short("truncated pkt-line")
+        if not re.fullmatch(rb"[0-9a-f]{4}", size_text):
             raise PushError("malformed pkt-line")
         size = int(size_text, 16)
         if size == 0:
             return lines, offset + 4
-        if size < 4 or offset + size > len(data):
-            raise PushError("truncated pkt-line")
+        if size < 4:
+            raise PushError("malformed pkt-line")
+        if offset + size > len(data):
+            raise _Short("truncated pkt-line")
         lines.append(data[offset + 4:offset + size])
         offset += size
 
@@ -94,8 +99,8 @@ def pkt(data: bytes) -> bytes:
     return b"%04x" % (len(data) + 4) + data
 
 
-def parse_push_request(body: bytes) -> PushRequest:
-    lines, end = pkt_lines(body)
+def parse_commands(lines: list[bytes]) -> PushRequest:
+    """The commands of a receive-pack request (its first pkt-line section, without the flush)."""
     commands: list[Command] = []
     capabilities: frozenset[str] = frozenset()
     for line in lines:
@@ -112,24 +117,131 @@ def parse_push_request(body: bytes) -> PushRequest:
         commands.append(Command(parts[0].decode(), parts[1].decode(), parts[2].decode("utf-8", "replace")))
     if not commands:
         raise PushError("a push without commands")
-    return PushRequest(tuple(commands), capabilities, body[end:])
+    if len({len(c.new) for c in commands} | {len(c.old) for c in commands}) != 1:
+        raise PushError("a push that mixes SHA-1 and SHA-256 object ids")
+    return PushRequest(tuple(commands), capabilities)
 
 
-def parse_advertisement(body: bytes) -> tuple[dict[str, str], str | None]:
-    """(ref -> oid, the ref HEAD points to) from an upload-pack v0 info/refs answer."""
-    lines, offset = pkt_lines(body, 0)
-    if lines and lines[0].startswith(b"# service="):
-        lines, _ = pkt_lines(body, offset)
-    refs: dict[str, str] = {}
-    head: str | None = None
-    for line in lines:
-        text, _, caps = line.rstrip(b"\n").partition(b"\0")
+class PktReader:
+    """pkt-lines from bytes that arrive in pieces, each byte parsed once; holds at most ``limit``
+    unparsed bytes (a pkt-line is at most 65,520 bytes, so a larger hold is no pkt-line stream)."""
+
+    def __init__(self, limit: int) -> None:
+        self._buffer = bytearray()
+        self._start = 0  # parsed up to here
+        self.limit = limit
+        self.taken = 0  # bytes of the stream parsed into lines so far
+
+    def feed(self, data: bytes) -> None:
+        if self._start > 65536:  # compact now and then, not at every line
+            del self._buffer[:self._start]
+            self._start = 0
+        self._buffer += data
+        if len(self._buffer) - self._start > self.limit:
+            raise PushError(f"more than {self.limit} bytes before the end of a pkt-line section")
+
+    def take(self) -> bytes | None:
+        """The next pkt-line's payload, None for a flush; raises _Short when it has not all arrived."""
+        at = self._start
+        size_text = bytes(self._buffer[at:at + 4])
+        if len(size_text) < 4:
+            raise _Short("truncated pkt-line")
+        if not re.fullmatch(rb"[0-9a-f]{4}", size_text):
+            raise PushError("malformed pkt-line")
+        size = int(size_text, 16)
+        if size == 0:
+            self._advance(4)
+            return None
+        if size < 4:
+            raise PushError("malformed pkt-line")
+        if at + size > len(self._buffer):
+            raise _Short("truncated pkt-line")
+        payload = bytes(self._buffer[at + 4:at + size])
+        self._advance(size)
+        return payload
+
+    def _advance(self, size: int) -> None:
+        self._start += size
+        self.taken += size
+
+    def rest(self) -> bytes:
+        """What arrived after the lines taken (and forgets it)."""
+        rest = bytes(self._buffer[self._start:])
+        self._buffer.clear()
+        self._start = 0
+        return rest
+
+
+class CommandReader:
+    """A receive-pack request body's head, read as it arrives: the commands, the push options when
+    the client asked for them, and where the pack begins. At most MAX_COMMAND_BYTES are held."""
+
+    def __init__(self) -> None:
+        self._reader = PktReader(MAX_COMMAND_BYTES)
+        self._lines: list[bytes] = []
+        self._sections = 1  # the commands; 2 once they ask for push options
+        self.request: PushRequest | None = None
+        self.probe = False  # a lone flush: git's probe before a large push, nothing to judge
+        self.rest = b""  # what followed the head: the start of the pack
+
+    def feed(self, data: bytes) -> bool:
+        """True once the head is complete (``request`` or ``probe`` set, ``rest`` the bytes after it)."""
+        self._reader.feed(data)
+        while True:
+            try:
+                line = self._reader.take()
+            except _Short:
+                return False
+            if self._reader.taken > MAX_COMMAND_BYTES:
+                raise PushError(f"push commands larger than {MAX_COMMAND_BYTES} bytes")
+            if line is not None:
+                if self.request is None:
+                    self._lines.append(line)
+                continue
+            if self.request is None:
+                if not self._lines:
+                    self.probe, self.rest = True, self._reader.rest()
+                    return True
+                self.request = parse_commands(self._lines)
+                self._lines = []
+                if "push-options" in self.request.capabilities:
+                    self._sections = 2
+            self._sections -= 1
+            if not self._sections:
+                self.rest = self._reader.rest()
+                return True
+
+
+class AdvertisementReader:
+    """The default branch from an upload-pack v0 ref advertisement, read as it arrives: the first ref
+    line carries ``symref=HEAD:<ref>``, so nothing past it is read or held."""
+
+    def __init__(self) -> None:
+        self._reader = PktReader(2 * 65536)
+        self._service_line = False
+
+    def feed(self, data: bytes) -> tuple[bool, str | None]:
+        """(complete, the ref HEAD points to, or None when the upstream names none)."""
+        self._reader.feed(data)
+        try:
+            while True:
+                line = self._reader.take()
+                if line is not None and line.startswith(b"# service="):
+                    self._service_line = True
+                    continue
+                if line is None and self._service_line:
+                    self._service_line = False  # the flush that ends the service section
+                    continue
+                break
+        except _Short:
+            return False, None
+        if line is None:
+            return True, None  # an empty repository: no refs, no HEAD
+        _, _, caps = line.rstrip(b"\n").partition(b"\0")
         for cap in caps.decode("ascii", "replace").split():
             if cap.startswith("symref=HEAD:"):
-                head = cap[len("symref=HEAD:"):]
-        oid, _, ref = text.decode("ascii", "replace").partition(" ")
-        refs[ref] = oid
-    return refs, head
+                return True, cap[len("symref=HEAD:"):]
+        return True, None
 
 
 def is_zero(oid: str) -> bool:
@@ -150,20 +262,35 @@ def reaches(start: str, target: str, parents: dict[str, tuple[str, ...]]) -> boo
     return False
 
 
+def needs_proof(command: Command, policy: PushPolicy) -> bool:
+    """Whether the command updates an existing ref, so that only the pack can show it fast-forwards."""
+    return not policy.allow_force and not is_zero(command.old) and not is_zero(command.new)
+
+
+def _is_default(ref: str, default_ref: str | None) -> bool:
+    # Ignoring case: a forge on a case-insensitive store reads refs/heads/MAIN as main.
+    return ref.upper() == "HEAD" or (default_ref is not None and ref.lower() == default_ref.lower())
+
+
 def decide(request: PushRequest, default_ref: str | None, policy: PushPolicy,
-           parents: dict[str, tuple[str, ...]]) -> list[tuple[str, str | None]]:
-    """(ref, reason it is refused, or None) per command."""
+           parents: dict[str, tuple[str, ...]] | None, short_of: str = "") -> list[tuple[str, str | None]]:
+    """(ref, reason it is refused, or None) per command. ``parents`` None: the pack is not read yet,
+    so fast-forwards are not judged. ``short_of``: the budget the pack's commits outgrew (the proof
+    may then fail only for that), said in the reason."""
     results: list[tuple[str, str | None]] = []
     for command in request.commands:
         reason: str | None = None
-        if command.ref == default_ref and not policy.allow_default_branch:
-            reason = f"pushing to the default branch ({command.ref.removeprefix('refs/heads/')}) is not allowed " \
-                     "by dejima; push another branch"
+        if _is_default(command.ref, default_ref) and not policy.allow_default_branch:
+            shown = (default_ref or command.ref).removeprefix("refs/heads/")
+            reason = f"pushing to the default branch ({shown}) is not allowed by dejima; push another branch"
         elif is_zero(command.new) and not policy.allow_force:
             reason = "deleting a ref is not allowed by dejima"
-        elif not is_zero(command.old) and not policy.allow_force and not reaches(command.new, command.old, parents):
+        elif parents is not None and needs_proof(command, policy) and not reaches(command.new, command.old, parents):
             reason = "not a fast-forward (force-push refused by dejima; it is also refused when the pushed " \
                      "commits alone cannot prove it: push to a new branch)"
+            if short_of:
+                reason += f"; this push carried more commits than dejima keeps to prove it ({short_of}): push " \
+                          "fewer commits at a time"
         results.append((command.ref, reason))
     return results
 
@@ -183,133 +310,3 @@ def report(results: Iterable[tuple[str, str | None]], capabilities: frozenset[st
         return status if {"report-status", "report-status-v2"} & capabilities else b""
     band = b"".join(pkt(b"\x02" + m) for m in messages)
     return band + pkt(b"\x01" + status) + FLUSH
-
-
-# --- the pushed pack: commits and their parents ---------------------------------------------------
-
-_COMMIT, _OFS_DELTA, _REF_DELTA = 1, 6, 7
-_FEED = 64 * 1024
-
-
-def _inflate(data: memoryview, offset: int, keep: bool) -> tuple[bytes, int]:
-    """Inflate one zlib stream at ``offset``; returns (content if keep else b"", offset after it)."""
-    stream = zlib.decompressobj()
-    out: list[bytes] = []
-    position = offset
-    while not stream.eof:
-        piece = data[position:position + _FEED]
-        if not piece:
-            raise PushError("truncated pack")
-        produced = stream.decompress(piece)
-        if keep:
-            out.append(produced)
-        position += len(piece)
-    return b"".join(out), position - len(stream.unused_data)
-
-
-def _varint_header(data: memoryview, offset: int) -> tuple[int, int]:
-    byte = data[offset]
-    kind = (byte >> 4) & 7
-    offset += 1
-    while byte & 0x80:
-        byte = data[offset]
-        offset += 1
-    return kind, offset
-
-
-def _ofs(data: memoryview, offset: int) -> tuple[int, int]:
-    byte = data[offset]
-    value = byte & 0x7F
-    offset += 1
-    while byte & 0x80:
-        byte = data[offset]
-        offset += 1
-        value = ((value + 1) << 7) | (byte & 0x7F)
-    return value, offset
-
-
-def _delta_size(delta: bytes, offset: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = delta[offset]
-        offset += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, offset
-
-
-def apply_delta(base: bytes, delta: bytes) -> bytes:
-    _, offset = _delta_size(delta, 0)
-    size, offset = _delta_size(delta, offset)
-    out = bytearray()
-    while offset < len(delta):
-        op = delta[offset]
-        offset += 1
-        if op & 0x80:
-            start = length = 0
-            for bit in range(4):
-                if op & (1 << bit):
-                    start |= delta[offset] << (8 * bit)
-                    offset += 1
-            for bit in range(3):
-                if op & (1 << (4 + bit)):
-                    length |= delta[offset] << (8 * bit)
-                    offset += 1
-            out += base[start:start + (length or 0x10000)]
-        elif op:
-            out += delta[offset:offset + op]
-            offset += op
-        else:
-            raise PushError("malformed delta")
-    if len(out) != size:
-        raise PushError("delta result has the wrong size")
-    return bytes(out)
-
-
-def _commit_parents(content: bytes) -> tuple[str, ...]:
-    parents = []
-    for line in content.split(b"\n"):
-        if not line:
-            break
-        if line.startswith(b"parent "):
-            parents.append(line[7:].decode("ascii", "replace"))
-    return tuple(parents)
-
-
-def pack_commits(pack: bytes, sha256: bool = False) -> dict[str, tuple[str, ...]]:
-    """Commit id -> parent ids, for the commits a pack carries (deltas within the pack resolved)."""
-    if not pack:
-        return {}
-    if len(pack) < 12 or pack[:4] != b"PACK" or int.from_bytes(pack[4:8], "big") not in (2, 3):
-        raise PushError("the pushed data is not a git pack")
-    data, count, offset = memoryview(pack), int.from_bytes(pack[8:12], "big"), 12
-    hash_len = 32 if sha256 else 20
-    kinds: dict[int, int] = {}  # offset -> object type
-    commits_at: dict[int, bytes] = {}  # offset -> commit content
-    commit_ids: dict[str, int] = {}
-    parents: dict[str, tuple[str, ...]] = {}
-    for _ in range(count):
-        start = offset
-        kind, offset = _varint_header(data, offset)
-        base_kind, base_content = kind, None
-        if kind == _OFS_DELTA:
-            distance, offset = _ofs(data, offset)
-            base_kind, base_content = kinds.get(start - distance, 0), commits_at.get(start - distance)
-        elif kind == _REF_DELTA:
-            base_id = bytes(data[offset:offset + hash_len]).hex()
-            offset += hash_len
-            at = commit_ids.get(base_id)
-            base_kind, base_content = (_COMMIT, commits_at[at]) if at is not None else (0, None)
-        content, offset = _inflate(data, offset, keep=base_kind == _COMMIT)
-        kinds[start] = base_kind
-        if base_kind != _COMMIT:
-            continue
-        if kind in (_OFS_DELTA, _REF_DELTA):
-            if base_content is None:
-                continue
-            content = apply_delta(base_content, content)
-        digest = (hashlib.sha256 if sha256 else hashlib.sha1)(b"commit %d\0" % len(content) + content).hexdigest()
-        commits_at[start], commit_ids[digest] = content, start
-        parents[digest] = _commit_parents(content)
-    return parents

@@ -9,6 +9,7 @@ started response cannot change its status.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,23 +46,40 @@ class _Stale(Exception):
     """A reused upstream connection closed before answering (it had timed out on the upstream's side)."""
 
 
+class Withheld(Exception):
+    """Raised by a body sender that decided, once it had read the client's body, that the request
+    must not complete upstream: the upstream connection is cut (the upstream never got the whole
+    body), and the client gets ``answer`` (a whole response) instead."""
+
+    def __init__(self, answer: bytes, outcome: Outcome) -> None:
+        super().__init__(outcome.error)
+        self.answer, self.outcome = answer, outcome
+
+
+# Sends a request's body to the upstream (its writer given) and returns the bytes it took from the client.
+BodySender = Callable[[asyncio.StreamWriter], Awaitable[int]]
+
+
 class Exchange:
     def __init__(self, server: ProxyServer, head: RequestHead, framing: Framing, admission: Admission,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.server, self.head, self.framing, self.admission = server, head, framing, admission
         self.reader, self.writer = reader, writer
         self.upstream = admission.route.upstream
+        self.target = admission.target  # toward the upstream; a git route's guard makes it canonical
 
-    async def run(self, request: bytes, body: bytes | None = None) -> Outcome:
-        """Forward; ``body`` is a body already read (it replaces the client's framing)."""
-        replayable = body is not None or self.framing.kind == "none"
+    async def run(self, request: bytes, body: bytes | None = None, send: BodySender | None = None) -> Outcome:
+        """Forward; ``body`` is a body already read (it replaces the client's framing); ``send``
+        sends the body itself (on a new upstream connection: a body it streams cannot be sent twice)."""
+        replayable = send is None and (body is not None or self.framing.kind == "none")
         for attempt in (0, 1):
             try:
-                conn = await self.server.pool.acquire(self.upstream)
+                conn = await (self.server.pool.connect(self.upstream) if send is not None
+                              else self.server.pool.acquire(self.upstream))
             except UpstreamError as exc:
                 return await self.fail(exc.status, exc.message)
             try:
-                return await self._round_trip(conn, request, body)
+                return await self._round_trip(conn, request, body, send)
             except _Stale:
                 conn.close()
                 if attempt or not replayable:
@@ -84,20 +102,26 @@ class Exchange:
         forwarded = [(k, v) for k, v in headers if k.lower() not in (b"content-length", b"transfer-encoding")]
         if length or body:
             forwarded.append((b"Content-Length", b"%d" % len(body)))
-        outcome = await self.run(serialize_request(self.head.method, self.admission.target, forwarded), body)
+        outcome = await self.run(serialize_request(self.head.method, self.target, forwarded), body)
         return Outcome(outcome.status, len(body), outcome.bytes_out, outcome.keep_alive, outcome.error)
 
     async def _client_body_failed(self, error: str) -> Outcome:
         self.writer.write(plain_response(400, "Bad Request", error, close=True))
         return Outcome(400, keep_alive=False, error=error)
 
-    async def _send(self, conn: Connection, body: bytes | None) -> tuple[int, str]:
+    async def _send(self, conn: Connection, body: bytes | None,
+                    send: BodySender | None) -> tuple[int, str] | Withheld:
+        """(bytes sent, "" or what went wrong); a Withheld when ``send`` decided against the request."""
         try:
+            if send is not None:
+                return await send(conn.writer), ""
             if body is not None:
                 conn.writer.write(body)
                 await conn.writer.drain()
                 return len(body), ""
             return await relay_body(self.reader, conn.writer, self.framing, self.server.idle), ""
+        except Withheld as withheld:
+            return withheld
         except (BodyCut, HttpError, ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             return 0, f"request body not fully sent: {exc or type(exc).__name__}"
 
@@ -135,16 +159,24 @@ class Exchange:
             if response.status != 100:  # 100 Continue was answered by the proxy itself
                 self.writer.write(raw)
 
-    async def _round_trip(self, conn: Connection, request: bytes, body: bytes | None) -> Outcome:
+    async def _round_trip(self, conn: Connection, request: bytes, body: bytes | None,
+                          send: BodySender | None) -> Outcome:
         conn.writer.write(request)
         async with asyncio.TaskGroup() as group:
-            sender = group.create_task(self._send(conn, body))
+            sender = group.create_task(self._send(conn, body, send))
             head = group.create_task(self._head_or_error(conn))
             await asyncio.wait((sender, head), return_when=asyncio.FIRST_COMPLETED)
-            if not head.done() and sender.result()[1]:
+            sent = sender.result() if sender.done() else None
+            if not head.done() and isinstance(sent, Withheld):
+                head.cancel()  # cut before the upstream got the whole body: it completes nothing
+                conn.close()
+                self.writer.write(sent.answer)
+                await self.writer.drain()
+                return sent.outcome
+            if not head.done() and isinstance(sent, tuple) and sent[1]:
                 head.cancel()  # the client's body was bad or cut: nothing more can go upstream
                 conn.close()
-                return await self._client_body_failed(sender.result()[1])
+                return await self._client_body_failed(sent[1])
             response = await head
             if isinstance(response, UpstreamError):
                 sender.cancel()
@@ -163,7 +195,7 @@ class Exchange:
         return outcome
 
     async def _relay_response(self, conn: Connection, response: ResponseHead,
-                              sender: asyncio.Task[tuple[int, str]]) -> Outcome:
+                              sender: asyncio.Task[tuple[int, str] | Withheld]) -> Outcome:
         framing = response_framing(self.head.method, response)
         http10 = self.head.version == "HTTP/1.0"
         upstream_keep = wants_keep_alive(response.version, response.headers) and framing.kind != "close"
@@ -180,7 +212,8 @@ class Exchange:
         except (BodyCut, HttpError, TimeoutError, asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             conn.close()
             return Outcome(response.status, 0, 0, False, f"response cut: {exc or type(exc).__name__}")
-        bytes_in, error = await sender if sender.done() else (0, "")
+        done = sender.result() if sender.done() else (0, "")
+        bytes_in, error = done if isinstance(done, tuple) else (0, done.outcome.error)
         if upstream_keep and sender.done() and not error:
             self.server.pool.release(conn)
         else:

@@ -1,118 +1,249 @@
-"""The push guard of git routes: applies dejima.core.pushrules before a receive-pack request goes upstream.
+"""The guard of git routes: each request judged on what the forge will read, pushes as they stream.
 
-- ``GET <repo>/info/refs?service=git-receive-pack`` toward another repository: 403, text/plain, which
-  git prints as ``remote: dejima: …``.
-- ``POST <repo>/git-receive-pack``: the body is read whole (bounded), the upstream's upload-pack
-  advertisement gives the default branch, the pack gives the commits; a push that breaks a rule is
-  answered with a receive-pack report and never reaches the upstream; one that keeps them is
-  forwarded as it came.
+- Every request is first made canonical (dejima.core.gitpath): one the proxy cannot read one way
+  only is refused (403, a violation, nothing forwarded); otherwise the canonical target is what
+  goes upstream, so the forge acts on exactly what was judged.
+- ``GET <repo>/info/refs?service=git-receive-pack`` toward another repository: 403, text/plain,
+  which git prints as ``remote: dejima proxy: …``.
+- ``POST <repo>/git-receive-pack``: the commands are read as they arrive (dejima.core.pushrules),
+  the default branch from the first line of the upstream's upload-pack advertisement. A push the
+  commands alone break is answered with a receive-pack report once its body was read and dropped;
+  it never reaches the upstream. Otherwise the body streams on as it arrives. When an update must
+  be proven a fast-forward, the pack is read on its way (dejima.core.packscan keeps the commits'
+  parents, within the session's budget) and its last bytes, the pack's trailing hash, are held
+  back until the verdict: git stores nothing and moves no ref before it has them. A refused push
+  has its upstream connection cut there, and the client gets the report.
 """
 
 from __future__ import annotations
 
 import asyncio
-import zlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dejima.core.credentials import Route, credential_value, split_route_target
+from dejima.core.credentials import Route, credential_value, split_route_target, upstream_target
+from dejima.core.gitpath import GitTarget, Unjudgeable, judge_git_target
 from dejima.core.httpwire import HttpError, parse_response_head, response_framing, serialize_request
+from dejima.core.limits import format_bytes
+from dejima.core.packscan import PackError, PackScanner
 from dejima.core.pushrules import (
-    FLUSH,
+    AdvertisementReader,
+    CommandReader,
     PushError,
     PushPolicy,
+    PushRequest,
     decide,
-    git_request,
-    pack_commits,
-    parse_advertisement,
-    parse_push_request,
+    needs_proof,
     report,
 )
-from dejima.proxy.exchange import Exchange, Outcome
+from dejima.proxy.budget import Hold
+from dejima.proxy.exchange import Exchange, Outcome, Withheld
 from dejima.proxy.upstream import UpstreamError
-from dejima.proxy.wire import read_body
+from dejima.proxy.wire import BodyCut, BodyWriter, body_pieces, plain_response
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from dejima.proxy.server import ProxyServer, RouteSpec
 
-ADVERTISEMENT_LIMIT = 32 * 1024 * 1024
+Headers = list[tuple[bytes, bytes]]
 
 
-async def _advertisement(server: ProxyServer, route: Route, repository: str, credential: str) -> bytes:
-    """The upstream's upload-pack ref advertisement (protocol v0, which names HEAD's target)."""
-    target = f"{route.upstream.base_path}{repository}/info/refs?service=git-upload-pack"
-    conn = await server.pool.connect(route.upstream)
-    try:
-        conn.writer.write(serialize_request("GET", target, [
-            (b"Host", route.upstream.host_header.encode()), (route.header.encode(), credential.encode()),
-            (b"User-Agent", b"git/dejima-push-guard"), (b"Connection", b"close")]))
-        async with asyncio.timeout(server.config.response_timeout):
-            head = parse_response_head(await conn.reader.readuntil(b"\r\n\r\n"))
-        if head.status != 200:
-            raise UpstreamError(502, f"{route.upstream} answered {head.status} to the ref advertisement")
-        return await read_body(conn.reader, response_framing("GET", head), server.idle, ADVERTISEMENT_LIMIT)
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, HttpError) as exc:
-        raise UpstreamError(502, f"could not read the ref advertisement of {route.upstream}: {exc}") from None
-    finally:
-        conn.close()
-
-
-async def _refuse(server: ProxyServer, exchange: Exchange, status: int, message: str, route: str) -> Outcome:
-    server.violation("push-refused", route, message)
-    return await exchange.fail(status, message)
-
-
-async def guard_push(server: ProxyServer, spec: RouteSpec, exchange: Exchange,
-                     headers: list[tuple[bytes, bytes]]) -> Outcome | None:
-    """None: not a push request, forward it as usual. Otherwise the push was answered here."""
+async def forward_git(server: ProxyServer, spec: RouteSpec, exchange: Exchange, headers: Headers) -> Outcome:
+    """Forward one request of a git route (``spec.push`` set), judged and canonical."""
     policy = spec.push
-    split = split_route_target(exchange.head.target)
-    request = git_request(split[1]) if split else None
-    if policy is None or request is None:
-        return None
-    kind, repository = request
+    assert policy is not None
     route = spec.route.name
-    if not policy.allows_repository(repository):
+    split = split_route_target(exchange.head.target)
+    assert split is not None  # admission only lets route targets through
+    try:
+        target = judge_git_target(exchange.head.method, split[1])
+    except Unjudgeable as exc:
+        return await _refuse(server, exchange, "ambiguous-request", route,
+                             f"not forwarded: this request on a git route holds {exc}")
+    exchange.target = upstream_target(spec.route.upstream, target.tail)
+    if target.kind is not None and not policy.allows_repository(target.repository):
         allowed = ", ".join(policy.repositories) or "none"
-        return await _refuse(server, exchange, 403, f"pushes through this session go only to {allowed}, "
-                                                    f"not {repository.strip('/')}", route)
-    if kind == "advertise":
-        return None
-    try:
-        body = await read_body(exchange.reader, exchange.framing, server.idle, server.config.max_push_bytes)
-    except HttpError as exc:
-        return await _refuse(server, exchange, exc.status, f"push not checked: {exc.reason}", route)
-    return await _check_and_forward(server, spec, exchange, headers, repository, body, policy)
+        return await _refuse(server, exchange, "push-refused", route,
+                             f"pushes through this session go only to {allowed}, not {target.repository}")
+    if target.kind != "push":
+        return await exchange.run(serialize_request(exchange.head.method, exchange.target, headers))
+    if exchange.head.method != "POST":
+        return await _refuse(server, exchange, "push-refused", route, "a push is a POST to git-receive-pack")
+    encoding = (exchange.head.get(b"content-encoding") or b"identity").lower()
+    if encoding != b"identity":
+        return await _refuse(server, exchange, "push-refused", route,
+                             "a compressed push body cannot be checked as it streams (git never compresses one)")
+    with Hold(server.budget) as hold:
+        return await _Push(server, spec, exchange, headers, target, policy, hold).run()
 
 
-async def _check_and_forward(server: ProxyServer, spec: RouteSpec, exchange: Exchange,
-                             headers: list[tuple[bytes, bytes]], repository: str, body: bytes,
-                             policy: PushPolicy) -> Outcome:
-    route = spec.route
-    encoding = (exchange.head.get(b"content-encoding") or b"").lower()
-    try:
-        plain = zlib.decompress(body, 16 + zlib.MAX_WBITS) if encoding == b"gzip" else body
-        if plain == FLUSH:  # git's probe before a large (chunked) push: no commands, nothing to check
-            return await exchange.run_whole(headers, body)
-        push = parse_push_request(plain)
-        credential = credential_value(route, await spec.source.current())
-        advertised, default_ref = parse_advertisement(await _advertisement(server, route, repository, credential))
-        sha256 = len(push.commands[0].new) == 64
-        parents = await asyncio.to_thread(pack_commits, push.pack, sha256)
-    except (PushError, zlib.error) as exc:
-        return await _refuse(server, exchange, 400, f"push not checked: {exc}", route.name)
-    except UpstreamError as exc:
-        await server.answer(exchange.writer, exc.status, exc.message, close=False)
-        return Outcome(exc.status, len(body), keep_alive=True, error=exc.message)
-    del advertised  # the upstream itself refuses a stale old value
-    results = decide(push, default_ref, policy, parents)
-    refused = [f"{ref}: {reason}" for ref, reason in results if reason]
-    if refused:
-        server.violation("push-refused", route.name, "; ".join(refused))
-        answer = report(results, push.capabilities)
-        exchange.writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-git-receive-pack-result\r\n"
-                              b"Cache-Control: no-cache\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
-        await exchange.writer.drain()
-        return Outcome(200, len(body), len(answer), True, "push refused: " + "; ".join(refused))
-    return await exchange.run_whole(headers, body)
+async def _refuse(server: ProxyServer, exchange: Exchange, kind: str, route: str, message: str) -> Outcome:
+    server.violation(kind, route, message)
+    return await exchange.fail(403, message)
 
 
+@dataclass
+class _Push:
+    server: ProxyServer
+    spec: RouteSpec
+    exchange: Exchange
+    headers: Headers
+    target: GitTarget
+    policy: PushPolicy
+    hold: Hold
+
+    async def run(self) -> Outcome:
+        route = self.spec.route
+        pieces = body_pieces(self.exchange.reader, self.exchange.framing, self.server.idle)
+        try:
+            commands, rest, request = await self._commands(pieces)
+            if request is None:  # git's probe (a lone flush) before a large push: nothing to judge
+                return await self.exchange.run_whole(self.headers, commands + rest)
+            credential = credential_value(route, await self.spec.source.current())
+            default_ref = await self._default_branch(credential)
+        except (PushError, BodyCut, HttpError) as exc:
+            return await self._unchecked(str(exc))
+        except UpstreamError as exc:
+            return await self.exchange.fail(exc.status, exc.message)
+        results = decide(request, default_ref, self.policy, parents=None)
+        if any(reason for _, reason in results):
+            return await self._refused_before_upstream(request, results, pieces, len(commands) + len(rest))
+        prove = any(needs_proof(command, self.policy) for command in request.commands)
+        scanner = PackScanner(request.sha256, self.hold.reserve) if prove else None
+        head = serialize_request("POST", self.exchange.target, self.headers)
+        return await self.exchange.run(head, send=lambda upstream: self._stream(
+            upstream, commands, rest, pieces, request, default_ref, scanner))
+
+    async def _commands(self, pieces: AsyncIterator[bytes]) -> tuple[bytes, bytes, PushRequest | None]:
+        """(the raw head of the body, the bytes after it, its commands or None for git's probe)."""
+        reader, seen = CommandReader(), []
+        async for piece in pieces:
+            if not self.hold.reserve(len(piece)):
+                raise PushError(self._over_budget("the push's commands"))
+            seen.append(piece)
+            if reader.feed(piece):
+                raw = b"".join(seen)
+                head = raw[:len(raw) - len(reader.rest)]
+                if reader.probe:
+                    async for _ in pieces:
+                        raise PushError("data after git's probe (a lone flush)")
+                return head, reader.rest, reader.request
+        raise PushError("the body ended before the push's commands did")
+
+    def _over_budget(self, what: str) -> str:
+        budget = self.server.budget
+        return f"{what} would take the session's credential proxy past its memory budget " \
+               f"({format_bytes(budget.limit)}, {format_bytes(budget.used)} in use)"
+
+    async def _default_branch(self, credential: str) -> str | None:
+        """The ref the upstream's HEAD names, from its upload-pack advertisement (protocol v0)."""
+        route: Route = self.spec.route
+        target = f"{route.upstream.base_path}/{self.target.repository}/info/refs?service=git-upload-pack"
+        conn = await self.server.pool.connect(route.upstream)
+        try:
+            conn.writer.write(serialize_request("GET", target, [
+                (b"Host", route.upstream.host_header.encode()), (route.header.encode(), credential.encode()),
+                (b"User-Agent", b"git/dejima-push-guard"), (b"Connection", b"close")]))
+            async with asyncio.timeout(self.server.config.response_timeout):
+                head = parse_response_head(await conn.reader.readuntil(b"\r\n\r\n"))
+            if head.status != 200:
+                raise UpstreamError(502, f"{route.upstream} answered {head.status} to the ref advertisement")
+            advertisement = AdvertisementReader()
+            async for piece in body_pieces(conn.reader, response_framing("GET", head), self.server.idle):
+                complete, default_ref = advertisement.feed(piece)
+                if complete:
+                    return default_ref
+            raise UpstreamError(502, f"the ref advertisement of {route.upstream} ended early")
+        except PushError as exc:
+            raise UpstreamError(502, f"could not read the ref advertisement of {route.upstream}: {exc}") from None
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, HttpError, BodyCut) as exc:
+            raise UpstreamError(502, f"could not read the ref advertisement of {route.upstream}: {exc}") from None
+        finally:
+            conn.close()
+
+    async def _unchecked(self, why: str) -> Outcome:
+        message = f"push not checked: {why}"
+        self.server.violation("push-refused", self.spec.route.name, message)
+        status = 413 if "budget" in why or "larger than" in why else 400
+        return await self.exchange.fail(status, message)
+
+    async def _refused_before_upstream(self, request: PushRequest, results: list[tuple[str, str | None]],
+                                       pieces: AsyncIterator[bytes], received: int) -> Outcome:
+        """The report, once the rest of the body was read and dropped (git reads the answer only after
+        sending it all); a body past the push size limit is cut instead."""
+        limit = self.server.config.max_push_bytes
+        try:
+            async for piece in pieces:
+                received += len(piece)
+                if received > limit:
+                    raise BodyCut(f"a refused push went on past {format_bytes(limit)}")
+        except (BodyCut, HttpError, TimeoutError) as exc:
+            self.server.violation("push-refused", self.spec.route.name, _refusals(results))
+            return await self.exchange.fail(413 if isinstance(exc, BodyCut) else 400, f"push refused: {exc}")
+        answer, outcome = _report(request, results, received)
+        self.server.violation("push-refused", self.spec.route.name, _refusals(results))
+        self.exchange.writer.write(answer)
+        await self.exchange.writer.drain()
+        return outcome
+
+    async def _stream(self, upstream: asyncio.StreamWriter, commands: bytes, rest: bytes,
+                      pieces: AsyncIterator[bytes], request: PushRequest, default_ref: str | None,
+                      scanner: PackScanner | None) -> int:
+        """Send the body on as it arrives; with a proof to make, read the pack on the way and keep its
+        trailing hash back until the verdict (Withheld when the push is refused)."""
+        writer = BodyWriter(upstream, chunked=self.exchange.framing.kind == "chunked")
+        limit = self.server.config.max_push_bytes
+        kept = b""  # the last bytes seen: the pack's trailing hash, once the pack has ended
+        received = len(commands)
+        await writer.write(commands)
+        try:
+            async for data in _after(rest, pieces):
+                received += len(data)
+                if received > limit:
+                    raise PackError(f"a push larger than {format_bytes(limit)} (the push size limit)")
+                if scanner is None:
+                    await writer.write(data)
+                    continue
+                scanner.feed(data)
+                data = kept + data
+                cut = max(0, len(data) - scanner.hash_length)
+                kept = data[cut:]
+                await writer.write(data[:cut])
+            if scanner is not None:
+                scanner.finish()
+        except PackError as exc:
+            message = f"push not checked: {exc}"
+            self.server.violation("push-refused", self.spec.route.name, message)
+            status = 413 if "limit" in str(exc) else 400
+            raise Withheld(plain_response(status, "Refused", message, close=True),
+                           Outcome(status, received, error=message)) from None
+        if scanner is not None:
+            short_of = format_bytes(self.server.budget.limit) if scanner.incomplete else ""
+            results = decide(request, default_ref, self.policy, scanner.parents, short_of)
+            if any(reason for _, reason in results):
+                answer, outcome = _report(request, results, received)
+                self.server.violation("push-refused", self.spec.route.name, _refusals(results))
+                raise Withheld(answer, outcome)
+            self.hold.release()  # the proof is made: the kept commits go before the upstream's answer
+        await writer.write(kept)
+        await writer.end()
+        return received
+
+
+async def _after(first: bytes, pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    if first:
+        yield first
+    async for piece in pieces:
+        yield piece
+
+
+def _refusals(results: list[tuple[str, str | None]]) -> str:
+    return "; ".join(f"{ref}: {reason}" for ref, reason in results if reason)
+
+
+def _report(request: PushRequest, results: list[tuple[str, str | None]], received: int) -> tuple[bytes, Outcome]:
+    body = report(results, request.capabilities)
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/x-git-receive-pack-result\r\n"
+              b"Cache-Control: no-cache\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    return answer, Outcome(200, received, len(body), True, "push refused: " + _refusals(results))

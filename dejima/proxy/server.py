@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from dejima.core.admission import Admission, Refusal, admit, intercepted
 from dejima.core.credentials import Route, credential_value
+from dejima.core.gitpath import mentions_push
 from dejima.core.httpwire import (
     MAX_HEAD_BYTES,
     Framing,
@@ -33,6 +34,7 @@ from dejima.core.httpwire import (
 from dejima.core.ledger import LedgerEntry, Violation, redact_target, scrub
 from dejima.core.placeholders import SecretScanner
 from dejima.core.pushrules import PushPolicy
+from dejima.proxy.budget import Budget
 from dejima.proxy.exchange import Exchange, Outcome
 from dejima.proxy.records import Records
 from dejima.proxy.sources import CredentialSource, SourceUnavailable
@@ -44,7 +46,8 @@ if TYPE_CHECKING:
 
 _REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Content Too Large",
             421: "Misdirected Request", 431: "Request Header Fields Too Large", 501: "Not Implemented",
-            502: "Bad Gateway", 504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
+            502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
+            505: "HTTP Version Not Supported"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +67,10 @@ class ProxyConfig:
     connect_timeout: float = 10.0
     response_timeout: float = 300.0  # for the upstream's response head
     idle_timeout: float = 600.0  # between two reads of a body, and between two requests
-    max_push_bytes: int = 256 * 1024 * 1024
+    max_push_bytes: int = 2 * 1024**3  # streamed, not held: as large as the big forges take
     max_signed_body: int = 32 * 1024 * 1024  # aws-sigv4 routes hash the whole request body before sending it
+    memory_budget: int = 64 * 1024**2  # what the proxy may hold at once for the session (dejima.proxy.budget)
+    max_connections: int = 128  # the session's connections to the proxy at once, both listeners together
     interception: Interception | None = None  # the TLS fallback: the session CA and its hosts' routes
 
 
@@ -79,6 +84,7 @@ class ProxyServer:
         self.pool = UpstreamPool(config.extra_ca_file, config.connect_timeout)
         self.idle = Idle(config.idle_timeout)
         self.records = Records(config.ledger_path, config.violations_path)
+        self.budget = Budget(config.memory_budget)
         self._servers: list[asyncio.Server] = []
         self._clients: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()  # connections in the middle of an exchange
@@ -132,6 +138,9 @@ class ProxyServer:
         """Serve one client connection's requests; ``via``: it came through the TLS fallback."""
         task = asyncio.current_task()
         assert task is not None
+        if len(self._clients) >= self.config.max_connections:
+            await self._turn_away(writer)
+            return
         self._clients.add(task)
         try:
             while await self._one(reader, writer, via):
@@ -142,6 +151,19 @@ class ProxyServer:
             pass  # the proxy is closing; end this connection quietly
         finally:
             self._clients.discard(task)
+            await close_writer(writer)
+
+    async def _turn_away(self, writer: asyncio.StreamWriter) -> None:
+        """A connection past the session's budget: 503 at once, without reading it, and a record."""
+        message = f"the session already has {self.config.max_connections} connections open to the credential " \
+                  "proxy (its budget: [credentials] proxy_connections in the settings); close some and retry"
+        self.violation("budget-exceeded", "", message)
+        try:
+            writer.write(plain_response(503, "Service Unavailable", message, close=True))
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
             await close_writer(writer)
 
     async def _read_head(self, reader: asyncio.StreamReader) -> bytes | None:
@@ -201,30 +223,31 @@ class ProxyServer:
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Outcome:
         route = admission.route
         spec = self.specs[route.name]
+        exchange = Exchange(self, head, framing, admission, reader, writer)
+        if spec.push is None and mentions_push(head.target):
+            message = f"git pushes go through the forge's git route, where push rules judge them, not route " \
+                      f"{route.name!r}"
+            self.violation("push-refused", route.name, message)
+            return await exchange.fail(403, message)
         if route.signing is not None:
             from dejima.proxy.signing import forward_signed
 
-            return await forward_signed(self, spec, Exchange(self, head, framing, admission, reader, writer))
+            return await forward_signed(self, spec, exchange)
         try:
             secret = await spec.source.current()
         except SourceUnavailable as exc:
-            message = f"the credential of route {route.name!r} is unavailable: {exc}"
-            await self.answer(writer, 502, message, close=framing.kind != "none")
-            return Outcome(502, keep_alive=framing.kind == "none", error=message)
+            return await exchange.fail(502, f"the credential of route {route.name!r} is unavailable: {exc}")
         self.reals[route.name] = secret.reveal()
         headers = [*admission.headers, (route.header.encode(), credential_value(route, secret).encode())]
         if framing.kind == "chunked":
             headers.append((b"Transfer-Encoding", b"chunked"))
         if (head.get(b"expect") or b"").lower() == b"100-continue":
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        exchange = Exchange(self, head, framing, admission, reader, writer)
         if spec.push is not None:
-            from dejima.proxy.gitpush import guard_push
+            from dejima.proxy.gitpush import forward_git
 
-            guarded = await guard_push(self, spec, exchange, headers)
-            if guarded is not None:
-                return guarded
-        return await exchange.run(serialize_request(head.method, admission.target, headers))
+            return await forward_git(self, spec, exchange, headers)
+        return await exchange.run(serialize_request(head.method, exchange.target, headers))
 
     async def answer(self, writer: asyncio.StreamWriter, status: int, message: str, close: bool,
                      extra: list[tuple[bytes, bytes]] | None = None) -> None:

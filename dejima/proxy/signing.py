@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 from dejima.core.httpwire import HttpError
 from dejima.core.sigv4 import SIGNATURE_HEADERS, payload_sha256, sign
+from dejima.proxy.budget import Hold
 from dejima.proxy.exchange import Exchange, Outcome
 from dejima.proxy.sources import SourceUnavailable
-from dejima.proxy.wire import BodyCut, read_body
+from dejima.proxy.wire import BodyCut, OverBudget, read_body
 
 if TYPE_CHECKING:
     from dejima.proxy.aws_source import AwsSource
@@ -32,9 +33,22 @@ async def forward_signed(server: ProxyServer, spec: RouteSpec, exchange: Exchang
     source: AwsSource = spec.source  # type: ignore[assignment]  # resolve_source gives aws-sigv4 routes an AwsSource
     if (exchange.head.get(b"expect") or b"").lower() == b"100-continue":
         exchange.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    with Hold(server.budget) as hold:
+        return await _read_and_sign(server, spec, exchange, source, hold)
+
+
+async def _read_and_sign(server: ProxyServer, spec: RouteSpec, exchange: Exchange, source: AwsSource,
+                         hold: Hold) -> Outcome:
+    route = spec.route
+    assert route.signing is not None
     limit = server.config.max_signed_body
     try:
-        body = await read_body(exchange.reader, exchange.framing, server.idle, limit)
+        body = await read_body(exchange.reader, exchange.framing, server.idle, limit, hold)
+    except OverBudget as exc:
+        server.violation("budget-exceeded", route.name, exc.reason)
+        return await exchange.fail(413, f"{exc.reason}: route {route.name!r} signs each request body whole "
+                                        "(AWS SigV4); retry when the session's other requests are done, or raise "
+                                        "[credentials] proxy_memory in the settings", False)
     except HttpError as exc:
         reason = exc.reason if exc.status != 413 else (
             f"{exc.reason}: route {route.name!r} signs each request body whole (AWS SigV4), so the proxy "
@@ -53,7 +67,7 @@ async def forward_signed(server: ProxyServer, spec: RouteSpec, exchange: Exchang
         server.reals[f"{route.name} (session token)"] = keys.session_token.reveal()
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in exchange.admission.headers
                if k.lower().decode("latin-1") not in _DROPPED]
-    headers += sign(route.signing.scope, keys, exchange.head.method, exchange.admission.target, headers,
+    headers += sign(route.signing.scope, keys, exchange.head.method, exchange.target, headers,
                     payload_sha256(body), datetime.now(timezone.utc))
     return await exchange.run_whole([(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers], body,
                                     length=exchange.head.method in ("POST", "PUT", "PATCH"))

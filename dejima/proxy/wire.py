@@ -7,8 +7,10 @@ chunk reaches the client when the upstream sends it. ``Idle`` bounds the wait fo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from dejima.core.httpwire import Framing, Headers, HttpError, parse_chunk_size, serialize_response
+from dejima.proxy.budget import Hold
 
 READ_SIZE = 256 * 1024
 
@@ -39,107 +41,99 @@ class BodyCut(Exception):
     """The sending side ended before its body did."""
 
 
-async def relay_length(src: asyncio.StreamReader, dst: asyncio.StreamWriter, length: int, idle: Idle) -> int:
-    left = length
-    while left:
-        data = await idle.read(src, min(left, READ_SIZE))
-        if not data:
-            raise BodyCut(f"{length - left} of {length} body bytes arrived")
-        left -= len(data)
-        dst.write(data)
-        await dst.drain()
-    return length
-
-
-async def relay_until_close(src: asyncio.StreamReader, dst: asyncio.StreamWriter, idle: Idle) -> int:
-    total = 0
-    while data := await idle.read(src, READ_SIZE):
-        total += len(data)
-        dst.write(data)
-        await dst.drain()
-    return total
-
-
-async def relay_chunked(src: asyncio.StreamReader, dst: asyncio.StreamWriter, idle: Idle,
-                        rechunk: bool = True) -> int:
-    """Forward a chunked body chunk by chunk, framing normalised (extensions and trailers dropped).
-
-    ``rechunk=False`` writes the data alone (toward an HTTP/1.0 client, which ends at close).
-    """
-    total = 0
-    while True:
-        try:
-            size = parse_chunk_size(await idle.readline(src))
-        except asyncio.IncompleteReadError:
-            raise BodyCut("the chunked body ended early") from None
-        if size == 0:
-            break
-        if rechunk:
-            dst.write(b"%x\r\n" % size)
-        left = size
+async def body_pieces(src: asyncio.StreamReader, framing: Framing, idle: Idle) -> AsyncIterator[bytes]:
+    """A body's data as it arrives, de-framed (chunk sizes, extensions and trailers dropped), one read
+    (at most READ_SIZE bytes) at a time; raises BodyCut when the sender ends before its body does."""
+    if framing.kind == "length":
+        left = framing.length
         while left:
             data = await idle.read(src, min(left, READ_SIZE))
             if not data:
-                raise BodyCut("the chunked body ended inside a chunk")
+                raise BodyCut(f"{framing.length - left} of {framing.length} body bytes arrived")
             left -= len(data)
-            dst.write(data)
-        total += size
-        try:
+            yield data
+    elif framing.kind == "chunked":
+        async for data in _chunks(src, idle):
+            yield data
+    elif framing.kind == "close":
+        while data := await idle.read(src, READ_SIZE):
+            yield data
+
+
+async def _chunks(src: asyncio.StreamReader, idle: Idle) -> AsyncIterator[bytes]:
+    try:
+        while size := parse_chunk_size(await idle.readline(src)):
+            while size:
+                data = await idle.read(src, min(size, READ_SIZE))
+                if not data:
+                    raise BodyCut("the chunked body ended inside a chunk")
+                size -= len(data)
+                yield data
             if await idle.readexactly(src, 2) != b"\r\n":
                 raise HttpError(400, "chunk data not followed by CRLF")
-        except asyncio.IncompleteReadError:
-            raise BodyCut("the chunked body ended early") from None
-        if rechunk:
-            dst.write(b"\r\n")
-        await dst.drain()
-    while True:  # trailer section: read and drop
-        try:
-            line = await idle.readline(src)
-        except asyncio.IncompleteReadError:
-            raise BodyCut("the chunked body ended in its trailers") from None
-        if line == b"\r\n":
-            break
-    if rechunk:
-        dst.write(b"0\r\n\r\n")
-        await dst.drain()
-    return total
+        while await idle.readline(src) != b"\r\n":  # the trailer section: read and dropped
+            pass
+    except asyncio.IncompleteReadError:
+        raise BodyCut("the chunked body ended early") from None
+
+
+class BodyWriter:
+    """Writes a body's data toward one peer, framed as that peer is told (``chunked``: one chunk per
+    write, so a streamed event leaves at once), waiting for the peer to take each write."""
+
+    def __init__(self, dst: asyncio.StreamWriter, chunked: bool) -> None:
+        self.dst, self.chunked = dst, chunked
+        self.total = 0
+
+    async def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self.total += len(data)
+        if self.chunked:
+            self.dst.write(b"%x\r\n" % len(data))
+            self.dst.write(data)
+            self.dst.write(b"\r\n")
+        else:
+            self.dst.write(data)
+        await self.dst.drain()
+
+    async def end(self) -> None:
+        if self.chunked:
+            self.dst.write(b"0\r\n\r\n")
+            await self.dst.drain()
 
 
 async def relay_body(src: asyncio.StreamReader, dst: asyncio.StreamWriter, framing: Framing, idle: Idle,
                      rechunk: bool = True) -> int:
-    if framing.kind == "length":
-        return await relay_length(src, dst, framing.length, idle)
-    if framing.kind == "chunked":
-        return await relay_chunked(src, dst, idle, rechunk)
-    if framing.kind == "close":
-        return await relay_until_close(src, dst, idle)
-    return 0
+    """Forward a body as it arrives. A chunked body is re-chunked (``rechunk=False`` writes the data
+    alone, toward an HTTP/1.0 client, which ends at close)."""
+    writer = BodyWriter(dst, chunked=rechunk and framing.kind == "chunked")
+    async for data in body_pieces(src, framing, idle):
+        await writer.write(data)
+    await writer.end()
+    return writer.total
 
 
-class _Collector:
-    """A writer-shaped sink that keeps what it is given, up to a limit."""
-
-    def __init__(self, limit: int) -> None:
-        self.parts: list[bytes] = []
-        self.size, self.limit = 0, limit
-
-    def write(self, data: bytes) -> None:
-        self.size += len(data)
-        if self.size > self.limit:
-            raise HttpError(413, f"request body larger than {self.limit} bytes")
-        self.parts.append(data)
-
-    async def drain(self) -> None:
-        return None
+class OverBudget(HttpError):
+    """A body the proxy must hold went past the session's budget (dejima.proxy.budget)."""
 
 
-async def read_body(src: asyncio.StreamReader, framing: Framing, idle: Idle, limit: int) -> bytes:
-    """The whole de-framed body, for the few requests the proxy must read before forwarding."""
-    sink = _Collector(limit)
+async def read_body(src: asyncio.StreamReader, framing: Framing, idle: Idle, limit: int, hold: Hold) -> bytes:
+    """The whole de-framed body, for the few requests the proxy must read before forwarding: at most
+    ``limit`` bytes (413 past it), each byte reserved in ``hold`` first (OverBudget when refused)."""
     if framing.kind == "length" and framing.length > limit:
         raise HttpError(413, f"request body larger than {limit} bytes")
-    await relay_body(src, sink, framing, idle, rechunk=False)  # type: ignore[arg-type]
-    return b"".join(sink.parts)
+    parts: list[bytes] = []
+    size = 0
+    async for data in body_pieces(src, framing, idle):
+        size += len(data)
+        if size > limit:
+            raise HttpError(413, f"request body larger than {limit} bytes")
+        if not hold.reserve(len(data)):
+            raise OverBudget(413, f"the session's credential proxy already holds {hold.budget.used} of the "
+                                  f"{hold.budget.limit} bytes of request bodies it may hold at once")
+        parts.append(data)
+    return b"".join(parts)
 
 
 async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> int:

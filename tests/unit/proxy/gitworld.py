@@ -1,18 +1,25 @@
 """A fake forge for git over smart HTTP: real `git http-backend` behind a tiny CGI server on loopback,
-recording the Authorization header each request carried."""
+recording the Authorization header and the (decoded) path of each request. Like a real CGI server,
+it decodes the path into PATH_INFO: a push rule that judged the path as sent could be walked around."""
 
 from __future__ import annotations
 
 import base64
 import os
 import subprocess
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
+
+from dejima.core.pushrules import PushPolicy
+from dejima.proxy.server import RouteSpec
 from tests.httpfake import serving
+from tests.unit.proxy.fakes import RunningProxy, fixed, route, running_proxy
 
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "GIT_TERMINAL_PROMPT": "0"}
@@ -30,6 +37,7 @@ class Forge:
     root: Path
     url: str
     auth_seen: list[str] = field(default_factory=list)
+    paths_seen: list[str] = field(default_factory=list)  # PATH_INFO as http-backend got it (decoded)
 
 
 def _handler(forge: Forge) -> type[BaseHTTPRequestHandler]:
@@ -43,11 +51,21 @@ def _handler(forge: Forge) -> type[BaseHTTPRequestHandler]:
             self._run(b"")
 
         def do_POST(self) -> None:  # noqa: N802
-            self._run(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                body = b""
+                while size := int(self.rfile.readline().split(b";")[0], 16):
+                    body += self.rfile.read(size)
+                    self.rfile.readline()
+                self.rfile.readline()
+            else:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self._run(body)
 
         def _run(self, body: bytes) -> None:
             forge.auth_seen.append(self.headers.get("Authorization", ""))
-            path, _, query = self.path.partition("?")
+            raw_path, _, query = self.path.partition("?")
+            path = urllib.parse.unquote(raw_path)
+            forge.paths_seen.append(path)
             env = {"PATH": os.environ["PATH"], "GIT_PROJECT_ROOT": str(forge.root), "GIT_HTTP_EXPORT_ALL": "1",
                    "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
                    "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
@@ -103,3 +121,47 @@ def session_git_env(proxy_port: int, route: str, placeholder: str, username: str
     return {"GIT_CONFIG_COUNT": "2",
             "GIT_CONFIG_KEY_0": f"url.{base}.insteadOf", "GIT_CONFIG_VALUE_0": forge_url,
             "GIT_CONFIG_KEY_1": f"http.{base}.extraHeader", "GIT_CONFIG_VALUE_1": f"Authorization: Basic {auth}"}
+
+
+TOKEN = "ghp_FORGEtokenFORGEtokenFORGEtokenFORGE1"
+REMOTE = "https://github.example/owner/repo.git"
+
+
+@dataclass
+class World:
+    """The fake forge, the proxy with a git route to it (pushes to owner/repo only), and a clone made
+    through the proxy with a session's git environment."""
+
+    forge: Forge
+    proxy: RunningProxy
+    env: dict[str, str]
+    clone: Path
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    with fake_forge(tmp_path) as forge:
+        git_route = route("github-git", forge.url, "authorization", "Basic", "x-access-token", "github.com")
+        spec = RouteSpec(git_route, fixed(TOKEN), PushPolicy(("owner/repo",)))
+        with running_proxy(tmp_path, [spec]) as proxy:
+            env = session_git_env(proxy.port, "github-git", git_route.placeholder, "x-access-token",
+                                  "https://github.example/")
+            clone = tmp_path / "work"
+            git("clone", "-q", REMOTE, str(clone), env=env)
+            yield World(forge, proxy, env, clone)
+
+
+def commit(world: World, name: str) -> None:
+    (world.clone / name).write_text(name)
+    git("add", name, cwd=world.clone)
+    git("commit", "-q", "-m", name, cwd=world.clone)
+
+
+def forge_refs(forge: Forge) -> dict[str, str]:
+    """Every ref of every repository on the forge: what a push would move."""
+    refs = {}
+    for bare in sorted(forge.root.glob("*/*.git")):
+        for line in git("for-each-ref", "--format=%(objectname) %(refname)", cwd=bare).stdout.splitlines():
+            oid, name = line.split(" ", 1)
+            refs[f"{bare.relative_to(forge.root)}:{name}"] = oid
+    return refs

@@ -4,47 +4,9 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import pytest
-
-from dejima.core.pushrules import PushPolicy
 from dejima.proxy.records import read_records
-from dejima.proxy.server import RouteSpec
-from tests.unit.proxy.fakes import RunningProxy, fixed, route, running_proxy
-from tests.unit.proxy.gitworld import Forge, fake_forge, git, session_git_env
-
-TOKEN = "ghp_FORGEtokenFORGEtokenFORGEtokenFORGE1"
-REMOTE = "https://github.example/owner/repo.git"
-
-
-@dataclass
-class World:
-    forge: Forge
-    proxy: RunningProxy
-    env: dict[str, str]
-    clone: Path
-
-
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    with fake_forge(tmp_path) as forge:
-        git_route = route("github-git", forge.url, "authorization", "Basic", "x-access-token", "github.com")
-        spec = RouteSpec(git_route, fixed(TOKEN), PushPolicy(("owner/repo",)))
-        with running_proxy(tmp_path, [spec]) as proxy:
-            env = session_git_env(proxy.port, "github-git", git_route.placeholder, "x-access-token",
-                                  "https://github.example/")
-            clone = tmp_path / "work"
-            git("clone", "-q", REMOTE, str(clone), env=env)
-            yield World(forge, proxy, env, clone)
-
-
-def commit(world: World, name: str) -> None:
-    (world.clone / name).write_text(name)
-    git("add", name, cwd=world.clone)
-    git("commit", "-q", "-m", name, cwd=world.clone)
+from tests.unit.proxy.gitworld import TOKEN, World, commit, git
 
 
 def test_clone_fetch_and_push_a_branch_work_with_the_real_token(world: World) -> None:
