@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dejima.adapters import host
+from dejima.core.floods import count_of
 from dejima.errors import SessionError
 from dejima.filter import VIOLATION as PREFIX
 
@@ -94,8 +95,10 @@ SUMMARY_LABELS = (("dns", "name(s) refused"), ("dns-answer", "answer address(es)
 
 
 def summarize(records: list[dict[str, Any]]) -> str | None:
-    counts = Counter(str(r.get("kind", "?")) if r.get("source") != "proxy" or r.get("kind") == "decoy-used"
-                     else "proxy" for r in records)
+    counts: Counter[str] = Counter()
+    for r in records:  # an aggregate (a flood, written as one record) counts what it stands for
+        label = str(r.get("kind", "?")) if r.get("source") != "proxy" or r.get("kind") == "decoy-used" else "proxy"
+        counts[label] += count_of(r)
     if not counts:
         return None
     parts = [f"{counts[kind]} {label}" for kind, label in SUMMARY_LABELS if counts[kind]]

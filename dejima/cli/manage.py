@@ -177,7 +177,7 @@ def _violations(argv: list[str], ui: UI) -> int:
     return _show_records(records, ui, args.json, f"no violations recorded for session {args.session}",
                          ("time", "kind", "destination", "reason"),
                          lambda r: (_clock(r.get("time")), r.get("kind", "?"), _destination(r),
-                                    r.get("reason") or r.get("detail") or ""))
+                                    f"{r.get('reason') or r.get('detail') or ''}{_aggregate(r)}"))
 
 
 def _ledger(argv: list[str], ui: UI) -> int:
@@ -199,8 +199,8 @@ def _ledger(argv: list[str], ui: UI) -> int:
                          f"no request went through session {args.session}'s credential proxy",
                          ("time", "route", "method", "path", "status", "in", "out", "ms"),
                          lambda e: (_clock(e.get("time")), e.get("route", "?"), e.get("method", "?"),
-                                    e.get("path", ""), e.get("status", "?"), e.get("bytes_in", ""),
-                                    e.get("bytes_out", ""), e.get("duration_ms", "")))
+                                    f"{e.get('path', '')}{_aggregate(e)}", e.get("status", "?"),
+                                    e.get("bytes_in", ""), e.get("bytes_out", ""), e.get("duration_ms", "")))
 
 
 def _show_records(records: list[dict[str, Any]], ui: UI, as_json: bool, empty: str, columns: tuple[str, ...],
@@ -219,6 +219,15 @@ def _show_records(records: list[dict[str, Any]], ui: UI, as_json: bool, empty: s
         table.add_row(*(plain(cell) for cell in cells(record)))
     ui.console.print(table)
     return exit_codes.SUCCESS
+
+
+def _aggregate(record: dict[str, Any]) -> str:
+    """What a record written for many (a flood, aggregated) stands for; "" for a record of one."""
+    if "count" not in record:
+        return ""
+    if record.get("capped"):
+        return f"  [{record['count']} like this, counted after the session's records reached their size bound]"
+    return f"  [{record['count']} like this until {_clock(record.get('until'))}]"
 
 
 def _clock(value: object) -> str:

@@ -16,6 +16,7 @@ _PERCENT = re.compile(r"^([1-9][0-9]?|100)%$")
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 MIN_MEMORY = 32 * 1024**2  # below this a container cannot even start its interpreter
 MIN_TMP = 1024**2
+MIN_PROXY_MEMORY = 4 * 1024**2  # a push's commands (1 MiB) and a signed request's first reads fit
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +61,16 @@ def describe(limits: ContainerLimits) -> str:
     tmp = f", /tmp {format_bytes(limits.tmp_size)}" if limits.tmp_size is not None else ""
     memory = f"{format_bytes(limits.memory)} memory (no swap)" if limits.memory is not None else "memory not limited"
     return f"{limits.pids} processes, {memory}, CPU weight {limits.cpu_shares}{tmp}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyLimits:
+    """What one session's credential proxy may take of the launcher: the bytes it holds at once for
+    requests it must read before forwarding (signed bodies, push proofs), and its connections."""
+
+    memory: int
+    connections: int
+
+
+def describe_proxy(limits: ProxyLimits) -> str:
+    return f"holds at most {format_bytes(limits.memory)} of request data at once, {limits.connections} connections"

@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 
 from dejima.core import labels
 from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry
-from dejima.core.limits import ContainerLimits, is_share, resolve_memory
+from dejima.core.limits import ContainerLimits, ProxyLimits, is_share, parse_size, resolve_memory
 from dejima.core.paths import (
     FILTER_CONFIG_ENV,
     FILTER_CONFIG_FIFO,
@@ -193,6 +193,10 @@ def credential_views(resolved: Resolved | None, upstreams: dict[str, str]) -> tu
     return tuple(views.values())
 
 
+def proxy_limits(settings: Settings) -> ProxyLimits:
+    return ProxyLimits(parse_size(settings.credentials.proxy_memory), settings.credentials.proxy_connections)
+
+
 @dataclass(frozen=True, slots=True)
 class SessionPlan:
     session_id: str
@@ -207,6 +211,7 @@ class SessionPlan:
     resolved: Resolved | None = None
     unlocked: tuple[Unlocked, ...] = ()  # special allow entries let through by an override
     credentials: tuple[CredentialView, ...] = ()  # the routes, for the card and --render (no values)
+    proxy_limits: ProxyLimits | None = None  # the credential proxy's budget (shown when there are routes)
     masked: tuple[str, ...] = ()  # per-session placeholders, left out of the plan hash
     gate: str | None = None  # host path of the start gate's FIFO; None: the session starts after ready
     filter_config: str = ""  # the filter's configuration (policy, never secrets)
@@ -405,6 +410,7 @@ def build_session_plan(
         resolved=resolved,
         unlocked=unlocked,
         credentials=credential_views(resolved, settings.credentials.upstreams),
+        proxy_limits=proxy_limits(settings),
         masked=tuple(v for c in request.canaries for v in (c, canary_signature(c))),
         gate=str(request.gate_dir / GATE_FIFO) if request.gate_dir else None,
         filter_config=config,

@@ -33,7 +33,7 @@ from dejima.core.kinds import (
     seconds,
     size,
 )
-from dejima.core.limits import MIN_TMP
+from dejima.core.limits import MIN_PROXY_MEMORY, MIN_TMP
 from dejima.core.schema import (
     Kind,
     check_data,
@@ -137,6 +137,14 @@ class CredentialSettings:
         "to this host's loopback. `dejima manifests show KIND/NAME` shows a manifest's routes.", {})
     extra_ca_file: str = key(STR, "A PEM bundle the credential proxy trusts besides the system's, for upstreams "
                              "behind a corporate TLS proxy (empty: the system store only).", "")
+    proxy_memory: str = key(
+        size(MIN_PROXY_MEMORY), "Most memory a session's credential proxy holds at once for what it must read "
+        "before forwarding: the bodies of SigV4-signed requests (hashed whole) and the commits of a push that must be "
+        "proven a fast-forward. Past it such a request gets 413 and a violation; everything else streams and needs "
+        "none of it.", "64m")
+    proxy_connections: int = key(
+        integer(8, 4096), "Most connections a session may hold open to its credential proxy at once; one more is "
+        "answered 503 and recorded. With the memory above, this bounds what a session can take of the launcher.", 128)
     decoys: bool = key(
         BOOL, "Plant decoy credentials in sessions (fake AWS keys and the like, in the environment and "
         "~/.aws/credentials): any use of one is refused and recorded as a sign the agent went looking for "

@@ -105,7 +105,7 @@ def _prepare_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: R
         return None
     from dejima.proxy.runner import prepare_session_proxy
 
-    proxy = prepare_session_proxy(resolved, command, workspace, settings.credentials,
+    proxy = prepare_session_proxy(resolved, command, workspace, settings,
                                   sessions_dir() / request.session_id, Path(request.home_dir),
                                   (identity.uid, identity.gid))
     for skipped in proxy.prepared.skipped if proxy else ():
@@ -275,17 +275,19 @@ def _serving(prepared: Prepared) -> AbstractContextManager[object]:
 
 def ledger_summary(session_id: str) -> str:
     """One line of totals from the session's ledger (requests the proxy carried)."""
+    from dejima.core.floods import total
     from dejima.proxy.records import read_records
 
     entries = read_records(ledger_path(session_id))
     if not entries:
         return f"session {session_id}: no request went through the credential proxy"
-    def total(key: str) -> int:
+
+    def summed(key: str) -> int:
         return sum(int(str(e.get(key) or 0)) for e in entries)
 
-    refused = sum(1 for e in entries if int(str(e.get("status") or 0)) >= 400)
-    return (f"session {session_id}: {len(entries)} request(s) through the credential proxy ({refused} answered "
-            f"with an error), {total('bytes_in')} bytes in, {total('bytes_out')} bytes out; "
+    refused = total(entries, lambda e: int(str(e.get("status") or 0)) >= 400)
+    return (f"session {session_id}: {total(entries)} request(s) through the credential proxy ({refused} answered "
+            f"with an error), {summed('bytes_in')} bytes in, {summed('bytes_out')} bytes out; "
             f"details: dejima ledger {session_id}")
 
 

@@ -1,17 +1,25 @@
-"""The proxy's ledger and violation files: JSON lines, appended, mode 0600.
+"""The proxy's ledger and violation files: JSON lines, appended, mode 0600, bounded under floods.
 
 Entries are built by dejima.core.ledger, which removes query values and any secret before a
-record exists; this module only writes them.
+record exists; each file's records pass through a dejima.core.floods gate (the first records of
+each second per key written whole, the rest of that second as one aggregate with a ``count``, and
+nothing but counts past the session's bound on disk, written at close). This module only writes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from dejima.core.floods import FloodGate, Record
 from dejima.core.ledger import LedgerEntry, Violation
+
+RECORDS_PER_SECOND = 10  # per key: a violation's kind and route, a ledger entry's route, method and status
+MAX_LEDGER_BYTES = 64 * 1024**2  # per session: some 250,000 requests written one by one
+MAX_VIOLATION_BYTES = 8 * 1024**2
 
 
 def _open(path: Path) -> IO[str]:
@@ -19,20 +27,52 @@ def _open(path: Path) -> IO[str]:
     return os.fdopen(fd, "a", encoding="utf-8", buffering=1)
 
 
+class _Stream:
+    def __init__(self, path: Path, gate: FloodGate) -> None:
+        self.file = _open(path)
+        self.gate = gate
+
+    def offer(self, key: tuple[Any, ...], record: Record, now: float) -> None:
+        self.write(self.gate.offer(key, record, now))
+
+    def write(self, records: list[Record]) -> None:
+        for record in records:
+            line = json.dumps(record, ensure_ascii=True) + "\n"
+            self.file.write(line)
+            self.gate.wrote(len(line))
+
+    def close(self, now: float) -> None:
+        self.write(self.gate.close(now))
+        self.file.close()
+
+
 class Records:
-    def __init__(self, ledger_path: Path, violations_path: Path) -> None:
-        self._ledger = _open(ledger_path)
-        self._violations = _open(violations_path)
+    def __init__(self, ledger_path: Path, violations_path: Path, max_ledger_bytes: int = MAX_LEDGER_BYTES,
+                 max_violation_bytes: int = MAX_VIOLATION_BYTES) -> None:
+        self._ledger = _Stream(ledger_path, FloodGate(RECORDS_PER_SECOND, max_ledger_bytes,
+                                                      ("bytes_in", "bytes_out", "duration_ms")))
+        self._violations = _Stream(violations_path, FloodGate(RECORDS_PER_SECOND, max_violation_bytes))
 
     def entry(self, entry: LedgerEntry) -> None:
-        self._ledger.write(json.dumps(entry.record(), ensure_ascii=True) + "\n")
+        self._ledger.offer((entry.route, entry.method, entry.status), entry.record(), time.time())
 
     def violation(self, violation: Violation) -> None:
-        self._violations.write(json.dumps(violation.record(), ensure_ascii=True) + "\n")
+        self._violations.offer((violation.kind, violation.route), violation.record(), time.time())
+
+    @property
+    def pending(self) -> bool:
+        """Aggregates wait for their second to end: call ``flush`` after it."""
+        return self._ledger.gate.pending or self._violations.gate.pending
+
+    def flush(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        for stream in (self._ledger, self._violations):
+            stream.write(stream.gate.due(now))
 
     def close(self) -> None:
-        self._ledger.close()
-        self._violations.close()
+        now = time.time()
+        self._ledger.close(now)
+        self._violations.close(now)
 
 
 def read_records(path: Path) -> list[dict[str, object]]:

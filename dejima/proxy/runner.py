@@ -17,15 +17,16 @@ import asyncio
 import os
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
+from dejima.core.limits import ProxyLimits
 from dejima.core.manifest import CredentialRoute
-from dejima.core.plan import BRIDGE_PORT, SESSION_HOME
+from dejima.core.plan import BRIDGE_PORT, SESSION_HOME, proxy_limits
 from dejima.core.pushrules import PushPolicy
 from dejima.core.resolve import Resolved
-from dejima.core.settings import CredentialSettings
+from dejima.core.settings import Settings
 from dejima.proxy.server import ProxyConfig, ProxyServer
 from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, Prepared, prepare, session_env
 
@@ -54,11 +55,11 @@ def required_routes(resolved: Resolved, command: tuple[str, ...] | None) -> tupl
 
 def prepare_for_session(routes: Iterable[tuple[CredentialRoute, str]], directory: Path,
                         overrides: Mapping[str, str], push: Mapping[str, PushPolicy], required: Iterable[str],
-                        extra_ca_file: str | None, decoys: bool) -> Prepared:
+                        extra_ca_file: str | None, decoys: bool, limits: ProxyLimits) -> Prepared:
     prepared = prepare(routes, directory, overrides, push, required, extra_ca_file=extra_ca_file)
+    config = replace(prepared.config, memory_budget=limits.memory, max_connections=limits.connections)
+    prepared = replace(prepared, config=config)
     if not decoys:
-        from dataclasses import replace
-
         from dejima.core.placeholders import Decoys
 
         prepared = replace(prepared, decoys=Decoys({}, "", {}), config=replace(prepared.config, decoys={}))
@@ -104,7 +105,7 @@ def push_policies(routes: Iterable[tuple[CredentialRoute, str]], git_config: str
 
 
 def prepare_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, workspace: Path,
-                          settings: CredentialSettings, session_dir: Path, home: Path,
+                          settings: Settings, session_dir: Path, home: Path,
                           owner: tuple[int, int] | None = None) -> SessionProxy | None:
     """Everything the session's proxy needs, resolved on the host; None when no manifest declares
     a route. Sources that are missing are left out (``prepared.skipped`` says which), unless the
@@ -114,8 +115,10 @@ def prepare_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, w
     routes = session_routes(resolved)
     if not routes:
         return None
-    prepared = prepare_for_session(routes, session_dir, settings.upstreams, push_policies(routes, git_config_text(
-        workspace)), required_routes(resolved, command), settings.extra_ca_file or None, settings.decoys)
+    credentials = settings.credentials
+    prepared = prepare_for_session(routes, session_dir, credentials.upstreams, push_policies(routes, git_config_text(
+        workspace)), required_routes(resolved, command), credentials.extra_ca_file or None, credentials.decoys,
+        proxy_limits(settings))
     if prepared.decoys.aws_credentials_file:
         _plant_decoy_file(home / ".aws" / "credentials", prepared.decoys.aws_credentials_file, owner)
     if prepared.interception is not None:

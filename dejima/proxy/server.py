@@ -90,6 +90,7 @@ class ProxyServer:
         self._busy: set[asyncio.Task[None]] = set()  # connections in the middle of an exchange
         self.tcp_port: int | None = None
         self.tls_port: int | None = None
+        self._flush_timer: asyncio.TimerHandle | None = None  # writes the records' aggregates once their second ends
 
     async def start(self, unix_path: Path | None = None, tcp_host: str | None = None, tcp_port: int = 0,
                     tls_unix_path: Path | None = None, tls_tcp_port: int | None = None) -> None:
@@ -128,6 +129,8 @@ class ProxyServer:
         for server in self._servers:
             await server.wait_closed()
         await self.pool.close()
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
         self.records.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -258,6 +261,7 @@ class ProxyServer:
         reals = self.reals.values()
         self.records.violation(Violation(time.time(), kind, scrub(route, self.scanner, reals),
                                          scrub(detail, self.scanner, reals)))
+        self._flush_later()
 
     def ledger(self, started: float, route: str, method: str, target: str, outcome: Outcome) -> None:
         path = redact_target(target, self.scanner, self.reals.values()) if target != "-" else "-"
@@ -265,3 +269,14 @@ class ProxyServer:
         self.records.entry(LedgerEntry(started, scrub(route, self.scanner, reals), method, path, outcome.status,
                                        outcome.bytes_in, outcome.bytes_out, round((time.time() - started) * 1000, 3),
                                        scrub(outcome.error, self.scanner, reals)))
+        self._flush_later()
+
+    def _flush_later(self) -> None:
+        """Aggregates held back under a flood are written once their second is over."""
+        if self._flush_timer is None and self.records.pending:
+            self._flush_timer = asyncio.get_running_loop().call_later(1.0, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_timer = None
+        self.records.flush()
+        self._flush_later()

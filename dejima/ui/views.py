@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dejima.core.limits import describe
+from dejima.core.limits import describe, describe_proxy
 from dejima.core.plan import SessionPlan
 
 
@@ -41,6 +41,8 @@ def format_plan(plan: SessionPlan) -> str:
                      + (f", {c.base_url_env} = the proxy" if c.base_url_env else "")
                      + (", its host's TLS answered by the proxy (session CA)" if c.intercept else "")
                      + f"  (from {c.origin})")
+    if plan.credentials and plan.proxy_limits is not None:
+        lines.append(f"proxy budget: {describe_proxy(plan.proxy_limits)}")
     lines += ["", "## Containers"]
     for spec in (plan.filter, plan.session):
         lines.append(f"{spec.name}: user {spec.user}, capabilities {', '.join(spec.cap_add) or 'none'}, "
@@ -62,6 +64,8 @@ def _credential_lines(plan: SessionPlan) -> list[str]:
              "toward each route's own upstream"]
     for c in plan.credentials:
         lines.append(f"            {c.route}: {c.source} -> {c.upstream}")
+    if plan.proxy_limits is not None:
+        lines.append(f"            proxy budget: {describe_proxy(plan.proxy_limits)}")
     return lines
 
 

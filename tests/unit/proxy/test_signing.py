@@ -4,11 +4,13 @@ and its event stream comes back frame by frame. Decoy and placeholder keys elsew
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import http.client
 import json
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -81,7 +83,8 @@ def world(tmp_path: Path) -> Iterator[World]:
         prepared = prepare([*manifest_routes("bedrock"), *manifest_routes("anthropic")], tmp_path,
                            {"aws-sigv4-runtime": bedrock.url, "anthropic-api-key": api.url}, environ=env,
                            home=tmp_path)
-        prepared = dataclasses.replace(prepared, config=dataclasses.replace(prepared.config, max_signed_body=4096))
+        prepared = dataclasses.replace(prepared, config=dataclasses.replace(prepared.config, max_signed_body=4096,
+                                                                            memory_budget=6000))
         loop = LoopThread()
         server = ProxyServer(prepared.config)
         loop.run(server.start(None, "127.0.0.1", 0))
@@ -200,6 +203,35 @@ def test_a_chunked_body_past_the_bound_is_refused_and_the_connection_closed(worl
     reply = raw_exchange(world.port, head + b"1000\r\n" + b"x" * 4096 + b"\r\n1000\r\n" + b"x" * 4096 + b"\r\n")
     assert reply.startswith(b"HTTP/1.1 413") and b"Connection: close" in reply
     assert world.bedrock.seen == []
+
+
+def signed_head(world: World, length: int) -> bytes:
+    key_id, _ = world.placeholders()
+    date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return (f"POST /r/aws-sigv4-runtime/model/m/invoke HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n"
+            f"Authorization: AWS4-HMAC-SHA256 Credential={key_id}/{date[:8]}/us-east-1/bedrock/aws4_request, "
+            f"SignedHeaders=host, Signature={'0' * 64}\r\n\r\n").encode()
+
+
+def test_signed_bodies_share_the_sessions_memory_budget(world: World) -> None:
+    """A request the proxy is holding takes its part of the budget (6000 bytes here): another one that
+    would go past it is refused with 413 and recorded; once the first is done, the room is back."""
+    async def until(held: Callable[[int], bool]) -> None:  # on the proxy's loop, between its steps
+        while not held(world.server.budget.used):
+            await asyncio.sleep(0)
+
+    with socket.create_connection(("127.0.0.1", world.port), timeout=10) as slow:
+        slow.sendall(signed_head(world, 4000) + b"{" + b" " * 3499)  # 3500 of its 4000 bytes, then nothing yet
+        world.loop.run(until(lambda used: used >= 3500), timeout=10)
+        reply = raw_exchange(world.port, signed_head(world, 3000) + b" " * 3000)
+        assert reply.startswith(b"HTTP/1.1 413") and b"already holds 3500 of the 6000 bytes" in reply, reply[:400]
+        assert world.violations()[-1]["kind"] == "budget-exceeded"
+        slow.sendall(b" " * 499 + b"}")
+        assert slow.recv(65536).startswith(b"HTTP/1.1 200")
+    world.loop.run(until(lambda used: used == 0), timeout=10)
+    assert world.server.budget.peak == 4000  # the first body whole; the second never got its part
+    reply = raw_exchange(world.port, signed_head(world, 3000) + b"{" + b" " * 2998 + b"}")
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
 
 
 def test_a_request_without_a_signature_gets_401(world: World) -> None:

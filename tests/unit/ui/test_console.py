@@ -95,3 +95,22 @@ def test_every_kind_of_message_prints_in_a_fresh_interpreter() -> None:
                   f"ui = UI(); {call}; assert 'rich' in sys.modules")
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
         assert result.returncode == 0, f"{call}: {result.stderr[-500:]}"
+
+
+def test_boundary_card_and_render_show_the_proxys_budget() -> None:
+    from dataclasses import replace
+    from pathlib import PurePosixPath
+
+    from dejima.core.plan import CredentialView, Identity, SessionRequest, build_session_plan
+    from dejima.core.settings import CredentialSettings, Settings
+    from dejima.ui.views import boundary_card, format_plan
+
+    request = SessionRequest("abcd1234", "t", PurePosixPath("/w/p"), PurePosixPath("/h"), None, "b:1:2")
+    settings = Settings(credentials=CredentialSettings(proxy_memory="32m", proxy_connections=64))
+    plan = build_session_plan(request, settings, Identity(1000, 1000, "u"), "f", "s")
+    plan = replace(plan, credentials=(CredentialView("anthropic-api-key", "backends/anthropic.toml",
+                                                     "host env ANTHROPIC_API_KEY", "https://api.anthropic.com",
+                                                     "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),))
+    budget = "proxy budget: holds at most 32 MiB of request data at once, 64 connections"
+    assert any(line.strip() == budget for line in boundary_card(plan))
+    assert budget in format_plan(plan).splitlines()

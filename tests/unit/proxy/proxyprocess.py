@@ -1,0 +1,35 @@
+"""The credential proxy alone in a process of its own, as it runs in a launcher, so that a test can read
+what it takes of memory (/proc/PID/status) under a hostile load.
+
+    python -m tests.unit.proxy.proxyprocess UPSTREAM_URL DIRECTORY MEMORY_BUDGET
+
+serves one git route (``forge-git``, Basic, pushes to owner/repo only) toward UPSTREAM_URL on a loopback
+port, prints ``PORT PLACEHOLDER`` on one line once it listens, and stops when its stdin closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from dejima.core.pushrules import PushPolicy
+from dejima.proxy.server import ProxyConfig, ProxyServer, RouteSpec
+from tests.unit.proxy.fakes import fixed, route
+
+TOKEN = "ghp_FORGEtokenFORGEtokenFORGEtokenFORGE1"
+
+
+async def main(upstream: str, directory: Path, budget: int) -> None:
+    git_route = route("forge-git", upstream, "authorization", "Basic", "x-access-token", "github.com")
+    config = ProxyConfig((RouteSpec(git_route, fixed(TOKEN), PushPolicy(("owner/repo",))),),
+                         directory / "ledger.jsonl", directory / "violations.jsonl", memory_budget=budget)
+    server = ProxyServer(config)
+    await server.start(tcp_host="127.0.0.1")
+    print(server.tcp_port, git_route.placeholder, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await server.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])))
