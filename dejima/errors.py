@@ -12,7 +12,8 @@ filter process inside its container) can raise these without import cycles.
         ├── EngineError          the container engine is unreachable or refused a request
         ├── ImageError           an image could not be pulled, bootstrapped or built
         └── SessionError         a session could not start, or its boundary could not be verified
-            └── FilterError      the filter container did not apply or verify its ruleset
+            ├── FilterError      the filter container did not apply or verify its ruleset
+            └── SessionEnded     the session ended before a change reached it (dejima-allow exits 4)
 
 Each error carries a kebab-case ``reference`` so that messages can be searched for in the docs
 and asserted in tests.
@@ -91,3 +92,13 @@ class SessionError(DiagnosticError):
 
 class FilterError(SessionError):
     reference = "filter-not-verified"
+
+
+class SessionEnded(SessionError):
+    """The session ended before a change sent to it arrived: nothing changed in it."""
+
+    reference = "session-ended"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        # 4: dejima.cli.exit_codes.SESSION_ENDED (this module imports nothing of dejima's)
+        super().__init__(message, hint=hint, exit_code=4)

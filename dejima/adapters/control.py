@@ -7,6 +7,7 @@ into the filter alone, owned by the launcher's uid). Finding sessions needs no c
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 from dejima.adapters import host
 from dejima.adapters.violations import RUN_DIR, sessions_dir
 from dejima.core.plan import CONTROL_SOCKET
-from dejima.errors import SessionError
+from dejima.errors import SessionEnded, SessionError
 
 TIMEOUT_SECONDS = 5.0
 
@@ -46,30 +47,48 @@ def sessions_for(directory: Path, sessions: list[RunningSession]) -> list[Runnin
     return [s for s in sessions if here == Path(s.workspace) or Path(s.workspace) in here.parents]
 
 
+# The filter is gone: nothing listens on its socket (or the socket is gone with its run directory),
+# or it closed the connection before answering. A session's filter ends only with the session.
+_GONE = frozenset({errno.ECONNREFUSED, errno.ENOENT, errno.ECONNRESET, errno.EPIPE})
+
+
+def _ended(session: RunningSession) -> SessionEnded:
+    return SessionEnded(
+        f"session {session.session_id} has ended (its filter is gone): nothing was changed in it",
+        hint="`dejima sessions` lists the running ones; a new session on the workspace takes grants again "
+             "(--persist on a running session keeps a grant for the next ones)")
+
+
 def send(session: RunningSession, message: dict[str, Any]) -> dict[str, Any]:
-    """One message, one answer; SessionError when the filter cannot be reached."""
+    """One message, one answer. SessionEnded when the session ended before answering (its filter is
+    gone, even in the middle of the exchange); SessionError when its filter cannot be reached otherwise."""
+    data = b""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(TIMEOUT_SECONDS)
             sock.connect(str(session.socket))
             sock.sendall(json.dumps(message).encode() + b"\n")
-            data = b""
             while not data.endswith(b"\n"):
                 chunk = sock.recv(65536)
                 if not chunk:
                     break
                 data += chunk
     except OSError as exc:
+        if exc.errno in _GONE:
+            raise _ended(session) from exc
         raise SessionError(
             f"cannot reach session {session.session_id}'s filter: {exc.strerror or exc}",
-            hint="the session may have just ended; `dejima sessions` lists the running ones",
+            hint="`dejima sessions` lists the running ones; a filter that does not answer within "
+                 f"{TIMEOUT_SECONDS:g} s is stuck: `dejima stop {session.session_id}` ends its session",
             reference="control-unreachable",
         ) from exc
+    if not data:
+        raise _ended(session)  # it closed the connection without a word: it went away with its session
     try:
         answer = json.loads(data)
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
-        raise SessionError(f"session {session.session_id}'s filter gave no answer",
-                           hint="the session may have just ended", reference="control-unreachable")
+        raise SessionError(f"session {session.session_id}'s filter gave an answer that is not a JSON object",
+                           hint="this is a bug in dejima, please report it", reference="control-unreachable")
     return answer

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import threading
 from collections import Counter
 from pathlib import Path
@@ -45,6 +46,12 @@ def new_session_id() -> str:
 
 def run_dir(session_id: str) -> Path:
     return sessions_dir() / session_id / RUN_DIR
+
+
+def clear_run_dir(session_id: str) -> None:
+    """Once a session's containers are gone: its sockets (the filter's control socket, the proxy's)
+    and its configuration FIFO go with them, so no file there says the session is alive."""
+    shutil.rmtree(run_dir(session_id), ignore_errors=True)
 
 
 def gate_dir(session_id: str) -> Path:

@@ -30,7 +30,12 @@ several match, dejima-allow lists them and asks (on a terminal) or refuses to gu
 --persist also writes the grant into your policy for this project, so the next session has it
 (your file under $XDG_CONFIG_HOME/dejima/projects/, comments and order kept).
 
-Exit status: 0 done; 1 the filter refused (the reason is printed); 2 bad arguments or no session.
+Exit status:
+  0    done
+  1    the session's filter refused (the reason is printed; nothing changed)
+  2    bad arguments, or no running session matches
+  4    the session ended before the change reached it (nothing changed in it)
+  125  the session's filter could not be reached (it did not answer in time), or a bug in dejima
 """
 
 

@@ -145,7 +145,10 @@ def _start(argv: list[str], ui: UI) -> int:
         return _session(args, command, ui, prestarted)
     finally:
         if prestarted is not None:
+            from dejima.adapters.violations import clear_run_dir  # imported by the prestart already
+
             prestarted.discard()  # unless the session adopted it
+            clear_run_dir(prestarted.session_id)  # a session that never started leaves no socket either
 
 
 def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,

@@ -32,6 +32,7 @@ from types import FrameType
 from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.host import Launcher, launcher_alive
 from dejima.adapters.runtime import Runtime, create_body
+from dejima.adapters.violations import clear_run_dir
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.core.report import Reporter
@@ -432,5 +433,6 @@ def remove_stale(runtime: Runtime, scope: str, ui: Reporter,
                 if info.get("Config", {}).get("Labels", {}).get(labels.ROLE) == labels.ROLE_FILTER:
                     on_filter_output(session_id, stop_filter_and_read(runtime, container))
         teardown(runtime, containers)
+        clear_run_dir(session_id)
         ui.info(f"removed leftover session {session_id} (its launcher is gone)")
     return sorted(stale)

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dejima.adapters import host
-from dejima.adapters.violations import ViolationStore, ledger_path, new_session_id, run_dir, sessions_dir
+from dejima.adapters.violations import (
+    ViolationStore,
+    clear_run_dir,
+    ledger_path,
+    new_session_id,
+    run_dir,
+    sessions_dir,
+)
 from dejima.core.limits import describe
 from dejima.core.plan import (
     GATE_ENTRYPOINT,
@@ -239,6 +246,7 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
             ) from exc
         raise
     finally:
+        clear_run_dir(prepared.plan.session_id)  # its containers and its proxy are gone: so go their sockets
         audit.finish()  # done already unless the session's container could not be removed
         summary = store.summary()
         if summary:

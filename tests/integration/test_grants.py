@@ -8,13 +8,16 @@ echo port (7007) whose connections stay open, so a cut is visible.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
+from dejima.adapters.runtime import Runtime
 from dejima.orchestration.selftest import ECHO_PORT
 from tests.integration.conftest import user_workspace
 from tests.networld import World
-from tests.world import User, parse_json_line, run_dejima, spawn_dejima, wait_for_line
+from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 
 ALLOW_MAIN = "import sys; from dejima.cli.allow import main; sys.exit(main())"
 
@@ -204,3 +207,28 @@ def test_a_grant_to_one_session_is_invisible_to_another(user: User, scope: str, 
         check = allow(user, scope, second, "--json")
         assert "web.dejima.test" in check.stdout  # the second session was refused it, and still is
         b.terminate()
+
+
+def test_dejima_allow_racing_the_sessions_end_says_so_and_the_end_leaves_no_socket(
+        user: User, scope: str, workspace: Path, world: World, runtime: Runtime) -> None:
+    """The session's filter goes away while its launcher has not yet cleaned up (the launcher is held
+    still, right where a grant races the end): dejima-allow says the session ended, with its own exit
+    status; once the launcher goes on, the session's run directory holds no socket."""
+    with spawn_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo started; exec sleep 120",
+                      DEJIMA_SETTINGS=str(world.settings)) as proc:
+        wait_for_line(proc.stdout, "started")
+        sessions = user.home / ".local" / "state" / "dejima" / "sessions"
+        [run] = [d / "run" for d in sessions.iterdir() if (d / "run" / "control.sock").exists()]
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            for container in containers_of(runtime, scope, session=run.parent.name, role="filter"):
+                runtime.remove(container)
+            raced = allow(user, scope, workspace, "web.dejima.test")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert raced.returncode == 4, raced.stderr
+        assert f"session {run.parent.name} has ended (its filter is gone): nothing was changed in it" in raced.stderr
+        proc.wait(timeout=60)
+    assert not run.exists() or not [p for p in run.iterdir() if p.is_socket()], list(run.iterdir())
+    after = allow(user, scope, workspace, "web.dejima.test")
+    assert after.returncode == 2 and "no running session has" in after.stderr

@@ -96,3 +96,59 @@ def test_on_a_terminal_it_asks_and_uses_the_answer(two_sessions: tuple[Path, lis
     assert answered, output.decode(errors="replace")
     assert os.waitstatus_to_exitcode(status) == 0, output.decode(errors="replace")
     assert seen == ["bbbb2222"]
+
+
+def run_allow(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from dejima.cli.allow import main; raise SystemExit(main())", *args],
+                          cwd=workspace, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+
+
+def one_session(tmp_path: Path, session_id: str) -> tuple[Path, Path]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    directory = sessions_dir() / session_id
+    (directory / "run").mkdir(parents=True)
+    host.claim(directory, host.launcher_token())  # this test process: a live launcher
+    host.record(directory, "workspace", str(workspace))
+    return workspace, directory / "run" / "control.sock"
+
+
+def test_a_session_whose_filter_is_gone_has_ended_exit_4(tmp_path: Path) -> None:
+    workspace, control = one_session(tmp_path, "cccc3333")
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(control))  # its file stays; nothing listens on it any more, as after the filter died
+    stale.close()
+    result = run_allow(workspace, "crates.io")
+    assert result.returncode == 4, result.stderr
+    assert "session cccc3333 has ended (its filter is gone): nothing was changed in it" in result.stderr
+    assert "[session-ended]" in result.stderr
+
+
+def test_a_filter_that_goes_away_mid_exchange_means_the_session_ended(tmp_path: Path) -> None:
+    workspace, control = one_session(tmp_path, "dddd4444")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(control))
+    server.listen(1)
+
+    def hang_up() -> None:
+        client, _ = server.accept()
+        client.recv(65536)
+        client.close()  # as the filter does when its container is removed mid-answer
+
+    thread = threading.Thread(target=hang_up, daemon=True)
+    thread.start()
+    result = run_allow(workspace, "crates.io")
+    thread.join(10)
+    server.close()
+    assert result.returncode == 4 and "has ended" in result.stderr, result.stderr
+
+
+def test_help_lists_every_exit_status() -> None:
+    from dejima.cli import exit_codes
+    from dejima.cli.allow import DESCRIPTION
+    from dejima.errors import SessionEnded
+
+    assert SessionEnded("x").exit_code == exit_codes.SESSION_ENDED
+    for status in (exit_codes.SUCCESS, exit_codes.FAILURE, exit_codes.USAGE, exit_codes.SESSION_ENDED,
+                   exit_codes.DEJIMA_FAILED):
+        assert f"\n  {status} " in DESCRIPTION

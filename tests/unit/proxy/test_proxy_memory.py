@@ -1,9 +1,12 @@
-"""Three parallel 240 MiB pushes through the proxy, in a process of its own as in a launcher, with its
-memory read from the kernel: the packs stream on (each read on its way to prove a fast-forward), and
-the process's peak stays within its budget and a bounded allowance per connection, not the pushes' size."""
+"""The proxy in a process of its own, as in a launcher, its memory read from the kernel under a hostile
+session's load: three parallel 240 MiB pushes (the packs stream on, each read on its way to prove a
+fast-forward), and every connection of the budget sending bodies to an upstream that reads nothing.
+The process's peak stays within its budget and a bounded allowance per connection, whatever the
+size of what the session sends."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import socket
@@ -12,6 +15,7 @@ import sys
 import threading
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[3]
 MiB = 1024 * 1024
 PUSHES, BLOBS = 3, 240  # three pushes of 240 one-MiB blobs each
 BUDGET = 16 * MiB
-PER_CONNECTION = 2 * MiB  # what a streaming exchange may take (docs/credentials.md): reads and transport buffers
+CONNECTIONS = 64
+PER_CONNECTION = 1 * MiB  # what one connection may take (docs/credentials.md): reads and transport buffers
 SLACK = 16 * MiB  # the allocator's and the interpreter's own growth under load
 OLD = hashlib.sha1(b"the forge's feature branch").hexdigest()
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -112,11 +117,44 @@ def push_pieces(blobs: int) -> Iterator[bytes]:
     yield digest.digest()
 
 
-def chunked_push(port: int, placeholder: str, answers: list[bytes]) -> None:
-    import base64
+@dataclass
+class ProxyProcess:
+    pid: int
+    port: int
+    git_placeholder: str
+    api_placeholder: str
 
-    auth = base64.b64encode(f"x-access-token:{placeholder}".encode()).decode()
-    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+    def status_kib(self, field_name: str) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+        raise AssertionError(f"no {field_name} in /proc/{self.pid}/status")
+
+    def measure_from_here(self) -> int:
+        """Forget the peak so far (the kernel's VmHWM starts again) and give the resident size now, in bytes."""
+        Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        return self.status_kib("VmRSS") * 1024
+
+    def peak(self) -> int:
+        return self.status_kib("VmHWM") * 1024
+
+
+@contextmanager
+def proxy_process(forge: str, api: str, directory: Path) -> Iterator[ProxyProcess]:
+    process = subprocess.Popen([sys.executable, "-m", "tests.unit.proxy.proxyprocess", forge, api, str(directory),
+                                str(BUDGET), str(CONNECTIONS)], cwd=ROOT, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        port, git_placeholder, api_placeholder = process.stdout.readline().split()
+        yield ProxyProcess(process.pid, int(port), git_placeholder, api_placeholder)
+    finally:
+        process.communicate("", timeout=30)
+
+
+def chunked_push(proxy: ProxyProcess, answers: list[bytes]) -> None:
+    auth = base64.b64encode(f"x-access-token:{proxy.git_placeholder}".encode()).decode()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=120) as sock:
         sock.sendall((f"POST /r/forge-git/owner/repo.git/git-receive-pack HTTP/1.1\r\nHost: forge\r\n"
                       f"Authorization: Basic {auth}\r\nContent-Type: application/x-git-receive-pack-request\r\n"
                       "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode())
@@ -129,38 +167,64 @@ def chunked_push(port: int, placeholder: str, answers: list[bytes]) -> None:
         answers.append(data)
 
 
-def status_kib(pid: int, field_name: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field_name + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field_name} in /proc/{pid}/status")
-
-
 def test_parallel_large_pushes_stream_within_the_budget(sink: Sink, tmp_path: Path) -> None:
-    proxy = subprocess.Popen([sys.executable, "-m", "tests.unit.proxy.proxyprocess", sink.url, str(tmp_path),
-                              str(BUDGET)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proxy.stdout is not None
-        port_text, placeholder = proxy.stdout.readline().split()
-        port = int(port_text)
+    with proxy_process(sink.url, sink.url, tmp_path) as proxy:
         warm: list[bytes] = []
-        chunked_push(port, placeholder, warm)  # imports and first allocations, before the measure
+        chunked_push(proxy, warm)  # imports and first allocations, before the measure
         assert b"ok refs/heads/feature" in warm[0], warm[0][:300]
-        Path(f"/proc/{proxy.pid}/clear_refs").write_text("5")  # the peak starts again from here
-        idle = status_kib(proxy.pid, "VmRSS")
+        idle = proxy.measure_from_here()
         answers: list[bytes] = []
-        threads = [threading.Thread(target=chunked_push, args=(port, placeholder, answers)) for _ in range(PUSHES)]
+        threads = [threading.Thread(target=chunked_push, args=(proxy, answers)) for _ in range(PUSHES)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(300)
-        peak = status_kib(proxy.pid, "VmHWM")
-    finally:
-        proxy.communicate("", timeout=30)
+        growth = proxy.peak() - idle
     assert len(answers) == PUSHES and all(b"ok refs/heads/feature" in a for a in answers), [a[:200] for a in answers]
     assert sink.received[-PUSHES:] == sink.received[:1] * PUSHES and sink.received[0] > BLOBS * MiB  # all of it
-    growth = (peak - idle) * 1024
     bound = BUDGET + PUSHES * 2 * PER_CONNECTION + SLACK  # each push: its client and upstream connections
     assert growth < bound, f"the proxy grew by {growth / MiB:.0f} MiB under {PUSHES} pushes of {BLOBS} MiB"
-    print(f"proxy memory: idle {idle / 1024:.1f} MiB, peak +{growth / MiB:.1f} MiB "
+    print(f"proxy memory: idle {idle / MiB:.1f} MiB, peak +{growth / MiB:.1f} MiB "
           f"under {PUSHES} parallel pushes of {BLOBS} MiB (bound {bound / MiB:.0f} MiB)")
+
+
+def stuff(proxy: ProxyProcess, megabytes: int, sent: list[int]) -> socket.socket:
+    """A connection that sends a large body until nothing more goes in (the upstream reads nothing)."""
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+    sock.sendall((f"POST /r/api/v1/upload HTTP/1.1\r\nHost: x\r\nx-api-key: {proxy.api_placeholder}\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n").encode())
+    block = b"%x\r\n%s\r\n" % (MiB, b"x" * MiB)
+    sock.settimeout(1.0)  # a send that waits this long means every buffer on the way is full
+    total = 0
+    try:
+        for _ in range(megabytes):
+            sock.sendall(block)
+            total += MiB
+    except TimeoutError:
+        pass
+    sent.append(total)
+    return sock
+
+
+def test_every_connection_of_the_budget_stuffing_a_stalled_upstream_stays_bounded(tmp_path: Path) -> None:
+    stalled = socket.create_server(("127.0.0.1", 0), backlog=CONNECTIONS * 2)  # accepts (in the kernel), reads nothing
+    url = f"http://127.0.0.1:{stalled.getsockname()[1]}"
+    with stalled, proxy_process(url, url, tmp_path) as proxy:
+        warm: list[int] = []
+        stuff(proxy, 1, warm).close()
+        idle = proxy.measure_from_here()
+        sent: list[int] = []
+        socks: list[socket.socket] = []
+        threads = [threading.Thread(target=lambda: socks.append(stuff(proxy, 64, sent))) for _ in range(CONNECTIONS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        growth = proxy.peak() - idle
+        for sock in socks:
+            sock.close()
+    assert len(sent) == CONNECTIONS and sum(sent) < CONNECTIONS * 64 * MiB  # they were held back, not taken
+    bound = CONNECTIONS * PER_CONNECTION + SLACK
+    assert growth < bound, f"the proxy grew by {growth / MiB:.0f} MiB under {CONNECTIONS} stuffed connections"
+    print(f"proxy memory: idle {idle / MiB:.1f} MiB, peak +{growth / MiB:.1f} MiB with {CONNECTIONS} connections "
+          f"stuffing {sum(sent) / MiB:.0f} MiB toward an upstream that reads nothing (bound {bound / MiB:.0f} MiB)")
