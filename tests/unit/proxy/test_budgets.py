@@ -74,6 +74,8 @@ def test_a_flood_of_refused_requests_writes_bounded_records_and_an_exact_total(p
     # Per key and second: 10 records whole and one aggregate, in each file (one record each ~300 bytes).
     assert len(violations) <= 11 * (seconds + 2) and len(ledger) <= 11 * (seconds + 2)
     assert written < 2 * 11 * (seconds + 2) * 600, (written, seconds)
+    print(f"{FLOOD} refused requests in {seconds:.1f} s: {len(violations)} violation records and {len(ledger)} "
+          f"ledger entries, {written} bytes")
     aggregate = next(v for v in violations if "count" in v)
     assert aggregate["count"] > 10 and "decoy credential" in str(aggregate["detail"])
 
