@@ -213,6 +213,24 @@ git commit -q --amend -m rewritten
 git push -q --force origin HEAD:refs/heads/feature 2>&1; echo "PUSH-FORCE $?"
 git push -q origin HEAD:main 2>&1; echo "PUSH-MAIN $?"
 git push -q https://github.com/other/repo.git HEAD:refs/heads/x 2>&1; echo "PUSH-OTHER $?"
+python3 - <<'PY' 2>&1
+# What an agent with an HTTP client of its own tries: the same push to main, its service name encoded.
+import os, subprocess, urllib.request
+key = next(k for k in os.environ if k.startswith("GIT_CONFIG_KEY_") and os.environ[k].endswith(".extraHeader"))
+name, _, value = os.environ[key.replace("KEY", "VALUE")].partition(": ")
+rev = lambda r: subprocess.run(["git", "rev-parse", r], capture_output=True, text=True).stdout.strip()
+old, new = rev("origin/main"), rev("HEAD")
+pack = subprocess.run(["git", "pack-objects", "--stdout", "--revs", "-q"], input=f"{new}\n^{old}\n".encode(),
+                      capture_output=True).stdout
+line = f"{old} {new} refs/heads/main\0report-status\n".encode()
+request = urllib.request.Request("http://127.0.0.1:700/r/github-git/owner/repo.git/git%2Dreceive%2Dpack",
+                                 data=b"%04x" % (len(line) + 4) + line + b"0000" + pack,
+                                 headers={name: value, "Content-Type": "application/x-git-receive-pack-request"})
+try:
+    print("PUSH-ENCODED", urllib.request.urlopen(request, timeout=30).read())
+except Exception as e:
+    print("PUSH-ENCODED", e)
+PY
 env | grep -c "$0" || true
 """
 
@@ -227,6 +245,8 @@ def test_git_clones_and_pushes_through_the_proxy_and_its_push_rules_hold(
     if os.getuid() == 0:
         subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace)], check=True)
     with fake_forge(world_dir / f"forge-{os.urandom(3).hex()}") as forge:
+        bare = forge.root / "owner" / "repo.git"
+        main_before = git("rev-parse", "refs/heads/main", cwd=bare).stdout
         settings = world_dir / f"forge-{forge.url.rsplit(':', 1)[1]}.toml"
         settings.write_text(f'[credentials]\nupstreams = {{ "github-git" = "{forge.url}" }}\n')
         settings.chmod(0o644)
@@ -237,6 +257,8 @@ def test_git_clones_and_pushes_through_the_proxy_and_its_push_rules_hold(
     assert "PUSH-FORCE 1" in out and "not a fast-forward" in out, out[-3000:]
     assert "PUSH-MAIN 1" in out and "default branch" in out, out[-3000:]
     assert "PUSH-OTHER 0" not in out and "PUSH-OTHER" in out, out[-3000:]
+    assert "ng refs/heads/main pushing to the default branch (main) is not allowed" in out.split("PUSH-ENCODED")[1]
+    assert git("rev-parse", "refs/heads/main", cwd=bare).stdout == main_before  # the forge decodes; nothing moved
     assert token not in result.stdout  # the session's env held no token: grep counted 0
     assert result.stdout.strip().splitlines()[-1] == "0"
     seen = {a for a in forge.auth_seen if a}
