@@ -215,7 +215,10 @@ class PackScanner:
         self._buffer.clear()
         current.fed += len(data)
         while data and not current.stream.eof:
-            produced = current.stream.decompress(data, _INFLATE_STEP)
+            try:
+                produced = current.stream.decompress(data, _INFLATE_STEP)
+            except zlib.error as exc:
+                raise PackError(f"object {self._seen + 1} of the pack does not inflate: {exc}") from None
             data = current.stream.unconsumed_tail
             if current.keep and produced:
                 if self._reserve(len(produced)):

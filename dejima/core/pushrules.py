@@ -39,6 +39,10 @@ class PushError(ValueError):
     """A receive-pack request or pack the rules cannot read; the push is refused."""
 
 
+class PushTooLarge(PushError):
+    """A push's commands past MAX_COMMAND_BYTES."""
+
+
 @dataclass(frozen=True, slots=True)
 class PushPolicy:
     repositories: tuple[str, ...]  # repository paths on the route's upstream, e.g. "owner/repo"
@@ -75,26 +79,6 @@ class _Short(PushError):
     """The data ends before the flush that ends the section."""
 
 
-def pkt_lines(data: bytes, offset: int = 0) -> tuple[list[bytes], int]:
-    """The pkt-line payloads from ``offset`` up to a flush; returns them and the offset after the flush."""
-    lines: list[bytes] = []
-    while True:
-        size_text = data[offset:offset + 4]
-        if len(size_text) < 4:
-            raise _Short("truncated pkt-line")
-        if not re.fullmatch(rb"[0-9a-f]{4}", size_text):
-            raise PushError("malformed pkt-line")
-        size = int(size_text, 16)
-        if size == 0:
-            return lines, offset + 4
-        if size < 4:
-            raise PushError("malformed pkt-line")
-        if offset + size > len(data):
-            raise _Short("truncated pkt-line")
-        lines.append(data[offset + 4:offset + size])
-        offset += size
-
-
 def pkt(data: bytes) -> bytes:
     return b"%04x" % (len(data) + 4) + data
 
@@ -126,6 +110,15 @@ class PktReader:
     """pkt-lines from bytes that arrive in pieces, each byte parsed once; holds at most ``limit``
     unparsed bytes (a pkt-line is at most 65,520 bytes, so a larger hold is no pkt-line stream)."""
 
+    @classmethod
+    def section(cls, data: bytes) -> list[bytes]:
+        """The payloads of a whole section, up to its flush."""
+        reader, lines = cls(len(data)), []
+        reader.feed(data)
+        while (line := reader.take()) is not None:
+            lines.append(line)
+        return lines
+
     def __init__(self, limit: int) -> None:
         self._buffer = bytearray()
         self._start = 0  # parsed up to here
@@ -138,7 +131,7 @@ class PktReader:
             self._start = 0
         self._buffer += data
         if len(self._buffer) - self._start > self.limit:
-            raise PushError(f"more than {self.limit} bytes before the end of a pkt-line section")
+            raise PushTooLarge(f"more than {self.limit} bytes before the end of a pkt-line section")
 
     def take(self) -> bytes | None:
         """The next pkt-line's payload, None for a flush; raises _Short when it has not all arrived."""
@@ -193,7 +186,7 @@ class CommandReader:
             except _Short:
                 return False
             if self._reader.taken > MAX_COMMAND_BYTES:
-                raise PushError(f"push commands larger than {MAX_COMMAND_BYTES} bytes")
+                raise PushTooLarge(f"push commands larger than {MAX_COMMAND_BYTES} bytes")
             if line is not None:
                 if self.request is None:
                     self._lines.append(line)

@@ -32,6 +32,7 @@ from dejima.core.pushrules import (
     PushError,
     PushPolicy,
     PushRequest,
+    PushTooLarge,
     decide,
     needs_proof,
     report,
@@ -39,7 +40,7 @@ from dejima.core.pushrules import (
 from dejima.proxy.budget import Hold
 from dejima.proxy.exchange import Exchange, Outcome, Withheld
 from dejima.proxy.upstream import UpstreamError
-from dejima.proxy.wire import BodyCut, BodyWriter, body_pieces, plain_response
+from dejima.proxy.wire import BodyCut, BodyWriter, OverBudget, body_pieces, plain_response
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -102,8 +103,14 @@ class _Push:
                 return await self.exchange.run_whole(self.headers, commands + rest)
             credential = credential_value(route, await self.spec.source.current())
             default_ref = await self._default_branch(credential)
-        except (PushError, BodyCut, HttpError) as exc:
-            return await self._unchecked(str(exc))
+        except OverBudget as exc:
+            return await self._unchecked(exc.reason, 413, "budget-exceeded")
+        except PushTooLarge as exc:
+            return await self._unchecked(str(exc), 413)
+        except HttpError as exc:
+            return await self._unchecked(exc.reason, exc.status)
+        except (PushError, BodyCut) as exc:
+            return await self._unchecked(str(exc), 400)
         except UpstreamError as exc:
             return await self.exchange.fail(exc.status, exc.message)
         results = decide(request, default_ref, self.policy, parents=None)
@@ -120,7 +127,7 @@ class _Push:
         reader, seen = CommandReader(), []
         async for piece in pieces:
             if not self.hold.reserve(len(piece)):
-                raise PushError(self._over_budget("the push's commands"))
+                raise OverBudget(413, self._over_budget("the push's commands"))
             seen.append(piece)
             if reader.feed(piece):
                 raw = b"".join(seen)
@@ -155,37 +162,39 @@ class _Push:
                 if complete:
                     return default_ref
             raise UpstreamError(502, f"the ref advertisement of {route.upstream} ended early")
-        except PushError as exc:
-            raise UpstreamError(502, f"could not read the ref advertisement of {route.upstream}: {exc}") from None
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, HttpError, BodyCut) as exc:
+        except (PushError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, HttpError, BodyCut) as exc:
             raise UpstreamError(502, f"could not read the ref advertisement of {route.upstream}: {exc}") from None
         finally:
             conn.close()
 
-    async def _unchecked(self, why: str) -> Outcome:
+    async def _unchecked(self, why: str, status: int, kind: str = "push-refused") -> Outcome:
         message = f"push not checked: {why}"
-        self.server.violation("push-refused", self.spec.route.name, message)
-        status = 413 if "budget" in why or "larger than" in why else 400
+        self.server.violation(kind, self.spec.route.name, message)
         return await self.exchange.fail(status, message)
 
     async def _refused_before_upstream(self, request: PushRequest, results: list[tuple[str, str | None]],
                                        pieces: AsyncIterator[bytes], received: int) -> Outcome:
         """The report, once the rest of the body was read and dropped (git reads the answer only after
         sending it all); a body past the push size limit is cut instead."""
+        self.server.violation("push-refused", self.spec.route.name, _refusals(results))
         limit = self.server.config.max_push_bytes
         try:
             async for piece in pieces:
                 received += len(piece)
                 if received > limit:
-                    raise BodyCut(f"a refused push went on past {format_bytes(limit)}")
+                    return await self.exchange.fail(413, f"push refused, and larger than {format_bytes(limit)}")
         except (BodyCut, HttpError, TimeoutError) as exc:
-            self.server.violation("push-refused", self.spec.route.name, _refusals(results))
-            return await self.exchange.fail(413 if isinstance(exc, BodyCut) else 400, f"push refused: {exc}")
+            return await self.exchange.fail(400, f"push refused, and its body was cut: {exc}")
         answer, outcome = _report(request, results, received)
-        self.server.violation("push-refused", self.spec.route.name, _refusals(results))
         self.exchange.writer.write(answer)
         await self.exchange.writer.drain()
         return outcome
+
+    def _withheld(self, status: int, why: str, received: int) -> Withheld:
+        message = f"push not checked: {why}"
+        self.server.violation("push-refused", self.spec.route.name, message)
+        return Withheld(plain_response(status, "Refused", message, close=True),
+                        Outcome(status, received, error=message))
 
     async def _stream(self, upstream: asyncio.StreamWriter, commands: bytes, rest: bytes,
                       pieces: AsyncIterator[bytes], request: PushRequest, default_ref: str | None,
@@ -201,7 +210,8 @@ class _Push:
             async for data in _after(rest, pieces):
                 received += len(data)
                 if received > limit:
-                    raise PackError(f"a push larger than {format_bytes(limit)} (the push size limit)")
+                    raise self._withheld(413, f"a push larger than {format_bytes(limit)} (the push size limit)",
+                                         received)
                 if scanner is None:
                     await writer.write(data)
                     continue
@@ -213,11 +223,7 @@ class _Push:
             if scanner is not None:
                 scanner.finish()
         except PackError as exc:
-            message = f"push not checked: {exc}"
-            self.server.violation("push-refused", self.spec.route.name, message)
-            status = 413 if "limit" in str(exc) else 400
-            raise Withheld(plain_response(status, "Refused", message, close=True),
-                           Outcome(status, received, error=message)) from None
+            raise self._withheld(400, str(exc), received) from None
         if scanner is not None:
             short_of = format_bytes(self.server.budget.limit) if scanner.incomplete else ""
             results = decide(request, default_ref, self.policy, scanner.parents, short_of)
@@ -225,7 +231,6 @@ class _Push:
                 answer, outcome = _report(request, results, received)
                 self.server.violation("push-refused", self.spec.route.name, _refusals(results))
                 raise Withheld(answer, outcome)
-            self.hold.release()  # the proof is made: the kept commits go before the upstream's answer
         await writer.write(kept)
         await writer.end()
         return received

@@ -12,12 +12,12 @@ from dejima.core.pushrules import (
     AdvertisementReader,
     Command,
     CommandReader,
+    PktReader,
     PushError,
     PushPolicy,
     PushRequest,
     decide,
     pkt,
-    pkt_lines,
     report,
 )
 from tests.unit.proxy.gitworld import git
@@ -112,11 +112,11 @@ def test_decisions() -> None:
 def test_report_in_side_band_and_plain() -> None:
     results = [("refs/heads/a", "no"), ("refs/heads/b", None)]
     plain = report(results, frozenset({"report-status"}))
-    lines, _ = pkt_lines(plain)
+    lines = PktReader.section(plain)
     assert lines == [b"unpack ok\n", b"ng refs/heads/a no\n",
                      b"ng refs/heads/b not pushed: another ref of this push broke a dejima push rule\n"]
     banded = report(results, frozenset({"report-status", "side-band-64k"}))
-    packets, _ = pkt_lines(banded)
+    packets = PktReader.section(banded)
     assert packets[0] == b"\x02dejima: refs/heads/a: no\n" and packets[1] == b"\x01" + plain
 
 

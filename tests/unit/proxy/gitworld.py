@@ -138,17 +138,24 @@ class World:
     clone: Path
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    with fake_forge(tmp_path) as forge:
+@contextmanager
+def git_world(tmp: Path, **options: object) -> Iterator[World]:
+    """The world, its proxy configured with ``options`` (ProxyConfig fields)."""
+    with fake_forge(tmp) as forge:
         git_route = route("github-git", forge.url, "authorization", "Basic", "x-access-token", "github.com")
         spec = RouteSpec(git_route, fixed(TOKEN), PushPolicy(("owner/repo",)))
-        with running_proxy(tmp_path, [spec]) as proxy:
+        with running_proxy(tmp, [spec], **options) as proxy:
             env = session_git_env(proxy.port, "github-git", git_route.placeholder, "x-access-token",
                                   "https://github.example/")
-            clone = tmp_path / "work"
+            clone = tmp / "work"
             git("clone", "-q", REMOTE, str(clone), env=env)
             yield World(forge, proxy, env, clone)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    with git_world(tmp_path) as built:
+        yield built
 
 
 def commit(world: World, name: str) -> None:

@@ -5,6 +5,8 @@ the push is judged by the push rules or refused, a violation says so, and no ref
 from __future__ import annotations
 
 import base64
+import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,7 @@ from dejima.core.pushrules import FLUSH, PushPolicy, pkt
 from dejima.proxy.records import read_records
 from dejima.proxy.server import RouteSpec
 from tests.unit.proxy.fakes import fixed, raw_exchange, route, running_proxy
-from tests.unit.proxy.gitworld import TOKEN, World, commit, fake_forge, forge_refs, git
+from tests.unit.proxy.gitworld import TOKEN, World, commit, fake_forge, forge_refs, git, git_world
 
 ZERO = "0" * 40
 
@@ -161,3 +163,85 @@ def test_a_push_through_a_route_without_push_rules_is_refused(two_routes: tuple[
     assert b"403 Forbidden" in answer and b"git pushes go through the forge's git route" in answer
     assert forge_refs(forge_world.forge) == before and len(forge_world.forge.paths_seen) == seen
     assert [v["kind"] for v in read_records(forge_world.proxy.violations)] == ["push-refused"]
+
+
+def feature_update(world: World) -> tuple[str, bytes]:
+    """A pushed feature branch and a well-formed update of it (one commit on top): (old, body)."""
+    git("checkout", "-q", "-b", "feature", cwd=world.clone)
+    commit(world, "a")
+    git("push", "-q", "origin", "feature", cwd=world.clone, env=world.env)
+    old = rev(world, "HEAD")
+    commit(world, "b")
+    return old, push_body(world, old, rev(world, "HEAD"), "refs/heads/feature", old)
+
+
+@pytest.mark.parametrize("spoil, reason", [
+    (lambda body: body[:-60] + b"\x00" * 40 + body[-20:], b"does not inflate"),  # spoiled before its end
+    (lambda body: body + b"more", b"data after the end of the pack"),
+    (lambda body: body[:-21], b"the pack ended early"),
+])
+def test_a_pack_the_proxy_cannot_read_never_completes_upstream(world: World, spoil: object, reason: bytes) -> None:
+    old, body = feature_update(world)
+    before = forge_refs(world.forge)
+    answer = raw_push(world.proxy.port, "/r/github-git/owner/repo.git/git-receive-pack", spoil(body),  # type: ignore[operator]
+                      basic(world))
+    assert answer.startswith(b"HTTP/1.1 400") and reason in answer, answer[:400]
+    assert forge_refs(world.forge) == before and forge_refs(world.forge)["owner/repo.git:refs/heads/feature"] == old
+
+
+def test_a_compressed_push_is_refused(world: World) -> None:
+    import gzip
+
+    _, body = feature_update(world)
+    head = (f"POST /r/github-git/owner/repo.git/git-receive-pack HTTP/1.1\r\nHost: forge\r\n{basic(world)}\r\n"
+            f"Content-Encoding: gzip\r\nContent-Length: {len(gzip.compress(body))}\r\nConnection: close\r\n\r\n")
+    answer = raw_exchange(world.proxy.port, head.encode() + gzip.compress(body))
+    assert b"403 Forbidden" in answer and b"a compressed push body cannot be checked" in answer
+
+
+def test_push_options_pass_with_the_push(world: World) -> None:
+    git("config", "receive.advertisePushOptions", "true", cwd=world.forge.root / "owner" / "repo.git")
+    git("checkout", "-q", "-b", "topic", cwd=world.clone)
+    commit(world, "a")
+    created = git("push", "-o", "ci.skip", "origin", "topic", cwd=world.clone, env=world.env, check=False)
+    commit(world, "b")
+    updated = git("push", "-o", "ci.skip", "-o", "merge_request.create", "origin", "topic", cwd=world.clone,
+                  env=world.env, check=False)  # an update: its pack is read to prove the fast-forward
+    assert created.returncode == 0 and updated.returncode == 0, updated.stderr
+    assert forge_refs(world.forge)["owner/repo.git:refs/heads/topic"] == rev(world, "HEAD")
+
+
+@pytest.fixture
+def starved(tmp_path: Path) -> Iterator[World]:
+    """The world with a budget that holds a push's first read but not a long run of commits."""
+    with git_world(tmp_path, memory_budget=512 * 1024) as built:
+        yield built
+
+
+def test_a_push_whose_commits_outgrow_the_budget_is_refused_saying_so(starved: World) -> None:
+    git("checkout", "-q", "-b", "feature", cwd=starved.clone)
+    commit(starved, "a")
+    git("push", "-q", "origin", "feature", cwd=starved.clone, env=starved.env)
+    stream = "".join(  # ~4,000 commits on top (more than 512 KiB to keep), the first from the pushed tip
+        f"commit refs/heads/feature\ncommitter a <a@a> {n} +0000\ndata 21\ncommit number {n:07d}\n"
+        + ("from refs/heads/feature^0\n" if n == 0 else "") + "\n" for n in range(4000))
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=starved.clone, input=stream.encode(), check=True,
+                   capture_output=True, timeout=60)
+    git("reset", "-q", "--hard", "feature", cwd=starved.clone)
+    before = forge_refs(starved.forge)
+    result = git("push", "origin", "feature", cwd=starved.clone, env=starved.env, check=False)
+    assert result.returncode != 0 and "carried more commits than dejima keeps to prove it (512 KiB)" in result.stderr
+    assert forge_refs(starved.forge) == before
+
+
+def test_a_push_past_the_size_limit_never_completes_upstream(tmp_path: Path) -> None:
+    with git_world(tmp_path, max_push_bytes=256 * 1024) as small:
+        old, _ = feature_update(small)
+        (small.clone / "blob").write_bytes(os.urandom(512 * 1024))
+        git("add", "blob", cwd=small.clone)
+        git("commit", "-q", "-m", "big", cwd=small.clone)
+        before = forge_refs(small.forge)
+        result = git("push", "origin", "feature", cwd=small.clone, env=small.env, check=False)
+        assert result.returncode != 0
+        assert forge_refs(small.forge) == before and before["owner/repo.git:refs/heads/feature"] == old
+        assert "a push larger than 256 KiB" in json.dumps(read_records(small.proxy.violations))
