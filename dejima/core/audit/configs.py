@@ -9,6 +9,7 @@ from functools import lru_cache
 
 from dejima.core.audit.catalogue import CONTEXT, KEY_RULE_TITLES, PATH_RULES, KeyRule, PathRule
 from dejima.core.audit.globs import GlobIndex
+from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import MOUNT_KINDS, Finding, View, finding, in_dependency_tree, rank
 from dejima.core.audit.values import VALUE_TESTS
 from dejima.core.configfiles import ConfigParseError, parse_config
@@ -78,17 +79,18 @@ def parse(fmt: str, data: bytes) -> dict[str, str]:
     return parse_config(fmt, data)
 
 
-@lru_cache(maxsize=4096)
-def _key_pattern(pattern: str) -> re.Pattern[str]:
-    return re.compile(re.escape(pattern.lower()).replace(r"\*", ".*") + r"\Z", re.DOTALL)
+@lru_cache(maxsize=None)
+def _key_patterns(patterns: tuple[str, ...]) -> PatternSet:
+    """A rule's key globs ('*' crosses dots), matched together against a whole key in one pass."""
+    return PatternSet(["(?s)" + re.escape(p.lower()).replace(r"\*", ".*") for p in patterns], anchored=True)
 
 
 def _match_key(rule: PathRule, key: str, value: str, view: View, base_dir: str) -> KeyRule | None:
     # VS Code language blocks ("[python]": {...}) hold the same settings as the top level.
     lowered = re.sub(r"^\[[^\]]*\]\.", "", key.lower())
-    for key_rule in rule.keys:
-        if _key_pattern(key_rule.pattern).match(lowered) and (
-                not key_rule.when or VALUE_TESTS[key_rule.when](value, view, base_dir)):
+    for index in _key_patterns(tuple(k.pattern for k in rule.keys)).matching(encoded(lowered)):
+        key_rule = rule.keys[index]
+        if not key_rule.when or VALUE_TESTS[key_rule.when](value, view, base_dir):
             return key_rule
     return None
 

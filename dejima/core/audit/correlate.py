@@ -5,47 +5,20 @@ C3  a hiding primitive (git excludes, .gitignore, showUntrackedFiles=no, index f
     covers a flagged path: the flagged finding goes up a level, the hider is reported high.
 C4  a config value points at a file this session wrote: up a level, and that file is listed.
 C8  an agent instruction file's new text names another flagged file: that file goes up a level.
-Signals: fetch-and-run, encoded payloads, raw sockets, credential paths, environment dumps,
-exfiltration hosts, backgrounding, invisible characters, "do not tell the user".
+Content signals (dejima.core.audit.signals) raise a finding whose new text holds one.
 """
 
 from __future__ import annotations
 
-import re
 from fnmatch import fnmatchcase
 
 from dejima.core.audit.git import index_hidden
 from dejima.core.audit.model import Finding, View, finding, rank
-from dejima.core.audit.names import invisible_in_text
+from dejima.core.audit.signals import content_signals
 from dejima.core.audit.values import referenced_changes
 
-SIGNALS = (
-    ("fetches and runs code", r"(curl|wget|fetch|Invoke-WebRequest|iwr)\b[^\n]*\|\s*(ba|z|da|k)?sh\b|"
-     r"(curl|wget)\b[^\n]*\|\s*(python|node|perl|ruby)|\$\((curl|wget)\b|\biex\b|python3? -c|node -e|\beval\b"),
-    ("an encoded payload", r"[A-Za-z0-9+/]{200,}={0,2}|base64 (-d|--decode)|\batob\(|FromBase64String|"
-     r"(\\x[0-9a-fA-F]{2}){40,}"),
-    ("a raw socket", r"/dev/(tcp|udp)/|\bnc(at)?\b[^\n]*\s-(e|c)\b|socat\b[^\n]*exec:"),
-    ("a credential path", r"~/\.ssh|\.ssh/id_|\.aws/credentials|~/\.aws|\.config/gh|\.git-credentials|"
-     r"\.pypirc|\.docker/config\.json|\.kube/config|Keychains|\.netrc"),
-    ("an environment dump", r"\bprintenv\b|\benv\s*[|>]|process\.env\s*\)|JSON\.stringify\(\s*process\.env|"
-     r"os\.environ\s*\)|\$\{\{\s*secrets\.[^}]*\}\}[^\n]*https?://|https?://[^\n]*\$\{\{\s*secrets\."),
-    ("an exfiltration host", r"pastebin\.|transfer\.sh|webhook\.site|requestbin|pipedream\.net|ngrok|"
-     r"trycloudflare|discord(app)?\.com/api/webhooks|hooks\.slack\.com|interact\.sh|\.oast\.|burpcollaborator|"
-     r"https?://\d{1,3}(\.\d{1,3}){3}"),
-    ("a detached background process", r"\bnohup\b|\bdisown\b|\bsetsid\b|&\s*$"),
-    ("hidden instructions", r"(?i)(do not|don't|never)\s+(tell|inform|mention|reveal|show)\b[^\n]{0,40}"
-     r"\b(user|human|anyone)|ignore (all )?(previous|prior|above) instructions"),
-)
-_SIGNALS = tuple((name, re.compile(pattern, re.MULTILINE)) for name, pattern in SIGNALS)
 _INSTRUCTIONS = ("A06",)
 _NOT_HIDDEN = ("G20", "B07", "B10", "B11", "M01")
-
-
-def content_signals(text: str) -> list[str]:
-    found = [name for name, pattern in _SIGNALS if pattern.search(text)]
-    if invisible_in_text(text):
-        found.append("invisible characters")
-    return found
 
 
 def _signals(item: Finding, view: View) -> Finding:

@@ -15,20 +15,26 @@ from collections.abc import Callable
 from functools import partial
 
 from dejima.core.audit.configs import rules_for, rules_for_folded
+from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import Finding, View, finding
 
 # Bidi controls, zero-width and other default-ignorable code points, variation selectors, tags.
-INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-                       "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U0001bca0-\U0001bca3\U000e0000-\U000e0fff]")
+_INVISIBLE_RANGES = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+                     (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0x1BCA0, 0x1BCA3), (0xE0000, 0xE0FFF))
+INVISIBLE = re.compile("[" + "".join(f"{chr(low)}-{chr(high)}" for low, high in _INVISIBLE_RANGES) + "]")
 BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _WINDOWS_RESERVED = re.compile(r"(?i)^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$")
 _GIT_NAMES = {".git": ".git", ".gitmodules": ".gitmodules", ".github": ".github"}
 _SHORT_NAMES = ((re.compile(r"^git~\d+$"), ".git"), (re.compile(r"^gitmod~\d+$"), ".gitmodules"),
                 (re.compile(r"^github~\d+$"), ".github"))
-# Emoji sequences join with U+200D and take U+FE0F; next to a pictograph they are not a trick.
-_EMOJI_JOINERS = re.compile("(?<=[\u2190-\u2bff\U0001f000-\U0001faff])[\u200d\ufe0f]|[\u200d\ufe0f]"
-                            "(?=[\u2190-\u2bff\U0001f000-\U0001faff])")
+_INVISIBLE_CHARS = frozenset(chr(code) for low, high in _INVISIBLE_RANGES for code in range(low, high + 1))
+# Emoji sequences join with U+200D and take U+FE0F; next to a pictograph they are not a trick. One
+# that has no pictograph on either side is (searched with RE2: linear whatever the text).
+_PICTOGRAPHS = "\u2190-\u2bff\U0001f000-\U0001faff"
+_JOINERS = ("\u200d", "\ufe0f")
+_LONE_JOINERS = PatternSet([f"(?:^|[^{_PICTOGRAPHS}]){joiner}(?:[^{_PICTOGRAPHS}]|$)" for joiner in _JOINERS])
 
 
 def normalize(name: str) -> str:
@@ -41,7 +47,13 @@ def normalize(name: str) -> str:
 
 def invisible_in_text(text: str) -> list[str]:
     """Invisible or bidi code points in text (emoji joiners excepted), as U+XXXX."""
-    return sorted({f"U+{ord(ch):04X}" for ch in INVISIBLE.findall(_EMOJI_JOINERS.sub("", text))})
+    if text.isascii():
+        return []
+    found = _INVISIBLE_CHARS.intersection(text)
+    if found.intersection(_JOINERS):
+        lone = {_JOINERS[index] for index in _LONE_JOINERS.matching(encoded(text))}
+        found = found.difference(j for j in _JOINERS if j not in lone)
+    return sorted(f"U+{ord(ch):04X}" for ch in found)
 
 
 def _odd_name(name: str) -> str | None:
