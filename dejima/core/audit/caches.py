@@ -11,6 +11,7 @@ none.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from dejima.core.audit.model import Finding, View, finding
@@ -42,10 +43,43 @@ HOME_CACHES = (
     (r"\.bundle/cache/.+\.gem", False, "bundler installs it"),
 )
 _HOME = tuple((re.compile(f"^({pattern})(/|$)"), inside, what) for pattern, inside, what in HOME_CACHES)
+# The directories the tools own whole (their indexes, locks and temporary files too): judged by the
+# rules above, never file by file (uv's lock files are 0666, its archive names may start with '-',
+# its cache hard-links into every environment; npm, cargo and pnpm do the like).
+HOME_CACHE_ROOTS = (".cargo/registry", ".cargo/git", ".cache/pip", ".cache/uv", ".cache/pypoetry", ".npm",
+                    ".cache/yarn", ".yarn/berry/cache", "go/pkg/mod", ".cache/go-build", ".m2/repository",
+                    ".m2/wrapper", ".gradle/caches", ".gradle/wrapper", ".gem", ".bundle/cache",
+                    ".local/share/pnpm/store")
+_CACHE_ROOT = re.compile("^(?:" + "|".join(re.escape(root) for root in HOME_CACHE_ROOTS) + ")(?:/|$)")
 # Go's build cache names each output by the SHA-256 of its content: one that no longer matches was
 # written by something other than go (go touches the files' times, which is why they move).
 _GO_BUILD = re.compile(r"^\.cache/go-build/[0-9a-f]{2}/([0-9a-f]{64})-d$")
 _LISTED = 3
+# Entries named by the hash of their content (npm's cacache, pnpm's store): one whose bytes still
+# hash to its name is what the tool would fetch again, whatever rewrote it (npm rewrites the
+# registry's metadata it caches at every install). One that does not was written by something else.
+_CONTENT_ADDRESSED = (
+    re.compile(r"^\.npm/_cacache/content-v2/(?P<algorithm>sha512|sha384|sha256|sha1)/(?P<a>[0-9a-f]{2})/"
+               r"(?P<b>[0-9a-f]{2})/(?P<rest>[0-9a-f]{36,124})$"),
+    re.compile(r"^\.local/share/pnpm/store/v\d+/files/(?P<a>[0-9a-f]{2})/(?P<rest>[0-9a-f]{126})(?:-exec)?$"),
+)
+
+
+def in_package_cache(path: str, kind: str) -> bool:
+    """Inside a package cache: a cache mount, or a tool's cache directory in the session's home."""
+    return kind == "cache" or (kind == "home" and _CACHE_ROOT.match(path) is not None)
+
+
+def content_intact(path: str, view: View) -> bool | None:
+    """Whether a content-addressed entry's bytes hash to its name; None when its name is no address."""
+    for pattern in _CONTENT_ADDRESSED:
+        match = pattern.match(path)
+        if match:
+            parts = match.groupdict()
+            address = (parts["a"] + (parts.get("b") or "") + parts["rest"])
+            data = view.data(path)
+            return data is not None and hashlib.new(parts.get("algorithm") or "sha512", data).hexdigest() == address
+    return None
 
 
 def _tampered(change: Change, entry_existed: bool, inside: bool) -> bool:
@@ -89,7 +123,7 @@ def home_cache_findings(view: View) -> list[Finding]:
                 tampered = change.before is not None and _tampered(change, True, False)
             else:
                 tampered = _tampered(change, entry in view.before, inside)
-            if tampered:
+            if tampered and not content_intact(change.path, view):
                 entries.setdefault(entry, (what, []))[1].append(change)
         elif _go_build(change):
             entries.setdefault(change.path, ("go links it into the next build", []))[1].append(change)

@@ -122,4 +122,5 @@ def correlate(found: list[Finding], view: View) -> list[Finding]:
     found = _referenced(found, view)
     found = _instructions(found, view)
     found = [_signals(item, view) for item in found]
-    return _hiders(found, view)
+    # Only a workspace is looked at with `git status` (a tool's cache writes a .gitignore of its own).
+    return _hiders(found, view) if view.kind == "workspace" else found

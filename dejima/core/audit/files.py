@@ -48,11 +48,15 @@ def _link(path: str, change: Change, view: View) -> list[Finding]:
     return found
 
 
-def _hard_link(path: str, new: Entry, view: View) -> list[Finding]:
+def _hard_link(path: str, new: Entry, view: View, in_a_tree: bool = False) -> list[Finding]:
+    """``in_a_tree``: the path is in a dependency tree, an environment or a package cache, whose
+    managers hard-link files among them (uv, pnpm): only a link with a watched place counts there."""
     others = [p for p in view.by_inode.get(new.inode, ()) if p != path]
     if watched_place(path, view.kind):
         return []  # reported from the other name, which names both
     watched = [p for p in others if watched_place(p, view.kind)]
+    if in_a_tree and not watched:
+        return []
     outside = new.nlink - 1 - len(others)
     where = ", ".join(others) + (f" and {outside} name(s) outside the tree" if outside > 0 else "")
     if watched:
@@ -130,15 +134,19 @@ def file_findings(view: View) -> list[Finding]:
         if new is None:
             continue
         found.extend(_privilege(path, change))
+        linked = change.before is None or change.before.nlink < new.nlink or change.what in ("added", "type")
+        hard_linked = new.kind == "file" and new.nlink > 1 and linked and not path.startswith(".git/objects/")
         if in_tree(path, view):
-            continue  # a dependency tree or environment is reported whole, to reinstall (trees.py)
+            # Reported whole, to reinstall (trees.py, caches.py); a hard link with a watched place is still ours.
+            if hard_linked:
+                found.extend(_hard_link(path, new, view, in_a_tree=True))
+            continue
         found.extend(_metadata(path, change))
         if new.kind == "symlink" and change.what in ("added", "type", "link-target") and new.target is not None:
             found.extend(_link(path, change, view))
         if new.kind == "file" and change.what in ("added", "modified", "type"):
             found.extend(_content(path, change, view))
-        linked = change.before is None or change.before.nlink < new.nlink or change.what in ("added", "type")
-        if new.kind == "file" and new.nlink > 1 and linked and not path.startswith(".git/objects/"):
+        if hard_linked:
             found.extend(_hard_link(path, new, view))
         if change.what == "added" and not deep_reported and path.count("/") >= _DEEP:
             deep_reported = True

@@ -17,6 +17,7 @@ from functools import partial
 from dejima.core.audit.configs import rules_for, rules_for_folded
 from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import Finding, View, finding
+from dejima.core.audit.trees import in_tree
 
 # Bidi controls, zero-width and other default-ignorable code points, variation selectors, tags.
 _INVISIBLE_RANGES = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
@@ -122,6 +123,6 @@ def name_findings(view: View) -> list[Finding]:
                 rules_for_folded(normalized, view.kind):
             found.append(finding("F08", "critical", path, f"the name is {normalized!r} on a case-insensitive "
                                  "filesystem, a place tools run code from", value, remedy="restore"))
-        elif reason:
+        elif reason and not in_tree(path, view):  # a tree's or a cache's names are its tool's (uv's start with '-')
             found.append(finding("F08", "medium", path, f"the name {reason}", value, remedy="restore"))
     return found

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from dejima.core.audit.caches import cache_mount_findings, home_cache_findings
+from dejima.core.audit.caches import cache_mount_findings, home_cache_findings, in_package_cache
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.snapshot import Change
 
@@ -19,6 +19,10 @@ _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/bin/acti
                       r"/pip\.conf)$")
 _PTH_CODE = re.compile(r"^\s*import[\s\t]", re.MULTILINE)
 _PYC = re.compile(r"(?:^|/)__pycache__/[^/]+\.pyc$|\.pyc$")
+# What the package managers write in a tree's top directory at every install, in place: their record
+# of what they installed (npm's hidden lockfile, yarn's and pnpm's state). Rewriting it is an install.
+_TOOL_STATE = frozenset({".package-lock.json", ".yarn-integrity", ".yarn-state.yml", ".modules.yaml",
+                         ".pnpm-workspace-state.json", ".pnpm-workspace-state-v1.json"})
 _LISTED = 5
 
 
@@ -76,7 +80,8 @@ def _dependencies(view: View) -> list[Finding]:
     for root, changes in _group(view, _dependency_root).items():
         if environment_root(root + "/x", view) is not None:
             continue
-        tampered = [c.path for c in changes if _in_place(c, view)]
+        tampered = [c.path for c in changes if _in_place(c, view) and c.path[len(root) + 1:] not in _TOOL_STATE
+                    and c.path != f"{root}/.pnpm/lock.yaml"]
         paths = sorted({c.path for c in changes})
         if tampered:
             found.append(finding("B07", "high", root, f"{len(tampered)} installed file(s) modified in place: "
@@ -90,14 +95,19 @@ def _dependencies(view: View) -> list[Finding]:
 
 
 def _environments(view: View) -> list[Finding]:
+    """Python environments: one finding each, and the start-up files changed in one that was there.
+    In the session's home (the workflows put uv's and poetry's environments there) only sessions run
+    them, inside the boundary: an ordinary install is low, start-up code medium."""
+    home = view.kind == "home"
     found = []
     for root, changes in _group(view, lambda path: environment_root(path, view)).items():
         if f"{root}/pyvenv.cfg" not in view.before and root not in view.before:
             # Created in the session: all of it is new, its start-up files included (uv sync, venv).
             paths = sorted({c.path for c in changes})
-            found.append(finding("B10", "high", root, f"a Python environment created in the session ({len(paths)} "
-                                 "entries); its start-up files (.pth, activate) run code: recreate it on the host",
-                                 _fingerprint_value(changes), remedy="reinstall"))
+            where = "the session's home: sessions run it, the host does not" if home else \
+                "the session; its start-up files (.pth, activate) run code: recreate it on the host"
+            found.append(finding("B10", "low" if home else "high", root, f"a Python environment created in {where} "
+                                 f"({len(paths)} entries)", _fingerprint_value(changes), remedy="reinstall"))
             continue
         rest = []
         for change in changes:
@@ -106,14 +116,14 @@ def _environments(view: View) -> list[Finding]:
                 if change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or ""):
                     rest.append(change)
                     continue
-                found.append(finding("B10", "critical", change.path, "runs at every start of this Python "
-                                     f"environment ({change.what})", new.sha256 or "", remedy="reinstall"))
+                found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
+                                     f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
             else:
                 rest.append(change)
         if rest:
             paths = sorted({c.path for c in rest})
-            found.append(finding("B10", "high", root, f"Python environment changed ({len(paths)} entries: "
-                                 f"{_summary(paths)}); recreate it on the host", _fingerprint_value(rest),
+            found.append(finding("B10", "low" if home else "high", root, f"Python environment changed ({len(paths)} "
+                                 f"entries: {_summary(paths)}); recreate it on the host", _fingerprint_value(rest),
                                  remedy="reinstall"))
     return found
 
@@ -136,10 +146,11 @@ def tree_findings(view: View) -> list[Finding]:
     if view.kind == "cache":
         return cache_mount_findings(view)
     if view.kind == "home":
-        return home_cache_findings(view)
+        return [*home_cache_findings(view), *_environments(view)]
     return [*_dependencies(view), *_environments(view), *_bytecode(view)]
 
 
 def in_tree(path: str, view: View) -> bool:
-    """Inside a dependency tree or a Python environment (their own rules above cover it)."""
-    return bool(_DEPENDENCIES.match(path)) or environment_root(path, view) is not None
+    """Inside a dependency tree, a Python environment or a package cache (their own rules cover it)."""
+    return bool(_DEPENDENCIES.match(path)) or in_package_cache(path, view.kind) or \
+        environment_root(path, view) is not None
