@@ -1,0 +1,79 @@
+"""Real installs in real sessions, each run twice on the same project (warm caches in the session
+home the second time), as an agent installs dependencies first thing and again every day: npm
+against the npm registry (72 packages), uv sync against PyPI (15 packages), cargo offline. Each
+session exits 0 (the second one starts: nothing critical was left), and each leaves at most one
+finding per tree, none above medium.
+
+The registries resolve, on these machines, into a reserved range the resolver refuses by default:
+the settings allow the range the host resolves them to ([network] answer_networks), as a person
+installing real packages here would.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.world import User, run_dejima
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "installs"
+RUNS = {
+    "npm": ("registry.npmjs.org", "npm install --no-audit --no-fund --loglevel=error && "
+                                  "node -e \"require('express'); console.log('installed')\""),
+    "uv": ("pypi.org", "uv sync --quiet && uv run python -c \"import requests, rich; print('installed')\""),
+    "cargo": (None, "cargo build --offline --quiet && ./target/debug/offline && echo installed"),
+}
+SEVERITIES = ("info", "low", "medium", "high", "critical")
+
+
+def settings_for(world_dir: Path, host: str | None) -> Path:
+    """Settings that let the registry's answers through when the host resolves it into a range
+    the resolver refuses by default."""
+    lines = ["[network]"]
+    if host is not None:
+        address = ipaddress.ip_address(socket.gethostbyname(host))
+        if not address.is_global:
+            lines.append(f'answer_networks = ["{ipaddress.ip_network(f"{address}/24", strict=False)}"]')
+    path = world_dir / f"installs-{host or 'offline'}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o644)
+    return path
+
+
+def findings(user: User, scope: str, workspace: Path) -> list[dict[str, object]]:
+    result = subprocess.run([user.python, "-c", "import sys; from dejima.cli.audit import main; sys.exit(main())",
+                             "list", "--all", "--json", "--workspace", str(workspace)],
+                            env=user.env(scope), capture_output=True, text=True, timeout=60, cwd=str(workspace),
+                            stdin=subprocess.DEVNULL, **user.popen_kwargs())  # type: ignore[arg-type]
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("project", sorted(RUNS))
+def test_a_real_install_twice_leaves_one_quiet_finding_per_tree(user: User, scope: str, workspace: Path,
+                                                               world_dir: Path, project: str) -> None:
+    host, command = RUNS[project]
+    for item in (DATA / project).iterdir():
+        (shutil.copytree if item.is_dir() else shutil.copy)(item, workspace / item.name)
+    if os.getuid() == 0:
+        subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace)], check=True)
+    settings = settings_for(world_dir, host)
+    seen: list[dict[str, object]] = []
+    for run in (1, 2):
+        result = run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", command, timeout=900,
+                            DEJIMA_SETTINGS=str(settings))
+        assert result.returncode == 0 and "installed" in result.stdout, (run, result.stdout[-2000:],
+                                                                         result.stderr[-3000:])
+        left = [f for f in findings(user, scope, workspace) if f not in seen]
+        seen += left
+        shown = [(f["rule"], f["severity"], f["mount"], f["path"]) for f in left]
+        assert all(SEVERITIES.index(str(f["severity"])) <= SEVERITIES.index("medium") for f in left), (run, shown)
+        trees = [(f["mount"], f["path"]) for f in left]
+        assert len(trees) == len(set(trees)) and len(left) <= 2, (run, shown)  # a tree in each of two mounts, at most
