@@ -1,6 +1,6 @@
 """Every benchmark in one command: `bench/run` (or `python -m bench` from the repository root).
 
-    bench/run [--quick] [--only start,small,dns,audit,grants,proxy] [--out DIR]
+    bench/run [--quick] [--only start,small,dns,audit,installs,grants,proxy] [--out DIR]
 
 Prints one table (measurement, dejima, anchor, ratio, goal, pass/fail), writes DIR/results.json
 (every sample, the load before and after each measurement, versions) and DIR/latency.png,
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import audit, dns, grants, proxy, small, start
+from bench import audit, dns, grants, installs, proxy, small, start
 from bench.common import REPO, Row, bench_env, docker, write_json
 
 # Goals whose benchmarks land with their features show in the table as pending (common.pending).
@@ -31,7 +31,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="bench/run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer runs and a 20k-file tree: a smoke run")
-    parser.add_argument("--only", default="start,small,dns,audit,grants,proxy", help="comma-separated benchmarks")
+    parser.add_argument("--only", default="start,small,dns,audit,installs,grants,proxy",
+                        help="comma-separated benchmarks")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"), help="where results.json and PNGs go")
     args = parser.parse_args()
     chosen = set(args.only.split(","))
@@ -58,6 +59,8 @@ def main() -> int:
             rows += grants.run(env, 4 if args.quick else 10)
     if "audit" in chosen:
         rows += audit.run(20_000 if args.quick else 100_000, 3 if args.quick else 5)
+    if "installs" in chosen:
+        rows += installs.run(2 if args.quick else 5)
     if "proxy" in chosen:
         rows += proxy.run(args.quick)
     rows += PENDING

@@ -44,15 +44,20 @@ def envrc_sources(envrc: str, text: str) -> list[str]:
 
 def _envrcs(view: View) -> list[str]:
     """The .envrc files (at the start) of the directories above each changed path: the ones that
-    can load it (they mostly load files beside or below them)."""
+    can load it (they mostly load files beside or below them). Each directory is asked once."""
     found: dict[str, None] = {}
+    seen: set[str] = set()
     for path in view.changed:
-        parts = path.split("/")
-        for depth in range(len(parts)):
-            envrc = "/".join([*parts[:depth], ".envrc"])
+        directory = path.rpartition("/")[0]
+        while directory not in seen:
+            seen.add(directory)
+            envrc = f"{directory}/.envrc" if directory else ".envrc"
             entry = view.before.get(envrc)
             if entry is not None and entry.kind == "file":
                 found[envrc] = None
+            if not directory:
+                break
+            directory = directory.rpartition("/")[0]
     return list(found)
 
 

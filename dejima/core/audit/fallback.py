@@ -17,8 +17,11 @@ def _in_dot_directory(path: str) -> bool:
     return any(part.startswith(".") and part not in (".", "..") for part in path.split("/")[:-1])
 
 
+_INERT = re.compile("(?:^|/)(?:" + "|".join(re.escape(directory) for directory in INERT_DIRS) + ")")
+
+
 def _inert(path: str) -> bool:
-    return any(f"/{directory}" in f"/{path}" for directory in INERT_DIRS)
+    return _INERT.search(path) is not None
 
 
 def fallback_findings(view: View, found: list[Finding]) -> list[Finding]:

@@ -57,12 +57,20 @@ def _is_bare_repo(directory: str, snapshot: Snapshot) -> bool:
 
 
 def _in_bare_repo(path: str, view: View) -> GitPath | None:
-    parts = path.split("/")
-    for depth in range(len(parts) - 1, 0, -1):
-        directory = "/".join(parts[:depth])
-        if _is_bare_repo(directory, view.after):
-            return GitPath(directory, "/".join(parts[depth:]))
-    return None
+    repository = _bare_above(path.rpartition("/")[0], view)
+    return GitPath(repository, path[len(repository) + 1:]) if repository else None
+
+
+def _bare_above(directory: str, view: View) -> str:
+    """The bare repository ``directory`` is or lies in ("" for none; the mount's root is not asked),
+    each directory asked once per audit (a tree of thousands of files has far fewer directories)."""
+    memo: dict[str, str] = view.memo.setdefault("bare-above", {})  # type: ignore[assignment]
+    if not directory:
+        return ""
+    if directory not in memo:
+        memo[directory] = directory if _is_bare_repo(directory, view.after) else \
+            _bare_above(directory.rpartition("/")[0], view)
+    return memo[directory]
 
 
 def _housekeeping(inner: str) -> bool:

@@ -91,7 +91,8 @@ def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
         elif new.kind == "file" and "/" not in relative and not relative.startswith(".") and \
                 relative not in _TOP_LEVEL_ALLOWED:
             found.append(f"{path}: a file in node_modules that no package puts there")
-        elif new.kind == "file" and path.endswith("/package.json") and change.what in ("added", "modified"):
+        elif new.kind == "file" and change.what in ("added", "modified") and path.endswith("/package.json") and \
+                f"{_package_directory(path)}/package.json" == path:  # a package's own, not a test fixture's
             found.extend(_manifest(tree, path, view, lock))
         elif new.kind == "file" and change.what == "added" and _in_kept_package(path, view):
             found.append(f"{path}: a file added to an installed package that was not installed again")

@@ -117,12 +117,14 @@ def name_findings(view: View) -> list[Finding]:
         if alias in _GIT_NAMES and name != alias:
             found.append(finding("G25", "critical", path, f"{name!r} is {alias} on a case-insensitive or Windows "
                                  "filesystem", value, remedy="restore"))
+        if in_tree(path, view):
+            continue  # a tree's or a cache's names are its tool's (uv's start with '-'); no tool reads config there
         reason = _odd_name(name) or _collision(path, name, view)
         normalized = "/".join(normalize(part) for part in path.split("/"))
         if normalized != path and change.after.kind == "file" and not rules_for(path, view.kind) and \
                 rules_for_folded(normalized, view.kind):
             found.append(finding("F08", "critical", path, f"the name is {normalized!r} on a case-insensitive "
                                  "filesystem, a place tools run code from", value, remedy="restore"))
-        elif reason and not in_tree(path, view):  # a tree's or a cache's names are its tool's (uv's start with '-')
+        elif reason:
             found.append(finding("F08", "medium", path, f"the name {reason}", value, remedy="restore"))
     return found

@@ -51,12 +51,20 @@ def environment_root(path: str, view: View) -> str | None:
     match = _ENVIRONMENT.match(path)
     if match:
         return match.group(1)
-    parts = path.split("/")
-    for depth in range(1, len(parts)):
-        root = "/".join(parts[:depth])
-        if f"{root}/pyvenv.cfg" in view.after or f"{root}/pyvenv.cfg" in view.before:
-            return root
-    return None
+    return _environment_of(path.rpartition("/")[0], view)
+
+
+def _environment_of(directory: str, view: View) -> str | None:
+    """The outermost directory with a pyvenv.cfg that ``directory`` is or lies in, each directory
+    asked once per audit (a tree of thousands of files has far fewer directories)."""
+    memo: dict[str, str | None] = view.memo.setdefault("environment-of", {})  # type: ignore[assignment]
+    if not directory:
+        return None
+    if directory not in memo:
+        outer = _environment_of(directory.rpartition("/")[0], view)
+        config = f"{directory}/pyvenv.cfg"
+        memo[directory] = outer or (directory if config in view.after or config in view.before else None)
+    return memo[directory]
 
 
 def _group(view: View, root_of: Callable[[str], str | None]) -> dict[str, list[Change]]:
