@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import io
 import itertools
-import os
 import random
 import shutil
 import statistics
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Row, load, median  # noqa: E402
+from bench.common import Row, audit_workdir, load, median  # noqa: E402
 from dejima.adapters.findings import FindingStore  # noqa: E402
 from dejima.adapters.mount_state import load_snapshot  # noqa: E402
 from dejima.core.snapshot import diff  # noqa: E402
@@ -121,67 +120,61 @@ def modify(root: Path, files: int) -> Counter[str]:
 
 def run(files: int, runs: int) -> list[Row]:
     """The rows bench/run shows; raises when the audit does not find exactly the changes made."""
-    work = Path(tempfile.mkdtemp(prefix="dejima-audit-bench-"))
-    root, saved_state = work / "repo", os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(work / "state")  # the audit's state and findings: the bench's own
+    with audit_workdir("dejima-audit-bench-") as (work, store):
+        return _run(work, store, files, runs)
+
+
+def _run(work: Path, store: FindingStore, files: int, runs: int) -> list[Row]:
+    root = work / "repo"
     sessions = itertools.count()
-    store = FindingStore()
-    try:
-        size = generate(root, files)
-        before = load()
-        first: Marks = [time.perf_counter()]
-        end_session("first", start_session(root, "first", first), store, first)  # walks in full
-        current: list[list[MountState]] = []
+    size = generate(root, files)
+    before = load()
+    first: Marks = [time.perf_counter()]
+    end_session("first", start_session(root, "first", first), store, first)  # walks in full
+    current: list[list[MountState]] = []
 
-        def cycle(marks: Marks) -> None:  # alternated, so that a machine changing speed slows both
-            session = f"s{next(sessions)}"
-            git_status(root, marks)
-            states = start_session(root, session, marks)
-            for state in states:  # what the session's own run leaves time for: its trusted entries loaded
-                state.join()
-            marks.append(time.perf_counter())  # a lap of its own, untimed: not git status's
-            git_status(root, marks)
-            end_session(session, states, store, marks)
-            current[:] = [states]
+    def cycle(marks: Marks) -> None:  # alternated, so that a machine changing speed slows both
+        session = f"s{next(sessions)}"
+        git_status(root, marks)
+        states = start_session(root, session, marks)
+        for state in states:  # what the session's own run leaves time for: its trusted entries loaded
+            state.join()
+        marks.append(time.perf_counter())  # a lap of its own, untimed: not git status's
+        git_status(root, marks)
+        end_session(session, states, store, marks)
+        current[:] = [states]
 
-        untouched = medians(cycle, runs, raw=True)
-        captured = current[0]
-        expected = modify(root, files)
+    untouched = medians(cycle, runs, raw=True)
+    captured = current[0]
+    expected = modify(root, files)
 
-        def changed(marks: Marks) -> None:
-            git_status(root, marks)
-            end_session(f"c{next(sessions)}", captured, store, marks)
+    def changed(marks: Marks) -> None:
+        git_status(root, marks)
+        end_session(f"c{next(sessions)}", captured, store, marks)
 
-        touched = medians(changed, runs, raw=True)
-        _, after = audit_mount(captured[0])
-        found = Counter(change.what for change in diff(captured[0].snapshot, after))
-        if found != expected:
-            raise RuntimeError(f"the audit found {dict(found)}, expected {dict(expected)}")
-        loaded = load_alone(next((work / "state").rglob("base-*.snapshot")), runs)
-        tree = f"{files} files, {size / 1e6:.0f} MB + .git (packed)"
-        loads, unit, anchor_name = [before, load()], "ms", "git status --porcelain"
-        return [
-            Row(f"audit: start snapshot, {files // 1000}k files", dejima=median(untouched[1]),
-                anchor=median(untouched[0]), goal=1.5, samples={"dejima": untouched[1], "anchor": untouched[0]},
-                note=f"{tree}; start state saved; the previous session's audit left its state (a first start "
-                     f"walks in full: {(first[1] - first[0]) * 1000:.0f} ms); the entries it trusts load during "
-                     f"the session (~{loaded:.0f} ms of one core)", unit=unit, anchor_name=anchor_name, load=loads),
-            Row(f"audit: end of session, untouched, {files // 1000}k files", dejima=median(untouched[4]),
-                anchor=median(untouched[3]), goal=1.0, samples={"dejima": untouched[4], "anchor": untouched[3]},
-                note="findings stored, state kept; mission: ≤ 2 ×; issue 14: ≤ 1 ×", unit=unit,
-                anchor_name=anchor_name, load=loads),
-            Row(f"audit: end of session, {3 * TOUCHED} changed, {files // 1000}k files", dejima=median(touched[1]),
-                anchor=median(touched[0]), goal=1.0, samples={"dejima": touched[1], "anchor": touched[0]},
-                note=f"found exactly the {3 * TOUCHED} changes made; findings stored; a crashed launcher's saved "
-                     f"start loads in {loaded:.0f} ms", unit=unit, anchor_name=anchor_name, load=loads),
-        ]
-    finally:
-        store.close()
-        if saved_state is None:
-            os.environ.pop("XDG_STATE_HOME", None)
-        else:
-            os.environ["XDG_STATE_HOME"] = saved_state
-        shutil.rmtree(work, ignore_errors=True)
+    touched = medians(changed, runs, raw=True)
+    _, after = audit_mount(captured[0])
+    found = Counter(change.what for change in diff(captured[0].snapshot, after))
+    if found != expected:
+        raise RuntimeError(f"the audit found {dict(found)}, expected {dict(expected)}")
+    loaded = load_alone(next((work / "state").rglob("base-*.snapshot")), runs)
+    tree = f"{files} files, {size / 1e6:.0f} MB + .git (packed)"
+    loads, unit, anchor_name = [before, load()], "ms", "git status --porcelain"
+    return [
+        Row(f"audit: start snapshot, {files // 1000}k files", dejima=median(untouched[1]),
+            anchor=median(untouched[0]), goal=1.5, samples={"dejima": untouched[1], "anchor": untouched[0]},
+            note=f"{tree}; start state saved; the previous session's audit left its state (a first start "
+                 f"walks in full: {(first[1] - first[0]) * 1000:.0f} ms); the entries it trusts load during "
+                 f"the session (~{loaded:.0f} ms of one core)", unit=unit, anchor_name=anchor_name, load=loads),
+        Row(f"audit: end of session, untouched, {files // 1000}k files", dejima=median(untouched[4]),
+            anchor=median(untouched[3]), goal=1.0, samples={"dejima": untouched[4], "anchor": untouched[3]},
+            note="findings stored, state kept; mission: ≤ 2 ×; issue 14: ≤ 1 ×", unit=unit,
+            anchor_name=anchor_name, load=loads),
+        Row(f"audit: end of session, {3 * TOUCHED} changed, {files // 1000}k files", dejima=median(touched[1]),
+            anchor=median(touched[0]), goal=1.0, samples={"dejima": touched[1], "anchor": touched[0]},
+            note=f"found exactly the {3 * TOUCHED} changes made; findings stored; a crashed launcher's saved "
+                 f"start loads in {loaded:.0f} ms", unit=unit, anchor_name=anchor_name, load=loads),
+    ]
 
 
 def corpus() -> int:

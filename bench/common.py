@@ -166,6 +166,27 @@ def workspace_owner() -> tuple[int, int]:
 
 
 @contextmanager
+def audit_workdir(prefix: str) -> Iterator[tuple[Path, Any]]:
+    """A directory of the bench's own, whose state/ holds the audit's state and findings for the
+    block (XDG_STATE_HOME), and the finding store there; both gone afterwards."""
+    from dejima.adapters.findings import FindingStore
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    saved = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(work / "state")
+    store = FindingStore()
+    try:
+        yield work, store
+    finally:
+        store.close()
+        if saved is None:
+            os.environ.pop("XDG_STATE_HOME", None)
+        else:
+            os.environ["XDG_STATE_HOME"] = saved
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
 def bench_env(settings_text: str = "") -> Iterator[Env]:
     root = Path(tempfile.mkdtemp(prefix="dejima-bench-"))
     root.chmod(0o755)

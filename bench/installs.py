@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Row, load, median  # noqa: E402
+from bench.common import Row, audit_workdir, load, median  # noqa: E402
 from dejima.adapters.findings import FindingStore  # noqa: E402
 from dejima.orchestration import exit_audit  # noqa: E402
 from dejima.orchestration.exit_audit import Mount, MountState  # noqa: E402
@@ -104,12 +103,8 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
 
 
 def run(runs: int) -> list[Row]:
-    work = Path(tempfile.mkdtemp(prefix="dejima-installs-bench-"))
-    saved_state = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(work / "state")  # the audit's state and findings: the bench's own
-    store = FindingStore()
     rows = []
-    try:
+    with audit_workdir("dejima-installs-bench-") as (work, store):
         for name in INSTALLS:
             before = load()
             try:
@@ -119,13 +114,6 @@ def run(runs: int) -> list[Row]:
                                 "git status --porcelain", 2.0, note=f"not measured: the install failed ({exc})"))
                 continue
             rows.append(_measured(name, root, states, files, runs, store, before))
-    finally:
-        store.close()
-        if saved_state is None:
-            os.environ.pop("XDG_STATE_HOME", None)
-        else:
-            os.environ["XDG_STATE_HOME"] = saved_state
-        shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
