@@ -98,6 +98,17 @@ def _strip_bits(fd: int, name: str, mode: int) -> None:
         os.close(file)
 
 
+def _remove_tree(stored: Stored, force: bool) -> str:
+    """A dependency tree, environment or build output the session created, removed whole (through
+    descriptors: a link inside it is removed, never followed)."""
+    path = stored.finding.path
+    with _parent(Path(stored.root), path) as fd:
+        kind, sha256, _ = _current(fd, path.rsplit("/", 1)[-1])
+        _check_unchanged(stored, kind, sha256, force)
+        _remove(fd, path.rsplit("/", 1)[-1], kind)
+    return f"removed {path}, which the session created (install it again on the host if the project needs it)"
+
+
 def _check_unchanged(stored: Stored, kind: str | None, sha256: str | None, force: bool) -> None:
     state = stored.state
     assert state is not None
@@ -110,6 +121,8 @@ def _check_unchanged(stored: Stored, kind: str | None, sha256: str | None, force
 def restore(stored: Stored, force: bool = False) -> str:
     """Restore one finding's path; returns what was done, in words."""
     finding, state = stored.finding, stored.state
+    if finding.remedy == "reinstall" and state is not None and finding.path and state.before_kind is None:
+        return _remove_tree(stored, force)  # a tree the session made: the start had none
     if state is None or not finding.path or finding.remedy == "reinstall":
         where = f"{stored.root}/{finding.path}".rstrip("/")
         raise RestoreError(f"finding {stored.id} is about a whole tree ({where})",

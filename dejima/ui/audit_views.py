@@ -205,7 +205,8 @@ def print_finding(console: Console, stored: Stored) -> None:
 
 def _remedy(remedy: str) -> str:
     return {"restore": "dejima-audit restore ID puts back the start state (or removes what the session created)",
-            "reinstall": "delete it and reinstall on the host (its content was not kept)",
+            "reinstall": "a tree the session created: dejima-audit restore ID removes it whole; one that was there "
+                         "before: delete it and reinstall on the host (its content was not kept)",
             "strip-bits": "dejima-audit restore ID removes the setuid/setgid bits and capabilities",
             "review": "review it; nothing to put back"}.get(remedy, remedy)
 

@@ -114,6 +114,28 @@ def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(
     assert "is not a plain directory" in out.getvalue()
 
 
+def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_reinstall(
+        workspace: Path, out: io.StringIO, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("not the session's\n")
+
+    def install(root: Path) -> None:
+        (root / "node_modules" / "left-pad").mkdir(parents=True)
+        (root / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1;\n")
+        (root / "node_modules" / "escape").symlink_to(outside)  # removed as a link, never followed
+
+    [tree] = session(workspace, "s1", install)
+    assert main(["restore", str(tree)]) == exit_codes.SUCCESS
+    assert "removed node_modules, which the session created" in out.getvalue()
+    assert not (workspace / "node_modules").exists() and (outside / "keep").exists()
+    install(workspace)
+    [again] = session(workspace, "s2", lambda root: (root / "node_modules" / "left-pad" / "index.js").write_text(
+        "module.exports = 2;\n"))
+    assert main(["restore", str(again)]) == exit_codes.FAILURE
+    assert "is about a whole tree" in out.getvalue() and (workspace / "node_modules").exists()
+
+
 def test_usage_errors_name_the_fix(workspace: Path, out: io.StringIO) -> None:
     ids = session(workspace, "s1", plant)
     assert main(["ack"]) == exit_codes.USAGE  # no terminal here: it says what to type instead
