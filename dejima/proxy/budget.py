@@ -31,6 +31,11 @@ class Budget:
     def release(self, size: int) -> None:
         self.used -= size
 
+    def refusal(self) -> str:
+        """Why a request that would go past the budget is refused (its 413 and its record say it)."""
+        return f"the session's credential proxy already holds {self.used} of the {self.limit} bytes of request " \
+               "data it may hold at once"
+
 
 class Hold:
     """What one request reserved, given back whole when the request is done (``with Hold(budget)``)."""

@@ -127,7 +127,7 @@ class _Push:
         reader, seen = CommandReader(), []
         async for piece in pieces:
             if not self.hold.reserve(len(piece)):
-                raise OverBudget(413, self._over_budget("the push's commands"))
+                raise OverBudget(413, f"the push's commands: {self.server.budget.refusal()}")
             seen.append(piece)
             if reader.feed(piece):
                 raw = b"".join(seen)
@@ -137,11 +137,6 @@ class _Push:
                         raise PushError("data after git's probe (a lone flush)")
                 return head, reader.rest, reader.request
         raise PushError("the body ended before the push's commands did")
-
-    def _over_budget(self, what: str) -> str:
-        budget = self.server.budget
-        return f"{what} would take the session's credential proxy past its memory budget " \
-               f"({format_bytes(budget.limit)}, {format_bytes(budget.used)} in use)"
 
     async def _default_branch(self, credential: str) -> str | None:
         """The ref the upstream's HEAD names, from its upload-pack advertisement (protocol v0)."""

@@ -47,11 +47,10 @@ class _Stream:
 
 
 class Records:
-    def __init__(self, ledger_path: Path, violations_path: Path, max_ledger_bytes: int = MAX_LEDGER_BYTES,
-                 max_violation_bytes: int = MAX_VIOLATION_BYTES) -> None:
-        self._ledger = _Stream(ledger_path, FloodGate(RECORDS_PER_SECOND, max_ledger_bytes,
+    def __init__(self, ledger_path: Path, violations_path: Path) -> None:
+        self._ledger = _Stream(ledger_path, FloodGate(RECORDS_PER_SECOND, MAX_LEDGER_BYTES,
                                                       ("bytes_in", "bytes_out", "duration_ms")))
-        self._violations = _Stream(violations_path, FloodGate(RECORDS_PER_SECOND, max_violation_bytes))
+        self._violations = _Stream(violations_path, FloodGate(RECORDS_PER_SECOND, MAX_VIOLATION_BYTES))
 
     def entry(self, entry: LedgerEntry) -> None:
         self._ledger.offer((entry.route, entry.method, entry.status), entry.record(), time.time())
@@ -64,8 +63,8 @@ class Records:
         """Aggregates wait for their second to end: call ``flush`` after it."""
         return self._ledger.gate.pending or self._violations.gate.pending
 
-    def flush(self, now: float | None = None) -> None:
-        now = time.time() if now is None else now
+    def flush(self) -> None:
+        now = time.time()
         for stream in (self._ledger, self._violations):
             stream.write(stream.gate.due(now))
 

@@ -130,8 +130,7 @@ async def read_body(src: asyncio.StreamReader, framing: Framing, idle: Idle, lim
         if size > limit:
             raise HttpError(413, f"request body larger than {limit} bytes")
         if not hold.reserve(len(data)):
-            raise OverBudget(413, f"the session's credential proxy already holds {hold.budget.used} of the "
-                                  f"{hold.budget.limit} bytes of request bodies it may hold at once")
+            raise OverBudget(413, hold.budget.refusal())
         parts.append(data)
     return b"".join(parts)
 

@@ -107,6 +107,11 @@ def _go_build(change: Change) -> bool:
                 new.sha256 != match.group(1))
 
 
+def changes_value(changes: list[Change]) -> str:
+    """What a finding about many changes is fingerprinted by: each path, what changed, its new hash."""
+    return "\n".join(f"{c.path}:{c.what}:{c.after.sha256 if c.after else '-'}" for c in changes)
+
+
 def _summary(paths: list[str], entry: str) -> str:
     names = [p[len(entry) + 1:] or p.rsplit("/", 1)[-1] for p in paths]
     return ", ".join(names[:_LISTED]) + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
@@ -130,7 +135,7 @@ def home_cache_findings(view: View) -> list[Finding]:
     out = []
     for entry, (what, changes) in sorted(entries.items()):
         paths = sorted({c.path for c in changes})
-        value = "\n".join(f"{c.path}:{c.what}:{c.after.sha256 if c.after else '-'}" for c in changes)
+        value = changes_value(changes)
         out.append(finding("M01", "medium", entry, f"an existing cache entry changed ({_summary(paths, entry)}): "
                            f"{what} in this project's next sessions; delete it so the tool fetches it again",
                            value, remedy="reinstall"))
@@ -147,7 +152,7 @@ def cache_mount_findings(view: View) -> list[Finding]:
     out = []
     for entry, changes in sorted(groups.items()):
         paths = sorted({c.path for c in changes})
-        value = "\n".join(f"{c.path}:{c.what}:{c.after.sha256 if c.after else '-'}" for c in changes)
+        value = changes_value(changes)
         out.append(finding("M01", "medium", entry, f"existing cache entries changed ({_summary(paths, entry)}): "
                            "this project's next sessions use them; delete them so the tool fetches them again",
                            value, remedy="reinstall"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from dejima.core.audit.caches import cache_mount_findings, home_cache_findings, in_package_cache
+from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings, in_package_cache
 from dejima.core.audit.installs import npm_tampering, python_tampering, recorded
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.snapshot import Change
@@ -95,13 +95,9 @@ def _build_output(view: View) -> list[Finding]:
     """Cargo rewrites its target directory in place at every build and hard-links its outputs: one
     low finding per directory (cargo may run what is there without building it again)."""
     return [finding("B07", "low", root, f"build output written in the session ({len({c.path for c in changes})} "
-                    "entries); `cargo clean` on the host before running what it holds", _fingerprint_value(changes),
+                    "entries); `cargo clean` on the host before running what it holds", changes_value(changes),
                     remedy="reinstall")
             for root, changes in _group(view, lambda path: build_root(path, view)).items()]
-
-
-def _fingerprint_value(changes: list[Change]) -> str:
-    return "\n".join(f"{c.path}:{c.what}:{c.after.sha256 if c.after else '-'}" for c in changes)
 
 
 def _dependencies(view: View) -> list[Finding]:
@@ -116,11 +112,11 @@ def _dependencies(view: View) -> list[Finding]:
         if tampered:
             found.append(finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: "
                                  f"{_summary(tampered)}; delete {root} and reinstall on the host",
-                                 _fingerprint_value(changes), remedy="reinstall"))
+                                 changes_value(changes), remedy="reinstall"))
         else:
             found.append(finding("B07", "low", root, f"dependency tree rewritten ({len(paths)} entries, e.g. an "
                                  f"install in the session); reinstall on the host to be sure",
-                                 _fingerprint_value(changes), remedy="reinstall"))
+                                 changes_value(changes), remedy="reinstall"))
     return found
 
 
@@ -148,15 +144,15 @@ def _environments(view: View) -> list[Finding]:
         if tampered:
             found.append(finding("B10", "medium" if home else "high", root, f"{len(tampered)} change(s) no installer "
                                  f"makes: {_summary(tampered)}; recreate the environment{where}",
-                                 _fingerprint_value(changes), remedy="reinstall"))
+                                 changes_value(changes), remedy="reinstall"))
         elif created:  # all of it is new, its start-up files included (uv sync, venv)
             what = "the session's home: sessions run it, the host does not" if home else \
                 "the session; its start-up files (.pth, activate) run code: recreate it on the host"
             found.append(finding("B10", "low" if home else "high", root, f"a Python environment created in {what} "
-                                 f"({len(paths)} entries)", _fingerprint_value(changes), remedy="reinstall"))
+                                 f"({len(paths)} entries)", changes_value(changes), remedy="reinstall"))
         elif rest:
             found.append(finding("B10", "low" if home else "high", root, f"Python environment changed ({len(paths)} "
-                                 f"entries: {_summary(paths)}); recreate it{where}", _fingerprint_value(rest),
+                                 f"entries: {_summary(paths)}); recreate it{where}", changes_value(rest),
                                  remedy="reinstall"))
     return found
 
@@ -172,7 +168,7 @@ def _bytecode(view: View) -> list[Finding]:
     paths = sorted(c.path for c in written)
     return [finding("B11", "high", paths[0], f"{len(paths)} bytecode file(s) written in the session "
                     f"({_summary(paths)}): Python may run them instead of the source; delete them",
-                    _fingerprint_value(written), remedy="restore")]
+                    changes_value(written), remedy="restore")]
 
 
 def tree_findings(view: View) -> list[Finding]:
