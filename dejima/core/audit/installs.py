@@ -35,10 +35,12 @@ from dejima.core.audit.model import View
 from dejima.core.snapshot import Change
 
 _INSTALL_SCRIPTS = ("preinstall", "install", "postinstall")
-# In a tree's top directory: what the managers write there besides packages (their state, the
-# .bin links, tools' caches such as .cache and .vite, judged with the tree as an ordinary change).
-_TOP_LEVEL_ALLOWED = frozenset({".package-lock.json", ".yarn-integrity", ".yarn-state.yml", ".modules.yaml",
-                                ".pnpm-workspace-state.json", ".pnpm-workspace-state-v1.json"})
+# What the package managers write in a tree's top directory at every install, in place: their record
+# of what they installed (npm's hidden lockfile, yarn's and pnpm's state; and pnpm's .pnpm/lock.yaml).
+# Rewriting it is an install. (Every other dot-name there, .bin or a tool's .cache or .vite, is
+# judged with the tree as an ordinary change.)
+TOOL_STATE = frozenset({".package-lock.json", ".yarn-integrity", ".yarn-state.yml", ".modules.yaml",
+                        ".pnpm-workspace-state.json", ".pnpm-workspace-state-v1.json", ".pnpm/lock.yaml"})
 # In an environment, outside every RECORD: its own files (venv, uv) and bytecode.
 _ENVIRONMENT_OWN = ("pyvenv.cfg", "bin/activate", "bin/Activate", "bin/deactivate", "bin/pydoc", "bin/python",
                     "bin/pypy", "lib64", "include/", "share/", ".gitignore", "CACHEDIR.TAG", ".lock")
@@ -88,8 +90,7 @@ def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
         relative = path[len(tree) + 1:]
         if new.kind == "symlink" and new.target is not None and change.what in ("added", "type", "link-target"):
             found.extend(_link(tree, path, new.target, lock))
-        elif new.kind == "file" and "/" not in relative and not relative.startswith(".") and \
-                relative not in _TOP_LEVEL_ALLOWED:
+        elif new.kind == "file" and "/" not in relative and not relative.startswith("."):
             found.append(f"{path}: a file in node_modules that no package puts there")
         elif new.kind == "file" and change.what in ("added", "modified") and path.endswith("/package.json") and \
                 f"{_package_directory(path)}/package.json" == path:  # a package's own, not a test fixture's

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 
 from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings, in_package_cache
-from dejima.core.audit.installs import npm_tampering, python_tampering, recorded
+from dejima.core.audit.installs import TOOL_STATE, npm_tampering, python_tampering, recorded
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.snapshot import Change
 
@@ -21,10 +21,6 @@ _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/bin/acti
                       r"/pip\.conf)$")
 _PTH_CODE = re.compile(r"^\s*import[\s\t]", re.MULTILINE)
 _PYC = re.compile(r"(?:^|/)__pycache__/[^/]+\.pyc$|\.pyc$")
-# What the package managers write in a tree's top directory at every install, in place: their record
-# of what they installed (npm's hidden lockfile, yarn's and pnpm's state). Rewriting it is an install.
-_TOOL_STATE = frozenset({".package-lock.json", ".yarn-integrity", ".yarn-state.yml", ".modules.yaml",
-                         ".pnpm-workspace-state.json", ".pnpm-workspace-state-v1.json"})  # and .pnpm/lock.yaml
 _LISTED = 5
 
 
@@ -106,7 +102,7 @@ def _dependencies(view: View) -> list[Finding]:
         if environment_root(root + "/x", view) is not None:
             continue
         in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
-                    and c.path[len(root) + 1:] not in _TOOL_STATE and c.path != f"{root}/.pnpm/lock.yaml"]
+                    and c.path[len(root) + 1:] not in TOOL_STATE]
         tampered = in_place + npm_tampering(root, changes, view)
         paths = sorted({c.path for c in changes})
         if tampered:

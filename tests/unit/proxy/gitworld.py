@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,14 @@ class Forge:
     url: str
     auth_seen: list[str] = field(default_factory=list)
     paths_seen: list[str] = field(default_factory=list)  # PATH_INFO as http-backend got it (decoded)
+    in_flight: int = 0  # requests whose head was read and whose answer is not written yet
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def settled(self, timeout: float = 30) -> None:
+        """Wait (bounded) until no request is being handled: what reached the forge has been acted on."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.in_flight == 0, timeout):
+                raise AssertionError(f"the fake forge still handles {self.in_flight} request(s) after {timeout} s")
 
 
 def _handler(forge: Forge) -> type[BaseHTTPRequestHandler]:
@@ -46,6 +55,25 @@ def _handler(forge: Forge) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, *args: object) -> None:
             pass
+
+        def handle_one_request(self) -> None:
+            """Counted from its head read (parse_request) to its answer written, or its failure."""
+            self.counted = False
+            try:
+                super().handle_one_request()
+            finally:
+                if self.counted:
+                    with forge.changed:
+                        forge.in_flight -= 1
+                        forge.changed.notify_all()
+
+        def parse_request(self) -> bool:
+            parsed = super().parse_request()
+            if parsed:
+                with forge.changed:
+                    forge.in_flight += 1
+                self.counted = True
+            return parsed
 
         def do_GET(self) -> None:  # noqa: N802
             self._run(b"")
