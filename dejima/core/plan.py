@@ -388,7 +388,9 @@ def build_session_plan(
             *cache_binds, *(Bind(str(p), str(p), read_only=True) for p in request.read_only),
             *((Bind(str(request.gate_dir), GATE_DIR, read_only=True),) if request.gate_dir else ())),
         entrypoint=GATE_ENTRYPOINT if request.gate_dir else None,
-        tmpfs={"/tmp": f"rw,nosuid,nodev,mode=1777,size={session_limits.tmp_size}"},
+        # exec: the session's private /tmp runs what its tools build there (go test, go run); without
+        # it the engine adds noexec. nosuid/nodev stay.
+        tmpfs={"/tmp": f"rw,exec,nosuid,nodev,mode=1777,size={session_limits.tmp_size}"},
         # Joining the filter's network namespace puts the session behind its ruleset; joining its
         # PID namespace makes the kernel kill the session the moment the filter's init dies.
         network_mode=f"container:{filter_name}",

@@ -83,6 +83,18 @@ def test_only_the_workspace_home_and_tmp_are_mounted(runtime: Runtime, images: o
     assert listing.stdout.split() == [workspace.name]  # the sibling directory is not there
 
 
+def test_tmp_runs_what_the_session_builds_but_honours_no_setuid(runtime: Runtime, images: object, user: User,
+                                                                 scope: str, workspace: Path) -> None:
+    # A program copied into /tmp runs (go test and go run build there); /tmp stays nosuid and nodev.
+    script = ("cp /bin/true /tmp/built && /tmp/built && echo ran; "
+              "grep ' /tmp ' /proc/self/mounts")
+    result = run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "ran"
+    options = set(result.stdout.splitlines()[1].split()[3].split(","))
+    assert {"nosuid", "nodev"} <= options and "noexec" not in options
+
+
 def test_home_persists_per_project(runtime: Runtime, images: object, user: User, scope: str,
                                    workspace: Path, world_dir: Path) -> None:
     first = run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo kept > $HOME/note")
