@@ -4,7 +4,7 @@ It holds what you allowed for that workspace alone (``dejima-allow --persist`` w
 may edit it): ``[network] allow = [...]``, read by every session on that workspace, on top of
 the settings. It lives with your configuration, not in the repository: the repository is what
 the agent writes, so it may only narrow a policy, never widen it. Edits keep the file's comments
-and order (tomlkit).
+and order (adapters/tomledit.py).
 """
 
 from __future__ import annotations
@@ -49,18 +49,13 @@ def read_allow(workspace: Path) -> tuple[tuple[str, ...], str]:
 
 def persist_allow(workspace: Path, entries: list[str]) -> Path:
     """Add ``entries`` (already validated) to the project's allow list, keeping what is there."""
-    import tomlkit  # only here: reading needs tomllib alone
+    from dejima.adapters.tomledit import with_entries
 
     read_allow(workspace)  # a broken file is reported, never overwritten
     path = policy_path(workspace)
-    document = tomlkit.parse(path.read_text()) if path.exists() else tomlkit.parse(HEADER.format(workspace=workspace))
-    network = document.setdefault("network", tomlkit.table())
-    allow = network.setdefault("allow", tomlkit.array())
-    for entry in entries:
-        if entry not in allow:
-            allow.append(entry)
+    text = path.read_text() if path.exists() else HEADER.format(workspace=workspace)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     temporary = path.with_suffix(".toml.tmp")
-    temporary.write_text(tomlkit.dumps(document))
+    temporary.write_text(with_entries(text, "network", "allow", entries))
     temporary.replace(path)
     return path

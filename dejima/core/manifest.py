@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from dejima.core.connect import Connect, check_templates, home_file
 from dejima.core.kinds import (
     ABSOLUTE_PATH,
     ALLOW_ENTRY,
@@ -174,6 +175,8 @@ class Manifest:
     command: tuple[str, ...] = ()  # harnesses
     apis: tuple[str, ...] = ()  # harnesses
     default_backend: str | None = None  # harnesses
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # harnesses: "~/x.toml" -> settings
+    connect: dict[str, Connect] = field(default_factory=dict)  # harnesses: API family -> how it connects
     api: str | None = None  # backends
 
     @property
@@ -197,6 +200,39 @@ def _section(kinds: tuple[str, ...], title: str, keys: dict[str, Key], required_
     kind = array_of(body) if title.startswith("[[") else table(body)
     return Section(kinds, body, kind, required_in)
 
+
+def _home_file_name(path: str) -> str:
+    home_file(path)
+    return path
+
+
+HOME_FILE = Kind("home file", "a string", (str,), _home_file_name)
+SETTINGS = Kind("table", "a table of settings", (dict,))
+TEMPLATED_SETTINGS = Kind("table", "a table of settings", (dict,), check_templates)
+TEMPLATE = Kind("string", "a string", (str,), check_templates)
+
+
+def _secret_names_hold_placeholders(values: dict[str, Any]) -> None:
+    for name, text in values.get("env", {}).items():
+        if _SECRETISH.search(name) and text != "{placeholder}":
+            raise Invalid("looks like a secret: it may only take the placeholder",
+                          'write it as "{placeholder}" (manifests hold no secrets)', ("env", name))
+
+
+def _connects_to_what_it_speaks(values: dict[str, Any]) -> None:
+    for api in values.get("connect", {}):
+        if api not in values.get("apis", ()):
+            raise Invalid(f"is for API {api}, which the harness does not speak", f"add \"{api}\" to apis, or remove it",
+                          ("connect", api))
+
+
+_CONNECT = Table({
+    "env": Key(table_of(TEMPLATE, names=ENV_NAME), "session variables the program reads to reach the backend; "
+               "{base_url} is the backend's route through dejima's proxy, {placeholder} its placeholder"),
+    "files": Key(table_of(TEMPLATED_SETTINGS, names=HOME_FILE), "settings merged into files of the session's home "
+                 "(\"~/.codex/config.toml\" = { openai_base_url = \"{base_url}\" }), JSON or TOML"),
+}, "[harness.connect.<api>]", rules=(_secret_names_hold_placeholders,),
+    build=lambda values: Connect(values.get("env", {}), values.get("files", {})))
 
 COMMON_TOP = {
     "schema": Key(Kind("integer", "an integer", (int,)), f"the manifest format version; write schema = "
@@ -230,7 +266,13 @@ SECTIONS: dict[str, Section] = {
         "command": Key(list_of(STR, non_empty=True), "argv of the agent program, e.g. [\"claude\"]", required=True),
         "apis": Key(list_of(one_of(*API_FAMILIES)), f"API families it speaks, among {', '.join(API_FAMILIES)}"),
         "default_backend": Key(KEBAB, "backend used when none is named"),
-    }, required_in=("harnesses",)),
+        "files": Key(table_of(SETTINGS, names=HOME_FILE), "settings merged into files of the session's home before "
+                     "each session, whatever the backend: update checks off, first-run prompts answered "
+                     "(\"~/.gemini/settings.json\" = { general = { enableAutoUpdate = false } }), JSON or TOML"),
+        "connect": Key(table_of(table(_CONNECT), names=one_of(*API_FAMILIES)), "per API family, how the program "
+                       "reaches a backend of that API when the backend's own variables are not what it reads "
+                       "([harness.connect.openai] env = { CODEX_API_KEY = \"{placeholder}\" })"),
+    }, required_in=("harnesses",), rules=(_connects_to_what_it_speaks,)),
     "backend": _section(("backends",), "[backend]", {
         "api": Key(one_of(*API_FAMILIES), f"the API family it speaks: one of {', '.join(API_FAMILIES)}",
                    required=True),
@@ -299,7 +341,8 @@ def parse_manifest(text: str, kind: str, name: str, source: str) -> Manifest:
         install=image.get("install", ()), caches=tuple(c["path"] for c in values.get("caches", ())),
         audit_watch=values.get("audit", {}).get("watch", ()), remote_hosts=detect.get("remote_hosts", ()),
         marker_files=detect.get("files", ()), command=harness.get("command", ()), apis=harness.get("apis", ()),
-        default_backend=harness.get("default_backend"), api=backend.get("api"),
+        default_backend=harness.get("default_backend"), files=harness.get("files", {}),
+        connect=harness.get("connect", {}), api=backend.get("api"),
     )
 
 

@@ -47,6 +47,7 @@ from dejima.orchestration.report import SessionReporter
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
+    from dejima.core.connect import Connection
     from dejima.orchestration import exit_audit
     from dejima.orchestration.prestart import Prestarted
     from dejima.proxy.runner import SessionProxy
@@ -95,6 +96,14 @@ def prepare_session(
     if proxy is not None:
         request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
                           intercept=proxy.intercepted)
+    connection = _harness_connection(resolved, proxy, ui)
+    if connection.files:
+        from dejima.adapters.home_settings import merge_settings
+
+        for note in merge_settings(str(request.home_dir), connection.files, (identity.uid, identity.gid)):
+            ui.warn(note)
+    if connection.env:  # after the routes' variables: the harness's own reading of them wins
+        request = replace(request, credential_env=(*request.credential_env, *sorted(connection.env.items())))
     if prestarted is None:  # else the prestart made it, its FIFO open to the prestarted filter
         make_run_dir(Path(request.run_dir or ""))
     make_gate(Path(request.gate_dir or ""))
@@ -118,6 +127,21 @@ def _prepare_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: R
     for skipped in proxy.prepared.skipped if proxy else ():
         ui.warn(f"{skipped.message}; the session starts without that route")
     return proxy if proxy is not None and proxy.routes else None
+
+
+def _harness_connection(resolved: Resolved, proxy: SessionProxy | None, ui: SessionReporter) -> Connection:
+    """The harness's settings and variables for this session's backend (core/connect.py)."""
+    from dejima.core.connect import connection, uses_route
+
+    harness, backends = resolved.harness, resolved.of_kind("backends")
+    backend = backends[0].manifest if backends else None
+    connect = harness.connect.get(backend.api or "") if backend is not None else None
+    route = backend.credentials[0].name if backend is not None and backend.credentials else None
+    access = proxy.access(route) if proxy is not None and route is not None else None
+    if connect is not None and access is None and uses_route(connect):
+        ui.warn(f"harness {harness.name} reaches backend {backend.name if backend else '?'} through its credential "
+                "route, which this session does not have: its connection settings are left out")
+    return connection(harness.files, connect, *(access or (None, None)))
 
 
 COMMAND_SHOWN = 120  # characters of the command the one-line summary shows

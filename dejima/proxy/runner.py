@@ -84,6 +84,15 @@ class SessionProxy:
     def routes(self) -> list[str]:
         return [spec.route.name for spec in self.prepared.config.routes]
 
+    def access(self, route: str) -> tuple[str, str] | None:
+        """(base URL as the session reaches it, placeholder) of ``route``; None if the session lacks it."""
+        from dejima.core.credentials import route_base_url
+
+        for spec in self.prepared.config.routes:
+            if spec.route.name == route:
+                return route_base_url(ORIGIN, route), spec.route.placeholder
+        return None
+
     @property
     def intercepted(self) -> tuple[str, ...]:
         """Hosts the TLS fallback serves: the filter's resolver answers them with its relay."""

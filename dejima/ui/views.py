@@ -43,6 +43,7 @@ def format_plan(plan: SessionPlan) -> str:
                      + f"  (from {c.origin})")
     if plan.credentials and plan.proxy_limits is not None:
         lines.append(f"proxy budget: {describe_proxy(plan.proxy_limits)}")
+    lines += _harness_lines(plan)
     lines += ["", "## Containers"]
     for spec in (plan.filter, plan.session):
         lines.append(f"{spec.name}: user {spec.user}, capabilities {', '.join(spec.cap_add) or 'none'}, "
@@ -55,6 +56,34 @@ def format_plan(plan: SessionPlan) -> str:
             lines.append(f"  mount {bind.source} -> {bind.target} ({'ro' if bind.read_only else 'rw'})")
     lines += ["", "## nft ruleset (applied in the filter, then read back and verified)", plan.ruleset]
     return "\n".join(lines)
+
+
+def _harness_lines(plan: SessionPlan) -> list[str]:
+    """What the harness's program is given to reach its backend ({base_url}: the backend's first
+    route through the proxy; {placeholder}: that route's placeholder), and the home settings."""
+    if plan.resolved is None:
+        return []
+    harness, backends = plan.resolved.harness, plan.resolved.of_kind("backends")
+    connect = harness.connect.get(backends[0].manifest.api or "") if backends else None
+    if not harness.files and connect is None:
+        return []
+    lines = ["", f"## Harness settings (from {harness.source})"]
+    for name, text in sorted((connect.env if connect else {}).items()):
+        lines.append(f"env  {name} = {text}")
+    paths = sorted({*harness.files, *(connect.files if connect else {})})
+    for path in paths:
+        keys = sorted({*_keys(harness.files.get(path, {})), *_keys(connect.files.get(path, {}) if connect else {})})
+        lines.append(f"file {path}: merged before the session: {', '.join(keys)}")
+    if connect is not None:
+        lines.append("({base_url}: the backend's first route through the proxy; {placeholder}: its placeholder)")
+    return lines
+
+
+def _keys(values: object, prefix: str = "") -> list[str]:
+    if not isinstance(values, dict):
+        return [prefix]
+    return [key for name, item in values.items() for key in _keys(item, f"{prefix}{name}" if not prefix
+                                                                   else f"{prefix}.{name}")]
 
 
 def _credential_lines(plan: SessionPlan) -> list[str]:

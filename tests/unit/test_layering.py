@@ -65,7 +65,7 @@ LAYERS = {
                     {"nftables": frozenset({"filter/nft.py"}), "dnslib": ANY}),
     "adapters": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.filter="}),
                       {"docker": frozenset({"adapters/runtime.py"}),
-                       "tomlkit": frozenset({"adapters/projects.py"})}),
+                       "tomlkit": frozenset({"adapters/tomledit.py"})}),
     "proxy": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.proxy", "dejima.adapters"}),
                    {"cryptography": frozenset({"proxy/authority.py"})}),
     "orchestration": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.proxy",

@@ -265,3 +265,13 @@ def test_manifests_list_and_check_show_the_broken_one(monkeypatch: pytest.Monkey
     assert main(["manifests", "check"]) == exit_codes.SUCCESS
     assert main(["manifests", "show", "harness/shell"]) == exit_codes.USAGE
     assert "no kind 'harness'" in captured.getvalue()
+
+
+def test_render_shows_what_the_harness_is_given_to_reach_its_backend(tmp_path: Path, captured: io.StringIO,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(owned_by_a_user(tmp_path)), "--render", "--dns-upstream", "192.0.2.53", "--harness",
+                 "codex"]) == exit_codes.SUCCESS
+    out = capsys.readouterr().out
+    assert "env  CODEX_API_KEY = {placeholder}" in out
+    assert ("file ~/.codex/config.toml: merged before the session: analytics.enabled, check_for_update_on_startup, "
+            "feedback.enabled, openai_base_url, sandbox_mode") in out
