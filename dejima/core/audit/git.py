@@ -179,6 +179,11 @@ def _hooks_path(view: View) -> str | None:
     return None
 
 
+# Files other tools keep in a git directory, which git never reads: low when they hold what the tool
+# writes there (anything else in them is the ordinary X03).
+_TOOL_FILES = {"opencode": ("OpenCode's project id (the root commit's hash)", re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}"))}
+
+
 def _inner_findings(path: str, where: GitPath, view: View) -> list[Finding]:
     change = view.changed[path]
     new = change.after
@@ -198,6 +203,10 @@ def _inner_findings(path: str, where: GitPath, view: View) -> list[Finding]:
             return [finding(rule, severity, path, f"{title} ({change.what})", value, remedy="restore")]
     if inner in _CONFIG_FILES or _housekeeping(inner) or new.kind == "dir":
         return []
+    tool = _TOOL_FILES.get(inner)
+    if tool is not None and new.kind == "file" and tool[1].fullmatch((view.text(path) or "").strip()):
+        return [finding("X03", "low", path, f"{change.what} inside a git directory: {tool[0]}, which git does not "
+                        "read", value, remedy="restore")]
     return [finding("X03", "medium", path, f"{change.what} inside a git directory", value, remedy="restore")]
 
 
