@@ -59,6 +59,37 @@ def _regular_file(path: Path) -> bool:
         return False
 
 
+# Detection looks one level down, in at most this many folders of at most this many names each.
+SUB_FOLDERS, SUB_NAMES = 64, 2000
+# Folders whose contents say nothing about the project's own toolchain (installed or built trees).
+NOT_PROJECT_FOLDERS = frozenset({"node_modules", "vendor", "target", "venv", "env", "__pycache__", "dist", "build",
+                                 "site-packages", "bower_components"})
+
+
+def _sub_files(workspace: Path, names: frozenset[str]) -> frozenset[str]:
+    found = []
+    folders = sorted(n for n in names if not n.startswith(".") and n not in NOT_PROJECT_FOLDERS)
+    for name in folders[:SUB_FOLDERS]:
+        if not stat.S_ISDIR(_mode(workspace / name)):
+            continue
+        try:
+            with os.scandir(workspace / name) as entries:
+                for index, entry in enumerate(entries):
+                    if index >= SUB_NAMES:
+                        break
+                    found.append(f"{name}/{entry.name}")
+        except OSError:
+            continue
+    return frozenset(found)
+
+
+def _mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode  # a link to a folder is not followed
+    except OSError:
+        return 0
+
+
 def workspace_facts(workspace: Path) -> WorkspaceFacts:
     try:
         names = frozenset(os.listdir(workspace))
@@ -69,7 +100,7 @@ def workspace_facts(workspace: Path) -> WorkspaceFacts:
     if _regular_file(workspace / ".git" / "config") and not (workspace / ".git").is_symlink():
         with open(config, "rb") as stream:
             hosts = remote_hosts(stream.read(MAX_CONFIG_BYTES).decode("utf-8", "replace"))
-    return WorkspaceFacts(root_files=names, remote_hosts=hosts)
+    return WorkspaceFacts(root_files=names, remote_hosts=hosts, sub_files=_sub_files(workspace, names))
 
 
 def read_repo_policy(workspace: Path) -> RepoPolicy:

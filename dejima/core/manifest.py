@@ -242,8 +242,9 @@ COMMON_TOP = {
 SECTIONS: dict[str, Section] = {
     "detect": _section(("forges", "workflows"), "[detect]", {
         "remote_hosts": Key(list_of(DOMAIN), "forges: host names in git remote URLs that mean this forge"),
-        "files": Key(list_of(TEXT), "workflows: file names (or simple globs) at the workspace root that mean this "
-                     "workflow"),
+        "files": Key(list_of(TEXT), "workflows: file names (or simple globs) that mean this workflow, at the workspace "
+                     "root or, when none is there, one folder below it (dependency, build and hidden folders "
+                     "skipped)"),
     }),
     "network": _section(KINDS, "[network]", {
         "allow": Key(list_of(ALLOW_ENTRY), "egress entries the session needs: example.com, *.example.com, host:443"),

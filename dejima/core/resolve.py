@@ -26,10 +26,13 @@ REPO_POLICY_FILE = ".dejima.toml"
 
 @dataclass(frozen=True, slots=True)
 class WorkspaceFacts:
-    """What detection looks at: names at the workspace root and the hosts of its git remotes."""
+    """What detection looks at: names at the workspace root, names one level below it
+    (``backend/pyproject.toml``; dependency, build and hidden folders skipped) and the hosts of
+    its git remotes."""
 
     root_files: frozenset[str] = frozenset()
     remote_hosts: frozenset[str] = frozenset()
+    sub_files: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +107,11 @@ class Resolved:
 def _detected(markers: tuple[str, ...], hosts: tuple[str, ...], facts: WorkspaceFacts) -> str | None:
     """Why a workflow (marker files) or forge (remote hosts) applies to the workspace, or None."""
     files = sorted(name for name in facts.root_files if any(fnmatch.fnmatchcase(name, p) for p in markers))
+    if not files:  # a monorepo: markers one level down (backend/pyproject.toml, frontend/package.json)
+        files = sorted(path for path in facts.sub_files
+                       if any(fnmatch.fnmatchcase(path.rpartition("/")[2], p) for p in markers))
     if files:
-        return f"detected: {', '.join(files[:3])}"
+        return f"detected: {', '.join(files[:3])}" + (f" (+{len(files) - 3})" if len(files) > 3 else "")
     remotes = sorted(h for h in facts.remote_hosts if h in hosts)
     return f"detected: git remote {remotes[0]}" if remotes else None
 

@@ -32,6 +32,20 @@ def test_workspace_facts_read_markers_and_remotes_without_following_links(tmp_pa
     assert read_repo_policy(tmp_path).deny == ()  # a link out of the tree is not read
 
 
+def test_a_monorepos_markers_one_level_down_are_read_but_not_in_dependency_or_hidden_folders(
+        tmp_path: Path) -> None:
+    for path in ("backend/pyproject.toml", "frontend/package.json", "node_modules/x/Cargo.toml",
+                 "node_modules/go.mod", ".github/go.mod", "target/pom.xml"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-linked"
+    elsewhere.mkdir()
+    (elsewhere / "Gemfile").write_text("")
+    (tmp_path / "linked").symlink_to(elsewhere)  # a link to a folder is not followed
+    facts = workspace_facts(tmp_path)
+    assert facts.sub_files == {"backend/pyproject.toml", "frontend/package.json"}
+
+
 def test_repository_policy_may_only_narrow(tmp_path: Path) -> None:
     (tmp_path / ".dejima.toml").write_text(
         '[network]\ndeny = ["tracker.example"]\nallow = ["exfil.example"]\n[session]\nnetwork = "host"\n')

@@ -29,6 +29,17 @@ def refs(resolved) -> list[str]:  # type: ignore[no-untyped-def]
     return [f"{c.manifest.ref} ({c.why})" for c in resolved.choices]
 
 
+def test_a_monorepo_with_markers_only_in_subfolders_picks_each_workflow_naming_the_file() -> None:
+    facts = WorkspaceFacts(frozenset({"backend", "frontend", "README.md"}),
+                           sub_files=frozenset({"backend/pyproject.toml", "frontend/package.json", "docs/index.md"}))
+    assert refs(resolve(CATALOG, facts, "shell")) == [
+        "harnesses/shell (default)", "workflows/node (detected: frontend/package.json)",
+        "workflows/python (detected: backend/pyproject.toml)"]
+    # A marker at the root speaks for the project: what lies below it is not listed.
+    root = WorkspaceFacts(frozenset({"pyproject.toml"}), sub_files=frozenset({"tools/pyproject.toml"}))
+    assert "workflows/python (detected: pyproject.toml)" in refs(resolve(CATALOG, root, "shell"))
+
+
 def test_detection_from_markers_and_remotes() -> None:
     facts = WorkspaceFacts(frozenset({"Cargo.toml", "package.json", "setup.py"}), frozenset({"github.com"}))
     assert refs(resolve(CATALOG, facts, "shell")) == [
