@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,9 +86,39 @@ def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: Reporter) -> B
     from dejima.adapters.bootstrap import bootstrap_base  # debootstrap's helpers only when a base is made
 
     tag = bootstrap_base_tag(images.bootstrap_suite)
-    with ui.step(f"Bootstrapping Debian {images.bootstrap_suite} into {tag}") as step:
-        image = bootstrap_base(runtime, tag, images.bootstrap_suite, images.bootstrap_mirror, step.line)
+    with logged_step(ui, f"Bootstrapping Debian {images.bootstrap_suite} into {tag}", "bootstrap") as line:
+        image = bootstrap_base(runtime, tag, images.bootstrap_suite, images.bootstrap_mirror, line)
     return Base(tag, image, bootstrapped=True)
+
+
+LOGS_KEPT = 20  # build logs in the state directory's logs/, newest first
+
+
+def _new_log(name: str) -> Path:
+    directory = host.state_dir() / "logs"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for old in sorted(directory.glob("*.log"), key=lambda p: p.stat().st_mtime, reverse=True)[LOGS_KEPT - 1:]:
+        old.unlink(missing_ok=True)
+    return directory / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6:06d}.log"
+
+
+@contextmanager
+def logged_step(ui: Reporter, title: str, name: str) -> Iterator[Callable[[str], None]]:
+    """A long step whose every line (the engine's, apt's, npm's) goes to a log file the progress
+    line names; a failure shows the last lines and the file."""
+    log = _new_log(name)
+    with open(log, "w", encoding="utf-8", errors="replace") as stream, ui.step(title, log=str(log)) as step:
+        def line(text: str) -> None:
+            stream.write(text + "\n")
+            step.line(text)
+
+        try:
+            yield line
+        except ImageError as exc:
+            if not exc.context:
+                exc.context = "\n".join(step.lines[-15:])
+            exc.hint = f"{exc.hint}; the whole log: {log}" if exc.hint else f"the whole log: {log}"
+            raise
 
 
 def recipes(base: Base, settings: Settings, identity: Identity,
@@ -104,13 +137,8 @@ def recipes(base: Base, settings: Settings, identity: Identity,
 def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: Reporter, force: bool = False) -> str:
     if not force and runtime.image_id(recipe.tag):
         return recipe.tag
-    with ui.step(f"Building the {recipe.role} image {recipe.tag}") as step:
-        try:
-            runtime.build(recipe, step.line)
-        except ImageError as exc:
-            if not exc.context:
-                exc.context = "\n".join(step.lines[-15:])
-            raise
+    with logged_step(ui, f"Building the {recipe.role} image {recipe.tag}", f"build-{recipe.role}") as line:
+        runtime.build(recipe, line)
     return recipe.tag
 
 

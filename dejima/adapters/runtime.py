@@ -134,11 +134,12 @@ class Runtime:
                 if "error" in event:
                     raise ImageError(
                         f"building the {recipe.role} image failed: {event['error'].strip()}",
-                        hint="the build log above shows the failing step; `dejima images build` retries",
+                        hint="the build log's last lines are above; `dejima images build` retries",
                     )
-                text = event.get("stream") or event.get("status")
-                if text and text.strip():
-                    on_line(text.rstrip())
+                text = event.get("stream") or event.get("status") or ""
+                for line in text.splitlines():  # one event may hold several lines (apt's, npm's)
+                    if line.strip():
+                        on_line(line.rstrip())
         except docker.errors.APIError as exc:
             raise ImageError(f"building the {recipe.role} image failed: {_short(exc)}") from exc
         image = self.image_id(recipe.tag)

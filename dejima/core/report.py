@@ -33,5 +33,5 @@ class Reporter(Protocol):
     def card(self, title: str, lines: list[str]) -> None:
         """A few lines shown together, before a session starts."""
 
-    def step(self, title: str) -> AbstractContextManager[Progress]:
-        """A long step (an image build) and its progress."""
+    def step(self, title: str, log: str | None = None) -> AbstractContextManager[Progress]:
+        """A long step (an image build) and its progress; ``log``: the file that keeps its every line."""

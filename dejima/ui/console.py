@@ -78,17 +78,22 @@ class UI:
             self.console.file.flush()
 
     @contextmanager
-    def step(self, title: str) -> Iterator[Step]:
-        """A long step (image build, bootstrap) with its latest log line shown as progress."""
+    def step(self, title: str, log: str | None = None) -> Iterator[Step]:
+        """A long step (image build, bootstrap): one line, with its latest log line as progress on a
+        terminal; its every line is in ``log`` (named), not on the screen."""
+        import time
+
         step = Step(self, title)
+        started = time.monotonic()
+        kept = f" (log: {log})" if log else ""
         if self.console.is_terminal and not self.quiet:
             with self.console.status(_message(title), spinner="dots") as status:
                 step.status = status
                 yield step
         else:
-            self.info(f"{title} ...")
+            self.info(f"{title}{kept} ...")
             yield step
-        self.info(f"{title}: done")
+        self.info(f"{title}: done in {time.monotonic() - started:.0f} s{kept if self.console.is_terminal else ''}")
 
 
 class Step:
@@ -103,8 +108,6 @@ class Step:
         del self.lines[:-200]  # keep the tail for error reports
         if self.status is not None:
             self.status.update(_styled(f"{escaped(self.title)} | {escaped(text, limit=100)}"))  # type: ignore[attr-defined]
-        elif not self.ui.quiet:
-            self.ui.console.print(_styled(f"  {escaped(text, MESSAGE_LIMIT)}", "dim"))
 
 
 def render_error(exc: DiagnosticError) -> Text:
