@@ -37,13 +37,13 @@ def bootstrap_base(
     with tempfile.TemporaryDirectory(prefix="dejima-bootstrap-", dir=workdir) as tmp:
         rootfs = Path(tmp) / "rootfs"
         command = [debootstrap, "--variant=minbase", suite, str(rootfs), mirror]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert process.stdout is not None
         tail: list[str] = []
-        for line in process.stdout:
-            tail = (tail + [line.rstrip()])[-20:]
-            on_line(line.rstrip())
-        if process.wait() != 0:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                tail = (tail + [line.rstrip()])[-20:]
+                on_line(line.rstrip())
+        if process.returncode != 0:
             raise ImageError(
                 f"debootstrap {suite} from {mirror} failed (exit {process.returncode})",
                 context="\n".join(tail),

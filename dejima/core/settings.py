@@ -59,12 +59,12 @@ UPSTREAM_URL = checked("URL", lambda v: None if v.startswith(("https://", "http:
 
 @dataclass(frozen=True, slots=True)
 class ImageSettings:
-    base: str = key(TEXT, "Image the filter and session images are built on.", "debian:bookworm-slim")
+    base: str = key(TEXT, "Image the filter and session images are built on.", "debian:trixie-slim")
     base_fallback: str = key(
         one_of(*BASE_FALLBACKS), "What to do when `base` cannot be pulled: `debootstrap` builds a Debian minbase on "
         "the host (needs root and debootstrap) and says so; `none` stops with an error.", "debootstrap")
     bootstrap_mirror: str = key(HTTP_URL, "Debian mirror debootstrap downloads from.", "http://deb.debian.org/debian")
-    bootstrap_suite: str = key(TEXT, "Debian suite debootstrap installs.", "bookworm")
+    bootstrap_suite: str = key(TEXT, "Debian suite debootstrap installs.", "trixie")
     extra_ca_dir: str = key(
         ABSOLUTE_PATH, "Host directory of extra CA certificates (`*.crt`) that image builds must trust, e.g. a "
         "corporate TLS proxy's. The directory update-ca-certificates reads.", "/usr/local/share/ca-certificates")
