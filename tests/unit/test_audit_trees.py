@@ -317,3 +317,20 @@ def test_claude_codes_ordinary_home_files_are_low_at_most_and_their_neighbours_a
 
     assert sorted(audited(tmp_path / "b", "home", planted)) == [
         ("F08", "medium", ".config/-rf"), ("M02", "medium", ".claude/plugins/cache/market/x/hooks/hooks.json")]
+
+
+def test_a_hard_link_between_files_the_session_made_is_low_and_one_with_an_older_file_is_not(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+
+    def build(root: Path) -> None:  # a build tool's copies: both names new
+        os.link(write(root, "out/tool", "#!/bin/sh\n", 0o755), root / "out/tool-copy")
+
+    assert audited(tmp_path / "a", "workspace", build) == [("F02", "low", "out/tool"), ("F02", "low", "out/tool-copy")]
+    write(tmp_path / "b", "notes.txt", "kept\n")
+
+    def shared(root: Path) -> None:  # a new name for a file that was there at the start
+        os.link(root / "notes.txt", root / "other.txt")
+
+    assert audited(tmp_path / "b", "workspace", shared) == [("F02", "medium", "notes.txt"),
+                                                            ("F02", "medium", "other.txt")]

@@ -473,7 +473,7 @@ CODED_RULES = {
     "B07": ("installed dependency tree (one finding per tree)", "low-high"),
     "B10": ("Python environment (start-up files named one by one)", "low-critical"),
     "B11": ("bytecode written in the session", "high"),
-    "F01": ("link out of the tree or into a watched place", "high"), "F02": ("hard link", "medium-high"),
+    "F01": ("link out of the tree or into a watched place", "high"), "F02": ("hard link", "low-high"),
     "F03": ("setuid/setgid bits or capabilities", "critical"), "F04": ("device node, FIFO or socket", "low-critical"),
     "F05": ("new executable bit", "low"), "F06": ("world-writable or new owner", "medium"),
     "F07": ("huge file or deep nesting", "low"), "F08": ("name trick (case, Unicode, controls)", "medium-critical"),

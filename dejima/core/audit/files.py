@@ -62,7 +62,17 @@ def _hard_link(path: str, new: Entry, view: View, in_a_tree: bool = False) -> li
     if watched:
         return [finding("F02", "high", path, f"hard-linked with {where}: editing one edits the other, which is a "
                         "place tools run code from", new.sha256 or "", remedy="restore")]
+    if outside <= 0 and not any(_had_inode(name, new.inode, view) for name in (path, *others)):
+        # Every name of the file was made in this session (a build's copies): nothing that was
+        # there before changes when one of them is edited.
+        return [finding("F02", "low", path, f"hard-linked with {where}, all made in this session", new.sha256 or "",
+                        remedy="restore")]
     return [finding("F02", "medium", path, f"hard-linked with {where}", new.sha256 or "", remedy="restore")]
+
+
+def _had_inode(path: str, inode: int, view: View) -> bool:
+    before = view.entry(path, "before")
+    return before is not None and before.inode == inode
 
 
 def _privilege(path: str, change: Change) -> list[Finding]:
