@@ -17,7 +17,7 @@ from typing import Any
 
 from dejima.adapters.beneath import DIRECTORY_FLAGS, FILE_FLAGS, open_directory
 from dejima.adapters.tomledit import merged_text
-from dejima.core.connect import merged, settings_format
+from dejima.core.connect import merge_into, settings_format
 
 MAX_BYTES = 4 * 1024 * 1024  # a settings file larger than this is not one dejima merges into
 
@@ -31,7 +31,7 @@ def _with(fmt: str, data: bytes | None, values: Mapping[str, Any]) -> bytes:
     current = json.loads(text) if text.strip() else {}
     if not isinstance(current, dict):
         raise ValueError("its top level is not an object")
-    return (json.dumps(merged(current, values), indent=2, ensure_ascii=False) + "\n").encode()
+    return (json.dumps(merge_into(current, values), indent=2, ensure_ascii=False) + "\n").encode()
 
 
 def _read(directory: int, name: str) -> bytes | None:

@@ -6,23 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dejima.core.connect import merge_into
+
 
 def merged_text(text: str, values: Mapping[str, Any]) -> str:
-    """``values`` laid over the document ``text``: tables merged key by key, anything else
-    replaced. Raises ValueError (tomlkit's parse errors are ValueErrors) for text that is not TOML."""
+    """``values`` laid over the document ``text`` (core/connect.py's merge_into). Raises
+    ValueError (tomlkit's parse errors are ValueErrors) for text that is not TOML."""
     import tomlkit
 
     document = tomlkit.parse(text)
-    _merge(document, values)
+    merge_into(document, values)
     return tomlkit.dumps(document)
-
-
-def _merge(current: Any, values: Mapping[str, Any]) -> None:
-    for name, value in values.items():
-        if isinstance(value, Mapping) and isinstance(current.get(name), Mapping):
-            _merge(current[name], value)
-        else:
-            current[name] = value
 
 
 def with_entries(text: str, table: str, key: str, entries: Iterable[str]) -> str:

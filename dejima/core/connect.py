@@ -15,8 +15,9 @@ what is there, so the program's own state in the same file is kept.
 
 from __future__ import annotations
 
+import copy
 import string
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,13 +46,12 @@ class Connection:
 def template_names(text: str) -> list[str]:
     """The ``{name}`` fields of ``text``; raises Invalid for a malformed one or an unknown name."""
     try:
-        fields = [name for _, name, spec, conv in string.Formatter().parse(text) if name is not None
-                  and not (spec or conv)]
-        malformed = [name for _, name, spec, conv in string.Formatter().parse(text) if name is not None
-                     and (spec or conv)]
+        parsed = [(name, spec or conv) for _, name, spec, conv in string.Formatter().parse(text) if name is not None]
     except ValueError as exc:
         raise Invalid(f"is not a valid template ({exc})",
                       "write {base_url} or {placeholder}; '{{' for a brace") from None
+    fields = [name for name, formatted in parsed if not formatted]
+    malformed = [name for name, formatted in parsed if formatted]
     if malformed:
         raise Invalid(f"formats {{{malformed[0]}}} with a conversion or spec, which dejima does not do",
                       "write the name alone: {base_url} or {placeholder}")
@@ -108,28 +108,33 @@ def _filled(value: Any, values: Mapping[str, str]) -> Any:
     return value
 
 
-def merged(base: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` laid over ``base``: tables merged key by key, anything else replaced."""
-    out = dict(base)
+def merge_into(target: MutableMapping[str, Any], values: Mapping[str, Any]) -> MutableMapping[str, Any]:
+    """``values`` laid over ``target``, in place: tables merged key by key, anything else replaced.
+    One rule for every settings file dejima merges into (JSON, and TOML documents as tomlkit keeps
+    them, comments and order included)."""
     for name, value in values.items():
-        if isinstance(value, Mapping) and isinstance(out.get(name), Mapping):
-            out[name] = merged(out[name], value)
+        current = target.get(name)
+        if isinstance(value, Mapping) and isinstance(current, MutableMapping):
+            merge_into(current, value)
         else:
-            out[name] = value
-    return out
+            target[name] = value
+    return target
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 def uses_route(connect: Connect) -> bool:
     """Whether any text of ``connect`` needs the backend's route to be filled."""
-    def names(value: Any) -> set[str]:
-        if isinstance(value, str):
-            return set(template_names(value))
-        if isinstance(value, dict):
-            return set().union(*(names(v) for v in value.values()))
-        if isinstance(value, list):
-            return set().union(*(names(v) for v in value))
-        return set()
-    return bool(names(dict(connect.env)) | names({k: dict(v) for k, v in connect.files.items()}))
+    return any(template_names(text) for text in _strings({"env": connect.env, "files": connect.files}))
 
 
 def connection(files: Mapping[str, Mapping[str, Any]], connect: Connect | None,
@@ -139,15 +144,16 @@ def connection(files: Mapping[str, Mapping[str, Any]], connect: Connect | None,
     backend's route as the session reaches it (None when the session has no such route: then a
     ``connect`` that needs them is left out, and the caller says so)."""
     values = {"base_url": base_url or "", "placeholder": placeholder or ""}
-    settings: dict[str, dict[str, Any]] = {home_file(path): dict(v) for path, v in files.items()}
+    # Copies: the manifest's own tables are merged into, never changed.
+    settings: dict[str, dict[str, Any]] = {home_file(path): copy.deepcopy(dict(v)) for path, v in files.items()}
     env: dict[str, str] = {}
     if connect is not None and (base_url is not None or not uses_route(connect)):
         env = {name: text.format_map(values) for name, text in connect.env.items()}
         for path, more in connect.files.items():
             inner = home_file(path)
-            settings[inner] = merged(settings.get(inner, {}), _filled(dict(more), values))
+            merge_into(settings.setdefault(inner, {}), _filled(dict(more), values))
     return Connection(env, settings)
 
 
-__all__ = ["Connect", "Connection", "check_templates", "connection", "home_file", "merged", "settings_format",
+__all__ = ["Connect", "Connection", "check_templates", "connection", "home_file", "merge_into", "settings_format",
            "template_names", "uses_route"]

@@ -16,6 +16,7 @@ import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dejima.core.connect import Connect
 from dejima.core.images import ImageLayers, InstallStep
 from dejima.core.kinds import EGRESS_ENTRY, STR, reasons_name_denied
 from dejima.core.manifest import BrokenManifest, Manifest, ManifestError, singular
@@ -66,6 +67,16 @@ class Resolved:
     @property
     def harness(self) -> Manifest:
         return self.of_kind("harnesses")[0].manifest
+
+    @property
+    def backend(self) -> Manifest | None:
+        backends = self.of_kind("backends")
+        return backends[0].manifest if backends else None
+
+    def harness_connect(self) -> Connect | None:
+        """How the harness reaches this session's backend, when it says (``[harness.connect.<api>]``)."""
+        backend = self.backend
+        return self.harness.connect.get(backend.api or "") if backend is not None else None
 
     def allow(self) -> list[tuple[str, str]]:
         """(entry, origin) for every allowed entry, in manifest order."""

@@ -133,9 +133,7 @@ def _harness_connection(resolved: Resolved, proxy: SessionProxy | None, ui: Sess
     """The harness's settings and variables for this session's backend (core/connect.py)."""
     from dejima.core.connect import connection, uses_route
 
-    harness, backends = resolved.harness, resolved.of_kind("backends")
-    backend = backends[0].manifest if backends else None
-    connect = harness.connect.get(backend.api or "") if backend is not None else None
+    harness, backend, connect = resolved.harness, resolved.backend, resolved.harness_connect()
     route = backend.credentials[0].name if backend is not None and backend.credentials else None
     access = proxy.access(route) if proxy is not None and route is not None else None
     if connect is not None and access is None and uses_route(connect):

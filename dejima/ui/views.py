@@ -63,8 +63,7 @@ def _harness_lines(plan: SessionPlan) -> list[str]:
     route through the proxy; {placeholder}: that route's placeholder), and the home settings."""
     if plan.resolved is None:
         return []
-    harness, backends = plan.resolved.harness, plan.resolved.of_kind("backends")
-    connect = harness.connect.get(backends[0].manifest.api or "") if backends else None
+    harness, connect = plan.resolved.harness, plan.resolved.harness_connect()
     if not harness.files and connect is None:
         return []
     lines = ["", f"## Harness settings (from {harness.source})"]

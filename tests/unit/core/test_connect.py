@@ -11,7 +11,7 @@ import pytest
 
 from dejima.adapters.catalog import shipped_dir
 from dejima.adapters.home_settings import merge_settings
-from dejima.core.connect import Connect, connection, merged
+from dejima.core.connect import Connect, connection, merge_into
 from dejima.core.manifest import Manifest, ManifestError, parse_manifest
 
 HEAD = 'schema = 1\ndescription = "x"\n[harness]\ncommand = ["c"]\napis = ["openai"]\n'
@@ -56,7 +56,8 @@ def test_without_the_route_only_the_harness_files_are_given() -> None:
 
 
 def test_merge_replaces_scalars_and_merges_tables() -> None:
-    assert merged({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"b": 3}, "l": [2]}) == {"a": {"b": 3, "c": 2}, "l": [2]}
+    assert merge_into({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"b": 3}, "l": [2]}) == {"a": {"b": 3, "c": 2},
+                                                                                     "l": [2]}
 
 
 def test_every_shipped_harness_connection_parses() -> None:
