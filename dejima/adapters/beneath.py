@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,3 +35,21 @@ def open_directory(root: Path | str, parents: Sequence[str], follow_root: bool =
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_regular(directory: int, name: str, limit: int) -> bytes:
+    """The bytes of the regular file ``name`` in the directory open as ``directory``, opened
+    without following a link or waiting on a FIFO. Raises FileNotFoundError when it is absent,
+    OSError when it cannot be opened (ELOOP: a link), ValueError when it is not a regular file or
+    is larger than ``limit``."""
+    fd = os.open(name, FILE_FLAGS, dir_fd=directory)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"larger than {limit >> 20} MiB" if limit % (1 << 20) == 0 else
+                             f"larger than {limit} bytes")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)

@@ -15,7 +15,7 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
-from dejima.adapters.beneath import DIRECTORY_FLAGS, FILE_FLAGS, open_directory
+from dejima.adapters.beneath import DIRECTORY_FLAGS, open_directory, read_regular
 from dejima.adapters.tomledit import merged_text
 from dejima.core.connect import merge_into, settings_format
 
@@ -35,21 +35,13 @@ def _with(fmt: str, data: bytes | None, values: Mapping[str, Any]) -> bytes:
 
 
 def _read(directory: int, name: str) -> bytes | None:
+    """The file's bytes, None when there is none; ValueError for anything dejima does not read."""
     try:
-        fd = os.open(name, FILE_FLAGS, dir_fd=directory)
+        return read_regular(directory, name, MAX_BYTES)
     except FileNotFoundError:
         return None
-    except OSError as exc:  # a link (ELOOP), a FIFO...: not a file dejima reads
+    except OSError as exc:  # a link (ELOOP)...: not a file dejima reads
         raise ValueError(f"not a regular file ({exc.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file")
-        if info.st_size > MAX_BYTES:
-            raise ValueError(f"larger than {MAX_BYTES // (1024 * 1024)} MiB")
-        return os.read(fd, MAX_BYTES + 1)
-    finally:
-        os.close(fd)
 
 
 def _directory(home: str, parents: list[str], owner: tuple[int, int] | None, notes: list[str]) -> int:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections.abc import Callable, Iterable
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 
-from dejima.adapters.beneath import FILE_FLAGS, open_directory
+from dejima.adapters.beneath import open_directory, read_regular
 from dejima.core.audit import derived_watch
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.gitconfig import GitConfigError, parse_git_config
@@ -32,16 +31,11 @@ def read_file(root: Path | str, path: str, limit: int) -> bytes | None:
     except OSError:
         return None
     try:
-        file = os.open(name, FILE_FLAGS, dir_fd=fd)
-    except OSError:
+        return read_regular(fd, name, limit)
+    except (OSError, ValueError):
         return None
     finally:
         os.close(fd)
-    try:
-        info = os.fstat(file)
-        return os.read(file, limit) if stat.S_ISREG(info.st_mode) and info.st_size <= limit else None
-    finally:
-        os.close(file)
 
 
 def read_kept(root: Path, snapshot: Snapshot, keep: Callable[[str], bool], limit: int = 1 << 20) -> dict[str, bytes]:

@@ -53,10 +53,7 @@ def git_config_text(workspace: Path) -> str:
 
 
 def _regular_file(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
+    return stat.S_ISREG(_mode(path))
 
 
 # Detection looks one level down, in at most this many folders of at most this many names each.
