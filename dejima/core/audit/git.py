@@ -57,20 +57,9 @@ def _is_bare_repo(directory: str, snapshot: Snapshot) -> bool:
 
 
 def _in_bare_repo(path: str, view: View) -> GitPath | None:
-    repository = _bare_above(path.rpartition("/")[0], view)
+    repository = view.directory_above("bare-repository", path.rpartition("/")[0],
+                                      lambda directory: _is_bare_repo(directory, view.after))
     return GitPath(repository, path[len(repository) + 1:]) if repository else None
-
-
-def _bare_above(directory: str, view: View) -> str:
-    """The bare repository ``directory`` is or lies in ("" for none; the mount's root is not asked),
-    each directory asked once per audit (a tree of thousands of files has far fewer directories)."""
-    memo: dict[str, str] = view.memo.setdefault("bare-above", {})  # type: ignore[assignment]
-    if not directory:
-        return ""
-    if directory not in memo:
-        memo[directory] = directory if _is_bare_repo(directory, view.after) else \
-            _bare_above(directory.rpartition("/")[0], view)
-    return memo[directory]
 
 
 def _housekeeping(inner: str) -> bool:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import posixpath
 from collections.abc import Iterable
 
@@ -47,23 +46,12 @@ _ENVIRONMENT_OWN = ("pyvenv.cfg", "bin/activate", "bin/Activate", "bin/deactivat
 _UV_OWN = ("_virtualenv.pth", "_virtualenv.py")
 
 
-def _json(view: View, path: str) -> dict[str, object] | None:
-    text = view.text(path)
-    if text is None:
-        return None
-    try:
-        document = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return document if isinstance(document, dict) else None
-
-
 def _lock_packages(view: View, tree: str) -> dict[str, dict[str, object]] | None:
     """The ``packages`` of the lockfile beside the tree (keyed "node_modules/a/node_modules/b");
     None when there is none (or it is v1, which has no per-path entries)."""
     project = tree.rpartition("/")[0]
     for name in ("npm-shrinkwrap.json", "package-lock.json"):
-        document = _json(view, f"{project}/{name}" if project else name)
+        document = view.json_object(f"{project}/{name}" if project else name)
         packages = document.get("packages") if document is not None else None
         if isinstance(packages, dict):
             return {str(k): v for k, v in packages.items() if isinstance(v, dict)}
@@ -133,7 +121,7 @@ def _link(tree: str, path: str, target: str, lock: dict[str, dict[str, object]] 
 
 
 def _manifest(tree: str, path: str, view: View, lock: dict[str, dict[str, object]] | None) -> list[str]:
-    manifest = _json(view, path)
+    manifest = view.json_object(path)
     if manifest is None or "name" not in manifest:
         return []  # not a package's own manifest (test fixtures, nested examples)
     scripts = manifest.get("scripts")

@@ -73,7 +73,8 @@ def _go_sum(text: str) -> Digests:
     return found
 
 
-_READERS = ((re.compile(r"(?:^|/)(?:package-lock|npm-shrinkwrap)\.json$"), _npm),
+_NPM_LOCKFILE = re.compile(r"(?:^|/)(?:package-lock|npm-shrinkwrap)\.json$")
+_READERS = ((_NPM_LOCKFILE, _npm),
             (re.compile(r"(?:^|/)(?:Cargo|uv|poetry)\.lock$"), _toml_packages),
             (re.compile(r"(?:^|/)go\.sum$"), _go_sum))
 
@@ -86,17 +87,13 @@ def _npm_versions(text: str) -> dict[str, str]:
 
 
 def _installed_version(view: View, project: str, key: str) -> str | None:
-    manifest = view.text(f"{project}/{key}/package.json" if project else f"{key}/package.json")
-    try:
-        document = json.loads(manifest) if manifest is not None else None
-    except (ValueError, RecursionError):
-        return None
-    return str(document.get("version")) if isinstance(document, dict) else None
+    document = view.json_object(f"{project}/{key}/package.json" if project else f"{key}/package.json")
+    return str(document.get("version")) if document is not None else None
 
 
 def _unmatched_versions(path: str, before: str, after: str, view: View) -> Finding | None:
     """X06: versions the lockfile changed to that the installed tree beside it does not have."""
-    if not re.search(r"(?:^|/)(?:package-lock|npm-shrinkwrap)\.json$", path):
+    if not _NPM_LOCKFILE.search(path):
         return None
     project = path.rpartition("/")[0]
     if (f"{project}/node_modules" if project else "node_modules") not in view.after:

@@ -4,6 +4,7 @@ severity scale (research/persistence.md §2)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
 import re
 from collections.abc import Callable
@@ -97,6 +98,23 @@ class View:
                 found.setdefault(change.path, change)
         return found
 
+    def directory_above(self, kind: str, directory: str, holds: Callable[[str], bool],
+                        outermost: bool = False) -> str | None:
+        """The nearest (or with ``outermost``, the outermost) of ``directory`` and the directories
+        above it for which ``holds`` is true (the mount's root is not asked). Each directory is asked
+        once per audit and per ``kind``: a tree of thousands of files has far fewer directories."""
+        memo: dict[str, str | None] = self.memo.setdefault(f"above:{kind}", {})  # type: ignore[assignment]
+        if not directory:
+            return None
+        if directory not in memo:
+            parent = directory.rpartition("/")[0]
+            if outermost:
+                memo[directory] = self.directory_above(kind, parent, holds, True) or (
+                    directory if holds(directory) else None)
+            else:
+                memo[directory] = directory if holds(directory) else self.directory_above(kind, parent, holds)
+        return memo[directory]
+
     def entry(self, path: str, side: str = "after") -> Entry | None:
         return (self.after if side == "after" else self.before).get(path)
 
@@ -113,6 +131,17 @@ class View:
             data = self.data(path, side)
             self._text[key] = None if data is None else data.decode("utf-8", "surrogateescape")
         return self._text[key]
+
+    def json_object(self, path: str) -> dict[str, object] | None:
+        """A file's content as a JSON object (None when absent, not JSON, or not an object)."""
+        text = self.text(path)
+        if text is None:
+            return None
+        try:
+            document = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        return document if isinstance(document, dict) else None
 
     def new_lines(self, path: str) -> list[str]:
         """Lines of the file now that were not in it at the start (all of them if unknown then)."""

@@ -47,20 +47,13 @@ def environment_root(path: str, view: View) -> str | None:
     match = _ENVIRONMENT.match(path)
     if match:
         return match.group(1)
-    return _environment_of(path.rpartition("/")[0], view)
+    return view.directory_above("environment", path.rpartition("/")[0], lambda directory: _has_pyvenv(directory, view),
+                                outermost=True)
 
 
-def _environment_of(directory: str, view: View) -> str | None:
-    """The outermost directory with a pyvenv.cfg that ``directory`` is or lies in, each directory
-    asked once per audit (a tree of thousands of files has far fewer directories)."""
-    memo: dict[str, str | None] = view.memo.setdefault("environment-of", {})  # type: ignore[assignment]
-    if not directory:
-        return None
-    if directory not in memo:
-        outer = _environment_of(directory.rpartition("/")[0], view)
-        config = f"{directory}/pyvenv.cfg"
-        memo[directory] = outer or (directory if config in view.after or config in view.before else None)
-    return memo[directory]
+def _has_pyvenv(directory: str, view: View) -> bool:
+    config = f"{directory}/pyvenv.cfg"
+    return config in view.after or config in view.before
 
 
 def _group(view: View, root_of: Callable[[str], str | None]) -> dict[str, list[Change]]:
