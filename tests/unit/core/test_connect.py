@@ -108,3 +108,16 @@ def test_an_unreadable_file_is_replaced_and_said(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
     assert len(notes) == 1 and "could not be read as JSON" in notes[0]
 
+
+
+def test_a_hard_link_the_session_left_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """An agent that hard-links a settings file to a file it shares with the host (the workspace):
+    the merge writes a new file and renames it over the name; the other name keeps its bytes."""
+    home, shared = tmp_path / "home", tmp_path / "workspace-file.toml"
+    (home / ".codex").mkdir(parents=True)
+    shared.write_text('model = "the workspace\'s"\n')
+    os.link(shared, home / ".codex/config.toml")
+    merge_settings(str(home), {".codex/config.toml": {"openai_base_url": "http://proxy"}}, None)
+    assert shared.read_text() == 'model = "the workspace\'s"\n'
+    assert (home / ".codex/config.toml").stat().st_ino != shared.stat().st_ino
+    assert 'openai_base_url = "http://proxy"' in (home / ".codex/config.toml").read_text()
