@@ -42,10 +42,12 @@ INTERCEPTED = "bench.test"
 PROXY = r'''
 import asyncio, sys
 from pathlib import Path
-from dejima.core.credentials import Route, Secret, parse_upstream
+from dejima.core.credentials import Route, parse_upstream
+from dejima.core.secret import Secret
 from dejima.proxy.authority import SessionAuthority
 from dejima.proxy.intercept import Interception
-from dejima.proxy.server import ProxyConfig, ProxyServer, RouteSpec
+from dejima.proxy.routes import RouteSpec
+from dejima.proxy.server import ProxyConfig, ProxyServer
 from dejima.proxy.sources import FixedSource
 up, up_tls, port, tls_port, work, upstream_ca, host = sys.argv[1:8]
 plain = Route("bench", parse_upstream(f"http://127.0.0.1:{up}", "bench"), "x-api-key", "raw", sys.argv[8])

@@ -9,57 +9,25 @@ so ``ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/r/anthropic-api-key`` and git's
 The session holds a per-session placeholder in the route's header; the proxy checks it and writes
 the real secret in its place, toward that route's upstream only.
 
-Real secret values are held in :class:`Secret`, whose text forms never show the value.
+Real secret values are held in :class:`dejima.core.secret.Secret`, whose text forms never show the value.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:
-    from dejima.core.sigv4 import AwsSigning
+from dejima.core.secret import Secret
+from dejima.core.sigv4 import AwsSigning, parse_authorization
 
 ROUTE_PREFIX = "/r/"
 SCHEMES = ("Bearer", "token", "Basic", "raw", "aws-sigv4")
 _ROUTE_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _LOOPBACK_NAMES = ("localhost",)
-
-
-class Secret:
-    """A real credential value. Its repr/str never show it; only :meth:`reveal` does."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        if not value or any(c in value for c in "\r\n\0"):
-            raise ValueError("a secret must be one non-empty line")
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret(<hidden>)"
-
-    __str__ = __repr__
-
-    def __format__(self, spec: str) -> str:
-        return repr(self)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and hmac.compare_digest(self._value.encode(), other._value.encode())
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __reduce__(self) -> tuple[object, ...]:
-        raise TypeError("a Secret is never pickled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +153,6 @@ def presented_token(scheme: str, header_value: str) -> str | None:
     if scheme == "raw":
         return value
     if scheme == "aws-sigv4":  # the key id the client signed with (its signature, made with a placeholder, is dropped)
-        from dejima.core.sigv4 import parse_authorization
 
         presented = parse_authorization(value)
         return presented.access_key_id if presented else None

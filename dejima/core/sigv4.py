@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import quote, unquote
 
-from dejima.core.credentials import Secret
+from dejima.core.secret import Secret
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 # What a session's SDK wrote for its own (placeholder) signature: dropped before the proxy signs.

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from dejima.core.credentials import Secret
+from dejima.core.secret import Secret
 from dejima.core.sigv4 import AwsKeys
 from dejima.proxy.sources import COMMAND_TIMEOUT, REFRESH_MARGIN, CredentialError, SourceUnavailable, run_helper
 

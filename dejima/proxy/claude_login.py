@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from dejima.core.credentials import Secret
+from dejima.core.secret import Secret
 from dejima.proxy.sources import REFRESH_MARGIN, CredentialError, SourceUnavailable
 
 TOKEN_ENDPOINT = "https://console.anthropic.com/v1/oauth/token"

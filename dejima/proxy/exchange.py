@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from dejima.core.admission import Admission
 from dejima.core.httpwire import (
@@ -26,11 +25,9 @@ from dejima.core.httpwire import (
     serialize_response,
     wants_keep_alive,
 )
+from dejima.proxy.services import ProxyServices
 from dejima.proxy.upstream import Connection, UpstreamError
 from dejima.proxy.wire import BodyCut, pipe, plain_response, relay_body
-
-if TYPE_CHECKING:
-    from dejima.proxy.server import ProxyServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +58,7 @@ BodySender = Callable[[asyncio.StreamWriter], Awaitable[int]]
 
 
 class Exchange:
-    def __init__(self, server: ProxyServer, head: RequestHead, framing: Framing, admission: Admission,
+    def __init__(self, server: ProxyServices, head: RequestHead, framing: Framing, admission: Admission,
                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.server, self.head, self.framing, self.admission = server, head, framing, admission
         self.reader, self.writer = reader, writer

@@ -18,12 +18,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 from dejima.core.credentials import Route, credential_value, split_route_target, upstream_target
 from dejima.core.gitpath import GitTarget, Unjudgeable, judge_git_target
-from dejima.core.httpwire import HttpError, parse_response_head, response_framing, serialize_request
+from dejima.core.httpwire import Headers, HttpError, parse_response_head, response_framing, serialize_request
 from dejima.core.limits import format_bytes
 from dejima.core.packscan import PackError, PackScanner
 from dejima.core.pushrules import (
@@ -39,21 +40,26 @@ from dejima.core.pushrules import (
 )
 from dejima.proxy.budget import Hold
 from dejima.proxy.exchange import Exchange, Outcome, Withheld
+from dejima.proxy.routes import Forwarding, RouteSpec
+from dejima.proxy.services import ProxyServices
 from dejima.proxy.upstream import UpstreamError
 from dejima.proxy.wire import BodyCut, BodyWriter, OverBudget, body_pieces, plain_response
 
-if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
 
-    from dejima.proxy.server import ProxyServer, RouteSpec
+@dataclass(frozen=True, slots=True)
+class GitPushGuard(Forwarding):
+    """The behaviour of git routes (dejima.proxy.routes.RouteBehaviour): forwarding, each request judged first."""
 
-Headers = list[tuple[bytes, bytes]]
+    guards_pushes: ClassVar[bool] = True
+    policy: PushPolicy
+
+    async def send(self, services: ProxyServices, spec: RouteSpec, exchange: Exchange, headers: Headers) -> Outcome:
+        return await _forward_git(services, spec, exchange, headers, self.policy)
 
 
-async def forward_git(server: ProxyServer, spec: RouteSpec, exchange: Exchange, headers: Headers) -> Outcome:
-    """Forward one request of a git route (``spec.push`` set), judged and canonical."""
-    policy = spec.push
-    assert policy is not None
+async def _forward_git(server: ProxyServices, spec: RouteSpec, exchange: Exchange, headers: Headers,
+                       policy: PushPolicy) -> Outcome:
+    """Forward one request of a git route, judged and canonical."""
     route = spec.route.name
     split = split_route_target(exchange.head.target)
     assert split is not None  # admission only lets route targets through
@@ -79,14 +85,14 @@ async def forward_git(server: ProxyServer, spec: RouteSpec, exchange: Exchange, 
         return await _Push(server, spec, exchange, headers, target, policy, hold).run()
 
 
-async def _refuse(server: ProxyServer, exchange: Exchange, kind: str, route: str, message: str) -> Outcome:
+async def _refuse(server: ProxyServices, exchange: Exchange, kind: str, route: str, message: str) -> Outcome:
     server.violation(kind, route, message)
     return await exchange.fail(403, message)
 
 
 @dataclass
 class _Push:
-    server: ProxyServer
+    server: ProxyServices
     spec: RouteSpec
     exchange: Exchange
     headers: Headers

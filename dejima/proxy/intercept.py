@@ -16,14 +16,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dejima.core.httpwire import MAX_HEAD_BYTES
 from dejima.proxy.authority import SessionAuthority
+from dejima.proxy.services import ProxyServices, Via
 from dejima.proxy.wire import close_writer
-
-if TYPE_CHECKING:
-    from dejima.proxy.server import ProxyServer
 
 HANDSHAKE_TIMEOUT = 10.0
 MAX_NAME = 253
@@ -37,16 +34,8 @@ class Interception:
     routes: Mapping[str, str]  # intercepted host (the manifest's upstream host) -> route name
 
 
-@dataclass(frozen=True, slots=True)
-class Via:
-    """How a connection reached the proxy: over the TLS fallback, for ``host``, served by ``route``."""
-
-    host: str
-    route: str
-
-
 class TlsListener:
-    def __init__(self, server: ProxyServer, interception: Interception) -> None:
+    def __init__(self, server: ProxyServices, interception: Interception) -> None:
         self.server, self.interception = server, interception
         self.context = interception.authority.server_context(self._refused)
 

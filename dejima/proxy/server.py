@@ -5,7 +5,10 @@
 Per request: read the head strictly (dejima.core.httpwire), decide (dejima.core.admission), swap the
 placeholder for the real credential, forward to the route's upstream only, stream the answer back
 chunk by chunk, and write one ledger entry (and a violation for a refusal that means something).
-Git pushes on routes with a push policy go through dejima.proxy.gitpush first.
+How an admitted request goes upstream is the route's behaviour (dejima.proxy.routes): plain forwarding,
+git push guarding (dejima.proxy.gitpush) or AWS signing (dejima.proxy.signing); the TLS fallback
+(dejima.proxy.intercept) hands its decrypted requests to this server. Each gets the server as its
+services (dejima.proxy.services), and none imports this module.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dejima.core.admission import Admission, Refusal, admit, intercepted
-from dejima.core.credentials import Route, credential_value
 from dejima.core.gitpath import mentions_push
 from dejima.core.httpwire import (
     MAX_HEAD_BYTES,
@@ -28,33 +30,25 @@ from dejima.core.httpwire import (
     RequestHead,
     parse_request_head,
     request_framing,
-    serialize_request,
     wants_keep_alive,
 )
 from dejima.core.ledger import LedgerEntry, Violation, redact_target, scrub
 from dejima.core.placeholders import SecretScanner
-from dejima.core.pushrules import PushPolicy
 from dejima.proxy.budget import Budget
 from dejima.proxy.exchange import Exchange, Outcome
 from dejima.proxy.records import Records
-from dejima.proxy.sources import CredentialSource, SourceUnavailable
+from dejima.proxy.routes import RouteSpec
+from dejima.proxy.services import Via
 from dejima.proxy.upstream import UpstreamPool
 from dejima.proxy.wire import BodyCut, Idle, close_writer, plain_response
 
 if TYPE_CHECKING:
-    from dejima.proxy.intercept import Interception, Via
+    from dejima.proxy.intercept import Interception
 
 _REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Content Too Large",
             421: "Misdirected Request", 431: "Request Header Fields Too Large", 501: "Not Implemented",
             502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
             505: "HTTP Version Not Supported"}
-
-
-@dataclass(frozen=True, slots=True)
-class RouteSpec:
-    route: Route
-    source: CredentialSource
-    push: PushPolicy | None = None  # git smart-HTTP routes: the push rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,30 +221,12 @@ class ProxyServer:
         route = admission.route
         spec = self.specs[route.name]
         exchange = Exchange(self, head, framing, admission, reader, writer)
-        if spec.push is None and mentions_push(head.target):
+        if not spec.behaviour.guards_pushes and mentions_push(head.target):
             message = f"git pushes go through the forge's git route, where push rules judge them, not route " \
                       f"{route.name!r}"
             self.violation("push-refused", route.name, message)
             return await exchange.fail(403, message)
-        if route.signing is not None:
-            from dejima.proxy.signing import forward_signed
-
-            return await forward_signed(self, spec, exchange)
-        try:
-            secret = await spec.source.current()
-        except SourceUnavailable as exc:
-            return await exchange.fail(502, f"the credential of route {route.name!r} is unavailable: {exc}")
-        self.reals[route.name] = secret.reveal()
-        headers = [*admission.headers, (route.header.encode(), credential_value(route, secret).encode())]
-        if framing.kind == "chunked":
-            headers.append((b"Transfer-Encoding", b"chunked"))
-        if (head.get(b"expect") or b"").lower() == b"100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if spec.push is not None:
-            from dejima.proxy.gitpush import forward_git
-
-            return await forward_git(self, spec, exchange, headers)
-        return await exchange.run(serialize_request(head.method, exchange.target, headers))
+        return await spec.behaviour.forward(self, spec, exchange)
 
     async def answer(self, writer: asyncio.StreamWriter, status: int, message: str, close: bool,
                      extra: list[tuple[bytes, bytes]] | None = None) -> None:

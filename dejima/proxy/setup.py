@@ -25,9 +25,13 @@ from dejima.core.manifest import CredentialRoute
 from dejima.core.placeholders import AWS_PLACEHOLDER_ENV, Decoys, make_aws_placeholders, make_decoys, make_placeholder
 from dejima.core.pushrules import PushPolicy
 from dejima.core.sigv4 import AwsSigning, SigningScope, region_of
+from dejima.proxy.gitpush import GitPushGuard
 from dejima.proxy.intercept import Interception
-from dejima.proxy.server import ProxyConfig, RouteSpec
-from dejima.proxy.sources import CredentialError, resolve_source
+from dejima.proxy.routes import Forwarding, RouteBehaviour, RouteSpec
+from dejima.proxy.server import ProxyConfig
+from dejima.proxy.signing import SigV4Signing
+from dejima.proxy.source_kinds import resolve_source
+from dejima.proxy.sources import CredentialError
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +94,7 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
         placeholder = aws_key_id if signing else shared.setdefault(declared.source,
                                                                    make_placeholder(shape_host, header))
         route = Route(declared.name, upstream, header, declared.scheme, placeholder, declared.username, signing)
-        specs.append(RouteSpec(route, source, push.get(declared.name)))
+        specs.append(RouteSpec(route, source, _behaviour(route, push.get(declared.name))))
         manifest_routes[declared.name] = declared
     taken = [r.placeholder_env for r in manifest_routes.values() if r.placeholder_env]
     if any(spec.route.signing for spec in specs):
@@ -99,6 +103,13 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
     config = ProxyConfig(tuple(specs), directory / LEDGER, directory / RECORDS,
                          decoys.values(), extra_ca_file, interception=_interception(manifest_routes.values()))
     return Prepared(config, manifest_routes, decoys, tuple(skipped))
+
+
+def _behaviour(route: Route, push: PushPolicy | None) -> RouteBehaviour:
+    """How the route's requests go upstream: signed (aws-sigv4), guarded (git routes with push rules), forwarded."""
+    if route.signing is not None:
+        return SigV4Signing()
+    return GitPushGuard(push) if push is not None else Forwarding()
 
 
 def _interception(routes: Iterable[CredentialRoute]) -> Interception | None:

@@ -10,34 +10,42 @@ as on every route (Bedrock's invoke-with-response-stream answers with an event s
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 from dejima.core.httpwire import HttpError
 from dejima.core.sigv4 import SIGNATURE_HEADERS, payload_sha256, sign
+from dejima.proxy.aws_source import AwsSource
 from dejima.proxy.budget import Hold
 from dejima.proxy.exchange import Exchange, Outcome
+from dejima.proxy.routes import RouteSpec
+from dejima.proxy.services import ProxyServices
 from dejima.proxy.sources import SourceUnavailable
 from dejima.proxy.wire import BodyCut, OverBudget, read_body
-
-if TYPE_CHECKING:
-    from dejima.proxy.aws_source import AwsSource
-    from dejima.proxy.server import ProxyServer, RouteSpec
 
 _DROPPED = SIGNATURE_HEADERS | {"content-length", "transfer-encoding"}  # signed anew, framed anew
 
 
-async def forward_signed(server: ProxyServer, spec: RouteSpec, exchange: Exchange) -> Outcome:
-    route = spec.route
-    assert route.signing is not None
-    source: AwsSource = spec.source  # type: ignore[assignment]  # resolve_source gives aws-sigv4 routes an AwsSource
-    if (exchange.head.get(b"expect") or b"").lower() == b"100-continue":
-        exchange.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    with Hold(server.budget) as hold:
-        return await _read_and_sign(server, spec, exchange, source, hold)
+@dataclass(frozen=True, slots=True)
+class SigV4Signing:
+    """The behaviour of aws-sigv4 routes (dejima.proxy.routes.RouteBehaviour)."""
+
+    guards_pushes: ClassVar[bool] = False
+    signs: ClassVar[bool] = True
+
+    async def forward(self, services: ProxyServices, spec: RouteSpec, exchange: Exchange) -> Outcome:
+        route = spec.route
+        source = spec.source
+        if route.signing is None or not isinstance(source, AwsSource):  # resolve_source gives them an AwsSource
+            return await exchange.fail(502, f"route {route.name!r} signs with AWS keys and has none configured")
+        if (exchange.head.get(b"expect") or b"").lower() == b"100-continue":
+            exchange.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        with Hold(services.budget) as hold:
+            return await _read_and_sign(services, spec, exchange, source, hold)
 
 
-async def _read_and_sign(server: ProxyServer, spec: RouteSpec, exchange: Exchange, source: AwsSource,
+async def _read_and_sign(server: ProxyServices, spec: RouteSpec, exchange: Exchange, source: AwsSource,
                          hold: Hold) -> Outcome:
     route = spec.route
     assert route.signing is not None

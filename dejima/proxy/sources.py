@@ -9,14 +9,13 @@ manifest and the source); a helper command is run again when its value is older 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from dejima.core.credentials import Secret
+from dejima.core.secret import Secret
 from dejima.errors import DiagnosticError
 
 COMMAND_TIMEOUT = 15.0
@@ -143,26 +142,3 @@ class CommandSource:
                 self._at = time.monotonic()
         return self._secret
 
-
-def resolve_source(source: tuple[str, tuple[str, ...]], origin: str, environ: Mapping[str, str] | None = None,
-                   home: Path | None = None) -> CredentialSource:
-    """The source a manifest route names (``CredentialRoute.source``); ``origin`` names the manifest and route."""
-    env = os.environ if environ is None else environ
-    where = Path.home() if home is None else home
-    kind, values = source
-    if kind == "env":
-        return env_source(values[0], origin, env)
-    if kind == "file":
-        return file_source(values[0], origin, where)
-    if kind == "command":
-        return CommandSource(values, origin, env)
-    if kind == "claude_login":
-        from dejima.proxy.claude_login import ClaudeLoginSource
-
-        return ClaudeLoginSource.load(values[0] if values else "~/.claude/.credentials.json", origin, where)
-    if kind == "aws":
-        from dejima.proxy.aws_source import AwsSource
-
-        return AwsSource(values[0], origin, env, where)
-    raise CredentialError(f"{origin}: unknown credential source kind {kind!r}",
-                          hint="one of env, file, command, claude_login, aws")

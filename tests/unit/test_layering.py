@@ -160,3 +160,63 @@ def test_the_import_reader_sees_modules_imported_from_a_package(tmp_path: Path) 
     found = imports_of(probe)
     assert "dejima.adapters.runtime" in found and "sqlite3" in found
     assert not may_import(LAYERS["core"], "core/probe.py", "dejima.adapters.runtime")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of ``graph`` with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                other = stack.pop()
+                part.append(other)
+                if other == node:
+                    break
+            if len(part) > 1:
+                cycles.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def import_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """Every import counts, a deferred one inside a function or one under TYPE_CHECKING too."""
+    names = {module_name(path): path for path in paths}
+    return {name: {other for other in imports_of(path) if other in names and other != name}
+            for name, path in names.items()}
+
+
+def test_no_import_cycles() -> None:
+    assert import_cycles(import_graph(sorted(PACKAGE.rglob("*.py")))) == []
+
+
+def test_the_cycle_finder_sees_a_deferred_import_cycle(tmp_path: Path) -> None:
+    """Control: a cycle closed by an import inside a function, or under TYPE_CHECKING, is a cycle."""
+    package = tmp_path / "dejima"
+    package.mkdir()
+    (package / "a.py").write_text("from dejima.b import x\n")
+    (package / "b.py").write_text("def x():\n    from dejima.c import y\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dejima.a import z\n")
+    (package / "d.py").write_text("from dejima.a import x\n")
+    graph = {f"dejima.{p.stem}": {i for i in imports_of(p) if i.count(".") == 1} for p in package.glob("*.py")}
+    assert import_cycles(graph) == [["dejima.a", "dejima.b", "dejima.c"]]

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from dejima.core.credentials import Secret
+from dejima.core.secret import Secret
 from dejima.core.sigv4 import (
     AwsKeys,
     SigningScope,

@@ -17,9 +17,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from dejima.core.credentials import Route, Secret, parse_upstream
+from dejima.core.credentials import Route, parse_upstream
 from dejima.core.placeholders import make_placeholder
-from dejima.proxy.server import ProxyConfig, ProxyServer, RouteSpec
+from dejima.core.secret import Secret
+from dejima.proxy.routes import RouteSpec
+from dejima.proxy.server import ProxyConfig, ProxyServer
 from dejima.proxy.sources import FixedSource
 from tests.httpfake import serving
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from dejima.core.pushrules import PushPolicy
-from dejima.proxy.server import RouteSpec
+from dejima.proxy.gitpush import GitPushGuard
+from dejima.proxy.routes import RouteSpec
 from tests.httpfake import serving
 from tests.unit.proxy.fakes import RunningProxy, fixed, route, running_proxy
 
@@ -171,7 +172,7 @@ def git_world(tmp: Path, **options: object) -> Iterator[World]:
     """The world, its proxy configured with ``options`` (ProxyConfig fields)."""
     with fake_forge(tmp) as forge:
         git_route = route("github-git", forge.url, "authorization", "Basic", "x-access-token", "github.com")
-        spec = RouteSpec(git_route, fixed(TOKEN), PushPolicy(("owner/repo",)))
+        spec = RouteSpec(git_route, fixed(TOKEN), GitPushGuard(PushPolicy(("owner/repo",))))
         with running_proxy(tmp, [spec], **options) as proxy:
             env = session_git_env(proxy.port, "github-git", git_route.placeholder, "x-access-token",
                                   "https://github.example/")

@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 from dejima.core.pushrules import PushPolicy
-from dejima.proxy.server import ProxyConfig, ProxyServer, RouteSpec
+from dejima.proxy.gitpush import GitPushGuard
+from dejima.proxy.routes import RouteSpec
+from dejima.proxy.server import ProxyConfig, ProxyServer
 from tests.unit.proxy.fakes import fixed, route
 
 TOKEN = "ghp_FORGEtokenFORGEtokenFORGEtokenFORGE1"
@@ -24,7 +26,7 @@ TOKEN = "ghp_FORGEtokenFORGEtokenFORGEtokenFORGE1"
 async def main(forge: str, api: str, directory: Path, budget: int, connections: int) -> None:
     git_route = route("forge-git", forge, "authorization", "Basic", "x-access-token", "github.com")
     api_route = route("api", api)
-    config = ProxyConfig((RouteSpec(git_route, fixed(TOKEN), PushPolicy(("owner/repo",))),
+    config = ProxyConfig((RouteSpec(git_route, fixed(TOKEN), GitPushGuard(PushPolicy(("owner/repo",)))),
                           RouteSpec(api_route, fixed())), directory / "ledger.jsonl", directory / "violations.jsonl",
                          memory_budget=budget, max_connections=connections)
     server = ProxyServer(config)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from dejima.proxy.aws_source import AwsSource
-from dejima.proxy.sources import CredentialError, SourceUnavailable, resolve_source
+from dejima.proxy.source_kinds import resolve_source
+from dejima.proxy.sources import CredentialError, SourceUnavailable
 
 ORIGIN = "backends/bedrock.toml credentials route 'aws-sigv4-runtime'"
 KEY_ID, SECRET = "AKIAHOSTREALKEY00001", "hostSecretKeyThatMustNeverEnterTheSession01"

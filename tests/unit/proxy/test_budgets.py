@@ -15,7 +15,7 @@ import pytest
 from dejima.core.floods import total
 from dejima.core.placeholders import make_decoys
 from dejima.proxy.records import read_records
-from dejima.proxy.server import RouteSpec
+from dejima.proxy.routes import RouteSpec
 from tests.unit.proxy.fakes import FakeAPI, RunningProxy, fake_api, fixed, raw_exchange, route, running_proxy
 
 FLOOD = 20_000

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from dejima.proxy.claude_login import CLIENT_ID, ClaudeLoginSource
-from dejima.proxy.sources import CredentialError, SourceUnavailable, resolve_source
+from dejima.proxy.source_kinds import resolve_source
+from dejima.proxy.sources import CredentialError, SourceUnavailable
 from tests.httpfake import serving
 
 ORIGIN = "harnesses/claude-code.toml credentials[0] (claude-login)"

@@ -15,7 +15,7 @@ import pytest
 from dejima.proxy.authority import SessionAuthority
 from dejima.proxy.intercept import Interception
 from dejima.proxy.records import read_records
-from dejima.proxy.server import RouteSpec
+from dejima.proxy.routes import RouteSpec
 from tests.unit.proxy.fakes import FakeAPI, RunningProxy, fake_api, fixed, make_test_ca, route, running_proxy
 
 GH_REAL = "ghp_REALrealREALrealREALrealREALrealREAL12"

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from dejima.core.pushrules import FLUSH, PushPolicy, pkt
+from dejima.proxy.gitpush import GitPushGuard
 from dejima.proxy.records import read_records
-from dejima.proxy.server import RouteSpec
+from dejima.proxy.routes import RouteSpec
 from tests.unit.proxy.fakes import fixed, raw_exchange, route, running_proxy
 from tests.unit.proxy.gitworld import TOKEN, World, commit, fake_forge, forge_refs, git, git_world
 
@@ -145,7 +146,8 @@ def two_routes(tmp_path: Path) -> Iterator[tuple[World, str]]:
     with fake_forge(tmp_path) as forge:
         git_route = route("forge-git", forge.url, "authorization", "Basic", "x-access-token", "github.com")
         api_route = route("forge-api", forge.url, "private-token", "raw", None, "gitlab.com")
-        specs = [RouteSpec(git_route, fixed(TOKEN), PushPolicy(("owner/repo",))), RouteSpec(api_route, fixed(TOKEN))]
+        specs = [RouteSpec(git_route, fixed(TOKEN), GitPushGuard(PushPolicy(("owner/repo",)))),
+                 RouteSpec(api_route, fixed(TOKEN))]
         with running_proxy(tmp_path, specs) as proxy:
             clone = tmp_path / "work"
             git("clone", "-q", f"{forge.url}/owner/repo.git", str(clone))

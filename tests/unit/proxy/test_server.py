@@ -14,7 +14,7 @@ import pytest
 
 from dejima.core.placeholders import make_decoys
 from dejima.proxy.records import read_records
-from dejima.proxy.server import RouteSpec
+from dejima.proxy.routes import RouteSpec
 from tests.unit.proxy.fakes import (
     REAL_KEY,
     FakeAPI,

@@ -6,6 +6,8 @@ import pytest
 
 from dejima.core.manifest import CredentialRoute
 from dejima.core.pushrules import PushPolicy
+from dejima.proxy.gitpush import GitPushGuard
+from dejima.proxy.routes import Forwarding
 from dejima.proxy.setup import prepare, session_env
 from dejima.proxy.sources import CredentialError
 
@@ -30,7 +32,9 @@ def test_env_has_placeholders_urls_and_git_rewrites_but_no_secret(tmp_path: Path
     for secret in HOST.values():
         assert secret not in str(env) and secret not in repr(prepared)
     git_spec = prepared.config.routes[1]
-    assert str(git_spec.route.upstream) == "http://127.0.0.1:9999" and git_spec.push is not None
+    assert str(git_spec.route.upstream) == "http://127.0.0.1:9999"
+    assert git_spec.behaviour == GitPushGuard(PushPolicy(("o/r",)))
+    assert isinstance(prepared.config.routes[0].behaviour, Forwarding)
 
 
 def test_missing_sources_are_skipped_or_required(tmp_path: Path) -> None:

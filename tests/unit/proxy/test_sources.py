@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dejima.core.credentials import Secret
-from dejima.proxy.sources import CommandSource, CredentialError, SourceUnavailable, resolve_source
+from dejima.core.secret import Secret
+from dejima.proxy.source_kinds import resolve_source
+from dejima.proxy.sources import CommandSource, CredentialError, SourceUnavailable
 
 ORIGIN = "backends/anthropic.toml credentials[0] (anthropic-api-key)"
 CANARY = "sk-ant-api03-CANARYcanaryCANARYcanaryCANARY"
