@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from pathlib import Path
 from string import Template
 
 from dejima.core.egress import EgressPolicy
+from dejima.templates.nft_ruleset import RULESET
 
 TABLE = "dejima"
 RESOLVER_MARK = 0x646A  # "dj": the mark on the resolver's upstream sockets
@@ -83,21 +83,18 @@ def _literals(entries: object) -> list[LiteralRule]:
     return rules
 
 
-RULESET_TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "ruleset.nft"
-
-
 def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
                    upstreams: tuple[ipaddress.IPv4Address, ...] = ()) -> str:
     """The nft ruleset (nft -f syntax) for ``policy``; no policy means no egress at all.
 
-    dejima/templates/ruleset.nft with its ``${name}`` slots filled; the lists are rendered here,
+    dejima/templates/nft_ruleset.py with its ``${name}`` slots filled; the lists are rendered here,
     one rule per line. A slot without a value is an error, never an empty string (string.Template
     rather than jinja2: a start does not pay ~20 ms to import it).
     """
     policy = policy or EgressPolicy()
     allowed = _literals(policy.literal_entries())
     denied = _literals(entry for entry, _ in policy.denied if entry.kind == "network")
-    return Template(RULESET_TEMPLATE.read_text()).substitute(
+    return Template(RULESET).substitute(
         session_id=session_id,
         table=TABLE,
         upstream_elements=f"\n\t\telements = {{ {', '.join(str(a) for a in upstreams)} }}" if upstreams else "",

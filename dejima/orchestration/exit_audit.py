@@ -6,7 +6,6 @@ gone, findings stored with the start state of their files (for `dejima-audit sho
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import os
 import shutil
@@ -122,6 +121,11 @@ def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Sna
     return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed)], after, changed
 
 
+def _import_rules() -> None:
+    """The audit's rules (and yaml), imported ahead: the end audit does not wait for them."""
+    import dejima.core.audit.rules  # noqa: F401
+
+
 def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
     """Snapshot every writable mount before the session may touch it; the state is also saved, for
     the next run to audit if this launcher dies."""
@@ -148,8 +152,7 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
         host.write_atomically(directory / "state.json",
                               json.dumps({"version": _STATE_VERSION, "mounts": described}).encode())
         # The rules (and yaml) are imported while the session runs, not while its filter starts.
-        threading.Thread(target=importlib.import_module, args=("dejima.core.audit.rules",), name="audit-rules",
-                         daemon=True).start()
+        threading.Thread(target=_import_rules, name="audit-rules", daemon=True).start()
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)  # no session starts without its start state
         raise

@@ -1,1 +1,1 @@
-"""Jinja2 templates of the pure core (package data)."""
+"""Templates of the pure core, as Python text (the core reads no file)."""

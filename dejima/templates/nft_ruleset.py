@@ -1,3 +1,10 @@
+"""The nft ruleset a session's filter applies (nft -f syntax), with ``${name}`` slots (string.Template).
+
+Python text rather than a data file, so rendering it reads no file: the core does no I/O.
+dejima/core/ruleset.py fills the slots.
+"""
+
+RULESET = """\
 # dejima egress ruleset, session ${session_id}.
 # dejima owns table inet ${table} and replaces it whole, in one transaction:
 # the add-then-delete prelude makes the replace work whether or not the table exists.
@@ -65,3 +72,4 @@ table inet ${table} {
 		type filter hook forward priority filter; policy drop;
 	}
 }
+"""
