@@ -164,9 +164,10 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
 
     session_options = app.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
     if args.render:
+        from dejima.orchestration import start
         from dejima.ui.views import format_plan
 
-        print(format_plan(app.render_plan(workspace, command, resolved, settings, session_options)))
+        print(format_plan(start.render_plan(workspace, command, resolved, settings, session_options, ui)))
         return exit_codes.SUCCESS
     from dejima.orchestration import start
 

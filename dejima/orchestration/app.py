@@ -20,9 +20,7 @@ from dejima.core import labels
 from dejima.core.manifest import ManifestError
 from dejima.core.plan import (
     NetworkFacts,
-    SessionPlan,
     SessionRequest,
-    build_session_plan,
 )
 from dejima.core.resolve import REPO_POLICY_FILE, Resolved, resolve
 from dejima.core.settings import Settings
@@ -227,15 +225,3 @@ def session_request(workspace: Path, command: tuple[str, ...] | None, resolved: 
         project_allow=project_allow,
         project_source=project_source,
     )
-
-
-def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                options: Options) -> SessionPlan:
-    """The plan a session would run, built without touching Docker (image names are placeholders;
-    there is no engine gateway, and limits given as a share are taken of this host's memory)."""
-    request = session_request(workspace, command, resolved, settings, options, "render", "render")
-    source = str(host.settings_path())
-    facts = network_facts(settings, None, options.upstream_dns)
-    identity = host.session_identity(workspace, options.as_root)
-    return build_session_plan(request, settings, identity, "<filter image>", "<session image>", facts, source,
-                              resolved, engine_memory=host.memory_total())

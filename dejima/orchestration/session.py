@@ -69,8 +69,12 @@ def signals_raise() -> Iterator[None]:
 
 @contextmanager
 def signals_deferred() -> Iterator[list[int]]:
-    """While tearing down, a further signal is remembered instead of cutting the cleanup short."""
+    """While tearing down, a further signal is remembered instead of cutting the cleanup short. Off the
+    main thread (a start's step) nothing changes: a signal goes to the main thread, which waits for the step."""
     received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
     previous = {s: signal.signal(s, lambda n, _f: received.append(n)) for s in FORWARDED_SIGNALS}
     try:
         yield received

@@ -1,18 +1,21 @@
 """Starting a session: prepare it (stale sessions, images, the plan, the credential routes), then
 run it (filter and session containers, the exit audit around it, the records kept after it).
 
-    prepare_session   engine checks and the plan; nothing started yet
+    start_steps       what a start does before its containers, as steps with what each needs
+    prepare_session   those steps applied (dejima.orchestration.steps); nothing started yet
+    render_plan       the same steps, dry: the plan ``--render`` prints
     run_session       session.run with the audit's start in the time the filter's start leaves free
                       and its end once the session's container is gone; summaries at the end
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dejima.adapters import host
 from dejima.adapters.violations import (
@@ -30,7 +33,6 @@ from dejima.core.plan import (
     RESOLV_CONF,
     SESSION_HOME,
     TLS_SOCKET,
-    Identity,
     SessionPlan,
     SessionRequest,
     build_policy,
@@ -44,6 +46,7 @@ from dejima.core.settings import Settings
 from dejima.errors import EngineError, SessionError
 from dejima.orchestration.app import Options, network_facts, record_stale_violations, session_request
 from dejima.orchestration.report import SessionReporter
+from dejima.orchestration.steps import Step, apply
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
@@ -51,6 +54,9 @@ if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions
     from dejima.orchestration import exit_audit
     from dejima.orchestration.prestart import Prestarted
     from dejima.proxy.runner import SessionProxy
+
+
+Done = Mapping[str, Any]  # the results of the steps run so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,65 +73,145 @@ def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
     runtime: Runtime, ui: SessionReporter, options: Options | None = None, prestarted: Prestarted | None = None,
 ) -> Prepared:
-    from dejima.adapters.fifo import make_gate, make_run_dir
-    from dejima.adapters.image_builds import ensure_images
-    from dejima.adapters.runtime import create_body
-    from dejima.orchestration import session
-    from dejima.orchestration.background import Background
-    from dejima.orchestration.prestart import remember
-
+    """Apply the start's steps (``start_steps``); a failing step undoes what the others did."""
     options = options or Options()
-    memory = Background(runtime.memory, "engine-memory")  # the engine's slowest answer (~15 ms): meanwhile
+    done = apply(start_steps(workspace, command, resolved, settings, runtime, ui, options, prestarted)).results
+    return Prepared(runtime, done["plan"], settings, done["credentials"], options.accept_findings, prestarted)
+
+
+def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+                options: Options, ui: SessionReporter) -> SessionPlan:
+    """The plan a start would run, made by the same steps as a start, dry: nothing is changed and the
+    engine is not asked (image names are placeholders; there is no engine gateway, and limits given
+    as a share are taken of this host's memory). Credential sources are read, as a start reads them,
+    so the plan holds the routes the session would get."""
+    planned: SessionPlan = apply(start_steps(workspace, command, resolved, settings, None, ui, options, None),
+                                 dry=True).results["plan"]
+    return planned
+
+
+def start_steps(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+                runtime: Runtime | None, ui: SessionReporter, options: Options,
+                prestarted: Prestarted | None) -> list[Step]:
+    """What a start does before its containers, as steps and what each needs (dejima.orchestration.steps).
+    Without ``runtime`` (``--render``) the engine's facts are left out and its images named only."""
+    from dejima.adapters.fifo import make_gate, make_run_dir
+
     identity = host.session_identity(workspace, options.as_root)
-    facts = network_facts(settings, runtime, options.upstream_dns)
     source = str(host.settings_path())
-    # The allow list is checked against the host's and the engine's addresses before anything starts.
-    unlock_special(build_policy(settings, options.allow, facts, source, resolved), settings, options.allow_special,
-                   facts, source)
-    scope = host.scope()
-    with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
-        session.remove_stale(runtime, scope, ui, record_stale_violations)
-    filter_image, session_image = ensure_images(runtime, settings, identity, ui, resolved.image_layers())
-    session_id = prestarted.session_id if prestarted is not None else new_session_id()
-    request = session_request(workspace, command, resolved, settings, options, session_id, host.launcher_token())
-    host.ensure_private_dir(Path(request.home_dir), identity)
-    host.resolv_conf_file(RESOLV_CONF)
-    for path in cache_paths_outside_home(resolved):
-        host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"), identity)
-    proxy = _prepare_proxy(workspace, command, resolved, settings, request, identity, ui)
-    if proxy is not None:
-        request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
-                          intercept=proxy.intercepted)
-    connection = _harness_connection(resolved, proxy, ui)
-    if connection.files:
-        from dejima.adapters.home_settings import merge_settings
+    session_id = "render" if runtime is None else prestarted.session_id if prestarted is not None else new_session_id()
+    request = session_request(workspace, command, resolved, settings, options, session_id,
+                              "render" if runtime is None else host.launcher_token())
+    owner = (identity.uid, identity.gid)
 
-        for note in merge_settings(str(request.home_dir), connection.files, (identity.uid, identity.gid)):
-            ui.warn(note)
-    if connection.env:  # after the routes' variables: the harness's own reading of them wins
-        request = replace(request, credential_env=(*request.credential_env, *sorted(connection.env.items())))
-    if prestarted is None:  # else the prestart made it, its FIFO open to the prestarted filter
-        make_run_dir(Path(request.run_dir or ""))
-    make_gate(Path(request.gate_dir or ""))
-    host.record(sessions_dir() / request.session_id, "workspace", str(workspace))
-    plan = build_session_plan(request, settings, identity, filter_image, session_image, facts, source, resolved,
-                              engine_memory=memory.join())
-    remember(workspace, plan.filter.name, create_body(plan.filter), plan.session_id, request.launcher)
-    return Prepared(runtime, plan, settings, proxy, options.accept_findings, prestarted)
+    def checked_policy(done: Done) -> None:
+        # The allow list is checked against the host's and the engine's addresses before anything starts.
+        facts = done["facts"]
+        unlock_special(build_policy(settings, options.allow, facts, source, resolved), settings, options.allow_special,
+                       facts, source)
+
+    def remove_stale(_: Done) -> None:
+        from dejima.orchestration import session
+
+        assert runtime is not None
+        with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
+            session.remove_stale(runtime, host.scope(), ui, record_stale_violations)
+
+    def images(_: Done) -> tuple[str, str]:
+        from dejima.adapters.image_builds import ensure_images
+
+        assert runtime is not None
+        return ensure_images(runtime, settings, identity, ui, resolved.image_layers())
+
+    def directories(_: Done) -> None:
+        host.ensure_private_dir(Path(request.home_dir), identity)
+        host.resolv_conf_file(RESOLV_CONF)
+        for path in cache_paths_outside_home(resolved):
+            host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"), identity)
+
+    def credentials(_: Done) -> SessionProxy | None:
+        return _plan_proxy(workspace, command, resolved, settings, request, ui, dry=runtime is None)
+
+    def credential_files(done: Done) -> None:
+        if done["credentials"] is not None:
+            from dejima.proxy.runner import write_home_files
+
+            write_home_files(done["credentials"], Path(request.home_dir), owner)
+
+    def harness_settings(done: Done) -> None:
+        if done["connection"].files:
+            from dejima.adapters.home_settings import merge_settings
+
+            for note in merge_settings(str(request.home_dir), done["connection"].files, owner):
+                ui.warn(note)
+
+    def run_directory(_: Done) -> None:
+        if prestarted is None:  # else the prestart made it, its FIFO open to the prestarted filter
+            make_run_dir(Path(request.run_dir or ""))
+
+    def plan(done: Done) -> SessionPlan:
+        proxy: SessionProxy | None = done["credentials"]
+        connection: Connection = done["connection"]
+        planned = request
+        if proxy is not None:
+            planned = replace(planned, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
+                              intercept=proxy.intercepted)
+        if connection.env:  # after the routes' variables: the harness's own reading of them wins
+            planned = replace(planned, credential_env=(*planned.credential_env, *sorted(connection.env.items())))
+        filter_image, session_image = done["images"]
+        return build_session_plan(planned, settings, identity, filter_image, session_image, done["facts"], source,
+                                  resolved, engine_memory=done["engine-memory"])
+
+    def remember_filter(done: Done) -> None:
+        from dejima.adapters.runtime import create_body
+        from dejima.orchestration.prestart import remember
+
+        planned: SessionPlan = done["plan"]
+        remember(workspace, planned.filter.name, create_body(planned.filter), planned.session_id, request.launcher)
+
+    session_dir = sessions_dir() / request.session_id
+    return [
+        # Facts: the engine's slowest answer (~15 ms) first, so that it overlaps the rest.
+        Step("engine-memory", lambda _: runtime.memory() if runtime is not None else host.memory_total(),
+             effect=False),
+        Step("facts", lambda _: network_facts(settings, runtime, options.upstream_dns), effect=False),
+        Step("policy", checked_policy, needs=("facts",), effect=False),
+        # Changes, once the policy is known to be one that may start.
+        Step("stale-sessions", remove_stale, needs=("policy",), preview=lambda _: None),
+        Step("images", images, needs=("stale-sessions",), preview=lambda _: ("<filter image>", "<session image>")),
+        Step("directories", directories, needs=("policy",)),
+        Step("credentials", credentials, needs=("policy",), effect=False),
+        Step("credential-files", credential_files, needs=("credentials", "directories")),
+        Step("connection", lambda done: _harness_connection(resolved, done["credentials"], ui), needs=("credentials",),
+             effect=False),
+        Step("harness-settings", harness_settings, needs=("connection", "directories", "credential-files")),
+        Step("run-directory", run_directory, needs=("policy",),
+             undo=lambda _: clear_run_dir(request.session_id) if prestarted is None else None),
+        Step("gate", lambda _: make_gate(Path(request.gate_dir or "")), needs=("policy",),
+             undo=lambda _: shutil.rmtree(request.gate_dir or "", ignore_errors=True)),
+        Step("record", lambda _: host.record(session_dir, "workspace", str(workspace)), needs=("policy",),
+             undo=lambda _: (session_dir / "workspace").unlink(missing_ok=True)),
+        Step("plan", plan, needs=("images", "facts", "engine-memory", "credentials", "connection"), effect=False),
+        Step("remember-filter", remember_filter, needs=("plan",)),
+    ]
 
 
-def _prepare_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                   request: SessionRequest, identity: Identity, ui: SessionReporter) -> SessionProxy | None:
-    """The session's credential routes, their sources read now on the host (never in a container)."""
+def _plan_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+                request: SessionRequest, ui: SessionReporter, dry: bool = False) -> SessionProxy | None:
+    """The session's credential routes, their sources read now on the host (never in a container).
+    ``dry`` (``--render``): a route the start could not do without is named, and the render goes on."""
     if not any(m.credentials for m in resolved.manifests):
         return None
-    from dejima.proxy.runner import prepare_session_proxy
+    from dejima.proxy.runner import plan_session_proxy, required_routes
 
-    proxy = prepare_session_proxy(resolved, command, workspace, settings,
-                                  sessions_dir() / request.session_id, Path(request.home_dir),
-                                  (identity.uid, identity.gid))
+    proxy = plan_session_proxy(resolved, command, workspace, settings, sessions_dir() / request.session_id,
+                               required=not dry)
     for skipped in proxy.prepared.skipped if proxy else ():
         ui.warn(f"{skipped.message}; the session starts without that route")
+    missing = [name for name in required_routes(resolved, command) if proxy is None or name not in proxy.routes]
+    if dry and missing:
+        ui.warn(f"a start would stop here: the harness's agent needs route(s) {', '.join(missing)}, whose credential "
+                "source is missing (above)")
     return proxy if proxy is not None and proxy.routes else None
 
 

@@ -113,28 +113,35 @@ def push_policies(routes: Iterable[tuple[CredentialRoute, str]], git_config: str
     return policies
 
 
-def prepare_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, workspace: Path,
-                          settings: Settings, session_dir: Path, home: Path,
-                          owner: tuple[int, int] | None = None) -> SessionProxy | None:
-    """Everything the session's proxy needs, resolved on the host; None when no manifest declares
-    a route. Sources that are missing are left out (``prepared.skipped`` says which), unless the
-    harness's agent needs them (required_routes), which raises CredentialError."""
+def plan_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, workspace: Path,
+                       settings: Settings, session_dir: Path, required: bool = True) -> SessionProxy | None:
+    """Everything the session's proxy needs, resolved on the host (sources read, placeholders made,
+    the session CA made for intercepted hosts); None when no manifest declares a route. Sources that
+    are missing are left out (``prepared.skipped`` says which), unless the harness's agent needs
+    them (required_routes), which raises CredentialError (``required=False``: left out too, for ``--render``).
+    Writes nothing: ``write_home_files`` does."""
     from dejima.adapters.repo import git_config_text
 
     routes = session_routes(resolved)
     if not routes:
         return None
     credentials = settings.credentials
+    must = required_routes(resolved, command) if required else ()
     prepared = prepare_for_session(routes, session_dir, credentials.upstreams, push_policies(routes, git_config_text(
-        workspace)), required_routes(resolved, command), credentials.extra_ca_file or None, credentials.decoys,
-        proxy_limits(settings))
+        workspace)), must, credentials.extra_ca_file or None, credentials.decoys, proxy_limits(settings))
+    canaries = tuple(value for spec in prepared.config.routes for value in spec.route.placeholders) + tuple(
+        prepared.decoys.values().values())
+    return SessionProxy(prepared, tuple(sorted(session_environment(prepared).items())), canaries)
+
+
+def write_home_files(proxy: SessionProxy, home: Path, owner: tuple[int, int] | None = None) -> None:
+    """What the proxy puts in the session's home: the decoy AWS credentials file, and the session CA
+    with the bundle its tools trust (when hosts are intercepted)."""
+    prepared = proxy.prepared
     if prepared.decoys.aws_credentials_file:
         _plant_decoy_file(home / ".aws" / "credentials", prepared.decoys.aws_credentials_file, owner)
     if prepared.interception is not None:
         write_trust(home / TRUST_DIR, prepared.interception.authority.ca_pem, owner)
-    canaries = tuple(value for spec in prepared.config.routes for value in spec.route.placeholders) + tuple(
-        prepared.decoys.values().values())
-    return SessionProxy(prepared, tuple(sorted(session_environment(prepared).items())), canaries)
 
 
 DECOY_MARK = "# dejima decoy: fake values, planted to catch an agent that goes looking for credentials\n"

@@ -54,8 +54,26 @@ def format_plan(plan: SessionPlan) -> str:
             lines.append(f"  sysctl {key}={value}")
         for bind in spec.binds:
             lines.append(f"  mount {bind.source} -> {bind.target} ({'ro' if bind.read_only else 'rw'})")
+        if spec is plan.filter:
+            lines += _relay_lines(plan.filter_config)
+        elif spec.environment:  # names only: the values are the plan's, placeholders included, never a secret
+            lines.append(f"  env {', '.join(sorted(spec.environment))}")
     lines += ["", "## nft ruleset (applied in the filter, then read back and verified)", plan.ruleset]
     return "\n".join(lines)
+
+
+def _relay_lines(config: str) -> list[str]:
+    """The filter's relays into the credential proxy (its configuration's ``bridge`` and ``intercept``)."""
+    import json
+
+    sockets = json.loads(config) if config else {}
+    lines = []
+    if "bridge" in sockets:
+        lines.append(f"  relays 127.0.0.1:{sockets['bridge']['port']} to the credential proxy")
+    if "intercept" in sockets:
+        lines.append(f"  relays 127.0.0.1:{sockets['intercept']['port']} to the proxy's TLS fallback for "
+                     f"{', '.join(sockets['intercept']['names'])}")
+    return lines
 
 
 def _harness_lines(plan: SessionPlan) -> list[str]:
