@@ -329,3 +329,84 @@ def test_the_citation_check_flags_what_is_missing_and_only_that() -> None:
         "13: nowhere_module: no such module",
         "16: tests/unit/nowhere: no such file",
     ]
+
+
+# docs/testing.md: no sleep in tests/ or bench/ stands in for a condition. Each one there is of a kind the doc
+# names, and is listed here (file, the sleep as written) -> (kind, how many times), so a new one fails until
+# someone says which kind it is.
+POLL = "a poll's interval"  # between two checks of a condition that has a deadline
+SCENARIO = "the scenario"  # what the test is about is slow: a stalling upstream, a retrying agent
+HELD = "a process held"  # kept alive until the test ends it
+CLOCK = "the clock"  # time passing is what is measured or tested
+TURN = "a loop turn"  # asyncio.sleep(0): the event loop runs what is ready; no time passes
+SLEEPS: dict[tuple[str, str], tuple[str, int]] = {
+    ("bench/dns.py", '"sleep"'): (HELD, 2),  # the anchor's container, the session's command
+    ("bench/dns.py", "time.sleep(0.2)"): (POLL, 1),  # until the session's container runs
+    ("bench/dns.py", "time.sleep(AFTER_SECONDS)"): (CLOCK, 1),  # until every answer's TTL has run out
+    ("bench/grants.py", "sleep 300"): (HELD, 1),
+    ("bench/grants.py", "time.sleep(0.001)"): (SCENARIO, 1),  # the agent's loop retrying its connect
+    ("bench/grants.py", "time.sleep(0.05)"): (POLL, 1),  # until the decoy says it listens
+    ("bench/proxywire.py", "asyncio.sleep(0.02)"): (SCENARIO, 1),  # an upstream whose stream takes its time
+    ("bench/proxywire.py", "time.sleep(0.05)"): (POLL, 1),  # until a port accepts
+    ("tests/bedrockfake.py", "time.sleep(DRIP_SECONDS)"): (SCENARIO, 1),  # a model producing tokens
+    ("tests/integration/conftest.py", "sleep 120"): (HELD, 1),
+    ("tests/integration/test_audit.py", "sleep 300"): (HELD, 1),
+    ("tests/integration/test_boundary_limits.py", '"sleep"'): (HELD, 2),  # os.execvp("sleep", ["sleep", "120"])
+    ("tests/integration/test_concurrent.py", "sleep 300"): (HELD, 1),
+    ("tests/integration/test_credential_isolation.py", "sleep 300"): (HELD, 1),
+    ("tests/integration/test_credentials.py", "time.sleep(DRIP_SECONDS)"): (SCENARIO, 1),  # a streaming model
+    ("tests/integration/test_egress.py", "sleep 120"): (HELD, 1),
+    ("tests/integration/test_egress.py", "sleep 300"): (HELD, 1),
+    ("tests/integration/test_egress.py", "time.sleep(0.05)"): (POLL, 1),  # until the resolver lets a port go
+    ("tests/integration/test_grants.py", "sleep 120"): (HELD, 3),
+    ("tests/integration/test_grants.py", "time.sleep(0.05)"): (SCENARIO, 2),  # an agent retrying, pinging
+    ("tests/integration/test_grants.py", "time.sleep(0.1)"): (SCENARIO, 1),  # an agent resolving again
+    ("tests/integration/test_lifecycle.py", "sleep 0.1"): (HELD, 1),  # a loop that can run its TERM trap
+    ("tests/integration/test_lifecycle.py", "sleep 300"): (HELD, 5),
+    ("tests/integration/test_no_egress.py", "sleep 300"): (HELD, 1),
+    ("tests/networld.py", "time.sleep(1.0)"): (SCENARIO, 1),  # a slow DNS answer
+    ("tests/networld.py", "time.sleep(3600)"): (HELD, 1),  # the fake DNS server's main thread
+    ("tests/unit/filter/test_set_batch.py", "asyncio.sleep(0)"): (TURN, 1),
+    ("tests/unit/proxy/fakes.py", "time.sleep(0.15)"): (SCENARIO, 1),  # an upstream dripping its stream
+    ("tests/unit/proxy/fakes.py", "time.sleep(3)"): (SCENARIO, 1),  # an upstream that does not answer
+    ("tests/unit/proxy/test_signing.py", "asyncio.sleep(0)"): (POLL, 1),  # a check between the proxy's steps
+    ("tests/unit/proxy/test_sources.py", "time.sleep(5)"): (SCENARIO, 1),  # a credential helper that hangs
+    ("tests/unit/racy.py", "time.sleep(0.05)"): (CLOCK, 1),  # past the walk's racy window
+    ("tests/unit/test_snapshot.py", "time.sleep(0.02)"): (CLOCK, 1),  # ctime's coarse tick before Linux 6.13
+}
+SLEEP = re.compile(r"(?:\b\w+\.)?\bsleep\([^)]*\)|\bsleep\s+(?:[\d.]+|\$\w+|infinity)\b|[\"']sleep[\"']")
+
+
+def sleeps(root: Path) -> dict[tuple[str, str], int]:
+    """Every sleep in tests/ and bench/ (Python, shell in strings, scripts): (file, as written) -> how many."""
+    found: dict[tuple[str, str], int] = {}
+    for path in sorted([*(root / "tests").rglob("*"), *(root / "bench").rglob("*")]):
+        if not path.is_file() or "__pycache__" in path.parts or path == Path(__file__):
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for match in SLEEP.finditer(text):
+            key = (str(path.relative_to(root)), match.group(0))
+            found[key] = found.get(key, 0) + 1
+    return found
+
+
+def test_every_sleep_in_the_tests_and_the_bench_is_of_a_kind_docs_testing_names() -> None:
+    listed = {key: count for key, (_, count) in SLEEPS.items()}
+    assert sleeps(ROOT) == listed, "a sleep is new, gone or moved: list it in SLEEPS with its kind, or wait for " \
+                                   "a condition instead (docs/testing.md)"
+    testing = " ".join((DOCS / "testing.md").read_text().split())
+    assert all(f"**{kind}**" in testing for kind, _ in SLEEPS.values())
+    assert "`SLEEPS` in tests/unit/test_docs.py" in testing
+
+
+def test_the_sleep_inventory_sees_a_new_sleep(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text('import time\ntime.sleep(0.5)  # wait for the server\n'
+                                                  'run(["sh", "-c", "sleep 2; echo go"])\n# sleep is not a call\n')
+    (tmp_path / "bench" / "run").write_text("#!/bin/sh\nsleep $DELAY\n")
+    assert sleeps(tmp_path) == {("tests/test_x.py", "time.sleep(0.5)"): 1, ("tests/test_x.py", "sleep 2"): 1,
+                                ("bench/run", "sleep $DELAY"): 1}
