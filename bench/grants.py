@@ -2,10 +2,11 @@
 
 A decoy the bench starts (on its own network, answering TCP 8080) is refused to a running session;
 inside the session a loop connects to it every millisecond and writes the wall time of its first
-success. The bench notes the wall time just before it sends the grant (the same kernel clock on
-both sides), grants the decoy's address, and reads the loop's time: grant-to-first-connect, whose
-anchor is one refused connect attempt of the same loop (the loop's own resolution). Then
-`dejima-allow` as a user runs it, alternated with `python -c pass`. Both goals are absolute.
+success. Once the loop says its first connect was refused, the bench notes the wall time just
+before it sends the grant (the same kernel clock on both sides), grants the decoy's address, and
+reads the loop's time: grant-to-first-connect, whose anchor is one refused connect attempt of the
+same loop (the loop's own resolution). Then `dejima-allow` as a user runs it, alternated with
+`python -c pass`. Both goals are absolute.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ while time.monotonic() < deadline:
         attempts += 1
         if first_try is None:
             first_try = (time.time() - began) * 1000
+            print("refused", flush=True)
     time.sleep(0.001)
 """
 
@@ -46,8 +48,10 @@ def _decoy(env: Env, network: str, image: str) -> str:
     container = docker("run", "-d", "--network", network, "--label", f"dejima.scope={env.scope}",
                        "--entrypoint", "python3", image, "-c", DECOY_SERVER)
     deadline = time.monotonic() + 30
-    while "listening" not in docker("logs", container, check=False) and time.monotonic() < deadline:
-        time.sleep(0.05)  # bench setup only: the decoy says when its sockets are bound
+    while "listening" not in docker("logs", container, check=False):  # the decoy says when its sockets are bound
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the decoy {container} did not say it was listening within 30 s")
+        time.sleep(0.05)  # a poll's interval
     return docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", container)
 
 
@@ -75,7 +79,8 @@ def run(env: Env, runs: int) -> list[Row]:
                                    env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             assert session.stdout is not None and "looping" in session.stdout.readline()
-            time.sleep(0.2)  # let the loop be refused a few times first: it is retrying, as an agent would
+            if session.stdout.readline().strip() != "refused":  # it is retrying, as an agent would
+                raise RuntimeError("the session's first connect to the decoy was not refused")
             target = _session(env)
             sent = time.time()
             answer = control.send(target, grants.grant_message([address], None, "bench"))

@@ -74,10 +74,16 @@ def test_inserts_gather_while_other_answers_are_on_their_way_and_a_lone_one_does
         assert nft.batches == []  # it waits for the other, up to the window
         await sets.add(["203.0.113.2"], None, 300, others=0)  # the last one: both go now, together
         await first
-        loop.call_later(WINDOW_SECONDS / 2, order.append, "half the window")
+        half_window: asyncio.Future[None] = loop.create_future()
+
+        def at_half_the_window() -> None:
+            order.append("half the window")
+            half_window.set_result(None)
+
+        loop.call_later(WINDOW_SECONDS / 2, at_half_the_window)
         await sets.add(["203.0.113.3"], None, 300)  # alone: the next loop turn, not the window's end
         order.append("lone insert done")
-        await asyncio.sleep(WINDOW_SECONDS)
+        await half_window
 
     asyncio.run(main())
     assert len(nft.batches) == 2 and "203.0.113.1 " in nft.batches[0] and "203.0.113.2 " in nft.batches[0]
