@@ -202,7 +202,8 @@ def test_root_on_a_root_owned_workspace_needs_the_option_and_a_user_cannot_ask_f
 
 
 def test_a_gated_session_runs_its_command_behind_the_gate_mounted_read_only() -> None:
-    from dejima.core.plan import GATE_DIR, GATE_ENTRYPOINT
+    from dejima.core.paths import GATE_DIR
+    from dejima.core.plan import GATE_ENTRYPOINT
 
     gated = plan(gate_dir=PurePosixPath("/state/sessions/abcd1234/gate"))
     assert gated.session.entrypoint == GATE_ENTRYPOINT
