@@ -4,7 +4,15 @@ from pathlib import PurePosixPath
 import pytest
 
 from dejima.core import labels
-from dejima.core.plan import SESSION_HOME, Identity, SessionRequest, build_session_plan, plan_hash, session_ids
+from dejima.core.plan import (
+    SESSION_HOME,
+    Identity,
+    SessionPlan,
+    SessionRequest,
+    build_session_plan,
+    plan_hash,
+    session_ids,
+)
 from dejima.core.settings import Settings
 
 IDENTITY = Identity(uid=1000, gid=1000, name="alice")
@@ -19,7 +27,7 @@ def request(**overrides: object) -> SessionRequest:
     return replace(base, **overrides)  # type: ignore[arg-type]
 
 
-def plan(**overrides: object):  # type: ignore[no-untyped-def]
+def plan(**overrides: object) -> SessionPlan:
     return build_session_plan(request(**overrides), Settings(), IDENTITY, "dejima/filter:x", "dejima/session:y")
 
 
