@@ -180,10 +180,8 @@ def _run(work: Path, store: FindingStore, files: int, runs: int) -> list[Row]:
 def corpus() -> int:
     """The corpus of tests/unit/test_audit_corpus.py: how many findings each flagged file gets
     (the counting rule says one), and which samples of each class pass."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
-    import test_audit_corpus as c  # noqa: PLC0415 - the corpus lives with its tests
-
     from dejima.core.audit import rank  # noqa: PLC0415
+    from tests.unit import test_audit_corpus as c  # noqa: PLC0415 - the corpus lives with its tests
 
     work = Path(tempfile.mkdtemp(prefix="dejima-audit-corpus-"))
     try:
@@ -203,11 +201,12 @@ def corpus() -> int:
                 results[f"{kind}: found"] += 1
             except AssertionError:
                 results[f"{kind}: MISSED"] += 1
-        for index, (_name, change, *variant) in enumerate([*c.BENIGN, *c.CLASS_BENIGN]):
+        benign = [(name, change, "") for name, change in c.BENIGN] + c.CLASS_BENIGN  # "": no variant
+        for index, (_name, change, named) in enumerate(benign):
             repo = work / f"b{index}"
             subprocess.run(["cp", "-a", str(work / "base"), str(repo)], check=True)
-            if variant and variant[0]:
-                c.VARIANTS[variant[0]](repo)
+            if named:
+                c.VARIANTS[named](repo)
             results["benign: quiet" if not c.loud(c.findings_after(repo, change)) else "benign: LOUD"] += 1
         print(f"attack samples: {findings} findings on {files} flagged files = {findings / files:.2f} per file")
         for key, count in sorted(results.items()):

@@ -10,9 +10,9 @@ def botocore_signature(method: str, url: str, headers: Sequence[tuple[str, str]]
                        timestamp: str, key_id: str, secret: str, token: str | None, region: str,
                        service: str) -> str:
     """The signature botocore computes for this request, signing exactly the ``signed`` header names."""
-    from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
-    from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
-    from botocore.credentials import Credentials  # type: ignore[import-untyped]
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
 
     wanted = set(signed)
     request = AWSRequest(method=method, url=url, data=body,

@@ -62,7 +62,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not os.environ.get(REQUIRE_DOCKER_ENV):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
+    if reporter is None:
+        return
+    skipped = len(reporter.stats.get("skipped", []))
     if skipped and session.exitstatus == 0:
         reporter.write_line(f"{REQUIRE_DOCKER_ENV} is set and {skipped} test(s) were skipped: failing the run",
                             red=True)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TypedDict
 
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
@@ -32,6 +33,14 @@ REPO = Path(__file__).resolve().parents[1]
 def remove_scope(runtime: Runtime, scope: str) -> None:
     for container in runtime.containers({labels.SCOPE: scope}):
         runtime.remove(container.id)
+
+
+class RunAs(TypedDict, total=False):
+    """The subprocess arguments that run a child as another user (none when it is this one)."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
 
 
 @dataclass
@@ -58,7 +67,7 @@ class User:
     def command(self, *args: str) -> list[str]:
         return [self.python, "-m", "dejima", *args]
 
-    def popen_kwargs(self) -> dict[str, object]:
+    def popen_kwargs(self) -> RunAs:
         if self.uid == os.getuid():
             return {}
         import grp
@@ -140,7 +149,7 @@ def run_dejima(user: User, scope: str, *args: str, timeout: float = 180,
                **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         user.command(*args), env=user.env(scope, **env), capture_output=True, text=True,
-        timeout=timeout, cwd=str(REPO), stdin=subprocess.DEVNULL, **user.popen_kwargs(),  # type: ignore[arg-type]
+        timeout=timeout, cwd=str(REPO), stdin=subprocess.DEVNULL, **user.popen_kwargs(),
     )
 
 
@@ -148,7 +157,7 @@ def run_dejima(user: User, scope: str, *args: str, timeout: float = 180,
 def spawn_dejima(user: User, scope: str, *args: str, **env: str) -> Iterator[subprocess.Popen[str]]:
     process = subprocess.Popen(
         user.command(*args), env=user.env(scope, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, text=True, cwd=str(REPO), **user.popen_kwargs(),  # type: ignore[arg-type]
+        stdin=subprocess.DEVNULL, text=True, cwd=str(REPO), **user.popen_kwargs(),
     )
     try:
         yield process
@@ -161,16 +170,17 @@ def spawn_dejima(user: User, scope: str, *args: str, **env: str) -> Iterator[sub
                 pipe.close()
 
 
-def wait_for_line(stream: object, marker: str, timeout: float = 60) -> str:
+def wait_for_line(stream: IO[str] | None, marker: str, timeout: float = 60) -> str:
     """Read lines from a pipe until one contains marker; bounded in time."""
+    assert stream is not None, "the process was started without this pipe"
     deadline = time.monotonic() + timeout
     seen: list[str] = []
-    fd = stream.fileno()  # type: ignore[attr-defined]
+    fd = stream.fileno()
     while time.monotonic() < deadline:
         ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
         if not ready:
             break
-        line = stream.readline()  # type: ignore[attr-defined]
+        line = stream.readline()
         if not line:
             break
         seen.append(line)

@@ -133,5 +133,6 @@ def run_agent(runtime: Runtime, user: User, scope: str, args: tuple[str, ...], a
         inspected = [json.dumps(runtime.inspect(c)) for c in containers_of(runtime, scope)]
         proc.terminate()
         proc.wait(timeout=60)
-        stderr = proc.stderr.read()  # type: ignore[union-attr]
+        assert proc.stderr is not None
+        stderr = proc.stderr.read()
     return json.loads(line), inspected, stderr

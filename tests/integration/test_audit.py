@@ -31,7 +31,7 @@ def hooks_writable(world_dir: Path) -> str:
 def dejima_audit(user: User, scope: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([user.python, "-c", "from dejima.cli.audit import main; raise SystemExit(main())", *args],
                           env=user.env(scope), capture_output=True, text=True, timeout=60,
-                          **user.popen_kwargs())  # type: ignore[arg-type]
+                          **user.popen_kwargs())
 
 
 def test_git_hooks_are_read_only_in_the_session_by_default(

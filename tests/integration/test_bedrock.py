@@ -11,6 +11,7 @@ import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -22,7 +23,18 @@ from tests.world import User, containers_of, run_dejima
 REAL_ID = "AKIACANARYHOSTKEY001"
 REAL_SECRET = "Canary/RealAwsSecretKeyNeverInSession0001"
 REAL_TOKEN = "IQoJb3JpZ2luX2VjCanaryHostSessionToken//0001+="
-HOST_AWS = {"AWS_ACCESS_KEY_ID": REAL_ID, "AWS_SECRET_ACCESS_KEY": REAL_SECRET, "AWS_SESSION_TOKEN": REAL_TOKEN}
+
+
+class AwsEnv(TypedDict, total=False):
+    """The AWS variables a test gives the launcher (named, so they cannot stand for its other arguments)."""
+
+    AWS_ACCESS_KEY_ID: str
+    AWS_SECRET_ACCESS_KEY: str
+    AWS_SESSION_TOKEN: str
+    AWS_PROFILE: str
+
+
+HOST_AWS: AwsEnv = {"AWS_ACCESS_KEY_ID": REAL_ID, "AWS_SECRET_ACCESS_KEY": REAL_SECRET, "AWS_SESSION_TOKEN": REAL_TOKEN}
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +136,7 @@ def test_missing_aws_keys_are_named_and_the_agent_is_not_started_without_them(
         runtime: Runtime, user: User, scope: str, workspace: Path, settings: str) -> None:
     from dejima.core import labels
 
-    no_keys = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "dejima-test-none"}
+    no_keys: AwsEnv = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "dejima-test-none"}
     with_command = run_dejima(user, scope, "--harness", "claude-code", "--backend", "bedrock", str(workspace), "--",
                               "true", DEJIMA_SETTINGS=settings, **no_keys)
     assert with_command.returncode == 0, with_command.stderr

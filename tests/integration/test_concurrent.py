@@ -35,7 +35,7 @@ def launch_at_once(user: User, scope: str, workspaces: list[Path]) -> list[tuple
     processes = [subprocess.Popen(
         user.command(str(ws), "--", "true"), env=user.env(scope), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=str(REPO),
-        **user.popen_kwargs(),  # type: ignore[arg-type]
+        **user.popen_kwargs(),
     ) for ws in workspaces]
     deadline = time.monotonic() + DEADLINE
     results = []

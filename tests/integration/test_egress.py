@@ -15,6 +15,7 @@ import pytest
 
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
+from tests.integration.conftest import Images
 from tests.networld import World, queries_seen
 from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 
@@ -165,22 +166,23 @@ def test_udp_ipv6_and_icmp_are_closed(user: User, scope: str, workspace: Path, w
 def test_the_filter_exposes_only_its_resolver(user: User, scope: str, workspace: Path, world: World) -> None:
     listening, foreign = run_probe(user, scope, workspace, world, {"op": "listening"}, {"op": "foreign_listeners"},
                                    allow=("web.dejima.test",))
-    ours = [entry for entry in listening["result"] if entry[1:] == ["127.0.0.1", 53]]  # type: ignore[union-attr]
+    assert isinstance(listening["result"], list) and isinstance(foreign["result"], list), (listening, foreign)
+    ours = [entry for entry in listening["result"] if entry[1:] == ["127.0.0.1", 53]]
     assert sorted(ours) == [["tcp", "127.0.0.1", 53], ["udp", "127.0.0.1", 53]]
     # On a user-defined network the engine's embedded resolver listens in the namespace too
     # (127.0.0.11). It is in reach of the session's sockets, so the ruleset must refuse it.
     assert foreign["result"], "expected the engine's resolver in the namespace on a user-defined network"
-    for _proto, address, _port, outcome in foreign["result"]:  # type: ignore[union-attr]
+    for _proto, address, _port, outcome in foreign["result"]:
         assert address == "127.0.0.11", foreign
         assert outcome in ("blocked", "timeout"), foreign
 
 
-def test_controls_reach_the_decoys_without_dejima(runtime: Runtime, images: object, scope: str,
+def test_controls_reach_the_decoys_without_dejima(runtime: Runtime, images: Images, scope: str,
                                                   world: World) -> None:
     from dejima.orchestration.selftest import control_probe
 
     for address in (world.web, world.other):
-        result = control_probe(runtime, scope, images.session_root, world.network, "test", address)  # type: ignore[attr-defined]
+        result = control_probe(runtime, scope, images.session_root, world.network, "test", address)
         assert result.tcp["result"] == "connected" and result.udp["result"] == "answered"
 
 
@@ -449,6 +451,7 @@ def test_a_flood_of_blocked_packets_does_not_kill_the_filter(user: User, scope: 
         user, scope, workspace, world,
         {"op": "udp_flood", "host": world.other, "port": 5353, "count": 400_000, "seconds": 4},
         dns("web.dejima.test"), tcp("web.dejima.test", 8080), allow=("web.dejima.test",))
+    assert isinstance(flood["packets"], int), flood
     assert flood["packets"] > 10_000, flood  # a real burst, not a trickle
     assert after["rcode"] == 0 and connect["result"] == "connected"
 
@@ -464,6 +467,7 @@ def test_a_query_flood_and_garbage_do_not_kill_the_resolver(user: User, scope: s
         # A query that lands while the flood's backlog fills the socket buffer is dropped by the kernel
         # (that is UDP): like any stub resolver, the client asks again.
         {"op": "junk"}, *[dns("web.dejima.test", timeout=5)] * 3, allow=("web.dejima.test",))
+    assert isinstance(flood["packets"], int), flood
     assert flood["packets"] >= 5_000 and junk["result"] == "sent"
     answered = [a for a in after if a.get("rcode") == 0 and a.get("ancount") == 1]
     assert answered, (flood, after)
@@ -479,6 +483,7 @@ def test_a_filter_that_stops_mid_session_is_reported_plainly(runtime: Runtime, u
         (filter_id,) = containers_of(runtime, scope, role=labels.ROLE_FILTER)
         runtime.kill(filter_id)
         assert proc.wait(timeout=60) == 125
-        stderr = proc.stderr.read()  # type: ignore[union-attr]
+        assert proc.stderr is not None
+        stderr = proc.stderr.read()
     assert "the filter stopped during the session" in stderr, stderr
     assert "lost its network" in stderr

@@ -12,15 +12,17 @@ import pytest
 from dejima.adapters.fifo import make_gate
 from dejima.adapters.host import launcher_token
 from dejima.adapters.runtime import Runtime
-from dejima.core.plan import FILTER_CONFIG_ENV, Identity, SessionPlan, SessionRequest, build_session_plan
+from dejima.core.paths import FILTER_CONFIG_ENV
+from dejima.core.plan import Identity, SessionPlan, SessionRequest, build_session_plan
 from dejima.core.settings import Settings
 from dejima.errors import FilterError
 from dejima.orchestration import session
 from dejima.ui.console import UI
+from tests.integration.conftest import Images
 from tests.world import User, containers_of
 
 
-def make_plan(images: object, scope: str, workspace: Path, user: User) -> SessionPlan:
+def make_plan(images: Images, scope: str, workspace: Path, user: User) -> SessionPlan:
     session_id = os.urandom(4).hex()
     # Gated, as the launcher runs it: the session's container starts while the filter is still
     # being verified, so "never ran" below holds the gate to its promise.
@@ -34,8 +36,8 @@ def make_plan(images: object, scope: str, workspace: Path, user: User) -> Sessio
     if os.getuid() == 0:
         os.chown(workspace / ".home", user.uid, user.gid)
     identity = Identity(user.uid, user.gid, "dejima")
-    image = images.session if user.uid != os.getuid() else images.session_root  # type: ignore[attr-defined]
-    return build_session_plan(request, Settings(), identity, images.filter, image)  # type: ignore[attr-defined]
+    image = images.session if user.uid != os.getuid() else images.session_root
+    return build_session_plan(request, Settings(), identity, images.filter, image)
 
 
 def with_filter_config(plan: SessionPlan, **changes: object) -> SessionPlan:
@@ -53,7 +55,7 @@ def run_expecting_filter_error(runtime: Runtime, plan: SessionPlan, workspace: P
     return caught.value
 
 
-def test_working_plan_runs_the_session(runtime: Runtime, images: object, user: User, scope: str,
+def test_working_plan_runs_the_session(runtime: Runtime, images: Images, user: User, scope: str,
                                        workspace: Path) -> None:
     """The control for the cases below: the unmodified plan does run its command."""
     plan = make_plan(images, scope, workspace, user)
@@ -61,7 +63,7 @@ def test_working_plan_runs_the_session(runtime: Runtime, images: object, user: U
     assert (workspace / "session-ran").exists()
 
 
-def test_ruleset_the_kernel_refuses_starts_nothing(runtime: Runtime, images: object, user: User, scope: str,
+def test_ruleset_the_kernel_refuses_starts_nothing(runtime: Runtime, images: Images, user: User, scope: str,
                                                    workspace: Path) -> None:
     plan = make_plan(images, scope, workspace, user)
     broken = with_filter_config(plan, ruleset=plan.ruleset.replace("policy drop;", "policy dorp;", 1))
@@ -70,7 +72,7 @@ def test_ruleset_the_kernel_refuses_starts_nothing(runtime: Runtime, images: obj
     assert "nft refused the ruleset" in error.message
 
 
-def test_filter_without_net_admin_starts_nothing(runtime: Runtime, images: object, user: User, scope: str,
+def test_filter_without_net_admin_starts_nothing(runtime: Runtime, images: Images, user: User, scope: str,
                                                  workspace: Path) -> None:
     plan = make_plan(images, scope, workspace, user)
     weakened = replace(plan, filter=replace(plan.filter, cap_add=()))
@@ -78,7 +80,7 @@ def test_filter_without_net_admin_starts_nothing(runtime: Runtime, images: objec
     assert "Operation not permitted" in error.message
 
 
-def test_read_back_that_differs_from_the_expectation_starts_nothing(runtime: Runtime, images: object, user: User,
+def test_read_back_that_differs_from_the_expectation_starts_nothing(runtime: Runtime, images: Images, user: User,
                                                                     scope: str, workspace: Path) -> None:
     plan = make_plan(images, scope, workspace, user)
     expect = plan.expectation.to_json()
@@ -87,7 +89,7 @@ def test_read_back_that_differs_from_the_expectation_starts_nothing(runtime: Run
     assert "chain output: kernel has hook=output policy=drop, expected hook=output policy=accept" in error.message
 
 
-def test_filter_that_dies_before_ready_starts_nothing(runtime: Runtime, images: object, user: User, scope: str,
+def test_filter_that_dies_before_ready_starts_nothing(runtime: Runtime, images: Images, user: User, scope: str,
                                                       workspace: Path) -> None:
     plan = make_plan(images, scope, workspace, user)
     crashing = replace(plan, filter=replace(plan.filter, environment={}))
@@ -95,7 +97,7 @@ def test_filter_that_dies_before_ready_starts_nothing(runtime: Runtime, images: 
     assert "no configuration" in error.message
 
 
-def test_filter_given_another_ruleset_than_planned_starts_nothing(runtime: Runtime, images: object, user: User,
+def test_filter_given_another_ruleset_than_planned_starts_nothing(runtime: Runtime, images: Images, user: User,
                                                                    scope: str, workspace: Path) -> None:
     """An output chain that is a single accept applies and reads back as itself; the launcher still
     refuses it, because the filter's ready line names a ruleset other than the planned one."""
@@ -108,7 +110,7 @@ def test_filter_given_another_ruleset_than_planned_starts_nothing(runtime: Runti
     assert "verified a ruleset other than the planned one" in error.message
 
 
-def test_kernel_listing_that_differs_from_the_ruleset_starts_nothing(runtime: Runtime, images: object, user: User,
+def test_kernel_listing_that_differs_from_the_ruleset_starts_nothing(runtime: Runtime, images: Images, user: User,
                                                                      scope: str, workspace: Path) -> None:
     """The filter compares the kernel's whole listing with the text it applied: here nft lists the
     reject differently from how it was written, so the filter must not report ready."""
@@ -119,7 +121,7 @@ def test_kernel_listing_that_differs_from_the_ruleset_starts_nothing(runtime: Ru
     assert "the kernel's listing differs from the ruleset" in error.message
 
 
-def test_namespace_without_the_privileged_port_floor_starts_nothing(runtime: Runtime, images: object, user: User,
+def test_namespace_without_the_privileged_port_floor_starts_nothing(runtime: Runtime, images: Images, user: User,
                                                                     scope: str, workspace: Path) -> None:
     """The filter's listeners are only safe from squatting while low ports stay privileged."""
     plan = make_plan(images, scope, workspace, user)

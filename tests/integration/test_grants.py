@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from dejima.adapters.runtime import Runtime
@@ -26,7 +27,7 @@ def allow(user: User, scope: str, cwd: Path, *args: str) -> subprocess.Completed
     """The real dejima-allow, as the launcher's user, from ``cwd``."""
     return subprocess.run([user.python, "-c", ALLOW_MAIN, *args], env=user.env(scope), capture_output=True,
                           text=True, timeout=60, cwd=str(cwd), stdin=subprocess.DEVNULL,
-                          **user.popen_kwargs())  # type: ignore[arg-type]
+                          **user.popen_kwargs())
 
 
 # Runs in the session: what an agent does when a name is refused — retry, bounded in time.
@@ -70,14 +71,14 @@ elif mode == "expire":  # keep resolving until the name is refused again
 
 
 def session_with_retry(user: User, scope: str, workspace: Path, world: World, name: str, port: int,
-                       mode: str) -> object:
+                       mode: str) -> AbstractContextManager[subprocess.Popen[str]]:
     return spawn_dejima(user, scope, "-q", str(workspace), "--", "python3", "-c", RETRY_THEN_HOLD, name, str(port),
                         mode, DEJIMA_SETTINGS=str(world.settings))
 
 
 def test_a_grant_lets_the_agents_retry_through_and_a_revoke_cuts_its_open_connection(
         user: User, scope: str, workspace: Path, world: World) -> None:
-    with session_with_retry(user, scope, workspace, world, "web.dejima.test", ECHO_PORT, "hold") as proc:  # type: ignore[attr-defined]
+    with session_with_retry(user, scope, workspace, world, "web.dejima.test", ECHO_PORT, "hold") as proc:
         wait_for_line(proc.stdout, "denied")
         granted = allow(user, scope, workspace, "web.dejima.test", "--reason", "the test needs it")
         assert granted.returncode == 0, granted.stderr
@@ -93,17 +94,18 @@ def test_a_grant_lets_the_agents_retry_through_and_a_revoke_cuts_its_open_connec
         new = wait_for_line(proc.stdout, "new:", timeout=30)
         assert "refused" in new
         assert proc.wait(timeout=60) == 0
+        assert proc.stderr is not None
         stderr = proc.stderr.read()
     session = stderr.split("dejima violations ")[-1].split()[0] if "dejima violations " in stderr else None
     assert session is not None, stderr
-    listed = run_dejima(user, scope, "violations", session, "--json").stdout
-    records = [json.loads(line) for line in listed.splitlines()]
+    violations = run_dejima(user, scope, "violations", session, "--json").stdout
+    records = [json.loads(line) for line in violations.splitlines()]
     kinds = [r["kind"] for r in records]
     assert "grant" in kinds and "revoke" in kinds, kinds
 
 
 def test_a_grant_for_a_while_expires_on_its_own(user: User, scope: str, workspace: Path, world: World) -> None:
-    with session_with_retry(user, scope, workspace, world, "web.dejima.test", 8080, "expire") as proc:  # type: ignore[attr-defined]
+    with session_with_retry(user, scope, workspace, world, "web.dejima.test", 8080, "expire") as proc:
         wait_for_line(proc.stdout, "denied")
         granted = allow(user, scope, workspace, "web.dejima.test", "--for", "3s")
         assert granted.returncode == 0, granted.stderr
@@ -191,13 +193,15 @@ def test_the_session_cannot_grant_itself_anything(user: User, scope: str, worksp
     attempt = parse_json_line(result.stdout)
     assert attempt["tried"], "the session saw nothing to try, so the test proves nothing"
     assert attempt["after"] == "refused", attempt
-    assert not any(attempt["seen"].values()), attempt  # type: ignore[union-attr]
+    seen = attempt["seen"]
+    assert isinstance(seen, dict), attempt
+    assert not any(seen.values()), attempt
 
 
 def test_a_grant_to_one_session_is_invisible_to_another(user: User, scope: str, world_dir: Path, world: World) -> None:
     first, second = (user_workspace(world_dir, user, name) for name in ("grant-first", "grant-second"))
     with session_with_retry(user, scope, first, world, "web.dejima.test", 8080, "once") as a, \
-            session_with_retry(user, scope, second, world, "web.dejima.test", 8080, "once") as b:  # type: ignore[attr-defined]
+            session_with_retry(user, scope, second, world, "web.dejima.test", 8080, "once") as b:
         wait_for_line(a.stdout, "denied")
         wait_for_line(b.stdout, "denied")
         assert allow(user, scope, first, "web.dejima.test").returncode == 0

@@ -123,7 +123,8 @@ def test_the_harness_answers_from_its_model_through_the_proxy(images: object, us
         assert ANSWER in result.stdout, result.stdout[-2000:]
         assert any(case.path in s.path for s in fake.seen), fake.seen
         assert {s.headers.get(case.header) for s in fake.seen} == {case.canary}
-        look = run_dejima(user, scope, "-q", "--harness", case.harness, str(workspace), "--", "sh", "-c", LOOK, **env)
+        look = run_dejima(user, scope, "-q", "--harness", case.harness, str(workspace), "--", "sh", "-c", LOOK,
+                          timeout=180, **env)
         assert look.returncode == 0, look.stderr[-2000:]
         seen_in_session = _looked(look.stdout)
         assert case.in_session in seen_in_session

@@ -17,6 +17,7 @@ from dejima.core.settings import ImageSettings, Settings
 from dejima.errors import ImageError
 from dejima.ui.console import UI, plain_console
 from tests.conftest import TEST_SCOPE
+from tests.integration.conftest import Images
 
 
 def quiet_ui() -> tuple[UI, io.StringIO]:
@@ -24,7 +25,7 @@ def quiet_ui() -> tuple[UI, io.StringIO]:
     return UI(plain_console(buffer)), buffer
 
 
-def test_present_images_are_not_rebuilt(runtime: Runtime, images: object) -> None:
+def test_present_images_are_not_rebuilt(runtime: Runtime, images: Images) -> None:
     ui, output = quiet_ui()
     base = resolve_base(runtime, Settings(), ui)
     for recipe in recipes(base, Settings(), identity()):
@@ -52,7 +53,7 @@ def extra_ca(tmp_path: Path) -> Path:
     return directory
 
 
-def test_builds_trust_the_hosts_extra_cas(runtime: Runtime, images: object, extra_ca: Path) -> None:
+def test_builds_trust_the_hosts_extra_cas(runtime: Runtime, images: Images, extra_ca: Path) -> None:
     settings = Settings(images=replace(ImageSettings(), extra_ca_dir=str(extra_ca)))
     ui, output = quiet_ui()
     base = resolve_base(runtime, settings, ui)
@@ -70,13 +71,13 @@ def test_builds_trust_the_hosts_extra_cas(runtime: Runtime, images: object, extr
         runtime.remove_image(tag)
 
 
-def test_prune_removes_outdated_images_and_keeps_current_ones(runtime: Runtime, images: object) -> None:
-    current = images.filter  # type: ignore[attr-defined]
+def test_prune_removes_outdated_images_and_keeps_current_ones(runtime: Runtime, images: Images) -> None:
+    current = images.filter
     outdated = "dejima/filter:0000outdated0000"
     runtime.api.tag(current, "dejima/filter", "0000outdated0000")
     from dejima.adapters.image_builds import prune_images
 
-    others = frozenset({images.session, images.session_root})  # type: ignore[attr-defined]
+    others = frozenset({images.session, images.session_root})
     prune_images(runtime, Settings(), identity(), quiet_ui()[0], keep=others)
     assert runtime.image_id(outdated) is None
     assert runtime.image_id(current) is not None

@@ -49,7 +49,7 @@ def test_interactive_shell_has_a_tty_that_follows_resizes(runtime: Runtime, imag
     set_size(master, 30, 100)
     process = subprocess.Popen(
         ["setsid", "--ctty", *user.command(str(workspace))], stdin=slave, stdout=slave, stderr=slave,
-        env=user.env(scope, TERM="xterm"), cwd=str(REPO), close_fds=True, **user.popen_kwargs(),  # type: ignore[arg-type]
+        env=user.env(scope, TERM="xterm"), cwd=str(REPO), close_fds=True, **user.popen_kwargs(),
     )
     os.close(slave)
     try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dejima.adapters.runtime import Runtime
-from dejima.core.plan import GATE_DIR, SESSION_HOME
+from dejima.core.paths import GATE_DIR
+from dejima.core.plan import SESSION_HOME
 from tests.integration.conftest import user_workspace
 from tests.world import User, parse_json_line, run_dejima
 
@@ -73,12 +74,13 @@ def test_only_the_workspace_home_and_tmp_are_mounted(runtime: Runtime, images: o
     (workspace.parent / "secret-sibling").mkdir(exist_ok=True)
     seen = inspect_session(user, scope, workspace)
     declared = {str(workspace), SESSION_HOME, "/tmp", GATE_DIR}  # the gate: read-only, one FIFO (test_fifo.py)
-    mounts = set(seen["mounts"])  # type: ignore[arg-type]
+    assert isinstance(seen["mounts"], list) and isinstance(seen["read_only"], list), seen
+    mounts = set(seen["mounts"])
     assert declared <= mounts
     unexpected = {m for m in mounts - declared - ENGINE_MOUNTS
                   if not m.startswith(("/proc/", "/sys/", "/dev/"))}
     assert unexpected == set()
-    assert GATE_DIR in seen["read_only"] and seen["gate_writable"] is False  # type: ignore[operator]
+    assert GATE_DIR in seen["read_only"] and seen["gate_writable"] is False
     listing = run_dejima(user, scope, "-q", str(workspace), "--", "ls", str(workspace.parent))
     assert listing.stdout.split() == [workspace.name]  # the sibling directory is not there
 

@@ -9,9 +9,9 @@ import pytest
 
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
-from dejima.orchestration.selftest import ProbeResult, probe_command
+from dejima.orchestration.selftest import Decoy, ProbeResult, probe_command
+from tests.integration.conftest import Images
 from tests.world import (
-    Decoy,
     User,
     containers_of,
     probe_from_plain_container,
@@ -26,16 +26,17 @@ GOLDEN_LISTING = Path(__file__).parents[1] / "golden" / "ruleset" / "deny-all.li
 
 
 @pytest.fixture(scope="module")
-def decoy(runtime: Runtime, images: object) -> Decoy:
+def decoy(runtime: Runtime, images: Images) -> Decoy:
     from tests.conftest import TEST_SCOPE
 
-    return start_decoy(runtime, TEST_SCOPE, images.session_root)  # type: ignore[attr-defined]
+    return start_decoy(runtime, TEST_SCOPE, images.session_root)
 
 
-def test_control_probe_reaches_the_decoy(runtime: Runtime, images: object, decoy: Decoy, scope: str) -> None:
+def test_control_probe_reaches_the_decoy(runtime: Runtime, images: Images, decoy: Decoy, scope: str) -> None:
     """Without dejima the same probe gets through, so the blocked results below mean something."""
-    result = probe_from_plain_container(runtime, scope, images.session_root, decoy.address)  # type: ignore[attr-defined]
-    assert result.tcp["result"] == "connected" and result.tcp["data"].startswith("HTTP/1.0 200")  # type: ignore[union-attr]
+    result = probe_from_plain_container(runtime, scope, images.session_root, decoy.address)
+    assert result.tcp["result"] == "connected" and isinstance(result.tcp["data"], str) \
+        and result.tcp["data"].startswith("HTTP/1.0 200")
     assert result.udp["result"] == "answered"
 
 
@@ -45,21 +46,21 @@ def probe_in_session(user: User, scope: str, workspace: Path, address: str) -> P
     return ProbeResult.parse(result.stdout)
 
 
-def test_tcp_to_decoy_is_refused_fast(runtime: Runtime, images: object, decoy: Decoy, user: User, scope: str,
+def test_tcp_to_decoy_is_refused_fast(runtime: Runtime, images: Images, decoy: Decoy, user: User, scope: str,
                                       workspace: Path) -> None:
     result = probe_in_session(user, scope, workspace, decoy.address)
     # "blocked" means the connect failed before the probe's 5 s timeout: a reject, not a hang.
     assert result.tcp["result"] == "blocked", result.tcp
 
 
-def test_dns_to_decoy_resolver_gets_nothing(runtime: Runtime, images: object, decoy: Decoy, user: User,
+def test_dns_to_decoy_resolver_gets_nothing(runtime: Runtime, images: Images, decoy: Decoy, user: User,
                                             scope: str, workspace: Path) -> None:
     result = probe_in_session(user, scope, workspace, decoy.address)
     assert result.udp["result"] in ("blocked", "timeout"), result.udp
     assert result.udp["result"] != "answered"
 
 
-def test_loopback_inside_the_namespace_works(runtime: Runtime, images: object, decoy: Decoy, user: User,
+def test_loopback_inside_the_namespace_works(runtime: Runtime, images: Images, decoy: Decoy, user: User,
                                              scope: str, workspace: Path) -> None:
     assert probe_in_session(user, scope, workspace, decoy.address).loopback["result"] == "connected"
 
@@ -71,7 +72,7 @@ def normalise_listing(text: str) -> str:
     return text.replace("l4proto { tcp, udp }", "l4proto { 6, 17 }").replace("l4proto tcp ", "l4proto 6 ")
 
 
-def test_applied_ruleset_reads_back_as_rendered(runtime: Runtime, images: object, user: User, scope: str,
+def test_applied_ruleset_reads_back_as_rendered(runtime: Runtime, images: Images, user: User, scope: str,
                                                 workspace: Path, world_dir: Path, update_golden: bool) -> None:
     """The kernel in the session's namespace holds exactly the deny-all table (nft's own listing)."""
     # A fixed upstream (TEST-NET-1) keeps the listing the same on every machine. No query is
@@ -110,7 +111,7 @@ print(json.dumps(results))
 """
 
 
-def test_session_cannot_change_the_network(runtime: Runtime, images: object, user: User, scope: str,
+def test_session_cannot_change_the_network(runtime: Runtime, images: Images, user: User, scope: str,
                                           workspace: Path) -> None:
     from tests.world import parse_json_line
 
@@ -121,7 +122,7 @@ def test_session_cannot_change_the_network(runtime: Runtime, images: object, use
 
 @pytest.mark.parametrize("golden", sorted(p.name for p in GOLDEN_LISTING.parent.glob("*.nft")
                                           if not p.name.endswith(".listed.nft")))
-def test_every_golden_render_applies_and_lists_back_as_written(runtime: Runtime, images: object, scope: str,
+def test_every_golden_render_applies_and_lists_back_as_written(runtime: Runtime, images: Images, scope: str,
                                                                 golden: str) -> None:
     """Each golden render is accepted by nft and the kernel lists it exactly as written, so the
     filter's read-back comparison holds for every shape the template produces."""
@@ -129,7 +130,7 @@ def test_every_golden_render_applies_and_lists_back_as_written(runtime: Runtime,
 
     text = (GOLDEN_LISTING.parent / golden).read_text()
     output = runtime.client.containers.run(
-        images.filter, [], entrypoint=["sh", "-c", LIST_AFTER_APPLY, text],  # type: ignore[attr-defined]
+        images.filter, [], entrypoint=["sh", "-c", LIST_AFTER_APPLY, text],
         cap_add=["NET_ADMIN"], network_mode="none", remove=True, stderr=True,
         labels={labels.SCOPE: scope, labels.ROLE: "test-nft-check"})
     assert difference(text, output.decode()) is None

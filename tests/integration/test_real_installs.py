@@ -51,7 +51,7 @@ def findings(user: User, scope: str, workspace: Path) -> list[dict[str, object]]
     result = subprocess.run([user.python, "-c", "import sys; from dejima.cli.audit import main; sys.exit(main())",
                              "list", "--all", "--json", "--workspace", str(workspace)],
                             env=user.env(scope), capture_output=True, text=True, timeout=60, cwd=str(workspace),
-                            stdin=subprocess.DEVNULL, **user.popen_kwargs())  # type: ignore[arg-type]
+                            stdin=subprocess.DEVNULL, **user.popen_kwargs())
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 

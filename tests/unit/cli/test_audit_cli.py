@@ -7,7 +7,9 @@ import io
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,15 +37,15 @@ def workspace(tmp_path: Path) -> Path:
     return root
 
 
-def records(text: str) -> list[dict]:  # type: ignore[type-arg]
+def records(text: str) -> list[dict[str, Any]]:  # JSON objects
     """--json prints JSON lines, as `dejima violations --json` does."""
     return [json.loads(line) for line in text.splitlines()]
 
 
-def session(workspace: Path, session_id: str, change: object) -> dict[int, str]:
+def session(workspace: Path, session_id: str, change: Callable[[Path], object]) -> dict[int, str]:
     """Runs the audit around ``change``; returns the unreviewed findings' ids and paths."""
     exit_audit.start(session_id, [exit_audit.Mount("workspace", workspace)])
-    change(workspace)  # type: ignore[operator]
+    change(workspace)
     ui = UI(plain_console(io.StringIO()))
     exit_audit.finish(session_id, ui)
     store = FindingStore()

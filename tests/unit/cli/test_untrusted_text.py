@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def assert_clean(text: str) -> None:
         assert raw not in text, (raw, text)
 
 
-def write_violations(session: str, *records: dict[str, object]) -> None:
+def write_violations(session: str, *records: Mapping[str, object]) -> None:
     store = ViolationStore(session)
     for record in records:
         assert store.append_line(VIOLATION + json.dumps(record))

@@ -7,7 +7,6 @@ import pytest
 from dejima.core.credentials import (
     Route,
     RouteError,
-    Secret,
     credential_value,
     looks_like_real_secret,
     parse_upstream,
@@ -16,6 +15,7 @@ from dejima.core.credentials import (
     split_route_target,
     upstream_target,
 )
+from dejima.core.secret import Secret
 
 
 def test_upstreams_are_https_or_loopback_http() -> None:

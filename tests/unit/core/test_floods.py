@@ -4,14 +4,15 @@ one aggregate per key and second, nothing but counts past the bound on disk; the
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable, Sequence
 
-from dejima.core.floods import MAX_KEYS, FloodGate, count_of, total
+from dejima.core.floods import MAX_KEYS, FloodGate, Record, count_of, total
 
 
-def run(gate: FloodGate, events: list[tuple[float, tuple[str, ...], dict[str, object]]], end: float) -> list[dict]:
-    written: list[dict] = []
+def run(gate: FloodGate, events: Sequence[tuple[float, Hashable, Record]], end: float) -> list[Record]:
+    written: list[Record] = []
 
-    def keep(records: list[dict]) -> None:
+    def keep(records: list[Record]) -> None:
         for record in records:
             written.append(record)
             gate.wrote(len(json.dumps(record)) + 1)

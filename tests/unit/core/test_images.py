@@ -1,12 +1,12 @@
 from dejima.adapters import packaged
-from dejima.core.images import build_filter_recipe, build_session_recipe
+from dejima.core.images import ImageRecipe, build_filter_recipe, build_session_recipe
 
 
-def filter_recipe(**kw: object):  # type: ignore[no-untyped-def]
-    args = dict(template=packaged.docker_template("filter"), base="debian:bookworm-slim", base_id="sha256:1",
-                extra_cas={}, sources=packaged.filter_sources())
-    args.update(kw)
-    return build_filter_recipe(**args)  # type: ignore[arg-type]
+def filter_recipe(base_id: str = "sha256:1", extra_cas: dict[str, bytes] | None = None,
+                  sources: dict[str, bytes] | None = None) -> ImageRecipe:
+    return build_filter_recipe(template=packaged.docker_template("filter"), base="debian:bookworm-slim",
+                               base_id=base_id, extra_cas={} if extra_cas is None else extra_cas,
+                               sources=packaged.filter_sources() if sources is None else sources)
 
 
 def test_same_inputs_same_hash() -> None:

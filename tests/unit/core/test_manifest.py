@@ -2,7 +2,7 @@
 
 import pytest
 
-from dejima.core.manifest import ManifestError, parse_manifest
+from dejima.core.manifest import Manifest, ManifestError, parse_manifest
 
 SOURCE = "/cfg/dejima/harnesses/my-agent.toml"
 GOOD = """
@@ -35,7 +35,7 @@ default_backend = "anthropic"
 """
 
 
-def parse(text: str, kind: str = "harnesses", name: str = "my-agent"):  # type: ignore[no-untyped-def]
+def parse(text: str, kind: str = "harnesses", name: str = "my-agent") -> Manifest:
     return parse_manifest(text, kind, name, SOURCE)
 
 

@@ -4,7 +4,15 @@ from pathlib import PurePosixPath
 import pytest
 
 from dejima.core import labels
-from dejima.core.plan import SESSION_HOME, Identity, SessionRequest, build_session_plan, plan_hash, session_ids
+from dejima.core.plan import (
+    SESSION_HOME,
+    Identity,
+    SessionPlan,
+    SessionRequest,
+    build_session_plan,
+    plan_hash,
+    session_ids,
+)
 from dejima.core.settings import Settings
 
 IDENTITY = Identity(uid=1000, gid=1000, name="alice")
@@ -19,7 +27,7 @@ def request(**overrides: object) -> SessionRequest:
     return replace(base, **overrides)  # type: ignore[arg-type]
 
 
-def plan(**overrides: object):  # type: ignore[no-untyped-def]
+def plan(**overrides: object) -> SessionPlan:
     return build_session_plan(request(**overrides), Settings(), IDENTITY, "dejima/filter:x", "dejima/session:y")
 
 
@@ -202,7 +210,8 @@ def test_root_on_a_root_owned_workspace_needs_the_option_and_a_user_cannot_ask_f
 
 
 def test_a_gated_session_runs_its_command_behind_the_gate_mounted_read_only() -> None:
-    from dejima.core.plan import GATE_DIR, GATE_ENTRYPOINT
+    from dejima.core.paths import GATE_DIR
+    from dejima.core.plan import GATE_ENTRYPOINT
 
     gated = plan(gate_dir=PurePosixPath("/state/sessions/abcd1234/gate"))
     assert gated.session.entrypoint == GATE_ENTRYPOINT

@@ -98,7 +98,7 @@ def test_decisions() -> None:
     request = PushRequest((Command(Z, A, "refs/heads/new"), Command(A, B, "refs/heads/ff"),
                            Command(B, A, "refs/heads/rewind"), Command(A, Z, "refs/heads/gone"),
                            Command(A, B, "refs/heads/main")), frozenset())
-    parents = {B: (A,)}
+    parents: dict[str, tuple[str, ...]] = {B: (A,)}
     before_pack = dict(decide(request, "refs/heads/main", policy, None))
     assert before_pack["refs/heads/rewind"] is None and before_pack["refs/heads/main"] is not None
     reasons = dict(decide(request, "refs/heads/main", policy, parents))

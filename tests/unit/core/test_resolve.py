@@ -3,7 +3,7 @@
 import pytest
 
 from dejima.core.manifest import Manifest, ManifestError, parse_manifest
-from dejima.core.resolve import RepoPolicy, WorkspaceFacts, resolve
+from dejima.core.resolve import RepoPolicy, Resolved, WorkspaceFacts, resolve
 
 
 def manifest(kind: str, name: str, body: str) -> Manifest:
@@ -25,7 +25,7 @@ CATALOG = {(m.kind, m.name): m for m in (
 )}
 
 
-def refs(resolved) -> list[str]:  # type: ignore[no-untyped-def]
+def refs(resolved: Resolved) -> list[str]:
     return [f"{c.manifest.ref} ({c.why})" for c in resolved.choices]
 
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from dejima.core.egress import parse_entry
+from dejima.core.egress import Entry, parse_entry
 from dejima.core.special import SpecialEntryError, check_special, special_places, why_special
 
 HOST = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("192.0.2.2/32"),
@@ -14,7 +14,7 @@ GATEWAY = ipaddress.ip_network("10.213.5.1/32")
 PLACES = special_places(HOST, GATEWAY)
 
 
-def entry(text: str, origin: str = "--allow"):  # type: ignore[no-untyped-def]
+def entry(text: str, origin: str = "--allow") -> Entry:
     return replace(parse_entry(text, origin), origin=origin)
 
 

@@ -42,8 +42,11 @@ async def _forward(question: Question) -> Answer:
     return found
 
 
+World = tuple[Grants, PolicyResolver, RecordingNft, list[dict[str, object]]]
+
+
 @pytest.fixture
-def world() -> tuple[Grants, PolicyResolver, RecordingNft, list[dict[str, object]]]:
+def world() -> World:
     policy = parse_policy(["web.example.test"], [("evil.example.test", "known exfiltration host"),
                                                  ("*.bad.example.test", "")],
                           answer_networks=(DOCUMENTATION,))
@@ -64,7 +67,7 @@ def send(grants: Grants, **message: object) -> dict[str, object]:
     return grants.handle(json.dumps({"v": 1, **message}).encode())
 
 
-def test_grant_lets_the_next_query_through_and_is_recorded(world: tuple) -> None:  # type: ignore[type-arg]
+def test_grant_lets_the_next_query_through_and_is_recorded(world: World) -> None:
     grants, resolver, _nft, records = world
     assert ask(resolver, "crates.example.test") == RCODE.REFUSED
     answer = send(grants, op="grant", entries=["crates.example.test:443"], reason="cargo build")
@@ -72,18 +75,19 @@ def test_grant_lets_the_next_query_through_and_is_recorded(world: tuple) -> None
     assert ask(resolver, "crates.example.test") == RCODE.NOERROR
     assert records[-1]["kind"] == "grant" and records[-1]["reason"] == "cargo build"
     listing = send(grants, op="list")
-    assert [g["entry"] for g in listing["grants"]] == ["crates.example.test:443"]  # type: ignore[index, union-attr]
+    assert isinstance(listing["grants"], list), listing
+    assert [g["entry"] for g in listing["grants"]] == ["crates.example.test:443"]
 
 
 @pytest.mark.parametrize("entry", ["evil.example.test", "x.bad.example.test", "*.bad.example.test"])
-def test_a_name_on_the_deny_list_is_refused_with_its_reason(world: tuple, entry: str) -> None:  # type: ignore[type-arg]
+def test_a_name_on_the_deny_list_is_refused_with_its_reason(world: World, entry: str) -> None:
     grants, resolver, _nft, _records = world
     answer = send(grants, op="grant", entries=[entry])
     assert answer["ok"] is False and "deny list" in str(answer["error"])
     assert resolver.policy == grants.base
 
 
-def test_revoke_removes_the_name_its_addresses_and_cuts_their_flows(world: tuple) -> None:  # type: ignore[type-arg]
+def test_revoke_removes_the_name_its_addresses_and_cuts_their_flows(world: World) -> None:
     grants, resolver, nft, records = world
     send(grants, op="grant", entries=["crates.example.test"])
     assert ask(resolver, "crates.example.test") == RCODE.NOERROR
@@ -95,7 +99,7 @@ def test_revoke_removes_the_name_its_addresses_and_cuts_their_flows(world: tuple
     assert records[-2]["kind"] == "revoke" or records[-1]["kind"] == "revoke"
 
 
-def test_revoke_keeps_addresses_another_allowed_name_still_uses(world: tuple) -> None:  # type: ignore[type-arg]
+def test_revoke_keeps_addresses_another_allowed_name_still_uses(world: World) -> None:
     grants, resolver, nft, _records = world
     send(grants, op="grant", entries=["crates.example.test"])
     ask(resolver, "crates.example.test")
@@ -105,7 +109,7 @@ def test_revoke_keeps_addresses_another_allowed_name_still_uses(world: tuple) ->
     assert all("revoked4 { 203.0.113.7 timeout" not in b for b in nft.batches[batches:])
 
 
-def test_expiry_revokes_on_its_own(world: tuple) -> None:  # type: ignore[type-arg]
+def test_expiry_revokes_on_its_own(world: World) -> None:
     grants, resolver, _nft, records = world
     send(grants, op="grant", entries=["crates.example.test"], seconds=60)
     assert ask(resolver, "crates.example.test") == RCODE.NOERROR
@@ -114,7 +118,7 @@ def test_expiry_revokes_on_its_own(world: tuple) -> None:  # type: ignore[type-a
     assert any(r["kind"] == "grant-expired" for r in records)
 
 
-def test_address_grant_goes_into_the_set_with_its_expiry(world: tuple) -> None:  # type: ignore[type-arg]
+def test_address_grant_goes_into_the_set_with_its_expiry(world: World) -> None:
     grants, _resolver, nft, _records = world
     assert send(grants, op="grant", entries=["203.0.113.9:8080"], seconds=120)["ok"] is True
     assert "add element inet dejima allow4_port { 203.0.113.9 . 8080 timeout 120s }" in nft.batches[-1]
@@ -135,7 +139,7 @@ def test_address_grant_goes_into_the_set_with_its_expiry(world: tuple) -> None: 
     (b'{"v": 1, "op": "grant", "entries": ["a.example.test"], "seconds": true}', "seconds must be"),
     (b'{"v": 1, "op": "revoke", "entries": ["never.example.test"]}', "not a live grant"),
 ])
-def test_bad_messages_are_refused_with_a_reason_and_change_nothing(world: tuple, raw: bytes,  # type: ignore[type-arg]
+def test_bad_messages_are_refused_with_a_reason_and_change_nothing(world: World, raw: bytes,
                                                                    why: str) -> None:
     grants, resolver, nft, _records = world
     answer = grants.handle(raw)

@@ -50,7 +50,7 @@ def replies(client: socket.socket) -> list[DNSRecord]:
             return found
 
 
-async def serve(held: asyncio.Event) -> tuple[Any, PolicyResolver, socket.socket, list[object]]:
+async def serve(held: asyncio.Event) -> tuple[Any, PolicyResolver, socket.socket, list[asyncio.Task[None]]]:
     async def forward(question: Question) -> Answer:
         if question.name != "web.example.test":
             await held.wait()
@@ -62,7 +62,7 @@ async def serve(held: asyncio.Event) -> tuple[Any, PolicyResolver, socket.socket
 
     policy = parse_policy(["web.example.test", "*.slow.example.test"], [], answer_networks=(DOCUMENTATION,))
     resolver = PolicyResolver(policy, forward, Sets(), lambda r: None)
-    tasks: list[object] = []
+    tasks: list[asyncio.Task[None]] = []
 
     def spawn(coroutine: Coroutine[Any, Any, None]) -> object:
         tasks.append(asyncio.get_running_loop().create_task(coroutine))
@@ -76,7 +76,7 @@ async def serve(held: asyncio.Event) -> tuple[Any, PolicyResolver, socket.socket
     client.connect(udp.sock.getsockname())
     client.send(query("web.example.test", 1))  # a miss whose answer becomes a hit
     udp._readable()
-    await asyncio.gather(*tasks)  # type: ignore[arg-type]
+    await asyncio.gather(*tasks)
     assert [r.header.id for r in replies(client)] == [1]
     tasks.clear()
     return udp, resolver, client, tasks
@@ -114,13 +114,13 @@ def test_misses_past_the_inflight_bound_are_shed_and_hits_still_answered() -> No
         udp._readable()
         assert [r.header.id for r in replies(client)] == [7]  # a hit needs no task: answered meanwhile
         held.set()
-        await asyncio.gather(*tasks)  # type: ignore[arg-type]
+        await asyncio.gather(*tasks)
         assert udp.inflight == 0 and resolver.fetching == 0
         assert {r.header.rcode for r in replies(client)} == {0}  # answered (as many as the client's buffer held)
         client.send(query("n0.slow.example.test", 9))  # control: the server takes misses again
         udp._readable()
         assert len(tasks) == MAX_INFLIGHT + 1
-        await asyncio.gather(*tasks)  # type: ignore[arg-type]
+        await asyncio.gather(*tasks)
         assert [r.header.id for r in replies(client)] == [9]
         client.close()
         udp.close()

@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 
 from dejima.core.ruleset import DENY_ALL_EXPECTATION
@@ -17,7 +19,7 @@ def rule(chain_name: str) -> dict[str, object]:
     return {"rule": {"family": "inet", "table": "dejima", "chain": chain_name, "expr": []}}
 
 
-GOOD = [
+GOOD: list[dict[str, Any]] = [  # nft's JSON objects, typed as verify_table reads them
     {"table": {"family": "inet", "name": "dejima"}},
     chain("output", "output", "drop"),
     chain("input", "input", "drop"),

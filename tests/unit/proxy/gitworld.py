@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,7 +169,7 @@ class World:
 
 
 @contextmanager
-def git_world(tmp: Path, **options: object) -> Iterator[World]:
+def git_world(tmp: Path, **options: Any) -> Iterator[World]:
     """The world, its proxy configured with ``options`` (ProxyConfig fields)."""
     with fake_forge(tmp) as forge:
         git_route = route("github-git", forge.url, "authorization", "Basic", "x-access-token", "github.com")

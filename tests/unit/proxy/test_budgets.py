@@ -77,6 +77,7 @@ def test_a_flood_of_refused_requests_writes_bounded_records_and_an_exact_total(p
     print(f"{FLOOD} refused requests in {seconds:.1f} s: {len(violations)} violation records and {len(ledger)} "
           f"ledger entries, {written} bytes")
     aggregate = next(v for v in violations if "count" in v)
+    assert isinstance(aggregate["count"], int), aggregate
     assert aggregate["count"] > 10 and "decoy credential" in str(aggregate["detail"])
 
 

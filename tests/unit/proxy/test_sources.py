@@ -10,14 +10,14 @@ import pytest
 
 from dejima.core.secret import Secret
 from dejima.proxy.source_kinds import resolve_source
-from dejima.proxy.sources import CommandSource, CredentialError, SourceUnavailable
+from dejima.proxy.sources import CommandSource, CredentialError, CredentialSource, SourceUnavailable
 
 ORIGIN = "backends/anthropic.toml credentials[0] (anthropic-api-key)"
 CANARY = "sk-ant-api03-CANARYcanaryCANARYcanaryCANARY"
 
 
-def value(source: object) -> str:
-    return asyncio.run(source.current()).reveal()  # type: ignore[attr-defined]
+def value(source: CredentialSource) -> str:
+    return asyncio.run(source.current()).reveal()
 
 
 def test_env_source_reads_the_host_variable() -> None:

@@ -38,6 +38,7 @@ def test_a_failed_build_shows_the_last_lines_and_names_the_log(state: Path) -> N
             line(f"line {index}")
         raise ImageError("building the filter image failed: E: Unable to locate package nftabels", hint="retry")
     (log,) = state.glob("build-filter-*.log")
+    assert caught.value.context is not None
     assert caught.value.context.splitlines() == [f"line {i}" for i in range(25, 40)]
     assert caught.value.hint == f"retry; the whole log: {log}"
     assert log.read_text().splitlines()[-1] == "line 39"
