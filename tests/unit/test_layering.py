@@ -84,7 +84,8 @@ def io_names_of(path: Path) -> set[str]:
             found.add(node.func.id)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PATH_IO:
             name = dotted(node.func)
-            found.add(name if name in DYNAMIC or (name or "").startswith("os.") else f"Path.{node.func.attr}")
+            found.add(name if name is not None and (name in DYNAMIC or name.startswith("os."))
+                      else f"Path.{node.func.attr}")
         elif isinstance(node, ast.Attribute) and (name := dotted(node)) is not None:
             parts = name.split(".")
             if parts[0] == "os":  # os.environ.get is os.environ; os.path.exists stays whole
