@@ -189,6 +189,12 @@ def wait_for_line(stream: IO[str] | None, marker: str, timeout: float = 60) -> s
     raise AssertionError(f"{marker!r} did not appear within {timeout}s; saw: {''.join(seen)[-2000:]}")
 
 
+def docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+    """The docker CLI (tests look inside containers with it; dejima itself speaks to the engine's API)."""
+    return subprocess.run(["docker", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                          check=False)
+
+
 def containers_of(runtime: Runtime, scope: str, **filters: str) -> list[str]:
     extra = {getattr(labels, k.upper()): v for k, v in filters.items()}
     return [c.id for c in runtime.containers({labels.SCOPE: scope, **extra})]

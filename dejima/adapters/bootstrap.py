@@ -57,6 +57,7 @@ def bootstrap_base(
             ["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-c", "."],
             stdout=subprocess.PIPE,
         )
+        assert tar.stdout is not None
         try:
             image = runtime.import_rootfs(
                 tar.stdout, tag, {labels.ROLE: labels.ROLE_BASE, "dejima.adapters.bootstrap-mirror": mirror}

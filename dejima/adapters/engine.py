@@ -1,11 +1,11 @@
-"""A small client for the Docker Engine API: HTTP/1.1 over the engine's socket, JSON in and out.
+"""dejima's one client for the Docker Engine API: HTTP/1.1 over the engine's socket, JSON in and out.
 
 A session start makes about twenty engine calls; the docker SDK costs ~0.1 s to import and a few
-milliseconds per call (requests, urllib3, a connection pool). This client is what the launcher's
-path needs and no more: one short connection per request (so calls may run from several threads
-at once), Content-Length, chunked and until-EOF bodies, the multiplexed stdout/stderr framing of
-logs and attach, and an upgraded (hijacked) connection for attach. Image builds, pulls and
-imports stay with the SDK (dejima.adapters.runtime imports it for those alone).
+milliseconds per call (requests, urllib3, a connection pool). This client is what dejima needs and
+no more: one short connection per request (so calls may run from several threads at once),
+Content-Length, chunked and until-EOF bodies both ways (an image build's context, a root file
+system streamed in for an import), the engine's streams of JSON progress objects, the multiplexed
+stdout/stderr framing of logs and attach, and an upgraded (hijacked) connection for attach.
 
 The engine is found as the docker CLI and SDK find it: ``DOCKER_HOST`` (unix:// or tcp://, TLS
 with ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``), else /var/run/docker.sock.
@@ -13,11 +13,12 @@ with ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``), else /var/run/docker.sock.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import socket
 import struct
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from typing import IO, Any
 from urllib.parse import quote, urlencode
 
@@ -29,6 +30,7 @@ ENGINE_HINT = (
     "that you may use its socket (`docker info`); DOCKER_HOST selects another engine"
 )
 MAX_HEAD_LINES = 200
+STREAM_PIECE = 256 * 1024  # a streamed request body goes out in chunks of this size
 STDOUT, STDERR = 1, 2
 Frame = tuple[int, bytes]  # (stream: 1 stdout, 2 stderr), data
 Frames = Generator[Frame, None, None]  # close() it to hang up early
@@ -141,8 +143,12 @@ class Engine:
         try:
             if self.url.startswith("unix://"):
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(timeout)
-                sock.connect(self.url[len("unix://"):])
+                try:
+                    sock.settimeout(timeout)
+                    sock.connect(self.url[len("unix://"):])
+                except BaseException:
+                    sock.close()
+                    raise
                 return sock
             host, _, port = self.url[len("tcp://"):].rstrip("/").rpartition(":")
             raw = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
@@ -151,23 +157,35 @@ class Engine:
             raise EngineError(f"cannot reach the Docker engine at {self.url}: {exc}", hint=ENGINE_HINT) from exc
 
     def request(self, method: str, path: str, params: dict[str, Any] | None = None, body: Any = None,
-                timeout: float | None = -1.0, upgrade: bool = False) -> Response:
-        """Send one request on a fresh connection and read the response head. ``timeout`` -1: the
-        engine's default; None: wait as long as it takes (a session's wait, a followed log)."""
+                timeout: float | None = -1.0, upgrade: bool = False, data: bytes | IO[bytes] | None = None,
+                headers: Mapping[str, str] | None = None) -> Response:
+        """Send one request on a fresh connection and read the response head. ``body``: JSON;
+        ``data``: a tar, whole or as a stream (sent chunked as it is read). ``timeout`` -1: the
+        engine's default; None: wait as long as it takes (a session's wait, a followed log, a build)."""
         timeout = self.timeout if timeout == -1.0 else timeout
         target = f"/v{self.version}{path}" if self.version else path
-        if params:
-            target += "?" + urlencode({k: _param(v) for k, v in params.items() if v is not None})
-        payload = json.dumps(body).encode() if body is not None else b""
+        if params:  # a tuple is a parameter given once per value (an import's changes); a list is JSON
+            target += "?" + urlencode([(k, _param(item)) for k, v in params.items() if v is not None
+                                       for item in (v if isinstance(v, tuple) else (v,))])
+        payload = json.dumps(body).encode() if body is not None else data if isinstance(data, bytes) else b""
         head = [f"{method} {target} HTTP/1.1", f"Host: {self.host}", "User-Agent: dejima"]
+        head += [f"{name}: {value}" for name, value in (headers or {}).items()]
         if body is not None:
             head += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
+        elif isinstance(data, bytes):
+            head += ["Content-Type: application/x-tar", f"Content-Length: {len(payload)}"]
+        elif data is not None:
+            head += ["Content-Type: application/x-tar", "Transfer-Encoding: chunked"]
         elif method in ("POST", "PUT"):
             head.append("Content-Length: 0")
         head += ["Connection: Upgrade", "Upgrade: tcp"] if upgrade else ["Connection: close"]
         sock = self._connect(timeout)
         try:
             sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+            if data is not None and not isinstance(data, bytes):
+                while piece := data.read(STREAM_PIECE):
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+                sock.sendall(b"0\r\n\r\n")
             response = Response(sock, method)
         except BaseException:
             sock.close()
@@ -197,6 +215,18 @@ class Engine:
         finally:
             response.close()
 
+    def progress(self, method: str, path: str, params: dict[str, Any] | None = None,
+                 data: bytes | IO[bytes] | None = None,
+                 headers: Mapping[str, str] | None = None) -> Generator[Any, None, None]:
+        """A request whose answer is a stream of JSON objects (a build's, a pull's, an import's
+        progress), each as it arrives; no time limit, as such work takes what it takes. close() it
+        (contextlib.closing) to hang up when stopping early."""
+        response = self.request(method, path, params, timeout=None, data=data, headers=headers)
+        try:
+            yield from json_objects(response.pieces())
+        finally:
+            response.close()
+
     # --- streams ----------------------------------------------------------------------------
     def frames(self, path: str, params: dict[str, Any], tty: bool = False) -> Frames:
         """A followed log (or any multiplexed stream) as (stream, data) frames, until it ends."""
@@ -210,6 +240,28 @@ class Engine:
                                 {"logs": 1, "stream": 1, "stdout": 1, "stderr": 1}, timeout=None, upgrade=True)
         # After 101 (or a 200 from older engines) the connection carries the raw stream.
         return _closing(response, _demux(_until_eof(response), tty))
+
+
+def json_objects(pieces: Iterator[bytes]) -> Iterator[Any]:
+    """The JSON objects of a byte stream that holds them one after another (whitespace between, an
+    object split across pieces or several in one)."""
+    decoder = json.JSONDecoder()
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may be cut between pieces
+    buffer = ""
+    for piece in pieces:
+        buffer += text.decode(piece)
+        while True:
+            buffer = buffer.lstrip()
+            if not buffer:
+                break
+            try:
+                value, end = decoder.raw_decode(buffer)
+            except json.JSONDecodeError:
+                break  # the rest of the object is in a later piece
+            buffer = buffer[end:]
+            yield value
+    if buffer.strip():
+        raise EngineError(f"the Docker engine's progress stream ended inside an object: {buffer[:80]!r}")
 
 
 def _until_eof(response: Response) -> Iterator[bytes]:

@@ -2,19 +2,22 @@
 (ContainerSpec, ImageRecipe, labels). Engine failures become ``EngineError``/``ImageError`` with
 a hint, never a traceback.
 
-Calls go through dejima.adapters.engine, a small HTTP client over the engine's socket. Image builds,
-pulls and imports (registry credentials, streamed uploads) use the docker SDK, imported only when
-one of them runs: a session start never pays for it. This is the only module that imports the SDK.
+Every call goes through dejima.adapters.engine, dejima's one client of the engine's API (builds,
+pulls and imports too; a pull carries the registry credentials the docker CLI would use,
+dejima.adapters.registry_auth). An interactive session's terminal is the docker CLI's
+(orchestration/session.py): raw mode and window sizes are its job, and it does them well.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
+from dejima.adapters import registry_auth
 from dejima.adapters.engine import ENGINE_HINT, STDOUT, APIError, Engine
 from dejima.core.images import ImageRecipe
 from dejima.core.plan import ContainerSpec
@@ -51,20 +54,6 @@ def _c(container: str) -> str:
 class Runtime:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._sdk: Any = None
-
-    @property
-    def client(self) -> Any:
-        """The docker SDK's client for the same engine: image builds, pulls and imports (and tests)."""
-        if self._sdk is None:
-            import docker
-
-            self._sdk = docker.from_env(timeout=int(self.engine.timeout))  # type: ignore[attr-defined]
-        return self._sdk
-
-    @property
-    def api(self) -> Any:
-        return self.client.api
 
     # --- engine ---------------------------------------------------------------------------
     def _call(self, doing: str, method: str, path: str, params: dict[str, Any] | None = None, body: Any = None, *,
@@ -90,24 +79,32 @@ class Runtime:
 
     def pull(self, ref: str) -> str:
         """Pull ``ref``; returns the engine's reason on failure instead of raising."""
-        import docker.errors
-
         repository, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
+        auth = registry_auth.header_for(ref)
         try:
-            for _ in self.api.pull(repository, tag=tag or "latest", stream=True, decode=True):
-                pass
-        except docker.errors.APIError as exc:
-            return _short(exc)
+            query = {"fromImage": repository, "tag": tag or "latest"}
+            with closing(self.engine.progress("POST", "/images/create", query, headers=auth.header)) as events:
+                for event in events:
+                    if isinstance(event, dict) and event.get("error"):
+                        return _with_note(str(event["error"]).strip(), auth.note)
+        except APIError as exc:
+            return _with_note(exc.message, auth.note)
+        except (OSError, EngineError) as exc:
+            return _with_note(str(exc), auth.note)
         return "" if self.image_id(ref) else f"the engine reported success but {ref} is not present"
 
-    def import_rootfs(self, tar_stream: Any, tag: str, image_labels: dict[str, str]) -> str:
-        import docker.errors
-
+    def import_rootfs(self, tar_stream: IO[bytes], tag: str, image_labels: dict[str, str]) -> str:
+        """``docker import`` of a root file system's tar, streamed as it is read."""
         repository, _, version = tag.rpartition(":")
-        changes = [f"LABEL {k}={v}" for k, v in image_labels.items()] + ['CMD ["/bin/bash"]']
+        changes = tuple(f"LABEL {k}={v}" for k, v in image_labels.items()) + ('CMD ["/bin/bash"]',)
         try:
-            self.api.import_image_from_data(tar_stream, repository=repository, tag=version, changes=changes)
-        except docker.errors.APIError as exc:
+            with closing(self.engine.progress("POST", "/images/create", {"fromSrc": "-", "repo": repository,
+                                                                         "tag": version, "changes": changes},
+                                              data=tar_stream)) as events:
+                for event in events:
+                    if isinstance(event, dict) and event.get("error"):
+                        raise ImageError(f"docker import of {tag} failed: {str(event['error']).strip()}")
+        except (APIError, OSError, EngineError) as exc:
             raise ImageError(f"docker import of {tag} failed: {_short(exc)}") from exc
         image = self.image_id(tag)
         if image is None:
@@ -118,8 +115,6 @@ class Runtime:
         import io
         import tarfile
 
-        import docker.errors
-
         context = io.BytesIO()
         with tarfile.open(fileobj=context, mode="w") as tar:
             for path, content in (("Dockerfile", recipe.dockerfile.encode()), *recipe.files):
@@ -127,20 +122,22 @@ class Runtime:
                 entry.size = len(content)
                 entry.mode = 0o644
                 tar.addfile(entry, io.BytesIO(content))
-        context.seek(0)
+        params = {"t": recipe.tag, "labels": recipe.labels, "rm": True, "forcerm": True, "pull": False}
         try:
-            for event in self.api.build(fileobj=context, custom_context=True, tag=recipe.tag, labels=recipe.labels,
-                                        rm=True, forcerm=True, pull=False, decode=True):
-                if "error" in event:
-                    raise ImageError(
-                        f"building the {recipe.role} image failed: {event['error'].strip()}",
-                        hint="the build log's last lines are above; `dejima images build` retries",
-                    )
-                text = event.get("stream") or event.get("status") or ""
-                for line in text.splitlines():  # one event may hold several lines (apt's, npm's)
-                    if line.strip():
-                        on_line(line.rstrip())
-        except docker.errors.APIError as exc:
+            with closing(self.engine.progress("POST", "/build", params, data=context.getvalue())) as events:
+                for event in events:
+                    if not isinstance(event, dict):
+                        continue
+                    if event.get("error"):
+                        raise ImageError(
+                            f"building the {recipe.role} image failed: {str(event['error']).strip()}",
+                            hint="the build log's last lines are above; `dejima images build` retries",
+                        )
+                    text = event.get("stream") or event.get("status") or ""
+                    for line in str(text).splitlines():  # one event may hold several lines (apt's, npm's)
+                        if line.strip():
+                            on_line(line.rstrip())
+        except (APIError, OSError, EngineError) as exc:
             raise ImageError(f"building the {recipe.role} image failed: {_short(exc)}") from exc
         image = self.image_id(recipe.tag)
         if image is None:
@@ -338,6 +335,10 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
 
 def _filters(label_filter: dict[str, str]) -> dict[str, Any]:
     return {"filters": {"label": [f"{k}={v}" if v else k for k, v in label_filter.items()]}}
+
+
+def _with_note(reason: str, note: str) -> str:
+    return f"{reason} ({note})" if note else reason
 
 
 def _short(exc: BaseException) -> str:

@@ -160,7 +160,7 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
     workspace = app.validate_workspace(args.path)
     selection = app.Selection(args.harness, args.backend, tuple(args.workflow), tuple(args.forge))
     resolved = app.resolve_manifests(workspace, selection, ui)
-    from dejima.adapters.runtime import connect  # the docker SDK costs ~0.2 s to import: only when needed
+    from dejima.adapters.runtime import connect  # a render does not reach the engine
 
     session_options = app.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
     if args.render:

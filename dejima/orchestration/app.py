@@ -27,7 +27,7 @@ from dejima.core.settings import Settings
 from dejima.errors import SessionError, UsageError
 from dejima.orchestration.report import SessionReporter
 
-if TYPE_CHECKING:  # the docker SDK, the audit rules and jinja2 are imported by the functions that use them
+if TYPE_CHECKING:  # the engine's adapter is imported by the functions that use it
     from dejima.adapters.runtime import Runtime
 
 

@@ -17,7 +17,7 @@ from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from tests.integration.conftest import Images
 from tests.networld import World, queries_seen
-from tests.world import User, containers_of, parse_json_line, run_dejima, spawn_dejima, wait_for_line
+from tests.world import User, containers_of, docker, parse_json_line, run_dejima, spawn_dejima, wait_for_line
 
 REFUSED, NXDOMAIN = 5, 3
 
@@ -196,10 +196,9 @@ def test_learned_addresses_enter_the_set_with_a_bounded_timeout(runtime: Runtime
                       str(workspace), "--", "sh", "-c", script, DEJIMA_SETTINGS=str(world.settings)) as proc:
         wait_for_line(proc.stdout, "started")
         (filter_id,) = containers_of(runtime, scope, role=labels.ROLE_FILTER)
-        container = runtime.client.containers.get(filter_id)
-        ports = container.exec_run(["nft", "-j", "list", "set", "inet", "dejima", "allow4_port"]).output
-        anyport = container.exec_run(["nft", "-j", "list", "set", "inet", "dejima", "allow4"]).output
-        ruleset = container.exec_run(["nft", "list", "ruleset"]).output.decode()
+        ports = docker("exec", filter_id, "nft", "-j", "list", "set", "inet", "dejima", "allow4_port").stdout
+        anyport = docker("exec", filter_id, "nft", "-j", "list", "set", "inet", "dejima", "allow4").stdout
+        ruleset = docker("exec", filter_id, "nft", "list", "ruleset").stdout.decode()
         proc.terminate()
     elements = [item["elem"] for obj in json.loads(ports)["nftables"] if "set" in obj
                 for item in obj["set"].get("elem", [])]

@@ -18,6 +18,7 @@ from dejima.errors import ImageError
 from dejima.ui.console import UI, plain_console
 from tests.conftest import TEST_SCOPE
 from tests.integration.conftest import Images
+from tests.world import docker
 
 
 def quiet_ui() -> tuple[UI, io.StringIO]:
@@ -63,8 +64,8 @@ def test_builds_trust_the_hosts_extra_cas(runtime: Runtime, images: Images, extr
     tag = ensure_image(runtime, session_recipe, ui)
     try:
         assert "Building the session image" in output.getvalue()
-        bundle = runtime.client.containers.run(tag, ["cat", "/etc/ssl/certs/ca-certificates.crt"], remove=True,
-                                               labels={labels.SCOPE: TEST_SCOPE, labels.ROLE: "test-ca-check"})
+        bundle = docker("run", "--rm", "--label", f"{labels.SCOPE}={TEST_SCOPE}", "--label",
+                        f"{labels.ROLE}=test-ca-check", tag, "cat", "/etc/ssl/certs/ca-certificates.crt").stdout
         certificate = (extra_ca / "dejima-test-corp.crt").read_text().strip()
         assert certificate in bundle.decode()
     finally:
@@ -74,10 +75,33 @@ def test_builds_trust_the_hosts_extra_cas(runtime: Runtime, images: Images, extr
 def test_prune_removes_outdated_images_and_keeps_current_ones(runtime: Runtime, images: Images) -> None:
     current = images.filter
     outdated = "dejima/filter:0000outdated0000"
-    runtime.api.tag(current, "dejima/filter", "0000outdated0000")
+    assert docker("tag", current, outdated).returncode == 0
     from dejima.adapters.image_builds import prune_images
 
     others = frozenset({images.session, images.session_root})
     prune_images(runtime, Settings(), identity(), quiet_ui()[0], keep=others)
     assert runtime.image_id(outdated) is None
     assert runtime.image_id(current) is not None
+
+
+def test_a_root_file_system_streamed_from_tar_becomes_an_image(runtime: Runtime, tmp_path: Path) -> None:
+    """The bootstrap's import (dejima.adapters.bootstrap) through the engine client: a tar read from a pipe as
+    tar writes it, larger than one chunk, with the labels and command it asks for."""
+    root = tmp_path / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "os-release").write_text("ID=dejima-test\n")
+    (root / "blob").write_bytes(bytes(range(256)) * 4096)  # 1 MiB: several chunks of the upload
+    tag = "dejima-test/imported:1"
+    tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    assert tar.stdout is not None
+    try:
+        image = runtime.import_rootfs(tar.stdout, tag, {labels.SCOPE: TEST_SCOPE, labels.ROLE: "test-import"})
+    finally:
+        tar.stdout.close()
+        tar.wait()
+    try:
+        info = runtime.engine.call("GET", f"/images/{tag}/json")
+        assert info["Id"] == image and info["Config"]["Labels"][labels.ROLE] == "test-import"
+        assert info["Config"]["Cmd"] == ["/bin/bash"] and info["Size"] >= 1024 * 1024
+    finally:
+        runtime.remove_image(tag)

@@ -14,6 +14,7 @@ from tests.integration.conftest import Images
 from tests.world import (
     User,
     containers_of,
+    docker,
     probe_from_plain_container,
     run_dejima,
     spawn_dejima,
@@ -84,10 +85,10 @@ def test_applied_ruleset_reads_back_as_rendered(runtime: Runtime, images: Images
                       DEJIMA_SETTINGS=str(settings)) as proc:
         wait_for_line(proc.stdout, "started")
         (filter_id,) = containers_of(runtime, scope, role=labels.ROLE_FILTER)
-        listing = runtime.client.containers.get(filter_id).exec_run(["nft", "list", "ruleset"])
+        listing = docker("exec", filter_id, "nft", "list", "ruleset")
         proc.terminate()
-    assert listing.exit_code == 0, listing.output
-    text = normalise_listing(listing.output.decode())
+    assert listing.returncode == 0, listing.stdout
+    text = normalise_listing(listing.stdout.decode())
     if update_golden:
         GOLDEN_LISTING.write_text(text)
     assert text == GOLDEN_LISTING.read_text()
@@ -129,8 +130,7 @@ def test_every_golden_render_applies_and_lists_back_as_written(runtime: Runtime,
     from dejima.core.nftlisting import difference
 
     text = (GOLDEN_LISTING.parent / golden).read_text()
-    output = runtime.client.containers.run(
-        images.filter, [], entrypoint=["sh", "-c", LIST_AFTER_APPLY, text],
-        cap_add=["NET_ADMIN"], network_mode="none", remove=True, stderr=True,
-        labels={labels.SCOPE: scope, labels.ROLE: "test-nft-check"})
+    output = docker("run", "--rm", "--cap-add", "NET_ADMIN", "--network", "none", "--label", f"{labels.SCOPE}={scope}",
+                    "--label", f"{labels.ROLE}=test-nft-check", "--entrypoint", "sh", images.filter,
+                    "-c", LIST_AFTER_APPLY, text).stdout
     assert difference(text, output.decode()) is None

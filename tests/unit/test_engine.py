@@ -39,12 +39,26 @@ class FakeEngine:
                 while b"\r\n\r\n" not in data:
                     data += conn.recv(65536)
                 head, _, body = data.partition(b"\r\n\r\n")
+                if b"transfer-encoding: chunked" in head.lower():  # read to the last chunk, keep it de-chunked
+                    while not body.endswith(b"0\r\n\r\n"):
+                        body += conn.recv(65536)
+                    body = dechunk(body)
                 length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
                                if line.lower().startswith(b"content-length:")), 0)
                 while len(body) < length:
                     body += conn.recv(65536)
                 self.requests.append(head + b"\r\n\r\n" + body)
                 conn.sendall(response)
+
+
+def dechunk(body: bytes) -> bytes:
+    whole = b""
+    while True:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return whole
+        whole, body = whole + body[:size], body[size + 2:]
 
 
 @pytest.fixture
@@ -150,3 +164,91 @@ def test_create_body_keeps_every_restriction() -> None:
     assert host["NetworkMode"] == host["PidMode"] == "container:f" and host["ReadonlyRootfs"] is True
     assert body["Hostname"] is None  # a joined namespace has the filter's name
     assert body["Env"] == ["K=V"] and body["User"] == "1000:1000" and body["Tty"] is False
+
+
+JSON_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+IMAGE = b'HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n{"Id": "sha256:abc"}'
+
+
+def test_json_objects_split_across_pieces_or_several_in_one() -> None:
+    from dejima.adapters.engine import json_objects
+
+    pieces = [b'{"stream": "Step 1/2\\n"}\r\n{"str', b'eam": "apt: \xc3', b'\xa9t\\u00e9\\n"}{"aux": 1}\n', b"  "]
+    assert list(json_objects(iter(pieces))) == [{"stream": "Step 1/2\n"}, {"stream": "apt: \u00e9t\u00e9\n"},
+                                                {"aux": 1}]
+    with pytest.raises(EngineError, match="ended inside an object"):
+        list(json_objects(iter([b'{"stream": "cut'])))
+
+
+def test_a_build_sends_its_context_and_streams_its_lines(tmp_path: Path, engine_at: Fixture) -> None:
+    import io
+    import tarfile
+
+    from dejima.core.images import ImageRecipe
+
+    engine, made = engine_at
+    events = b'{"stream": "Step 1/2 : FROM base\\n"}{"stream": "apt line\\nanother\\n"}{"aux": {"ID": "x"}}'
+    fake = serve(tmp_path, made, JSON_HEAD + chunked(events[:20], events[20:]), IMAGE)
+    recipe = ImageRecipe("session", "FROM base\n", (("ca/corp.crt", b"PEM"),), "sha256:base")
+    lines: list[str] = []
+    assert Runtime(engine).build(recipe, lines.append) == "sha256:abc"
+    assert lines == ["Step 1/2 : FROM base", "apt line", "another"]
+    head, _, body = fake.requests[0].partition(b"\r\n\r\n")
+    query = parse_qs(urlsplit(head.split(b"\r\n")[0].split()[1].decode()).query)
+    assert query["t"] == [recipe.tag] and json.loads(query["labels"][0]) == recipe.labels
+    assert query["rm"] == ["1"] and query["forcerm"] == ["1"] and query["pull"] == ["0"]
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        assert {m.name: tar.extractfile(m).read() for m in tar.getmembers()} == {  # type: ignore[union-attr]
+            "Dockerfile": b"FROM base\n", "ca/corp.crt": b"PEM"}
+
+
+def test_a_build_error_is_an_image_error_with_the_engines_words(tmp_path: Path, engine_at: Fixture) -> None:
+    from dejima.core.images import ImageRecipe
+    from dejima.errors import ImageError
+
+    engine, made = engine_at
+    serve(tmp_path, made, JSON_HEAD + chunked(b'{"stream": "Step 1/1"}{"error": "apt-get failed: exit 100"}'))
+    with pytest.raises(ImageError, match="building the filter image failed: apt-get failed: exit 100"):
+        Runtime(engine).build(ImageRecipe("filter", "FROM x\n", (), "sha256:base"), lambda line: None)
+
+
+def test_an_import_streams_the_tar_in_chunks_as_it_is_read(tmp_path: Path, engine_at: Fixture) -> None:
+    import os
+
+    engine, made = engine_at
+    fake = serve(tmp_path, made, JSON_HEAD + chunked(b'{"status": "sha256:abc"}'), IMAGE)
+    data = os.urandom(700 * 1024)  # three chunks of a pipe's reading
+    read, write = os.pipe()
+    def feed() -> None:
+        os.write(write, data)
+        os.close(write)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    with open(read, "rb") as stream:
+        assert Runtime(engine).import_rootfs(stream, "dejima/base:trixie", {"dejima.role": "base"}) == "sha256:abc"
+    head, _, body = fake.requests[0].partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower() and body == data
+    query = parse_qs(urlsplit(head.split(b"\r\n")[0].split()[1].decode()).query)
+    assert query["fromSrc"] == ["-"] and query["repo"] == ["dejima/base"] and query["tag"] == ["trixie"]
+    assert query["changes"] == ["LABEL dejima.role=base", 'CMD ["/bin/bash"]']  # one parameter per change
+
+
+def test_a_pull_sends_the_clis_credentials_and_returns_the_engines_reason(tmp_path: Path, engine_at: Fixture,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps({"auths": {"ghcr.io": {
+        "auth": base64.b64encode(b"me:s3cret").decode()}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    engine, made = engine_at
+    fake = serve(tmp_path, made, JSON_HEAD + chunked(b'{"status": "Pulling"}{"error": "manifest unknown"}'))
+    assert Runtime(engine).pull("ghcr.io/me/base:1") == "manifest unknown"
+    head = fake.requests[0].split(b"\r\n\r\n")[0].decode()
+    query = parse_qs(urlsplit(head.split("\r\n")[0].split()[1]).query)
+    assert query == {"fromImage": ["ghcr.io/me/base"], "tag": ["1"]}
+    [auth] = [line.split(": ", 1)[1] for line in head.split("\r\n") if line.lower().startswith("x-registry-auth:")]
+    assert json.loads(base64.urlsafe_b64decode(auth)) == {"username": "me", "password": "s3cret",
+                                                          "serveraddress": "ghcr.io"}
