@@ -2,7 +2,7 @@
 
 Strict on purpose: the proxy stands between an untrusted client and an upstream that may parse
 differently, so anything two parsers could read two ways (both Content-Length and
-Transfer-Encoding, two Content-Lengths, folded or space-padded header names, bare CR or LF,
+Transfer-Encoding, two Content-Lengths, two Hosts, folded or space-padded header names, bare CR or LF,
 control characters, absolute-form targets) is refused rather than guessed at.
 No I/O here; the proxy's adapter reads the bytes.
 """
@@ -119,7 +119,10 @@ def parse_request_head(head: bytes) -> RequestHead:
         raise HttpError(505 if version.startswith(b"HTTP/") else 400, "only HTTP/1.0 and HTTP/1.1 are served")
     if not _TARGET.match(target):
         raise HttpError(400, "the request target must be a path (origin-form), without spaces or controls")
-    return RequestHead(method.decode("ascii"), target.decode("ascii"), version.decode("ascii"), _headers(lines[1:]))
+    headers = _headers(lines[1:])
+    if len(header_all(headers, b"host")) > 1:
+        raise HttpError(400, "more than one Host header (RFC 9112 section 3.2)")
+    return RequestHead(method.decode("ascii"), target.decode("ascii"), version.decode("ascii"), headers)
 
 
 def parse_response_head(head: bytes) -> ResponseHead:
