@@ -180,7 +180,9 @@ def response_framing(request_method: str, response: ResponseHead) -> Framing:
 
 def parse_chunk_size(line: bytes) -> int:
     """The size on a chunk-size line (extensions dropped); raises HttpError(400)."""
-    match = _CHUNK_SIZE.match(line.rstrip(b"\r\n")) if line.endswith(b"\r\n") else None
+    # Only the one CRLF ends the line: a bare CR or LF before it is refused, not stripped (and
+    # fullmatch, as ``$`` would also match before a trailing LF).
+    match = _CHUNK_SIZE.fullmatch(line[:-2]) if line.endswith(b"\r\n") else None
     if match is None or len(line) > MAX_CHUNK_LINE:
         raise HttpError(400, "malformed chunk size line")
     return int(match.group(1), 16)

@@ -3,7 +3,8 @@
 The proxy reads every request head strictly (httpwire's docstring says why), so the rule is one-way:
 whatever h11 refuses, dejima refuses too; dejima may refuse more. When both accept, they must read
 the same message: method, target, version, the header fields (names case-insensitively, values as
-sent) and how the body is framed (a length, chunked, or none).
+sent) and how the body is framed (a length, chunked, or none). The same holds for chunk-size lines
+(the size both read).
 
 Intended differences, where dejima accepts what h11 refuses, are listed in ``INTENDED`` with their
 reason; each is checked narrowly (the head is accepted by h11 once that one thing is repaired, and
@@ -29,6 +30,7 @@ from dejima.core.httpwire import (
     MAX_HEAD_BYTES,
     HttpError,
     RequestHead,
+    parse_chunk_size,
     parse_request_head,
     request_framing,
 )
@@ -37,6 +39,7 @@ EXAMPLES = 800  # generated request heads (about 5 s)
 
 
 def profile(examples: int, shrink: bool = True) -> settings:
+    """Reproducible and bounded: derandomised (the same cases for the same code), no example database."""
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
     return settings(max_examples=examples, derandomize=True, database=None, deadline=None, phases=phases,
                     suppress_health_check=list(HealthCheck), print_blob=False)
@@ -310,8 +313,10 @@ def _run(dejima: Reader, examples: int, shrink: bool = True, cases: bool = True)
 def test_dejima_refuses_every_head_h11_refuses_and_reads_the_rest_as_h11_does() -> None:
     seen = _run(dejima_request, EXAMPLES)
     # The generator reaches every kind of outcome, and each body framing among the heads both accept.
-    assert seen["agreed"] >= EXAMPLES // 10 and seen["refused"] >= EXAMPLES // 10, seen
-    assert seen["stricter"] >= 50 and seen["intended"] >= 1, seen
+    # (Margins: hypothesis also draws constants from the modules loaded, so the counts move a little
+    # with the tests run alongside.)
+    assert seen["agreed"] >= EXAMPLES // 5 and seen["refused"] >= EXAMPLES // 5, seen
+    assert seen["stricter"] >= 20 and seen["intended"] >= 1, seen
     assert seen["none"] and seen["length"] and seen["chunked"], seen
 
 
@@ -348,3 +353,106 @@ def test_control_a_diverging_parser_is_caught(parser: Reader) -> None:
     with pytest.raises(Divergence):
         _run(parser, 500, shrink=False, cases=False)  # the generated heads alone catch it
 
+
+# --- chunk-size lines -------------------------------------------------------------------------
+
+CHUNKED_REQUEST = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+FED = 4096  # the most chunk data fed to h11 to see where it thinks the chunk ends
+
+
+def h11_chunk(line: bytes, size: int) -> bool | None:
+    """Whether h11 reads ``line`` as the size line of a chunk of ``size`` bytes (None: it refuses
+    the line). Told by feeding the data and the last chunk after it: with the size h11 read, the
+    message ends right there (a larger chunk: past FED bytes, h11 still waits inside it)."""
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(CHUNKED_REQUEST + line)
+    assert isinstance(conn.next_event(), h11.Request)
+    try:
+        if conn.next_event() is not h11.NEED_DATA:
+            return False
+        tail = b"\r\n" if size == 0 else b"\r\n0\r\n\r\n" if size <= FED else b""  # (0: an empty trailer)
+        conn.receive_data(b"x" * min(size, FED) + tail)
+        data, event = 0, conn.next_event()
+        while isinstance(event, h11.Data):
+            data, event = data + len(event.data), conn.next_event()
+    except h11.RemoteProtocolError:
+        return False
+    if size > FED:
+        return data == FED and event is h11.NEED_DATA
+    return data == size and isinstance(event, h11.EndOfMessage)
+
+
+def h11_refuses_chunk(line: bytes) -> bool:
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(CHUNKED_REQUEST + line)
+    conn.next_event()
+    try:
+        conn.next_event()
+    except h11.RemoteProtocolError:
+        return True
+    return False
+
+
+def compare_chunk(line: bytes, dejima: Callable[[bytes], int] = parse_chunk_size) -> str:
+    try:
+        size = dejima(line)
+    except HttpError:
+        return "refused" if h11_refuses_chunk(line) else "stricter"
+    if h11_refuses_chunk(line):
+        raise Divergence(f"dejima accepts a chunk-size line h11 refuses: {line!r}")
+    if not h11_chunk(line, size):
+        raise Divergence(f"h11 does not read {line!r} as a chunk of {size} bytes")
+    return "agreed"
+
+
+@st.composite
+def chunk_lines(draw: st.DrawFn) -> bytes:
+    digits = draw(st.one_of(st.integers(0, 5000).map(lambda n: b"%x" % n), _bytes("0123456789abcdefABCDEF", 1, 20),
+                            st.sampled_from([b"", b"-1", b"+5", b"0x5", b" 5", b"g", b"5 5"])))
+    extension = draw(st.one_of(st.just(b""), st.sampled_from([b";", b";a=b", b"; a", b";a=\"b c\"", b";a\tb", b";\x80",
+                                                              b";\x00", b";\x7f", b";a\x0b"]),
+                               _bytes(";=a \t" + ODD, 1, 8),
+                               st.sampled_from([4000, 4090, 4100]).map(lambda n: b";" + b"a" * n)))
+    end = draw(st.sampled_from([b"\r\n"] * 6 + [b" \r\n", b"\t\r\n", b"\n\r\n", b"\r\r\n", b"\n", b"\r", b"\x00\r\n"]))
+    line = digits + extension + end
+    cut = line.find(b"\r\n")  # the proxy reads a chunk-size line up to its first CRLF
+    return line if cut < 0 else line[:cut + 2]
+
+
+def _run_chunks(dejima: Callable[[bytes], int], examples: int, shrink: bool = True) -> Counter[str]:
+    seen: Counter[str] = Counter()
+
+    @profile(examples, shrink)
+    @given(chunk_lines())
+    @example(b"5\n\r\n")
+    @example(b"5\r\r\n")
+    @example(b"5;a\n\r\n")
+    @example(b"000000000000000000005\r\n")
+    def check(line: bytes) -> None:
+        seen[compare_chunk(line, dejima)] += 1
+
+    check()
+    return seen
+
+
+def test_chunk_size_lines_dejima_accepts_are_read_as_h11_reads_them() -> None:
+    seen = _run_chunks(parse_chunk_size, 400)
+    assert seen["agreed"] >= 25 and seen["refused"] >= 25 and seen["stricter"] >= 25, seen
+
+
+@pytest.mark.parametrize("line", [b"5\n\r\n", b"5\r\r\n", b"5;a\n\r\n", b"5\n\n\r\n"])
+def test_a_chunk_size_line_with_a_bare_cr_or_lf_is_refused(line: bytes) -> None:
+    """Found by this comparison: the size line was read after stripping every trailing CR and LF,
+    so ``5\\n\\r\\n`` was a chunk of 5 (h11 refuses it; a parser taking the bare LF as the
+    line's end reads the chunk's data from another byte)."""
+    assert h11_refuses_chunk(line)
+    with pytest.raises(HttpError):
+        parse_chunk_size(line)
+
+
+def test_control_a_lenient_chunk_size_reader_is_caught() -> None:
+    def lenient(line: bytes) -> int:  # a size line with trailing whitespace, as some servers send it, but
+        return parse_chunk_size(line.replace(b"\x00", b""))  # also one with a NUL h11 refuses
+
+    with pytest.raises(Divergence):
+        _run_chunks(lenient, 300, shrink=False)
