@@ -2,7 +2,7 @@
 
 Strict on purpose: the proxy stands between an untrusted client and an upstream that may parse
 differently, so anything two parsers could read two ways (both Content-Length and
-Transfer-Encoding, two Content-Lengths, folded or space-padded header names, bare CR or LF,
+Transfer-Encoding, two Content-Lengths, two Hosts, folded or space-padded header names, bare CR or LF,
 control characters, absolute-form targets) is refused rather than guessed at.
 No I/O here; the proxy's adapter reads the bytes.
 """
@@ -119,7 +119,10 @@ def parse_request_head(head: bytes) -> RequestHead:
         raise HttpError(505 if version.startswith(b"HTTP/") else 400, "only HTTP/1.0 and HTTP/1.1 are served")
     if not _TARGET.match(target):
         raise HttpError(400, "the request target must be a path (origin-form), without spaces or controls")
-    return RequestHead(method.decode("ascii"), target.decode("ascii"), version.decode("ascii"), _headers(lines[1:]))
+    headers = _headers(lines[1:])
+    if len(header_all(headers, b"host")) > 1:
+        raise HttpError(400, "more than one Host header (RFC 9112 section 3.2)")
+    return RequestHead(method.decode("ascii"), target.decode("ascii"), version.decode("ascii"), headers)
 
 
 def parse_response_head(head: bytes) -> ResponseHead:
@@ -177,7 +180,9 @@ def response_framing(request_method: str, response: ResponseHead) -> Framing:
 
 def parse_chunk_size(line: bytes) -> int:
     """The size on a chunk-size line (extensions dropped); raises HttpError(400)."""
-    match = _CHUNK_SIZE.match(line.rstrip(b"\r\n")) if line.endswith(b"\r\n") else None
+    # Only the one CRLF ends the line: a bare CR or LF before it is refused, not stripped (and
+    # fullmatch, as ``$`` would also match before a trailing LF).
+    match = _CHUNK_SIZE.fullmatch(line[:-2]) if line.endswith(b"\r\n") else None
     if match is None or len(line) > MAX_CHUNK_LINE:
         raise HttpError(400, "malformed chunk size line")
     return int(match.group(1), 16)

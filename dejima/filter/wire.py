@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from dnslib import QTYPE
 
-LABEL = re.compile(rb"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+LABEL = re.compile(rb"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")  # \Z: ``$`` also matches before a final newline
 UPSTREAM_PAYLOAD = 1232  # the EDNS buffer size DNS Flag Day 2020 settled on
 CLASS_IN = 1
 TYPE_OPT = 41
