@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-_KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
 
 
 class DejimaError(Exception):

@@ -29,8 +29,8 @@ if TYPE_CHECKING:  # imported where used: the launcher's prestart (orchestration
 SETTINGS_ENV = "DEJIMA_SETTINGS"
 SCOPE_ENV = "DEJIMA_SCOPE"
 DEFAULT_SCOPE = "default"
-_SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,30}$")
-_SCOPE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+_SAFE_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,30}\Z")
+_SCOPE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}\Z")
 
 
 def identity() -> Identity:

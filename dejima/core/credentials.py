@@ -26,7 +26,7 @@ from dejima.core.sigv4 import AwsSigning, parse_authorization
 
 ROUTE_PREFIX = "/r/"
 SCHEMES = ("Bearer", "token", "Basic", "raw", "aws-sigv4")
-_ROUTE_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_ROUTE_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
 _LOOPBACK_NAMES = ("localhost",)
 
 

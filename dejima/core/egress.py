@@ -25,7 +25,7 @@ from dejima.errors import InputError
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)\Z")
 # Multi-label public suffixes under which a wildcard would still be far too broad. Not the whole
 # public suffix list: the common ones people type. Single-label suffixes are refused by rule.
 BROAD_SUFFIXES = frozenset({

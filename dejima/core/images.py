@@ -84,7 +84,7 @@ class ImageLayers:
 
 
 NO_LAYERS = ImageLayers()
-_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
 
 
 def build_session_recipe(

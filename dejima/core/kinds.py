@@ -16,9 +16,9 @@ from dejima.core.egress import ENTRY_HINT, Entry, PolicyError, normalise_name, p
 from dejima.core.limits import MIN_MEMORY, format_bytes, is_share, parse_size
 from dejima.core.schema import Invalid, Kind, shown
 
-_KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
+_KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_DURATION = re.compile(r"^(\d+)(s|m|h|d)\Z")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

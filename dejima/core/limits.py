@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_SIZE = re.compile(r"^([1-9][0-9]*)([kmg]?)$")
-_PERCENT = re.compile(r"^([1-9][0-9]?|100)%$")
+_SIZE = re.compile(r"^([1-9][0-9]*)([kmg]?)\Z")
+_PERCENT = re.compile(r"^([1-9][0-9]?|100)%\Z")
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 MIN_MEMORY = 32 * 1024**2  # below this a container cannot even start its interpreter
 MIN_TMP = 1024**2

@@ -26,7 +26,7 @@ from typing import Any
 from dejima.errors import InputError, UsageError
 
 Path = tuple[str | int, ...]
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")
 
 
 class Invalid(Exception):

@@ -32,7 +32,7 @@ SIGNATURE_HEADERS = frozenset({"authorization", "x-amz-date", "x-amz-security-to
 _SPACES = re.compile(r"\s+")
 _AUTHORIZATION = re.compile(
     r"^AWS4-HMAC-SHA256\s+Credential=([^/,\s]+)/(\d{8})/([a-z0-9-]+)/([a-z0-9-]+)/aws4_request\s*,"
-    r"\s*SignedHeaders=([a-z0-9;-]+)\s*,\s*Signature=([0-9a-f]{64})$")
+    r"\s*SignedHeaders=([a-z0-9;-]+)\s*,\s*Signature=([0-9a-f]{64})\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class AwsSigning:
     secret_placeholder: str
 
 
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]+\Z")
 
 
 def region_of(host: str) -> str | None:

@@ -53,15 +53,15 @@ HOME_CACHE_ROOTS = (".cargo/registry", ".cargo/git", ".cache/pip", ".cache/uv", 
 _CACHE_ROOT = re.compile("^(?:" + "|".join(re.escape(root) for root in HOME_CACHE_ROOTS) + ")(?:/|$)")
 # Go's build cache names each output by the SHA-256 of its content: one that no longer matches was
 # written by something other than go (go touches the files' times, which is why they move).
-_GO_BUILD = re.compile(r"^\.cache/go-build/[0-9a-f]{2}/([0-9a-f]{64})-d$")
+_GO_BUILD = re.compile(r"^\.cache/go-build/[0-9a-f]{2}/([0-9a-f]{64})-d\Z")
 _LISTED = 3
 # Entries named by the hash of their content (npm's cacache, pnpm's store): one whose bytes still
 # hash to its name is what the tool would fetch again, whatever rewrote it (npm rewrites the
 # registry's metadata it caches at every install). One that does not was written by something else.
 _CONTENT_ADDRESSED = (
     re.compile(r"^\.npm/_cacache/content-v2/(?P<algorithm>sha512|sha384|sha256|sha1)/(?P<a>[0-9a-f]{2})/"
-               r"(?P<b>[0-9a-f]{2})/(?P<rest>[0-9a-f]{36,124})$"),
-    re.compile(r"^\.local/share/pnpm/store/v\d+/files/(?P<a>[0-9a-f]{2})/(?P<rest>[0-9a-f]{126})(?:-exec)?$"),
+               r"(?P<b>[0-9a-f]{2})/(?P<rest>[0-9a-f]{36,124})\Z"),
+    re.compile(r"^\.local/share/pnpm/store/v\d+/files/(?P<a>[0-9a-f]{2})/(?P<rest>[0-9a-f]{126})(?:-exec)?\Z"),
 )
 
 

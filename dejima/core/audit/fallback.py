@@ -10,7 +10,7 @@ from dejima.core.audit.configs import rules_for
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.trees import in_tree
 
-_CONFIG_AS_CODE = re.compile(r"^[^/]*(rc|rc\.[^/]+|\.config\.(js|cjs|mjs|ts)|config\.(py|rb))$")
+_CONFIG_AS_CODE = re.compile(r"^[^/]*(rc|rc\.[^/]+|\.config\.(js|cjs|mjs|ts)|config\.(py|rb))\Z")
 
 
 def _in_dot_directory(path: str) -> bool:

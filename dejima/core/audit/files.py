@@ -17,7 +17,7 @@ from dejima.core.snapshot import Change, Entry
 # Files whose text is code or config: invisible characters there hide logic from a reviewer (F09).
 _CODE = re.compile(r"\.(py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonc|toml|ya?ml|ini|cfg|conf|sh|bash|zsh|fish|ps1|"
                    r"rb|go|rs|java|kt|kts|scala|c|h|cc|cpp|hpp|cs|php|pl|lua|swift|sql|gradle|tf|nix|mk|"
-                   r"env|envrc|properties|xml)$|(^|/)(Makefile|Dockerfile|Jenkinsfile|\.envrc)$")
+                   r"env|envrc|properties|xml)\Z|(^|/)(Makefile|Dockerfile|Jenkinsfile|\.envrc)\Z")
 _BIG_FILE = 1 << 30
 _DEEP = 64
 

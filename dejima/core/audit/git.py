@@ -139,7 +139,7 @@ def git_dirs(view: View) -> Iterator[str]:
             yield path
     for head in view.named("HEAD"):
         directory = head.rpartition("/")[0]
-        if re.search(r"\.git/(?:modules/.+|worktrees/[^/]+)$", directory):
+        if re.search(r"\.git/(?:modules/.+|worktrees/[^/]+)\Z", directory):
             yield directory
 
 

@@ -73,10 +73,10 @@ def _go_sum(text: str) -> Digests:
     return found
 
 
-_NPM_LOCKFILE = re.compile(r"(?:^|/)(?:package-lock|npm-shrinkwrap)\.json$")
+_NPM_LOCKFILE = re.compile(r"(?:^|/)(?:package-lock|npm-shrinkwrap)\.json\Z")
 _READERS = ((_NPM_LOCKFILE, _npm),
-            (re.compile(r"(?:^|/)(?:Cargo|uv|poetry)\.lock$"), _toml_packages),
-            (re.compile(r"(?:^|/)go\.sum$"), _go_sum))
+            (re.compile(r"(?:^|/)(?:Cargo|uv|poetry)\.lock\Z"), _toml_packages),
+            (re.compile(r"(?:^|/)go\.sum\Z"), _go_sum))
 
 
 def _npm_versions(text: str) -> dict[str, str]:

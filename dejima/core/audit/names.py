@@ -26,10 +26,10 @@ _INVISIBLE_RANGES = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x11
 INVISIBLE = re.compile("[" + "".join(f"{chr(low)}-{chr(high)}" for low, high in _INVISIBLE_RANGES) + "]")
 BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_WINDOWS_RESERVED = re.compile(r"(?i)^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$")
+_WINDOWS_RESERVED = re.compile(r"(?i)^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?\Z")
 _GIT_NAMES = {".git": ".git", ".gitmodules": ".gitmodules", ".github": ".github"}
-_SHORT_NAMES = ((re.compile(r"^git~\d+$"), ".git"), (re.compile(r"^gitmod~\d+$"), ".gitmodules"),
-                (re.compile(r"^github~\d+$"), ".github"))
+_SHORT_NAMES = ((re.compile(r"^git~\d+\Z"), ".git"), (re.compile(r"^gitmod~\d+\Z"), ".gitmodules"),
+                (re.compile(r"^github~\d+\Z"), ".github"))
 _INVISIBLE_CHARS = frozenset(chr(code) for low, high in _INVISIBLE_RANGES for code in range(low, high + 1))
 # Emoji sequences join with U+200D and take U+FE0F; next to a pictograph they are not a trick. One
 # that has no pictograph on either side is (searched with RE2: linear whatever the text).

@@ -18,9 +18,9 @@ _DEPENDENCIES = re.compile(r"^(.*?(?:^|/)(?:node_modules|vendor|\.pnpm))/")
 _TARGET = re.compile(r"^(.*?(?:^|/)target)/")  # cargo's build output, beside a Cargo.toml
 _ENVIRONMENT = re.compile(r"^(.*?(?:^|/)(?:\.venv|venv|\.tox|\.nox|__pypackages__|\.conda))/")
 _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/bin/activate[^/]*|/pyvenv\.cfg|"
-                      r"/pip\.conf)$")
+                      r"/pip\.conf)\Z")
 _PTH_CODE = re.compile(r"^\s*import[\s\t]", re.MULTILINE)
-_PYC = re.compile(r"(?:^|/)__pycache__/[^/]+\.pyc$|\.pyc$")
+_PYC = re.compile(r"(?:^|/)__pycache__/[^/]+\.pyc\Z|\.pyc\Z")
 _LISTED = 5
 
 

@@ -15,7 +15,7 @@ _REGISTRY_SPEC = re.compile(r"^(?:git\+|git:|github:|gitlab:|bitbucket:|gist:|fi
                             r"npm:|[\w.-]+/[\w.-]+(?:#|$))", re.IGNORECASE)
 _NPM_REGISTRIES = {"registry.npmjs.org", "registry.yarnpkg.com", "registry.npmjs.com"}
 _JVM_HOOKS = re.compile(r"-javaagent|-agentpath|-agentlib|OnOutOfMemoryError|-XX:OnError", re.IGNORECASE)
-_PLUGIN_OPTION = re.compile(r"(?:^|\s)(?:-p\s*\S|--plugins?\b|-p$)")
+_PLUGIN_OPTION = re.compile(r"(?:^|\s)(?:-p\s*\S|--plugins?\b|-p\s*\Z)")
 _INSTALL_OPTION = re.compile(r"^\s*(?:-i\b|--index-url|--extra-index-url|--trusted-host|--find-links|-f\b|-e\b|"
                              r"--editable|-r\b|--requirement|-c\b|--constraint|--pre\b|--no-binary|"
                              r"\S*(?:://|@\s*(?:git\+|https?:|file:))|\.{0,2}/)")
@@ -69,7 +69,7 @@ VALUE_TESTS: dict[str, Callable[[str, View, str], bool]] = {
     "foreign-registry": lambda v, view, where: _host(v) not in _NPM_REGISTRIES,
     "foreign-gradle": lambda v, view, where: _host(v.replace("\\:", ":")) != "services.gradle.org",
     "foreign-model-url": lambda v, view, where: v.strip().lower().startswith(("http://", "https://")) and not
-    re.search(r"(^|\.)(anthropic\.com|amazonaws\.com|googleapis\.com|openai\.com)$|^(localhost|127\.0\.0\.1)$",
+    re.search(r"(^|\.)(anthropic\.com|amazonaws\.com|googleapis\.com|openai\.com)\Z|^(localhost|127\.0\.0\.1)\Z",
               _host(v)),
     "remote-url": lambda v, view, where: v.strip().lower().startswith(("http://", "https://")),
     "jvm-hook": lambda v, view, where: bool(_JVM_HOOKS.search(v)),
