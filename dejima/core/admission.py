@@ -36,6 +36,9 @@ class Admission:
     upgrade: bool  # a websocket upgrade
 
 
+_NOT_SERVED = frozenset({"CONNECT", "TRACE"})
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     status: int
@@ -85,6 +88,9 @@ def _check_credential(route: Route, value: str, scanner: SecretScanner, reals: M
 def admit(head: RequestHead, routes: Mapping[str, Route], scanner: SecretScanner,
           reals: Mapping[str, str]) -> Admission | Refusal:
     """Decide one request. ``reals``: route name -> the real secret value it currently holds."""
+    if head.method in _NOT_SERVED:  # a tunnel or an echo of the request would carry the credential elsewhere
+        return Refusal(405, f"{head.method} is not served: requests go to /r/<route>/... and the proxy makes the "
+                            "connection", "", "malformed-request")
     split = split_route_target(head.target)
     if split is None:
         return Refusal(404, "not a route: requests go to /r/<route>/...")

@@ -45,7 +45,8 @@ from dejima.proxy.wire import BodyCut, Idle, close_writer, plain_response
 if TYPE_CHECKING:
     from dejima.proxy.intercept import Interception
 
-_REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 413: "Content Too Large",
+_REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+            413: "Content Too Large",
             421: "Misdirected Request", 431: "Request Header Fields Too Large", 501: "Not Implemented",
             502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
             505: "HTTP Version Not Supported"}

@@ -45,3 +45,10 @@ def test_refusals_and_their_violations() -> None:
     assert isinstance(missing, Refusal) and missing.status == 401 and missing.violation is None
     unknown = decide(b"GET /r/zz/x HTTP/1.1\r\n\r\n")
     assert isinstance(unknown, Refusal) and unknown.status == 404 and unknown.violation is None
+
+
+def test_a_tunnel_or_an_echo_is_not_served_even_on_a_route() -> None:
+    for method in (b"CONNECT", b"TRACE"):
+        got = decide(method + b" /r/a/x HTTP/1.1\r\nx-api-key: ph-a\r\n\r\n")
+        assert isinstance(got, Refusal) and got.status == 405 and got.violation == "malformed-request", got
+    assert isinstance(decide(b"OPTIONS /r/a/x HTTP/1.1\r\nx-api-key: ph-a\r\n\r\n"), Admission)
