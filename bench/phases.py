@@ -54,7 +54,8 @@ TIMED = {
     ("dejima.orchestration.app", ""): ("resolve_manifests network_facts", "app."),
     ("dejima.orchestration.start", ""): ("check_findings prepare_session run_session build_session_plan", "start."),
     ("dejima.adapters.image_builds", ""): ("resolve_base recipes ensure_image ensure_images", "images."),
-    ("dejima.orchestration.session", ""): ("remove_stale _create_and_start _wait_ready _start_attached _run_attached "
+    ("dejima.orchestration.steps", ""): ("apply", "steps."),
+    ("dejima.orchestration.session", ""): ("remove_stale _wait_ready _start_attached _run_attached "
                                            "check_filter_alive teardown stop_filter_and_read", "session."),
     ("dejima.orchestration.exit_audit", ""): ("recover start finish", "audit."),
     ("dejima.orchestration.prestart", ""): ("begin", "prestart."),

@@ -57,26 +57,26 @@ def phases(env: Env, workspace: Path, runs: int) -> tuple[dict[str, float], tupl
 
 
 M, P, R = "main", "main/start.prepare_session", "main/start.run_session"
-S = f"{R}/session._create_and_start"
-# Call path (bench/phases.py) -> the phase it is shown as.
+S = f"{R}/steps.apply"
+# Call path (bench/phases.py) -> the phase it is shown as. A start's steps run on threads of their own
+# (orchestration/steps.py), so what they call is shown without the path of the step that called it.
 PHASES = {
     M: "launcher main(), total",
     f"{M}/prestart.begin": "prestart: the remembered filter's create and start begun",
     f"{M}/app.resolve_manifests": "settings and manifests",
     P: "prepare (stale check, findings, images, plan)",
-    f"{P}/images.ensure_images": "  image checks",
-    f"{P}/images.ensure_images/images.recipes": "    recipes (render, hash; when not remembered)",
-    f"{P}/engine.memory": "  engine memory (docker info)",
-    f"{P}/start.build_session_plan": "  plan (ruleset render)",
-    S: "filter start || session create, audit import and start snapshot",
-    f"{S}/prestart.adopt": "  prestarted filter adopted (request compared)",
-    f"{S}/engine.create": "  engine create (the filter, when not prestarted)",
-    "engine.create": "  engine create (the session, own thread)",
-    f"{S}/audit.recover": "  audit: recover (with its import)",
-    f"{S}/audit.start": "  audit: start snapshot",
-    "engine.start": "  engine start (filter, on its own thread)",
-    f"{R}/session._wait_ready": "filter: ready wait (ruleset applied, verified), after the session's start",
-    f"{R}/session._start_attached": "session: start (its command behind the gate)",
+    "images.ensure_images": "  image checks",
+    "images.ensure_images/images.recipes": "    recipes (render, hash; when not remembered)",
+    "engine.memory": "  engine memory (docker info)",
+    "start.build_session_plan": "  plan (ruleset render)",
+    S: "the pair's start: filter start || session create, audit start snapshot, session start, ready",
+    "prestart.adopt": "  prestarted filter adopted (request compared)",
+    "engine.create": "  engine creates (the filter when not prestarted, the session)",
+    "audit.recover": "  audit: recover (with its import)",
+    "audit.start": "  audit: start snapshot",
+    "engine.start": "  engine start (the filter, when not prestarted)",
+    "session._wait_ready": "  filter: ready wait (ruleset applied, verified)",
+    "session._start_attached": "  session: start (its command behind the gate)",
     f"{R}/session._run_attached": "session: run, wait",
     f"{R}/session.teardown": "teardown",
     "session.stop_filter_and_read": "  filter stop, logs (own thread)",

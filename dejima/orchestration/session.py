@@ -24,10 +24,11 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import partial
+from dataclasses import replace
 from types import FrameType
+from typing import Any
 
 from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.host import Launcher, launcher_alive
@@ -40,6 +41,9 @@ from dejima.errors import EngineError, FilterError
 from dejima.filter import FAILED, READY, VIOLATION
 from dejima.orchestration.background import Background
 from dejima.orchestration.prestart import Prestarted
+from dejima.orchestration.steps import Step, apply
+
+Done = Mapping[str, Any]  # the results of the steps run so far
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FILTER_STOP_SECONDS = 2
@@ -190,16 +194,6 @@ def _start_attached(runtime: Runtime, container: str) -> threading.Thread:
     return pump
 
 
-def _start_behind_gate(runtime: Runtime, container: str, ready: Callable[[], None]) -> threading.Thread:
-    """Start the gated session while the filter gets ready. A filter that failed meanwhile takes
-    the session's start down with it (it cannot join a stopped container): its story is the one."""
-    try:
-        return _start_attached(runtime, container)
-    except EngineError:
-        ready()  # raises the filter's own FilterError when it failed
-        raise
-
-
 def _run_attached(runtime: Runtime, container: str, stop_timeout: float, pump: threading.Thread) -> int:
     try:
         status = runtime.wait(container)
@@ -313,14 +307,16 @@ def stop_filter_and_read(runtime: Runtime, container: str) -> str:
 def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float, stop_timeout: float,
         on_filter_output: Callable[[str], None] | None = None,
         on_refusal: Callable[[dict[str, object]], None] | None = None,
-        while_filter_starts: Callable[[], None] | None = None,
+        before_session: Sequence[Step] = (),
         once_session_removed: Callable[[], None] | None = None,
         prestarted: Prestarted | None = None) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
-    The session's command runs only after the filter reported ready (its container may start
-    before, behind the gate); ``while_filter_starts`` runs before either.
-    ``once_session_removed`` runs when no process of the session is left (its container removed),
-    while the filter is still being stopped: the end of the session's audit belongs there.
+    Its start is steps (``pair_steps``): the session's command runs only after the filter reported
+    ready (its container may start before, behind the gate). ``before_session``: the caller's steps
+    that must be done before the session's container starts (the audit's start snapshot); they run
+    while the filter starts. ``once_session_removed`` runs when no process of the session is left
+    (its container removed), while the filter is still being stopped: the end of the session's
+    audit belongs there.
 
     ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped;
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
@@ -331,21 +327,15 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
     held: list[HeldFifo] = [gate] if gate is not None else []
     with signals_raise():
         try:
-            filter_id, session_id = _create_and_start(runtime, plan, created, held, while_filter_starts, prestarted)
-            # Behind the gate, the session's container starts while the filter applies its ruleset
-            # (its command waits for the release); without one, only once the filter is verified.
-            # An interactive session's terminal is handed over only to a session that will run.
-            ready = partial(_wait_ready, runtime, filter_id, ready_timeout, ruleset_digest(plan.ruleset))
-            pump = _start_behind_gate(runtime, session_id, ready) if gate is not None and not plan.interactive else None
-            ready()
+            done = apply(pair_steps(runtime, plan, created, held, gate, ready_timeout, before_session,
+                                    prestarted)).results
+            filter_id, session_id = done["filter"][0], done["session"]
             if on_refusal is not None:
                 _follow_refusals(runtime, filter_id, on_refusal)
-            if gate is not None:
-                gate.release()
             if plan.interactive:
                 status = _run_interactive(runtime, session_id, stop_timeout)
             else:
-                status = _run_attached(runtime, session_id, stop_timeout, pump or _start_attached(runtime, session_id))
+                status = _run_attached(runtime, session_id, stop_timeout, done["session-start"])
             check_filter_alive(runtime, filter_id)
             return status
         except Interrupted as interrupted:
@@ -373,40 +363,78 @@ def _send_configuration(fifo: str, configuration: str) -> HeldFifo:
     return channel
 
 
-def _create_and_start(runtime: Runtime, plan: SessionPlan, created: list[str], held: list[HeldFifo],
-                      while_filter_starts: Callable[[], None] | None,
-                      prestarted: Prestarted | None = None) -> tuple[str, str]:
-    """Create and start the filter, create the session; ids go to ``created`` as they exist.
+def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: list[HeldFifo], gate: Gate | None,
+               ready_timeout: float, before_session: Sequence[Step] = (),
+               prestarted: Prestarted | None = None) -> list[Step]:
+    """The start of the container pair as steps (dejima.orchestration.steps); ids go to ``created`` and
+    FIFOs to ``held`` as they exist, for the teardown.
 
     The engine takes most of a start to start the filter (its network above all), and the filter
-    then applies and verifies its ruleset. Meanwhile this does what does not depend on it: create
-    the session container (it joins the filter's namespaces only when started; on a thread) and
-    the caller's work (the audit's start snapshot).
+    then applies and verifies its ruleset. Meanwhile the steps that do not depend on it run: the
+    session container's create (it joins the filter's namespaces only when started), the caller's
+    ``before_session`` steps (the audit's start snapshot), and, behind the gate, the session's start.
     """
-    adopted = prestarted.adopt(plan.filter.name, create_body(plan.filter)) if prestarted is not None else None
-    starting: Background[None] | Prestarted
-    if adopted is not None and prestarted is not None:
-        filter_id, starting = adopted, prestarted  # being started since the launcher began
-        created.append(filter_id)
-    else:
-        filter_id = runtime.create(plan.filter)
-        created.append(filter_id)
-        starting = Background(lambda: runtime.start(filter_id), "filter-start")
-    # Only now: a prestarted filter that was not adopted is gone, and cannot read it instead.
-    if plan.config_fifo is not None:
-        held.append(_send_configuration(plan.config_fifo, plan.filter_config))
-    # The session's create waits on the engine while this thread does the caller's (Python) work.
-    creating = Background(lambda: created.append(runtime.create(plan.session)), "session-create")
-    try:
-        if while_filter_starts is not None:
-            while_filter_starts()
-        creating.join()
-    except BaseException:
-        creating.wait()  # its container, if it made one, is in ``created`` for the teardown
-        starting.wait()  # what went wrong here is the story, whatever the start did
-        raise
-    starting.join()
-    return filter_id, created[1]
+    digest = ruleset_digest(plan.ruleset)
+    gated = gate is not None
+
+    def create_filter(_: Done) -> tuple[str, bool]:
+        adopted = prestarted.adopt(plan.filter.name, create_body(plan.filter)) if prestarted is not None else None
+        filter_id = adopted if adopted is not None else runtime.create(plan.filter)
+        created.append(filter_id)  # first: the teardown stops the filter gently and keeps its output
+        return filter_id, adopted is not None
+
+    def configure_filter(done: Done) -> None:
+        # Only now: a prestarted filter that was not adopted is gone, and cannot read it instead.
+        if plan.config_fifo is not None:
+            held.append(_send_configuration(plan.config_fifo, plan.filter_config))
+
+    def start_filter(done: Done) -> None:
+        filter_id, adopted = done["filter"]
+        if adopted and prestarted is not None:
+            prestarted.join()  # being started since the launcher began
+        else:
+            runtime.start(filter_id)
+
+    def create_session(done: Done) -> str:
+        session_id = runtime.create(plan.session)
+        created.append(session_id)
+        return session_id
+
+    def filter_ready(done: Done) -> None:
+        _wait_ready(runtime, done["filter"][0], ready_timeout, digest)
+
+    def start_session(done: Done) -> threading.Thread:
+        if not gated:
+            return _start_attached(runtime, done["session"])
+        # Behind the gate, while the filter applies its ruleset. A filter that failed meanwhile takes the
+        # session's start down with it (it cannot join a stopped container): its story is the one.
+        try:
+            return _start_attached(runtime, done["session"])
+        except EngineError:
+            _wait_ready(runtime, done["filter"][0], ready_timeout, digest)
+            raise
+
+    def release_gate(done: Done) -> None:
+        if gate is not None:
+            gate.release()
+
+    callers = tuple(step.name for step in before_session)
+    steps = [
+        Step("filter", create_filter),
+        Step("filter-configuration", configure_filter, needs=("filter",)),
+        Step("filter-start", start_filter, needs=("filter-configuration",)),
+        Step("session", create_session, needs=("filter",)),
+        *(replace(step, needs=(*step.needs, "filter")) for step in before_session),
+        Step("filter-ready", filter_ready, needs=("filter-start",)),
+    ]
+    # An interactive session's terminal is handed over only to a session that will run: the CLI
+    # starts it once the gate is open.
+    if not plan.interactive:
+        steps.append(Step("session-start", start_session,
+                          needs=("session", *callers, *(() if gated else ("filter-ready",)))))
+    steps.append(Step("gate", release_gate,
+                      needs=("filter-ready", "session", *callers, *(() if plan.interactive else ("session-start",)))))
+    return steps
 
 
 # --- leftovers -------------------------------------------------------------------------------

@@ -323,12 +323,14 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
     settings = prepared.settings
     audit = SessionAudit(prepared, ui)
 
-    def while_filter_starts() -> None:  # rich and the audit are imported here, where it costs nothing
+    def show_boundary(_: object) -> None:  # rich is imported here, where it costs nothing
         if prepared.plan.interactive:
             ui.boundary(prepared.plan)
         else:
             ui.info(boundary_line(prepared.plan))
-        audit.start()
+
+    before_session = [Step("boundary", show_boundary, effect=False),
+                      Step("audit-start", lambda _: audit.start(), needs=("boundary",))]
 
     store = ViolationStore(prepared.plan.session_id)
     try:
@@ -339,7 +341,7 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
                 stop_timeout=settings.session.stop_timeout,
                 on_filter_output=store.append_output,
                 on_refusal=_notifier(ui) if prepared.plan.interactive and settings.session.notify_denials else None,
-                while_filter_starts=while_filter_starts,
+                before_session=before_session,
                 once_session_removed=audit.finish,
                 prestarted=prepared.prestarted,
             )
