@@ -165,9 +165,10 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
     session_options = app.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
     if args.render:
         from dejima.orchestration import start
-        from dejima.ui.views import format_plan
+        from dejima.ui.views import format_plan, format_steps
 
-        print(format_plan(start.render_plan(workspace, command, resolved, settings, session_options, ui)))
+        planned, outline = start.render_start(workspace, command, resolved, settings, session_options, ui)
+        print(format_plan(planned) + "\n\n" + format_steps(outline))
         return exit_codes.SUCCESS
     from dejima.orchestration import start
 

@@ -432,7 +432,7 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
     if not plan.interactive:
         steps.append(Step("session-start", start_session,
                           needs=("session", *callers, *(() if gated else ("filter-ready",)))))
-    steps.append(Step("gate", release_gate,
+    steps.append(Step("open-gate", release_gate,
                       needs=("filter-ready", "session", *callers, *(() if plan.interactive else ("session-start",)))))
     return steps
 

@@ -85,9 +85,29 @@ def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Reso
     engine is not asked (image names are placeholders; there is no engine gateway, and limits given
     as a share are taken of this host's memory). Credential sources are read, as a start reads them,
     so the plan holds the routes the session would get."""
-    planned: SessionPlan = apply(start_steps(workspace, command, resolved, settings, None, ui, options, None),
-                                 dry=True).results["plan"]
-    return planned
+    return render_start(workspace, command, resolved, settings, options, ui)[0]
+
+
+StepOutline = tuple[str, str, tuple[str, ...], bool]  # (part of the start, step, what it needs, it changes something)
+
+
+def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+                 options: Options, ui: SessionReporter) -> tuple[SessionPlan, tuple[StepOutline, ...]]:
+    """``render_plan``'s plan, and the steps a start applies (both parts), in an order they may run."""
+    from typing import cast
+
+    from dejima.adapters.runtime import Runtime
+    from dejima.orchestration.session import pair_steps
+    from dejima.orchestration.steps import ordered
+
+    steps = start_steps(workspace, command, resolved, settings, None, ui, options, None)
+    planned: SessionPlan = apply(steps, dry=True).results["plan"]
+    # The pair's steps are only listed, never run here: no engine is needed to name them.
+    pair = pair_steps(cast(Runtime, None), planned, [], [], cast(Any, object()) if planned.gate else None, 0.0,
+                      before_session_steps(planned, ui, None))
+    outline = tuple(("preparation", s.name, s.needs, s.effect) for s in ordered(steps)) + tuple(
+        ("the container pair", s.name, s.needs, s.effect) for s in ordered(pair))
+    return planned, outline
 
 
 def start_steps(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -187,7 +207,7 @@ def start_steps(workspace: Path, command: tuple[str, ...] | None, resolved: Reso
         Step("harness-settings", harness_settings, needs=("connection", "directories", "credential-files")),
         Step("run-directory", run_directory, needs=("policy",),
              undo=lambda _: clear_run_dir(request.session_id) if prestarted is None else None),
-        Step("gate", lambda _: make_gate(Path(request.gate_dir or "")), needs=("policy",),
+        Step("start-gate", lambda _: make_gate(Path(request.gate_dir or "")), needs=("policy",),
              undo=lambda _: shutil.rmtree(request.gate_dir or "", ignore_errors=True)),
         Step("record", lambda _: host.record(session_dir, "workspace", str(workspace)), needs=("policy",),
              undo=lambda _: (session_dir / "workspace").unlink(missing_ok=True)),
@@ -287,6 +307,19 @@ def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
     return mounts
 
 
+def before_session_steps(plan: SessionPlan, ui: SessionReporter, audit: SessionAudit | None) -> list[Step]:
+    """What a start does before the session's container starts, while the filter starts: the boundary
+    line, the audit's start snapshot (none in a render)."""
+    def show_boundary(_: object) -> None:  # rich is imported here, where it costs nothing
+        if plan.interactive:
+            ui.boundary(plan)
+        else:
+            ui.info(boundary_line(plan))
+
+    return [Step("boundary", show_boundary, effect=False),
+            Step("audit-start", lambda _: audit.start() if audit is not None else None, needs=("boundary",))]
+
+
 class SessionAudit:
     """The exit audit around one session: its start before the session starts, its end once no
     process of the session is left (whichever of the two places that call ``finish`` comes first)."""
@@ -323,15 +356,6 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
     settings = prepared.settings
     audit = SessionAudit(prepared, ui)
 
-    def show_boundary(_: object) -> None:  # rich is imported here, where it costs nothing
-        if prepared.plan.interactive:
-            ui.boundary(prepared.plan)
-        else:
-            ui.info(boundary_line(prepared.plan))
-
-    before_session = [Step("boundary", show_boundary, effect=False),
-                      Step("audit-start", lambda _: audit.start(), needs=("boundary",))]
-
     store = ViolationStore(prepared.plan.session_id)
     try:
         with _serving(prepared):
@@ -341,7 +365,7 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
                 stop_timeout=settings.session.stop_timeout,
                 on_filter_output=store.append_output,
                 on_refusal=_notifier(ui) if prepared.plan.interactive and settings.session.notify_denials else None,
-                before_session=before_session,
+                before_session=before_session_steps(prepared.plan, ui, audit),
                 once_session_removed=audit.finish,
                 prestarted=prepared.prestarted,
             )

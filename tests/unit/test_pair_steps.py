@@ -33,7 +33,7 @@ def test_the_callers_steps_run_once_the_filter_exists_and_before_the_session_sta
 def test_behind_the_gate_the_session_starts_while_the_filter_gets_ready() -> None:
     graph = needs()
     assert "filter-ready" not in graph["session-start"]  # overlapping the ruleset's apply and verify
-    assert {"filter-ready", "session-start", "audit-start"} <= graph["gate"]  # the command waits for both
+    assert {"filter-ready", "session-start", "audit-start"} <= graph["open-gate"]  # the command waits for both
     assert graph["filter-start"] == {"filter-configuration"}  # the configuration is sent before the start
     assert graph["session"] == {"filter"}  # it names the filter's namespaces
 
@@ -45,10 +45,10 @@ def test_without_a_gate_the_session_starts_only_once_the_filter_is_ready() -> No
 def test_an_interactive_terminal_is_handed_over_only_after_the_gate() -> None:
     graph = needs(interactive=True)
     assert "session-start" not in graph  # the docker CLI starts it, once run() has the gate open
-    assert {"filter-ready", "session", "audit-start"} <= graph["gate"]
+    assert {"filter-ready", "session", "audit-start"} <= graph["open-gate"]
 
 
-@pytest.mark.parametrize("name", ["filter", "session", "gate"])
+@pytest.mark.parametrize("name", ["filter", "session", "open-gate"])
 def test_a_callers_step_may_not_take_a_name_the_pair_uses(name: str) -> None:
     from dejima.orchestration.steps import StepGraphError
 
