@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dejima.cli import exit_codes
 from dejima.cli._run import run_main
-from dejima.errors import UsageError
+from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
 
 DESCRIPTION = """\
@@ -129,7 +128,7 @@ def _send(control: Any, session: Any, message: dict[str, Any]) -> dict[str, Any]
 
         raise DiagnosticError(f"session {session.session_id} refused: {answer.get('error', 'no reason given')}",
                               hint="nothing was changed", reference="grant-refused",
-                              exit_code=exit_codes.FAILURE)
+                              exit_code=ExitStatus.FAILURE)
     return answer
 
 
@@ -152,7 +151,7 @@ def _done(ui: UI, as_json: bool, verb: str, entries: list[str], session_id: str,
     else:
         ui.info(f"{verb} {', '.join(entries)} to session {session_id}{how}" if verb == "granted"
                 else f"{verb} {', '.join(entries)} in session {session_id}")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> int:
@@ -165,7 +164,7 @@ def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> i
 
         print_json_lines([*({"grant": g} for g in listing["grants"] if grants_too),
                           *({"denial": d, "number": i} for i, d in enumerate(listing["denials"], 1))])
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from rich.table import Table
 
     def when(stamp: float | None) -> str:
@@ -181,11 +180,11 @@ def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> i
             ui.info("no live grants")
     if not listing["denials"]:
         ui.info("no refused names")
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     table = Table("#", "refused name", "times", "last", "why", title="refused names (dejima-allow N grants one)")
     for i, d in enumerate(listing["denials"], 1):
         why = d["reason"] if d["grantable"] else f"{d['reason']} (cannot be granted)"
         table.add_row(str(i), plain(d["name"]), str(d["count"]), when(d["last"]), plain(why))
     ui.console.print(table)
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 

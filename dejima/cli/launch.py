@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 from dejima import __version__
 from dejima.adapters import host
-from dejima.cli import exit_codes
 from dejima.cli._run import run_main
-from dejima.errors import UsageError
+from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
 
 if TYPE_CHECKING:
@@ -168,7 +167,7 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
         from dejima.ui.views import format_plan
 
         print(format_plan(start.render_plan(workspace, command, resolved, settings, session_options, ui)))
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from dejima.orchestration import start
 
     prepared = start.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options,
@@ -194,5 +193,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dejima.cli.manage import COMMANDS
 
         name = args.pop(0)
-        return run_main(lambda ui: COMMANDS[name](args, ui), failure=exit_codes.FAILURE)
+        return run_main(lambda ui: COMMANDS[name](args, ui), failure=ExitStatus.FAILURE)
     return run_main(lambda ui: _launch(args, ui))

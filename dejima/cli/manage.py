@@ -9,9 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dejima.adapters import host
-from dejima.cli import exit_codes
 from dejima.cli.jsonout import print_json_lines
-from dejima.errors import UsageError
+from dejima.errors import ExitStatus, UsageError
 from dejima.orchestration import app
 from dejima.ui.console import UI
 from dejima.ui.text import escaped, plain
@@ -28,10 +27,10 @@ def _sessions(argv: list[str], ui: UI) -> int:
     sessions = app.list_sessions(connect(), host.scope())
     if args.json:
         print_json_lines(s.to_json() for s in sessions)
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     if not sessions:
         ui.info("no sessions")
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from rich.table import Table
 
     table = Table("session", "status", "workspace", "launcher pid", "containers")
@@ -39,7 +38,7 @@ def _sessions(argv: list[str], ui: UI) -> int:
         table.add_row(plain(s.session_id), plain(s.status), plain(s.workspace), plain(s.launcher_pid),
                       plain(", ".join(s.containers)))
     ui.console.print(table)
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _stop(argv: list[str], ui: UI) -> int:
@@ -50,7 +49,7 @@ def _stop(argv: list[str], ui: UI) -> int:
 
     app.stop_session(connect(), host.scope(), args.session)
     ui.info(f"stopped session {args.session}")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _clean(argv: list[str], ui: UI) -> int:
@@ -66,7 +65,7 @@ def _clean(argv: list[str], ui: UI) -> int:
     removed = app.clean(connect(), host.scope(), ui, everything=args.all)
     if not removed:
         ui.info("nothing to clean")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _doctor(argv: list[str], ui: UI) -> int:
@@ -91,7 +90,7 @@ def _doctor(argv: list[str], ui: UI) -> int:
         for c in checks:
             table.add_row(plain(c.name), plain("ok", "green") if c.ok else plain("FAIL", "red"), plain(c.detail))
         ui.console.print(table)
-    return exit_codes.SUCCESS if checks and all(c.ok for c in checks) else exit_codes.FAILURE
+    return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE
 
 
 def _images(argv: list[str], ui: UI) -> int:
@@ -131,7 +130,7 @@ def _images(argv: list[str], ui: UI) -> int:
                 table.add_row(plain(tag), plain(role), plain(image["Id"][7:19]),
                               plain(f"{image.get('Size', 0) / 1e6:.0f} MB"))
         ui.console.print(table)
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _settings(argv: list[str], ui: UI) -> int:
@@ -151,7 +150,7 @@ def _settings(argv: list[str], ui: UI) -> int:
         settings = host.load_settings(path)
         ui.info(f"settings file: {path}{'' if path.exists() else ' (absent: defaults)'}")
         print(json.dumps(asdict(settings), indent=2))
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _violations(argv: list[str], ui: UI) -> int:
@@ -172,7 +171,7 @@ def _violations(argv: list[str], ui: UI) -> int:
         else:
             for name in names:
                 print(escaped(name))
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     records = violations.read(args.session)
     return _show_records(records, ui, args.json, f"no violations recorded for session {args.session}",
                          ("time", "kind", "destination", "reason"),
@@ -208,17 +207,17 @@ def _show_records(records: list[dict[str, Any]], ui: UI, as_json: bool, empty: s
     """A session's records as JSON lines, or a table whose every cell is session data (escaped)."""
     if as_json:
         print_json_lines(records)
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     if not records:
         ui.info(empty)
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from rich.table import Table
 
     table = Table(*columns)
     for record in records:
         table.add_row(*(plain(cell) for cell in cells(record)))
     ui.console.print(table)
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _aggregate(record: dict[str, Any]) -> str:
@@ -268,7 +267,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
         from dejima.core.manifest import render_manifest_reference
 
         print(render_manifest_reference(), end="")
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     catalog = load_catalog()
     if args.action == "show":
         return _show_manifest(catalog, args.ref, args.json)
@@ -283,7 +282,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
     rows.sort(key=lambda row: (str(row["kind"]), str(row["name"])))
     if args.json:
         print_json_lines(rows)
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from rich.table import Table
 
     table = Table("manifest", "description", "from")
@@ -296,7 +295,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
     if catalog.broken:
         ui.warn(f"{len(catalog.broken)} broken manifest(s): sessions that need one stop with its error, others go "
                 "on without it; `dejima manifests check` says what to fix")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _show_manifest(catalog: Any, ref: str | None, as_json: bool) -> int:
@@ -316,7 +315,7 @@ def _show_manifest(catalog: Any, ref: str | None, as_json: bool) -> int:
         for key, value in data.items():
             if value not in ((), {}, None, ""):
                 print(f"{key:>16}: {escaped(value, limit=None)}")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _check_manifests(catalog: Any, ui: UI, as_json: bool) -> int:
@@ -330,7 +329,7 @@ def _check_manifests(catalog: Any, ui: UI, as_json: bool) -> int:
             ui.error(b.error)
         if not broken:
             ui.info(f"{len(catalog.manifests)} manifests, none broken")
-    return exit_codes.USAGE if broken else exit_codes.SUCCESS
+    return ExitStatus.USAGE if broken else ExitStatus.SUCCESS
 
 
 COMMANDS = {

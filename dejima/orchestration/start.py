@@ -43,7 +43,7 @@ from dejima.core.plan import (
 )
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
-from dejima.errors import EngineError, SessionError
+from dejima.errors import EngineError, ExitStatus, SessionError
 from dejima.orchestration.app import Options, network_facts, record_stale_violations, session_request
 from dejima.orchestration.report import SessionReporter
 from dejima.orchestration.steps import Step, apply
@@ -350,7 +350,7 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
                 "until the filter is verified",
                 hint="a session image needs a POSIX shell at /bin/sh",
                 reference="command-not-found",
-                exit_code=127,
+                exit_code=ExitStatus.COMMAND_NOT_FOUND,
             ) from exc
         raise
     finally:
