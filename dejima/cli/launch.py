@@ -116,7 +116,7 @@ def _launch(argv: list[str], ui: UI) -> int:
     # A start allocates much (plans, the audit's snapshot) and leaves almost no cycles: the
     # collector would spend ~50 ms walking live objects during it. It is off for the start (back
     # on after GC_PAUSE_SECONDS, for a long session).
-    from dejima.adapters.forked import pause_gc
+    from dejima.adapters.fork_workers import pause_gc
 
     resume = pause_gc()
     timer = threading.Timer(GC_PAUSE_SECONDS, resume)
@@ -144,7 +144,7 @@ def _start(argv: list[str], ui: UI) -> int:
         return _session(args, command, ui, prestarted)
     finally:
         if prestarted is not None:
-            from dejima.adapters.violations import clear_run_dir  # imported by the prestart already
+            from dejima.adapters.session_dirs import clear_run_dir  # imported by the prestart already
 
             prestarted.discard()  # unless the session adopted it
             clear_run_dir(prestarted.session_id)  # a session that never started leaves no socket either
@@ -152,16 +152,16 @@ def _start(argv: list[str], ui: UI) -> int:
 
 def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
              prestarted: Prestarted | None) -> int:
-    from dejima.orchestration import app
+    from dejima.orchestration import start_request
 
     upstream, allow, allow_special = _checked_flags(args)
     settings = host.load_settings()
-    workspace = app.validate_workspace(args.path)
-    selection = app.Selection(args.harness, args.backend, tuple(args.workflow), tuple(args.forge))
-    resolved = app.resolve_manifests(workspace, selection, ui)
+    workspace = start_request.validate_workspace(args.path)
+    selection = start_request.Selection(args.harness, args.backend, tuple(args.workflow), tuple(args.forge))
+    resolved = start_request.resolve_manifests(workspace, selection, ui)
     from dejima.adapters.runtime import connect  # the docker SDK costs ~0.2 s to import: only when needed
 
-    session_options = app.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
+    session_options = start_request.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
     if args.render:
         from dejima.orchestration import start
         from dejima.ui.views import format_plan

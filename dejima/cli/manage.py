@@ -11,7 +11,7 @@ from typing import Any
 from dejima.adapters import host
 from dejima.cli.jsonout import print_json_lines
 from dejima.errors import ExitStatus, UsageError
-from dejima.orchestration import app
+from dejima.orchestration import manage_sessions
 from dejima.ui.console import UI
 from dejima.ui.text import escaped, plain
 
@@ -24,7 +24,7 @@ def _sessions(argv: list[str], ui: UI) -> int:
     args = parser.parse_args(argv)
     from dejima.adapters.runtime import connect
 
-    sessions = app.list_sessions(connect(), host.scope())
+    sessions = manage_sessions.list_sessions(connect(), host.scope())
     if args.json:
         print_json_lines(s.to_json() for s in sessions)
         return ExitStatus.SUCCESS
@@ -47,7 +47,7 @@ def _stop(argv: list[str], ui: UI) -> int:
     args = parser.parse_args(argv)
     from dejima.adapters.runtime import connect
 
-    app.stop_session(connect(), host.scope(), args.session)
+    manage_sessions.stop_session(connect(), host.scope(), args.session)
     ui.info(f"stopped session {args.session}")
     return ExitStatus.SUCCESS
 
@@ -62,7 +62,7 @@ def _clean(argv: list[str], ui: UI) -> int:
     args = parser.parse_args(argv)
     from dejima.adapters.runtime import connect
 
-    removed = app.clean(connect(), host.scope(), ui, everything=args.all)
+    removed = manage_sessions.clean(connect(), host.scope(), ui, everything=args.all)
     if not removed:
         ui.info("nothing to clean")
     return ExitStatus.SUCCESS
@@ -162,17 +162,17 @@ def _violations(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", nargs="?")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters import violations
+    from dejima.adapters import session_dirs
 
     if args.session is None:
-        names = violations.known_sessions()
+        names = session_dirs.known_sessions()
         if args.json:
             print_json_lines({"session": name} for name in names)
         else:
             for name in names:
                 print(escaped(name))
         return ExitStatus.SUCCESS
-    records = violations.read(args.session)
+    records = session_dirs.read(args.session)
     return _show_records(records, ui, args.json, f"no violations recorded for session {args.session}",
                          ("time", "kind", "destination", "reason"),
                          lambda r: (_clock(r.get("time")), r.get("kind", "?"), _destination(r),
@@ -188,7 +188,7 @@ def _ledger(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", help="session id, as the exit summary or `dejima violations` names it")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters.violations import ledger_path
+    from dejima.adapters.session_dirs import ledger_path
     from dejima.proxy.records import read_records
 
     path = ledger_path(args.session)
@@ -261,7 +261,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
     parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters.catalog import load_catalog
+    from dejima.adapters.manifest_files import load_catalog
 
     if args.action == "reference":
         from dejima.core.manifest import render_manifest_reference

@@ -35,7 +35,7 @@ from dejima.core.ruleset import (
     render_ruleset,
 )
 from dejima.core.settings import LimitSettings, Settings
-from dejima.core.special import Unlocked, check_special, special_places
+from dejima.core.special_entries import Unlocked, check_special, special_places
 from dejima.errors import ExitStatus, UsageError
 
 SESSION_HOME = "/home/dejima"

@@ -51,11 +51,11 @@ def _check_namespace() -> None:
 async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     """The resolver, its nflog reader and (when configured) the control channel; returns the reader."""
     from dejima.core.egress import parse_policy
+    from dejima.filter.dns_upstream import Forwarder
     from dejima.filter.dnsserver import self_check, start_servers
     from dejima.filter.nflog import NflogReader
     from dejima.filter.resolver import PolicyResolver
     from dejima.filter.setbatch import BatchedSets
-    from dejima.filter.upstream import Forwarder
     from dejima.filter.violations import ViolationLog
 
     policy_config = config["policy"]

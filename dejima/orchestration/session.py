@@ -32,7 +32,7 @@ from types import FrameType
 from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.host import Launcher, launcher_alive
 from dejima.adapters.runtime import Runtime, create_body
-from dejima.adapters.violations import clear_run_dir
+from dejima.adapters.session_dirs import clear_run_dir
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.core.report import Reporter

@@ -25,9 +25,9 @@ from dejima.core.httpwire import (
     serialize_response,
     wants_keep_alive,
 )
+from dejima.proxy.http_streams import BodyCut, pipe, plain_response, relay_body
 from dejima.proxy.services import ProxyServices
 from dejima.proxy.upstream import Connection, UpstreamError
-from dejima.proxy.wire import BodyCut, pipe, plain_response, relay_body
 
 
 @dataclass(frozen=True, slots=True)

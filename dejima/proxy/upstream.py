@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from dejima.core.credentials import Upstream
-from dejima.proxy.wire import close_writer
+from dejima.proxy.http_streams import close_writer
 
 IDLE_KEEP = 30.0  # seconds an idle upstream connection is kept
 MAX_IDLE_PER_UPSTREAM = 8

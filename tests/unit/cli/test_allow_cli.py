@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters import host
-from dejima.adapters.violations import sessions_dir
+from dejima.adapters.session_dirs import sessions_dir
 
 
 def fake_filter(path: Path, seen: list[str], name: str) -> socket.socket:

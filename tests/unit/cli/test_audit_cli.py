@@ -158,7 +158,7 @@ def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str], out: io.S
 
 def test_a_start_state_that_cannot_be_read_blocks_its_workspace(workspace: Path, out: io.StringIO,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from dejima.adapters.violations import sessions_dir
+    from dejima.adapters.session_dirs import sessions_dir
 
     exit_audit.start("s9", [exit_audit.Mount("workspace", workspace)])
     (sessions_dir() / "s9" / "audit" / "0.snapshot").write_bytes(b"garbage")

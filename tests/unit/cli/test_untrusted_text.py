@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.runtime import ContainerInfo
-from dejima.adapters.violations import ViolationStore, sessions_dir
+from dejima.adapters.session_dirs import ViolationStore, sessions_dir
 from dejima.cli.launch import main
 from dejima.core import labels
 from dejima.errors import ExitStatus, SessionError
@@ -148,7 +148,7 @@ def test_an_unexpected_exception_is_a_short_bug_report(err: io.StringIO, capsys:
     def broken(session_id: str) -> list[dict[str, object]]:
         raise KeyError(HOSTILE)
 
-    monkeypatch.setattr("dejima.adapters.violations.read", broken)
+    monkeypatch.setattr("dejima.adapters.session_dirs.read", broken)
     monkeypatch.delenv("DEJIMA_DEBUG", raising=False)
     assert main(["violations", "s3"]) == ExitStatus.DEJIMA_FAILED
     output = err.getvalue() + capsys.readouterr().err
