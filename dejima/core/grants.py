@@ -37,8 +37,3 @@ def revoke_message(entries: list[str], reason: str) -> dict[str, object]:
 
 def list_message() -> dict[str, object]:
     return {"v": PROTOCOL, "op": "list"}
-
-
-def denial_entry(denial: Denial) -> str:
-    """What granting a listed denial grants: the refused name itself, every port."""
-    return denial.name

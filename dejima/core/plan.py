@@ -1,7 +1,7 @@
 """The session plan: every container dejima will create, as values, before anything starts.
 
-``build_session_plan`` is pure. The plan is what the launcher executes, what ``--render``
-prints, and what the ``dejima.plan-hash`` label records.
+``build_session_plan`` is pure. The plan is what the launcher executes and what ``--render``
+prints (with its hash).
 """
 
 from __future__ import annotations

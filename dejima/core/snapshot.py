@@ -44,10 +44,6 @@ class SnapshotEntry(NamedTuple):
     caps: bool | None = None  # regular files: carries security.capability (None: not checked)
 
     @property
-    def executable(self) -> bool:
-        return self.kind == "file" and bool(self.mode & 0o111)
-
-    @property
     def privileged_bits(self) -> int:
         return self.mode & (stat.S_ISUID | stat.S_ISGID)
 
