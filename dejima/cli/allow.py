@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str], ui: UI) -> int:
-    from dejima.adapters import control
+    from dejima.adapters import control_client
     from dejima.core import grants
     from dejima.core.kinds import GRANT_ENTRY, duration
     from dejima.core.schema import check_flag
@@ -73,15 +73,16 @@ def _main(argv: list[str], ui: UI) -> int:
     entries = [check_flag(GRANT_ENTRY, e, "the entry") for e in args.entries if not e.isdigit()]  # canonical
     session = _pick_session(args.session, ui)
     if args.list or not args.entries:
-        listing = _send(control, session, grants.list_message())
+        listing = _send(control_client, session, grants.list_message())
         return _show(listing, ui, args.json, grants_too=args.list)
     if numbered:
-        denials = _send(control, session, grants.list_message())["denials"]
+        denials = _send(control_client, session, grants.list_message())["denials"]
         entries += [check_flag(GRANT_ENTRY, _denial(denials, int(n)), f"refused name {n}") for n in numbered]
     if args.revoke:
-        answer = _send(control, session, grants.revoke_message(entries, args.reason or "revoked with dejima-allow"))
+        message = grants.revoke_message(entries, args.reason or "revoked with dejima-allow")
+        answer = _send(control_client, session, message)
         return _done(ui, args.json, "revoked", answer["revoked"], session.session_id)
-    answer = _send(control, session, grants.grant_message(entries, seconds, args.reason))
+    answer = _send(control_client, session, grants.grant_message(entries, seconds, args.reason))
     if args.persist:
         from dejima.adapters import projects
 
@@ -92,16 +93,16 @@ def _main(argv: list[str], ui: UI) -> int:
 
 
 def _pick_session(wanted: str | None, ui: UI) -> Any:
-    from dejima.adapters import control
+    from dejima.adapters import control_client
 
-    sessions = control.running_sessions()
+    sessions = control_client.running_sessions()
     if wanted is not None:
         match = [s for s in sessions if s.session_id == wanted]
         if not match:
             raise UsageError(f"no running session {wanted!r}",
                              hint="`dejima sessions` lists them; a session that ended takes no grants")
         return match[0]
-    here = control.sessions_for(Path.cwd(), sessions)
+    here = control_client.sessions_for(Path.cwd(), sessions)
     if len(here) == 1:
         return here[0]
     if not here:
@@ -121,8 +122,8 @@ def _pick_session(wanted: str | None, ui: UI) -> Any:
     return here[int(answer) - 1]
 
 
-def _send(control: Any, session: Any, message: dict[str, Any]) -> dict[str, Any]:
-    answer: dict[str, Any] = control.send(session, message)
+def _send(control_client: Any, session: Any, message: dict[str, Any]) -> dict[str, Any]:
+    answer: dict[str, Any] = control_client.send(session, message)
     if not answer.get("ok"):
         from dejima.errors import DiagnosticError
 
