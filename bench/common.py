@@ -220,12 +220,12 @@ def dejima_images(env: Env, workspace: Path, allow: tuple[str, ...] = ()) -> tup
     from dejima.adapters import host
     from dejima.adapters.image_builds import ensure_images
     from dejima.adapters.runtime import connect
-    from dejima.orchestration import app
+    from dejima.orchestration import start_request
     from dejima.ui.console import UI
 
     with env.applied():
         ui = UI(quiet=True)
-        resolved = app.resolve_manifests(workspace, app.Selection(), ui)
+        resolved = start_request.resolve_manifests(workspace, start_request.Selection(), ui)
         return ensure_images(connect(), host.load_settings(), host.session_identity(workspace, False), ui,
                              resolved.image_layers())
 

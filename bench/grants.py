@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench.common import DEJIMA, PYTHON, Env, Row, alternate, docker, load, median, timed
-from dejima.adapters import control
+from dejima.adapters import control_client
 from dejima.core import grants
 
 GRANT_GOAL_MS = 50.0
@@ -55,9 +55,9 @@ def _decoy(env: Env, network: str, image: str) -> str:
     return docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", container)
 
 
-def _session(env: Env) -> "control.RunningSession":
+def _session(env: Env) -> "control_client.RunningSession":
     with env.applied():
-        running = control.running_sessions()
+        running = control_client.running_sessions()
     if len(running) != 1:
         raise RuntimeError(f"expected one running bench session, found {len(running)}")
     return running[0]
@@ -83,7 +83,7 @@ def run(env: Env, runs: int) -> list[Row]:
                 raise RuntimeError("the session's first connect to the decoy was not refused")
             target = _session(env)
             sent = time.time()
-            answer = control.send(target, grants.grant_message([address], None, "bench"))
+            answer = control_client.send(target, grants.grant_message([address], None, "bench"))
             if not answer.get("ok"):
                 raise RuntimeError(f"the filter refused the grant: {answer}")
             session.wait(timeout=60)

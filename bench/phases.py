@@ -51,7 +51,7 @@ def wrap(owner: Any, names: str, prefix: str = "") -> None:
 # its module is imported, so the launcher imports what it imports when it would (a module imported
 # while the filter starts is timed there, not before main()).
 TIMED = {
-    ("dejima.orchestration.app", ""): ("resolve_manifests network_facts", "app."),
+    ("dejima.orchestration.start_request", ""): ("resolve_manifests network_facts", "start_request."),
     ("dejima.orchestration.start", ""): ("check_findings prepare_session run_session build_session_plan", "start."),
     ("dejima.adapters.image_builds", ""): ("resolve_base recipes ensure_image ensure_images", "images."),
     ("dejima.orchestration.steps", ""): ("apply", "steps."),

@@ -34,11 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import dns  # noqa: E402
 from bench.common import bench_env, docker  # noqa: E402
 from dejima.core.egress import parse_policy  # noqa: E402
+from dejima.filter.dns_upstream import Forwarder  # noqa: E402
 from dejima.filter.dnsserver import start_servers  # noqa: E402
 from dejima.filter.nft import SetWriter  # noqa: E402
 from dejima.filter.resolver import PolicyResolver  # noqa: E402
 from dejima.filter.setbatch import BatchedSets  # noqa: E402
-from dejima.filter.upstream import Forwarder  # noqa: E402
 
 
 def free_port() -> int:

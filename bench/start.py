@@ -63,7 +63,7 @@ S = f"{R}/steps.apply"
 PHASES = {
     M: "launcher main(), total",
     f"{M}/prestart.begin": "prestart: the remembered filter's create and start begun",
-    f"{M}/app.resolve_manifests": "settings and manifests",
+    f"{M}/start_request.resolve_manifests": "settings and manifests",
     P: "prepare (stale check, findings, images, plan)",
     "images.ensure_images": "  image checks",
     "images.ensure_images/images.recipes": "    recipes (render, hash; when not remembered)",

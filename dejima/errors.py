@@ -26,6 +26,30 @@ import re
 _KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
 
 
+class ExitStatus:
+    """Every exit status dejima chooses, named in this one place: the CLI's commands return them, the layers
+    below put them on their errors (``exit_code=``), the start gate and the filter exit with them. A session
+    exits with its command's own status."""
+
+    SUCCESS = 0
+    FAILURE = 1  # a management command failed (e.g. doctor found a problem)
+    USAGE = 2  # bad input: a flag, a file, an entry (every InputError)
+    SESSION_ENDED = 4  # dejima-allow: the session ended before the change reached it (nothing changed in it)
+    DEJIMA_FAILED = 125  # dejima itself failed before or around the session (as `docker run` does)
+    COMMAND_NOT_FOUND = 127  # the session's command does not exist in the image
+    SIGNALLED = 128  # + N: the launcher or its command ended on signal N (as a shell reports it)
+    INTERRUPTED = 130  # SIGNALLED + SIGINT: a management command stopped by Ctrl-C
+    # The filter process's own (its container's status; the launcher reads its last line, not these)
+    FILTER_NOT_READY = 3  # it failed before its ready line: no session starts
+    FILTER_STOPPED = 4  # it failed after its ready line: the session's processes die with it
+    # A process of the snapshot walk (forked by the tree walk): 0 and 1 are its result and its failure
+    WALKER_CUT_SHORT = 2  # it stopped before its result was written
+
+    @staticmethod
+    def signalled(signum: int) -> int:
+        return ExitStatus.SIGNALLED + signum
+
+
 class DejimaError(Exception):
     """Root of every error dejima raises on purpose."""
 
@@ -100,5 +124,4 @@ class SessionEnded(SessionError):
     reference = "session-ended"
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
-        # 4: dejima.cli.exit_codes.SESSION_ENDED (this module imports nothing of dejima's)
-        super().__init__(message, hint=hint, exit_code=4)
+        super().__init__(message, hint=hint, exit_code=ExitStatus.SESSION_ENDED)

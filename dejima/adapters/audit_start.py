@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dejima.adapters import mount_state
-from dejima.adapters.kept import hashed_paths, keep
 from dejima.adapters.mount_state import State
+from dejima.adapters.start_contents import hashed_paths, keep
 from dejima.adapters.tree_walk import SnapshotError, Walked, start_snapshot
 from dejima.core.audit import watched
 from dejima.core.snapshot import Children, Snapshot, children_of, compose, subtree_sizes
@@ -105,7 +105,7 @@ def capture(mount: Mount, incremental: bool = True, defer: bool = False) -> Moun
             raise
         recalled, walked = None, start_snapshot(mount.root, hash_path)  # the state could not be loaded
     if recalled is None or not walked.used_known:
-        start = State(mount_state.identity(mount.kind, mount.root), Path(), ([], []), walked.digests)
+        start = State(mount_state.mount_identity(mount.kind, mount.root), Path(), ([], []), walked.digests)
         kept = keep(mount.root, mount.kind, hashed_paths(walked.snapshot), lambda: walked.snapshot, start.extra, False)
         return MountState(mount, walked.snapshot, kept, start)
     start = State(recalled.identity, recalled.base, recalled.delta, walked.digests, dict(recalled.extra))

@@ -8,7 +8,7 @@ import hashlib
 import os
 import stat
 
-from dejima.adapters.beneath import FILE_FLAGS
+from dejima.adapters.nofollow_open import FILE_FLAGS
 
 MAX_HASH_BYTES = 64 << 20
 

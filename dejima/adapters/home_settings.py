@@ -15,7 +15,7 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
-from dejima.adapters.beneath import DIRECTORY_FLAGS, open_directory, read_regular
+from dejima.adapters.nofollow_open import DIRECTORY_FLAGS, open_directory, read_regular
 from dejima.adapters.tomledit import merged_text
 from dejima.core.connect import merge_into, settings_format
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dejima.adapters import host
-from dejima.adapters.forked import gc_paused
+from dejima.adapters.fork_workers import gc_paused
 from dejima.adapters.tree_walk import Known
 from dejima.core.snapshot import Delta, Snapshot, apply_delta, decode, encode, frame, unframe
 
@@ -46,7 +46,7 @@ def mounts_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class Identity:
+class MountIdentity:
     kind: str
     root: str
     device: int
@@ -58,9 +58,9 @@ class Identity:
             "utf-8", "surrogateescape")).hexdigest()[:32]
 
 
-def identity(kind: str, root: Path) -> Identity:
+def mount_identity(kind: str, root: Path) -> MountIdentity:
     info = os.stat(root)
-    return Identity(kind, os.path.realpath(root), info.st_dev, info.st_ino)
+    return MountIdentity(kind, os.path.realpath(root), info.st_dev, info.st_ino)
 
 
 @dataclass
@@ -68,7 +68,7 @@ class State:
     """A mount's start snapshot as ``base`` (an encoded snapshot file) plus ``delta``, with the
     listing digests a start walk can trust; ``extra`` holds derived values cached with it."""
 
-    identity: Identity
+    identity: MountIdentity
     base: Path
     delta: Delta
     digests: dict[str, bytes]
@@ -94,7 +94,7 @@ def decode_state(data: bytes, directory: Path) -> State:
         base = directory / raw["base"]
         if os.path.basename(raw["base"]) != raw["base"]:
             raise ValueError("a base outside its directory")
-        return State(Identity(kind, root, device, inode), base, (list(rows), list(removed)), dict(raw["digests"]),
+        return State(MountIdentity(kind, root, device, inode), base, (list(rows), list(removed)), dict(raw["digests"]),
                      dict(raw["extra"]))
     except (EOFError, TypeError, KeyError, ValueError) as exc:
         raise ValueError(f"cannot be decoded: {exc}") from exc
@@ -136,7 +136,7 @@ def filesystem(root: Path) -> str | None:
 def recall(kind: str, root: Path) -> State | None:
     """The state the last audit of this very mount left, or None (then the start walks in full)."""
     try:
-        mine = identity(kind, root)
+        mine = mount_identity(kind, root)
         if filesystem(root) not in LOCAL_FILESYSTEMS:
             return None
         directory = mounts_dir() / mine.key
@@ -146,7 +146,7 @@ def recall(kind: str, root: Path) -> State | None:
     return state if state.identity == mine else None
 
 
-def new_base(mine: Identity, snapshot: Snapshot) -> Path:
+def new_base(mine: MountIdentity, snapshot: Snapshot) -> Path:
     """Writes ``snapshot`` as a new base file of this mount's state directory."""
     directory = mounts_dir() / mine.key
     host.ensure_private_dir(directory)
@@ -196,6 +196,6 @@ def _prune(current: str) -> None:
 def forget(kind: str, root: Path) -> None:
     """Drops a mount's state: the next start walks in full."""
     try:
-        (mounts_dir() / identity(kind, root).key / "state").unlink(missing_ok=True)
+        (mounts_dir() / mount_identity(kind, root).key / "state").unlink(missing_ok=True)
     except OSError:
         pass

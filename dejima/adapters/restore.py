@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dejima.adapters.beneath import open_directory
 from dejima.adapters.findings import Stored
+from dejima.adapters.nofollow_open import open_directory
 from dejima.adapters.tree_walk import KINDS
 from dejima.errors import DiagnosticError
 

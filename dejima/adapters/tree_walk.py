@@ -19,12 +19,12 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TypeVar
 
-from dejima.adapters.forked import SnapshotError as SnapshotError  # raised here too: callers catch it from here
-from dejima.adapters.forked import gc_paused
-from dejima.adapters.forked import workers as default_workers
+from dejima.adapters.fork_workers import SnapshotError as SnapshotError  # raised here too: callers catch it from here
+from dejima.adapters.fork_workers import gc_paused
+from dejima.adapters.fork_workers import workers as default_workers
 from dejima.adapters.hashed_file import capabilities, hashed_content
 from dejima.adapters.walk_shares import Digested, Result, Row, Unit, frontier, walk_shares
-from dejima.core.snapshot import Children, Entry, Listing, Snapshot, listing_digest, missing, nested_dirs
+from dejima.core.snapshot import Children, Listing, Snapshot, SnapshotEntry, listing_digest, missing, nested_dirs
 
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
@@ -177,7 +177,7 @@ class _Walk:
         self.digested.append((relative, None if racy else digest))
         return subdirs
 
-    def _record(self, path: str, name: str, fd: int, info: os.stat_result, old: Entry | None) -> bool:
+    def _record(self, path: str, name: str, fd: int, info: os.stat_result, old: SnapshotEntry | None) -> bool:
         """Adds a new or changed entry; returns whether to walk into it."""
         kind = KINDS.get(stat.S_IFMT(info.st_mode), "other")
         digest = target = caps = None
@@ -235,7 +235,7 @@ def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result
     changed: list[str] = []
     for rows, lists, count, *_ in results:
         paths = list(map(itemgetter(0), rows))
-        entries.update(zip(paths, map(Entry._make, rows), strict=True))
+        entries.update(zip(paths, map(SnapshotEntry._make, rows), strict=True))
         changed += paths
         listings += lists
         seen += count

@@ -9,14 +9,14 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any, Protocol
 
-from dejima.adapters.forked import SnapshotError, collect, fork, stop
+from dejima.adapters.fork_workers import SnapshotError, collect, fork, stop
 from dejima.core.snapshot import Children, Listing
 
 _UNITS_PER_WORKER = 8  # directories to deal per process at least, so one big directory does not idle the rest
 _SPLITS = 32  # directories the end walks ahead of the fork at most, each too big for one share
 
 Unit = tuple[str, bool]  # a directory to walk, and whether its listing is needed to find removals
-Row = tuple[Any, ...]  # an Entry's fields as a plain tuple: what marshal carries
+Row = tuple[Any, ...]  # a SnapshotEntry's fields as a plain tuple: what marshal carries
 Digested = list[tuple[str, "bytes | None"]]  # directories listed in full, each with its new digest
 # A share's rows, listings, entries seen, digests; and the bytes of the files an end walk hashed.
 Result = tuple[list[Row], list[Listing], int, Digested, dict[str, bytes]]

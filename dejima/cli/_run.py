@@ -11,8 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from dejima.cli import exit_codes
-from dejima.errors import DiagnosticError, InputError
+from dejima.errors import DiagnosticError, ExitStatus, InputError
 from dejima.ui.console import UI
 
 DEBUG_ENV = "DEJIMA_DEBUG"
@@ -22,29 +21,29 @@ class InternalError(DiagnosticError):
     reference = "internal-error"
 
 
-def run_main(body: Callable[[UI], int], ui: UI | None = None, failure: int = exit_codes.DEJIMA_FAILED) -> int:
+def run_main(body: Callable[[UI], int], ui: UI | None = None, failure: int = ExitStatus.DEJIMA_FAILED) -> int:
     ui = ui or UI()
     try:
         return body(ui)
     except InputError as exc:  # bad input, whichever file, key or flag it came from
         ui.error(exc)
-        return exc.exit_code or exit_codes.USAGE
+        return exc.exit_code or ExitStatus.USAGE
     except DiagnosticError as exc:
         ui.error(exc)
         _debug_traceback()
         return exc.exit_code or failure
     except KeyboardInterrupt:
         ui.warn("interrupted")
-        return 130
+        return ExitStatus.INTERRUPTED
     except BrokenPipeError:
-        return exit_codes.FAILURE
+        return ExitStatus.FAILURE
     except Exception as exc:  # anything else is a bug: say so, never dump a raw traceback
         ui.error(InternalError(
             f"this is a bug in dejima, please report it: {type(exc).__name__}: {exc}",
             hint=f"run again with {DEBUG_ENV}=1 to see the traceback, and include it in the report",
         ))
         _debug_traceback()
-        return exit_codes.DEJIMA_FAILED
+        return ExitStatus.DEJIMA_FAILED
 
 
 def _debug_traceback() -> None:

@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dejima.cli import exit_codes
 from dejima.cli._run import run_main
-from dejima.errors import UsageError
+from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
 
 DESCRIPTION = """\
@@ -60,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str], ui: UI) -> int:
-    from dejima.adapters import control
+    from dejima.adapters import control_client
     from dejima.core import grants
     from dejima.core.kinds import GRANT_ENTRY, duration
     from dejima.core.schema import check_flag
@@ -74,15 +73,16 @@ def _main(argv: list[str], ui: UI) -> int:
     entries = [check_flag(GRANT_ENTRY, e, "the entry") for e in args.entries if not e.isdigit()]  # canonical
     session = _pick_session(args.session, ui)
     if args.list or not args.entries:
-        listing = _send(control, session, grants.list_message())
+        listing = _send(control_client, session, grants.list_message())
         return _show(listing, ui, args.json, grants_too=args.list)
     if numbered:
-        denials = _send(control, session, grants.list_message())["denials"]
+        denials = _send(control_client, session, grants.list_message())["denials"]
         entries += [check_flag(GRANT_ENTRY, _denial(denials, int(n)), f"refused name {n}") for n in numbered]
     if args.revoke:
-        answer = _send(control, session, grants.revoke_message(entries, args.reason or "revoked with dejima-allow"))
+        message = grants.revoke_message(entries, args.reason or "revoked with dejima-allow")
+        answer = _send(control_client, session, message)
         return _done(ui, args.json, "revoked", answer["revoked"], session.session_id)
-    answer = _send(control, session, grants.grant_message(entries, seconds, args.reason))
+    answer = _send(control_client, session, grants.grant_message(entries, seconds, args.reason))
     if args.persist:
         from dejima.adapters import projects
 
@@ -93,16 +93,16 @@ def _main(argv: list[str], ui: UI) -> int:
 
 
 def _pick_session(wanted: str | None, ui: UI) -> Any:
-    from dejima.adapters import control
+    from dejima.adapters import control_client
 
-    sessions = control.running_sessions()
+    sessions = control_client.running_sessions()
     if wanted is not None:
         match = [s for s in sessions if s.session_id == wanted]
         if not match:
             raise UsageError(f"no running session {wanted!r}",
                              hint="`dejima sessions` lists them; a session that ended takes no grants")
         return match[0]
-    here = control.sessions_for(Path.cwd(), sessions)
+    here = control_client.sessions_for(Path.cwd(), sessions)
     if len(here) == 1:
         return here[0]
     if not here:
@@ -122,14 +122,14 @@ def _pick_session(wanted: str | None, ui: UI) -> Any:
     return here[int(answer) - 1]
 
 
-def _send(control: Any, session: Any, message: dict[str, Any]) -> dict[str, Any]:
-    answer: dict[str, Any] = control.send(session, message)
+def _send(control_client: Any, session: Any, message: dict[str, Any]) -> dict[str, Any]:
+    answer: dict[str, Any] = control_client.send(session, message)
     if not answer.get("ok"):
         from dejima.errors import DiagnosticError
 
         raise DiagnosticError(f"session {session.session_id} refused: {answer.get('error', 'no reason given')}",
                               hint="nothing was changed", reference="grant-refused",
-                              exit_code=exit_codes.FAILURE)
+                              exit_code=ExitStatus.FAILURE)
     return answer
 
 
@@ -152,7 +152,7 @@ def _done(ui: UI, as_json: bool, verb: str, entries: list[str], session_id: str,
     else:
         ui.info(f"{verb} {', '.join(entries)} to session {session_id}{how}" if verb == "granted"
                 else f"{verb} {', '.join(entries)} in session {session_id}")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> int:
@@ -165,7 +165,7 @@ def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> i
 
         print_json_lines([*({"grant": g} for g in listing["grants"] if grants_too),
                           *({"denial": d, "number": i} for i, d in enumerate(listing["denials"], 1))])
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from rich.table import Table
 
     def when(stamp: float | None) -> str:
@@ -181,11 +181,11 @@ def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> i
             ui.info("no live grants")
     if not listing["denials"]:
         ui.info("no refused names")
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     table = Table("#", "refused name", "times", "last", "why", title="refused names (dejima-allow N grants one)")
     for i, d in enumerate(listing["denials"], 1):
         why = d["reason"] if d["grantable"] else f"{d['reason']} (cannot be granted)"
         table.add_row(str(i), plain(d["name"]), str(d["count"]), when(d["last"]), plain(why))
     ui.console.print(table)
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 

@@ -9,9 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dejima.cli import exit_codes
 from dejima.cli._run import run_main
-from dejima.errors import UsageError
+from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
 
 if TYPE_CHECKING:
@@ -101,7 +100,7 @@ def _body(argv: list[str], ui: UI) -> int:
             _json_lines(rules_records())  # type: ignore[arg-type]
         else:
             print(rules_reference(), end="")
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from dejima.adapters.findings import FindingStore
 
     store = FindingStore()
@@ -124,17 +123,17 @@ def _list(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
         _unreviewed(store, _workspace(args.workspace))
     if args.json:
         _json_lines([finding_record(s) for s in found])
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     if not found:
         ui.info("no unreviewed findings" if not args.all else "no findings")
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
 
     output = _output()
     for line in findings_table(found, width=output.width):
         output.print(line, crop=False)
     ui.info("review them one file at a time: dejima-audit ack; details: dejima-audit show ID; "
             "undo: dejima-audit restore ID")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _known(store: FindingStore, ids: list[int]) -> list[Stored]:
@@ -151,11 +150,11 @@ def _show(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
     found = _known(store, args.ids)
     if args.json:
         _json_lines([finding_record(s) for s in found])
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     output = _output()
     for stored in found:
         print_finding(output, stored)
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _ack(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
@@ -171,7 +170,7 @@ def _ack(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
         _known(store, args.ids)
     done = store.ack(None if args.all else args.ids, args.note, _workspace(args.workspace) if args.all else None)
     ui.info(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (they were already reviewed)"))
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _ask(prompt: str) -> str | None:
@@ -188,7 +187,7 @@ def _walk(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
     found = _unreviewed(store, workspace)
     if not found:
         ui.info("no unreviewed findings")
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError(f"ack without ids walks the {len(found)} unreviewed finding(s) on a terminal, and this is "
                          "not one", hint=instead(found, workspace))
@@ -199,7 +198,7 @@ def _walk(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
     ui.info(f"acknowledged {tally.acknowledged}, restored {tally.restored}, skipped {tally.skipped}"
             + (f"; {len(tally.left)} not shown yet: dejima-audit ack again to go on" if tally.left else "")
             + ("" if left else "; nothing left to review"))
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _restore(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
@@ -216,9 +215,9 @@ def _restore(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
         same_path = [s.id for s in store.findings(stored.workspace) if (s.root, s.finding.path) == where]
         store.ack(same_path or [stored.id], f"restored by dejima-audit restore: {done}")
         ui.info(safe(done))
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    return run_main(lambda ui: _body(args, ui), failure=exit_codes.FAILURE)
+    return run_main(lambda ui: _body(args, ui), failure=ExitStatus.FAILURE)

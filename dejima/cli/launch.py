@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 from dejima import __version__
 from dejima.adapters import host
-from dejima.cli import exit_codes
 from dejima.cli._run import run_main
-from dejima.errors import UsageError
+from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
 
 if TYPE_CHECKING:
@@ -117,7 +116,7 @@ def _launch(argv: list[str], ui: UI) -> int:
     # A start allocates much (plans, the audit's snapshot) and leaves almost no cycles: the
     # collector would spend ~50 ms walking live objects during it. It is off for the start (back
     # on after GC_PAUSE_SECONDS, for a long session).
-    from dejima.adapters.forked import pause_gc
+    from dejima.adapters.fork_workers import pause_gc
 
     resume = pause_gc()
     timer = threading.Timer(GC_PAUSE_SECONDS, resume)
@@ -145,7 +144,7 @@ def _start(argv: list[str], ui: UI) -> int:
         return _session(args, command, ui, prestarted)
     finally:
         if prestarted is not None:
-            from dejima.adapters.violations import clear_run_dir  # imported by the prestart already
+            from dejima.adapters.session_dirs import clear_run_dir  # imported by the prestart already
 
             prestarted.discard()  # unless the session adopted it
             clear_run_dir(prestarted.session_id)  # a session that never started leaves no socket either
@@ -153,23 +152,23 @@ def _start(argv: list[str], ui: UI) -> int:
 
 def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
              prestarted: Prestarted | None) -> int:
-    from dejima.orchestration import app
+    from dejima.orchestration import start_request
 
     upstream, allow, allow_special = _checked_flags(args)
     settings = host.load_settings()
-    workspace = app.validate_workspace(args.path)
-    selection = app.Selection(args.harness, args.backend, tuple(args.workflow), tuple(args.forge))
-    resolved = app.resolve_manifests(workspace, selection, ui)
+    workspace = start_request.validate_workspace(args.path)
+    selection = start_request.Selection(args.harness, args.backend, tuple(args.workflow), tuple(args.forge))
+    resolved = start_request.resolve_manifests(workspace, selection, ui)
     from dejima.adapters.runtime import connect  # a render does not reach the engine
 
-    session_options = app.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
+    session_options = start_request.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
     if args.render:
         from dejima.orchestration import start
         from dejima.ui.views import format_plan, format_steps
 
         planned, outline = start.render_start(workspace, command, resolved, settings, session_options, ui)
         print(format_plan(planned) + "\n\n" + format_steps(outline))
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from dejima.orchestration import start
 
     prepared = start.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options,
@@ -195,5 +194,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dejima.cli.manage import COMMANDS
 
         name = args.pop(0)
-        return run_main(lambda ui: COMMANDS[name](args, ui), failure=exit_codes.FAILURE)
+        return run_main(lambda ui: COMMANDS[name](args, ui), failure=ExitStatus.FAILURE)
     return run_main(lambda ui: _launch(args, ui))

@@ -9,10 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from dejima.adapters import host
-from dejima.cli import exit_codes
 from dejima.cli.jsonout import print_json_lines
-from dejima.errors import UsageError
-from dejima.orchestration import app
+from dejima.errors import ExitStatus, UsageError
+from dejima.orchestration import manage_sessions
 from dejima.ui.console import UI
 from dejima.ui.text import escaped, plain
 
@@ -25,13 +24,13 @@ def _sessions(argv: list[str], ui: UI) -> int:
     args = parser.parse_args(argv)
     from dejima.adapters.runtime import connect
 
-    sessions = app.list_sessions(connect(), host.scope())
+    sessions = manage_sessions.list_sessions(connect(), host.scope())
     if args.json:
         print_json_lines(s.to_json() for s in sessions)
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     if not sessions:
         ui.info("no sessions")
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from rich.table import Table
 
     table = Table("session", "status", "workspace", "launcher pid", "containers")
@@ -39,7 +38,7 @@ def _sessions(argv: list[str], ui: UI) -> int:
         table.add_row(plain(s.session_id), plain(s.status), plain(s.workspace), plain(s.launcher_pid),
                       plain(", ".join(s.containers)))
     ui.console.print(table)
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _stop(argv: list[str], ui: UI) -> int:
@@ -48,9 +47,9 @@ def _stop(argv: list[str], ui: UI) -> int:
     args = parser.parse_args(argv)
     from dejima.adapters.runtime import connect
 
-    app.stop_session(connect(), host.scope(), args.session)
+    manage_sessions.stop_session(connect(), host.scope(), args.session)
     ui.info(f"stopped session {args.session}")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _clean(argv: list[str], ui: UI) -> int:
@@ -63,10 +62,10 @@ def _clean(argv: list[str], ui: UI) -> int:
     args = parser.parse_args(argv)
     from dejima.adapters.runtime import connect
 
-    removed = app.clean(connect(), host.scope(), ui, everything=args.all)
+    removed = manage_sessions.clean(connect(), host.scope(), ui, everything=args.all)
     if not removed:
         ui.info("nothing to clean")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _doctor(argv: list[str], ui: UI) -> int:
@@ -91,7 +90,7 @@ def _doctor(argv: list[str], ui: UI) -> int:
         for c in checks:
             table.add_row(plain(c.name), plain("ok", "green") if c.ok else plain("FAIL", "red"), plain(c.detail))
         ui.console.print(table)
-    return exit_codes.SUCCESS if checks and all(c.ok for c in checks) else exit_codes.FAILURE
+    return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE
 
 
 def _images(argv: list[str], ui: UI) -> int:
@@ -131,7 +130,7 @@ def _images(argv: list[str], ui: UI) -> int:
                 table.add_row(plain(tag), plain(role), plain(image["Id"][7:19]),
                               plain(f"{image.get('Size', 0) / 1e6:.0f} MB"))
         ui.console.print(table)
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _settings(argv: list[str], ui: UI) -> int:
@@ -151,7 +150,7 @@ def _settings(argv: list[str], ui: UI) -> int:
         settings = host.load_settings(path)
         ui.info(f"settings file: {path}{'' if path.exists() else ' (absent: defaults)'}")
         print(json.dumps(asdict(settings), indent=2))
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _violations(argv: list[str], ui: UI) -> int:
@@ -163,17 +162,17 @@ def _violations(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", nargs="?")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters import violations
+    from dejima.adapters import session_dirs
 
     if args.session is None:
-        names = violations.known_sessions()
+        names = session_dirs.known_sessions()
         if args.json:
             print_json_lines({"session": name} for name in names)
         else:
             for name in names:
                 print(escaped(name))
-        return exit_codes.SUCCESS
-    records = violations.read(args.session)
+        return ExitStatus.SUCCESS
+    records = session_dirs.read(args.session)
     return _show_records(records, ui, args.json, f"no violations recorded for session {args.session}",
                          ("time", "kind", "destination", "reason"),
                          lambda r: (_clock(r.get("time")), r.get("kind", "?"), _destination(r),
@@ -189,7 +188,7 @@ def _ledger(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", help="session id, as the exit summary or `dejima violations` names it")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters.violations import ledger_path
+    from dejima.adapters.session_dirs import ledger_path
     from dejima.proxy.records import read_records
 
     path = ledger_path(args.session)
@@ -208,17 +207,17 @@ def _show_records(records: list[dict[str, Any]], ui: UI, as_json: bool, empty: s
     """A session's records as JSON lines, or a table whose every cell is session data (escaped)."""
     if as_json:
         print_json_lines(records)
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     if not records:
         ui.info(empty)
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from rich.table import Table
 
     table = Table(*columns)
     for record in records:
         table.add_row(*(plain(cell) for cell in cells(record)))
     ui.console.print(table)
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _aggregate(record: dict[str, Any]) -> str:
@@ -262,13 +261,13 @@ def _manifests(argv: list[str], ui: UI) -> int:
     parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters.catalog import load_catalog
+    from dejima.adapters.manifest_files import load_catalog
 
     if args.action == "reference":
         from dejima.core.manifest import render_manifest_reference
 
         print(render_manifest_reference(), end="")
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     catalog = load_catalog()
     if args.action == "show":
         return _show_manifest(catalog, args.ref, args.json)
@@ -283,7 +282,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
     rows.sort(key=lambda row: (str(row["kind"]), str(row["name"])))
     if args.json:
         print_json_lines(rows)
-        return exit_codes.SUCCESS
+        return ExitStatus.SUCCESS
     from rich.table import Table
 
     table = Table("manifest", "description", "from")
@@ -296,7 +295,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
     if catalog.broken:
         ui.warn(f"{len(catalog.broken)} broken manifest(s): sessions that need one stop with its error, others go "
                 "on without it; `dejima manifests check` says what to fix")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _show_manifest(catalog: Any, ref: str | None, as_json: bool) -> int:
@@ -316,7 +315,7 @@ def _show_manifest(catalog: Any, ref: str | None, as_json: bool) -> int:
         for key, value in data.items():
             if value not in ((), {}, None, ""):
                 print(f"{key:>16}: {escaped(value, limit=None)}")
-    return exit_codes.SUCCESS
+    return ExitStatus.SUCCESS
 
 
 def _check_manifests(catalog: Any, ui: UI, as_json: bool) -> int:
@@ -330,7 +329,7 @@ def _check_manifests(catalog: Any, ui: UI, as_json: bool) -> int:
             ui.error(b.error)
         if not broken:
             ui.info(f"{len(catalog.manifests)} manifests, none broken")
-    return exit_codes.USAGE if broken else exit_codes.SUCCESS
+    return ExitStatus.USAGE if broken else ExitStatus.SUCCESS
 
 
 COMMANDS = {

@@ -15,13 +15,13 @@ MAX_SECONDS = 30 * 24 * 3600
 
 @dataclass(frozen=True, slots=True)
 class Denial:
-    """A name the session was refused, as the filter lists it."""
+    """A name the session was refused, as the filter's resolver keeps it and its control socket lists it."""
 
     name: str
     count: int
-    last: float
+    last: float  # wall-clock time of the latest refusal
     reason: str
-    grantable: bool
+    grantable: bool  # False when the deny list refused it: no grant can lift that
 
 
 def grant_message(entries: list[str], seconds: int | None, reason: str) -> dict[str, object]:
@@ -37,8 +37,3 @@ def revoke_message(entries: list[str], reason: str) -> dict[str, object]:
 
 def list_message() -> dict[str, object]:
     return {"v": PROTOCOL, "op": "list"}
-
-
-def denial_entry(denial: Denial) -> str:
-    """What granting a listed denial grants: the refused name itself, every port."""
-    return denial.name

@@ -11,7 +11,6 @@ SESSION = "dejima.session"  # session id
 ROLE = "dejima.role"  # "filter" or "session" (containers), "filter"/"session"/"base" (images)
 WORKSPACE = "dejima.workspace"  # absolute host path of the workspace
 LAUNCHER = "dejima.launcher"  # "<boot id>:<pid>:<start time>" of the launching process
-PLAN_HASH = "dejima.plan-hash"  # hash of the plan the session was started from
 RECIPE_HASH = "dejima.recipe-hash"  # content hash of an image's inputs
 
 ROLE_FILTER = "filter"

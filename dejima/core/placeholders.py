@@ -153,8 +153,3 @@ class SecretScanner:
         raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
         match = self._pattern.search(raw)
         return self._by_value[match.group(0).lower()] if match else None
-
-
-def find_secret_use(scanner: SecretScanner, data: bytes | str) -> Marker | None:
-    """Which placeholder or decoy ``data`` carries (for the proxy, and the resolver's DNS names)."""
-    return scanner.find(data)

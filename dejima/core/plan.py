@@ -1,7 +1,7 @@
 """The session plan: every container dejima will create, as values, before anything starts.
 
-``build_session_plan`` is pure. The plan is what the launcher executes, what ``--render``
-prints, and what the ``dejima.plan-hash`` label records.
+``build_session_plan`` is pure. The plan is what the launcher executes and what ``--render``
+prints (with its hash).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from dejima.core.ruleset import (
     render_ruleset,
 )
 from dejima.core.settings import LimitSettings, Settings
-from dejima.core.special import Unlocked, check_special, special_places
-from dejima.errors import UsageError
+from dejima.core.special_entries import Unlocked, check_special, special_places
+from dejima.errors import ExitStatus, UsageError
 
 SESSION_HOME = "/home/dejima"
 RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:0\n"  # the filter's resolver, in the shared namespace
@@ -49,13 +49,13 @@ TLS_SOCKET, TLS_PORT = "tls.sock", 443  # the TLS fallback: intercepted names re
 # command waits on a FIFO (in a host directory mounted read-only) until the launcher, having seen
 # the filter's verified ready line, writes the word. End of file (the launcher went away) or any
 # other word: the command never runs. dash reads no startup file for `sh -c`.
-GATE_NOT_RELEASED = 125  # the gate's status when the launcher did not release it
+GATE_NOT_RELEASED = ExitStatus.DEJIMA_FAILED  # the gate's status when the launcher did not release it
 GATE_SCRIPT = (  # its messages look like the launcher's own (ui/console.py render_error)
     f'read -r word < "$1" && [ "$word" = {GATE_WORD} ] || {{ echo "dejima: error [session-not-released]: the launcher '
     f'went away before the filter was verified; nothing ran" >&2; exit {GATE_NOT_RELEASED}; }}; shift; '
     'command -v -- "$1" >/dev/null 2>&1 || { echo "dejima: error [command-not-found]: the command $1 was not found in '
     'the session image" >&2; echo "  hint: check its name; the session image has bash, coreutils, git, curl and '
-    'python3" >&2; exit 127; }; exec "$@"'
+    f'python3" >&2; exit {ExitStatus.COMMAND_NOT_FOUND}; }}; exec "$@"'
 )
 GATE_ENTRYPOINT = ("/bin/sh", "-c", GATE_SCRIPT, "dejima-gate", f"{GATE_DIR}/{GATE_FIFO}")
 

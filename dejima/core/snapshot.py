@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 _MAGIC = b"dejima-snapshot 1\n"
 
 
-class Entry(NamedTuple):
+class SnapshotEntry(NamedTuple):
     """A NamedTuple, not a dataclass: a snapshot holds one per file, and building them is the
     audit's hot path."""
 
@@ -44,10 +44,6 @@ class Entry(NamedTuple):
     caps: bool | None = None  # regular files: carries security.capability (None: not checked)
 
     @property
-    def executable(self) -> bool:
-        return self.kind == "file" and bool(self.mode & 0o111)
-
-    @property
     def privileged_bits(self) -> int:
         return self.mode & (stat.S_ISUID | stat.S_ISGID)
 
@@ -56,16 +52,16 @@ class Entry(NamedTuple):
 class Change:
     path: str
     what: str  # added, removed, modified, mode, type, link-target, owner, nlink
-    before: Entry | None
-    after: Entry | None
+    before: SnapshotEntry | None
+    after: SnapshotEntry | None
 
 
-Snapshot = dict[str, Entry]
+Snapshot = dict[str, SnapshotEntry]
 Listing = tuple[str, list[str]]  # a directory (relative path, "" for the root) and the names it holds
 Children = dict[str, list[str]]  # a directory ("" for the root) -> the paths of its children
 
 
-def _content_changed(old: Entry, new: Entry) -> bool:
+def _content_changed(old: SnapshotEntry, new: SnapshotEntry) -> bool:
     if old.sha256 is not None and new.sha256 is not None:
         return old.sha256 != new.sha256
     # Not hashed at the start: the (size, ctime, inode) tuple decides; ctime cannot be set back.
@@ -87,7 +83,7 @@ def _candidates(before: Snapshot, after: Snapshot) -> list[str]:
     return paths
 
 
-def _changes(path: str, old: Entry, new: Entry) -> list[Change]:
+def _changes(path: str, old: SnapshotEntry, new: SnapshotEntry) -> list[Change]:
     if old.kind != new.kind:
         return [Change(path, "type", old, new)]
     found = []
@@ -218,7 +214,7 @@ def apply_delta(base: Snapshot, change: Delta) -> Snapshot:
     rows, removed = change
     for path in removed:
         base.pop(path, None)
-    base.update(zip(map(itemgetter(0), rows), map(Entry._make, rows), strict=True))
+    base.update(zip(map(itemgetter(0), rows), map(SnapshotEntry._make, rows), strict=True))
     return base
 
 
@@ -252,6 +248,6 @@ def decode(data: bytes) -> Snapshot:
     try:
         if not isinstance(rows, list):
             raise TypeError(f"a {type(rows).__name__}, not a list of entries")
-        return dict(zip(map(itemgetter(0), rows), map(Entry._make, rows), strict=True))
+        return dict(zip(map(itemgetter(0), rows), map(SnapshotEntry._make, rows), strict=True))
     except (EOFError, TypeError, ValueError, IndexError) as exc:
         raise ValueError(f"cannot be decoded: {exc}") from exc

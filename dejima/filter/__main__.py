@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
+from dejima.errors import ExitStatus
 from dejima.filter import FAILED, READY
 from dejima.filter.nft import NftError, SetWriter, apply_ruleset, read_listing, read_table, verify_listing, verify_table
 
@@ -33,7 +34,7 @@ PRUNE_SECONDS = 5.0
 
 def _fail(message: str) -> NoReturn:
     print(f"{FAILED} {message}", flush=True)
-    sys.exit(3)
+    sys.exit(ExitStatus.FILTER_NOT_READY)
 
 
 def _check_namespace() -> None:
@@ -50,11 +51,11 @@ def _check_namespace() -> None:
 async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     """The resolver, its nflog reader and (when configured) the control channel; returns the reader."""
     from dejima.core.egress import parse_policy
+    from dejima.filter.dns_upstream import Forwarder
     from dejima.filter.dnsserver import self_check, start_servers
     from dejima.filter.nflog import NflogReader
     from dejima.filter.resolver import PolicyResolver
     from dejima.filter.setbatch import BatchedSets
-    from dejima.filter.upstream import Forwarder
     from dejima.filter.violations import ViolationLog
 
     policy_config = config["policy"]
@@ -112,7 +113,7 @@ async def _serve(config: dict[str, Any], digest: str) -> None:
         if reader is not None:
             reader.drain()  # the last records reach stdout before we go
         sys.stdout.flush()
-        os._exit(0)  # told to stop: queries still in flight have no one left to answer
+        os._exit(ExitStatus.SUCCESS)  # told to stop: queries still in flight have no one left to answer
 
 
 def _read_config() -> str:
@@ -164,7 +165,7 @@ def main() -> None:
         if not _STATE["ready"]:
             _fail(f"{type(exc).__name__}: {_describe(exc)}")
         print(f"{FAILED} the filter stopped: {type(exc).__name__}: {_describe(exc)}", flush=True)
-        os._exit(4)  # fail closed: the session's processes die with us
+        os._exit(ExitStatus.FILTER_STOPPED)  # fail closed: the session's processes die with us
 
 
 _STATE = {"ready": False}

@@ -1,6 +1,6 @@
 """Upstream answers read from bytes, and the chain of records that answers a question.
 
-``parse`` reads a reply the upstream socket already matched to our question (upstream.py) into
+``parse`` reads a reply the upstream socket already matched to our question (dns_upstream.py) into
 small tuples: each record's owner (a checked name), type, TTL and rdata with every name in it
 written out uncompressed, so a record can be written back anywhere. Records the resolver never
 passes on are not kept: in the answer section only CNAMEs and the asked type, in the authority
@@ -16,8 +16,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from dejima.filter.dns_wire import CLASS_IN, HEADER, BadName, Question, encode_labels, encode_name, ldh_name, read_name
 from dejima.filter.query import Malformed, checked_name
-from dejima.filter.wire import CLASS_IN, HEADER, BadName, Question, encode_labels, encode_name, ldh_name, read_name
 
 TYPE_A, TYPE_NS, TYPE_CNAME, TYPE_SOA, TYPE_PTR, TYPE_MX, TYPE_SRV, TYPE_AAAA = 1, 2, 5, 6, 12, 15, 33, 28
 # Where the one name inside the rdata of these types starts (RFC 1035 lets it be compressed; SRV
@@ -27,7 +27,7 @@ RECORD = struct.Struct("!HHIH")  # type, class, TTL, rdata length
 MAX_CHAIN = 12  # CNAME hops followed inside one answer
 
 
-class UpstreamError(Exception):
+class DnsUpstreamError(Exception):
     """No upstream gave a usable answer (timeouts, refusals, mismatched replies)."""
 
 

@@ -1,5 +1,5 @@
 """The resolver's sockets toward the session, on one asyncio loop: UDP and TCP on 127.0.0.1:53.
-(Its sockets toward the upstream resolvers are upstream.py's.)
+(Its sockets toward the upstream resolvers are dns_upstream.py's.)
 
 A plain repeated question is answered straight from the resolver's checked answers
 (PolicyResolver.quick) as its datagram is read; everything else gets a task.

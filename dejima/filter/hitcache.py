@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dejima.filter.answer import TYPE_A, Answer, Rec, encode, parse
-from dejima.filter.wire import HEADER, Question, Request, question_section, reply
+from dejima.filter.dns_wire import HEADER, Question, Request, question_section, reply
 
 
 @dataclass(frozen=True, slots=True)

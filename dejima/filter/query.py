@@ -6,9 +6,9 @@ check while the upstream sees a different name. A query is accepted only when it
 question: opcode QUERY, exactly one question, class IN, a type from ``ORDINARY_TYPES``, and a
 name whose every label is letters, digits and hyphens. The upstream then gets a query the
 resolver builds itself from that question (fresh id, no client options), and an upstream reply
-counts only when it answers exactly that question (upstream.py).
+counts only when it answers exactly that question (dns_upstream.py).
 
-The plainest queries are read from bytes (wire.plain_request); the rest are read here with
+The plainest queries are read from bytes (dns_wire.plain_request); the rest are read here with
 dnslib, which also names what is wrong with a query that is refused.
 """
 
@@ -19,7 +19,7 @@ import struct
 
 from dnslib import CLASS, OPCODE, QTYPE, DNSBuffer, DNSRecord
 
-from dejima.filter.wire import (
+from dejima.filter.dns_wire import (
     LABEL,
     OPT,
     Question,

@@ -1,5 +1,5 @@
 """The filter's resolver: the only DNS the session can use. This module decides; dnsserver.py
-(toward the session) and upstream.py (toward the upstreams) do the sockets.
+(toward the session) and dns_upstream.py (toward the upstreams) do the sockets.
 
 A query that is not an ordinary question (query.py) or asks for a name that is not allowed is
 answered at once and never leaves the filter (no DNS tunnelling through it). An allowed name is
@@ -21,8 +21,8 @@ Answers are cached for their TTL and checked against the policy again on every h
 answer can never outlive a change of policy; the name is checked again when the upstream's answer
 arrives and after its insert, so a grant revoked meanwhile refuses the answer. Refusals carry an
 Extended DNS Error (RFC 8914) with the reason when the client speaks EDNS. Packets are read and
-written as bytes (wire.py, answer.py, hitcache.py); dnslib reads only the queries too unusual for
-wire.plain_request (query.py).
+written as bytes (dns_wire.py, answer.py, hitcache.py); dnslib reads only the queries too unusual for
+dns_wire.plain_request (query.py).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
-from dejima.filter import answer, hitcache, query, wire
-from dejima.filter.answer import TYPE_A, TYPE_AAAA, TYPE_SOA, Answer, Rec, UpstreamError
+from dejima.core.grants import Denial
+from dejima.filter import answer, dns_wire, hitcache, query
+from dejima.filter.answer import TYPE_A, TYPE_AAAA, TYPE_SOA, Answer, DnsUpstreamError, Rec
+from dejima.filter.dns_wire import FORMERR, NOERROR, REFUSED, SERVFAIL, Question, Request
 from dejima.filter.query import Malformed
-from dejima.filter.wire import FORMERR, NOERROR, REFUSED, SERVFAIL, Question, Request
 
 SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed: always refused
 EDE_BLOCKED = 15
@@ -71,15 +72,6 @@ class Sets(Protocol):
     async def add(self, addresses: list[str], ports: list[int] | None, timeout: int | None, others: int = 0) -> None:
         """Returns once the addresses are in the sets. ``others``: answers still on their way
         (the inserts of answers close together share a transaction)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Denial:
-    name: str
-    count: int
-    last: float  # wall-clock time of the latest refusal
-    reason: str
-    grantable: bool  # False when the deny list refused it: no grant can lift that
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +208,7 @@ class PolicyResolver:
             if (hit.policy is self.policy and self.hits.get(question) is hit and hit.expires > now
                     and int(now - hit.stored) == age and (not addresses or self.sets.fresh(addresses, ports, timeout))):
                 return packet[:2] + tail
-        plain = wire.plain_request(packet)
+        plain = dns_wire.plain_request(packet)
         return self._quick(packet, plain) if plain is not None else None
 
     def _quick(self, packet: bytes, plain: tuple[Request, Question]) -> bytes | None:
@@ -244,7 +236,7 @@ class PolicyResolver:
         the UDP limit; a larger reply is sent truncated so the client retries over TCP."""
         found = query.read(packet)
         if found is None:
-            return wire.formerr(packet)
+            return dns_wire.formerr(packet)
         request, question = found
         if isinstance(question, Malformed):
             name = query.printable(packet)
@@ -253,7 +245,7 @@ class PolicyResolver:
             return self._refuse(request, f"malformed query: {question}", EDE_PROHIBITED, FORMERR)
         data = await self._answer(request, question)
         limit = max_size if max_size is not None else request.limit
-        return data if len(data) <= limit else wire.truncated(request)
+        return data if len(data) <= limit else dns_wire.truncated(request)
 
     async def _answer(self, request: Request, question: Question) -> bytes:
         if self.canaries:
@@ -272,7 +264,7 @@ class PolicyResolver:
         if question.name in self.intercepted:
             return _intercepted(request, question)
         if question.qtype == TYPE_AAAA:
-            return wire.reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
+            return dns_wire.reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
         hit = self.hits.get(question)
         if hit is not None and hit.policy is self.policy and hit.expires > self.clock():  # checked under this policy
             age = int(self.clock() - hit.stored)
@@ -284,10 +276,10 @@ class PolicyResolver:
         if cached is None:
             try:
                 cached = await self._fetch(question)
-            except UpstreamError as exc:
+            except DnsUpstreamError as exc:
                 self._report({"kind": "dns-upstream", "domain": question.name, "qtype": question.type_name,
                               "reason": str(exc)})
-                return wire.reply(request, SERVFAIL)
+                return dns_wire.reply(request, SERVFAIL)
         return await self._filtered(request, question, cached)
 
     def _cached(self, question: Question) -> Cached | None:
@@ -401,16 +393,16 @@ class PolicyResolver:
         return kept, refused, answers
 
     def _refuse(self, request: Request, reason: str, code: int, rcode: int = REFUSED) -> bytes:
-        return wire.reply(request, rcode, ede=(code, reason))
+        return dns_wire.reply(request, rcode, ede=(code, reason))
 
 
 def _intercepted(request: Request, question: Question) -> bytes:
     """127.0.0.1 for an A question (the filter's TLS relay to the proxy), nothing for any other type."""
     if question.qtype != TYPE_A:
-        return wire.reply(request)
+        return dns_wire.reply(request)
     body, _ = answer.encode([Rec(question.name, TYPE_A, INTERCEPT_TTL, INTERCEPT_ADDRESS)], question.name,
                             INTERCEPT_TTL)
-    return wire.reply(request, counts=(1, 0, 0), body=body)
+    return dns_wire.reply(request, counts=(1, 0, 0), body=body)
 
 
 def _bounded(entries: dict[K, V], cap: int) -> dict[K, V]:

@@ -17,8 +17,7 @@ from dejima.adapters.audit_start import Mount as Mount  # the audit's callers na
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
 from dejima.adapters.findings import FileState, FindingStore
-from dejima.adapters.forked import gc_paused
-from dejima.adapters.kept import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
+from dejima.adapters.fork_workers import gc_paused
 from dejima.adapters.mount_state import (
     State,
     decode_state,
@@ -26,6 +25,8 @@ from dejima.adapters.mount_state import (
     load_snapshot,
     save_snapshot,
 )
+from dejima.adapters.session_dirs import sessions_dir
+from dejima.adapters.start_contents import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
 from dejima.adapters.tree_walk import (
     WALK_ATTEMPTS,
     InconsistentWalk,
@@ -34,12 +35,11 @@ from dejima.adapters.tree_walk import (
     complete_start,
     walk_changes,
 )
-from dejima.adapters.violations import sessions_dir
 from dejima.core.audit import SEVERITIES, Finding
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.model import finding, rank
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
-from dejima.orchestration.report import SessionReporter
+from dejima.orchestration.session_reporter import SessionReporter
 
 _STATE_VERSION = 2
 

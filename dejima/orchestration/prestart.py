@@ -26,7 +26,7 @@ from typing import Any
 from dejima.adapters import host
 from dejima.adapters.engine import Engine
 from dejima.adapters.fifo import make_run_dir
-from dejima.adapters.violations import new_session_id, run_dir
+from dejima.adapters.session_dirs import new_session_id, run_dir
 from dejima.core.paths import FILTER_RUN_DIR, IMAGE_REPOSITORY
 from dejima.errors import DiagnosticError
 from dejima.orchestration.background import Background

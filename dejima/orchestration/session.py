@@ -33,11 +33,11 @@ from typing import Any
 from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.host import Launcher, launcher_alive
 from dejima.adapters.runtime import Runtime, create_body
-from dejima.adapters.violations import clear_run_dir
+from dejima.adapters.session_dirs import clear_run_dir
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.core.report import Reporter
-from dejima.errors import EngineError, FilterError
+from dejima.errors import EngineError, ExitStatus, FilterError
 from dejima.filter import FAILED, READY, VIOLATION
 from dejima.orchestration.background import Background
 from dejima.orchestration.prestart import Prestarted
@@ -230,7 +230,7 @@ def _forward(runtime: Runtime, container: str, signum: int, stop_timeout: float)
             runtime.wait(container, timeout=stop_timeout)
         except Exception:  # noqa: BLE001 - it did not exit in time; teardown removes it
             pass
-    return 128 + signum
+    return ExitStatus.signalled(signum)
 
 
 def teardown(runtime: Runtime, containers: list[str],
@@ -339,7 +339,7 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
             check_filter_alive(runtime, filter_id)
             return status
         except Interrupted as interrupted:
-            return 128 + interrupted.signum
+            return ExitStatus.signalled(interrupted.signum)
         finally:
             steps, after = {}, {}
             if created and on_filter_output is not None:  # created[0]: the filter, once it exists

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dejima.adapters import host
-from dejima.adapters.violations import (
+from dejima.adapters.session_dirs import (
     ViolationStore,
     clear_run_dir,
     ledger_path,
@@ -43,9 +43,10 @@ from dejima.core.plan import (
 )
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
-from dejima.errors import EngineError, SessionError
-from dejima.orchestration.app import Options, network_facts, record_stale_violations, session_request
-from dejima.orchestration.report import SessionReporter
+from dejima.errors import EngineError, ExitStatus, SessionError
+from dejima.orchestration.manage_sessions import record_stale_violations
+from dejima.orchestration.session_reporter import SessionReporter
+from dejima.orchestration.start_request import Options, network_facts, session_request
 from dejima.orchestration.steps import Step, apply
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
@@ -376,7 +377,7 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
                 "until the filter is verified",
                 hint="a session image needs a POSIX shell at /bin/sh",
                 reference="command-not-found",
-                exit_code=127,
+                exit_code=ExitStatus.COMMAND_NOT_FOUND,
             ) from exc
         raise
     finally:

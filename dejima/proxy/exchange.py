@@ -25,9 +25,9 @@ from dejima.core.httpwire import (
     serialize_response,
     wants_keep_alive,
 )
+from dejima.proxy.http_streams import BodyCut, pipe, plain_response, relay_body
 from dejima.proxy.services import ProxyServices
-from dejima.proxy.upstream import Connection, UpstreamError
-from dejima.proxy.wire import BodyCut, pipe, plain_response, relay_body
+from dejima.proxy.upstream import UpstreamConnection, UpstreamError
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,7 @@ class Exchange:
         self.writer.write(plain_response(400, "Bad Request", error, close=True))
         return Outcome(400, keep_alive=False, error=error)
 
-    async def _send(self, conn: Connection, body: bytes | None,
+    async def _send(self, conn: UpstreamConnection, body: bytes | None,
                     send: BodySender | None) -> tuple[int, str] | Withheld:
         """(bytes sent, "" or what went wrong); a Withheld when ``send`` decided against the request."""
         try:
@@ -122,14 +122,14 @@ class Exchange:
         except (BodyCut, HttpError, ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             return 0, f"request body not fully sent: {exc or type(exc).__name__}"
 
-    async def _head_or_error(self, conn: Connection) -> ResponseHead | UpstreamError | _Stale:
+    async def _head_or_error(self, conn: UpstreamConnection) -> ResponseHead | UpstreamError | _Stale:
         """A TaskGroup child never raises (a raising child would cancel the answer to the client)."""
         try:
             return await self._response_head(conn)
         except (UpstreamError, _Stale) as exc:
             return exc
 
-    async def _response_head(self, conn: Connection) -> ResponseHead:
+    async def _response_head(self, conn: UpstreamConnection) -> ResponseHead:
         while True:
             try:
                 async with asyncio.timeout(self.server.config.response_timeout):
@@ -156,7 +156,7 @@ class Exchange:
             if response.status != 100:  # 100 Continue was answered by the proxy itself
                 self.writer.write(raw)
 
-    async def _round_trip(self, conn: Connection, request: bytes, body: bytes | None,
+    async def _round_trip(self, conn: UpstreamConnection, request: bytes, body: bytes | None,
                           send: BodySender | None) -> Outcome:
         conn.writer.write(request)
         async with asyncio.TaskGroup() as group:
@@ -191,7 +191,7 @@ class Exchange:
                 outcome = Outcome(outcome.status, 0, outcome.bytes_out, False, outcome.error)
         return outcome
 
-    async def _relay_response(self, conn: Connection, response: ResponseHead,
+    async def _relay_response(self, conn: UpstreamConnection, response: ResponseHead,
                               sender: asyncio.Task[tuple[int, str] | Withheld]) -> Outcome:
         framing = response_framing(self.head.method, response)
         http10 = self.head.version == "HTTP/1.0"
@@ -217,7 +217,7 @@ class Exchange:
             conn.close()
         return Outcome(response.status, bytes_in, sent, keep and not error, error)
 
-    async def _upgrade(self, conn: Connection, response: ResponseHead) -> Outcome:
+    async def _upgrade(self, conn: UpstreamConnection, response: ResponseHead) -> Outcome:
         headers = end_to_end(response.headers)
         headers += [(b"Connection", b"Upgrade"), (b"Upgrade", response.get(b"upgrade") or b"websocket")]
         self.writer.write(serialize_response(101, response.reason, headers))

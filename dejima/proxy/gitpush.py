@@ -40,10 +40,10 @@ from dejima.core.pushrules import (
 )
 from dejima.proxy.budget import Hold
 from dejima.proxy.exchange import Exchange, Outcome, Withheld
+from dejima.proxy.http_streams import BodyCut, BodyWriter, OverBudget, body_pieces, plain_response
 from dejima.proxy.routes import Forwarding, RouteSpec
 from dejima.proxy.services import ProxyServices
 from dejima.proxy.upstream import UpstreamError
-from dejima.proxy.wire import BodyCut, BodyWriter, OverBudget, body_pieces, plain_response
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from dejima.core.httpwire import MAX_HEAD_BYTES
 from dejima.proxy.authority import SessionAuthority
+from dejima.proxy.http_streams import close_writer
 from dejima.proxy.services import ProxyServices, Via
-from dejima.proxy.wire import close_writer
 
 HANDSHAKE_TIMEOUT = 10.0
 MAX_NAME = 253

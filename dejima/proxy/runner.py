@@ -28,7 +28,7 @@ from dejima.core.pushrules import PushPolicy
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
 from dejima.proxy.server import ProxyConfig, ProxyServer
-from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, Prepared, prepare, session_env
+from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, PreparedProxy, prepare, session_env
 
 ORIGIN = f"http://127.0.0.1:{BRIDGE_PORT}"  # the proxy, as the session reaches it through the filter
 TRUST_DIR = ".dejima/tls"  # in the session's home: the session CA and the bundle its tools trust
@@ -55,7 +55,7 @@ def required_routes(resolved: Resolved, command: tuple[str, ...] | None) -> tupl
 
 def prepare_for_session(routes: Iterable[tuple[CredentialRoute, str]], directory: Path,
                         overrides: Mapping[str, str], push: Mapping[str, PushPolicy], required: Iterable[str],
-                        extra_ca_file: str | None, decoys: bool, limits: ProxyLimits) -> Prepared:
+                        extra_ca_file: str | None, decoys: bool, limits: ProxyLimits) -> PreparedProxy:
     prepared = prepare(routes, directory, overrides, push, required, extra_ca_file=extra_ca_file)
     config = replace(prepared.config, memory_budget=limits.memory, max_connections=limits.connections)
     prepared = replace(prepared, config=config)
@@ -66,7 +66,7 @@ def prepare_for_session(routes: Iterable[tuple[CredentialRoute, str]], directory
     return prepared
 
 
-def session_environment(prepared: Prepared) -> dict[str, str]:
+def session_environment(prepared: PreparedProxy) -> dict[str, str]:
     base_urls = {name: r.base_url_env for name, r in prepared.manifest_routes.items() if r.base_url_env}
     return session_env(prepared, ORIGIN, base_urls, f"{SESSION_HOME}/{TRUST_DIR}")
 
@@ -76,7 +76,7 @@ class SessionProxy:
     """A session's credential routes, ready to serve: the config (holding the sources), what the
     session's environment gets, and the values the resolver must never see in a name."""
 
-    prepared: Prepared
+    prepared: PreparedProxy
     environment: tuple[tuple[str, str], ...]
     canaries: tuple[str, ...]
 

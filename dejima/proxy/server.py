@@ -36,11 +36,11 @@ from dejima.core.ledger import LedgerEntry, Violation, redact_target, scrub
 from dejima.core.placeholders import SecretScanner
 from dejima.proxy.budget import Budget
 from dejima.proxy.exchange import Exchange, Outcome
+from dejima.proxy.http_streams import BodyCut, Idle, close_writer, plain_response
 from dejima.proxy.records import Records
 from dejima.proxy.routes import RouteSpec
 from dejima.proxy.services import Via
 from dejima.proxy.upstream import UpstreamPool
-from dejima.proxy.wire import BodyCut, Idle, close_writer, plain_response
 
 if TYPE_CHECKING:
     from dejima.proxy.intercept import Interception

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dejima.proxy.budget import Budget
+from dejima.proxy.http_streams import Idle
 from dejima.proxy.upstream import UpstreamPool
-from dejima.proxy.wire import Idle
 
 
 class Limits(Protocol):

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dejima.adapters.violations import (  # the session's own files: `dejima violations`/`ledger` read them
+from dejima.adapters.session_dirs import (  # the session's own files: `dejima violations`/`ledger` read them
     LEDGER,
     RECORDS,
 )
@@ -35,7 +35,7 @@ from dejima.proxy.sources import CredentialError
 
 
 @dataclass(frozen=True, slots=True)
-class Prepared:
+class PreparedProxy:
     config: ProxyConfig
     manifest_routes: Mapping[str, CredentialRoute]  # by route name, as the manifests wrote them
     decoys: Decoys
@@ -55,7 +55,7 @@ CA_FILE, BUNDLE_FILE = "session-ca.pem", "ca-bundle.pem"
 
 def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, overrides: Mapping[str, str] = {},
             push: Mapping[str, PushPolicy] = {}, required: Iterable[str] = (), environ: Mapping[str, str] | None = None,
-            home: Path | None = None, extra_ca_file: str | None = None) -> Prepared:
+            home: Path | None = None, extra_ca_file: str | None = None) -> PreparedProxy:
     """Resolve every route's source on the host and make this session's placeholders and decoys.
 
     ``routes``: (manifest route, the manifest's path); ``overrides``: route name -> upstream URL
@@ -102,7 +102,7 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
     decoys = make_decoys(taken)
     config = ProxyConfig(tuple(specs), directory / LEDGER, directory / RECORDS,
                          decoys.values(), extra_ca_file, interception=_interception(manifest_routes.values()))
-    return Prepared(config, manifest_routes, decoys, tuple(skipped))
+    return PreparedProxy(config, manifest_routes, decoys, tuple(skipped))
 
 
 def _behaviour(route: Route, push: PushPolicy | None) -> RouteBehaviour:
@@ -131,7 +131,7 @@ def trust_env(trust_dir: str) -> dict[str, str]:
     return env
 
 
-def session_env(prepared: Prepared, origin: str, base_url_env: Mapping[str, str] = {},
+def session_env(prepared: PreparedProxy, origin: str, base_url_env: Mapping[str, str] = {},
                 trust_dir: str | None = None) -> dict[str, str]:
     """The session's environment for its routes: placeholders, base URLs, git rewrites, decoys.
 
@@ -166,4 +166,4 @@ def session_env(prepared: Prepared, origin: str, base_url_env: Mapping[str, str]
     return env
 
 
-__all__ = ["ROUTE_PREFIX", "Prepared", "prepare", "session_env", "trust_env"]
+__all__ = ["ROUTE_PREFIX", "PreparedProxy", "prepare", "session_env", "trust_env"]

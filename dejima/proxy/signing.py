@@ -19,10 +19,10 @@ from dejima.core.sigv4 import SIGNATURE_HEADERS, payload_sha256, sign
 from dejima.proxy.aws_source import AwsSource
 from dejima.proxy.budget import Hold
 from dejima.proxy.exchange import Exchange, Outcome
+from dejima.proxy.http_streams import BodyCut, OverBudget, read_body
 from dejima.proxy.routes import RouteSpec
 from dejima.proxy.services import ProxyServices
 from dejima.proxy.sources import SourceUnavailable
-from dejima.proxy.wire import BodyCut, OverBudget, read_body
 
 _DROPPED = SIGNATURE_HEADERS | {"content-length", "transfer-encoding"}  # signed anew, framed anew
 

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from dejima.core.credentials import Upstream
-from dejima.proxy.wire import close_writer
+from dejima.proxy.http_streams import close_writer
 
 IDLE_KEEP = 30.0  # seconds an idle upstream connection is kept
 MAX_IDLE_PER_UPSTREAM = 8
@@ -29,11 +29,11 @@ class UpstreamError(Exception):
 
 
 @dataclass(slots=True, eq=False)
-class Connection:
+class UpstreamConnection:
     upstream: Upstream
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
-    live: set[Connection]  # the pool's open connections; this one leaves it when closed
+    live: set[UpstreamConnection]  # the pool's open connections; this one leaves it when closed
     reused: bool = False
     idle_since: float = field(default_factory=time.monotonic)
 
@@ -56,10 +56,10 @@ class UpstreamPool:
     def __init__(self, extra_ca_file: str | None = None, connect_timeout: float = 10.0) -> None:
         self._tls = tls_context(extra_ca_file)
         self._connect_timeout = connect_timeout
-        self._idle: dict[Upstream, deque[Connection]] = {}
-        self._live: set[Connection] = set()
+        self._idle: dict[Upstream, deque[UpstreamConnection]] = {}
+        self._live: set[UpstreamConnection] = set()
 
-    async def acquire(self, upstream: Upstream) -> Connection:
+    async def acquire(self, upstream: Upstream) -> UpstreamConnection:
         idle = self._idle.get(upstream)
         now = time.monotonic()
         while idle:
@@ -70,7 +70,7 @@ class UpstreamPool:
             conn.close()
         return await self.connect(upstream)
 
-    async def connect(self, upstream: Upstream) -> Connection:
+    async def connect(self, upstream: Upstream) -> UpstreamConnection:
         tls = self._tls if upstream.scheme == "https" else None
         try:
             async with asyncio.timeout(self._connect_timeout):
@@ -84,11 +84,11 @@ class UpstreamPool:
                 from None
         except (OSError, ssl.SSLError) as exc:
             raise UpstreamError(502, f"could not connect to {upstream}: {exc.strerror or exc}") from None
-        conn = Connection(upstream, reader, writer, self._live)
+        conn = UpstreamConnection(upstream, reader, writer, self._live)
         self._live.add(conn)
         return conn
 
-    def release(self, conn: Connection) -> None:
+    def release(self, conn: UpstreamConnection) -> None:
         idle = self._idle.setdefault(conn.upstream, deque())
         if len(idle) >= MAX_IDLE_PER_UPSTREAM or conn.writer.is_closing():
             conn.close()

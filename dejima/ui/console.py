@@ -78,12 +78,12 @@ class UI:
             self.console.file.flush()
 
     @contextmanager
-    def step(self, title: str, log: str | None = None) -> Iterator[Step]:
+    def step(self, title: str, log: str | None = None) -> Iterator[ProgressStep]:
         """A long step (image build, bootstrap): one line, with its latest log line as progress on a
         terminal; its every line is in ``log`` (named), not on the screen."""
         import time
 
-        step = Step(self, title)
+        step = ProgressStep(self, title)
         started = time.monotonic()
         kept = f" (log: {log})" if log else ""
         if self.console.is_terminal and not self.quiet:
@@ -96,7 +96,7 @@ class UI:
         self.info(f"{title}: done in {time.monotonic() - started:.0f} s{kept if self.console.is_terminal else ''}")
 
 
-class Step:
+class ProgressStep:
     def __init__(self, ui: UI, title: str) -> None:
         self.ui = ui
         self.title = title
@@ -144,4 +144,4 @@ def plain_console(stream: IO[str], width: int = 100) -> Console:
     return Console(file=stream, width=width, color_system=None, highlight=False, soft_wrap=True)
 
 
-__all__ = ["UI", "Step", "render_error", "plain_console"]
+__all__ = ["UI", "ProgressStep", "render_error", "plain_console"]

@@ -12,8 +12,8 @@ import pytest
 
 from dejima.adapters import host
 from dejima.adapters.runtime import Runtime
-from dejima.adapters.violations import sessions_dir
-from dejima.orchestration import app, prestart, start
+from dejima.adapters.session_dirs import sessions_dir
+from dejima.orchestration import prestart, start, start_request
 from dejima.ui.console import UI
 from tests.world import User, containers_of, run_dejima
 
@@ -32,9 +32,9 @@ def start_session(runtime: Runtime, workspace: Path, prestarted: prestart.Presta
     """What `dejima -q WORKSPACE -- true` does after its prestart (cli/launch.py)."""
     ui = UI(quiet=True)
     try:
-        resolved = app.resolve_manifests(workspace, app.Selection(), ui)
+        resolved = start_request.resolve_manifests(workspace, start_request.Selection(), ui)
         prepared = start.prepare_session(workspace, ("true",), resolved, host.load_settings(), runtime, ui,
-                                         app.Options(), prestarted)
+                                         start_request.Options(), prestarted)
         return start.run_session(prepared, ui)
     finally:
         if prestarted is not None:

@@ -14,7 +14,7 @@ import pytest
 from dejima.adapters import host
 from dejima.adapters.runtime import Runtime
 from dejima.core.plan import SessionPlan
-from dejima.orchestration import app, start
+from dejima.orchestration import start, start_request
 from dejima.ui.console import UI
 from dejima.ui.views import format_plan
 
@@ -45,8 +45,8 @@ def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object
                                                 launcher_home: Path) -> None:
     ui = UI(quiet=True)
     settings = host.load_settings()
-    resolved = app.resolve_manifests(workspace, app.Selection(forges=("github",)), ui)
-    options = app.Options()
+    resolved = start_request.resolve_manifests(workspace, start_request.Selection(forges=("github",)), ui)
+    options = start_request.Options()
     before = files_under(launcher_home)
     rendered = start.render_plan(workspace, None, resolved, settings, options, ui)
     assert files_under(launcher_home) == before  # a render makes no directory, record or FIFO

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from dejima.adapters.forked import gc_paused, pause_gc
+from dejima.adapters.fork_workers import gc_paused, pause_gc
 
 
 def test_a_pause_ending_on_another_thread_leaves_the_inner_one_in_force() -> None:

@@ -133,7 +133,7 @@ def test_what_the_host_added_removed_and_replaced_is_seen(root: Path) -> None:
     tick()
     state = starts_alike(root)
     assert "src/m3/p0/f0.py" not in state.snapshot and state.snapshot["src/m3/p1"].kind == "file"
-    assert state.snapshot["src/m2/p2/f1.py"].executable and state.snapshot["src/link"].target == "m2/new.py"
+    assert state.snapshot["src/m2/p2/f1.py"].mode & 0o111 and state.snapshot["src/link"].target == "m2/new.py"
     assert ".vscode/tasks.json" in state.kept
     session(root, "s2")  # and the state kept after that start is as good
     starts_alike(root)
@@ -179,7 +179,7 @@ def test_a_moved_or_replaced_workspace_is_walked_in_full(root: Path) -> None:
 
 def test_the_state_is_private_and_a_damaged_or_missing_one_means_a_full_walk(root: Path) -> None:
     session(root, "s1")
-    directory = mount_state.mounts_dir() / mount_state.identity("workspace", root).key
+    directory = mount_state.mounts_dir() / mount_state.mount_identity("workspace", root).key
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in directory.iterdir())
     write(root, "src/m2/new.py", "new\n")
@@ -206,7 +206,7 @@ def test_a_crashed_launchers_incremental_start_is_audited_from_disk(root: Path) 
 def test_a_large_delta_is_folded_into_a_new_base(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mount_state, "COMPACT_MIN", 5)
     session(root, "s1")
-    directory = mount_state.mounts_dir() / mount_state.identity("workspace", root).key
+    directory = mount_state.mounts_dir() / mount_state.mount_identity("workspace", root).key
     first = {p.name for p in directory.glob("base-*")}
     def rewrite(r: Path) -> None:
         for n in range(6):
@@ -233,7 +233,7 @@ def test_a_deferred_start_is_loaded_from_its_own_link_and_equals_a_full_walk(roo
     session(root, "s1", lambda r: write(r, "src/m3/p2/f0.py", "changed\n"))
     write(root, ".vscode/tasks.json", '{"tasks": []}\n')  # the host, between sessions
     tick()
-    directory = mount_state.mounts_dir() / mount_state.identity("workspace", root).key
+    directory = mount_state.mounts_dir() / mount_state.mount_identity("workspace", root).key
     states = exit_audit.start("s2", [Mount("workspace", root)])
     for base in directory.glob("base-*"):  # another session's end replaced the mount's base meanwhile
         base.unlink()
@@ -264,7 +264,7 @@ def test_kept_bytes_are_never_read_through_a_directory_replaced_by_a_link(root: 
 
 def test_the_state_of_a_mount_unused_for_a_month_is_dropped(root: Path, tmp_path: Path) -> None:
     session(root, "s1")
-    old = mount_state.mounts_dir() / mount_state.identity("workspace", root).key
+    old = mount_state.mounts_dir() / mount_state.mount_identity("workspace", root).key
     month_ago = time.time() - mount_state.STALE_SECONDS - 60
     os.utime(old / "state", (month_ago, month_ago))
     other = tmp_path / "other"

@@ -7,7 +7,7 @@ from pathlib import Path
 REPO = Path(__file__).parents[2]
 
 CHECK = """
-import dejima, dejima.adapters.packaged as p, dejima.adapters.catalog as m
+import dejima, dejima.adapters.packaged as p, dejima.adapters.manifest_files as m
 assert dejima.__file__.startswith(TARGET), dejima.__file__
 assert "FROM" in p.docker_template("filter") and "FROM" in p.docker_template("session")
 catalog = m.load_catalog(include_user=False)

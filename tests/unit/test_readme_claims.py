@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from dejima.cli import exit_codes
 from dejima.core.limits import format_bytes, parse_size
 from dejima.core.settings import parse_settings
+from dejima.errors import ExitStatus
 
 ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
@@ -95,10 +95,10 @@ def test_the_manifests_the_readme_names_are_the_shipped_ones(kind: str) -> None:
 
 
 def test_the_exit_statuses_it_quotes_are_the_codes() -> None:
-    assert "125 when dejima fails" in README and exit_codes.DEJIMA_FAILED == 125
+    assert "125 when dejima fails" in README and ExitStatus.DEJIMA_FAILED == 125
     assert "127 when\nthe command does not exist" in README.replace("127 when the", "127 when\nthe") \
-        and exit_codes.COMMAND_NOT_FOUND == 127
-    assert "2 for bad input" in README and exit_codes.USAGE == 2
+        and ExitStatus.COMMAND_NOT_FOUND == 127
+    assert "2 for bad input" in README and ExitStatus.USAGE == 2
 
 
 def test_the_limits_it_quotes_are_the_defaults() -> None:

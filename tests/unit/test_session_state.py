@@ -12,7 +12,7 @@ import pytest
 
 from dejima.adapters import host
 from dejima.adapters.findings import FindingStore
-from dejima.adapters.violations import sessions_dir
+from dejima.adapters.session_dirs import sessions_dir
 from dejima.orchestration import exit_audit
 from dejima.ui.console import UI, plain_console
 
@@ -101,7 +101,7 @@ def test_two_recovering_launchers_never_take_the_same_orphan(workspace: Path) ->
 
 
 def test_new_session_ids_are_owned_from_the_start() -> None:
-    from dejima.adapters.violations import new_session_id
+    from dejima.adapters.session_dirs import new_session_id
 
     first, second = new_session_id(), new_session_id()
     assert first != second

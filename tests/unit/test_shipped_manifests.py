@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dejima.adapters.catalog import load_catalog
+from dejima.adapters.manifest_files import load_catalog
 from dejima.core.manifest import KINDS, parse_manifest
 from dejima.core.resolve import WorkspaceFacts, resolve
 

@@ -13,7 +13,7 @@ import pytest
 
 from dejima.adapters.mount_state import load_snapshot, save_snapshot
 from dejima.adapters.tree_walk import InconsistentWalk, SnapshotError, take_snapshot
-from dejima.core.snapshot import Change, Entry, diff
+from dejima.core.snapshot import Change, SnapshotEntry, diff
 
 
 def whats(changes: list[Change]) -> set[tuple[str, str]]:
@@ -24,7 +24,7 @@ def later() -> None:
     time.sleep(0.02)  # before Linux 6.13, ctime ticks coarsely: let it move between the two snapshots
 
 
-def end_of_session(root: Path, change: Callable[[Path], None]) -> tuple[list[Change], dict[str, Entry]]:
+def end_of_session(root: Path, change: Callable[[Path], None]) -> tuple[list[Change], dict[str, SnapshotEntry]]:
     before = take_snapshot(root)  # every file hashed: "modified" means new content, not a new ctime
     later()
     change(root)
@@ -185,7 +185,7 @@ def test_untouched_entries_are_the_same_objects(tmp_path: Path) -> None:
 
 
 def test_diff_compares_values_of_snapshots_built_by_hand() -> None:
-    old = Entry("a", "file", 0o644, 0, 0, 1, 1, 7, 100, 100, sha256="x")
+    old = SnapshotEntry("a", "file", 0o644, 0, 0, 1, 1, 7, 100, 100, sha256="x")
     before = {"a": old, "b": old._replace(path="b")}
     after = {"a": old._replace(sha256="y"), "c": old._replace(path="c"), "b": old._replace(path="b")}
     assert whats(diff(before, after)) == {("a", "modified"), ("c", "added")}

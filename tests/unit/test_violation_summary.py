@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dejima.adapters.violations import ViolationStore, summarize
+from dejima.adapters.session_dirs import ViolationStore, summarize
 from dejima.core.ledger import Violation
 from dejima.filter import VIOLATION
 from dejima.proxy.records import Records

@@ -12,7 +12,7 @@ from dejima.core.audit.configs import rules_for
 from dejima.core.audit.model import Finding, View, finding, resolve
 from dejima.core.audit.names import BIDI, invisible_in_text
 from dejima.core.audit.trees import in_tree
-from dejima.core.snapshot import Change, Entry
+from dejima.core.snapshot import Change, SnapshotEntry
 
 # Files whose text is code or config: invisible characters there hide logic from a reviewer (F09).
 _CODE = re.compile(r"\.(py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonc|toml|ya?ml|ini|cfg|conf|sh|bash|zsh|fish|ps1|"
@@ -48,7 +48,7 @@ def _link(path: str, change: Change, view: View) -> list[Finding]:
     return found
 
 
-def _hard_link(path: str, new: Entry, view: View, in_a_tree: bool = False) -> list[Finding]:
+def _hard_link(path: str, new: SnapshotEntry, view: View, in_a_tree: bool = False) -> list[Finding]:
     """``in_a_tree``: the path is in a dependency tree, an environment or a package cache, whose
     managers hard-link files among them (uv, pnpm): only a link with a watched place counts there."""
     others = [p for p in view.by_inode.get(new.inode, ()) if p != path]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from dejima.core.snapshot import Change, Entry, Snapshot
+from dejima.core.snapshot import Change, Snapshot, SnapshotEntry
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 
@@ -115,7 +115,7 @@ class View:
                 memo[directory] = directory if holds(directory) else self.directory_above(kind, parent, holds)
         return memo[directory]
 
-    def entry(self, path: str, side: str = "after") -> Entry | None:
+    def entry(self, path: str, side: str = "after") -> SnapshotEntry | None:
         return (self.after if side == "after" else self.before).get(path)
 
     def data(self, path: str, side: str = "after") -> bytes | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters import host
-from dejima.adapters.violations import sessions_dir
+from dejima.adapters.session_dirs import sessions_dir
 
 
 def fake_filter(path: Path, seen: list[str], name: str) -> socket.socket:
@@ -144,11 +144,10 @@ def test_a_filter_that_goes_away_mid_exchange_means_the_session_ended(tmp_path: 
 
 
 def test_help_lists_every_exit_status() -> None:
-    from dejima.cli import exit_codes
     from dejima.cli.allow import DESCRIPTION
-    from dejima.errors import SessionEnded
+    from dejima.errors import ExitStatus, SessionEnded
 
-    assert SessionEnded("x").exit_code == exit_codes.SESSION_ENDED
-    for status in (exit_codes.SUCCESS, exit_codes.FAILURE, exit_codes.USAGE, exit_codes.SESSION_ENDED,
-                   exit_codes.DEJIMA_FAILED):
+    assert SessionEnded("x").exit_code == ExitStatus.SESSION_ENDED
+    for status in (ExitStatus.SUCCESS, ExitStatus.FAILURE, ExitStatus.USAGE, ExitStatus.SESSION_ENDED,
+                   ExitStatus.DEJIMA_FAILED):
         assert f"\n  {status} " in DESCRIPTION

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from dejima.adapters.findings import FindingStore
-from dejima.cli import exit_codes
 from dejima.cli.audit import main
+from dejima.errors import ExitStatus
 from dejima.orchestration import exit_audit
 from dejima.ui.console import UI, plain_console
 
@@ -66,20 +66,20 @@ def plant(root: Path) -> None:
 def test_list_show_ack_and_the_finding_comes_back_when_the_content_changes(
         workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
     ids = session(workspace, "s1", plant)
-    assert main(["list"]) == exit_codes.SUCCESS
+    assert main(["list"]) == ExitStatus.SUCCESS
     listing = capsys.readouterr().out
     assert "I01" in listing and "G01" in listing and "critical" in listing
     assert "\u202e" not in listing
-    assert main(["show", *map(str, ids)]) == exit_codes.SUCCESS
+    assert main(["show", *map(str, ids)]) == ExitStatus.SUCCESS
     shown = capsys.readouterr().out
     assert "\u202e" not in shown and "\\u202e" in shown  # the label, as context: escaped, never interpreted
     assert "+#!/bin/sh" in shown and '+{"version"' in shown
     assert "--- at the start" in shown
-    assert main(["ack", *map(str, ids), "--note", "my own hook"]) == exit_codes.SUCCESS
-    assert main(["list", "--json"]) == exit_codes.SUCCESS
+    assert main(["ack", *map(str, ids), "--note", "my own hook"]) == ExitStatus.SUCCESS
+    assert main(["list", "--json"]) == ExitStatus.SUCCESS
     assert records(capsys.readouterr().out) == []
     session(workspace, "s2", lambda r: (r / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho\n"))
-    assert main(["list", "--json"]) == exit_codes.SUCCESS
+    assert main(["list", "--json"]) == ExitStatus.SUCCESS
     reopened = records(capsys.readouterr().out)
     assert [(f["rule"], f["path"]) for f in reopened] == [("G01", ".git/hooks/post-checkout")]
 
@@ -88,13 +88,13 @@ def test_restore_puts_back_the_exact_bytes_and_mode_and_removes_what_the_session
         workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
     original = (workspace / ".vscode" / "tasks.json").read_bytes()
     ids = session(workspace, "s1", plant)
-    assert main(["restore", *map(str, ids)]) == exit_codes.SUCCESS
+    assert main(["restore", *map(str, ids)]) == ExitStatus.SUCCESS
     tasks = workspace / ".vscode" / "tasks.json"
     assert tasks.read_bytes() == original and (tasks.stat().st_mode & 0o7777) == 0o640
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
-    assert main(["list", "--json"]) == exit_codes.SUCCESS  # restored findings count as reviewed
+    assert main(["list", "--json"]) == ExitStatus.SUCCESS  # restored findings count as reviewed
     assert records(capsys.readouterr().out) == []
-    assert main(["list", "--all", "--json"]) == exit_codes.SUCCESS
+    assert main(["list", "--all", "--json"]) == ExitStatus.SUCCESS
     assert all(f["note"].startswith("restored by dejima-audit restore") for f in records(capsys.readouterr().out))
 
 
@@ -103,7 +103,7 @@ def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(
     ids = session(workspace, "s1", plant)
     (workspace / ".vscode" / "tasks.json").write_text("edited later by the user\n")
     tasks = next(i for i, path in ids.items() if path == ".vscode/tasks.json")
-    assert main(["restore", str(tasks)]) == exit_codes.FAILURE
+    assert main(["restore", str(tasks)]) == ExitStatus.FAILURE
     assert "changed since the audit" in out.getvalue()
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -128,44 +128,44 @@ def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_
         (root / "node_modules" / "escape").symlink_to(outside)  # removed as a link, never followed
 
     [tree] = session(workspace, "s1", install)
-    assert main(["restore", str(tree)]) == exit_codes.SUCCESS
+    assert main(["restore", str(tree)]) == ExitStatus.SUCCESS
     assert "removed node_modules, which the session created" in out.getvalue()
     assert not (workspace / "node_modules").exists() and (outside / "keep").exists()
     install(workspace)
     [again] = session(workspace, "s2", lambda root: (root / "node_modules" / "left-pad" / "index.js").write_text(
         "module.exports = 2;\n"))
-    assert main(["restore", str(again)]) == exit_codes.FAILURE
+    assert main(["restore", str(again)]) == ExitStatus.FAILURE
     assert "is about a whole tree" in out.getvalue() and (workspace / "node_modules").exists()
 
 
 def test_usage_errors_name_the_fix(workspace: Path, out: io.StringIO) -> None:
     ids = session(workspace, "s1", plant)
-    assert main(["ack"]) == exit_codes.USAGE  # no terminal here: it says what to type instead
+    assert main(["ack"]) == ExitStatus.USAGE  # no terminal here: it says what to type instead
     listed = " ".join(map(str, sorted(ids)))
     assert f"dejima-audit show {listed}" in out.getvalue()
     assert f"dejima-audit ack {listed} --note" in out.getvalue()
-    assert main(["ack", *map(str, ids)]) == exit_codes.USAGE
+    assert main(["ack", *map(str, ids)]) == ExitStatus.USAGE
     assert "ack with ids or --all needs --note" in out.getvalue()
-    assert main(["ack", "--all", "1", "--note", "x"]) == exit_codes.USAGE
-    assert main(["show", "999"]) == exit_codes.USAGE
+    assert main(["ack", "--all", "1", "--note", "x"]) == ExitStatus.USAGE
+    assert main(["show", "999"]) == ExitStatus.USAGE
     assert "no finding 999" in out.getvalue()
-    assert main(["ack", "1", "--note", " "]) == exit_codes.USAGE
+    assert main(["ack", "1", "--note", " "]) == ExitStatus.USAGE
 
 
 def test_rules_lists_the_catalogue(capsys: pytest.CaptureFixture[str], out: io.StringIO) -> None:
-    assert main(["rules"]) == exit_codes.SUCCESS
+    assert main(["rules"]) == ExitStatus.SUCCESS
     text = capsys.readouterr().out
     assert "| I01 | VS Code tasks (by key)" in text and "| G04 | git config: core.fsmonitor" in text
 
 
 def test_a_start_state_that_cannot_be_read_blocks_its_workspace(workspace: Path, out: io.StringIO,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from dejima.adapters.violations import sessions_dir
+    from dejima.adapters.session_dirs import sessions_dir
 
     exit_audit.start("s9", [exit_audit.Mount("workspace", workspace)])
     (sessions_dir() / "s9" / "audit" / "0.snapshot").write_bytes(b"garbage")
     exit_audit.recover(UI(plain_console(io.StringIO())))
-    assert main(["list", "--json", "--workspace", str(workspace)]) == exit_codes.SUCCESS
+    assert main(["list", "--json", "--workspace", str(workspace)]) == ExitStatus.SUCCESS
     (unaudited,) = records(capsys.readouterr().out)
     assert (unaudited["rule"], unaudited["severity"]) == ("X00", "critical")
     assert "could not be audited" in unaudited["evidence"]
@@ -183,8 +183,8 @@ def test_names_cannot_inject_markup_or_lines(tmp_path: Path, out: io.StringIO, c
                        check=True)
 
     ids = session(root, "s1", plant)
-    assert main(["list"]) == exit_codes.SUCCESS
+    assert main(["list"]) == ExitStatus.SUCCESS
     listing = capsys.readouterr().out
     assert "[bold]x\\u000a reviewed: yes" in listing and "[/x] [link=http://e]" in listing
-    assert main(["show", *map(str, ids)]) == exit_codes.SUCCESS
+    assert main(["show", *map(str, ids)]) == ExitStatus.SUCCESS
     assert "\n reviewed: yes" not in capsys.readouterr().out

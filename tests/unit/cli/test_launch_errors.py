@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dejima.cli import exit_codes
 from dejima.cli.launch import main
+from dejima.errors import ExitStatus
 from dejima.ui.console import UI, plain_console
 
 
@@ -42,7 +42,7 @@ def write_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str) -
 def test_bad_settings_refuse_to_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, captured: io.StringIO,
                                       text: str, expected: str) -> None:
     path = write_settings(monkeypatch, tmp_path, text)
-    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE  # bad input, from a file as from a flag
+    assert main([str(tmp_path), "--", "true"]) == ExitStatus.USAGE  # bad input, from a file as from a flag
     output = captured.getvalue()
     assert f"{path}: {expected}" in output
     assert "hint:" in output
@@ -53,14 +53,14 @@ def test_unreadable_settings_file_is_an_error(monkeypatch: pytest.MonkeyPatch, t
     path = tmp_path / "settings.toml"
     path.mkdir()  # a directory cannot be read as a file, whoever runs the test
     monkeypatch.setenv("DEJIMA_SETTINGS", str(path))
-    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE
+    assert main([str(tmp_path), "--", "true"]) == ExitStatus.USAGE
     assert f"{path}: cannot read the settings file" in captured.getvalue()
 
 
 def test_missing_settings_file_named_by_env_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                         captured: io.StringIO) -> None:
     monkeypatch.setenv("DEJIMA_SETTINGS", str(tmp_path / "nope.toml"))
-    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE
+    assert main([str(tmp_path), "--", "true"]) == ExitStatus.USAGE
     assert "does not exist" in captured.getvalue()
 
 
@@ -73,13 +73,13 @@ def test_missing_settings_file_named_by_env_is_an_error(monkeypatch: pytest.Monk
 ])
 def test_bad_arguments_are_usage_errors(tmp_path: Path, captured: io.StringIO, args: list[str], expected: str) -> None:
     args = [str(tmp_path) if a == "WS" else a for a in args]
-    assert main(args) == exit_codes.USAGE
+    assert main(args) == ExitStatus.USAGE
     assert expected in captured.getvalue()
 
 
 def test_home_directory_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, captured: io.StringIO) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE
+    assert main([str(tmp_path), "--", "true"]) == ExitStatus.USAGE
     assert "holds your whole home directory" in captured.getvalue()
 
 
@@ -91,16 +91,16 @@ def test_a_workspace_holding_dejimas_own_files_is_refused(monkeypatch: pytest.Mo
     workspace = tmp_path / "project"
     (workspace / "dejima").mkdir(parents=True)
     monkeypatch.setenv(variable, str(workspace))
-    assert main([str(workspace), "--", "true"]) == exit_codes.USAGE
+    assert main([str(workspace), "--", "true"]) == ExitStatus.USAGE
     assert "overlaps dejima's own files" in captured.getvalue()
     monkeypatch.setenv(variable, str(tmp_path / "elsewhere"))  # the control: the same workspace, state elsewhere
-    assert main([str(workspace), "--render", "--as-root", "--", "true"]) == exit_codes.SUCCESS
+    assert main([str(workspace), "--render", "--as-root", "--", "true"]) == ExitStatus.SUCCESS
 
 
 def test_a_settings_file_inside_the_workspace_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                          captured: io.StringIO) -> None:
     write_settings(monkeypatch, tmp_path, "[session]\n")
-    assert main([str(tmp_path), "--", "true"]) == exit_codes.USAGE
+    assert main([str(tmp_path), "--", "true"]) == ExitStatus.USAGE
     assert "overlaps dejima's own files" in captured.getvalue()
 
 
@@ -143,7 +143,7 @@ def owned_by_a_user(path: Path) -> Path:
 def test_render_prints_the_plan_without_docker(tmp_path: Path, captured: io.StringIO,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(owned_by_a_user(tmp_path)), "--render", "--dns-upstream", "192.0.2.53", "--allow", "pypi.org",
-                 "--allow", "*.pythonhosted.org:443"]) == exit_codes.SUCCESS
+                 "--allow", "*.pythonhosted.org:443"]) == ExitStatus.SUCCESS
     out = capsys.readouterr().out
     assert "allow  pypi.org" in out and "(from --allow)" in out
     assert "strict subdomains of, TCP port 443" in out
@@ -152,7 +152,7 @@ def test_render_prints_the_plan_without_docker(tmp_path: Path, captured: io.Stri
 
 
 def test_bad_allow_entry_is_a_usage_error(tmp_path: Path, captured: io.StringIO) -> None:
-    assert main([str(tmp_path), "--allow", "*.com", "--render"]) == exit_codes.USAGE
+    assert main([str(tmp_path), "--allow", "*.com", "--render"]) == ExitStatus.USAGE
     assert "--allow is not a valid egress entry ('*.com'): a wildcard needs" in captured.getvalue()
 
 
@@ -169,18 +169,18 @@ def test_a_flag_and_its_setting_are_refused_alike(monkeypatch: pytest.MonkeyPatc
     """One front door: the flag and the settings key take the same kind, so the same value is
     refused with the same words (and exit 2), each naming where it was written."""
     workspace = owned_by_a_user(tmp_path)
-    assert main([str(workspace), "--render", flag, value]) == exit_codes.USAGE
+    assert main([str(workspace), "--render", flag, value]) == ExitStatus.USAGE
     assert f"{flag} {problem}" in captured.getvalue()
     captured.truncate(0)
     path = write_settings(monkeypatch, tmp_path, f'[{section}]\n{key} = ["{value}"]\n')
-    assert main([str(workspace), "--render"]) == exit_codes.USAGE
+    assert main([str(workspace), "--render"]) == ExitStatus.USAGE
     assert f"{path}: '{section}.{key}[0]' {problem}" in captured.getvalue()
 
 
 def test_flags_are_checked_before_the_settings_are_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                          captured: io.StringIO) -> None:
     write_settings(monkeypatch, tmp_path, "not toml\n")
-    assert main([str(tmp_path), "--render", "--allow", "*"]) == exit_codes.USAGE
+    assert main([str(tmp_path), "--render", "--allow", "*"]) == ExitStatus.USAGE
     assert "--allow is not a valid egress entry ('*')" in captured.getvalue()
     assert "not valid TOML" not in captured.getvalue()
 
@@ -193,13 +193,13 @@ def test_dejima_allow_checks_its_duration_and_entries_before_looking_for_a_sessi
         raise AssertionError("bad input must be refused before a session is looked for")
 
     monkeypatch.setattr(allow, "_pick_session", no_session)
-    assert allow.main(["crates.io", "--for", "5x"]) == exit_codes.USAGE
+    assert allow.main(["crates.io", "--for", "5x"]) == ExitStatus.USAGE
     assert "--for is not a duration ('5x')" in captured.getvalue()
-    assert allow.main(["crates.io", "--for", "31d"]) == exit_codes.USAGE
+    assert allow.main(["crates.io", "--for", "31d"]) == ExitStatus.USAGE
     assert "--for is out of range ('31d')" in captured.getvalue() and "from 1s to 30d" in captured.getvalue()
-    assert allow.main(["10.0.0.0/8"]) == exit_codes.USAGE
+    assert allow.main(["10.0.0.0/8"]) == ExitStatus.USAGE
     assert "the entry is not grantable live ('10.0.0.0/8')" in captured.getvalue()
-    assert allow.main(["*.com", "--revoke"]) == exit_codes.USAGE
+    assert allow.main(["*.com", "--revoke"]) == ExitStatus.USAGE
     assert "the entry is not a valid egress entry ('*.com')" in captured.getvalue()
 
 
@@ -209,14 +209,14 @@ AS_OWNER = ["--as-root"] if os.getuid() == 0 else []  # a root-owned tmp_path ne
 @pytest.mark.parametrize("entry", ["[2001:db8::1]", "[2001:db8::1]:443", "0.0.0.0/0", "*"])
 def test_a_bad_allow_entry_exits_2_wherever_it_is_caught(tmp_path: Path, captured: io.StringIO, entry: str) -> None:
     """The bracketed IPv6 entry used to pass the flag check and fail later with 125."""
-    assert main([str(tmp_path), "--render", *AS_OWNER, "--allow", entry]) == exit_codes.USAGE
+    assert main([str(tmp_path), "--render", *AS_OWNER, "--allow", entry]) == ExitStatus.USAGE
     assert entry in captured.getvalue() and "hint:" in captured.getvalue()
 
 
 def test_a_bad_allow_entry_in_the_settings_exits_2_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                         captured: io.StringIO) -> None:
     path = write_settings(monkeypatch, tmp_path, '[network]\nallow = ["[2001:db8::1]"]\n')
-    assert main([str(tmp_path), "--render", *AS_OWNER]) == exit_codes.USAGE
+    assert main([str(tmp_path), "--render", *AS_OWNER]) == ExitStatus.USAGE
     assert f"{path}: 'network.allow[0]' is an IPv6 entry" in captured.getvalue()  # said where it is read
 
 
@@ -237,10 +237,10 @@ def test_a_broken_manifest_the_session_does_not_use_is_one_warning(monkeypatch: 
     workspace = tmp_path / "ws"
     workspace.mkdir()
     owned_by_a_user(workspace)
-    assert main([str(workspace), "--render", "--dns-upstream", "192.0.2.53"]) == exit_codes.SUCCESS
+    assert main([str(workspace), "--render", "--dns-upstream", "192.0.2.53"]) == ExitStatus.SUCCESS
     assert f"warning: {path} is broken and not used here" in captured.getvalue()
     captured.truncate(0)
-    assert main([str(workspace), "--render", "--dns-upstream", "192.0.2.53", "--harness", "mine"]) == exit_codes.USAGE
+    assert main([str(workspace), "--render", "--dns-upstream", "192.0.2.53", "--harness", "mine"]) == ExitStatus.USAGE
     output = captured.getvalue()
     assert f"{path}: 'harness.extra' is not a known key" in output
     assert "this session needs harnesses/mine (--harness mine)" in output
@@ -252,25 +252,25 @@ def test_manifests_list_and_check_show_the_broken_one(monkeypatch: pytest.Monkey
     import json
 
     path = broken_harness(monkeypatch, tmp_path)
-    assert main(["manifests", "list", "--json"]) == exit_codes.SUCCESS
+    assert main(["manifests", "list", "--json"]) == ExitStatus.SUCCESS
     rows = {row["name"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
     assert rows["mine"]["broken"].startswith(f"{path}: 'harness.extra' is not a known key")
     assert rows["shell"]["broken"] is None
-    assert main(["manifests", "list"]) == exit_codes.SUCCESS
+    assert main(["manifests", "list"]) == ExitStatus.SUCCESS
     assert "BROKEN: " in captured.getvalue() and "1 broken manifest(s)" in captured.getvalue()
-    assert main(["manifests", "check"]) == exit_codes.USAGE
+    assert main(["manifests", "check"]) == ExitStatus.USAGE
     assert "did you mean" in captured.getvalue() or "known keys in [harness]" in captured.getvalue()
-    assert main(["manifests", "show", "harnesses/mine"]) == exit_codes.USAGE  # its error, not the shipped one
+    assert main(["manifests", "show", "harnesses/mine"]) == ExitStatus.USAGE  # its error, not the shipped one
     path.unlink()
-    assert main(["manifests", "check"]) == exit_codes.SUCCESS
-    assert main(["manifests", "show", "harness/shell"]) == exit_codes.USAGE
+    assert main(["manifests", "check"]) == ExitStatus.SUCCESS
+    assert main(["manifests", "show", "harness/shell"]) == ExitStatus.USAGE
     assert "no kind 'harness'" in captured.getvalue()
 
 
 def test_render_shows_what_the_harness_is_given_to_reach_its_backend(tmp_path: Path, captured: io.StringIO,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(owned_by_a_user(tmp_path)), "--render", "--dns-upstream", "192.0.2.53", "--harness",
-                 "codex"]) == exit_codes.SUCCESS
+                 "codex"]) == ExitStatus.SUCCESS
     out = capsys.readouterr().out
     assert "env  CODEX_API_KEY = {placeholder}" in out
     steps = out[out.index("## Start steps"):].splitlines()  # what a start applies, both parts, with their needs

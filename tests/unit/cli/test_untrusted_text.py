@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.runtime import ContainerInfo
-from dejima.adapters.violations import ViolationStore, sessions_dir
-from dejima.cli import exit_codes
+from dejima.adapters.session_dirs import ViolationStore, sessions_dir
 from dejima.cli.launch import main
 from dejima.core import labels
-from dejima.errors import SessionError
+from dejima.errors import ExitStatus, SessionError
 from dejima.filter import VIOLATION
 from dejima.ui.console import UI, plain_console
 from dejima.ui.text import LIMIT, escaped
@@ -58,7 +57,7 @@ def test_violations_table_shows_what_was_sent(err: io.StringIO, capsys: pytest.C
     write_violations("s1", {"time": 0, "kind": "dns", "domain": HOSTILE, "qtype": "A", "reason": HOSTILE},
                      {"time": "x", "kind": "connection", "address": "10.0.0.9", "port": 443, "domain": "[/]",
                       "reason": "not allowed"})
-    assert main(["violations", "s1"]) == exit_codes.SUCCESS
+    assert main(["violations", "s1"]) == ExitStatus.SUCCESS
     output = err.getvalue()
     assert_clean(output)
     rows = [line for line in output.splitlines() if line.startswith("│")]
@@ -73,17 +72,17 @@ def test_violations_table_shows_what_was_sent(err: io.StringIO, capsys: pytest.C
 def test_violations_json_is_one_object_per_line(err: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
     records = [{"kind": "dns", "domain": HOSTILE}, {"kind": "dns", "domain": "[link=x]"}]
     write_violations("s2", *records)
-    assert main(["violations", "s2", "--json"]) == exit_codes.SUCCESS
+    assert main(["violations", "s2", "--json"]) == ExitStatus.SUCCESS
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(line) for line in lines] == records
     assert_clean("".join(lines))
-    assert main(["violations", "--json"]) == exit_codes.SUCCESS
+    assert main(["violations", "--json"]) == ExitStatus.SUCCESS
     assert capsys.readouterr().out.splitlines() == ['{"session": "s2"}']
 
 
 def test_session_list_escapes_a_stray_directory_name(err: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
     write_violations(HOSTILE.replace("/", "_"), {"kind": "dns", "domain": "x"})
-    assert main(["violations"]) == exit_codes.SUCCESS
+    assert main(["violations"]) == ExitStatus.SUCCESS
     assert capsys.readouterr().out == SHOWN.replace("/", "_") + "\n"
 
 
@@ -104,13 +103,13 @@ def test_sessions_table_and_json(err: io.StringIO, capsys: pytest.CaptureFixture
     from dejima.adapters import host
 
     monkeypatch.setattr("dejima.adapters.runtime.connect", lambda: Labelled(host.scope()))
-    assert main(["sessions"]) == exit_codes.SUCCESS
+    assert main(["sessions"]) == ExitStatus.SUCCESS
     output = err.getvalue()
     assert_clean(output)
     (row,) = [line for line in output.splitlines() if "│" in line and "stale" in line]
     assert [cell.strip() for cell in row.split("│")[1:-1]] == [
         SHOWN, "stale", SHOWN, "1", "filter012345, session01234"]
-    assert main(["sessions", "--json"]) == exit_codes.SUCCESS
+    assert main(["sessions", "--json"]) == ExitStatus.SUCCESS
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line)["workspace"] == HOSTILE
 
@@ -150,14 +149,14 @@ def test_an_unexpected_exception_is_a_short_bug_report(err: io.StringIO, capsys:
     def broken(session_id: str) -> list[dict[str, object]]:
         raise KeyError(HOSTILE)
 
-    monkeypatch.setattr("dejima.adapters.violations.read", broken)
+    monkeypatch.setattr("dejima.adapters.session_dirs.read", broken)
     monkeypatch.delenv("DEJIMA_DEBUG", raising=False)
-    assert main(["violations", "s3"]) == exit_codes.DEJIMA_FAILED
+    assert main(["violations", "s3"]) == ExitStatus.DEJIMA_FAILED
     output = err.getvalue() + capsys.readouterr().err
     assert output.startswith("dejima: error [internal-error]: this is a bug in dejima, please report it: KeyError: ")
     assert "Traceback" not in output
     assert "DEJIMA_DEBUG=1" in output
     assert_clean(output)
     monkeypatch.setenv("DEJIMA_DEBUG", "1")
-    assert main(["violations", "s3"]) == exit_codes.DEJIMA_FAILED
+    assert main(["violations", "s3"]) == ExitStatus.DEJIMA_FAILED
     assert "Traceback (most recent call last)" in capsys.readouterr().err

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dejima.adapters.catalog import shipped_dir
 from dejima.adapters.home_settings import merge_settings
+from dejima.adapters.manifest_files import shipped_dir
 from dejima.core.connect import Connect, connection, merge_into
 from dejima.core.manifest import Manifest, ManifestError, parse_manifest
 

@@ -1,6 +1,6 @@
 """Placeholders look like the real key, are unique per session, and are recognised anywhere, in any case."""
 
-from dejima.core.placeholders import SecretScanner, find_secret_use, make_decoys, make_placeholder
+from dejima.core.placeholders import SecretScanner, make_decoys, make_placeholder
 
 
 def test_placeholders_are_shaped_like_the_key() -> None:
@@ -22,7 +22,7 @@ def test_the_scanner_names_what_it_finds() -> None:
     ph = make_placeholder("api.anthropic.com", "x-api-key")
     decoys = make_decoys()
     scanner = SecretScanner({"anthropic-api-key": (ph,)}, decoys.values())
-    assert str(find_secret_use(scanner, f"GET /?k={ph}".encode())) == "placeholder anthropic-api-key"
+    assert str(scanner.find(f"GET /?k={ph}".encode())) == "placeholder anthropic-api-key"
     dns_name = f"{ph.lower()}.exfil.example."
     assert str(scanner.find(dns_name)) == "placeholder anthropic-api-key"  # DNS folds case
     assert str(scanner.find(decoys.env["AWS_ACCESS_KEY_ID"].lower())) == "decoy AWS_ACCESS_KEY_ID"

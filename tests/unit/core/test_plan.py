@@ -170,7 +170,7 @@ def test_special_literals_need_an_override_from_the_flag_or_the_settings() -> No
 
     from dejima.core.plan import NetworkFacts
     from dejima.core.settings import NetworkSettings
-    from dejima.core.special import SpecialEntryError
+    from dejima.core.special_entries import SpecialEntryError
 
     facts = NetworkFacts(gateway=ipaddress.ip_network("172.17.0.1/32"))
     with pytest.raises(SpecialEntryError, match="^--allow: egress entry '172.17.0.0/16' reaches 172.17.0.1"):

@@ -16,10 +16,10 @@ from dnslib import QTYPE, RCODE, RR, A, DNSRecord
 from dejima.core.egress import parse_policy
 from dejima.filter.answer import Answer, parse
 from dejima.filter.control import Grants
+from dejima.filter.dns_wire import Question
 from dejima.filter.nft import SetWriter
 from dejima.filter.resolver import PolicyResolver
 from dejima.filter.setbatch import BatchedSets
-from dejima.filter.wire import Question
 
 DOCUMENTATION = ipaddress.ip_network("203.0.113.0/24")
 

@@ -17,9 +17,9 @@ from dnslib import QTYPE, RR, A, DNSRecord
 
 from dejima.core.egress import parse_policy
 from dejima.filter.answer import Answer, parse
+from dejima.filter.dns_wire import Question
 from dejima.filter.dnsserver import MAX_INFLIGHT, READS_PER_WAKEUP, start_servers
 from dejima.filter.resolver import PolicyResolver
-from dejima.filter.wire import Question
 
 DOCUMENTATION = ipaddress.ip_network("203.0.113.0/24")
 

@@ -9,8 +9,8 @@ from dnslib import QTYPE, RCODE, DNSRecord
 
 from dejima.core.egress import parse_policy
 from dejima.filter.answer import Answer
+from dejima.filter.dns_wire import Question
 from dejima.filter.resolver import PolicyResolver
-from dejima.filter.wire import Question
 from tests.unit.filter.test_resolver import RecordingSets, question, upstream_reply
 
 

@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from dejima.filter import query
+from dejima.filter.dns_wire import Question, Request
 from dejima.filter.query import ORDINARY_TYPES, Malformed
-from dejima.filter.wire import Question, Request
 
 EXAMPLES = 800  # generated packets (about 3 s)
 LDH = re.compile(rb"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")

@@ -35,10 +35,10 @@ from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 from dejima.core.egress import parse_policy
 from dejima.filter.answer import Answer, parse
+from dejima.filter.dns_upstream import Forwarder
+from dejima.filter.dns_wire import Question
 from dejima.filter.dnsserver import start_servers
 from dejima.filter.resolver import PolicyResolver
-from dejima.filter.upstream import Forwarder
-from dejima.filter.wire import Question
 
 DOCUMENTATION = ipaddress.ip_network("203.0.113.0/24")  # a reserved range answers may point into here
 ZONE: dict[str, list[tuple[str, str, int]]] = {

@@ -18,7 +18,7 @@ import pytest
 from dejima.core.manifest import CredentialRoute, parse_manifest
 from dejima.proxy.records import read_records
 from dejima.proxy.server import ProxyServer
-from dejima.proxy.setup import Prepared, prepare, session_env
+from dejima.proxy.setup import PreparedProxy, prepare, session_env
 from tests.awsverify import botocore_signature
 from tests.bedrockfake import DRIP_SECONDS, WORDS, FakeBedrock, decode_frames, fake_bedrock
 from tests.unit.proxy.fakes import FakeAPI, LoopThread, fake_api, raw_exchange
@@ -36,7 +36,7 @@ def manifest_routes(name: str) -> list[tuple[CredentialRoute, str]]:
 
 
 class World:
-    def __init__(self, prepared: Prepared, bedrock: FakeBedrock, api: FakeAPI, loop: LoopThread,
+    def __init__(self, prepared: PreparedProxy, bedrock: FakeBedrock, api: FakeAPI, loop: LoopThread,
                  server: ProxyServer) -> None:
         self.prepared, self.bedrock, self.api, self.loop, self.server = prepared, bedrock, api, loop, server
         self.port = server.tcp_port or 0

@@ -114,8 +114,8 @@ def test_render_shows_which_routes_are_intercepted(tmp_path: Path, monkeypatch: 
     """A github workspace's plan says that the API hosts' TLS is answered by the proxy (no engine needed)."""
     import subprocess
 
-    from dejima.cli import exit_codes
     from dejima.cli.launch import main
+    from dejima.errors import ExitStatus
     from tests.unit.cli.test_launch_errors import AS_OWNER
 
     def no_engine(*_args: object, **_kw: object) -> None:
@@ -124,7 +124,7 @@ def test_render_shows_which_routes_are_intercepted(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr("dejima.adapters.runtime.connect", no_engine)
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin", "https://github.com/o/r.git"], check=True)
-    assert main([str(tmp_path), "--render", *AS_OWNER, "--dns-upstream", "192.0.2.53"]) == exit_codes.SUCCESS
+    assert main([str(tmp_path), "--render", *AS_OWNER, "--dns-upstream", "192.0.2.53"]) == ExitStatus.SUCCESS
     lines = capsys.readouterr().out.splitlines()
     api = next(line for line in lines if line.startswith("github-api "))
     git = next(line for line in lines if line.startswith("github-git "))

@@ -3,11 +3,11 @@
 import pytest
 
 from dejima.core.audit.rules import audit
-from dejima.core.snapshot import Entry
+from dejima.core.snapshot import SnapshotEntry
 
 
-def entry(path: str) -> Entry:
-    return Entry(path, "file", 0o644, 1000, 1000, 3, 1, abs(hash(path)) % 10**9, 1, 1, sha256="0" * 64)
+def entry(path: str) -> SnapshotEntry:
+    return SnapshotEntry(path, "file", 0o644, 1000, 1000, 3, 1, abs(hash(path)) % 10**9, 1, 1, sha256="0" * 64)
 
 
 @pytest.mark.parametrize(("added", "evidence"), [

@@ -1,8 +1,10 @@
-"""The durable record of what a session was refused: names, answers, connections.
+"""A session's directory, ``$XDG_STATE_HOME/dejima/sessions/<session>/``, and what is kept there:
+its id (claimed by the launcher before anything else goes there), its run directory (sockets),
+its start gate, the credential proxy's ledger, and its violations.
 
-The filter prints one JSON line per refusal; the launcher appends them to
-``$XDG_STATE_HOME/dejima/sessions/<session>/violations.jsonl`` as they arrive, so the record
-outlives the session (and survives a crash of the launcher up to the last line written).
+The filter prints one JSON line per refusal; the launcher appends them to ``violations.jsonl``
+there as they arrive (``ViolationStore``), so the record outlives the session (and survives a
+crash of the launcher up to the last line written).
 """
 
 from __future__ import annotations

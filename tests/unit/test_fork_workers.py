@@ -1,4 +1,4 @@
-"""A walker process's result (dejima/adapters/forked.py): taken as soon as it is whole, its exit
+"""A walker process's result (dejima/adapters/fork_workers.py): taken as soon as it is whole, its exit
 reaped later; anything that is not a whole result is an error, never a partial snapshot."""
 
 from __future__ import annotations
@@ -8,18 +8,18 @@ import os
 
 import pytest
 
-from dejima.adapters import forked
-from dejima.adapters.forked import SnapshotError
+from dejima.adapters import fork_workers
+from dejima.adapters.fork_workers import SnapshotError
 
 
 def test_a_whole_result_is_taken_and_its_child_reaped_by_the_next_fork() -> None:
-    first = forked.fork(lambda: ("rows", [1, 2], 3))
-    assert forked.collect(first) == ("rows", [1, 2], 3)
-    second = forked.fork(lambda: ())  # reaps the first, if collect left it
-    assert forked._unreaped in ([], [second[0]])
-    assert forked.collect(second) == ()
-    forked.reap()
-    assert forked._unreaped == []
+    first = fork_workers.fork(lambda: ("rows", [1, 2], 3))
+    assert fork_workers.collect(first) == ("rows", [1, 2], 3)
+    second = fork_workers.fork(lambda: ())  # reaps the first, if collect left it
+    assert fork_workers._unreaped in ([], [second[0]])
+    assert fork_workers.collect(second) == ()
+    fork_workers.reap()
+    assert fork_workers._unreaped == []
     for pid, _ in (first, second):
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left
@@ -27,15 +27,15 @@ def test_a_whole_result_is_taken_and_its_child_reaped_by_the_next_fork() -> None
 
 def test_a_walker_that_raises_is_an_error() -> None:
     with pytest.raises(SnapshotError, match="ZeroDivisionError"):
-        forked.collect(forked.fork(lambda: 1 // 0))
+        fork_workers.collect(fork_workers.fork(lambda: 1 // 0))
 
 
 def test_a_walker_that_dies_before_its_result_is_an_error() -> None:
     with pytest.raises(SnapshotError, match="exit status 3"):
-        forked.collect(forked.fork(lambda: os._exit(3)))
+        fork_workers.collect(fork_workers.fork(lambda: os._exit(3)))
 
 
-def _child_with(data: bytes) -> forked.Child:
+def _child_with(data: bytes) -> fork_workers.Child:
     """A child that has not necessarily exited, and a pipe that holds ``data`` as its result."""
     hold_read, hold_write = os.pipe()
     pid = os.fork()
@@ -57,7 +57,7 @@ def test_only_a_whole_result_is_taken_before_the_child_exits(cut: bool) -> None:
     child = _child_with(data[:-3] if cut else data)
     if cut:
         with pytest.raises(SnapshotError, match="unreadable result"):
-            forked.collect(child)
+            fork_workers.collect(child)
     else:
-        assert forked.collect(child) == marshal.loads(data)
-    forked.reap()
+        assert fork_workers.collect(child) == marshal.loads(data)
+    fork_workers.reap()

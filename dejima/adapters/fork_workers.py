@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from dejima.errors import DiagnosticError
+from dejima.errors import DiagnosticError, ExitStatus
 
 MAX_WORKERS = 8  # lstat-bound: more processes mostly cost forks
 
@@ -81,13 +81,13 @@ def fork(work: Callable[[], Any]) -> Child:
         os.close(write_end)
         raise
     if pid == 0:  # the child only reads the filesystem and writes to its pipe
-        code = 2  # stopped before its result was written
+        code = ExitStatus.WALKER_CUT_SHORT
         try:
             os.close(read_end)
             try:
-                data, status = marshal.dumps(work()), 0
+                data, status = marshal.dumps(work()), ExitStatus.SUCCESS
             except BaseException as exc:  # reported to the parent, which raises
-                data, status = marshal.dumps(repr(exc)), 1
+                data, status = marshal.dumps(repr(exc)), ExitStatus.FAILURE
             with open(write_end, "wb") as pipe:
                 pipe.write(data)
             code = status
@@ -119,9 +119,9 @@ def collect(child: Child) -> Any:
             return result
         status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
-    if code not in (0, 1):
+    if code not in (ExitStatus.SUCCESS, ExitStatus.FAILURE):
         result = f"exit status {code}"
-    if code != 0 or not isinstance(result, tuple):
+    if code != ExitStatus.SUCCESS or not isinstance(result, tuple):
         raise SnapshotError(f"a snapshot walker process failed ({result}); the snapshot would be partial",
                             hint="run the audit again; if it fails again, report it")
     return result

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dejima.adapters import host
-from dejima.adapters.violations import RUN_DIR, sessions_dir
+from dejima.adapters.session_dirs import RUN_DIR, sessions_dir
 from dejima.core.plan import CONTROL_SOCKET
 from dejima.errors import SessionEnded, SessionError
 

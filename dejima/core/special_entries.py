@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dejima.core.egress import _METADATA, Entry, IPNetwork, PolicyError
+from dejima.errors import ExitStatus
 
 BROADEST_PREFIX = 8  # an IPv4 network shorter than /8 holds more than 1/256 of all addresses
 LINK_LOCAL = ipaddress.ip_network("169.254.0.0/16")
@@ -24,7 +25,7 @@ class SpecialEntryError(PolicyError):
     reference = "special-egress-entry"
 
     def __init__(self, message: str, *, hint: str) -> None:
-        super().__init__(message, hint=hint, exit_code=2)  # bad input, wherever it was written
+        super().__init__(message, hint=hint, exit_code=ExitStatus.USAGE)  # bad input, wherever it was written
 
 
 @dataclass(frozen=True, slots=True)

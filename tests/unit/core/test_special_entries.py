@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from dejima.core.egress import Entry, parse_entry
-from dejima.core.special import SpecialEntryError, check_special, special_places, why_special
+from dejima.core.special_entries import SpecialEntryError, check_special, special_places, why_special
 
 HOST = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("192.0.2.2/32"),
         ipaddress.ip_network("172.17.0.1/32"))

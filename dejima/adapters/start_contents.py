@@ -11,7 +11,7 @@ from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 
-from dejima.adapters.beneath import open_directory, read_regular
+from dejima.adapters.nofollow_open import open_directory, read_regular
 from dejima.core.audit import derived_watch
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.gitconfig import GitConfigError, parse_git_config

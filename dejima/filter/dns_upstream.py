@@ -24,9 +24,9 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from dejima.filter.answer import Answer, UpstreamError, parse
+from dejima.filter.answer import Answer, DnsUpstreamError, parse
+from dejima.filter.dns_wire import Question
 from dejima.filter.query import upstream_query
-from dejima.filter.wire import Question
 
 SO_MARK = 36
 SOCKETS = 4  # sockets per upstream taking new queries
@@ -172,7 +172,7 @@ class Forwarder:
                 errors.append(f"{upstream}: no answer within {self.timeout:g} s")
             except (OSError, ValueError, EOFError) as exc:
                 errors.append(f"{upstream}: {exc}")
-        raise UpstreamError("; ".join(errors) or "no upstream resolver configured")
+        raise DnsUpstreamError("; ".join(errors) or "no upstream resolver configured")
 
     def close(self) -> None:
         """Close the sockets that take new queries (retired ones close with their last query)."""

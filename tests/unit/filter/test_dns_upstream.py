@@ -1,4 +1,4 @@
-"""The resolver's upstream sockets (upstream.py), against a fake upstream on loopback: replies
+"""The resolver's upstream sockets (dns_upstream.py), against a fake upstream on loopback: replies
 count only from the upstream's address and port, with an id the socket has outstanding and the
 very question asked; sockets are reused a bounded number of times, then closed."""
 
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from dejima.filter import upstream
+from dejima.filter import dns_upstream
 from dejima.filter.answer import Answer, address
-from dejima.filter.upstream import Forwarder
-from dejima.filter.wire import Question, encode_name
+from dejima.filter.dns_upstream import Forwarder
+from dejima.filter.dns_wire import Question, encode_name
 
 
 def reply(query: bytes, ip: str, qid: bytes | None = None, name: str | None = None) -> bytes:
@@ -61,7 +61,7 @@ def test_forged_replies_are_dropped_and_the_upstreams_own_counts(fake: socket.so
 
 def test_sockets_are_reused_a_bounded_number_of_times_with_fresh_ids(fake: socket.socket,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(upstream, "USES", 5)
+    monkeypatch.setattr(dns_upstream, "USES", 5)
     forward = Forwarder(["127.0.0.1"], mark=0, timeout=2.0, port=fake.getsockname()[1])
     seen: list[tuple[int, bytes]] = []  # (source port, id) of every query
 
@@ -77,7 +77,7 @@ def test_sockets_are_reused_a_bounded_number_of_times_with_fresh_ids(fake: socke
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(answer_all(40))
             asked = [tasks.create_task(forward(Question(f"q{n}.example.test", 1))) for n in range(40)]
-        assert len([flow for flows in forward.flows.values() for flow in flows]) <= upstream.SOCKETS
+        assert len([flow for flows in forward.flows.values() for flow in flows]) <= dns_upstream.SOCKETS
         forward.close()
         return [addresses_of(task.result()) for task in asked]
 
@@ -89,7 +89,7 @@ def test_sockets_are_reused_a_bounded_number_of_times_with_fresh_ids(fake: socke
 
 def test_a_retired_socket_is_closed_once_its_last_query_is_answered(fake: socket.socket,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(upstream, "USES", 1)
+    monkeypatch.setattr(dns_upstream, "USES", 1)
     forward = Forwarder(["127.0.0.1"], mark=0, timeout=2.0, port=fake.getsockname()[1])
 
     async def main() -> tuple[socket.socket, Answer]:
@@ -106,8 +106,8 @@ def test_a_retired_socket_is_closed_once_its_last_query_is_answered(fake: socket
     assert addresses_of(found) == ["203.0.113.7"] and sock.fileno() == -1
 
 
-def _all_flows(forward: Forwarder, retired: bool) -> list[upstream._Flow]:
+def _all_flows(forward: Forwarder, retired: bool) -> list[dns_upstream._Flow]:
     import gc
 
-    return [obj for obj in gc.get_objects() if isinstance(obj, upstream._Flow) and obj.retired == retired
+    return [obj for obj in gc.get_objects() if isinstance(obj, dns_upstream._Flow) and obj.retired == retired
             and obj.peer[1] == forward.port and obj.sock.fileno() >= 0]

@@ -1,4 +1,4 @@
-"""The resolver's bytes-level reading and writing of DNS messages (wire.py, answer.py, hitcache.py),
+"""The resolver's bytes-level reading and writing of DNS messages (dns_wire.py, answer.py, hitcache.py),
 checked against dnslib, which writes and reads the same messages independently."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import struct
 import pytest
 from dnslib import CNAME, EDNS0, MX, QTYPE, RCODE, RR, SOA, SRV, TXT, A, DNSHeader, DNSQuestion, DNSRecord
 
-from dejima.filter import answer, hitcache, query, wire
+from dejima.filter import answer, dns_wire, hitcache, query
 from dejima.filter.answer import Rec
+from dejima.filter.dns_wire import BadName, Question
 from dejima.filter.query import Malformed
-from dejima.filter.wire import BadName, Question
 
 
 def upstream(name: str, qtype: str, *records: RR, auth: tuple[RR, ...] = (), rcode: int = 0) -> bytes:
@@ -46,9 +46,9 @@ def test_names_inside_rdata_are_written_out_uncompressed(qtype: str, rdata: obje
     found = answer.parse(data, Question("example.test", getattr(QTYPE, qtype)))
     assert found is not None and b"\xc0" not in found.records[0].rdata
     body, _ttls = answer.encode(list(found.records), "example.test", 3600)
-    section = wire.encode_name("example.test") + struct.pack("!HH", getattr(QTYPE, qtype), 1)
-    request = wire.Request(b"\x12\x34", 1, section, False, 512)
-    assert str(DNSRecord.parse(wire.reply(request, 0, (1, 0, 0), body)).rr[0].rdata) == text
+    section = dns_wire.encode_name("example.test") + struct.pack("!HH", getattr(QTYPE, qtype), 1)
+    request = dns_wire.Request(b"\x12\x34", 1, section, False, 512)
+    assert str(DNSRecord.parse(dns_wire.reply(request, 0, (1, 0, 0), body)).rr[0].rdata) == text
 
 
 def test_a_negative_answer_keeps_its_soa() -> None:
@@ -57,13 +57,14 @@ def test_a_negative_answer_keeps_its_soa() -> None:
     found = answer.parse(data, Question("nothing.example.test", QTYPE.A))
     assert found is not None and found.rcode == RCODE.NXDOMAIN and found.ttl is None
     (kept,) = found.records
-    request = wire.Request(b"\x00\x01", 1, wire.encode_name("nothing.example.test") + b"\x00\x01\x00\x01", False, 512)
+    question = dns_wire.encode_name("nothing.example.test") + b"\x00\x01\x00\x01"
+    request = dns_wire.Request(b"\x00\x01", 1, question, False, 512)
     body, _ttls = answer.encode([kept], "nothing.example.test", 3600)
-    assert DNSRecord.parse(wire.reply(request, RCODE.NXDOMAIN, (0, 1, 0), body)).auth[0].rdata == soa.rdata
+    assert DNSRecord.parse(dns_wire.reply(request, RCODE.NXDOMAIN, (0, 1, 0), body)).auth[0].rdata == soa.rdata
 
 
 def records_after_question(records: bytes, count: int = 1) -> bytes:
-    question = wire.encode_name("a.example.test") + b"\x00\x01\x00\x01"
+    question = dns_wire.encode_name("a.example.test") + b"\x00\x01\x00\x01"
     return struct.pack("!HHHHHH", 7, 0x8180, 1, count, 0, 0) + question + records
 
 
@@ -95,8 +96,8 @@ def test_a_cname_to_a_name_that_is_not_ldh_is_malformed() -> None:
 
 def test_read_name_refuses_loops_and_forward_pointers() -> None:
     with pytest.raises(BadName):
-        wire.read_name(b"\xc0\x00", 0)
-    assert wire.read_name(b"\x01a\x00\x01b\xc0\x00", 3) == ([b"b", b"a"], 7)
+        dns_wire.read_name(b"\xc0\x00", 0)
+    assert dns_wire.read_name(b"\x01a\x00\x01b\xc0\x00", 3) == ([b"b", b"a"], 7)
 
 
 @pytest.mark.parametrize(("packet", "plain"), [
@@ -108,7 +109,7 @@ def test_read_name_refuses_loops_and_forward_pointers() -> None:
     (b"\x00\x01\x09\x00\x00\x01\x00\x00\x00\x00\x00\x00\x03web\x00\x00\x01\x00\x01", False),  # opcode 1
 ])
 def test_plain_requests_are_only_the_plainest_queries(packet: bytes, plain: bool) -> None:
-    found = wire.plain_request(packet)
+    found = dns_wire.plain_request(packet)
     assert (found is not None) == plain
     if found is not None:
         request, question = found
@@ -120,22 +121,23 @@ def test_a_refusal_carries_the_reason_only_to_edns_clients() -> None:
     found = query.read(packet)
     assert found is not None
     request, _question = found
-    refused = DNSRecord.parse(wire.reply(request, RCODE.REFUSED, ede=(18, "x.test is not on the allow list")))
+    refused = DNSRecord.parse(dns_wire.reply(request, RCODE.REFUSED, ede=(18, "x.test is not on the allow list")))
     assert refused.header.rcode == RCODE.REFUSED and refused.header.id == 9 and str(refused.q.qname) == "x.test."
     (opt,) = refused.ar
     assert opt.rdata[0].code == 15 and opt.rdata[0].data.endswith(b"x.test is not on the allow list")
     request.edns = False
-    assert DNSRecord.parse(wire.reply(request, RCODE.REFUSED, ede=(18, "why"))).ar == []
+    assert DNSRecord.parse(dns_wire.reply(request, RCODE.REFUSED, ede=(18, "why"))).ar == []
 
 
 def test_a_hit_reads_back_as_the_answer_it_was_built_from() -> None:
     question = Question("www.example.test", QTYPE.A)
-    records = [Rec("www.example.test", QTYPE.CNAME, 60, wire.encode_name("edge.example.test")),
+    records = [Rec("www.example.test", QTYPE.CNAME, 60, dns_wire.encode_name("edge.example.test")),
                Rec("edge.example.test", QTYPE.A, 30, bytes([203, 0, 113, 9]))]
     hit = hitcache.build(object(), question.name, 0, records, [], 100.0, 130.0, ["203.0.113.9"], None, 3600)
     found = hitcache.answer_of(hit, question)
     assert found is not None and list(found.records) == records and hit.address_ttl == 30
-    request = wire.Request(b"\x00\x05", 1, wire.encode_name("WWW.example.test") + b"\x00\x01\x00\x01", False, 512)
+    section = dns_wire.encode_name("WWW.example.test") + b"\x00\x01\x00\x01"
+    request = dns_wire.Request(b"\x00\x05", 1, section, False, 512)
     aged = DNSRecord.parse(hitcache.render(hit, request, 10))
     assert [rr.ttl for rr in aged.rr] == [50, 20] and str(aged.rr[0].rname) == "WWW.example.test."
 
@@ -147,9 +149,10 @@ def test_a_name_past_253_characters_is_refused_on_every_path() -> None:
     too_long = longest + "dd"
     for name, accepted in ((longest, True), (too_long, False)):
         labels = [label.encode() for label in name.split(".")]
-        assert (wire.ldh_name(labels) is not None) == accepted
-        packet = b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + wire.encode_labels(labels) + b"\x00\x01\x00\x01"
-        assert (wire.plain_request(packet) is not None) == accepted
+        assert (dns_wire.ldh_name(labels) is not None) == accepted
+        header = b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+        packet = header + dns_wire.encode_labels(labels) + b"\x00\x01\x00\x01"
+        assert (dns_wire.plain_request(packet) is not None) == accepted
         read = query.read(packet)
         assert read is None or isinstance(read[1], Malformed) != accepted, read
         if not accepted:

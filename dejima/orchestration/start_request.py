@@ -1,7 +1,6 @@
-"""What each dejima command does, in terms of the core and the adapters.
-
-The CLI parses arguments and calls one function here; everything that touches the engine goes
-through a ``Runtime``. Starting a session is dejima/orchestration/start.py.
+"""What a session start asks for, before anything starts: the workspace checked, the manifests
+resolved from the command line's choices, the host's network facts, and the ``SessionRequest``
+(the same for a real start and for ``--render``). The start itself is dejima/orchestration/start.py.
 """
 
 from __future__ import annotations
@@ -13,19 +12,15 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from dejima.adapters import host, projects
-from dejima.adapters.catalog import load_catalog
+from dejima.adapters.manifest_files import load_catalog
 from dejima.adapters.repo import read_repo_policy, workspace_facts
-from dejima.adapters.violations import ViolationStore, gate_dir, run_dir, sessions_dir
-from dejima.core import labels
+from dejima.adapters.session_dirs import gate_dir, run_dir
 from dejima.core.manifest import ManifestError
-from dejima.core.plan import (
-    NetworkFacts,
-    SessionRequest,
-)
+from dejima.core.plan import NetworkFacts, SessionRequest
 from dejima.core.resolve import REPO_POLICY_FILE, Resolved, resolve
 from dejima.core.settings import Settings
 from dejima.errors import SessionError, UsageError
-from dejima.orchestration.report import SessionReporter
+from dejima.orchestration.session_reporter import SessionReporter
 
 if TYPE_CHECKING:  # the engine's adapter is imported by the functions that use it
     from dejima.adapters.runtime import Runtime
@@ -125,79 +120,6 @@ def protected_paths(workspace: Path, settings: Settings) -> tuple[PurePosixPath,
             and not (workspace / ".git").is_symlink():
         return (PurePosixPath(hooks),)
     return ()
-
-
-# --- management --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    session_id: str
-    workspace: str
-    status: str  # running / stale / partial
-    containers: tuple[str, ...]
-    launcher_pid: str
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "session": self.session_id, "workspace": self.workspace, "status": self.status,
-            "containers": list(self.containers), "launcher_pid": self.launcher_pid,
-        }
-
-
-def list_sessions(runtime: Runtime, scope: str) -> list[SessionInfo]:
-    grouped: dict[str, list[tuple[str, str, dict[str, str]]]] = {}
-    for c in runtime.containers({labels.SCOPE: scope}):
-        if c.labels.get(labels.ROLE) not in (labels.ROLE_FILTER, labels.ROLE_SESSION):
-            continue
-        grouped.setdefault(c.labels.get(labels.SESSION, "?"), []).append((c.id, c.status, c.labels))
-    found = []
-    for session_id, members in sorted(grouped.items()):
-        first = members[0][2]
-        token = first.get(labels.LAUNCHER, "")
-        alive = host.launcher_alive(token)
-        roles = {m[2].get(labels.ROLE) for m in members}
-        status = "running" if alive and roles == {labels.ROLE_FILTER, labels.ROLE_SESSION} else (
-            "starting" if alive else "stale")
-        launcher = host.Launcher.parse(token)
-        found.append(SessionInfo(
-            session_id, first.get(labels.WORKSPACE, "?"), status,
-            tuple(m[0][:12] for m in members), str(launcher.pid) if launcher else "?",
-        ))
-    return found
-
-
-def stop_session(runtime: Runtime, scope: str, session_id: str) -> list[str]:
-    members = [c.id for c in runtime.containers({labels.SCOPE: scope, labels.SESSION: session_id})]
-    if not members:
-        raise UsageError(f"no session {session_id!r}", hint="`dejima sessions` lists the running ones")
-    from dejima.orchestration import session
-
-    session.teardown(runtime, members)
-    return members
-
-
-def record_stale_violations(session_id: str, output: str) -> None:
-    """A crashed launcher could not record its session's refusals: take them from the filter."""
-    if not output:
-        return  # the filter is gone (another launcher took it): keep what was recorded
-    store = ViolationStore(session_id)
-    if store.path.exists():
-        store.path.unlink()  # the filter's log holds every record; start over rather than double
-    store.append_output(output)
-
-
-def clean(runtime: Runtime, scope: str, ui: SessionReporter, everything: bool) -> int:
-    if everything:
-        sessions = list_sessions(runtime, scope)
-        for info in sessions:
-            stop_session(runtime, scope, info.session_id)
-            ui.info(f"removed session {info.session_id} ({info.status})")
-        return len(sessions)
-    from dejima.orchestration import session
-
-    with host.locked(sessions_dir()):
-        return len(session.remove_stale(runtime, scope, ui, record_stale_violations))
 
 
 def session_request(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
