@@ -84,8 +84,9 @@ def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Reso
                 options: Options, ui: SessionReporter) -> SessionPlan:
     """The plan a start would run, made by the same steps as a start, dry: nothing is changed and the
     engine is not asked (image names are placeholders; there is no engine gateway, and limits given
-    as a share are taken of this host's memory). Credential sources are read, as a start reads them,
-    so the plan holds the routes the session would get."""
+    as a share are taken of this host's memory). Credential sources are named, never read: the plan
+    holds every route the manifests declare, with its placeholder; a start drops a route whose source
+    is missing (and says so), or stops when the harness's agent needs it."""
     return render_start(workspace, command, resolved, settings, options, ui)[0]
 
 
@@ -151,7 +152,10 @@ def start_steps(workspace: Path, command: tuple[str, ...] | None, resolved: Reso
             host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"), identity)
 
     def credentials(_: Done) -> SessionProxy | None:
-        return _plan_proxy(workspace, command, resolved, settings, request, ui, dry=runtime is None)
+        return _plan_proxy(workspace, command, resolved, settings, request, ui)
+
+    def credentials_named(_: Done) -> SessionProxy | None:
+        return _plan_proxy(workspace, command, resolved, settings, request, ui, read_sources=False)
 
     def credential_files(done: Done) -> None:
         if done["credentials"] is not None:
@@ -201,7 +205,8 @@ def start_steps(workspace: Path, command: tuple[str, ...] | None, resolved: Reso
         Step("stale-sessions", remove_stale, needs=("policy",), preview=lambda _: None),
         Step("images", images, needs=("stale-sessions",), preview=lambda _: ("<filter image>", "<session image>")),
         Step("directories", directories, needs=("policy",)),
-        Step("credentials", credentials, needs=("policy",), effect=False),
+        # Reading the secrets is applying: a render names each route's source and reads none.
+        Step("credentials", credentials, needs=("policy",), preview=credentials_named),
         Step("credential-files", credential_files, needs=("credentials", "directories")),
         Step("connection", lambda done: _harness_connection(resolved, done["credentials"], ui), needs=("credentials",),
              effect=False),
@@ -218,21 +223,17 @@ def start_steps(workspace: Path, command: tuple[str, ...] | None, resolved: Reso
 
 
 def _plan_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                request: SessionRequest, ui: SessionReporter, dry: bool = False) -> SessionProxy | None:
-    """The session's credential routes, their sources read now on the host (never in a container).
-    ``dry`` (``--render``): a route the start could not do without is named, and the render goes on."""
+                request: SessionRequest, ui: SessionReporter, read_sources: bool = True) -> SessionProxy | None:
+    """The session's credential routes, their sources read now on the host (never in a container);
+    ``read_sources=False`` (``--render``): named, not read, so every declared route is shown."""
     if not any(m.credentials for m in resolved.manifests):
         return None
-    from dejima.proxy.runner import plan_session_proxy, required_routes
+    from dejima.proxy.runner import plan_session_proxy
 
     proxy = plan_session_proxy(resolved, command, workspace, settings, sessions_dir() / request.session_id,
-                               required=not dry)
+                               read_sources)
     for skipped in proxy.prepared.skipped if proxy else ():
         ui.warn(f"{skipped.message}; the session starts without that route")
-    missing = [name for name in required_routes(resolved, command) if proxy is None or name not in proxy.routes]
-    if dry and missing:
-        ui.warn(f"a start would stop here: the harness's agent needs route(s) {', '.join(missing)}, whose credential "
-                "source is missing (above)")
     return proxy if proxy is not None and proxy.routes else None
 
 

@@ -6,9 +6,9 @@
 
 A step that raises stops the run: no further step starts, the ones running are waited for, and every
 step applied so far is undone (its ``undo``, dependents before what they needed), then the error is
-raised. ``dry=True`` (``--render``) runs only the steps that change nothing (``effect=False``); an
-effect's ``preview`` stands in for its result. The graph is checked before anything runs: a name
-twice, a need that names no step or a cycle is a bug, and nothing starts.
+raised. ``dry=True`` (``--render``) runs only the steps that change nothing and read no secret
+(``effect=False``); an effect's ``preview`` stands in for its result. The graph is checked before
+anything runs: a name twice, a need that names no step or a cycle is a bug, and nothing starts.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Step:
     run: Callable[[Mapping[str, Any]], Any]  # given the results of the steps run so far, by name
     needs: tuple[str, ...] = ()
     undo: Callable[[Any], None] | None = None  # given the step's result; run when a later step fails
-    effect: bool = True  # it changes the host or the engine (a dry run skips it)
+    effect: bool = True  # it changes the host or the engine, or reads a secret (a dry run skips it)
     preview: Callable[[Mapping[str, Any]], Any] | None = None  # a dry run's stand-in for an effect's result
 
 

@@ -55,8 +55,10 @@ def required_routes(resolved: Resolved, command: tuple[str, ...] | None) -> tupl
 
 def prepare_for_session(routes: Iterable[tuple[CredentialRoute, str]], directory: Path,
                         overrides: Mapping[str, str], push: Mapping[str, PushPolicy], required: Iterable[str],
-                        extra_ca_file: str | None, decoys: bool, limits: ProxyLimits) -> PreparedProxy:
-    prepared = prepare(routes, directory, overrides, push, required, extra_ca_file=extra_ca_file)
+                        extra_ca_file: str | None, decoys: bool, limits: ProxyLimits,
+                        read_sources: bool = True) -> PreparedProxy:
+    prepared = prepare(routes, directory, overrides, push, required, extra_ca_file=extra_ca_file,
+                       read_sources=read_sources)
     config = replace(prepared.config, memory_budget=limits.memory, max_connections=limits.connections)
     prepared = replace(prepared, config=config)
     if not decoys:
@@ -114,21 +116,21 @@ def push_policies(routes: Iterable[tuple[CredentialRoute, str]], git_config: str
 
 
 def plan_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, workspace: Path,
-                       settings: Settings, session_dir: Path, required: bool = True) -> SessionProxy | None:
+                       settings: Settings, session_dir: Path, read_sources: bool = True) -> SessionProxy | None:
     """Everything the session's proxy needs, resolved on the host (sources read, placeholders made,
     the session CA made for intercepted hosts); None when no manifest declares a route. Sources that
     are missing are left out (``prepared.skipped`` says which), unless the harness's agent needs
-    them (required_routes), which raises CredentialError (``required=False``: left out too, for ``--render``).
-    Writes nothing: ``write_home_files`` does."""
+    them (required_routes), which raises CredentialError. ``read_sources=False`` (``--render``): the
+    sources are named, not read (no secret, no helper command). Writes nothing: ``write_home_files`` does."""
     from dejima.adapters.repo import git_config_text
 
     routes = session_routes(resolved)
     if not routes:
         return None
     credentials = settings.credentials
-    must = required_routes(resolved, command) if required else ()
+    must = required_routes(resolved, command) if read_sources else ()
     prepared = prepare_for_session(routes, session_dir, credentials.upstreams, push_policies(routes, git_config_text(
-        workspace)), must, credentials.extra_ca_file or None, credentials.decoys, proxy_limits(settings))
+        workspace)), must, credentials.extra_ca_file or None, credentials.decoys, proxy_limits(settings), read_sources)
     canaries = tuple(value for spec in prepared.config.routes for value in spec.route.placeholders) + tuple(
         prepared.decoys.values().values())
     return SessionProxy(prepared, tuple(sorted(session_environment(prepared).items())), canaries)

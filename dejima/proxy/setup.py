@@ -31,7 +31,7 @@ from dejima.proxy.routes import Forwarding, RouteBehaviour, RouteSpec
 from dejima.proxy.server import ProxyConfig
 from dejima.proxy.signing import SigV4Signing
 from dejima.proxy.source_kinds import resolve_source
-from dejima.proxy.sources import CredentialError
+from dejima.proxy.sources import CredentialError, CredentialSource, UnreadSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +55,13 @@ CA_FILE, BUNDLE_FILE = "session-ca.pem", "ca-bundle.pem"
 
 def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, overrides: Mapping[str, str] = {},
             push: Mapping[str, PushPolicy] = {}, required: Iterable[str] = (), environ: Mapping[str, str] | None = None,
-            home: Path | None = None, extra_ca_file: str | None = None) -> PreparedProxy:
+            home: Path | None = None, extra_ca_file: str | None = None, read_sources: bool = True) -> PreparedProxy:
     """Resolve every route's source on the host and make this session's placeholders and decoys.
 
     ``routes``: (manifest route, the manifest's path); ``overrides``: route name -> upstream URL
     (gateways, corporate proxies, test worlds); ``directory``: the session's private host directory
-    (ledger.jsonl and violations.jsonl go there).
+    (ledger.jsonl and violations.jsonl go there). ``read_sources=False`` (``--render``): every source
+    is named, none is read, so every route is kept.
     """
     specs: list[RouteSpec] = []
     manifest_routes: dict[str, CredentialRoute] = {}
@@ -74,7 +75,8 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
     for declared, origin in routes:
         where = f"{origin} credentials route {declared.name!r}"
         try:
-            source = resolve_source(declared.source, where, environ, home)
+            source: CredentialSource = (resolve_source(declared.source, where, environ, home) if read_sources
+                                        else UnreadSource(declared.source))
             upstream_url = overrides.get(declared.name, declared.upstream)
             upstream = parse_upstream(upstream_url, declared.name)
         except CredentialError as exc:

@@ -56,6 +56,17 @@ class FixedSource:
         return self._secret
 
 
+class UnreadSource:
+    """A source named, not read (``--render``: the plan names a route's source, never its value)."""
+
+    def __init__(self, source: tuple[str, tuple[str, ...]]) -> None:
+        kind, values = source
+        self.description = " ".join((kind, *values))
+
+    async def current(self) -> Secret:
+        raise SourceUnavailable(f"{self.description} is read when a session starts, not in a render")
+
+
 def _one_line(text: str, origin: str, description: str, fix: str) -> Secret:
     value = text.strip()
     if not value:

@@ -34,7 +34,8 @@ def format_plan(plan: SessionPlan) -> str:
                  "gateway, found at start)")
     lines.append(f"upstream resolvers (the filter's own marked sockets only): {', '.join(plan.upstreams) or 'none'}")
     lines.append("IPv6: disabled in the namespace; UDP and ICMP: closed")
-    lines += ["", "## Credential routes (the secret stays in dejima's proxy on the host)"]
+    lines += ["", "## Credential routes (the secret stays in dejima's proxy on the host; each source is read when a "
+                  "session starts, a route whose source is missing is left out then)"]
     if not plan.credentials:
         lines.append("none: no manifest of this session declares one")
     for c in plan.credentials:
@@ -66,14 +67,15 @@ def format_plan(plan: SessionPlan) -> str:
 
 def format_steps(outline: Sequence[tuple[str, str, tuple[str, ...], bool]]) -> str:
     """The steps a start applies (orchestration/steps.py), part by part, each with what it waits for."""
-    lines = ["## Start steps (each runs once what it needs is done; independent ones at once)"]
+    lines = ["## Start steps (each runs once what it needs is done; independent ones at once; a render runs",
+             "## the 'plans' ones and only names what the 'applies' ones would do)"]
     part = ""
     for where, name, needs, effect in outline:
         if where != part:
             part = where
             lines.append(part)
         after = f"after {', '.join(needs)}" if needs else ""
-        lines.append(f"  {name:<22} {'changes' if effect else 'reads':<8} {after}".rstrip())
+        lines.append(f"  {name:<22} {'applies' if effect else 'plans':<8} {after}".rstrip())
     return "\n".join(lines)
 
 

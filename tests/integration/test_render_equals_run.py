@@ -2,7 +2,8 @@
 start_steps), the render dry. With a real engine: the plan a real start prepares and the rendered one
 differ only in what only the engine knows (the session's id, its images, the engine's gateway) and
 in the session's random placeholders; the credential routes, the bridge, the intercepted hosts and
-the session's variables are the same. The render changes nothing on the host."""
+the session's variables are the same. The render changes nothing on the host and reads no secret:
+its routes' sources are named, not read."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def files_under(root: Path) -> list[str]:
 
 
 def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object, workspace: Path,
-                                                launcher_home: Path) -> None:
+                                                launcher_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ui = UI(quiet=True)
     settings = host.load_settings()
     resolved = start_request.resolve_manifests(workspace, start_request.Selection(forges=("github",)), ui)
@@ -66,3 +67,9 @@ def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object
     assert "GH_TOKEN" in rendered.session.environment
     assert rendered.session.environment["GH_TOKEN"] != planned.session.environment["GH_TOKEN"]  # each its own
     assert "ghp_" + "r" * 36 not in json.dumps([rendered.session.environment, rendered.filter_config])
+
+    # The render reads no source: with the secret gone from the host, it shows the same routes.
+    monkeypatch.delenv("GH_TOKEN")
+    unread = start.render_plan(workspace, None, resolved, settings, options, ui)
+    assert relays(unread) == relays(rendered) and sorted(unread.session.environment) == sorted(
+        rendered.session.environment)

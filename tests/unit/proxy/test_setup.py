@@ -61,3 +61,20 @@ def test_routes_fed_by_one_source_share_its_placeholder(tmp_path: Path) -> None:
     placeholders = {spec.route.name: spec.route.placeholder for spec in prepared.config.routes}
     assert placeholders["github-api"] == placeholders["github-uploads"] == placeholders["github-git"]
     assert placeholders["anthropic-api-key"] != placeholders["github-api"]
+
+
+def test_a_render_names_every_source_and_reads_none(tmp_path: Path) -> None:
+    """--render (read_sources=False): every declared route is kept with its placeholder, even with no secret on
+    the host and a required route; its source is named, and asking it for a value is refused."""
+    import asyncio
+
+    from dejima.proxy.sources import SourceUnavailable
+
+    prepared = prepare([(ANTHROPIC, "backends/anthropic.toml"), (GIT, "forges/github.toml")], tmp_path,
+                       environ={}, required=["anthropic-api-key"], read_sources=False)
+    assert [spec.route.name for spec in prepared.config.routes] == ["anthropic-api-key", "github-git"]
+    assert prepared.skipped == ()
+    source = prepared.config.routes[0].source
+    assert source.description == "env ANTHROPIC_API_KEY"
+    with pytest.raises(SourceUnavailable, match="read when a session starts"):
+        asyncio.run(source.current())
