@@ -86,6 +86,11 @@ class Exchange:
                 raise
         raise AssertionError("unreachable")
 
+    def continue_if_expected(self) -> None:
+        """Answer ``Expect: 100-continue`` at once: the body is the proxy's to read, whatever the upstream says."""
+        if (self.head.get(b"expect") or b"").lower() == b"100-continue":
+            self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
     async def fail(self, status: int, message: str, body_read: bool = False) -> Outcome:
         """Answer the client ``status`` with ``message``; the connection stays open only when no
         unread body of the client's is left on it."""

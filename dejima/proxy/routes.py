@@ -46,8 +46,7 @@ class Forwarding:
         headers = [*exchange.admission.headers, (route.header.encode(), credential_value(route, secret).encode())]
         if exchange.framing.kind == "chunked":
             headers.append((b"Transfer-Encoding", b"chunked"))
-        if (exchange.head.get(b"expect") or b"").lower() == b"100-continue":
-            exchange.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        exchange.continue_if_expected()
         return await self.send(services, spec, exchange, headers)
 
     async def send(self, services: ProxyServices, spec: RouteSpec, exchange: Exchange, headers: Headers) -> Outcome:

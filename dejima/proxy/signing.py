@@ -39,8 +39,7 @@ class SigV4Signing:
         source = spec.source
         if route.signing is None or not isinstance(source, AwsSource):  # resolve_source gives them an AwsSource
             return await exchange.fail(502, f"route {route.name!r} signs with AWS keys and has none configured")
-        if (exchange.head.get(b"expect") or b"").lower() == b"100-continue":
-            exchange.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        exchange.continue_if_expected()
         with Hold(services.budget) as hold:
             return await _read_and_sign(services, spec, exchange, source, hold)
 
