@@ -24,11 +24,10 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from types import FrameType
-from typing import Any
 
 from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.host import Launcher, launcher_alive
@@ -41,9 +40,7 @@ from dejima.errors import EngineError, ExitStatus, FilterError
 from dejima.filter import FAILED, READY, VIOLATION
 from dejima.orchestration.background import Background
 from dejima.orchestration.prestart import Prestarted
-from dejima.orchestration.steps import Step, apply
-
-Done = Mapping[str, Any]  # the results of the steps run so far
+from dejima.orchestration.steps import Done, Step, apply
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FILTER_STOP_SECONDS = 2
@@ -404,14 +401,13 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
         _wait_ready(runtime, done["filter"][0], ready_timeout, digest)
 
     def start_session(done: Done) -> threading.Thread:
-        if not gated:
-            return _start_attached(runtime, done["session"])
-        # Behind the gate, while the filter applies its ruleset. A filter that failed meanwhile takes the
-        # session's start down with it (it cannot join a stopped container): its story is the one.
         try:
             return _start_attached(runtime, done["session"])
         except EngineError:
-            _wait_ready(runtime, done["filter"][0], ready_timeout, digest)
+            # Behind the gate it starts while the filter applies its ruleset. A filter that failed meanwhile
+            # takes the session's start down with it (it cannot join a stopped container): its story is the one.
+            if gated:
+                _wait_ready(runtime, done["filter"][0], ready_timeout, digest)
             raise
 
     def release_gate(done: Done) -> None:

@@ -11,11 +11,11 @@ run it (filter and session containers, the exit audit around it, the records kep
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dejima.adapters import host
 from dejima.adapters.session_dirs import (
@@ -47,7 +47,7 @@ from dejima.errors import EngineError, ExitStatus, SessionError
 from dejima.orchestration.manage_sessions import record_stale_violations
 from dejima.orchestration.session_reporter import SessionReporter
 from dejima.orchestration.start_request import Options, network_facts, session_request
-from dejima.orchestration.steps import Step, apply
+from dejima.orchestration.steps import Done, Step, apply, ordered
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
@@ -55,9 +55,6 @@ if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions
     from dejima.orchestration import exit_audit
     from dejima.orchestration.prestart import Prestarted
     from dejima.proxy.runner import SessionProxy
-
-
-Done = Mapping[str, Any]  # the results of the steps run so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +93,12 @@ StepOutline = tuple[str, str, tuple[str, ...], bool]  # (part of the start, step
 def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                  options: Options, ui: SessionReporter) -> tuple[SessionPlan, tuple[StepOutline, ...]]:
     """``render_plan``'s plan, and the steps a start applies (both parts), in an order they may run."""
-    from typing import cast
-
-    from dejima.adapters.runtime import Runtime
     from dejima.orchestration.session import pair_steps
-    from dejima.orchestration.steps import ordered
 
     steps = start_steps(workspace, command, resolved, settings, None, ui, options, None)
     planned: SessionPlan = apply(steps, dry=True).results["plan"]
     # The pair's steps are only listed, never run here: no engine is needed to name them.
-    pair = pair_steps(cast(Runtime, None), planned, [], [], cast(Any, object()) if planned.gate else None, 0.0,
+    pair = pair_steps(cast("Runtime", None), planned, [], [], cast(Any, object()) if planned.gate else None, 0.0,
                       before_session_steps(planned, ui, None))
     outline = tuple(("preparation", s.name, s.needs, s.effect) for s in ordered(steps)) + tuple(
         ("the container pair", s.name, s.needs, s.effect) for s in ordered(pair))

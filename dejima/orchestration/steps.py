@@ -19,15 +19,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+Done = Mapping[str, Any]  # the results of the steps run so far, by name
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
     name: str
-    run: Callable[[Mapping[str, Any]], Any]  # given the results of the steps run so far, by name
+    run: Callable[[Done], Any]  # given the results of the steps run so far
     needs: tuple[str, ...] = ()
     undo: Callable[[Any], None] | None = None  # given the step's result; run when a later step fails
     effect: bool = True  # it changes the host or the engine, or reads a secret (a dry run skips it)
-    preview: Callable[[Mapping[str, Any]], Any] | None = None  # a dry run's stand-in for an effect's result
+    preview: Callable[[Done], Any] | None = None  # a dry run's stand-in for an effect's result
 
 
 class StepGraphError(ValueError):
