@@ -49,6 +49,10 @@ class APIError(Exception):
         return self.status == 404
 
 
+class StreamError(Exception):
+    """The engine reported, inside a progress stream it answered 200, that the work failed (its words)."""
+
+
 class Response:
     """A response head, and its body read as framed (Content-Length, chunked, or until EOF)."""
 
@@ -217,13 +221,19 @@ class Engine:
 
     def progress(self, method: str, path: str, params: dict[str, Any] | None = None,
                  data: bytes | IO[bytes] | None = None,
-                 headers: Mapping[str, str] | None = None) -> Generator[Any, None, None]:
+                 headers: Mapping[str, str] | None = None) -> Generator[dict[str, Any], None, None]:
         """A request whose answer is a stream of JSON objects (a build's, a pull's, an import's
-        progress), each as it arrives; no time limit, as such work takes what it takes. close() it
-        (contextlib.closing) to hang up when stopping early."""
+        progress), each as it arrives; no time limit, as such work takes what it takes. An object
+        with an ``error`` is the work failing: StreamError. close() it (contextlib.closing) to hang
+        up when stopping early."""
         response = self.request(method, path, params, timeout=None, data=data, headers=headers)
         try:
-            yield from json_objects(response.pieces())
+            for event in json_objects(response.pieces()):
+                if not isinstance(event, dict):
+                    continue
+                if event.get("error"):
+                    raise StreamError(str(event["error"]).strip())
+                yield event
         finally:
             response.close()
 

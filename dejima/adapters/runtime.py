@@ -18,7 +18,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 from dejima.adapters import registry_auth
-from dejima.adapters.engine import ENGINE_HINT, STDOUT, APIError, Engine
+from dejima.adapters.engine import ENGINE_HINT, STDOUT, APIError, Engine, StreamError
 from dejima.core.images import ImageRecipe
 from dejima.core.plan import ContainerSpec
 from dejima.errors import EngineError, ImageError
@@ -84,9 +84,10 @@ class Runtime:
         try:
             query = {"fromImage": repository, "tag": tag or "latest"}
             with closing(self.engine.progress("POST", "/images/create", query, headers=auth.header)) as events:
-                for event in events:
-                    if isinstance(event, dict) and event.get("error"):
-                        return _with_note(str(event["error"]).strip(), auth.note)
+                for _ in events:
+                    pass
+        except StreamError as exc:
+            return _with_note(str(exc), auth.note)
         except APIError as exc:
             return _with_note(exc.message, auth.note)
         except (OSError, EngineError) as exc:
@@ -101,9 +102,10 @@ class Runtime:
             with closing(self.engine.progress("POST", "/images/create", {"fromSrc": "-", "repo": repository,
                                                                          "tag": version, "changes": changes},
                                               data=tar_stream)) as events:
-                for event in events:
-                    if isinstance(event, dict) and event.get("error"):
-                        raise ImageError(f"docker import of {tag} failed: {str(event['error']).strip()}")
+                for _ in events:
+                    pass
+        except StreamError as exc:
+            raise ImageError(f"docker import of {tag} failed: {exc}") from exc
         except (APIError, OSError, EngineError) as exc:
             raise ImageError(f"docker import of {tag} failed: {_short(exc)}") from exc
         image = self.image_id(tag)
@@ -126,17 +128,13 @@ class Runtime:
         try:
             with closing(self.engine.progress("POST", "/build", params, data=context.getvalue())) as events:
                 for event in events:
-                    if not isinstance(event, dict):
-                        continue
-                    if event.get("error"):
-                        raise ImageError(
-                            f"building the {recipe.role} image failed: {str(event['error']).strip()}",
-                            hint="the build log's last lines are above; `dejima images build` retries",
-                        )
                     text = event.get("stream") or event.get("status") or ""
                     for line in str(text).splitlines():  # one event may hold several lines (apt's, npm's)
                         if line.strip():
                             on_line(line.rstrip())
+        except StreamError as exc:
+            raise ImageError(f"building the {recipe.role} image failed: {exc}",
+                             hint="the build log's last lines are above; `dejima images build` retries") from exc
         except (APIError, OSError, EngineError) as exc:
             raise ImageError(f"building the {recipe.role} image failed: {_short(exc)}") from exc
         image = self.image_id(recipe.tag)
