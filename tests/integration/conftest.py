@@ -82,6 +82,16 @@ def scope() -> str:
     return TEST_SCOPE
 
 
+@pytest.fixture
+def launcher_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scope: str) -> Path:
+    """This process as a launcher with its own state, settings and data directories."""
+    for name in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    monkeypatch.delenv("DEJIMA_SETTINGS", raising=False)
+    monkeypatch.setenv("DEJIMA_SCOPE", scope)
+    return tmp_path
+
+
 @pytest.fixture(scope="module")
 def world(runtime: Runtime, images: Images, world_dir: Path) -> Iterator[World]:
     """The egress test world (tests/networld.py), one per test module, removed with its network."""

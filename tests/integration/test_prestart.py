@@ -8,24 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from dejima.adapters import host
 from dejima.adapters.runtime import Runtime
 from dejima.adapters.session_dirs import sessions_dir
 from dejima.orchestration import prestart, start, start_request
 from dejima.ui.console import UI
 from tests.world import User, containers_of, run_dejima
-
-
-@pytest.fixture
-def launcher_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scope: str) -> Path:
-    """This process as a launcher with its own state, settings and data directories."""
-    for name in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
-        monkeypatch.setenv(name, str(tmp_path / name.lower()))
-    monkeypatch.delenv("DEJIMA_SETTINGS", raising=False)
-    monkeypatch.setenv("DEJIMA_SCOPE", scope)
-    return tmp_path
 
 
 def start_session(runtime: Runtime, workspace: Path, prestarted: prestart.Prestarted | None) -> int:

@@ -20,16 +20,6 @@ from dejima.ui.console import UI
 from dejima.ui.views import format_plan
 
 
-@pytest.fixture
-def launcher_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scope: str) -> Path:
-    for name in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
-        monkeypatch.setenv(name, str(tmp_path / name.lower()))
-    monkeypatch.delenv("DEJIMA_SETTINGS", raising=False)
-    monkeypatch.setenv("DEJIMA_SCOPE", scope)
-    monkeypatch.setenv("GH_TOKEN", "ghp_" + "r" * 36)  # the github forge's routes, intercepted hosts among them
-    return tmp_path
-
-
 def shown(plan: SessionPlan, gateway: str) -> list[str]:
     """The render's text with what only a start knows put back to the render's words."""
     text = format_plan(plan).replace(plan.session_id, "render")
@@ -44,6 +34,7 @@ def files_under(root: Path) -> list[str]:
 
 def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object, workspace: Path,
                                                 launcher_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GH_TOKEN", "ghp_" + "r" * 36)  # the github forge's routes, intercepted hosts among them
     ui = UI(quiet=True)
     settings = host.load_settings()
     resolved = start_request.resolve_manifests(workspace, start_request.Selection(forges=("github",)), ui)
