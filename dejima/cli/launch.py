@@ -63,6 +63,9 @@ Settings: $XDG_CONFIG_HOME/dejima/settings.toml (or $DEJIMA_SETTINGS), validated
 
 
 
+RENDER_FORMATS = ("text", "kubernetes", "pod")
+
+
 def _launch_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -92,8 +95,11 @@ def _launch_parser() -> argparse.ArgumentParser:
                         "[network] upstream_dns, else the host's)")
     parser.add_argument("--accept-findings", action="store_true",
                         help="start even though earlier sessions left unreviewed critical audit findings")
-    parser.add_argument("--render", action="store_true",
-                        help="print the plan (policy, mounts, nft ruleset) and exit; needs no Docker")
+    parser.add_argument("--render", nargs="?", const="text", choices=RENDER_FORMATS, metavar="FORMAT",
+                        help="print the plan and exit; needs no Docker, reads no secret. FORMAT: text (the "
+                        "default: policy, mounts, nft ruleset, the start's steps), kubernetes (the session as an "
+                        "agent-sandbox Sandbox with its ConfigMap and NetworkPolicy, YAML for kubectl apply), pod "
+                        "(the same as a plain Pod); docs/kubernetes.md")
     parser.add_argument("-q", "--quiet", action="store_true", help="only errors and warnings on stderr")
     parser.add_argument("--version", action="version", version=f"dejima {__version__}")
     return parser
@@ -162,6 +168,12 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
     from dejima.adapters.runtime import connect  # a render does not reach the engine
 
     session_options = start_request.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
+    if args.render in ("kubernetes", "pod"):
+        from dejima.orchestration import start
+
+        print(start.render_kubernetes(workspace, command, resolved, settings, session_options, ui,
+                                      "Pod" if args.render == "pod" else "Sandbox"), end="")
+        return ExitStatus.SUCCESS
     if args.render:
         from dejima.orchestration import start
         from dejima.ui.views import format_plan, format_steps

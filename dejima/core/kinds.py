@@ -194,6 +194,18 @@ KEBAB = checked("kebab-case name", lambda v: None if _KEBAB.match(v) else f"must
                 fix='lower-case words joined by "-", e.g. "github-token"')
 
 
+# Kubernetes names: an object's name (RFC 1123 label) and an image reference, either empty (unset).
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_IMAGE_REF = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+                        r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?\Z")
+K8S_NAME = checked("Kubernetes name", lambda v: None if not v or _K8S_NAME.match(v) else
+                   f"is not a Kubernetes name ({shown(v)})",
+                   fix='lower-case letters, digits and "-", at most 63, e.g. "agents"')
+IMAGE_REF = checked("image reference", lambda v: None if not v or _IMAGE_REF.match(v) else
+                    f"is not an image reference ({shown(v)})",
+                    fix='e.g. "registry.example.com/team/dejima-filter:1.4" (as `docker push` took it)')
+
+
 def is_kebab(text: str) -> bool:
     return _KEBAB.match(text) is not None
 

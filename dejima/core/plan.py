@@ -216,6 +216,9 @@ class SessionPlan:
     gate: str | None = None  # host path of the start gate's FIFO; None: the session starts after ready
     filter_config: str = ""  # the filter's configuration (policy, never secrets)
     config_fifo: str | None = None  # host path of the FIFO it goes through; None: in the filter's environment
+    # The session's variables that carry its credential routes (placeholders, base URLs through the
+    # proxy, the harness's connection): a render for a place without the proxy leaves them out.
+    credential_env: tuple[str, ...] = ()
 
     @property
     def plan_hash(self) -> str:
@@ -417,6 +420,7 @@ def build_session_plan(
         gate=str(request.gate_dir / GATE_FIFO) if request.gate_dir else None,
         filter_config=config,
         config_fifo=str(request.run_dir / FILTER_CONFIG_FIFO) if request.run_dir is not None else None,
+        credential_env=tuple(dict.fromkeys(name for name, _ in request.credential_env)),
     )
 
 

@@ -20,7 +20,9 @@ from dejima.core.kinds import (
     BOOL,
     EGRESS_ENTRY,
     HTTP_URL,
+    IMAGE_REF,
     IPV4_NETWORK,
+    K8S_NAME,
     KEBAB,
     MEMORY,
     RESOLVER,
@@ -151,6 +153,23 @@ class CredentialSettings:
         "secrets.", True)
 
 
+@dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    """What a Kubernetes render (`dejima PATH --render kubernetes`) needs that a local start finds itself."""
+
+    filter_image: str = key(IMAGE_REF, "The filter image as the cluster pulls it (`dejima images list` names the local "
+                            "one; tag and push it to your registry).", "")
+    session_image: str = key(IMAGE_REF, "The session image as the cluster pulls it, likewise.", "")
+    dns_upstreams: tuple[str, ...] = key(
+        list_of(RESOLVER), "The cluster's DNS service, which the filter forwards allowed queries to "
+        "(`kubectl -n kube-system get service kube-dns`); --dns-upstream overrides it.", ())
+    namespace: str = key(K8S_NAME, "Namespace of the rendered objects (empty: kubectl's current one).", "")
+    workspace_claim: str = key(K8S_NAME, "The PersistentVolumeClaim holding the workspace (empty: "
+                               "dejima-workspace-<project>).", "")
+    runtime_class: str = key(K8S_NAME, "The pod's RuntimeClass, e.g. gvisor or kata (empty: the cluster's default).",
+                             "")
+
+
 def _section(cls: type, title: str, rules: tuple[Any, ...] = ()) -> Any:
     return key(table(record(cls, f"[{title}]", rules)), "settings live in sections; docs/settings.md lists every key",
                factory=cls)
@@ -163,6 +182,7 @@ class Settings:
     network: NetworkSettings = _section(NetworkSettings, "network", (reasons_name_denied,))
     limits: LimitSettings = _section(LimitSettings, "limits")
     credentials: CredentialSettings = _section(CredentialSettings, "credentials")
+    kubernetes: KubernetesSettings = _section(KubernetesSettings, "kubernetes")
 
 
 SETTINGS: Kind = table(record(Settings, "the settings file (settings live in sections)"))

@@ -107,6 +107,11 @@ async def _serve(config: dict[str, Any], digest: str) -> None:
             await start_bridge(config["bridge"]["socket"], config["bridge"]["port"])
             if "intercept" in config:  # the proxy's TLS fallback: intercepted names resolve to 127.0.0.1
                 await start_bridge(config["intercept"]["socket"], config["intercept"]["port"])
+        if "ready_file" in config:  # a cluster's probe reads it (filter/probe.py): the ruleset is verified
+            from dejima.filter.probe import ready_text
+
+            with open(config["ready_file"], "w") as ready:
+                ready.write(ready_text())
         print(f"{READY} ruleset={digest}", flush=True)
         _STATE["ready"] = True
         await stop.wait()

@@ -43,7 +43,7 @@ from dejima.core.plan import (
 )
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
-from dejima.errors import EngineError, ExitStatus, SessionError
+from dejima.errors import EngineError, ExitStatus, SessionError, UsageError
 from dejima.orchestration.manage_sessions import record_stale_violations
 from dejima.orchestration.session_reporter import SessionReporter
 from dejima.orchestration.start_request import Options, network_facts, session_request
@@ -52,6 +52,7 @@ from dejima.orchestration.steps import Done, Step, apply, ordered
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
     from dejima.core.connect import Connection
+    from dejima.core.kubernetes import Kind
     from dejima.orchestration import exit_audit
     from dejima.orchestration.prestart import Prestarted
     from dejima.proxy.runner import SessionProxy
@@ -78,24 +79,25 @@ def prepare_session(
 
 
 def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                options: Options, ui: SessionReporter) -> SessionPlan:
+                options: Options, ui: SessionReporter, session_id: str = "render") -> SessionPlan:
     """The plan a start would run, made by the same steps as a start, dry: nothing is changed and the
     engine is not asked (image names are placeholders; there is no engine gateway, and limits given
     as a share are taken of this host's memory). Credential sources are named, never read: the plan
     holds every route the manifests declare, with its placeholder; a start drops a route whose source
     is missing (and says so), or stops when the harness's agent needs it."""
-    return render_start(workspace, command, resolved, settings, options, ui)[0]
+    return render_start(workspace, command, resolved, settings, options, ui, session_id)[0]
 
 
 StepOutline = tuple[str, str, tuple[str, ...], bool]  # (part of the start, step, what it needs, it changes something)
 
 
 def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                 options: Options, ui: SessionReporter) -> tuple[SessionPlan, tuple[StepOutline, ...]]:
+                 options: Options, ui: SessionReporter,
+                 session_id: str = "render") -> tuple[SessionPlan, tuple[StepOutline, ...]]:
     """``render_plan``'s plan, and the steps a start applies (both parts), in an order they may run."""
     from dejima.orchestration.session import pair_steps
 
-    steps = start_steps(workspace, command, resolved, settings, None, ui, options, None)
+    steps = start_steps(workspace, command, resolved, settings, None, ui, options, None, session_id)
     planned: SessionPlan = apply(steps, dry=True).results["plan"]
     # The pair's steps are only listed, never run here: no engine is needed to name them.
     pair = pair_steps(cast("Runtime", None), planned, [], [], cast(Any, object()) if planned.gate else None, 0.0,
@@ -105,16 +107,50 @@ def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Res
     return planned, outline
 
 
+def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+                      options: Options, ui: SessionReporter, kind: Kind) -> str:
+    """The session as Kubernetes objects (core/kubernetes.py), from the plan ``render_plan`` makes with the
+    cluster's DNS as the filter's upstream. What only a cluster can say is taken from [kubernetes]."""
+    from dejima.core.kubernetes import KubernetesTarget, kubernetes_objects, kubernetes_yaml, object_name
+
+    cluster = settings.kubernetes
+    missing = [key for key, value in (("filter_image", cluster.filter_image), ("session_image", cluster.session_image))
+               if not value]
+    if missing:
+        raise UsageError(
+            f"a Kubernetes render needs the images as the cluster pulls them: [kubernetes] {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set in {host.settings_path()}",
+            hint="tag and push the images `dejima images list` names, then set [kubernetes] filter_image and "
+            "session_image to what you pushed (docs/kubernetes.md)", reference="kubernetes-images")
+    upstreams = options.upstream_dns or cluster.dns_upstreams
+    if not upstreams:
+        raise UsageError(
+            "a Kubernetes render needs the cluster's DNS service as the filter's upstream: this host's resolvers "
+            "are not the cluster's",
+            hint="set [kubernetes] dns_upstreams = [\"IP\"] (`kubectl -n kube-system get service kube-dns` shows "
+            "it) or pass --dns-upstream IP", reference="kubernetes-dns")
+    plan = render_plan(workspace, command, resolved, settings, replace(options, upstream_dns=upstreams), ui,
+                       object_name(str(workspace)))
+    if plan.credentials:
+        ui.warn("the credential routes (" + ", ".join(c.route for c in plan.credentials) + ") are not carried into "
+                "the pod: the credential proxy does not run on Kubernetes yet (docs/kubernetes.md)")
+    target = KubernetesTarget(kind, cluster.filter_image, cluster.session_image, cluster.namespace,
+                              cluster.workspace_claim, cluster.runtime_class, settings.session.ready_timeout,
+                              settings.session.stop_timeout)
+    return kubernetes_yaml(kubernetes_objects(plan, target))
+
+
 def start_steps(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                 runtime: Runtime | None, ui: SessionReporter, options: Options,
-                prestarted: Prestarted | None) -> list[Step]:
+                prestarted: Prestarted | None, render_id: str = "render") -> list[Step]:
     """What a start does before its containers, as steps and what each needs (dejima.orchestration.steps).
-    Without ``runtime`` (``--render``) the engine's facts are left out and its images named only."""
+    Without ``runtime`` (``--render``) the engine's facts are left out, its images named only, and the
+    session is called ``render_id``."""
     from dejima.adapters.fifo import make_gate, make_run_dir
 
     identity = host.session_identity(workspace, options.as_root)
     source = str(host.settings_path())
-    session_id = "render" if runtime is None else prestarted.session_id if prestarted is not None else new_session_id()
+    session_id = render_id if runtime is None else prestarted.session_id if prestarted is not None else new_session_id()
     request = session_request(workspace, command, resolved, settings, options, session_id,
                               "render" if runtime is None else host.launcher_token())
     owner = (identity.uid, identity.gid)

@@ -111,7 +111,8 @@ ANY = frozenset({"*"})
 # docs/design.md's table, enforced: each layer imports the ones above it in this list, never below.
 LAYERS = {
     "core": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.templates"}),
-                  {"jinja2": frozenset({"core/render.py"}), "yaml": frozenset({"core/configfiles.py"}),
+                  {"jinja2": frozenset({"core/render.py"}),
+                   "yaml": frozenset({"core/configfiles.py", "core/kubernetes.py"}),
                    "re2": frozenset({"core/audit/linear.py"})}),
     # exactly the shipped modules ("=": no prefix), so nothing else of dejima reaches the image
     "filter": Layer(frozenset({"dejima.filter", *(name + "=" for name in FILTER_SHARED)}),
@@ -377,9 +378,9 @@ def test_the_design_table_says_what_the_test_enforces(name: str) -> None:
     layer = LAYERS[name]
     for library, owners in layer.libraries.items():
         assert re.search(rf"\b{library}\b", may_import_cell), f"{name}: the table does not name {library}"
-        for owner in owners - ANY:
-            shown = owner.split("/", 1)[1].removesuffix(".py")  # core/audit/linear.py: audit/linear
-            assert f"{library} ({shown} only" in may_import_cell, f"{name}: {library}'s owner {owner}"
+        if owners != ANY:  # core/audit/linear.py: audit/linear; two owners: "yaml (configfiles, kubernetes only"
+            shown = ", ".join(sorted(owner.split("/", 1)[1].removesuffix(".py") for owner in owners))
+            assert f"{library} ({shown} only" in may_import_cell, f"{name}: {library}'s owners {sorted(owners)}"
     listed = frozenset() if io_modules == "none" else frozenset(m.strip() for m in io_modules.split(","))
     assert listed == layer.stdlib_io
     assert names_in(io_names) == layer.io_names

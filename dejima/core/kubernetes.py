@@ -1,0 +1,305 @@
+"""A session plan as Kubernetes objects: the pair as one pod, its policy as a ConfigMap, a NetworkPolicy
+as a second layer.
+
+    objects = kubernetes_objects(plan, target)   # ConfigMap, NetworkPolicy, then the Sandbox (or Pod)
+    text = kubernetes_yaml(objects)              # what `dejima PATH --render kubernetes` prints
+
+The pod is the local pair's shape: the filter is a native sidecar (an init container that keeps
+running, `restartPolicy: Always`) holding NET_ADMIN in the pod's network namespace; the kubelet
+starts the session container only once the filter's startup probe passes, and the probe passes
+only once the ruleset is verified (dejima/filter/probe.py): that order is the local start gate.
+The session runs with every capability dropped, as a non-root uid, without a service-account
+token or the cluster's service variables, its only resolver the filter's on 127.0.0.1.
+
+Everything here is data from the plan; names and paths that came from the workspace are values in
+the YAML (quoted by the emitter), never structure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from dejima.core import labels
+from dejima.core.limits import ContainerLimits
+from dejima.core.paths import FILTER_CONFIG_ENV, FILTER_RUN_DIR, GATE_DIR
+from dejima.core.plan import SESSION_HOME, ContainerSpec, SessionPlan, filter_config
+from dejima.errors import UsageError
+
+# agent-sandbox (kubernetes-sigs/agent-sandbox) v0.5.6: the Sandbox's served and stored version.
+SANDBOX_API_VERSION = "agents.x-k8s.io/v1beta1"
+READY_FILE = f"{FILTER_RUN_DIR}/ready"
+CONFIG_KEY = "filter.json"
+PROBE = ("python3", "-m", "dejima.filter.probe", READY_FILE)
+# Where names may lead, for the NetworkPolicy: anywhere public. The filter's resolver already refuses
+# answers into these; the NetworkPolicy repeats it below the pod, where the filter cannot be bypassed.
+NOT_PUBLIC = tuple(ipaddress.IPv4Network(n) for n in (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16",
+    "224.0.0.0/3"))
+MEMORY_REQUEST = 64 << 20  # what the scheduler reserves of each container's memory (the limit is its ceiling)
+CPU_PER_SHARE_MILLI = 100  # the engine's default weight (1024) as a request of 100m
+APP_LABEL = "app.kubernetes.io/name"
+PLAN_HASH_ANNOTATION = "dejima.plan-hash"
+ROUTES_ANNOTATION = "dejima.credential-routes"
+
+Kind = Literal["Sandbox", "Pod"]
+Object = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesTarget:
+    """Where the pod goes: what a cluster needs that a local start finds itself."""
+
+    kind: Kind
+    filter_image: str
+    session_image: str
+    namespace: str = ""  # empty: kubectl's current namespace
+    workspace_claim: str = ""  # empty: dejima-workspace-<project>
+    runtime_class: str = ""  # empty: the cluster's default
+    ready_timeout: float = 30.0  # seconds the filter may take to verify its ruleset
+    stop_timeout: float = 10.0  # the pod's grace period
+
+
+def object_name(workspace: str) -> str:
+    """dejima-<project>-<hash>: an RFC 1123 name whatever the directory is called, one per workspace."""
+    slug = re.sub(r"[^a-z0-9]+", "-", PurePosixPath(workspace).name.lower()).strip("-")[:30].strip("-")
+    digest = hashlib.sha256(workspace.encode()).hexdigest()[:8]
+    return f"dejima-{slug or 'workspace'}-{digest}"
+
+
+def kubernetes_objects(plan: SessionPlan, target: KubernetesTarget) -> list[Object]:
+    """The ConfigMap (the filter's configuration), the NetworkPolicy, then the Sandbox or the Pod."""
+    _check_paths(plan)
+    name = object_name(plan.workspace)
+    session_user = _ids(plan.session.user)
+    if session_user[0] == 0:
+        raise UsageError("a Kubernetes render runs the session as a non-root uid (runAsNonRoot), but this plan runs "
+                         "it as uid 0", hint="leave --as-root out, and render as the user the agent should run as")
+    pod_labels = {APP_LABEL: "dejima", labels.SESSION: name}
+    annotations = {labels.WORKSPACE: plan.workspace, PLAN_HASH_ANNOTATION: plan.plan_hash}
+    if plan.credentials:
+        annotations[ROUTES_ANNOTATION] = ("not carried: the credential proxy does not run in the pod yet ("
+                                          + ", ".join(c.route for c in plan.credentials) + ")")
+    config_map = _object("v1", "ConfigMap", f"{name}-filter", target.namespace, pod_labels)
+    config_map["data"] = {CONFIG_KEY: _filter_config(plan)}
+    policy = _object("networking.k8s.io/v1", "NetworkPolicy", f"{name}-egress", target.namespace, pod_labels)
+    policy["spec"] = _network_policy(plan, pod_labels)
+    pod_spec = _pod_spec(plan, target, name, session_user)
+    if target.kind == "Pod":
+        pod = _object("v1", "Pod", name, target.namespace, pod_labels, annotations)
+        pod["spec"] = pod_spec
+    else:
+        pod = _object(SANDBOX_API_VERSION, "Sandbox", name, target.namespace, pod_labels, annotations)
+        pod["spec"] = {"podTemplate": {"metadata": {"labels": dict(pod_labels), "annotations": dict(annotations)},
+                                       "spec": pod_spec}}
+    return [config_map, policy, pod]
+
+
+def kubernetes_yaml(objects: list[Object]) -> str:
+    """The objects as one YAML stream. Every string is a scalar the emitter quotes as it must: a
+    workspace named `x\\n---\\nkind: Secret` stays one value. Non-ASCII and control characters are
+    escaped, so the text shows nothing a terminal would act on."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:  # no &anchors: each value written where it is used
+            return True
+
+    text: str = yaml.dump_all(objects, Dumper=Dumper, sort_keys=False, default_flow_style=False,
+                              allow_unicode=False, width=1 << 20, explicit_start=True)
+    return text
+
+
+def _object(api_version: str, kind: str, name: str, namespace: str, object_labels: dict[str, str],
+            annotations: dict[str, str] | None = None) -> Object:
+    metadata: Object = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata["labels"] = dict(object_labels)
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata}
+
+
+def _filter_config(plan: SessionPlan) -> str:
+    """The plan's policy for the filter, without the launcher's sockets (no control channel, no bridge:
+    nothing on the host to reach), and with the file its readiness probe reads."""
+    config = json.loads(filter_config(plan.session_id, plan.ruleset, plan.expectation, plan.policy, plan.upstreams))
+    config["ready_file"] = READY_FILE
+    return json.dumps(config, sort_keys=True)
+
+
+def _check_paths(plan: SessionPlan) -> None:
+    for bind in plan.session.binds:
+        if ":" in bind.target:  # Kubernetes refuses a mountPath with ':'
+            raise UsageError(f"{bind.target!r} cannot be a mount path in a pod: Kubernetes refuses ':' in one",
+                             hint="render a workspace whose path has no ':'")
+
+
+def _ids(user: str) -> tuple[int, int]:
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid or uid)
+
+
+def quantity(size: int) -> str:
+    """Bytes as a Kubernetes quantity, in the largest binary unit that divides them."""
+    for unit, shift in (("Gi", 30), ("Mi", 20), ("Ki", 10)):
+        if size and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return str(size)
+
+
+def _resources(limits: ContainerLimits | None) -> Object:
+    """Memory as locally (a limit, a small request); the CPU weights as requests of the same ratio (the
+    kubelet derives a container's weight from its request: the filter stays above the session); no CPU
+    limit, as locally. Processes: a pod-wide limit is the kubelet's (--pod-max-pids), not the pod's."""
+    if limits is None:
+        return {}
+    resources: Object = {"requests": {"cpu": f"{max(1, limits.cpu_shares * CPU_PER_SHARE_MILLI // 1024)}m"}}
+    if limits.memory is not None:
+        resources["limits"] = {"memory": quantity(limits.memory)}
+        resources["requests"]["memory"] = quantity(min(limits.memory, MEMORY_REQUEST))
+    return resources
+
+
+def _pod_spec(plan: SessionPlan, target: KubernetesTarget, name: str, session_user: tuple[int, int]) -> Object:
+    volumes, session_mounts = _session_volumes(plan, target, name)
+    volumes.append({"name": "filter-run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
+    spec: Object = {
+        "restartPolicy": "Never",
+        # The session gets no way to the cluster's API and no list of its services.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostname": plan.filter.hostname or "dejima",
+        # The filter's resolver is the only DNS (as locally: the session's resolv.conf names 127.0.0.1).
+        "dnsPolicy": "None",
+        "dnsConfig": {"nameservers": ["127.0.0.1"], "options": [{"name": "ndots", "value": "0"}]},
+        "securityContext": {
+            "seccompProfile": {"type": "RuntimeDefault"},
+            "sysctls": [{"name": key, "value": value} for key, value in sorted(plan.filter.sysctls.items())],
+        },
+        "terminationGracePeriodSeconds": max(1, int(target.stop_timeout)),
+        "initContainers": [_filter_container(plan.filter, target, name)],
+        "containers": [_session_container(plan.session, target, session_user, session_mounts,
+                                          plan.credential_env)],
+        "volumes": volumes,
+    }
+    if target.runtime_class:
+        spec["runtimeClassName"] = target.runtime_class
+    return spec
+
+
+def _filter_container(filter_spec: ContainerSpec, target: KubernetesTarget, name: str) -> Object:
+    probe = {"exec": {"command": list(PROBE)}, "periodSeconds": 1, "timeoutSeconds": 5,
+             "failureThreshold": max(1, int(target.ready_timeout))}
+    return {
+        "name": "filter",
+        "image": target.filter_image,
+        # A native sidecar: it keeps running beside the session, and the session starts only after its
+        # startup probe passed, i.e. after the ruleset was verified.
+        "restartPolicy": "Always",
+        "env": [{"name": FILTER_CONFIG_ENV,
+                 "valueFrom": {"configMapKeyRef": {"name": f"{name}-filter", "key": CONFIG_KEY}}}],
+        "securityContext": {
+            "runAsUser": 0,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": list(filter_spec.cap_add)},
+            "readOnlyRootFilesystem": filter_spec.read_only_rootfs,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "startupProbe": probe,
+        "readinessProbe": {**probe, "failureThreshold": 3},
+        "resources": _resources(filter_spec.limits),
+        "volumeMounts": [{"name": "filter-run", "mountPath": FILTER_RUN_DIR}],
+    }
+
+
+def _session_volumes(plan: SessionPlan, target: KubernetesTarget, name: str) -> tuple[list[Object], list[Object]]:
+    """The volumes and the session's mounts, from the plan's binds: the workspace is the claim, the
+    home and caches are the pod's own (emptyDir), read-only paths are the workspace's subpaths; the
+    resolv.conf and the start gate are the pod's DNS settings and its start order."""
+    claim = target.workspace_claim or f"dejima-workspace-{name.removeprefix('dejima-').rsplit('-', 1)[0]}"[:63]
+    volumes: list[Object] = [{"name": "workspace", "persistentVolumeClaim": {"claimName": claim}}]
+    mounts: list[Object] = []
+    caches = 0
+    for bind in plan.session.binds:
+        if bind.target in ("/etc/resolv.conf", GATE_DIR):
+            continue
+        if bind.target == plan.workspace:
+            mounts.append({"name": "workspace", "mountPath": bind.target})
+        elif bind.target == SESSION_HOME:
+            volumes.append({"name": "home", "emptyDir": {}})
+            mounts.append({"name": "home", "mountPath": SESSION_HOME})
+        elif bind.read_only and PurePosixPath(bind.target).is_relative_to(plan.workspace):
+            mounts.append({"name": "workspace", "mountPath": bind.target, "readOnly": True,
+                           "subPath": str(PurePosixPath(bind.target).relative_to(plan.workspace))})
+        else:
+            caches += 1
+            volumes.append({"name": f"cache-{caches}", "emptyDir": {}})
+            mounts.append({"name": f"cache-{caches}", "mountPath": bind.target, "readOnly": bind.read_only})
+    tmp = plan.session.limits.tmp_size if plan.session.limits else None
+    volumes.append({"name": "tmp", "emptyDir": {"medium": "Memory", **({"sizeLimit": quantity(tmp)} if tmp else {})}})
+    mounts.append({"name": "tmp", "mountPath": "/tmp"})
+    return volumes, mounts
+
+
+def _session_container(session: ContainerSpec, target: KubernetesTarget, user: tuple[int, int],
+                       mounts: list[Object], credential_env: tuple[str, ...]) -> Object:
+    container: Object = {
+        "name": "session",
+        "image": target.session_image,
+    }
+    if session.command is not None:
+        container["args"] = list(session.command)  # the image's entrypoint runs it, as locally
+    if session.working_dir:
+        container["workingDir"] = session.working_dir
+    container["env"] = [{"name": key, "value": value} for key, value in session.environment.items()
+                        if key not in credential_env]
+    container["securityContext"] = {
+        "runAsUser": user[0],
+        "runAsGroup": user[1],
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,  # what it writes goes to the workspace, its home, /tmp
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container["resources"] = _resources(session.limits)
+    container["volumeMounts"] = mounts
+    if session.tty:
+        container["stdin"] = container["tty"] = True
+    return container
+
+
+def _network_policy(plan: SessionPlan, pod_labels: dict[str, str]) -> Object:
+    """The pod may send only to its DNS upstreams (port 53) and what the policy allows: literal networks
+    as they are, names to public addresses only; nothing may reach it."""
+    rules: list[Object] = [{
+        "to": [{"ipBlock": {"cidr": f"{upstream}/32"}} for upstream in plan.upstreams],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }] if plan.upstreams else []
+    name_ports: set[int | None] = set()
+    for entry in plan.policy.allowed:
+        if entry.network is None:
+            name_ports.add(entry.port)
+            continue
+        if entry.network.version == 4:
+            rules.append({"to": [{"ipBlock": {"cidr": str(entry.network)}}], **_ports(entry.port)})
+    if name_ports:
+        answers = [n for n in plan.policy.answer_networks if n.version == 4]
+        excepted = [n for n in NOT_PUBLIC if not any(n.overlaps(a) for a in answers)]
+        ports: Object = {} if None in name_ports else {
+            "ports": [{"protocol": "TCP", "port": port} for port in sorted(p for p in name_ports if p is not None)]}
+        rules.append({"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [str(n) for n in excepted]}}], **ports})
+    return {"podSelector": {"matchLabels": dict(pod_labels)}, "policyTypes": ["Ingress", "Egress"], "ingress": [],
+            "egress": rules}
+
+
+def _ports(port: int | None) -> Object:
+    return {} if port is None else {"ports": [{"protocol": "TCP", "port": port}]}

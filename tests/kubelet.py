@@ -1,0 +1,208 @@
+"""A pod spec run on the local engine the way a kubelet runs it: one network namespace (held by an infra
+container), the init containers in order (a native sidecar started, then waited for until its startup
+probe passes), then the containers; each container's security context, mounts, environment and limits
+as the rendered YAML says.
+
+It reads the rendered objects, never the plan they came from, so a test on it checks what a cluster
+would get. Any field it does not know stops it: a security field it skipped would make the check a lie.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dejima.core import labels
+from tests.world import docker
+
+POD_FIELDS = {"restartPolicy", "automountServiceAccountToken", "enableServiceLinks", "hostname", "dnsPolicy",
+              "dnsConfig", "securityContext", "terminationGracePeriodSeconds", "initContainers", "containers",
+              "volumes", "runtimeClassName"}
+CONTAINER_FIELDS = {"name", "image", "command", "args", "workingDir", "env", "securityContext", "resources",
+                    "volumeMounts", "restartPolicy", "startupProbe", "readinessProbe", "stdin", "tty"}
+SECURITY_FIELDS = {"runAsUser", "runAsGroup", "runAsNonRoot", "allowPrivilegeEscalation", "privileged",
+                   "capabilities", "readOnlyRootFilesystem", "seccompProfile"}
+
+
+@dataclass
+class LocalPod:
+    """A pod running on the engine: its infra container and one container per name, removed by ``delete``."""
+
+    scope: str
+    name: str
+    containers: dict[str, str] = field(default_factory=dict)  # container name -> engine id ("pod": the infra)
+    directories: list[tempfile.TemporaryDirectory[str]] = field(default_factory=list)
+
+    def delete(self) -> None:
+        for container in reversed(list(self.containers.values())):
+            docker("rm", "-f", container)
+        for directory in self.directories:
+            directory.cleanup()
+
+
+def config_values(objects: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    return {(o["metadata"]["name"], key): value for o in objects if o["kind"] == "ConfigMap"
+            for key, value in o["data"].items()}
+
+
+def pod_spec(objects: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    pod = next(o for o in objects if o["kind"] in ("Pod", "Sandbox"))
+    spec = pod["spec"]["podTemplate"]["spec"] if pod["kind"] == "Sandbox" else pod["spec"]
+    return pod["metadata"]["name"], spec
+
+
+def start_pod(objects: list[dict[str, Any]], scope: str, network: str, claims: dict[str, Path],
+              probe_timeout: float = 60) -> LocalPod:
+    """Start the pod's containers in the kubelet's order; the last container is left to the caller
+    (``run_container``), as a test wants its output. ``claims``: a host directory per claim name."""
+    name, spec = pod_spec(objects)
+    unknown = set(spec) - POD_FIELDS
+    assert not unknown, f"the local kubelet does not know {unknown}"
+    assert spec["dnsPolicy"] == "None" and spec["automountServiceAccountToken"] is False
+    pod = LocalPod(scope, name)
+    try:
+        resolv = _directory(pod)
+        (resolv / "resolv.conf").write_text(
+            "".join(f"nameserver {n}\n" for n in spec["dnsConfig"]["nameservers"])
+            + "options " + " ".join(f"{o['name']}:{o['value']}" for o in spec["dnsConfig"]["options"]) + "\n")
+        (resolv / "resolv.conf").chmod(0o644)
+        sysctls = [arg for s in spec["securityContext"]["sysctls"] for arg in ("--sysctl", f"{s['name']}={s['value']}")]
+        pod.containers["pod"] = _checked("run", "-d", *_labels(pod, "pod"), "--network", network,
+                                         "--hostname", spec["hostname"], *sysctls, "--cap-drop", "ALL",
+                                         "--entrypoint", "sleep", spec["containers"][0]["image"], "infinity")
+        volumes = _volumes(pod, spec["volumes"], claims)
+        configs = config_values(objects)
+        for container in spec["initContainers"]:
+            assert container["restartPolicy"] == "Always", "only native sidecars are rendered as init containers"
+            pod.containers[container["name"]] = _checked(
+                "run", "-d", *_container_args(pod, container, volumes, configs, resolv / "resolv.conf"),
+                container["image"], *container.get("args", []))
+            _wait_started(pod.containers[container["name"]], container["startupProbe"], probe_timeout)
+        return pod
+    except BaseException:
+        pod.delete()
+        raise
+
+
+def run_container(pod: LocalPod, objects: list[dict[str, Any]], claims: dict[str, Path], index: int = 0,
+                  timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+    """Run the pod's container ``index`` to its end (output captured); the pod's other containers keep running."""
+    _, spec = pod_spec(objects)
+    container = spec["containers"][index]
+    resolv = Path(pod.directories[0].name) / "resolv.conf"
+    volumes = _volumes(pod, spec["volumes"], claims)
+    name = f"{pod.name}-{container['name']}-{len(pod.containers)}"
+    pod.containers[name] = name
+    return subprocess.run(["docker", "run", "--name", name,
+                           *_container_args(pod, container, volumes, config_values(objects), resolv),
+                           container["image"], *container.get("args", [])],
+                          capture_output=True, timeout=timeout, check=False)
+
+
+def _labels(pod: LocalPod, role: str) -> list[str]:
+    return ["--label", f"{labels.SCOPE}={pod.scope}", "--label", f"{labels.ROLE}=test-pod-{role}",
+            "--label", f"{labels.LAUNCHER}=test"]
+
+
+def _directory(pod: LocalPod) -> Path:
+    directory = tempfile.TemporaryDirectory(prefix="dejima-pod-")
+    pod.directories.append(directory)
+    path = Path(directory.name)
+    path.chmod(0o777)
+    return path
+
+
+def _volumes(pod: LocalPod, volumes: list[dict[str, Any]], claims: dict[str, Path]) -> dict[str, tuple[str, Any]]:
+    found: dict[str, tuple[str, Any]] = {}
+    for volume in volumes:
+        if "persistentVolumeClaim" in volume:
+            found[volume["name"]] = ("bind", claims[volume["persistentVolumeClaim"]["claimName"]])
+        elif volume["emptyDir"].get("medium") == "Memory":
+            found[volume["name"]] = ("tmpfs", volume["emptyDir"].get("sizeLimit"))
+        else:
+            assert set(volume) == {"name", "emptyDir"}, volume
+            found[volume["name"]] = ("bind", _directory(pod))
+    return found
+
+
+def _bytes(quantity: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    return int(quantity[:-2]) * units[quantity[-2:]] if quantity[-2:] in units else int(quantity)
+
+
+def _container_args(pod: LocalPod, container: dict[str, Any], volumes: dict[str, tuple[str, Any]],
+                    configs: dict[tuple[str, str], str], resolv: Path) -> list[str]:
+    unknown = set(container) - CONTAINER_FIELDS
+    assert not unknown, f"the local kubelet does not know {unknown}"
+    security = container["securityContext"]
+    assert not set(security) - SECURITY_FIELDS, security
+    assert security["allowPrivilegeEscalation"] is False and security["seccompProfile"] == {"type": "RuntimeDefault"}
+    args = [*_labels(pod, container["name"]), "--network", f"container:{pod.containers['pod']}",
+            "--security-opt", "no-new-privileges",
+            "--cap-drop", "ALL", *(a for cap in security["capabilities"].get("add", []) for a in ("--cap-add", cap)),
+            "--user", f"{security['runAsUser']}:{security.get('runAsGroup', security['runAsUser'])}",
+            "-v", f"{resolv}:/etc/resolv.conf:ro"]
+    if security.get("runAsNonRoot"):
+        assert security["runAsUser"] != 0
+    if security["readOnlyRootFilesystem"]:
+        args.append("--read-only")
+    for variable in container.get("env", []):
+        if "valueFrom" in variable:
+            ref = variable["valueFrom"]["configMapKeyRef"]
+            value = configs[(ref["name"], ref["key"])]
+        else:
+            value = variable["value"]
+        args += ["-e", f"{variable['name']}={value}"]
+    for mount in container["volumeMounts"]:
+        kind, source = volumes[mount["name"]]
+        if kind == "tmpfs":
+            size = f",size={_bytes(source)}" if source else ""
+            args += ["--tmpfs", f"{mount['mountPath']}:rw,exec,nosuid,nodev,mode=1777{size}"]
+            continue
+        path = Path(source) / mount.get("subPath", "")
+        args += ["--mount", f"type=bind,source={path},target={mount['mountPath']}"
+                 + (",readonly" if mount.get("readOnly") else "")]
+    if "workingDir" in container:
+        args += ["-w", container["workingDir"]]
+    limits = container["resources"].get("limits", {})
+    if "memory" in limits:
+        args += ["--memory", str(_bytes(limits["memory"])), "--memory-swap", str(_bytes(limits["memory"]))]
+    cpu = container["resources"]["requests"]["cpu"]
+    args += ["--cpu-shares", str(max(2, int(cpu.removesuffix("m")) * 1024 // 1000))]
+    if "command" in container:
+        args += ["--entrypoint", container["command"][0]]
+    return args
+
+
+def _checked(*args: str) -> str:
+    result = docker(*args)
+    assert result.returncode == 0, result.stdout.decode(errors="replace")
+    return result.stdout.decode().strip().splitlines()[-1]
+
+
+def _wait_started(container: str, probe: dict[str, Any], timeout: float) -> None:
+    """The kubelet's wait for a sidecar: the container's own ready line first (no polling), then its
+    startup probe, which must pass then; a container that exits first fails the pod."""
+    logs = subprocess.Popen(["docker", "logs", "-f", container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        from dejima.filter import READY
+        from tests.world import wait_for_line
+
+        wait_for_line(logs.stdout, READY, timeout)
+    finally:
+        logs.kill()
+        logs.wait()
+        if logs.stdout is not None:
+            logs.stdout.close()
+    result = docker("exec", container, *probe["exec"]["command"])
+    assert result.returncode == 0, f"the startup probe failed after the ready line: {result.stdout!r}"
+
+
+def inspect(container: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(docker("inspect", container).stdout)[0]
+    return found

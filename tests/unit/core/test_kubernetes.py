@@ -1,0 +1,287 @@
+"""The session as Kubernetes objects (dejima/core/kubernetes.py): goldens for three manifest combinations,
+every render checked against the vendored schemas (tests/data/kubernetes: Kubernetes v1.37 strict, agent-sandbox
+v0.5.6's Sandbox), and hostile names, paths and entries that must stay values in the YAML."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+from dataclasses import replace
+from functools import cache
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from dejima.adapters.manifest_files import load_catalog
+from dejima.core.kubernetes import (
+    PROBE,
+    READY_FILE,
+    SANDBOX_API_VERSION,
+    KubernetesTarget,
+    kubernetes_objects,
+    kubernetes_yaml,
+    object_name,
+    quantity,
+)
+from dejima.core.paths import FILTER_CONFIG_ENV
+from dejima.core.plan import Identity, NetworkFacts, SessionPlan, SessionRequest, build_session_plan
+from dejima.core.resolve import WorkspaceFacts, resolve
+from dejima.core.settings import LimitSettings, NetworkSettings, Settings
+from dejima.errors import UsageError
+
+GOLDEN = Path(__file__).parents[2] / "golden" / "kubernetes"
+SCHEMAS = Path(__file__).parents[2] / "data" / "kubernetes"
+IDENTITY = Identity(uid=1000, gid=1000, name="dev")
+FACTS = NetworkFacts(upstreams=(ipaddress.IPv4Address("10.96.0.10"),))
+TARGET = KubernetesTarget("Sandbox", "registry.example.com/dejima/filter:1", "registry.example.com/dejima/session:1")
+
+
+def make_plan(workspace: str = "/home/dev/src/web-app", command: tuple[str, ...] | None = ("make", "test"),
+              harness: str = "shell", workflows: tuple[str, ...] = (), remote_hosts: frozenset[str] = frozenset(),
+              settings: Settings | None = None, **request: Any) -> SessionPlan:
+    resolved = resolve(load_catalog(include_user=False).manifests, WorkspaceFacts(remote_hosts=remote_hosts), harness,
+                       workflows=workflows)
+    base = SessionRequest(
+        session_id=object_name(workspace), scope="k8s", workspace=PurePosixPath(workspace),
+        home_dir=PurePosixPath("/unused/home"), command=command, launcher="render",
+        resolv_conf=PurePosixPath("/unused/resolv.conf"), gate_dir=PurePosixPath("/unused/gate"),
+        run_dir=PurePosixPath("/unused/run"))
+    return build_session_plan(replace(base, **request), settings or Settings(), IDENTITY, "<filter image>",
+                              "<session image>", FACTS, "settings.toml", resolved, engine_memory=None)
+
+
+def combinations() -> dict[str, tuple[SessionPlan, KubernetesTarget]]:
+    """Three sessions people run: a shell's command; Claude Code on a Node project on GitHub, its routes
+    (which the pod does not carry yet) and a gVisor runtime; an interactive Python session as a plain Pod."""
+    limits = Settings(limits=LimitSettings(session_memory="4g"))
+    return {
+        "shell-sandbox": (make_plan(), TARGET),
+        "node-claude-code-sandbox": (
+            make_plan("/srv/agents/shop", command=None, harness="claude-code", workflows=("node",),
+                      remote_hosts=frozenset({"github.com"}), settings=limits, allow=("pypi.org",),
+                      bridge=True, credential_env=(("ANTHROPIC_BASE_URL", "http://127.0.0.1:700/anthropic"),
+                                                   ("ANTHROPIC_API_KEY", "dejima-placeholder-0123456789abcdef"))),
+            replace(TARGET, namespace="agents", runtime_class="gvisor")),
+        "python-pod": (
+            make_plan("/home/dev/src/data-tool", command=None, workflows=("python",), settings=limits,
+                      read_only=(PurePosixPath("/home/dev/src/data-tool/.git/hooks"),)),
+            replace(TARGET, kind="Pod", workspace_claim="team-data-tool")),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(combinations()))
+def test_renders_match_their_goldens(name: str, update_golden: bool) -> None:
+    plan, target = combinations()[name]
+    # The plan's hash covers the manifests' file paths, which differ between checkouts.
+    text = kubernetes_yaml(kubernetes_objects(plan, target)).replace(plan.plan_hash, "<plan hash>")
+    golden = GOLDEN / f"{name}.yaml"
+    if update_golden:
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+@cache
+def core_schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((SCHEMAS / "kubernetes-v1.37.0-strict.json").read_text())
+    return loaded
+
+
+def core_validator(definition: str) -> jsonschema.Draft202012Validator:
+    schema = {**core_schema(), "$ref": f"#/$defs/{definition}"}
+    return jsonschema.Draft202012Validator(schema)
+
+
+def strict_crd(node: Any) -> Any:
+    """The CRD's schema, where a field it does not declare is an error: the API server would prune it
+    silently (a typo in the render would just vanish), so a render must not have any."""
+    if isinstance(node, dict):
+        node = {k: strict_crd(v) for k, v in node.items()}
+        if "properties" in node and "additionalProperties" not in node \
+                and not node.get("x-kubernetes-preserve-unknown-fields"):
+            node["additionalProperties"] = False
+        return node
+    if isinstance(node, list):
+        return [strict_crd(v) for v in node]
+    return node
+
+
+@cache
+def sandbox_schema() -> dict[str, Any]:
+    crd: dict[str, Any] = strict_crd(json.loads((SCHEMAS / "agent-sandbox-v0.5.6-sandbox-v1beta1.json").read_text()))
+    crd["properties"]["metadata"] = {"$ref": "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
+    return {**crd, "$defs": core_schema()["$defs"]}
+
+
+SCHEMA_OF = {"ConfigMap": "io.k8s.api.core.v1.ConfigMap", "NetworkPolicy": "io.k8s.api.networking.v1.NetworkPolicy",
+             "Pod": "io.k8s.api.core.v1.Pod"}
+
+
+def schema_errors(document: dict[str, Any]) -> list[str]:
+    """Every error of one object against its published schema; a Sandbox's pod template also against the
+    strict PodSpec (the CRD's copy of it allows what the API server would then refuse or prune)."""
+    if document["kind"] == "Sandbox":
+        assert document["apiVersion"] == SANDBOX_API_VERSION
+        errors = list(jsonschema.Draft202012Validator(sandbox_schema()).iter_errors(document))
+        errors += core_validator("io.k8s.api.core.v1.PodSpec").iter_errors(document["spec"]["podTemplate"]["spec"])
+    else:
+        errors = list(core_validator(SCHEMA_OF[document["kind"]]).iter_errors(document))
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
+
+
+def rendered(plan: SessionPlan, target: KubernetesTarget) -> list[dict[str, Any]]:
+    """The YAML as kubectl reads it: every render is checked through its text, not its dicts."""
+    return list(yaml.safe_load_all(kubernetes_yaml(kubernetes_objects(plan, target))))
+
+
+@pytest.mark.parametrize("name", sorted(combinations()))
+def test_every_render_validates_against_the_published_schemas(name: str) -> None:
+    documents = rendered(*combinations()[name])
+    assert [d["kind"] for d in documents] == ["ConfigMap", "NetworkPolicy", combinations()[name][1].kind]
+    for document in documents:
+        assert schema_errors(document) == [], document["kind"]
+
+
+def test_the_schema_check_can_fail() -> None:
+    """Controls: a misspelt field, a wrong type and an unknown Sandbox field are each refused."""
+    plan, target = combinations()["shell-sandbox"]
+    sandbox = rendered(plan, target)[2]
+    pod_spec = sandbox["spec"]["podTemplate"]["spec"]
+    broken = copy.deepcopy(sandbox)
+    broken["spec"]["podTemplate"]["spec"]["containers"][0]["securityContxt"] = {}
+    assert any("securityContxt" in e for e in schema_errors(broken))
+    broken = copy.deepcopy(sandbox)
+    broken["spec"]["replica"] = 1
+    assert any("replica" in e for e in schema_errors(broken))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": copy.deepcopy(pod_spec)}
+    pod["spec"]["containers"][0]["securityContext"]["runAsUser"] = "1000"
+    assert any("runAsUser" in e for e in schema_errors(pod))
+
+
+def pod_spec_of(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = documents[2]
+    spec: dict[str, Any] = pod["spec"]["podTemplate"]["spec"] if pod["kind"] == "Sandbox" else pod["spec"]
+    return spec
+
+
+def test_the_filter_is_a_native_sidecar_the_session_waits_for() -> None:
+    plan, target = combinations()["shell-sandbox"]
+    documents = rendered(plan, target)
+    spec = pod_spec_of(documents)
+    (filter_container,), (session,) = spec["initContainers"], spec["containers"]
+    assert filter_container["restartPolicy"] == "Always"  # a sidecar: the kubelet starts the session after it
+    assert filter_container["startupProbe"]["exec"]["command"] == list(PROBE)
+    assert filter_container["securityContext"]["capabilities"] == {"drop": ["ALL"],
+                                                                   "add": ["NET_ADMIN", "NET_BIND_SERVICE"]}
+    config_ref = filter_container["env"][0]
+    assert config_ref["name"] == FILTER_CONFIG_ENV
+    config = json.loads(documents[0]["data"][config_ref["valueFrom"]["configMapKeyRef"]["key"]])
+    assert documents[0]["metadata"]["name"] == config_ref["valueFrom"]["configMapKeyRef"]["name"]
+    assert config["ruleset"] == plan.ruleset and config["ready_file"] == READY_FILE
+    assert "control" not in config and "bridge" not in config  # nothing on a host to reach from a pod
+    assert session["securityContext"] == {
+        "runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True, "allowPrivilegeEscalation": False,
+        "privileged": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "RuntimeDefault"}}
+    assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
+    assert spec["dnsPolicy"] == "None" and spec["dnsConfig"]["nameservers"] == ["127.0.0.1"]
+    assert "shareProcessNamespace" not in spec and "hostNetwork" not in spec
+    sysctls = {s["name"]: s["value"] for s in spec["securityContext"]["sysctls"]}
+    assert sysctls["net.ipv6.conf.all.disable_ipv6"] == "1"  # the filter refuses to start without it
+    assert sysctls["net.ipv4.ip_unprivileged_port_start"] == "1024"
+
+
+def test_the_pod_has_the_local_limits_and_mounts() -> None:
+    plan, target = combinations()["python-pod"]
+    spec = pod_spec_of(rendered(plan, target))
+    session = spec["containers"][0]
+    assert plan.session.limits is not None
+    assert session["resources"]["limits"]["memory"] == "4Gi" == quantity(plan.session.limits.memory or 0)
+    assert spec["initContainers"][0]["resources"]["limits"]["memory"] == "256Mi"
+    mounts = {m["mountPath"]: m for m in session["volumeMounts"]}
+    assert mounts["/home/dev/src/data-tool"]["name"] == "workspace"
+    assert mounts["/home/dev/src/data-tool/.git/hooks"] == {"name": "workspace", "mountPath":
+                                                            "/home/dev/src/data-tool/.git/hooks", "readOnly": True,
+                                                            "subPath": ".git/hooks"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["workspace"]["persistentVolumeClaim"]["claimName"] == "team-data-tool"
+    assert volumes["tmp"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Gi"}
+    assert session["tty"] is True and session["stdin"] is True  # interactive: kubectl attach -it
+
+
+def test_no_credential_value_reaches_any_object() -> None:
+    plan, target = combinations()["node-claude-code-sandbox"]
+    text = kubernetes_yaml(kubernetes_objects(plan, target))
+    assert "dejima-placeholder-0123456789abcdef" not in text
+    assert "ANTHROPIC_BASE_URL" not in text  # the route's variables go with the route, which the pod lacks
+    pod = yaml.safe_load_all(text)
+    annotations = list(pod)[2]["metadata"]["annotations"]
+    assert "not carried" in annotations["dejima.credential-routes"]
+    assert all(d["kind"] != "Secret" for d in yaml.safe_load_all(text))
+
+
+def test_the_network_policy_allows_dns_and_the_allowed_places_only() -> None:
+    plan, target = combinations()["node-claude-code-sandbox"]
+    policy = rendered(plan, target)[1]["spec"]
+    assert policy["ingress"] == [] and policy["policyTypes"] == ["Ingress", "Egress"]
+    dns, names = policy["egress"]
+    assert dns["to"] == [{"ipBlock": {"cidr": "10.96.0.10/32"}}]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    excepted = names["to"][0]["ipBlock"]["except"]
+    assert "169.254.0.0/16" in excepted and "10.0.0.0/8" in excepted  # metadata and the cluster's own ranges
+    assert "ports" not in names  # pypi.org was allowed on every port
+    literal = make_plan(allow=("203.0.113.0/24:22",))
+    rules = rendered(literal, TARGET)[1]["spec"]["egress"]
+    assert {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}], "ports": [{"protocol": "TCP", "port": 22}]} in rules
+    answers = make_plan(allow=("pypi.org:443",), settings=Settings(network=NetworkSettings(
+        answer_networks=("10.20.0.0/16",))))
+    names_rule = rendered(answers, TARGET)[1]["spec"]["egress"][-1]
+    assert "10.0.0.0/8" not in names_rule["to"][0]["ipBlock"]["except"]  # the user let answers point there
+    assert names_rule["ports"] == [{"protocol": "TCP", "port": 443}]
+
+
+HOSTILE_PATHS = [
+    "/home/dev/x\n---\n- kind\n  - Secret",  # (':' is refused: Kubernetes takes no mount path with one)
+    "/home/dev/{a, 1}, [b]",
+    "/home/dev/&anchor *alias !!python/object/apply os.system",
+    "/home/dev/\u202eevil\u001b[31m",
+    "/home/dev/'quoted\" # comment",
+    "/home/dev/-",
+]
+
+
+@pytest.mark.parametrize("workspace", HOSTILE_PATHS)
+def test_hostile_workspace_paths_stay_values(workspace: str) -> None:
+    plan = make_plan(workspace, command=("echo", "x\n---\nkind: Secret", "${HOME}", "&a"),
+                     settings=Settings(network=NetworkSettings(deny=("evil.example",),
+                                                               deny_reasons={"evil.example": "a\n---\nb: c"})))
+    text = kubernetes_yaml(kubernetes_objects(plan, TARGET))
+    assert "\x1b" not in text and "\u202e" not in text  # escaped: nothing a terminal acts on
+    documents = list(yaml.safe_load_all(text))
+    assert [d["kind"] for d in documents] == ["ConfigMap", "NetworkPolicy", "Sandbox"]
+    spec = pod_spec_of(documents)
+    assert spec["containers"][0]["workingDir"] == workspace
+    assert spec["containers"][0]["args"] == ["echo", "x\n---\nkind: Secret", "${HOME}", "&a"]
+    assert documents[2]["metadata"]["annotations"]["dejima.workspace"] == workspace
+    name = documents[2]["metadata"]["name"]
+    assert name == object_name(workspace) and len(name) <= 63
+    for document in documents:
+        assert schema_errors(document) == []
+
+
+def test_names_are_kubernetes_names_whatever_the_directory_is_called() -> None:
+    for workspace in ("/srv/My Project!!", "/srv/" + "x" * 200, "/srv/---", "/srv/日本語"):
+        name = object_name(workspace)
+        assert len(name) <= 63 - len("-filter")
+        assert name.startswith("dejima-") and name.replace("-", "").isalnum() and name == name.lower()
+    assert object_name("/a/app") != object_name("/b/app")  # one per workspace
+
+
+def test_refused_plans_say_why() -> None:
+    with pytest.raises(UsageError, match="non-root"):
+        kubernetes_objects(replace(make_plan(), session=replace(make_plan().session, user="0:0")), TARGET)
+    with pytest.raises(UsageError, match="':'"):
+        kubernetes_objects(make_plan("/srv/a:b"), TARGET)
