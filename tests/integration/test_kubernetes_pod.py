@@ -22,13 +22,14 @@ from tests.world import User, docker, run_dejima
 CLAIM = "test-workspace"
 
 
-def render(user: User, scope: str, workspace: Path, world: World, images: Images, *args: str) -> list[dict[str, Any]]:
+def render(user: User, scope: str, workspace: Path, world: World, images: Images, *args: str,
+           form: str = "pod") -> list[dict[str, Any]]:
     settings = workspace.parent / f"k8s-{workspace.name}.toml"
     settings.write_text(world.settings.read_text() + (
         f'\n[kubernetes]\nfilter_image = "{images.filter}"\nsession_image = "{images.session}"\n'
         f'dns_upstreams = ["{world.dns}"]\nworkspace_claim = "{CLAIM}"\n'))
     settings.chmod(0o644)
-    result = run_dejima(user, scope, str(workspace), "--render", "pod", *args, DEJIMA_SETTINGS=str(settings))
+    result = run_dejima(user, scope, str(workspace), "--render", form, *args, DEJIMA_SETTINGS=str(settings))
     assert result.returncode == 0, result.stderr
     return list(yaml.safe_load_all(result.stdout))
 
@@ -84,11 +85,13 @@ def queries_seen_by(world: World) -> list[str]:
     return queries_seen(connect(), world)
 
 
-def test_a_pod_with_no_egress_reaches_nothing(user: User, scope: str, workspace: Path, world: World,
+@pytest.mark.parametrize("form", ["pod", "kubernetes"])  # a Sandbox's pod template is the same pod
+def test_a_pod_with_no_egress_reaches_nothing(form: str, user: User, scope: str, workspace: Path, world: World,
                                               images: Images, pods: list[LocalPod]) -> None:
     objects = render(user, scope, workspace, world, images, "--",
                      *world.probe(tcp(world.web, 8080), {"op": "resolve", "name": "web.dejima.test"},
-                                  {"op": "udp", "host": world.web, "port": 53}))
+                                  {"op": "udp", "host": world.web, "port": 53}), form=form)
+    assert objects[2]["kind"] == {"pod": "Pod", "kubernetes": "Sandbox"}[form]
     _, (web, name, udp) = run_pod(objects, scope, world, workspace, pods)
     assert web["result"] == "blocked" and name["result"] == "failed" and udp["result"] != "answered"
 
