@@ -1,6 +1,6 @@
 """Every benchmark in one command: `bench/run` (or `python -m bench` from the repository root).
 
-    bench/run [--quick] [--only start,small,dns,audit,installs,grants,proxy] [--out DIR]
+    bench/run [--quick] [--only start,small,dns,audit,installs,grants,proxy,pair] [--out DIR]
 
 Prints one table (measurement, dejima, anchor, ratio, goal, pass/fail), writes DIR/results.json
 (every sample, the load before and after each measurement, versions) and DIR/latency.png,
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import audit, dns, grants, installs, proxy, small, start
+from bench import audit, dns, grants, installs, pair, proxy, small, start
 from bench.common import REPO, Row, bench_env, docker, write_json
 
 # Goals whose benchmarks land with their features show in the table as pending (common.pending).
@@ -31,7 +31,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="bench/run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer runs and a 20k-file tree: a smoke run")
-    parser.add_argument("--only", default="start,small,dns,audit,installs,grants,proxy",
+    parser.add_argument("--only", default="start,small,dns,audit,installs,grants,proxy,pair",
                         help="comma-separated benchmarks")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"), help="where results.json and PNGs go")
     args = parser.parse_args()
@@ -63,6 +63,9 @@ def main() -> int:
         rows += installs.run(2 if args.quick else 5)
     if "proxy" in chosen:
         rows += proxy.run(args.quick)
+    if "pair" in chosen:
+        with bench_env() as env:
+            rows += pair.run(env, 500 if args.quick else 2000)
     rows += PENDING
     extra["seconds"] = round(time.time() - began, 1)
     write_json(out / "results.json", rows, extra)

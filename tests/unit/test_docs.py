@@ -344,6 +344,8 @@ SLEEPS: dict[tuple[str, str], tuple[str, int]] = {
     ("bench/dns.py", "time.sleep(0.2)"): (POLL, 1),  # until the session's container runs
     ("bench/dns.py", "time.sleep(AFTER_SECONDS)"): (CLOCK, 1),  # until every answer's TTL has run out
     ("bench/grants.py", "sleep 300"): (HELD, 1),
+    ("bench/pair.py", "sleep 120"): (HELD, 1),  # the measured pair's session, ended by the bench
+    ("bench/pair.py", '"sleep"'): (HELD, 1),  # the anchor: a bare container of the session image
     ("bench/grants.py", "time.sleep(0.001)"): (SCENARIO, 1),  # the agent's loop retrying its connect
     ("bench/grants.py", "time.sleep(0.05)"): (POLL, 1),  # until the decoy says it listens
     ("bench/proxywire.py", "asyncio.sleep(0.02)"): (SCENARIO, 1),  # an upstream whose stream takes its time
