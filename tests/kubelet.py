@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from dejima.core import labels
+from dejima.filter import READY as FILTER_READY
+from dejima.proxy.pod import READY as PROXY_READY
 from tests.world import docker
 
 POD_FIELDS = {"restartPolicy", "automountServiceAccountToken", "enableServiceLinks", "hostname", "dnsPolicy",
@@ -36,6 +38,8 @@ class LocalPod:
     name: str
     containers: dict[str, str] = field(default_factory=dict)  # container name -> engine id ("pod": the infra)
     directories: list[tempfile.TemporaryDirectory[str]] = field(default_factory=list)
+    volumes: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    values: dict[tuple[str, str], str] = field(default_factory=dict)  # ConfigMaps' and Secrets' keys
 
     def delete(self) -> None:
         for container in reversed(list(self.containers.values())):
@@ -55,10 +59,16 @@ def pod_spec(objects: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     return pod["metadata"]["name"], spec
 
 
+# What each sidecar prints once it is up: the local kubelet waits for the line (no polling), then
+# requires the container's startup probe to pass.
+STARTED = {"filter": FILTER_READY, "proxy": PROXY_READY}
+
+
 def start_pod(objects: list[dict[str, Any]], scope: str, network: str, claims: dict[str, Path],
-              probe_timeout: float = 60) -> LocalPod:
-    """Start the pod's containers in the kubelet's order; the last container is left to the caller
-    (``run_container``), as a test wants its output. ``claims``: a host directory per claim name."""
+              secrets: dict[tuple[str, str], str] | None = None, probe_timeout: float = 60) -> LocalPod:
+    """Start the pod's containers in the kubelet's order; the containers are left to the caller
+    (``run_container``), as a test wants their output. ``claims``: a host directory per claim name;
+    ``secrets``: the cluster's Secrets, (name, key) -> value."""
     name, spec = pod_spec(objects)
     unknown = set(spec) - POD_FIELDS
     assert not unknown, f"the local kubelet does not know {unknown}"
@@ -74,14 +84,16 @@ def start_pod(objects: list[dict[str, Any]], scope: str, network: str, claims: d
         pod.containers["pod"] = _checked("run", "-d", *_labels(pod, "pod"), "--network", network,
                                          "--hostname", spec["hostname"], *sysctls, "--cap-drop", "ALL",
                                          "--entrypoint", "sleep", spec["containers"][0]["image"], "infinity")
-        volumes = _volumes(pod, spec["volumes"], claims)
-        configs = config_values(objects)
+        pod.volumes = _volumes(pod, spec["volumes"], claims)
+        values = {**config_values(objects), **(secrets or {})}
         for container in spec["initContainers"]:
             assert container["restartPolicy"] == "Always", "only native sidecars are rendered as init containers"
             pod.containers[container["name"]] = _checked(
-                "run", "-d", *_container_args(pod, container, volumes, configs, resolv / "resolv.conf"),
-                container["image"], *container.get("args", []))
-            _wait_started(pod.containers[container["name"]], container["startupProbe"], probe_timeout)
+                "run", "-d", *_container_args(pod, container, pod.volumes, values, resolv / "resolv.conf"),
+                container["image"], *_arguments(container))
+            _wait_started(pod.containers[container["name"]], STARTED[container["name"]], container["startupProbe"],
+                          probe_timeout)
+        pod.values = values
         return pod
     except BaseException:
         pod.delete()
@@ -94,13 +106,17 @@ def run_container(pod: LocalPod, objects: list[dict[str, Any]], claims: dict[str
     _, spec = pod_spec(objects)
     container = spec["containers"][index]
     resolv = Path(pod.directories[0].name) / "resolv.conf"
-    volumes = _volumes(pod, spec["volumes"], claims)
     name = f"{pod.name}-{container['name']}-{len(pod.containers)}"
     pod.containers[name] = name
     return subprocess.run(["docker", "run", "--name", name,
-                           *_container_args(pod, container, volumes, config_values(objects), resolv),
-                           container["image"], *container.get("args", [])],
+                           *_container_args(pod, container, pod.volumes, pod.values, resolv),
+                           container["image"], *_arguments(container)],
                           capture_output=True, timeout=timeout, check=False)
+
+
+def _arguments(container: dict[str, Any]) -> list[str]:
+    """What follows the image: the command's rest (its first word is the entrypoint), then the args."""
+    return [*container.get("command", [])[1:], *container.get("args", [])]
 
 
 def _labels(pod: LocalPod, role: str) -> list[str]:
@@ -121,9 +137,7 @@ def _volumes(pod: LocalPod, volumes: list[dict[str, Any]], claims: dict[str, Pat
     for volume in volumes:
         if "persistentVolumeClaim" in volume:
             found[volume["name"]] = ("bind", claims[volume["persistentVolumeClaim"]["claimName"]])
-        elif volume["emptyDir"].get("medium") == "Memory":
-            found[volume["name"]] = ("tmpfs", volume["emptyDir"].get("sizeLimit"))
-        else:
+        else:  # an emptyDir: one directory, shared by every container that mounts it (as a pod's is)
             assert set(volume) == {"name", "emptyDir"}, volume
             found[volume["name"]] = ("bind", _directory(pod))
     return found
@@ -152,17 +166,14 @@ def _container_args(pod: LocalPod, container: dict[str, Any], volumes: dict[str,
         args.append("--read-only")
     for variable in container.get("env", []):
         if "valueFrom" in variable:
-            ref = variable["valueFrom"]["configMapKeyRef"]
+            (kind, ref), = variable["valueFrom"].items()
+            assert kind in ("configMapKeyRef", "secretKeyRef"), kind
             value = configs[(ref["name"], ref["key"])]
         else:
             value = variable["value"]
         args += ["-e", f"{variable['name']}={value}"]
     for mount in container["volumeMounts"]:
-        kind, source = volumes[mount["name"]]
-        if kind == "tmpfs":
-            size = f",size={_bytes(source)}" if source else ""
-            args += ["--tmpfs", f"{mount['mountPath']}:rw,exec,nosuid,nodev,mode=1777{size}"]
-            continue
+        _, source = volumes[mount["name"]]
         path = Path(source) / mount.get("subPath", "")
         args += ["--mount", f"type=bind,source={path},target={mount['mountPath']}"
                  + (",readonly" if mount.get("readOnly") else "")]
@@ -184,16 +195,15 @@ def _checked(*args: str) -> str:
     return result.stdout.decode().strip().splitlines()[-1]
 
 
-def _wait_started(container: str, probe: dict[str, Any], timeout: float) -> None:
+def _wait_started(container: str, marker: str, probe: dict[str, Any], timeout: float) -> None:
     """The kubelet's wait for a sidecar: the container's own ready line first (no polling), then its
     startup probe, which must pass then; a container that exits first fails the pod."""
     logs = subprocess.Popen(["docker", "logs", "-f", container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
-        from dejima.filter import READY
         from tests.world import wait_for_line
 
-        wait_for_line(logs.stdout, READY, timeout)
+        wait_for_line(logs.stdout, marker, timeout)
     finally:
         logs.kill()
         logs.wait()

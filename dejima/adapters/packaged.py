@@ -24,9 +24,17 @@ FILTER_SHARED = ("__init__.py", "errors.py", "core/__init__.py", "core/egress.py
                  "core/grants.py")
 
 
+# A pod's credential proxy runs from the filter's image too (`python3 -m dejima.proxy.pod`, one image to
+# push for a cluster), so the image also holds the proxy and what it imports; the filter never imports
+# them (tests/unit/test_layering.py holds it to FILTER_SHARED).
+POD_PROXY_PACKAGES = ("core", "proxy", "adapters", "templates")
+
+
 def filter_sources() -> dict[str, bytes]:
-    """The code the filter image runs: dejima/filter/*.py and the stdlib-only modules it shares."""
+    """The code the filter image holds: dejima/filter/*.py and the stdlib-only modules it shares, and
+    the pod proxy's packages."""
     files = {f"dejima/{name}": (PACKAGE_ROOT / name).read_bytes() for name in FILTER_SHARED}
-    for source in sorted((PACKAGE_ROOT / "filter").glob("*.py")):
-        files[f"dejima/filter/{source.name}"] = source.read_bytes()
+    for package in ("filter", *POD_PROXY_PACKAGES):
+        for source in sorted((PACKAGE_ROOT / package).rglob("*.py")):
+            files[f"dejima/{source.relative_to(PACKAGE_ROOT)}"] = source.read_bytes()
     return files

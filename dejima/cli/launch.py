@@ -169,10 +169,10 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
 
     session_options = start_request.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
     if args.render in ("kubernetes", "pod"):
-        from dejima.orchestration import start
+        from dejima.orchestration.kubernetes_render import render_kubernetes
 
-        print(start.render_kubernetes(workspace, command, resolved, settings, session_options, ui,
-                                      "Pod" if args.render == "pod" else "Sandbox"), end="")
+        print(render_kubernetes(workspace, command, resolved, settings, session_options, ui,
+                                "Pod" if args.render == "pod" else "Sandbox"), end="")
         return ExitStatus.SUCCESS
     if args.render:
         from dejima.orchestration import start

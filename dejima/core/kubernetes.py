@@ -27,15 +27,32 @@ from typing import Any, Literal
 
 from dejima.core import labels
 from dejima.core.limits import ContainerLimits
-from dejima.core.paths import FILTER_CONFIG_ENV, FILTER_RUN_DIR, GATE_DIR
-from dejima.core.plan import SESSION_HOME, ContainerSpec, SessionPlan, filter_config
+from dejima.core.paths import FILTER_CONFIG_ENV, FILTER_RUN_DIR, GATE_DIR, PROXY_CONFIG_ENV, PROXY_RECORDS_DIR
+from dejima.core.plan import (
+    BRIDGE_PORT,
+    PROXY_SOCKET,
+    SESSION_HOME,
+    ContainerSpec,
+    SessionPlan,
+    canary_signature,
+    filter_config,
+)
+from dejima.core.ruleset import ProxyEgress, render_ruleset
 from dejima.errors import UsageError
 
 # agent-sandbox (kubernetes-sigs/agent-sandbox) v0.5.6: the Sandbox's served and stored version.
 SANDBOX_API_VERSION = "agents.x-k8s.io/v1beta1"
 READY_FILE = f"{FILTER_RUN_DIR}/ready"
-CONFIG_KEY = "filter.json"
+CONFIG_KEY, PROXY_CONFIG_KEY = "filter.json", "proxy.json"
 PROBE = ("python3", "-m", "dejima.filter.probe", READY_FILE)
+# The pod's credential proxy (proxy/pod.py): its own uid, which the ruleset lets reach the routes'
+# ports and nothing else of the pod has; ready once its socket accepts a connection.
+PROXY_UID = 10700
+PROXY_SOCKET_PATH = f"{FILTER_RUN_DIR}/{PROXY_SOCKET}"
+PROXY_COMMAND = ("python3", "-m", "dejima.proxy.pod")
+PROXY_PROBE = ("python3", "-c", "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])",
+               PROXY_SOCKET_PATH)
+PROXY_MEMORY = 256 << 20
 # Where names may lead, for the NetworkPolicy: anywhere public. The filter's resolver already refuses
 # answers into these; the NetworkPolicy repeats it below the pod, where the filter cannot be bypassed.
 NOT_PUBLIC = tuple(ipaddress.IPv4Network(n) for n in (
@@ -49,6 +66,17 @@ ROUTES_ANNOTATION = "dejima.credential-routes"
 
 Kind = Literal["Sandbox", "Pod"]
 Object = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PodProxy:
+    """The routes a pod's proxy container serves, as the render planned them (proxy/pod.py)."""
+
+    document: str  # its configuration: routes, placeholders, decoys, push rules (JSON; no secret)
+    variables: tuple[str, ...]  # the variables holding the secrets: the keys of the Kubernetes Secret
+    ports: tuple[int, ...]  # the routes' upstream ports: the only ones the ruleset lets the proxy reach
+    routes: tuple[str, ...]
+    canaries: tuple[str, ...]  # placeholders and decoys: the filter's resolver refuses names that hold them
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,24 +100,39 @@ def object_name(workspace: str) -> str:
     return f"dejima-{slug or 'workspace'}-{digest}"
 
 
-def kubernetes_objects(plan: SessionPlan, target: KubernetesTarget) -> list[Object]:
-    """The ConfigMap (the filter's configuration), the NetworkPolicy, then the Sandbox or the Pod."""
+def secret_name(name: str) -> str:
+    """The Kubernetes Secret the pod's proxy reads its routes' secrets from (the user makes it)."""
+    return f"{name}-credentials"
+
+
+def kubernetes_objects(plan: SessionPlan, target: KubernetesTarget, proxy: PodProxy | None = None,
+                       left_out: tuple[str, ...] = ()) -> list[Object]:
+    """The ConfigMap (the filter's and the proxy's configuration), the NetworkPolicy, then the Sandbox or
+    the Pod. ``proxy``: the routes the pod's proxy serves; ``left_out``: routes a pod cannot serve."""
     _check_paths(plan)
     name = object_name(plan.workspace)
     session_user = _ids(plan.session.user)
     if session_user[0] == 0:
         raise UsageError("a Kubernetes render runs the session as a non-root uid (runAsNonRoot), but this plan runs "
                          "it as uid 0", hint="leave --as-root out, and render as the user the agent should run as")
+    if proxy is not None and PROXY_UID in session_user:
+        raise UsageError(f"the session would run as uid/gid {PROXY_UID}, the pod's credential proxy's: the ruleset "
+                         "lets that uid reach the routes' upstreams", hint="render as another user")
     pod_labels = {APP_LABEL: "dejima", labels.SESSION: name}
     annotations = {labels.WORKSPACE: plan.workspace, PLAN_HASH_ANNOTATION: plan.plan_hash}
-    if plan.credentials:
-        annotations[ROUTES_ANNOTATION] = ("not carried: the credential proxy does not run in the pod yet ("
-                                          + ", ".join(c.route for c in plan.credentials) + ")")
-    config_map = _object("v1", "ConfigMap", f"{name}-filter", target.namespace, pod_labels)
-    config_map["data"] = {CONFIG_KEY: _filter_config(plan)}
+    served = proxy.routes if proxy is not None else ()
+    carried = [f"served by the pod's proxy: {', '.join(served)}"] if served else []
+    missing = [*left_out, *(c.route for c in plan.credentials if c.route not in served)]
+    if missing:
+        carried.append(f"left out: {', '.join(dict.fromkeys(missing))}")
+    if carried:
+        annotations[ROUTES_ANNOTATION] = "; ".join(carried)
+    config_map = _object("v1", "ConfigMap", f"{name}-config", target.namespace, pod_labels)
+    config_map["data"] = {CONFIG_KEY: _filter_config(plan, proxy),
+                          **({PROXY_CONFIG_KEY: proxy.document} if proxy is not None else {})}
     policy = _object("networking.k8s.io/v1", "NetworkPolicy", f"{name}-egress", target.namespace, pod_labels)
-    policy["spec"] = _network_policy(plan, pod_labels)
-    pod_spec = _pod_spec(plan, target, name, session_user)
+    policy["spec"] = _network_policy(plan, pod_labels, proxy)
+    pod_spec = _pod_spec(plan, target, name, session_user, proxy)
     if target.kind == "Pod":
         pod = _object("v1", "Pod", name, target.namespace, pod_labels, annotations)
         pod["spec"] = pod_spec
@@ -126,11 +169,20 @@ def _object(api_version: str, kind: str, name: str, namespace: str, object_label
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata}
 
 
-def _filter_config(plan: SessionPlan) -> str:
-    """The plan's policy for the filter, without the launcher's sockets (no control channel, no bridge:
-    nothing on the host to reach), and with the file its readiness probe reads."""
-    config = json.loads(filter_config(plan.session_id, plan.ruleset, plan.expectation, plan.policy, plan.upstreams))
+def _filter_config(plan: SessionPlan, proxy: PodProxy | None) -> str:
+    """The plan's policy for the filter, without the launcher's control channel (nothing on a host to
+    reach), with the file its readiness probe reads; with a proxy, the ruleset lets the proxy's uid out
+    to its routes' ports, the filter relays the session's 127.0.0.1:BRIDGE_PORT to the proxy's socket,
+    and the resolver refuses names holding a placeholder or a decoy."""
+    ruleset = plan.ruleset
+    if proxy is not None:
+        upstreams = tuple(ipaddress.IPv4Address(u) for u in plan.upstreams)
+        ruleset = render_ruleset(plan.session_id, plan.policy, upstreams, ProxyEgress(PROXY_UID, proxy.ports))
+    config = json.loads(filter_config(plan.session_id, ruleset, plan.expectation, plan.policy, plan.upstreams))
     config["ready_file"] = READY_FILE
+    if proxy is not None:
+        config["bridge"] = {"socket": PROXY_SOCKET_PATH, "port": BRIDGE_PORT}
+        config["canaries"] = sorted({canary_signature(c) for c in proxy.canaries})
     return json.dumps(config, sort_keys=True)
 
 
@@ -167,9 +219,18 @@ def _resources(limits: ContainerLimits | None) -> Object:
     return resources
 
 
-def _pod_spec(plan: SessionPlan, target: KubernetesTarget, name: str, session_user: tuple[int, int]) -> Object:
+def _pod_spec(plan: SessionPlan, target: KubernetesTarget, name: str, session_user: tuple[int, int],
+              proxy: PodProxy | None) -> Object:
     volumes, session_mounts = _session_volumes(plan, target, name)
     volumes.append({"name": "filter-run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
+    sidecars = [_filter_container(plan.filter, target, name)]
+    if proxy is not None:
+        volumes.append({"name": "proxy-records", "emptyDir": {"sizeLimit": "256Mi"}})
+        sidecars.append(_proxy_container(proxy, target, name))
+    # The filter's resolver first. After it, with a proxy, the cluster's DNS: a name the filter refuses
+    # is asked there next; only the proxy's uid may reach it (the ruleset), so the proxy resolves its
+    # routes' upstreams and everyone else's retry is refused.
+    nameservers = ["127.0.0.1", *(plan.upstreams if proxy is not None else ())]
     spec: Object = {
         "restartPolicy": "Never",
         # The session gets no way to the cluster's API and no list of its services.
@@ -178,15 +239,15 @@ def _pod_spec(plan: SessionPlan, target: KubernetesTarget, name: str, session_us
         "hostname": plan.filter.hostname or "dejima",
         # The filter's resolver is the only DNS (as locally: the session's resolv.conf names 127.0.0.1).
         "dnsPolicy": "None",
-        "dnsConfig": {"nameservers": ["127.0.0.1"], "options": [{"name": "ndots", "value": "0"}]},
+        "dnsConfig": {"nameservers": nameservers, "options": [{"name": "ndots", "value": "0"}]},
         "securityContext": {
             "seccompProfile": {"type": "RuntimeDefault"},
             "sysctls": [{"name": key, "value": value} for key, value in sorted(plan.filter.sysctls.items())],
         },
         "terminationGracePeriodSeconds": max(1, int(target.stop_timeout)),
-        "initContainers": [_filter_container(plan.filter, target, name)],
+        "initContainers": sidecars,
         "containers": [_session_container(plan.session, target, session_user, session_mounts,
-                                          plan.credential_env)],
+                                          plan.credential_env if proxy is None else ())],
         "volumes": volumes,
     }
     if target.runtime_class:
@@ -204,7 +265,7 @@ def _filter_container(filter_spec: ContainerSpec, target: KubernetesTarget, name
         # startup probe passed, i.e. after the ruleset was verified.
         "restartPolicy": "Always",
         "env": [{"name": FILTER_CONFIG_ENV,
-                 "valueFrom": {"configMapKeyRef": {"name": f"{name}-filter", "key": CONFIG_KEY}}}],
+                 "valueFrom": {"configMapKeyRef": {"name": f"{name}-config", "key": CONFIG_KEY}}}],
         "securityContext": {
             "runAsUser": 0,
             "allowPrivilegeEscalation": False,
@@ -216,6 +277,39 @@ def _filter_container(filter_spec: ContainerSpec, target: KubernetesTarget, name
         "readinessProbe": {**probe, "failureThreshold": 3},
         "resources": _resources(filter_spec.limits),
         "volumeMounts": [{"name": "filter-run", "mountPath": FILTER_RUN_DIR}],
+    }
+
+
+def _proxy_container(proxy: PodProxy, target: KubernetesTarget, name: str) -> Object:
+    """The credential proxy: the secrets from the Secret (by reference), the routes from the ConfigMap,
+    its socket in the filter's volume (the session mounts neither), its own uid."""
+    probe = {"exec": {"command": list(PROXY_PROBE)}, "periodSeconds": 1, "timeoutSeconds": 5,
+             "failureThreshold": max(1, int(target.ready_timeout))}
+    return {
+        "name": "proxy",
+        "image": target.filter_image,  # the filter's image holds the proxy's code (docker/README.md)
+        "command": list(PROXY_COMMAND),
+        "restartPolicy": "Always",
+        "env": [{"name": PROXY_CONFIG_ENV,
+                 "valueFrom": {"configMapKeyRef": {"name": f"{name}-config", "key": PROXY_CONFIG_KEY}}},
+                *({"name": variable, "valueFrom": {"secretKeyRef": {"name": secret_name(name), "key": variable}}}
+                  for variable in proxy.variables)],
+        "securityContext": {
+            "runAsUser": PROXY_UID,
+            "runAsGroup": PROXY_UID,
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "startupProbe": probe,
+        "readinessProbe": {**probe, "failureThreshold": 3},
+        "resources": {"requests": {"cpu": f"{CPU_PER_SHARE_MILLI}m", "memory": quantity(MEMORY_REQUEST)},
+                      "limits": {"memory": quantity(PROXY_MEMORY)}},
+        "volumeMounts": [{"name": "filter-run", "mountPath": FILTER_RUN_DIR},
+                         {"name": "proxy-records", "mountPath": PROXY_RECORDS_DIR}],
     }
 
 
@@ -277,9 +371,10 @@ def _session_container(session: ContainerSpec, target: KubernetesTarget, user: t
     return container
 
 
-def _network_policy(plan: SessionPlan, pod_labels: dict[str, str]) -> Object:
-    """The pod may send only to its DNS upstreams (port 53) and what the policy allows: literal networks
-    as they are, names to public addresses only; nothing may reach it."""
+def _network_policy(plan: SessionPlan, pod_labels: dict[str, str], proxy: PodProxy | None) -> Object:
+    """The pod may send only to its DNS upstreams (port 53), what the policy allows (literal networks as
+    they are, names to public addresses only) and its proxy's routes' ports on public addresses; nothing
+    may reach it."""
     rules: list[Object] = [{
         "to": [{"ipBlock": {"cidr": f"{upstream}/32"}} for upstream in plan.upstreams],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
@@ -291,12 +386,15 @@ def _network_policy(plan: SessionPlan, pod_labels: dict[str, str]) -> Object:
             continue
         if entry.network.version == 4:
             rules.append({"to": [{"ipBlock": {"cidr": str(entry.network)}}], **_ports(entry.port)})
+    answers = [n for n in plan.policy.answer_networks if n.version == 4]
+    public = [{"ipBlock": {"cidr": "0.0.0.0/0",
+                           "except": [str(n) for n in NOT_PUBLIC if not any(n.overlaps(a) for a in answers)]}}]
     if name_ports:
-        answers = [n for n in plan.policy.answer_networks if n.version == 4]
-        excepted = [n for n in NOT_PUBLIC if not any(n.overlaps(a) for a in answers)]
         ports: Object = {} if None in name_ports else {
             "ports": [{"protocol": "TCP", "port": port} for port in sorted(p for p in name_ports if p is not None)]}
-        rules.append({"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [str(n) for n in excepted]}}], **ports})
+        rules.append({"to": public, **ports})
+    if proxy is not None:
+        rules.append({"to": public, "ports": [{"protocol": "TCP", "port": port} for port in proxy.ports]})
     return {"podSelector": {"matchLabels": dict(pod_labels)}, "policyTypes": ["Ingress", "Egress"], "ingress": [],
             "egress": rules}
 

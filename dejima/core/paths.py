@@ -17,3 +17,8 @@ FILTER_CONFIG_FIFO = "config"
 # The start gate (core/plan.py GATE_SCRIPT, adapters/fifo.py): a host directory mounted read-only
 # into the session, holding one FIFO the launcher writes the word to.
 GATE_DIR, GATE_FIFO, GATE_WORD = "/run/dejima-gate", "go", "go"
+
+# A pod's credential proxy (core/kubernetes.py, proxy/pod.py): its configuration's variable and where
+# it keeps its records (a volume of its own).
+PROXY_CONFIG_ENV = "DEJIMA_PROXY_CONFIG"
+PROXY_RECORDS_DIR = "/run/dejima-proxy"

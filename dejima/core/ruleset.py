@@ -83,9 +83,28 @@ def _literals(entries: object) -> list[LiteralRule]:
     return rules
 
 
+@dataclass(frozen=True, slots=True)
+class ProxyEgress:
+    """A pod's credential proxy (core/kubernetes.py): the uid it runs as, which no other process of the
+    pod has, and its routes' upstream ports. Its sockets may ask the upstream resolvers and reach those
+    ports; nothing else of the pod may."""
+
+    uid: int
+    ports: tuple[int, ...]
+
+
+def _proxy_rules(proxy: ProxyEgress | None) -> str:
+    if proxy is None:
+        return ""
+    ports = proxy.ports[0] if len(proxy.ports) == 1 else "{ " + ", ".join(map(str, sorted(proxy.ports))) + " }"
+    return (f"\n\t\tmeta skuid {proxy.uid} ip daddr @upstream4 meta l4proto {{ 6, 17 }} th dport 53 accept"
+            f"\n\t\tmeta skuid {proxy.uid} tcp dport {ports} accept")
+
+
 def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
-                   upstreams: tuple[ipaddress.IPv4Address, ...] = ()) -> str:
-    """The nft ruleset (nft -f syntax) for ``policy``; no policy means no egress at all.
+                   upstreams: tuple[ipaddress.IPv4Address, ...] = (), proxy: ProxyEgress | None = None) -> str:
+    """The nft ruleset (nft -f syntax) for ``policy``; no policy means no egress at all. ``proxy``: a
+    pod's credential proxy, by its uid (none in a local session: its proxy runs on the host).
 
     dejima/templates/nft_ruleset.py with its ``${name}`` slots filled; the lists are rendered here,
     one rule per line. A slot without a value is an error, never an empty string (string.Template
@@ -99,6 +118,7 @@ def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
         table=TABLE,
         upstream_elements=f"\n\t\telements = {{ {', '.join(str(a) for a in upstreams)} }}" if upstreams else "",
         resolver_mark=f"0x{RESOLVER_MARK:08x}",
+        proxy_rules=_proxy_rules(proxy),
         nflog_group=NFLOG_GROUP,
         log_rate=LOG_RATE,
         log_burst=LOG_BURST,

@@ -43,7 +43,7 @@ from dejima.core.plan import (
 )
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
-from dejima.errors import EngineError, ExitStatus, SessionError, UsageError
+from dejima.errors import EngineError, ExitStatus, SessionError
 from dejima.orchestration.manage_sessions import record_stale_violations
 from dejima.orchestration.session_reporter import SessionReporter
 from dejima.orchestration.start_request import Options, network_facts, session_request
@@ -52,7 +52,6 @@ from dejima.orchestration.steps import Done, Step, apply, ordered
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
     from dejima.core.connect import Connection
-    from dejima.core.kubernetes import Kind
     from dejima.orchestration import exit_audit
     from dejima.orchestration.prestart import Prestarted
     from dejima.proxy.runner import SessionProxy
@@ -105,39 +104,6 @@ def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Res
     outline = tuple(("preparation", s.name, s.needs, s.effect) for s in ordered(steps)) + tuple(
         ("the container pair", s.name, s.needs, s.effect) for s in ordered(pair))
     return planned, outline
-
-
-def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                      options: Options, ui: SessionReporter, kind: Kind) -> str:
-    """The session as Kubernetes objects (core/kubernetes.py), from the plan ``render_plan`` makes with the
-    cluster's DNS as the filter's upstream. What only a cluster can say is taken from [kubernetes]."""
-    from dejima.core.kubernetes import KubernetesTarget, kubernetes_objects, kubernetes_yaml, object_name
-
-    cluster = settings.kubernetes
-    missing = [key for key, value in (("filter_image", cluster.filter_image), ("session_image", cluster.session_image))
-               if not value]
-    if missing:
-        raise UsageError(
-            f"a Kubernetes render needs the images as the cluster pulls them: [kubernetes] {' and '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} not set in {host.settings_path()}",
-            hint="tag and push the images `dejima images list` names, then set [kubernetes] filter_image and "
-            "session_image to what you pushed (docs/kubernetes.md)", reference="kubernetes-images")
-    upstreams = options.upstream_dns or cluster.dns_upstreams
-    if not upstreams:
-        raise UsageError(
-            "a Kubernetes render needs the cluster's DNS service as the filter's upstream: this host's resolvers "
-            "are not the cluster's",
-            hint="set [kubernetes] dns_upstreams = [\"IP\"] (`kubectl -n kube-system get service kube-dns` shows "
-            "it) or pass --dns-upstream IP", reference="kubernetes-dns")
-    plan = render_plan(workspace, command, resolved, settings, replace(options, upstream_dns=upstreams), ui,
-                       object_name(str(workspace)))
-    if plan.credentials:
-        ui.warn("the credential routes (" + ", ".join(c.route for c in plan.credentials) + ") are not carried into "
-                "the pod: the credential proxy does not run on Kubernetes yet (docs/kubernetes.md)")
-    target = KubernetesTarget(kind, cluster.filter_image, cluster.session_image, cluster.namespace,
-                              cluster.workspace_claim, cluster.runtime_class, settings.session.ready_timeout,
-                              settings.session.stop_timeout)
-    return kubernetes_yaml(kubernetes_objects(plan, target))
 
 
 def start_steps(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,

@@ -51,7 +51,7 @@ table inet ${table} {
 		# The engine's embedded resolver (user-defined networks) answers on 127.0.0.11: not ours.
 		ip daddr ${engine_resolver} counter goto refuse
 		oif "lo" accept
-		meta mark ${resolver_mark} ip daddr @upstream4 meta l4proto { 6, 17 } th dport 53 accept
+		meta mark ${resolver_mark} ip daddr @upstream4 meta l4proto { 6, 17 } th dport 53 accept${proxy_rules}
 		# Only the resolver's marked sockets reach an upstream, even on a flow it opened: a session
 		# that sends from a port the resolver used would otherwise ride that flow's conntrack entry.
 		ip daddr @upstream4 counter goto refuse${denied_literals}

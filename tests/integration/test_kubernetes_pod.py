@@ -5,7 +5,9 @@ test world (tests/networld.py)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,10 +16,11 @@ import pytest
 import yaml
 
 from dejima.core import labels
+from dejima.core.kubernetes import PROXY_UID
 from tests.integration.conftest import Images
 from tests.kubelet import LocalPod, inspect, run_container, start_pod
 from tests.networld import World, queries_seen
-from tests.world import User, docker, run_dejima
+from tests.world import User, docker, run_dejima, wait_for_line
 
 CLAIM = "test-workspace"
 
@@ -127,3 +130,102 @@ def test_the_session_container_runs_as_rendered(user: User, scope: str, workspac
     assert "Read-only file system" in out and "nameserver 127.0.0.1" in out and "wrote" in out
     assert (workspace / "written").exists()
     assert inspect(pod.containers["filter"])["Config"]["Labels"][labels.SCOPE] == scope
+
+
+# --- the pod's credential proxy ---------------------------------------------------------------------
+
+TOKEN = "ghp_REALrealREALrealREALrealREALreal0123"  # the cluster's Secret; never the session's
+ROUTE_PORT = 8443  # the route's upstream port: the fake upstream's in the pod, and a decoy's on the world
+FAKE_UPSTREAM = r"""
+import http.server, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        print("request", self.path, self.headers.get("Authorization", "-"), flush=True)
+        self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print("listening", flush=True)
+server.serve_forever()
+"""
+
+
+def render_with_routes(user: User, scope: str, workspace: Path, world: World, images: Images,
+                       *command: str) -> list[dict[str, Any]]:
+    """A render whose github-git route (the forge's) goes to a fake upstream on the pod's loopback."""
+    settings = workspace.parent / f"k8s-routes-{workspace.name}.toml"
+    settings.write_text(world.settings.read_text() + (
+        f'\n[kubernetes]\nfilter_image = "{images.filter}"\nsession_image = "{images.session}"\n'
+        f'dns_upstreams = ["{world.dns}"]\nworkspace_claim = "{CLAIM}"\n'
+        f'\n[credentials]\nupstreams = {{ github-git = "http://127.0.0.1:{ROUTE_PORT}" }}\n'))
+    settings.chmod(0o644)
+    result = run_dejima(user, scope, str(workspace), "--render", "pod", "--forge", "github", "--", *command,
+                        DEJIMA_SETTINGS=str(settings))
+    assert result.returncode == 0, result.stderr
+    assert "kubectl" in result.stderr and "create secret generic" in result.stderr  # the one object not rendered
+    return list(yaml.safe_load_all(result.stdout))
+
+
+def fake_upstream_in(pod: LocalPod, image: str) -> subprocess.Popen[str]:
+    """An upstream on the pod's loopback (where only a route override can point), printing what reached it."""
+    name = f"{pod.name}-upstream"
+    pod.containers[name] = name
+    started = docker("run", "-d", "--name", name, "--label", f"{labels.SCOPE}={pod.scope}",
+                     "--network", f"container:{pod.containers['pod']}", "--entrypoint", "python3", image,
+                     "-c", FAKE_UPSTREAM, str(ROUTE_PORT))
+    assert started.returncode == 0, started.stdout
+    logs = subprocess.Popen(["docker", "logs", "-f", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    wait_for_line(logs.stdout, "listening", timeout=60)
+    return logs
+
+
+def test_the_pods_proxy_carries_the_secret_the_session_never_holds(user: User, scope: str, workspace: Path,
+                                                                   world: World, images: Images,
+                                                                   pods: list[LocalPod]) -> None:
+    objects = render_with_routes(user, scope, workspace, world, images, "sh", "-c",
+                                 "git ls-remote https://github.com/me/repo 2>&1; env; ls /run/dejima 2>&1")
+    name = objects[2]["metadata"]["name"]
+    pod = start_pod(objects, scope, world.network, {CLAIM: workspace}, {(f"{name}-credentials", "GH_TOKEN"): TOKEN})
+    pods.append(pod)
+    upstream = fake_upstream_in(pod, images.session)
+    try:
+        result = run_container(pod, objects, {CLAIM: workspace})
+        seen = wait_for_line(upstream.stdout, "request", timeout=30)
+    finally:
+        upstream.kill()
+        upstream.wait()
+        if upstream.stdout is not None:
+            upstream.stdout.close()
+    basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+    assert seen.split()[1] == "/me/repo/info/refs?service=git-upload-pack" and seen.split()[-1] == basic
+    out = result.stdout.decode(errors="replace")
+    assert TOKEN not in out and basic not in out  # the session held only the placeholder
+    assert "No such file or directory" in out  # the proxy's socket is not in the session's reach
+    session = inspect(next(c for name, c in pod.containers.items() if "-session-" in name))
+    assert TOKEN not in json.dumps(session)  # not even in what the engine knows of the session's container
+
+
+def test_only_the_proxys_uid_gets_out_to_its_routes_port(user: User, scope: str, workspace: Path, world: World,
+                                                         images: Images, pods: list[LocalPod]) -> None:
+    objects = render_with_routes(user, scope, workspace, world, images, *world.probe(
+        tcp(world.web, ROUTE_PORT), {"op": "resolve", "name": "other.dejima.test"}))
+    name = objects[2]["metadata"]["name"]
+    pod = start_pod(objects, scope, world.network, {CLAIM: workspace}, {(f"{name}-credentials", "GH_TOKEN"): TOKEN})
+    pods.append(pod)
+
+    def from_proxy_container(uid: int, *actions: dict[str, object]) -> list[dict[str, Any]]:
+        ran = docker("exec", "--user", f"{uid}:{uid}", pod.containers["proxy"], *world.probe(*actions))
+        assert ran.returncode == 0, ran.stdout
+        found: list[dict[str, Any]] = json.loads(ran.stdout.decode().splitlines()[-1])
+        return found
+
+    proxy_tcp, proxy_name = from_proxy_container(PROXY_UID, tcp(world.web, ROUTE_PORT),
+                                                 {"op": "resolve", "name": "other.dejima.test"})
+    assert proxy_tcp["result"] == "connected"  # the control: the proxy's uid reaches the route's port
+    assert proxy_name == {"result": "resolved", "addresses": [world.web]}  # through the cluster's DNS, second
+    (other_uid,) = from_proxy_container(PROXY_UID + 1, tcp(world.web, ROUTE_PORT))
+    assert other_uid["result"] == "blocked"  # the same container, another uid: refused
+    result = run_container(pod, objects, {CLAIM: workspace})
+    session_tcp, session_name = json.loads(result.stdout.decode().splitlines()[-1])
+    assert session_tcp["result"] == "blocked" and session_name["result"] == "failed"

@@ -124,7 +124,8 @@ LAYERS = {
                                  "threading"}), ANY),
     "proxy": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.proxy", "dejima.adapters"}),
                    {"cryptography": frozenset({"proxy/authority.py"})},
-                   frozenset({"asyncio", "ssl", "subprocess", "tempfile", "threading", "urllib.request"}), ANY),
+                   frozenset({"asyncio", "signal", "ssl", "subprocess", "tempfile", "threading",
+                              "urllib.request"}), ANY),
     # the session's processes and records; the workspace's files go through adapters (what is left is named)
     "orchestration": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.proxy",
                                       "dejima.orchestration", "dejima.filter="}), {},

@@ -37,8 +37,9 @@ def test_session_recipe_names_the_users_uid() -> None:
     assert other.tag != recipe.tag
 
 
-def test_filter_context_carries_only_the_filter_code() -> None:
+def test_filter_context_carries_the_filter_and_the_pod_proxy_only() -> None:
     paths = [path for path, _ in filter_recipe().files]
     assert "dejima/filter/__main__.py" in paths and "dejima/filter/nft.py" in paths
     assert "dejima/core/egress.py" in paths  # the same policy code as the launcher's
-    assert not any(p.startswith(("dejima/core/plan", "dejima/core/render", "dejima/runtime")) for p in paths)
+    assert "dejima/proxy/pod.py" in paths  # a pod's proxy container runs from this image
+    assert not any(p.startswith(("dejima/cli/", "dejima/ui/", "dejima/orchestration/")) for p in paths)

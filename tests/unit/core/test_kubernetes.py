@@ -19,9 +19,11 @@ import yaml
 from dejima.adapters.manifest_files import load_catalog
 from dejima.core.kubernetes import (
     PROBE,
+    PROXY_UID,
     READY_FILE,
     SANDBOX_API_VERSION,
     KubernetesTarget,
+    PodProxy,
     kubernetes_objects,
     kubernetes_yaml,
     object_name,
@@ -54,30 +56,39 @@ def make_plan(workspace: str = "/home/dev/src/web-app", command: tuple[str, ...]
                               "<session image>", FACTS, "settings.toml", resolved, engine_memory=None)
 
 
-def combinations() -> dict[str, tuple[SessionPlan, KubernetesTarget]]:
-    """Three sessions people run: a shell's command; Claude Code on a Node project on GitHub, its routes
-    (which the pod does not carry yet) and a gVisor runtime; an interactive Python session as a plain Pod."""
+PLACEHOLDER = "sk-ant-api03-placeholder0123456789abcdef"
+PROXY = PodProxy(json.dumps({"routes": [{"name": "anthropic-api-key", "upstream": "https://api.anthropic.com",
+                                         "header": "x-api-key", "scheme": "raw", "placeholder": PLACEHOLDER,
+                                         "username": None, "secret": "ANTHROPIC_API_KEY", "push": None}],
+                             "decoys": {"NPM_TOKEN": "npm_decoy0123456789"}, "memory_budget": 67108864,
+                             "max_connections": 128}, sort_keys=True),
+                 ("ANTHROPIC_API_KEY",), (443,), ("anthropic-api-key",), (PLACEHOLDER, "npm_decoy0123456789"))
+
+
+def combinations() -> dict[str, tuple[SessionPlan, KubernetesTarget, PodProxy | None]]:
+    """Three sessions people run: a shell's command; Claude Code on a Node project on GitHub, its model's
+    route served by the pod's proxy, on a gVisor runtime; an interactive Python session as a plain Pod."""
     limits = Settings(limits=LimitSettings(session_memory="4g"))
     return {
-        "shell-sandbox": (make_plan(), TARGET),
+        "shell-sandbox": (make_plan(), TARGET, None),
         "node-claude-code-sandbox": (
             make_plan("/srv/agents/shop", command=None, harness="claude-code", workflows=("node",),
                       remote_hosts=frozenset({"github.com"}), settings=limits, allow=("pypi.org",),
-                      bridge=True, credential_env=(("ANTHROPIC_BASE_URL", "http://127.0.0.1:700/anthropic"),
-                                                   ("ANTHROPIC_API_KEY", "dejima-placeholder-0123456789abcdef"))),
-            replace(TARGET, namespace="agents", runtime_class="gvisor")),
+                      bridge=True, credential_env=(("ANTHROPIC_BASE_URL", "http://127.0.0.1:700/r/anthropic-api-key"),
+                                                   ("ANTHROPIC_API_KEY", PLACEHOLDER))),
+            replace(TARGET, namespace="agents", runtime_class="gvisor"), PROXY),
         "python-pod": (
             make_plan("/home/dev/src/data-tool", command=None, workflows=("python",), settings=limits,
                       read_only=(PurePosixPath("/home/dev/src/data-tool/.git/hooks"),)),
-            replace(TARGET, kind="Pod", workspace_claim="team-data-tool")),
+            replace(TARGET, kind="Pod", workspace_claim="team-data-tool"), None),
     }
 
 
 @pytest.mark.parametrize("name", sorted(combinations()))
 def test_renders_match_their_goldens(name: str, update_golden: bool) -> None:
-    plan, target = combinations()[name]
+    plan, target, proxy = combinations()[name]
     # The plan's hash covers the manifests' file paths, which differ between checkouts.
-    text = kubernetes_yaml(kubernetes_objects(plan, target)).replace(plan.plan_hash, "<plan hash>")
+    text = kubernetes_yaml(kubernetes_objects(plan, target, proxy)).replace(plan.plan_hash, "<plan hash>")
     golden = GOLDEN / f"{name}.yaml"
     if update_golden:
         golden.write_text(text)
@@ -132,9 +143,9 @@ def schema_errors(document: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
 
 
-def rendered(plan: SessionPlan, target: KubernetesTarget) -> list[dict[str, Any]]:
+def rendered(plan: SessionPlan, target: KubernetesTarget, proxy: PodProxy | None = None) -> list[dict[str, Any]]:
     """The YAML as kubectl reads it: every render is checked through its text, not its dicts."""
-    return list(yaml.safe_load_all(kubernetes_yaml(kubernetes_objects(plan, target))))
+    return list(yaml.safe_load_all(kubernetes_yaml(kubernetes_objects(plan, target, proxy))))
 
 
 @pytest.mark.parametrize("name", sorted(combinations()))
@@ -147,7 +158,7 @@ def test_every_render_validates_against_the_published_schemas(name: str) -> None
 
 def test_the_schema_check_can_fail() -> None:
     """Controls: a misspelt field, a wrong type and an unknown Sandbox field are each refused."""
-    plan, target = combinations()["shell-sandbox"]
+    plan, target, _ = combinations()["shell-sandbox"]
     sandbox = rendered(plan, target)[2]
     pod_spec = sandbox["spec"]["podTemplate"]["spec"]
     broken = copy.deepcopy(sandbox)
@@ -168,7 +179,7 @@ def pod_spec_of(documents: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_the_filter_is_a_native_sidecar_the_session_waits_for() -> None:
-    plan, target = combinations()["shell-sandbox"]
+    plan, target, _ = combinations()["shell-sandbox"]
     documents = rendered(plan, target)
     spec = pod_spec_of(documents)
     (filter_container,), (session,) = spec["initContainers"], spec["containers"]
@@ -195,7 +206,7 @@ def test_the_filter_is_a_native_sidecar_the_session_waits_for() -> None:
 
 
 def test_the_pod_has_the_local_limits_and_mounts() -> None:
-    plan, target = combinations()["python-pod"]
+    plan, target, _ = combinations()["python-pod"]
     spec = pod_spec_of(rendered(plan, target))
     session = spec["containers"][0]
     assert plan.session.limits is not None
@@ -212,19 +223,54 @@ def test_the_pod_has_the_local_limits_and_mounts() -> None:
     assert session["tty"] is True and session["stdin"] is True  # interactive: kubectl attach -it
 
 
-def test_no_credential_value_reaches_any_object() -> None:
-    plan, target = combinations()["node-claude-code-sandbox"]
+def test_without_a_proxy_the_routes_variables_stay_out() -> None:
+    plan, target, _ = combinations()["node-claude-code-sandbox"]
     text = kubernetes_yaml(kubernetes_objects(plan, target))
-    assert "dejima-placeholder-0123456789abcdef" not in text
+    assert PLACEHOLDER not in text
     assert "ANTHROPIC_BASE_URL" not in text  # the route's variables go with the route, which the pod lacks
-    pod = yaml.safe_load_all(text)
-    annotations = list(pod)[2]["metadata"]["annotations"]
-    assert "not carried" in annotations["dejima.credential-routes"]
-    assert all(d["kind"] != "Secret" for d in yaml.safe_load_all(text))
+    annotations = list(yaml.safe_load_all(text))[2]["metadata"]["annotations"]
+    assert annotations["dejima.credential-routes"].startswith("left out: anthropic-api-key, github-api")
+
+
+def test_the_proxy_is_a_sidecar_of_its_own_holding_the_secret_by_reference() -> None:
+    plan, target, proxy = combinations()["node-claude-code-sandbox"]
+    text = kubernetes_yaml(kubernetes_objects(plan, target, proxy))
+    documents = list(yaml.safe_load_all(text))
+    assert all(d["kind"] != "Secret" for d in documents)  # made by the user; referenced, never rendered
+    spec = pod_spec_of(documents)
+    filter_container, proxy_container = spec["initContainers"]  # the filter first: the proxy's egress needs it
+    name = documents[2]["metadata"]["name"]
+    assert proxy_container["restartPolicy"] == "Always" and proxy_container["command"] == [
+        "python3", "-m", "dejima.proxy.pod"]
+    secret = [e for e in proxy_container["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+    assert secret == [{"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": f"{name}-credentials", "key": "ANTHROPIC_API_KEY"}}}]
+    assert proxy_container["securityContext"]["runAsUser"] == PROXY_UID
+    assert proxy_container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    session = spec["containers"][0]
+    mounted = {m["name"] for m in session["volumeMounts"]}
+    assert "filter-run" not in mounted and "proxy-records" not in mounted  # the socket is out of its reach
+    assert {e["name"]: e.get("value") for e in session["env"]}["ANTHROPIC_API_KEY"] == PLACEHOLDER
+    assert all("valueFrom" not in e for e in session["env"])  # nothing of the Secret or the ConfigMap
+    config = json.loads(documents[0]["data"]["filter.json"])
+    assert config["bridge"] == {"socket": "/run/dejima/proxy.sock", "port": 700}
+    assert f"meta skuid {PROXY_UID} tcp dport 443 accept" in config["ruleset"]
+    assert set(config["canaries"]) >= {"placeholder0123456789abcdef"[-16:]}
+    assert documents[0]["data"]["proxy.json"] == proxy.document if proxy else False
+    assert spec["dnsConfig"]["nameservers"] == ["127.0.0.1", "10.96.0.10"]  # the proxy's way to its upstreams
+    assert "served by the pod's proxy: anthropic-api-key" in documents[2]["metadata"]["annotations"][
+        "dejima.credential-routes"]
+
+
+def test_a_session_as_the_proxys_uid_is_refused() -> None:
+    plan, target, proxy = combinations()["node-claude-code-sandbox"]
+    as_proxy = replace(plan, session=replace(plan.session, user=f"{PROXY_UID}:{PROXY_UID}"))
+    with pytest.raises(UsageError, match="proxy"):
+        kubernetes_objects(as_proxy, target, proxy)
 
 
 def test_the_network_policy_allows_dns_and_the_allowed_places_only() -> None:
-    plan, target = combinations()["node-claude-code-sandbox"]
+    plan, target, proxy = combinations()["node-claude-code-sandbox"]
     policy = rendered(plan, target)[1]["spec"]
     assert policy["ingress"] == [] and policy["policyTypes"] == ["Ingress", "Egress"]
     dns, names = policy["egress"]
@@ -241,6 +287,8 @@ def test_the_network_policy_allows_dns_and_the_allowed_places_only() -> None:
     names_rule = rendered(answers, TARGET)[1]["spec"]["egress"][-1]
     assert "10.0.0.0/8" not in names_rule["to"][0]["ipBlock"]["except"]  # the user let answers point there
     assert names_rule["ports"] == [{"protocol": "TCP", "port": 443}]
+    with_proxy = rendered(plan, target, proxy)[1]["spec"]["egress"]
+    assert with_proxy[-1]["ports"] == [{"protocol": "TCP", "port": 443}]  # the proxy's routes, public addresses
 
 
 HOSTILE_PATHS = [

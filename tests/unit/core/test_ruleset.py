@@ -87,3 +87,22 @@ def test_every_slot_of_the_template_renders_as_nft_lists_it() -> None:
     assert "\n\t\tip daddr 192.0.2.0/24 tcp dport 25 counter goto refuse\n" in text
     assert "\n\t\tip daddr 10.1.2.3 tcp dport 443 accept\n" in text
     assert "$" not in text
+
+
+def test_a_pods_proxy_gets_out_by_its_uid_only() -> None:
+    """A pod's credential proxy (core/kubernetes.py): its uid may ask the upstream resolvers and reach its
+    routes' ports; a local ruleset (no proxy in the namespace) has no such rule."""
+    import ipaddress
+
+    from dejima.core.ruleset import ProxyEgress
+
+    upstream = (ipaddress.IPv4Address("10.96.0.10"),)
+    local = render_ruleset("s", None, upstream)
+    assert "skuid" not in local
+    one = render_ruleset("s", None, upstream, ProxyEgress(10700, (443,)))
+    assert "\t\tmeta skuid 10700 ip daddr @upstream4 meta l4proto { 6, 17 } th dport 53 accept\n" in one
+    assert "\t\tmeta skuid 10700 tcp dport 443 accept\n" in one
+    # before the rule that refuses everyone else the upstream resolvers
+    assert one.index("meta skuid 10700 ip daddr @upstream4") < one.index("ip daddr @upstream4 counter goto refuse")
+    two = render_ruleset("s", None, upstream, ProxyEgress(10700, (8443, 443)))
+    assert "meta skuid 10700 tcp dport { 443, 8443 } accept" in two

@@ -1,0 +1,93 @@
+"""`dejima PATH --render kubernetes|pod`: the session as a cluster's objects (core/kubernetes.py).
+
+The plan is the one `--render` makes (the start's steps, dry: no secret read), with the cluster's DNS
+as the filter's upstream and the routes a pod can serve; the pod's proxy container gets those routes
+as a document (proxy/pod.py) and their secrets from a Kubernetes Secret the user makes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dejima.adapters import host
+from dejima.core.kubernetes import (
+    Kind,
+    KubernetesTarget,
+    PodProxy,
+    kubernetes_objects,
+    kubernetes_yaml,
+    object_name,
+    secret_name,
+)
+from dejima.core.resolve import Resolved
+from dejima.core.settings import Settings
+from dejima.errors import UsageError
+from dejima.orchestration.session_reporter import SessionReporter
+from dejima.orchestration.start_request import Options
+from dejima.orchestration.steps import apply
+
+if TYPE_CHECKING:
+    from dejima.proxy.runner import SessionProxy
+
+
+def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+                      options: Options, ui: SessionReporter, kind: Kind) -> str:
+    """The YAML for kubectl apply; what only a cluster can say comes from [kubernetes]."""
+    from dejima.orchestration.start import start_steps
+    from dejima.proxy.pod import not_carried
+
+    cluster = settings.kubernetes
+    missing = [key for key, value in (("filter_image", cluster.filter_image), ("session_image", cluster.session_image))
+               if not value]
+    if missing:
+        raise UsageError(
+            f"a Kubernetes render needs the images as the cluster pulls them: [kubernetes] {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set in {host.settings_path()}",
+            hint="tag and push the images `dejima images list` names, then set [kubernetes] filter_image and "
+            "session_image to what you pushed (docs/kubernetes.md)", reference="kubernetes-images")
+    upstreams = options.upstream_dns or cluster.dns_upstreams
+    if not upstreams:
+        raise UsageError(
+            "a Kubernetes render needs the cluster's DNS service as the filter's upstream: this host's resolvers "
+            "are not the cluster's",
+            hint="set [kubernetes] dns_upstreams = [\"IP\"] (`kubectl -n kube-system get service kube-dns` shows "
+            "it) or pass --dns-upstream IP", reference="kubernetes-dns")
+    left_out = {route.name: why for m in resolved.manifests for route in m.credentials
+                if (why := not_carried(route)) is not None}
+    for name, why in left_out.items():
+        ui.warn(f"credential route {name} is left out of the pod: {why}, which a pod's proxy cannot do yet "
+                "(docs/kubernetes.md)")
+    served = replace(resolved, choices=tuple(
+        replace(c, manifest=replace(c.manifest, credentials=tuple(r for r in c.manifest.credentials
+                                                                  if r.name not in left_out)))
+        for c in resolved.choices))
+    steps = start_steps(workspace, command, served, settings, None, ui, replace(options, upstream_dns=upstreams),
+                        None, object_name(str(workspace)))
+    done = apply(steps, dry=True).results
+    target = KubernetesTarget(kind, cluster.filter_image, cluster.session_image, cluster.namespace,
+                              cluster.workspace_claim, cluster.runtime_class, settings.session.ready_timeout,
+                              settings.session.stop_timeout)
+    proxy = _pod_proxy(done["credentials"])
+    text = kubernetes_yaml(kubernetes_objects(done["plan"], target, proxy, tuple(left_out)))
+    if proxy is not None:  # the one object the render does not write: it would hold the secrets
+        namespace = f" -n {cluster.namespace}" if cluster.namespace else ""
+        ui.info(f"the pod's credential proxy reads {', '.join(proxy.variables)} from the Secret "
+                f"{secret_name(object_name(str(workspace)))}; make it first: kubectl{namespace} create secret generic "
+                f"{secret_name(object_name(str(workspace)))} "
+                + " ".join(f"--from-literal={v}=\"${v}\"" for v in proxy.variables))
+    return text
+
+
+def _pod_proxy(proxy: SessionProxy | None) -> PodProxy | None:
+    if proxy is None:
+        return None
+    import json
+
+    from dejima.proxy.pod import pod_document
+
+    document = pod_document(proxy.prepared)
+    ports = sorted({spec.route.upstream.port for spec in proxy.prepared.config.routes})
+    return PodProxy(json.dumps(document, sort_keys=True), tuple(dict.fromkeys(r["secret"] for r in document["routes"])),
+                    tuple(ports), tuple(r["name"] for r in document["routes"]), proxy.canaries)

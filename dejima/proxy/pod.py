@@ -1,0 +1,132 @@
+"""The credential proxy as a pod's container: `python3 -m dejima.proxy` (core/kubernetes.py renders it).
+
+Locally the proxy is a thread of the launcher (proxy/runner.py). In a pod it is a container of its
+own, running as a uid no other container of the pod has (core/kubernetes.py PROXY_UID): it reads the
+routes it serves from its configuration (a ConfigMap: upstreams, placeholders, decoys, push rules; no
+secret) and each route's secret from its environment, where the kubelet puts a Kubernetes Secret's
+key. It listens on a unix socket in a volume the filter shares and the session does not mount; the
+filter relays the session's 127.0.0.1:BRIDGE_PORT to it, as locally. Its own connections out are the
+only ones of the pod the filter's ruleset lets reach the routes' ports (by its uid).
+
+    document = pod_document(prepared)        # at render time, from the render's planned routes
+    python3 -m dejima.proxy                  # in the pod: $DEJIMA_PROXY_CONFIG, the secrets' variables
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dejima.core.credentials import Route, RouteError, parse_upstream
+from dejima.core.manifest import CredentialRoute
+from dejima.core.paths import FILTER_RUN_DIR, PROXY_CONFIG_ENV, PROXY_RECORDS_DIR
+from dejima.core.plan import PROXY_SOCKET
+from dejima.core.pushrules import PushPolicy
+from dejima.errors import ExitStatus
+from dejima.proxy.gitpush import GitPushGuard
+from dejima.proxy.routes import Forwarding, RouteSpec
+from dejima.proxy.server import ProxyConfig, ProxyServer
+from dejima.proxy.setup import PreparedProxy
+from dejima.proxy.sources import CredentialError, env_source
+
+CONFIG_ENV = PROXY_CONFIG_ENV
+SOCKET = f"{FILTER_RUN_DIR}/{PROXY_SOCKET}"  # in the volume the filter shares (its run directory)
+RECORDS = PROXY_RECORDS_DIR  # the ledger and the violations, in a volume of the proxy's own
+READY = "dejima-proxy: ready"
+FAILED = "dejima-proxy: failed"
+
+
+def not_carried(route: CredentialRoute) -> str | None:
+    """Why a route cannot be served from a pod yet (None: it can)."""
+    if route.scheme == "aws-sigv4":
+        return "it signs with the host's AWS keys"
+    if route.source[0] == "claude_login":
+        return "it refreshes the host's Claude login"
+    if route.intercept:
+        return "it needs the TLS fallback's session CA"
+    return None
+
+
+def secret_variable(route: CredentialRoute) -> str:
+    """The proxy container's variable (and the Kubernetes Secret's key) holding the route's secret: the
+    host's own variable when the manifest reads one, so one Secret key serves every route of that
+    secret; else DEJIMA_SECRET_<ROUTE>."""
+    kind, values = route.source
+    if kind == "env":
+        return values[0]
+    return "DEJIMA_SECRET_" + re.sub(r"[^A-Z0-9]", "_", route.name.upper())
+
+
+def pod_document(prepared: PreparedProxy) -> dict[str, Any]:
+    """The configuration a pod's proxy starts from: the planned routes with their placeholders, the
+    decoys, the limits. Every value here is one the session sees anyway, or policy: no secret."""
+    routes = []
+    for spec in prepared.config.routes:
+        route, declared = spec.route, prepared.manifest_routes[spec.route.name]
+        policy = spec.behaviour.policy if isinstance(spec.behaviour, GitPushGuard) else None
+        routes.append({
+            "name": route.name, "upstream": str(route.upstream), "header": route.header, "scheme": route.scheme,
+            "placeholder": route.placeholder, "username": route.username, "secret": secret_variable(declared),
+            "push": None if policy is None else {"repositories": list(policy.repositories),
+                                                 "allow_force": policy.allow_force,
+                                                 "allow_default_branch": policy.allow_default_branch},
+        })
+    return {"routes": routes, "decoys": dict(sorted(prepared.config.decoys.items())),
+            "memory_budget": prepared.config.memory_budget, "max_connections": prepared.config.max_connections}
+
+
+def proxy_config(document: Mapping[str, Any], environ: Mapping[str, str], records: Path) -> ProxyConfig:
+    """The server's configuration from a pod document and the container's environment (the secrets)."""
+    specs = []
+    for item in document["routes"]:
+        where = f"route {item['name']!r}"
+        route = Route(item["name"], parse_upstream(item["upstream"], item["name"]), item["header"], item["scheme"],
+                      item["placeholder"], item["username"])
+        push = item["push"]
+        behaviour = GitPushGuard(PushPolicy(tuple(push["repositories"]), push["allow_force"],
+                                            push["allow_default_branch"])) if push else Forwarding()
+        specs.append(RouteSpec(route, env_source(item["secret"], where, environ), behaviour))
+    return ProxyConfig(tuple(specs), records / "ledger.jsonl", records / "violations.jsonl",
+                       dict(document["decoys"]), memory_budget=int(document["memory_budget"]),
+                       max_connections=int(document["max_connections"]))
+
+
+async def serve(config: ProxyConfig, socket: Path) -> None:
+    """Serve on ``socket`` until SIGTERM or SIGINT; say ready once listening."""
+    server = ProxyServer(config)
+    await server.start(unix_path=socket)
+    # The filter connects as root without CAP_DAC_OVERRIDE: the mode lets it in; the session does not
+    # mount the volume the socket is in.
+    os.chmod(socket, 0o666)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    print(f"{READY} routes={','.join(spec.route.name for spec in config.routes)}", flush=True)
+    await stop.wait()
+    await server.close()
+
+
+def main(environ: Mapping[str, str] | None = None, socket: str = SOCKET, records: str = RECORDS) -> int:
+    env = os.environ if environ is None else environ
+    try:
+        document = json.loads(env[CONFIG_ENV])
+        Path(records).mkdir(mode=0o700, exist_ok=True)  # the volume's root, or a directory of a test
+        config = proxy_config(document, env, Path(records))
+    except (KeyError, ValueError, TypeError, RouteError, CredentialError, OSError) as exc:
+        # A secret's value never reaches this message: sources name their variable, not its content.
+        print(f"{FAILED} {type(exc).__name__}: {exc}", flush=True)
+        return ExitStatus.DEJIMA_FAILED
+    asyncio.run(serve(config, Path(socket)))
+    return ExitStatus.SUCCESS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The credential proxy as a pod's container (dejima/proxy/pod.py): a real process started from its pod
+document and the Secret's variables, serving on a real unix socket, carrying the secret to a fake
+upstream on loopback; the document holds no secret."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dejima.core.manifest import CredentialRoute
+from dejima.core.pushrules import PushPolicy
+from dejima.proxy.pod import CONFIG_ENV, FAILED, READY, not_carried, pod_document, secret_variable
+from dejima.proxy.setup import prepare
+from tests.unit.proxy.fakes import REAL_KEY, FakeAPI, fake_api
+from tests.world import wait_for_line
+
+ANTHROPIC = CredentialRoute("anthropic-api-key", "https://api.anthropic.com", "x-api-key", "raw",
+                            ("env", ("ANTHROPIC_API_KEY",)), "ANTHROPIC_API_KEY", None, "ANTHROPIC_BASE_URL")
+GITHUB_GIT = CredentialRoute("github-git", "https://github.com", "authorization", "Basic", ("env", ("GH_TOKEN",)),
+                             None, "x-access-token")
+
+
+def planned(tmp_path: Path, api: FakeAPI) -> dict[str, Any]:
+    """The document a render makes: sources named, not read; the upstream overridden to the fake."""
+    prepared = prepare([(ANTHROPIC, "backends/anthropic.toml"), (GITHUB_GIT, "forges/github.toml")], tmp_path,
+                       overrides={"anthropic-api-key": api.url},
+                       push={"github-git": PushPolicy(("me/repo",))}, read_sources=False)
+    return pod_document(prepared)
+
+
+@contextmanager
+def pod_proxy(tmp_path: Path, document: dict[str, Any], secrets: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    socket_path, records = tmp_path / "proxy.sock", tmp_path / "records"
+    code = f"import sys; from dejima.proxy.pod import main; sys.exit(main(socket={str(socket_path)!r}, " \
+           f"records={str(records)!r}))"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).parents[3]), CONFIG_ENV: json.dumps(document),
+           **secrets}
+    process = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def ask(socket_path: Path, request: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(20)
+        sock.connect(str(socket_path))
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_the_pod_proxy_carries_the_secret_from_its_environment(tmp_path: Path) -> None:
+    with fake_api() as api:
+        document = planned(tmp_path, api)
+        placeholder = document["routes"][0]["placeholder"]
+        with pod_proxy(tmp_path, document, {"ANTHROPIC_API_KEY": REAL_KEY, "GH_TOKEN": "ghp_" + "x" * 36}) as proxy:
+            assert READY in wait_for_line(proxy.stdout, READY, timeout=30)
+            assert (tmp_path / "proxy.sock").stat().st_mode & 0o777 == 0o666  # the filter (root, no DAC) connects
+            answer = ask(tmp_path / "proxy.sock", b"GET /r/anthropic-api-key/v1/x HTTP/1.1\r\nHost: h\r\n"
+                         b"x-api-key: " + placeholder.encode() + b"\r\nConnection: close\r\n\r\n")
+            refused = ask(tmp_path / "proxy.sock", b"GET /r/anthropic-api-key/v1/x HTTP/1.1\r\nHost: h\r\n"
+                          b"x-api-key: sk-ant-someone-elses\r\nConnection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200")
+        assert [seen.headers.get("x-api-key") for seen in api.seen] == [REAL_KEY]  # the second never left
+        assert not refused.startswith(b"HTTP/1.1 200")
+    records = "".join((tmp_path / "records" / name).read_text() for name in ("ledger.jsonl", "violations.jsonl"))
+    assert REAL_KEY not in records and "anthropic-api-key" in records
+
+
+def test_the_document_holds_no_secret_and_names_each_secrets_variable(tmp_path: Path) -> None:
+    with fake_api() as api:
+        document = planned(tmp_path, api)
+    text = json.dumps(document)
+    assert REAL_KEY not in text
+    assert [(r["name"], r["secret"]) for r in document["routes"]] == [("anthropic-api-key", "ANTHROPIC_API_KEY"),
+                                                                      ("github-git", "GH_TOKEN")]
+    assert document["routes"][1]["push"] == {"repositories": ["me/repo"], "allow_force": False,
+                                             "allow_default_branch": False}
+    assert set(document["decoys"]) >= {"NPM_TOKEN"}
+
+
+def test_a_missing_secret_stops_the_pod_proxy_naming_its_variable(tmp_path: Path) -> None:
+    with fake_api() as api:
+        document = planned(tmp_path, api)
+    with pod_proxy(tmp_path, document, {"GH_TOKEN": "ghp_" + "x" * 36}) as proxy:
+        line = wait_for_line(proxy.stdout, FAILED, timeout=30)
+        assert proxy.wait(timeout=30) != 0
+    assert "ANTHROPIC_API_KEY" in line and not (tmp_path / "proxy.sock").exists()
+
+
+@pytest.mark.parametrize(("route", "why"), [
+    (CredentialRoute("bedrock", "https://bedrock-runtime.us-east-1.amazonaws.com", "authorization", "aws-sigv4",
+                     ("aws", ("default",)), aws_service="bedrock"), "AWS"),
+    (CredentialRoute("claude", "https://api.anthropic.com", "authorization", "Bearer",
+                     ("claude_login", ("~/.claude/.credentials.json",))), "Claude login"),
+    (CredentialRoute("gh-api", "https://api.github.com", "authorization", "Bearer", ("env", ("GH_TOKEN",)),
+                     intercept=True), "TLS fallback"),
+])
+def test_routes_a_pod_cannot_serve_yet_say_why(route: CredentialRoute, why: str) -> None:
+    reason = not_carried(route)
+    assert reason is not None and why in reason
+    assert not_carried(ANTHROPIC) is None
+
+
+def test_a_secret_read_from_a_file_or_a_command_gets_a_variable_of_its_route() -> None:
+    from_file = CredentialRoute("gitlab-api", "https://gitlab.com", "private-token", "raw", ("file", ("~/.gl",)))
+    assert secret_variable(from_file) == "DEJIMA_SECRET_GITLAB_API"
+    assert secret_variable(ANTHROPIC) == "ANTHROPIC_API_KEY"
