@@ -9,6 +9,7 @@ filter process inside its container) can raise these without import cycles.
         │   ├── SettingsError    the user's settings file is unusable
         │   ├── UsageError       bad command-line arguments
         │   └── (core) PolicyError, ManifestError: bad egress entries, bad manifests
+        ├── GrantRefused         a running session's filter refused a live grant or revoke (nothing changed)
         ├── EngineError          the container engine is unreachable or refused a request
         ├── ImageError           an image could not be pulled, bootstrapped or built
         └── SessionError         a session could not start, or its boundary could not be verified
@@ -100,6 +101,15 @@ class SettingsError(InputError):
 
 class UsageError(InputError):
     reference = "invalid-usage"
+
+
+class GrantRefused(DiagnosticError):
+    """A running session's filter refused a change (a name on the deny list, say): nothing changed in it."""
+
+    reference = "grant-refused"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint, exit_code=ExitStatus.FAILURE)
 
 
 class EngineError(DiagnosticError):

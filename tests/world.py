@@ -118,8 +118,13 @@ def install_for_other_user(target: Path) -> Path:
 
     if target.exists():
         return target
+    import tomllib
+
+    # The repository's own requirements, not the installed dejima's metadata (an editable install made before a
+    # dependency was added still names the old list).
     names: set[str] = set()
-    _distributions("dejima", names)
+    for requirement in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]:
+        _distributions(re.split(r"[ ;<>=!~\[(]", requirement, maxsplit=1)[0], names)
     for name in sorted(names - {"dejima"}):
         dist = distribution(name)
         for file in dist.files or []:

@@ -103,14 +103,18 @@ def settings_path() -> Path:
     return Path(override) if override else config_dir() / "settings.toml"
 
 
-def load_settings(path: Path | None = None) -> Settings:
+def load_settings(path: Path | None = None, required: bool = False) -> Settings:
+    """Defaults when the file is absent (unless ``required``, or named by $DEJIMA_SETTINGS); otherwise the
+    file, strictly validated."""
     from dejima.core.settings import Settings, parse_settings
 
-    """Defaults when the file is absent; otherwise the file, strictly validated."""
     path = path or settings_path()
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
+        if required:
+            raise SettingsError(f"{path}: the settings file does not exist",
+                                hint="give the path of a settings file, or none to use the defaults") from None
         if os.environ.get(SETTINGS_ENV):
             raise SettingsError(
                 f"{path}: settings file named by ${SETTINGS_ENV} does not exist",

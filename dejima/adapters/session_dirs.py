@@ -65,6 +65,11 @@ def ledger_path(session_id: str) -> Path:
     return sessions_dir() / session_id / LEDGER
 
 
+def session_on_record(session_id: str) -> bool:
+    """Whether a session of this id has a directory here (it started, or tried to)."""
+    return (sessions_dir() / session_id).is_dir()
+
+
 class ViolationStore:
     def __init__(self, session_id: str) -> None:
         self.path = sessions_dir() / session_id / RECORDS

@@ -6,11 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dejima.cli._run import run_main
 from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
+
+if TYPE_CHECKING:
+    from dejima.api import RunningSession
 
 DESCRIPTION = """\
 Grant a running dejima session a name (or one IPv4 address), live: the agent's next connection
@@ -59,50 +62,39 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str], ui: UI) -> int:
-    from dejima.adapters import control_client
-    from dejima.core import grants
-    from dejima.core.kinds import GRANT_ENTRY, duration
-    from dejima.core.schema import check_flag
+    from dejima import api
 
     args = build_parser().parse_args(argv)
     if args.revoke and (args.list or args.duration or args.persist or not args.entries):
         raise UsageError("--revoke takes entries and nothing of --list, --for or --persist",
                          hint="dejima-allow crates.io --revoke")
-    seconds = check_flag(duration(grants.MAX_SECONDS), args.duration, "--for") if args.duration else None
+    if args.duration:
+        api.check_duration(args.duration, "--for")
     numbered = [e for e in args.entries if e.isdigit()]
-    entries = [check_flag(GRANT_ENTRY, e, "the entry") for e in args.entries if not e.isdigit()]  # canonical
+    entries = [api.check_grant_entry(e) for e in args.entries if not e.isdigit()]  # canonical
     session = _pick_session(args.session, ui)
     if args.list or not args.entries:
-        listing = _send(control_client, session, grants.list_message())
-        return _show(listing, ui, args.json, grants_too=args.list)
+        return _show(api.live(session), ui, args.json, grants_too=args.list)
     if numbered:
-        denials = _send(control_client, session, grants.list_message())["denials"]
-        entries += [check_flag(GRANT_ENTRY, _denial(denials, int(n)), f"refused name {n}") for n in numbered]
+        denials = api.live(session)["denials"]
+        entries += [api.check_grant_entry(_denial(denials, int(n)), f"refused name {n}") for n in numbered]
     if args.revoke:
-        message = grants.revoke_message(entries, args.reason or "revoked with dejima-allow")
-        answer = _send(control_client, session, message)
-        return _done(ui, args.json, "revoked", answer["revoked"], session.session_id)
-    answer = _send(control_client, session, grants.grant_message(entries, seconds, args.reason))
+        revoked = api.revoke(session, entries, reason=args.reason or "revoked with dejima-allow")
+        return _done(ui, args.json, "revoked", revoked, session.session_id)
+    granted = api.grant(session, entries, duration=args.duration, reason=args.reason)
     if args.persist:
-        from dejima.adapters import projects
-
-        path = projects.persist_allow(Path(session.workspace), answer["granted"])
+        path = api.persist_grants(session, granted)
         ui.info(f"added to {path}: the next session on {session.workspace} has it from the start")
-    return _done(ui, args.json, "granted", answer["granted"], session.session_id,
+    return _done(ui, args.json, "granted", granted, session.session_id,
                  f" for {args.duration}" if args.duration else " until the session ends")
 
 
-def _pick_session(wanted: str | None, ui: UI) -> Any:
-    from dejima.adapters import control_client
+def _pick_session(wanted: str | None, ui: UI) -> RunningSession:
+    from dejima import api
 
-    sessions = control_client.running_sessions()
     if wanted is not None:
-        match = [s for s in sessions if s.session_id == wanted]
-        if not match:
-            raise UsageError(f"no running session {wanted!r}",
-                             hint="`dejima sessions` lists them; a session that ended takes no grants")
-        return match[0]
-    here = control_client.sessions_for(Path.cwd(), sessions)
+        return api.running_session(wanted)
+    here = api.running_sessions(Path.cwd())
     if len(here) == 1:
         return here[0]
     if not here:
@@ -120,17 +112,6 @@ def _pick_session(wanted: str | None, ui: UI) -> Any:
     if not answer.isdigit() or not 1 <= int(answer) <= len(here):
         raise UsageError(f"{answer!r} is not one of the numbers above", hint="or name it with --session ID")
     return here[int(answer) - 1]
-
-
-def _send(control_client: Any, session: Any, message: dict[str, Any]) -> dict[str, Any]:
-    answer: dict[str, Any] = control_client.send(session, message)
-    if not answer.get("ok"):
-        from dejima.errors import DiagnosticError
-
-        raise DiagnosticError(f"session {session.session_id} refused: {answer.get('error', 'no reason given')}",
-                              hint="nothing was changed", reference="grant-refused",
-                              exit_code=ExitStatus.FAILURE)
-    return answer
 
 
 def _denial(denials: list[dict[str, Any]], number: int) -> str:

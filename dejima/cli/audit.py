@@ -16,8 +16,6 @@ from dejima.ui.console import UI
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from dejima.adapters.findings import FindingStore, Stored
-
 DESCRIPTION = """\
 At the end of every session dejima compares the workspace (and the session's home and caches)
 with their snapshot from the start, and records each change that can run code later: git hooks
@@ -101,26 +99,14 @@ def _body(argv: list[str], ui: UI) -> int:
         else:
             print(rules_reference(), end="")
         return ExitStatus.SUCCESS
-    from dejima.adapters.findings import FindingStore
-
-    store = FindingStore()
-    try:
-        return {"list": _list, "show": _show, "ack": _ack, "restore": _restore}[args.action](args, store, ui)
-    finally:
-        store.close()
+    return {"list": _list, "show": _show, "ack": _ack, "restore": _restore}[args.action](args, ui)
 
 
-def _unreviewed(store: FindingStore, workspace: str | None) -> list[Stored]:
-    from dejima.core.audit import rank
-
-    return [s for s in store.findings(workspace) if rank(s.finding.severity) >= rank("low")]
-
-
-def _list(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
+def _list(args: argparse.Namespace, ui: UI) -> int:
+    from dejima import api
     from dejima.ui.audit_views import finding_record, findings_table
 
-    found = store.findings(_workspace(args.workspace), include_acked=True) if args.all else \
-        _unreviewed(store, _workspace(args.workspace))
+    found = api.findings(_workspace(args.workspace), reviewed=args.all, minimum="info" if args.all else "low")
     if args.json:
         _json_lines([finding_record(s) for s in found])
         return ExitStatus.SUCCESS
@@ -136,18 +122,11 @@ def _list(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
     return ExitStatus.SUCCESS
 
 
-def _known(store: FindingStore, ids: list[int]) -> list[Stored]:
-    wanted = store.get(ids)
-    missing = sorted(set(ids) - {s.id for s in wanted})
-    if missing:
-        raise UsageError(f"no finding {', '.join(map(str, missing))}", hint="dejima-audit list --all shows every id")
-    return wanted
-
-
-def _show(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
+def _show(args: argparse.Namespace, ui: UI) -> int:
+    from dejima import api
     from dejima.ui.audit_views import finding_record, print_finding
 
-    found = _known(store, args.ids)
+    found = api.findings_by_id(args.ids)
     if args.json:
         _json_lines([finding_record(s) for s in found])
         return ExitStatus.SUCCESS
@@ -157,18 +136,18 @@ def _show(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
     return ExitStatus.SUCCESS
 
 
-def _ack(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
+def _ack(args: argparse.Namespace, ui: UI) -> int:
+    from dejima import api
+
     if args.all and args.ids:
         raise UsageError("ack takes finding ids or --all, not both", hint="dejima-audit lists them with their ids")
     if not args.all and not args.ids:
-        return _walk(args, store, ui)
+        return _walk(args, ui)
     if args.note is None or not args.note.strip():
         raise UsageError("--note is empty" if args.note is not None else "ack with ids or --all needs --note",
                          hint='say why the change is fine: --note "my own pre-commit hook"; or run '
                               "`dejima-audit ack` alone on a terminal to walk the findings")
-    if args.ids:
-        _known(store, args.ids)
-    done = store.ack(None if args.all else args.ids, args.note, _workspace(args.workspace) if args.all else None)
+    done = api.acknowledge(None if args.all else args.ids, args.note, workspace=args.workspace if args.all else None)
     ui.info(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (they were already reviewed)"))
     return ExitStatus.SUCCESS
 
@@ -179,21 +158,31 @@ def _ask(prompt: str) -> str | None:
     return line.rstrip("\n") if line else None
 
 
-def _walk(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
-    from dejima.adapters.restore import restore
-    from dejima.cli.audit_review import Review, instead
+def _walk(args: argparse.Namespace, ui: UI) -> int:
+    from dejima import api
 
     workspace = _workspace(args.workspace)
-    found = _unreviewed(store, workspace)
+    found = api.findings(workspace)
     if not found:
         ui.info("no unreviewed findings")
         return ExitStatus.SUCCESS
+    from dejima.cli.audit_review import instead
+
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError(f"ack without ids walks the {len(found)} unreviewed finding(s) on a terminal, and this is "
                          "not one", hint=instead(found, workspace))
-    review = Review(store, _output(), _ask, restore)
-    review.tally.note = (args.note or "").strip()  # offered for every file; Enter accepts it
-    tally = review.run(found)
+    # The walk holds one store open across its prompts, and restores a file as `restore` does, one at a time.
+    from dejima.adapters.findings import FindingStore
+    from dejima.adapters.restore import restore
+    from dejima.cli.audit_review import Review
+
+    store = FindingStore()
+    try:
+        review = Review(store, _output(), _ask, restore)
+        review.tally.note = (args.note or "").strip()  # offered for every file; Enter accepts it
+        tally = review.run(found)
+    finally:
+        store.close()
     left = len(tally.left) + tally.skipped
     ui.info(f"acknowledged {tally.acknowledged}, restored {tally.restored}, skipped {tally.skipped}"
             + (f"; {len(tally.left)} not shown yet: dejima-audit ack again to go on" if tally.left else "")
@@ -201,20 +190,12 @@ def _walk(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
     return ExitStatus.SUCCESS
 
 
-def _restore(args: argparse.Namespace, store: FindingStore, ui: UI) -> int:
-    from dejima.adapters.restore import restore
+def _restore(args: argparse.Namespace, ui: UI) -> int:
+    from dejima import api
     from dejima.ui.audit_views import safe
 
-    done_paths: set[tuple[str, str]] = set()
-    for stored in _known(store, args.ids):
-        where = (stored.root, stored.finding.path)
-        if where in done_paths:
-            continue  # another finding on the same file: restoring it once covers both
-        done = restore(stored, force=args.force)
-        done_paths.add(where)
-        same_path = [s.id for s in store.findings(stored.workspace) if (s.root, s.finding.path) == where]
-        store.ack(same_path or [stored.id], f"restored by dejima-audit restore: {done}")
-        ui.info(safe(done))
+    api.restore(args.ids, force=args.force, note="restored by dejima-audit restore",
+                on_restored=lambda done: ui.info(safe(done)))
     return ExitStatus.SUCCESS
 
 

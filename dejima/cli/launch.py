@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dejima import __version__
-from dejima.adapters import host
 from dejima.cli._run import run_main
 from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
@@ -158,46 +157,21 @@ def _start(argv: list[str], ui: UI) -> int:
 
 def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
              prestarted: Prestarted | None) -> int:
-    from dejima.orchestration import start_request
+    from dejima import api
 
-    upstream, allow, allow_special = _checked_flags(args)
-    settings = host.load_settings()
-    workspace = start_request.validate_workspace(args.path)
-    selection = start_request.Selection(args.harness, args.backend, tuple(args.workflow), tuple(args.forge))
-    resolved = start_request.resolve_manifests(workspace, selection, ui)
-    from dejima.adapters.runtime import connect  # a render does not reach the engine
-
-    session_options = start_request.Options(allow, allow_special, upstream, args.as_root, args.accept_findings)
+    request = api.Request(args.path, command, harness=args.harness, backend=args.backend, workflows=args.workflow,
+                          forges=args.forge, allow=args.allow, allow_special=args.allow_special,
+                          dns_upstreams=args.dns_upstream, as_root=args.as_root, accept_findings=args.accept_findings)
     if args.render in ("kubernetes", "pod"):
-        from dejima.orchestration.kubernetes_render import render_kubernetes
-
-        print(render_kubernetes(workspace, command, resolved, settings, session_options, ui,
-                                "Pod" if args.render == "pod" else "Sandbox"), end="")
+        print(api.render_kubernetes(request, "Pod" if args.render == "pod" else "Sandbox", ui), end="")
         return ExitStatus.SUCCESS
     if args.render:
-        from dejima.orchestration import start
-        from dejima.ui.views import format_plan, format_steps
-
-        planned, outline = start.render_start(workspace, command, resolved, settings, session_options, ui)
-        print(format_plan(planned) + "\n\n" + format_steps(outline))
+        print(api.render(request, ui).text)
         return ExitStatus.SUCCESS
-    from dejima.orchestration import start
-
-    prepared = start.prepare_session(workspace, command, resolved, settings, connect(), ui, session_options,
-                                     prestarted)
-    status = start.run_session(prepared, ui)
+    with api.Session(request, reporter=ui, prestarted=prestarted) as session:
+        status = session.run()
     gc.freeze()  # the process ends now: its exit need not walk every object it made (~30 ms)
     return status
-
-
-def _checked_flags(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """--dns-upstream, --allow and --allow-special, checked as the same keys in the settings are."""
-    from dejima.core.kinds import ALLOW_ENTRY, RESOLVER
-    from dejima.core.schema import check_flag
-
-    return (tuple(check_flag(RESOLVER, text, "--dns-upstream") for text in args.dns_upstream),
-            tuple(check_flag(ALLOW_ENTRY, text, "--allow") for text in args.allow),
-            tuple(check_flag(ALLOW_ENTRY, text, "--allow-special") for text in args.allow_special))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -162,17 +162,17 @@ def _violations(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", nargs="?")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters import session_dirs
+    from dejima import api
 
     if args.session is None:
-        names = session_dirs.known_sessions()
+        names = api.recorded_sessions()
         if args.json:
             print_json_lines({"session": name} for name in names)
         else:
             for name in names:
                 print(escaped(name))
         return ExitStatus.SUCCESS
-    records = session_dirs.read(args.session)
+    records = api.violations(args.session)
     return _show_records(records, ui, args.json, f"no violations recorded for session {args.session}",
                          ("time", "kind", "destination", "reason"),
                          lambda r: (_clock(r.get("time")), r.get("kind", "?"), _destination(r),
@@ -188,13 +188,9 @@ def _ledger(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", help="session id, as the exit summary or `dejima violations` names it")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters.session_dirs import ledger_path
-    from dejima.proxy.records import read_records
+    from dejima import api
 
-    path = ledger_path(args.session)
-    if not path.parent.is_dir():
-        raise UsageError(f"no session {args.session!r} on record", hint="`dejima violations` lists the sessions")
-    return _show_records(read_records(path), ui, args.json,
+    return _show_records(api.ledger(args.session), ui, args.json,
                          f"no request went through session {args.session}'s credential proxy",
                          ("time", "route", "method", "path", "status", "in", "out", "ms"),
                          lambda e: (_clock(e.get("time")), e.get("route", "?"), e.get("method", "?"),

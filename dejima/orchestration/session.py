@@ -26,8 +26,9 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import FrameType
+from typing import TextIO
 
 from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.host import Launcher, launcher_alive
@@ -60,6 +61,12 @@ def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
 
 @contextmanager
 def signals_raise() -> Iterator[None]:
+    """Signals to the launcher raise ``Interrupted`` in the main thread. A session run off the main thread (a
+    program using dejima.api on a thread of its own) leaves the signals to that program: only the main thread
+    may set their handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = {s: signal.signal(s, _raise_interrupted) for s in FORWARDED_SIGNALS}
     try:
         yield
@@ -167,25 +174,44 @@ def _wait_ready(runtime: Runtime, container: str, timeout: float, digest: str) -
 # --- the session -----------------------------------------------------------------------------
 
 
-def _pump(stream: Iterator[tuple[bytes | None, bytes | None]]) -> None:
-    out, err = sys.stdout.buffer, sys.stderr.buffer
+Sink = Callable[[bytes], None]  # takes each chunk of the command's output as it comes
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """Where a non-interactive session's output goes: its stdout and its stderr, each a sink (None: the
+    launcher's own stream of the same name)."""
+
+    stdout: Sink | None = None
+    stderr: Sink | None = None
+
+
+def _own(stream: TextIO) -> Sink:
+    def write(chunk: bytes) -> None:
+        stream.buffer.write(chunk)
+        stream.buffer.flush()
+
+    return write
+
+
+def _pump(stream: Iterator[tuple[bytes | None, bytes | None]], output: Output = Output()) -> None:
+    out = output.stdout or _own(sys.stdout)
+    err = output.stderr or _own(sys.stderr)
     try:
         for stdout, stderr in stream:
             if stdout:
-                out.write(stdout)
-                out.flush()
+                out(stdout)
             if stderr:
-                err.write(stderr)
-                err.flush()
+                err(stderr)
     except Exception:  # noqa: BLE001 - the stream closes when the container is removed
         pass
 
 
-def _start_attached(runtime: Runtime, container: str) -> threading.Thread:
-    """Start the container with its output streamed to ours (attached before the start, so that
+def _start_attached(runtime: Runtime, container: str, output: Output = Output()) -> threading.Thread:
+    """Start the container with its output streamed to ``output`` (attached before the start, so that
     nothing it prints is lost); returns the thread that copies it."""
     stream = runtime.attach(container)
-    pump = threading.Thread(target=_pump, args=(stream,), name="session-output", daemon=True)
+    pump = threading.Thread(target=_pump, args=(stream, output), name="session-output", daemon=True)
     pump.start()
     runtime.start(container)
     return pump
@@ -306,7 +332,7 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
         on_refusal: Callable[[dict[str, object]], None] | None = None,
         before_session: Sequence[Step] = (),
         once_session_removed: Callable[[], None] | None = None,
-        prestarted: Prestarted | None = None) -> int:
+        prestarted: Prestarted | None = None, output: Output = Output()) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
     Its start is steps (``pair_steps``): the session's command runs only after the filter reported
     ready (its container may start before, behind the gate). ``before_session``: the caller's steps
@@ -318,6 +344,7 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
     ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped;
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
     ``prestarted``: a filter started before the plan existed, used if its request is the plan's.
+    ``output``: where a non-interactive command's output goes (the launcher's own stdout and stderr by default).
     """
     created: list[str] = []
     gate = Gate(plan.gate) if plan.gate is not None else None
@@ -325,7 +352,7 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
     with signals_raise():
         try:
             done = apply(pair_steps(runtime, plan, created, held, gate, ready_timeout, before_session,
-                                    prestarted)).results
+                                    prestarted, output)).results
             filter_id, session_id = done["filter"][0], done["session"]
             if on_refusal is not None:
                 _follow_refusals(runtime, filter_id, on_refusal)
@@ -362,7 +389,7 @@ def _send_configuration(fifo: str, configuration: str) -> HeldFifo:
 
 def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: list[HeldFifo], gate: Gate | None,
                ready_timeout: float, before_session: Sequence[Step] = (),
-               prestarted: Prestarted | None = None) -> list[Step]:
+               prestarted: Prestarted | None = None, output: Output = Output()) -> list[Step]:
     """The start of the container pair as steps (dejima.orchestration.steps); ids go to ``created`` and
     FIFOs to ``held`` as they exist, for the teardown.
 
@@ -402,7 +429,7 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
 
     def start_session(done: Done) -> threading.Thread:
         try:
-            return _start_attached(runtime, done["session"])
+            return _start_attached(runtime, done["session"], output)
         except EngineError:
             # Behind the gate it starts while the filter applies its ruleset. A filter that failed meanwhile
             # takes the session's start down with it (it cannot join a stopped container): its story is the one.

@@ -52,7 +52,7 @@ from dejima.orchestration.steps import Done, Step, apply, ordered
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
     from dejima.core.connect import Connection
-    from dejima.orchestration import exit_audit
+    from dejima.orchestration import exit_audit, session
     from dejima.orchestration.prestart import Prestarted
     from dejima.proxy.runner import SessionProxy
 
@@ -65,6 +65,8 @@ class Prepared:
     proxy: SessionProxy | None = None  # the credential routes, served while the session runs
     accept_findings: bool = False  # --accept-findings: unreviewed critical findings do not stop the start
     prestarted: Prestarted | None = None  # the filter started before the plan (adopted if it is the plan's)
+    # Undoes the start's steps (run directory, gate, record) for a caller that does not run the session after all
+    unwind: Callable[[], None] | None = None
 
 
 def prepare_session(
@@ -73,8 +75,10 @@ def prepare_session(
 ) -> Prepared:
     """Apply the start's steps (``start_steps``); a failing step undoes what the others did."""
     options = options or Options()
-    done = apply(start_steps(workspace, command, resolved, settings, runtime, ui, options, prestarted)).results
-    return Prepared(runtime, done["plan"], settings, done["credentials"], options.accept_findings, prestarted)
+    applied = apply(start_steps(workspace, command, resolved, settings, runtime, ui, options, prestarted))
+    done = applied.results
+    return Prepared(runtime, done["plan"], settings, done["credentials"], options.accept_findings, prestarted,
+                    applied.unwind)
 
 
 def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -347,7 +351,9 @@ class SessionAudit:
         exit_audit.finish(self.prepared.plan.session_id, self.ui, states=self.states or None)
 
 
-def run_session(prepared: Prepared, ui: SessionReporter) -> int:
+def run_session(prepared: Prepared, ui: SessionReporter, output: session.Output | None = None) -> int:
+    """Run the prepared session to its end; ``output``: where a non-interactive command's output goes (the
+    launcher's own stdout and stderr by default)."""
     from dejima.orchestration import session
 
     settings = prepared.settings
@@ -365,6 +371,7 @@ def run_session(prepared: Prepared, ui: SessionReporter) -> int:
                 before_session=before_session_steps(prepared.plan, ui, audit),
                 once_session_removed=audit.finish,
                 prestarted=prepared.prestarted,
+                output=output or session.Output(),
             )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:

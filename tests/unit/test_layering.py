@@ -58,6 +58,8 @@ def imports_of(path: Path) -> set[str]:
 
 
 def modules(sub: str) -> list[Path]:
+    if sub in MODULE_LAYERS.values():
+        return [PACKAGE / name for name, layer in MODULE_LAYERS.items() if layer == sub]
     return sorted((PACKAGE / sub).rglob("*.py"))
 
 
@@ -135,23 +137,28 @@ LAYERS = {
                                       "Path.mkdir", "Path.write_text", "Path.read_text", "Path.read_bytes",
                                       "Path.iterdir"})),
     "ui": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.ui"}), {"rich": ANY}),
+    # the public API (one module, dejima/api.py): the layers below, and of the terminal UI only the render's text
+    "api": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.proxy", "dejima.orchestration",
+                            "dejima.ui.views"}), {}, frozenset(),
+                 frozenset({"os.path.abspath", "os.path.expanduser"})),
     "cli": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.proxy", "dejima.orchestration",
-                            "dejima.ui", "dejima.cli", "dejima.filter="}), {"rich": ANY},
+                            "dejima.ui", "dejima.api", "dejima.cli", "dejima.filter="}), {"rich": ANY},
                  frozenset({"threading"}),
-                 frozenset({"os.environ", "os.path.abspath", "os.path.expanduser", "Path.cwd", "Path.exists",
-                            "Path.is_dir"})),
+                 frozenset({"os.environ", "os.path.abspath", "os.path.expanduser", "Path.cwd", "Path.exists"})),
 }
 # Each library with named owners is imported by those modules and no other (one adapter per library).
 ADAPTER_OWNERS = {library: set(owners) for layer in LAYERS.values() for library, owners in layer.libraries.items()
                   if owners != ANY}
 TOP_LEVEL = {"__init__.py": Layer(frozenset(), {}), "__main__.py": Layer(frozenset({"dejima.cli"}), {}),
              "errors.py": Layer(frozenset(), {})}
+# A layer that is one module at the top of dejima/ rather than a package (the design table names its file).
+MODULE_LAYERS = {"api.py": "api"}
 
 
 def layer_of(path: Path) -> Layer:
     relative = path.relative_to(PACKAGE)
     if len(relative.parts) == 1:
-        return TOP_LEVEL[relative.name]
+        return LAYERS[MODULE_LAYERS[relative.name]] if relative.name in MODULE_LAYERS else TOP_LEVEL[relative.name]
     return LAYERS["core" if relative.parts[0] == "templates" else relative.parts[0]]
 
 
@@ -174,7 +181,7 @@ def may_import(layer: Layer, path: str, name: str) -> bool:
 
 def test_every_module_belongs_to_a_layer() -> None:
     outside = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-               if len(p.relative_to(PACKAGE).parts) == 1 and p.name not in TOP_LEVEL]
+               if len(p.relative_to(PACKAGE).parts) == 1 and p.name not in TOP_LEVEL and p.name not in MODULE_LAYERS]
     assert not outside, "a module at the top of dejima/: put it in its layer's package"
 
 
@@ -220,6 +227,8 @@ HOLES = {  # each was let through before this test read names as well as modules
     "a socket in the terminal UI": ("ui/probe.py", "import socket\n"),
     "a subprocess in the CLI": ("cli/probe.py", "import subprocess\n"),
     "sqlite in orchestration": ("orchestration/probe.py", "import sqlite3\n"),
+    "a socket in the API": ("api/probe.py", "import socket\n"),
+    "the API opening a file": ("api/probe.py", "text = open('x').read()\n"),
 }
 
 
@@ -247,6 +256,15 @@ def test_the_allowlist_refuses_a_layer_reaching_down(tmp_path: Path) -> None:
     assert not may_import(LAYERS["filter"], "filter/resolver.py", "dejima.orchestration.start")
     assert not may_import(LAYERS["filter"], "filter/resolver.py", "dejima.core.plan")
     assert may_import(LAYERS["filter"], "filter/resolver.py", "dejima.core.egress")
+    # the public API sits between the CLI and the layers below: only the CLI imports it, and it shows nothing itself
+    assert may_import(LAYERS["cli"], "cli/launch.py", "dejima.api")
+    assert may_import(LAYERS["api"], "api.py", "dejima.ui.views")
+    for layer in ("core", "filter", "adapters", "proxy", "orchestration", "ui"):
+        assert not may_import(LAYERS[layer], f"{layer}/probe.py", "dejima.api"), layer
+    assert not may_import(LAYERS["api"], "api.py", "dejima.ui.console")
+    assert not may_import(LAYERS["api"], "api.py", "dejima.cli.launch")
+    assert not may_import(LAYERS["api"], "api.py", "rich.console")
+    assert not may_import(LAYERS["api"], "api.py", "subprocess")
 
 
 def test_core_is_pure() -> None:
@@ -351,7 +369,7 @@ def design_rows() -> dict[str, list[str]]:
     rows: dict[str, list[str]] = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        found = re.search(r"`dejima/(\w+)/", cells[1]) if len(cells) == 5 else None
+        found = re.search(r"`dejima/(\w+)(?:/|\.py`)", cells[1]) if len(cells) == 5 else None
         if found:
             rows[found.group(1)] = cells
     return rows

@@ -69,3 +69,15 @@ def test_an_unknown_render_format_is_refused(tmp_path: Path, captured: io.String
     assert stopped.value.code == ExitStatus.USAGE
     error = capsys.readouterr().err
     assert "argument --render: invalid choice: 'helm'" in error and "kubernetes" in error and "pod" in error
+
+
+def test_the_api_renders_what_the_command_line_prints(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, captured: io.StringIO,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from dejima import api
+
+    write_settings(monkeypatch, tmp_path, CLUSTER)
+    path = workspace(tmp_path)
+    assert main([str(path), "--render", "pod", "--allow", "pypi.org", "--", "make", "test"]) == 0
+    printed = capsys.readouterr().out
+    assert api.render_kubernetes(api.Request(path, ["make", "test"], allow=["pypi.org"]), "Pod") == printed
