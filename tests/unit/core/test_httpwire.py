@@ -81,3 +81,13 @@ def test_chunk_sizes() -> None:
     for bad in (b"\r\n", b"-1\r\n", b"1 \r\n", b"0x1\r\n", b"1"):
         with pytest.raises(HttpError):
             parse_chunk_size(bad)
+
+
+def test_an_http11_request_without_host_is_refused_and_http10_is_served() -> None:
+    """RFC 9112 section 3.2: a server MUST answer 400 to an HTTP/1.1 request lacking Host. HTTP/1.0
+    has no Host requirement, and is still served without one."""
+    with pytest.raises(HttpError) as err:
+        parse_request_head(b"GET /r/x/y HTTP/1.1\r\nX-A: 1\r\n\r\n")
+    assert err.value.status == 400 and "Host" in err.value.reason
+    assert parse_request_head(b"GET /r/x/y HTTP/1.0\r\nX-A: 1\r\n\r\n").get(b"host") is None
+    assert parse_request_head(b"GET /r/x/y HTTP/1.1\r\nHost:\r\n\r\n").get(b"host") == b""  # empty is allowed
