@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from http import HTTPStatus
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 128
@@ -19,6 +20,7 @@ MAX_CHUNK_LINE = 4096
 
 _TOKEN = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _VALUE_BAD = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_REASON = re.compile(rb"[\x09\x20-\x7e\x80-\xff]*")  # RFC 9112 section 4: HTAB, SP, VCHAR, obs-text
 _TARGET = re.compile(rb"^/[\x21-\x7e]*$")
 _DIGITS = re.compile(rb"^[0-9]{1,18}$")
 _CHUNK_SIZE = re.compile(rb"^([0-9A-Fa-f]{1,15})(;[\x09\x20-\x7e]*)?$")
@@ -56,8 +58,9 @@ class RequestHead:
 class ResponseHead:
     version: str
     status: int
-    reason: str
+    reason: str  # as sent, or the standard one when the upstream's held control characters
     headers: Headers
+    reason_replaced: bool = False  # the upstream's reason phrase held control characters
 
     def get(self, name: bytes) -> bytes | None:
         return header(self.headers, name)
@@ -135,16 +138,33 @@ def parse_request_head(head: bytes) -> RequestHead:
 
 
 def parse_response_head(head: bytes) -> ResponseHead:
-    lines = _lines(head)
+    """A response head from an upstream; raises HttpError(502)."""
+    try:
+        lines = _lines(head)
+        headers = _headers(lines[1:])
+    except HttpError as exc:
+        raise HttpError(502, f"the upstream sent a malformed head: {exc.reason}") from exc
     version, _, rest = lines[0].partition(b" ")
     status, _, reason = rest.partition(b" ")
     if version not in (b"HTTP/1.1", b"HTTP/1.0") or not re.fullmatch(rb"[1-5][0-9][0-9]", status):
         raise HttpError(502, "the upstream sent a malformed status line")
+    # A reason phrase carries no meaning (RFC 9112 section 4: a client SHOULD ignore it), but clients
+    # print it (git's and curl's errors, a tool's log on the session's terminal). One with a control
+    # character (an escape sequence, NUL, DEL, a C0 control; a bare CR or LF was refused above with
+    # the whole head) is replaced by the standard phrase for its status: the response still works,
+    # and the characters never reach the session. Header values mean something, so a control
+    # character there is refused instead (502, above).
+    if _REASON.fullmatch(reason):
+        return ResponseHead(version.decode("ascii"), int(status), reason.decode("latin-1"), headers)
+    return ResponseHead(version.decode("ascii"), int(status), standard_reason(int(status)), headers, True)
+
+
+def standard_reason(status: int) -> str:
+    """The reason phrase RFC 9110 gives ``status``; empty for a code it does not define."""
     try:
-        headers = _headers(lines[1:])
-    except HttpError as exc:
-        raise HttpError(502, f"the upstream sent a malformed head: {exc.reason}") from exc
-    return ResponseHead(version.decode("ascii"), int(status), reason.decode("latin-1"), headers)
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _content_length(headers: Headers, status: int) -> int | None:
@@ -230,6 +250,8 @@ def serialize_request(method: str, target: str, headers: Headers) -> bytes:
 
 
 def serialize_response(status: int, reason: str, headers: Headers) -> bytes:
+    if not _REASON.fullmatch(reason.encode("latin-1")):
+        raise ValueError(f"a reason phrase with control characters: {reason!r}")
     lines = [f"HTTP/1.1 {status} {reason}".encode("latin-1")]
     lines += [name + b": " + value for name, value in headers]
     return b"\r\n".join(lines) + b"\r\n\r\n"

@@ -4,7 +4,8 @@ The proxy reads every request head strictly (httpwire's docstring says why), so 
 whatever h11 refuses, dejima refuses too; dejima may refuse more. When both accept, they must read
 the same message: method, target, version, the header fields (names case-insensitively, values as
 sent) and how the body is framed (a length, chunked, or none). The same holds for chunk-size lines
-(the size both read).
+(the size both read), for status lines (the status and the reason phrase the session is given) and
+for trailer sections (the fields both read).
 
 Intended differences, where dejima accepts what h11 refuses, are listed in ``INTENDED`` with their
 reason; each is checked narrowly (the head is accepted by h11 once that one thing is repaired, and
@@ -16,6 +17,7 @@ examples, no shrinking for the controls.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from dejima.core.httpwire import (
     RequestHead,
     parse_chunk_size,
     parse_request_head,
+    parse_response_head,
     request_framing,
 )
 
@@ -450,3 +453,108 @@ def test_control_a_lenient_chunk_size_reader_is_caught() -> None:
 
     with pytest.raises(Divergence):
         _run_chunks(lenient, 300, shrink=False)
+
+
+# --- status lines: the reason phrase ----------------------------------------------------------
+#
+# Intended difference: a reason phrase with a control character (RFC 9112 section 4 allows only HTAB,
+# SP, VCHAR and obs-text) is never passed on by dejima: it reads the response and gives the session
+# the standard phrase for its status instead (httpwire.parse_response_head says why). h11 is of two
+# minds there: it refuses a NUL or a whitespace control (VT, FF), and reads any other control (ESC,
+# BEL, DEL...) as part of the phrase, which it would pass on. So, checked narrowly:
+# - h11 refuses, dejima replaced the phrase: h11 accepts the head once its phrase is the one dejima
+#   passes on, and reads the same status and phrase ("intended");
+# - both accept, dejima replaced the phrase: the phrase h11 read is one the RFC's grammar refuses
+#   (tested here with a grammar of its own), and the status is the same ("replaced").
+# Any other response dejima takes, h11 must take and read alike.
+
+RFC_REASON = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+
+StatusReading = tuple[int, bytes, bool]  # status, reason phrase passed on, whether dejima replaced it
+
+
+def h11_status_line(head: bytes) -> tuple[int, bytes] | None:
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/", headers=[("Host", "h")]))
+    conn.send(h11.EndOfMessage())
+    conn.receive_data(head)
+    try:
+        event = conn.next_event()
+    except h11.RemoteProtocolError:
+        return None
+    return (event.status_code, bytes(event.reason)) if isinstance(event, h11.Response) else None
+
+
+def dejima_status_line(head: bytes) -> StatusReading | None:
+    try:
+        response = parse_response_head(head)
+    except HttpError:
+        return None
+    return response.status, response.reason.encode("latin-1"), response.reason_replaced
+
+
+def compare_status_line(head: bytes, dejima: Callable[[bytes], StatusReading | None] = dejima_status_line) -> str:
+    ours, theirs = dejima(head), h11_status_line(head)
+    if ours is None:
+        return "refused" if theirs is None else "stricter"
+    status, reason, replaced = ours
+    if theirs is None and replaced:
+        line, _, rest = head.partition(b"\r\n")
+        repaired = b" ".join(line.split(b" ", 2)[:2]) + b" " + reason + b"\r\n" + rest
+        if h11_status_line(repaired) == (status, reason):
+            return "intended"
+        raise Divergence(f"h11 does not read {repaired!r} as {status} {reason!r}")
+    if theirs is None:
+        raise Divergence(f"dejima accepts a status line h11 refuses: {head!r}")
+    if replaced:
+        if theirs[0] != status or RFC_REASON.fullmatch(theirs[1]):
+            raise Divergence(f"dejima replaced the reason phrase of {head!r}, which h11 reads as {theirs}")
+        return "replaced"
+    if (status, reason) != theirs:
+        raise Divergence(f"dejima and h11 read {head!r} differently: {status} {reason!r} against {theirs}")
+    return "agreed"
+
+
+@st.composite
+def status_lines(draw: st.DrawFn) -> bytes:
+    status = draw(st.sampled_from([b"200", b"404", b"503", b"299", b"599", b"2000", b"20", b"ABC"]))
+    reason = draw(st.one_of(_bytes("OKNot Found\t\x80\xe9\xff", 0, 10), _bytes(ODD + "OK \x1b[", 0, 8),
+                            st.sampled_from([b"OK\x1b[31m", b"\x1b]0;t\x07", b"O\x00K", b"OK\x7f"])))
+    space = draw(st.sampled_from([b" "] * 6 + [b"", b"  ", b"\t"]))
+    line = draw(st.sampled_from([b"HTTP/1.1 ", b"HTTP/1.0 "])) + status + space + reason
+    return _as_read(line + b"\r\nContent-Length: 0\r\n\r\n")
+
+
+def _run_status_lines(dejima: Callable[[bytes], StatusReading | None], examples: int,
+                      shrink: bool = True) -> Counter[str]:
+    seen: Counter[str] = Counter()
+
+    @profile(examples, shrink)
+    @given(status_lines())
+    @example(b"HTTP/1.1 200 OK\x1b[31m red\r\n\r\n")
+    @example(b"HTTP/1.1 200 d\xe9j\xe0\tvu\r\n\r\n")
+    @example(b"HTTP/1.1 200\r\n\r\n")
+    @example(b"HTTP/1.1 200 O\nK\r\n\r\n")
+    def check(head: bytes) -> None:
+        seen[compare_status_line(head, dejima)] += 1
+
+    check()
+    return seen
+
+
+def test_status_lines_dejima_accepts_are_read_as_h11_reads_them_or_have_their_reason_replaced() -> None:
+    seen = _run_status_lines(dejima_status_line, 400)
+    assert seen["agreed"] >= 40 and seen["refused"] >= 20, seen
+    assert seen["intended"] >= 20 and seen["replaced"] >= 20, seen
+
+
+def test_control_a_parser_passing_the_reason_phrase_on_as_sent_is_caught() -> None:
+    def as_sent(head: bytes) -> StatusReading | None:
+        reading = dejima_status_line(head)
+        if reading is None:
+            return None
+        reason = head.partition(b"\r\n")[0].split(b" ", 2)[2:]
+        return reading[0], reason[0] if reason else b"", False
+
+    with pytest.raises(Divergence):
+        _run_status_lines(as_sent, 300, shrink=False)
