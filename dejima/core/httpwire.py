@@ -17,6 +17,7 @@ from http import HTTPStatus
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 128
 MAX_CHUNK_LINE = 4096
+MAX_TRAILER_BYTES = 16 * 1024  # a chunked body's trailer section, its lines and the empty one together
 
 _TOKEN = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _VALUE_BAD = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
@@ -215,6 +216,37 @@ def parse_chunk_size(line: bytes) -> int:
     if match is None or len(line) > MAX_CHUNK_LINE:
         raise HttpError(400, "malformed chunk size line")
     return int(match.group(1), 16)
+
+
+# Framing fields describe the body before it is read: never a trailer (RFC 9110 section 6.5.1).
+_NOT_TRAILERS = frozenset({b"content-length", b"transfer-encoding"})
+
+
+def parse_trailers(section: bytes) -> Headers:
+    """The trailer section of a chunked body, as it follows the last chunk's size line: field lines,
+    each ending with CRLF, then an empty line (``b"\\r\\n"`` alone when there are none). A head's field
+    rules hold (token names, no control characters, no obs-fold, no bare CR or LF), within
+    MAX_TRAILER_BYTES and MAX_HEADERS, and framing fields are refused; raises HttpError(400).
+    The proxy reads and checks trailers this way on both sides, and drops them."""
+    if len(section) > MAX_TRAILER_BYTES:
+        raise HttpError(400, f"trailer section larger than {MAX_TRAILER_BYTES} bytes")
+    if section == b"\r\n":
+        return []
+    if not section.endswith(b"\r\n\r\n"):
+        raise HttpError(400, "trailer section does not end with an empty line")
+    lines = section[:-4].split(b"\r\n")
+    if any(b"\r" in line or b"\n" in line for line in lines):
+        raise HttpError(400, "bare CR or LF in the trailer section")
+    if len(lines) > MAX_HEADERS:
+        raise HttpError(400, f"more than {MAX_HEADERS} trailer fields")
+    try:
+        fields = _headers(lines)
+    except HttpError as exc:
+        raise HttpError(400, f"malformed trailer field: {exc.reason}") from None
+    for name, _ in fields:
+        if name.lower() in _NOT_TRAILERS:
+            raise HttpError(400, f"{name.decode()} in a trailer section (a framing field is never a trailer)")
+    return fields
 
 
 def connection_tokens(headers: Headers) -> set[bytes]:

@@ -124,7 +124,10 @@ class Exchange:
             return await relay_body(self.reader, conn.writer, self.framing, self.server.idle), ""
         except Withheld as withheld:
             return withheld
-        except (BodyCut, HttpError, ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+        except HttpError as exc:  # the client's body is malformed (its chunks or trailers): recorded like a head
+            self.server.violation("malformed-request", self.admission.route.name, exc.reason)
+            return 0, f"request body not fully sent: {exc.reason}"
+        except (BodyCut, ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             return 0, f"request body not fully sent: {exc or type(exc).__name__}"
 
     async def _head_or_error(self, conn: UpstreamConnection) -> ResponseHead | UpstreamError | _Stale:

@@ -3,11 +3,13 @@
 import pytest
 
 from dejima.core.httpwire import (
+    MAX_TRAILER_BYTES,
     HttpError,
     end_to_end,
     parse_chunk_size,
     parse_request_head,
     parse_response_head,
+    parse_trailers,
     request_framing,
     response_framing,
     serialize_response,
@@ -124,3 +126,24 @@ def test_no_reason_phrase_with_control_characters_is_ever_written() -> None:
     assert serialize_response(200, "Fine\tthanks", []).startswith(b"HTTP/1.1 200 Fine\tthanks\r\n")
     with pytest.raises(ValueError):
         serialize_response(200, "OK\x1b[2J", [])
+
+
+def test_a_trailer_section_is_read_with_the_rules_of_a_head() -> None:
+    assert parse_trailers(b"\r\n") == []
+    assert parse_trailers(b"X-Checksum: abc\r\nx-api-key:\t v \r\n\r\n") == [(b"X-Checksum", b"abc"),
+                                                                             (b"x-api-key", b"v")]
+    fits = b"X: " + b"v" * (MAX_TRAILER_BYTES - 7) + b"\r\n\r\n"
+    assert len(fits) == MAX_TRAILER_BYTES and parse_trailers(fits)[0][1] == b"v" * (MAX_TRAILER_BYTES - 7)
+
+
+@pytest.mark.parametrize("section", [
+    b"X: a\r\n b\r\n\r\n", b" X: a\r\n\r\n", b"X: a\x1bb\r\n\r\n", b"X: a\x00\r\n\r\n", b"X: \x7f\r\n\r\n",
+    b"X: a\nY: b\r\n\r\n", b"X: a\rY: b\r\n\r\n", b"X Y: a\r\n\r\n", b"X : a\r\n\r\n", b"X\r\n\r\n", b": a\r\n\r\n",
+    b"Content-Length: 5\r\n\r\n", b"transfer-encoding: chunked\r\n\r\n", b"X: a\r\n", b"X: a\r\n\n", b"",
+    b"".join(b"X-%d: v\r\n" % i for i in range(129)) + b"\r\n",
+    b"X: " + b"v" * (MAX_TRAILER_BYTES - 6) + b"\r\n\r\n",
+])
+def test_a_malformed_or_oversized_trailer_section_is_refused(section: bytes) -> None:
+    with pytest.raises(HttpError) as err:
+        parse_trailers(section)
+    assert err.value.status == 400 and "trailer" in err.value.reason

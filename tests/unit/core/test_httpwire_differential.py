@@ -30,11 +30,15 @@ from hypothesis import strategies as st
 
 from dejima.core.httpwire import (
     MAX_HEAD_BYTES,
+    MAX_HEADERS,
+    MAX_TRAILER_BYTES,
+    Headers,
     HttpError,
     RequestHead,
     parse_chunk_size,
     parse_request_head,
     parse_response_head,
+    parse_trailers,
     request_framing,
 )
 
@@ -558,3 +562,110 @@ def test_control_a_parser_passing_the_reason_phrase_on_as_sent_is_caught() -> No
 
     with pytest.raises(Divergence):
         _run_status_lines(as_sent, 300, shrink=False)
+
+
+# --- trailer sections -------------------------------------------------------------------------
+#
+# The fields after a chunked body's last chunk. dejima reads them with a head's field rules (plus a
+# size bound and no framing fields), on both sides, and drops them; the one-way rule holds: what
+# h11 refuses dejima refuses, and what both take they read alike (names case-insensitively).
+
+TrailerReading = tuple[tuple[bytes, bytes], ...]
+
+
+def h11_trailers(section: bytes) -> TrailerReading | None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=4 * MAX_HEAD_BYTES)
+    conn.receive_data(CHUNKED_REQUEST + b"0\r\n" + section)
+    assert isinstance(conn.next_event(), h11.Request)
+    try:
+        event = conn.next_event()
+    except h11.RemoteProtocolError:
+        return None
+    if not isinstance(event, h11.EndOfMessage):
+        return None  # NEED_DATA: h11 does not read a whole section there
+    return tuple((name.lower(), value) for name, value in event.headers.raw_items())
+
+
+def _trailer_reading(fields: Headers) -> TrailerReading:
+    return tuple((name.lower(), value) for name, value in fields)
+
+
+def dejima_trailers(section: bytes) -> TrailerReading | None:
+    try:
+        return _trailer_reading(parse_trailers(section))
+    except HttpError:
+        return None
+
+
+def compare_trailers(section: bytes, dejima: Callable[[bytes], TrailerReading | None] = dejima_trailers) -> str:
+    ours, theirs = dejima(section), h11_trailers(section)
+    if ours is None:
+        return "refused" if theirs is None else "stricter"
+    if theirs is None:
+        raise Divergence(f"dejima accepts a trailer section h11 refuses: {section!r}")
+    if ours != theirs:
+        raise Divergence(f"dejima and h11 read {section!r} differently:\n  dejima {ours}\n  h11    {theirs}")
+    return "agreed"
+
+
+def _as_read_trailers(data: bytes) -> bytes:
+    """What the proxy reads as the trailer section (http_streams._trailers): lines up to their CRLF,
+    until one is CRLF alone."""
+    if data.startswith(b"\r\n"):
+        return b"\r\n"
+    end = data.find(b"\r\n\r\n")
+    return data if end < 0 else data[:end + 4]
+
+
+@st.composite
+def trailer_sections(draw: st.DrawFn) -> bytes:
+    faults: set[str] = draw(st.sets(st.sampled_from(sorted(FIELD_FAULTS) + ["long", "many", "byte"]), max_size=2))
+    field_faults = faults & FIELD_FAULTS
+    count = draw(st.integers(1 if field_faults else 0, 4))
+    faulty = draw(st.integers(0, max(count - 1, 0)))
+    fields = [_field(draw, field_faults if i == faulty else set()) for i in range(count)]
+    if "long" in faults:  # around MAX_TRAILER_BYTES
+        size = draw(st.sampled_from([1024, MAX_TRAILER_BYTES - 64, MAX_TRAILER_BYTES - 12, MAX_TRAILER_BYTES]))
+        fields.append(b"X-Long: " + b"a" * size + b"\r\n")
+    if "many" in faults:  # around MAX_HEADERS
+        fields += [b"X-%d: v\r\n" % i for i in range(draw(st.sampled_from([MAX_HEADERS - 4, MAX_HEADERS + 1, 300])))]
+    section = bytearray(b"".join(fields) + b"\r\n")
+    if "byte" in faults:
+        at = draw(st.integers(0, len(section)))
+        byte = draw(_bytes(ODD + "aZ-", 1, 1))
+        operation = draw(st.sampled_from(["insert", "replace", "delete"]))
+        section[at:at + (operation != "insert")] = b"" if operation == "delete" else byte
+    return _as_read_trailers(bytes(section))
+
+
+def _run_trailers(dejima: Callable[[bytes], TrailerReading | None], examples: int,
+                  shrink: bool = True) -> Counter[str]:
+    seen: Counter[str] = Counter()
+
+    @profile(examples, shrink)
+    @given(trailer_sections())
+    @example(b"\r\n")
+    @example(b"X-Checksum: abc\r\n\r\n")
+    @example(b"X: a\r\n b\r\n\r\n")  # obs-fold: h11 unfolds it, dejima refuses
+    @example(b"X: a\x00b\r\n\r\n")
+    @example(b"Content-Length: 5\r\n\r\n")  # h11 takes it, dejima refuses a framing field
+    @example(b"Transfer-Encoding: gzip\r\n\r\n")
+    def check(section: bytes) -> None:
+        seen[compare_trailers(section, dejima)] += 1
+
+    check()
+    return seen
+
+
+def test_trailer_sections_dejima_accepts_are_read_as_h11_reads_them() -> None:
+    seen = _run_trailers(dejima_trailers, 400)
+    assert seen["agreed"] >= 60 and seen["refused"] >= 40 and seen["stricter"] >= 20, seen
+
+
+def test_control_a_lenient_trailer_reader_is_caught() -> None:
+    def lenient(section: bytes) -> TrailerReading | None:  # values with a NUL (h11 refuses them) taken
+        reading = dejima_trailers(section.replace(b"\x00", b""))
+        return None if reading is None else tuple((n, v) for n, v in reading)
+
+    with pytest.raises(Divergence):
+        _run_trailers(lenient, 300, shrink=False)
