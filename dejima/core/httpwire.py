@@ -2,8 +2,9 @@
 
 Strict on purpose: the proxy stands between an untrusted client and an upstream that may parse
 differently, so anything two parsers could read two ways (both Content-Length and
-Transfer-Encoding, two Content-Lengths, two Hosts, folded or space-padded header names, bare CR or LF,
-control characters, absolute-form targets) is refused rather than guessed at.
+Transfer-Encoding, two Content-Lengths, two Hosts (or none, in HTTP/1.1), folded or space-padded
+header names, bare CR or LF, control characters, absolute-form targets) is refused rather than
+guessed at.
 No I/O here; the proxy's adapter reads the bytes.
 """
 
@@ -11,13 +12,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from http import HTTPStatus
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 128
 MAX_CHUNK_LINE = 4096
+MAX_TRAILER_BYTES = 16 * 1024  # a chunked body's trailer section, its lines and the empty one together
 
 _TOKEN = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _VALUE_BAD = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_REASON = re.compile(rb"[\x09\x20-\x7e\x80-\xff]*")  # RFC 9112 section 4: HTAB, SP, VCHAR, obs-text
 _TARGET = re.compile(rb"^/[\x21-\x7e]*$")
 _DIGITS = re.compile(rb"^[0-9]{1,18}$")
 _CHUNK_SIZE = re.compile(rb"^([0-9A-Fa-f]{1,15})(;[\x09\x20-\x7e]*)?$")
@@ -55,8 +59,9 @@ class RequestHead:
 class ResponseHead:
     version: str
     status: int
-    reason: str
+    reason: str  # as sent, or the standard one when the upstream's held control characters
     headers: Headers
+    reason_replaced: bool = False  # the upstream's reason phrase held control characters
 
     def get(self, name: bytes) -> bytes | None:
         return header(self.headers, name)
@@ -120,22 +125,47 @@ def parse_request_head(head: bytes) -> RequestHead:
     if not _TARGET.match(target):
         raise HttpError(400, "the request target must be a path (origin-form), without spaces or controls")
     headers = _headers(lines[1:])
-    if len(header_all(headers, b"host")) > 1:
+    hosts = header_all(headers, b"host")
+    if len(hosts) > 1:
         raise HttpError(400, "more than one Host header (RFC 9112 section 3.2)")
+    # RFC 9112 section 3.2: a server MUST answer 400 to an HTTP/1.1 request without Host. The proxy
+    # routes by the target's path and writes the route's own Host (core/admission.py), so a missing
+    # Host misleads nothing here; but every HTTP/1.1 client sends one (the session's tools do), and
+    # the rule costs nothing to keep, so the proxy keeps it (as h11 does). HTTP/1.0 has no Host
+    # requirement: such a request is still served without one.
+    if not hosts and version == b"HTTP/1.1":
+        raise HttpError(400, "an HTTP/1.1 request without a Host header (RFC 9112 section 3.2)")
     return RequestHead(method.decode("ascii"), target.decode("ascii"), version.decode("ascii"), headers)
 
 
 def parse_response_head(head: bytes) -> ResponseHead:
-    lines = _lines(head)
+    """A response head from an upstream; raises HttpError(502)."""
+    try:
+        lines = _lines(head)
+        headers = _headers(lines[1:])
+    except HttpError as exc:
+        raise HttpError(502, f"the upstream sent a malformed head: {exc.reason}") from exc
     version, _, rest = lines[0].partition(b" ")
     status, _, reason = rest.partition(b" ")
     if version not in (b"HTTP/1.1", b"HTTP/1.0") or not re.fullmatch(rb"[1-5][0-9][0-9]", status):
         raise HttpError(502, "the upstream sent a malformed status line")
+    # A reason phrase carries no meaning (RFC 9112 section 4: a client SHOULD ignore it), but clients
+    # print it (git's and curl's errors, a tool's log on the session's terminal). One with a control
+    # character (an escape sequence, NUL, DEL, a C0 control; a bare CR or LF was refused above with
+    # the whole head) is replaced by the standard phrase for its status: the response still works,
+    # and the characters never reach the session. Header values mean something, so a control
+    # character there is refused instead (502, above).
+    if _REASON.fullmatch(reason):
+        return ResponseHead(version.decode("ascii"), int(status), reason.decode("latin-1"), headers)
+    return ResponseHead(version.decode("ascii"), int(status), standard_reason(int(status)), headers, True)
+
+
+def standard_reason(status: int) -> str:
+    """The reason phrase RFC 9110 gives ``status``; empty for a code it does not define."""
     try:
-        headers = _headers(lines[1:])
-    except HttpError as exc:
-        raise HttpError(502, f"the upstream sent a malformed head: {exc.reason}") from exc
-    return ResponseHead(version.decode("ascii"), int(status), reason.decode("latin-1"), headers)
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _content_length(headers: Headers, status: int) -> int | None:
@@ -188,6 +218,37 @@ def parse_chunk_size(line: bytes) -> int:
     return int(match.group(1), 16)
 
 
+# Framing fields describe the body before it is read: never a trailer (RFC 9110 section 6.5.1).
+_NOT_TRAILERS = frozenset({b"content-length", b"transfer-encoding"})
+
+
+def parse_trailers(section: bytes) -> Headers:
+    """The trailer section of a chunked body, as it follows the last chunk's size line: field lines,
+    each ending with CRLF, then an empty line (``b"\\r\\n"`` alone when there are none). A head's field
+    rules hold (token names, no control characters, no obs-fold, no bare CR or LF), within
+    MAX_TRAILER_BYTES and MAX_HEADERS, and framing fields are refused; raises HttpError(400).
+    The proxy reads and checks trailers this way on both sides, and drops them."""
+    if len(section) > MAX_TRAILER_BYTES:
+        raise HttpError(400, f"trailer section larger than {MAX_TRAILER_BYTES} bytes")
+    if section == b"\r\n":
+        return []
+    if not section.endswith(b"\r\n\r\n"):
+        raise HttpError(400, "trailer section does not end with an empty line")
+    lines = section[:-4].split(b"\r\n")
+    if any(b"\r" in line or b"\n" in line for line in lines):
+        raise HttpError(400, "bare CR or LF in the trailer section")
+    if len(lines) > MAX_HEADERS:
+        raise HttpError(400, f"more than {MAX_HEADERS} trailer fields")
+    try:
+        fields = _headers(lines)
+    except HttpError as exc:
+        raise HttpError(400, f"malformed trailer field: {exc.reason}") from None
+    for name, _ in fields:
+        if name.lower() in _NOT_TRAILERS:
+            raise HttpError(400, f"{name.decode()} in a trailer section (a framing field is never a trailer)")
+    return fields
+
+
 def connection_tokens(headers: Headers) -> set[bytes]:
     tokens: set[bytes] = set()
     for value in header_all(headers, b"connection"):
@@ -221,6 +282,8 @@ def serialize_request(method: str, target: str, headers: Headers) -> bytes:
 
 
 def serialize_response(status: int, reason: str, headers: Headers) -> bytes:
+    if not _REASON.fullmatch(reason.encode("latin-1")):
+        raise ValueError(f"a reason phrase with control characters: {reason!r}")
     lines = [f"HTTP/1.1 {status} {reason}".encode("latin-1")]
     lines += [name + b": " + value for name, value in headers]
     return b"\r\n".join(lines) + b"\r\n\r\n"

@@ -124,7 +124,10 @@ class Exchange:
             return await relay_body(self.reader, conn.writer, self.framing, self.server.idle), ""
         except Withheld as withheld:
             return withheld
-        except (BodyCut, HttpError, ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+        except HttpError as exc:  # the client's body is malformed (its chunks or trailers): recorded like a head
+            self.server.violation("malformed-request", self.admission.route.name, exc.reason)
+            return 0, f"request body not fully sent: {exc.reason}"
+        except (BodyCut, ConnectionError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             return 0, f"request body not fully sent: {exc or type(exc).__name__}"
 
     async def _head_or_error(self, conn: UpstreamConnection) -> ResponseHead | UpstreamError | _Stale:
@@ -158,8 +161,10 @@ class Exchange:
                 raise UpstreamError(502, f"{self.upstream}: {exc.reason}") from None
             if response.status == 101 or not 100 <= response.status < 200:
                 return response
-            if response.status != 100:  # 100 Continue was answered by the proxy itself
-                self.writer.write(raw)
+            # 100 Continue was answered by the proxy itself; an HTTP/1.0 client gets no 1xx (RFC 9110
+            # section 15.2). The head goes on as parsed (its reason phrase clean), not as it came.
+            if response.status != 100 and self.head.version != "HTTP/1.0":
+                self.writer.write(serialize_response(response.status, response.reason, response.headers))
 
     async def _round_trip(self, conn: UpstreamConnection, request: bytes, body: bytes | None,
                           send: BodySender | None) -> Outcome:
@@ -220,7 +225,7 @@ class Exchange:
             self.server.pool.release(conn)
         else:
             conn.close()
-        return Outcome(response.status, bytes_in, sent, keep and not error, error)
+        return Outcome(response.status, bytes_in, sent, keep and not error, error or _note(response))
 
     async def _upgrade(self, conn: UpstreamConnection, response: ResponseHead) -> Outcome:
         headers = end_to_end(response.headers)
@@ -230,4 +235,11 @@ class Exchange:
             up = group.create_task(pipe(self.reader, conn.writer))
             down = group.create_task(pipe(conn.reader, self.writer))
         conn.close()
-        return Outcome(101, up.result(), down.result(), False)
+        return Outcome(101, up.result(), down.result(), False, _note(response))
+
+
+def _note(response: ResponseHead) -> str:
+    """What the ledger says of a response the proxy passed on changed (httpwire.parse_response_head)."""
+    if response.reason_replaced:
+        return f"the upstream's reason phrase held control characters; the session got {response.reason!r}"
+    return ""

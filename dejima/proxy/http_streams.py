@@ -9,7 +9,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from dejima.core.httpwire import Framing, Headers, HttpError, parse_chunk_size, serialize_response
+from dejima.core.httpwire import (
+    MAX_TRAILER_BYTES,
+    Framing,
+    Headers,
+    HttpError,
+    parse_chunk_size,
+    parse_trailers,
+    serialize_response,
+)
 from dejima.proxy.budget import Hold
 
 READ_SIZE = 256 * 1024
@@ -30,7 +38,7 @@ class Idle:
             try:
                 return await reader.readuntil(b"\r\n")
             except asyncio.LimitOverrunError:
-                raise HttpError(400, "chunk size line too long") from None
+                raise HttpError(400, "chunk-size or trailer line too long") from None
 
     async def readexactly(self, reader: asyncio.StreamReader, size: int) -> bytes:
         async with asyncio.timeout(self.seconds):
@@ -42,8 +50,9 @@ class BodyCut(Exception):
 
 
 async def body_pieces(src: asyncio.StreamReader, framing: Framing, idle: Idle) -> AsyncIterator[bytes]:
-    """A body's data as it arrives, de-framed (chunk sizes, extensions and trailers dropped), one read
-    (at most READ_SIZE bytes) at a time; raises BodyCut when the sender ends before its body does."""
+    """A body's data as it arrives, de-framed (chunk sizes, extensions and trailers dropped, trailers
+    once read and checked), one read (at most READ_SIZE bytes) at a time; raises BodyCut when the
+    sender ends before its body does, HttpError when its framing or trailers are malformed."""
     if framing.kind == "length":
         left = framing.length
         while left:
@@ -71,10 +80,24 @@ async def _chunks(src: asyncio.StreamReader, idle: Idle) -> AsyncIterator[bytes]
                 yield data
             if await idle.readexactly(src, 2) != b"\r\n":
                 raise HttpError(400, "chunk data not followed by CRLF")
-        while await idle.readline(src) != b"\r\n":  # the trailer section: read and dropped
-            pass
+        await _trailers(src, idle)
     except asyncio.IncompleteReadError:
         raise BodyCut("the chunked body ended early") from None
+
+
+async def _trailers(src: asyncio.StreamReader, idle: Idle) -> Headers:
+    """The trailer section, read line by line (each at most the stream's limit), each line checked as
+    it arrives and the whole within MAX_TRAILER_BYTES, so neither a malformed nor an endless section
+    holds the connection; raises HttpError. _chunks drops the fields it returns: no trailer is forwarded."""
+    section = line = b""
+    while line != b"\r\n":
+        line = await idle.readline(src)
+        section += line
+        if len(section) > MAX_TRAILER_BYTES:
+            raise HttpError(400, f"trailer section larger than {MAX_TRAILER_BYTES} bytes")
+        if line != b"\r\n":
+            parse_trailers(line + b"\r\n")  # this line alone, at once
+    return parse_trailers(section)
 
 
 class BodyWriter:

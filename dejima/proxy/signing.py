@@ -57,6 +57,8 @@ async def _read_and_sign(server: ProxyServices, spec: RouteSpec, exchange: Excha
                                         "(AWS SigV4); retry when the session's other requests are done, or raise "
                                         "[credentials] proxy_memory in the settings", False)
     except HttpError as exc:
+        if exc.status != 413:  # a malformed body (its chunks or trailers): recorded like a malformed head
+            server.violation("malformed-request", route.name, exc.reason)
         reason = exc.reason if exc.status != 413 else (
             f"{exc.reason}: route {route.name!r} signs each request body whole (AWS SigV4), so the proxy "
             f"reads at most {limit} bytes of it")

@@ -11,6 +11,8 @@ SCANNER = SecretScanner({n: r.placeholders for n, r in ROUTES.items()}, {"AWS_AC
 
 
 def decide(head: bytes) -> Admission | Refusal:
+    if b"\r\nHost:" not in head:  # an HTTP/1.1 request must carry one (httpwire); admission replaces it
+        head = head.replace(b"\r\n", b"\r\nHost: h\r\n", 1)
     return admit(parse_request_head(head), ROUTES, SCANNER, {"a": "real-a", "b": "real-b"})
 
 

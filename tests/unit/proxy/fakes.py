@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from dejima.core.credentials import Route, parse_upstream
 from dejima.core.placeholders import make_placeholder
@@ -233,3 +233,74 @@ def _complete(data: bytes) -> bool:
             return len(body) >= int(value)
     return False
 
+
+
+@dataclass
+class RawUpstream:
+    """A hostile upstream on loopback: reads each request whole, as sent (its head, and a chunked body
+    chunk by chunk through its trailer section), records the raw bytes, and answers with ``reply``
+    (raw bytes, anything at all). ``requests`` holds only requests that arrived complete."""
+
+    reply: bytes
+    listener: socket.socket = field(default_factory=lambda: socket.create_server(("127.0.0.1", 0)))
+    requests: list[bytes] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as stream:
+            while request := _read_request(stream):
+                self.requests.append(request)
+                conn.sendall(self.reply)
+
+
+def _read_request(stream: BinaryIO) -> bytes | None:
+    """One whole request off ``stream``, raw; None when it ends first."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        line = stream.readline(1 << 20)
+        if not line:
+            return None
+        head += line
+    fields = {n.strip().lower(): v.strip() for n, _, v in (f.partition(b":") for f in head.split(b"\r\n")[1:])}
+    if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
+        while True:
+            line = stream.readline(1 << 20)
+            size = int(line.split(b";")[0], 16) if line.strip() else -1
+            head += line
+            if size < 0:
+                return None
+            if size == 0:
+                break
+            data = stream.read(size + 2)
+            if len(data) < size + 2:
+                return None
+            head += data
+        while (line := stream.readline(1 << 20)) not in (b"\r\n", b""):  # the trailer section
+            head += line
+        return head + line if line else None
+    body = stream.read(int(fields.get(b"content-length", b"0")))
+    return head + body
+
+
+@contextmanager
+def raw_upstream(reply: bytes) -> Iterator[RawUpstream]:
+    upstream = RawUpstream(reply)
+    thread = threading.Thread(target=upstream.serve, daemon=True)
+    thread.start()
+    try:
+        yield upstream
+    finally:
+        upstream.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        upstream.listener.close()
+        thread.join(5)

@@ -317,3 +317,16 @@ def test_a_websocket_upgrade_becomes_a_two_way_pipe(tmp_path: Path) -> None:
             assert echoed == b"FRAME-ONE"
     listener.close()
     assert b"authorization: Bearer sk-proj-RRRR" in seen[0] and b"Upgrade: websocket" in seen[0]
+
+
+def test_an_http11_request_without_host_is_400_and_recorded_and_http10_is_served(proxy: RunningProxy,
+                                                                                  api: FakeAPI) -> None:
+    """RFC 9112 section 3.2: an HTTP/1.1 request without Host is answered 400 (a malformed-request record);
+    HTTP/1.0 needs no Host, and is still forwarded (with the route's own Host)."""
+    key = placeholder(proxy).encode()
+    answer = raw_exchange(proxy.port, b"GET /r/anthropic-api-key/ping HTTP/1.1\r\nx-api-key: " + key + b"\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"Host" in answer and api.seen == []
+    assert [v["kind"] for v in violations(proxy)] == ["malformed-request"]
+    answer = raw_exchange(proxy.port, b"GET /r/anthropic-api-key/ping HTTP/1.0\r\nx-api-key: " + key + b"\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"path": "/ping"}')
+    assert api.seen[-1].headers["host"] == api.url.split("//")[1]

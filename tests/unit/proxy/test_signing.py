@@ -238,3 +238,29 @@ def test_a_request_without_a_signature_gets_401(world: World) -> None:
     reply = raw_exchange(world.port, b"POST /r/aws-sigv4-runtime/model/m/invoke HTTP/1.1\r\nHost: x\r\n"
                                      b"Content-Length: 2\r\n\r\n{}")
     assert reply.startswith(b"HTTP/1.1 401") and world.bedrock.seen == []
+
+
+TRAILERS = {"escape": (b"X-A: a\x1bb\r\n", 400), "obs-fold": (b"X-A: b\r\n c\r\n", 400),
+            "huge": (b"".join(b"X-%d: %s\r\n" % (i, b"v" * 100) for i in range(200)), 400),
+            "well-formed": (b"X-Checksum: v\r\n", 200)}
+
+
+@pytest.mark.parametrize("trailer,verdict", TRAILERS.values(), ids=list(TRAILERS))
+def test_a_signed_chunked_body_with_a_malformed_or_huge_trailer_is_refused_and_recorded(
+        world: World, trailer: bytes, verdict: int) -> None:
+    """The route that reads the body whole reads its trailers the same way: a malformed or huge section
+    is 400 and a malformed-request record, nothing signed; a well-formed one is dropped."""
+    key_id, _ = world.placeholders()
+    date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    head = (f"POST /r/aws-sigv4-runtime/model/m/invoke HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            f"X-Amz-Date: {date}\r\nContent-Type: application/json\r\n"
+            f"Authorization: AWS4-HMAC-SHA256 Credential={key_id}/{date[:8]}/us-east-1/bedrock/aws4_request, "
+            f"SignedHeaders=host, Signature={'0' * 64}\r\n\r\n").encode()
+    body = b'{"anthropic_version":"bedrock-2023-05-31","max_tokens":1,"messages":[]}'
+    reply = raw_exchange(world.port, head + b"%x\r\n%s\r\n0\r\n" % (len(body), body) + trailer + b"\r\n")
+    assert reply.startswith(b"HTTP/1.1 %d" % verdict), reply[:300]
+    if verdict == 400:
+        assert b"trailer" in reply and world.bedrock.seen == []
+        assert [v["kind"] for v in world.violations()] == ["malformed-request"]
+    else:
+        assert [seen.verdict for seen in world.bedrock.seen] == [""] and world.violations() == []
