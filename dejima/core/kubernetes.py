@@ -27,11 +27,21 @@ from typing import Any, Literal
 
 from dejima.core import labels
 from dejima.core.limits import ContainerLimits
-from dejima.core.paths import FILTER_CONFIG_ENV, FILTER_RUN_DIR, GATE_DIR, PROXY_CONFIG_ENV, PROXY_RECORDS_DIR
+from dejima.core.paths import (
+    FILTER_CONFIG_ENV,
+    FILTER_RUN_DIR,
+    GATE_DIR,
+    PROXY_CONFIG_ENV,
+    PROXY_RECORDS_DIR,
+    PROXY_TRUST_DIR,
+    SESSION_TRUST_DIR,
+)
 from dejima.core.plan import (
     BRIDGE_PORT,
     PROXY_SOCKET,
     SESSION_HOME,
+    TLS_PORT,
+    TLS_SOCKET,
     ContainerSpec,
     SessionPlan,
     canary_signature,
@@ -77,6 +87,7 @@ class PodProxy:
     ports: tuple[int, ...]  # the routes' upstream ports: the only ones the ruleset lets the proxy reach
     routes: tuple[str, ...]
     canaries: tuple[str, ...]  # placeholders and decoys: the filter's resolver refuses names that hold them
+    intercept: tuple[str, ...] = ()  # the TLS fallback's hosts: they resolve to the filter's relay to the proxy
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +194,9 @@ def _filter_config(plan: SessionPlan, proxy: PodProxy | None) -> str:
     if proxy is not None:
         config["bridge"] = {"socket": PROXY_SOCKET_PATH, "port": BRIDGE_PORT}
         config["canaries"] = sorted({canary_signature(c) for c in proxy.canaries})
+        if proxy.intercept:
+            config["intercept"] = {"socket": f"{FILTER_RUN_DIR}/{TLS_SOCKET}", "port": TLS_PORT,
+                                   "names": sorted(proxy.intercept)}
     return json.dumps(config, sort_keys=True)
 
 
@@ -227,6 +241,10 @@ def _pod_spec(plan: SessionPlan, target: KubernetesTarget, name: str, session_us
     if proxy is not None:
         volumes.append({"name": "proxy-records", "emptyDir": {"sizeLimit": "256Mi"}})
         sidecars.append(_proxy_container(proxy, target, name))
+        if proxy.intercept:  # the session CA the proxy makes, where the session's tools look (read-only)
+            volumes.append({"name": "proxy-trust", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
+            session_mounts.append({"name": "proxy-trust", "mountPath": f"{SESSION_HOME}/{SESSION_TRUST_DIR}",
+                                   "readOnly": True})
     # The filter's resolver first. After it, with a proxy, the cluster's DNS: a name the filter refuses
     # is asked there next; only the proxy's uid may reach it (the ruleset), so the proxy resolves its
     # routes' upstreams and everyone else's retry is refused.
@@ -309,7 +327,8 @@ def _proxy_container(proxy: PodProxy, target: KubernetesTarget, name: str) -> Ob
         "resources": {"requests": {"cpu": f"{CPU_PER_SHARE_MILLI}m", "memory": quantity(MEMORY_REQUEST)},
                       "limits": {"memory": quantity(PROXY_MEMORY)}},
         "volumeMounts": [{"name": "filter-run", "mountPath": FILTER_RUN_DIR},
-                         {"name": "proxy-records", "mountPath": PROXY_RECORDS_DIR}],
+                         {"name": "proxy-records", "mountPath": PROXY_RECORDS_DIR},
+                         *([{"name": "proxy-trust", "mountPath": PROXY_TRUST_DIR}] if proxy.intercept else [])],
     }
 
 

@@ -22,3 +22,5 @@ GATE_DIR, GATE_FIFO, GATE_WORD = "/run/dejima-gate", "go", "go"
 # it keeps its records (a volume of its own).
 PROXY_CONFIG_ENV = "DEJIMA_PROXY_CONFIG"
 PROXY_RECORDS_DIR = "/run/dejima-proxy"
+PROXY_TRUST_DIR = "/run/dejima-trust"  # where it writes the session CA, which the session mounts read-only
+SESSION_TRUST_DIR = ".dejima/tls"  # in the session's home: the session CA and the bundle its tools trust

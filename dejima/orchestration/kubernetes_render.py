@@ -90,4 +90,5 @@ def _pod_proxy(proxy: SessionProxy | None) -> PodProxy | None:
     document = pod_document(proxy.prepared)
     ports = sorted({spec.route.upstream.port for spec in proxy.prepared.config.routes})
     return PodProxy(json.dumps(document, sort_keys=True), tuple(dict.fromkeys(r["secret"] for r in document["routes"])),
-                    tuple(ports), tuple(r["name"] for r in document["routes"]), proxy.canaries)
+                    tuple(ports), tuple(r["name"] for r in document["routes"]), proxy.canaries,
+                    tuple(document["intercept"]))

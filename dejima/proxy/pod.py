@@ -26,8 +26,8 @@ from typing import Any
 
 from dejima.core.credentials import Route, RouteError, parse_upstream
 from dejima.core.manifest import CredentialRoute
-from dejima.core.paths import FILTER_RUN_DIR, PROXY_CONFIG_ENV, PROXY_RECORDS_DIR
-from dejima.core.plan import PROXY_SOCKET
+from dejima.core.paths import FILTER_RUN_DIR, PROXY_CONFIG_ENV, PROXY_RECORDS_DIR, PROXY_TRUST_DIR
+from dejima.core.plan import PROXY_SOCKET, TLS_SOCKET
 from dejima.core.pushrules import PushPolicy
 from dejima.errors import ExitStatus
 from dejima.proxy.gitpush import GitPushGuard
@@ -38,6 +38,7 @@ from dejima.proxy.sources import CredentialError, env_source
 
 CONFIG_ENV = PROXY_CONFIG_ENV
 SOCKET = f"{FILTER_RUN_DIR}/{PROXY_SOCKET}"  # in the volume the filter shares (its run directory)
+TLS = f"{FILTER_RUN_DIR}/{TLS_SOCKET}"  # the TLS fallback's, beside it
 RECORDS = PROXY_RECORDS_DIR  # the ledger and the violations, in a volume of the proxy's own
 READY = "dejima-proxy: ready"
 FAILED = "dejima-proxy: failed"
@@ -49,8 +50,6 @@ def not_carried(route: CredentialRoute) -> str | None:
         return "it signs with the host's AWS keys"
     if route.source[0] == "claude_login":
         return "it refreshes the host's Claude login"
-    if route.intercept:
-        return "it needs the TLS fallback's session CA"
     return None
 
 
@@ -78,7 +77,10 @@ def pod_document(prepared: PreparedProxy) -> dict[str, Any]:
                                                  "allow_force": policy.allow_force,
                                                  "allow_default_branch": policy.allow_default_branch},
         })
-    return {"routes": routes, "decoys": dict(sorted(prepared.config.decoys.items())),
+    # The TLS fallback's hosts: the pod's proxy makes its own session CA when it starts (its key never
+    # leaves that process), so the document names the hosts only.
+    intercept = dict(prepared.interception.routes) if prepared.interception is not None else {}
+    return {"routes": routes, "decoys": dict(sorted(prepared.config.decoys.items())), "intercept": intercept,
             "memory_budget": prepared.config.memory_budget, "max_connections": prepared.config.max_connections}
 
 
@@ -93,18 +95,33 @@ def proxy_config(document: Mapping[str, Any], environ: Mapping[str, str], record
         behaviour = GitPushGuard(PushPolicy(tuple(push["repositories"]), push["allow_force"],
                                             push["allow_default_branch"])) if push else Forwarding()
         specs.append(RouteSpec(route, env_source(item["secret"], where, environ), behaviour))
+    interception = None
+    if document.get("intercept"):
+        from dejima.proxy.authority import SessionAuthority
+        from dejima.proxy.intercept import Interception
+
+        hosts = dict(document["intercept"])
+        interception = Interception(SessionAuthority.create(hosts), hosts)
     return ProxyConfig(tuple(specs), records / "ledger.jsonl", records / "violations.jsonl",
                        dict(document["decoys"]), memory_budget=int(document["memory_budget"]),
-                       max_connections=int(document["max_connections"]))
+                       max_connections=int(document["max_connections"]), interception=interception)
 
 
-async def serve(config: ProxyConfig, socket: Path) -> None:
-    """Serve on ``socket`` until SIGTERM or SIGINT; say ready once listening."""
+async def serve(config: ProxyConfig, socket: Path, tls_socket: Path, trust: Path) -> None:
+    """Serve on ``socket`` (and the TLS fallback on ``tls_socket``) until SIGTERM or SIGINT; say ready
+    once listening. The session CA is in ``trust`` before the sockets accept: the session, started once
+    they do, finds it there."""
+    from dejima.proxy.runner import write_trust
+
+    if config.interception is not None:
+        write_trust(trust, config.interception.authority.ca_pem, None)
     server = ProxyServer(config)
-    await server.start(unix_path=socket)
+    await server.start(unix_path=socket, tls_unix_path=tls_socket if config.interception is not None else None)
     # The filter connects as root without CAP_DAC_OVERRIDE: the mode lets it in; the session does not
-    # mount the volume the socket is in.
-    os.chmod(socket, 0o666)
+    # mount the volume the sockets are in.
+    for path in (socket, tls_socket):
+        if path.exists():
+            os.chmod(path, 0o666)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -114,7 +131,8 @@ async def serve(config: ProxyConfig, socket: Path) -> None:
     await server.close()
 
 
-def main(environ: Mapping[str, str] | None = None, socket: str = SOCKET, records: str = RECORDS) -> int:
+def main(environ: Mapping[str, str] | None = None, socket: str = SOCKET, records: str = RECORDS, tls: str = TLS,
+         trust: str = PROXY_TRUST_DIR) -> int:
     env = os.environ if environ is None else environ
     try:
         document = json.loads(env[CONFIG_ENV])
@@ -124,7 +142,7 @@ def main(environ: Mapping[str, str] | None = None, socket: str = SOCKET, records
         # A secret's value never reaches this message: sources name their variable, not its content.
         print(f"{FAILED} {type(exc).__name__}: {exc}", flush=True)
         return ExitStatus.DEJIMA_FAILED
-    asyncio.run(serve(config, Path(socket)))
+    asyncio.run(serve(config, Path(socket), Path(tls), Path(trust)))
     return ExitStatus.SUCCESS
 
 

@@ -23,6 +23,7 @@ from types import TracebackType
 
 from dejima.core.limits import ProxyLimits
 from dejima.core.manifest import CredentialRoute
+from dejima.core.paths import SESSION_TRUST_DIR
 from dejima.core.plan import BRIDGE_PORT, SESSION_HOME, proxy_limits
 from dejima.core.pushrules import PushPolicy
 from dejima.core.resolve import Resolved
@@ -31,7 +32,7 @@ from dejima.proxy.server import ProxyConfig, ProxyServer
 from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, PreparedProxy, prepare, session_env
 
 ORIGIN = f"http://127.0.0.1:{BRIDGE_PORT}"  # the proxy, as the session reaches it through the filter
-TRUST_DIR = ".dejima/tls"  # in the session's home: the session CA and the bundle its tools trust
+TRUST_DIR = SESSION_TRUST_DIR  # in the session's home: the session CA and the bundle its tools trust
 # The host's bundle of system CAs, the first that exists (Debian/Ubuntu, Fedora/RHEL, Alpine/others).
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 

@@ -157,7 +157,8 @@ def render_with_routes(user: User, scope: str, workspace: Path, world: World, im
     settings.write_text(world.settings.read_text() + (
         f'\n[kubernetes]\nfilter_image = "{images.filter}"\nsession_image = "{images.session}"\n'
         f'dns_upstreams = ["{world.dns}"]\nworkspace_claim = "{CLAIM}"\n'
-        f'\n[credentials]\nupstreams = {{ github-git = "http://127.0.0.1:{ROUTE_PORT}" }}\n'))
+        f'\n[credentials]\nupstreams = {{ github-git = "http://127.0.0.1:{ROUTE_PORT}", '
+        f'github-api = "http://127.0.0.1:{ROUTE_PORT}" }}\n'))
     settings.chmod(0o644)
     result = run_dejima(user, scope, str(workspace), "--render", "pod", "--forge", "github", "--", *command,
                         DEJIMA_SETTINGS=str(settings))
@@ -166,8 +167,9 @@ def render_with_routes(user: User, scope: str, workspace: Path, world: World, im
     return list(yaml.safe_load_all(result.stdout))
 
 
-def fake_upstream_in(pod: LocalPod, image: str) -> subprocess.Popen[str]:
-    """An upstream on the pod's loopback (where only a route override can point), printing what reached it."""
+def fake_upstream_in(pod: LocalPod, image: str) -> str:
+    """An upstream on the pod's loopback (where only a route override can point), printing what reached it;
+    its container's name, once it listens."""
     name = f"{pod.name}-upstream"
     pod.containers[name] = name
     started = docker("run", "-d", "--name", name, "--label", f"{labels.SCOPE}={pod.scope}",
@@ -176,29 +178,34 @@ def fake_upstream_in(pod: LocalPod, image: str) -> subprocess.Popen[str]:
     assert started.returncode == 0, started.stdout
     logs = subprocess.Popen(["docker", "logs", "-f", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    wait_for_line(logs.stdout, "listening", timeout=60)
-    return logs
+    try:
+        wait_for_line(logs.stdout, "listening", timeout=60)
+    finally:
+        logs.kill()
+        logs.wait()
+        if logs.stdout is not None:
+            logs.stdout.close()
+    return name
 
 
 def test_the_pods_proxy_carries_the_secret_the_session_never_holds(user: User, scope: str, workspace: Path,
                                                                    world: World, images: Images,
                                                                    pods: list[LocalPod]) -> None:
     objects = render_with_routes(user, scope, workspace, world, images, "sh", "-c",
-                                 "git ls-remote https://github.com/me/repo 2>&1; env; ls /run/dejima 2>&1")
+                                 "git ls-remote https://github.com/me/repo 2>&1; "
+                                 "curl -sS -H \"Authorization: Bearer $GH_TOKEN\" https://api.github.com/user 2>&1; "
+                                 "env; ls /run/dejima 2>&1")
     name = objects[2]["metadata"]["name"]
     pod = start_pod(objects, scope, world.network, {CLAIM: workspace}, {(f"{name}-credentials", "GH_TOKEN"): TOKEN})
     pods.append(pod)
     upstream = fake_upstream_in(pod, images.session)
-    try:
-        result = run_container(pod, objects, {CLAIM: workspace})
-        seen = wait_for_line(upstream.stdout, "request", timeout=30)
-    finally:
-        upstream.kill()
-        upstream.wait()
-        if upstream.stdout is not None:
-            upstream.stdout.close()
+    result = run_container(pod, objects, {CLAIM: workspace})  # the upstream answered before the session ended
+    seen, api_seen = [line for line in docker("logs", upstream).stdout.decode().splitlines()
+                      if line.startswith("request ")]  # git's, then gh's API through the TLS fallback
     basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
     assert seen.split()[1] == "/me/repo/info/refs?service=git-upload-pack" and seen.split()[-1] == basic
+    # curl trusted the session CA the pod's proxy made (the session's bundle, read-only in its home)
+    assert api_seen.split()[1:] == ["/user", "Bearer", TOKEN]
     out = result.stdout.decode(errors="replace")
     assert TOKEN not in out and basic not in out  # the session held only the placeholder
     assert "No such file or directory" in out  # the proxy's socket is not in the session's reach

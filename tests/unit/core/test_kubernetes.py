@@ -262,6 +262,21 @@ def test_the_proxy_is_a_sidecar_of_its_own_holding_the_secret_by_reference() -> 
         "dejima.credential-routes"]
 
 
+def test_the_tls_fallbacks_hosts_resolve_to_the_relay_and_the_session_reads_the_ca_read_only() -> None:
+    plan, target, proxy = combinations()["node-claude-code-sandbox"]
+    assert proxy is not None
+    documents = rendered(plan, target, replace(proxy, intercept=("api.github.com",)))
+    config = json.loads(documents[0]["data"]["filter.json"])
+    assert config["intercept"] == {"socket": "/run/dejima/tls.sock", "port": 443, "names": ["api.github.com"]}
+    spec = pod_spec_of(documents)
+    trust = {m["mountPath"]: m for m in spec["containers"][0]["volumeMounts"]}["/home/dejima/.dejima/tls"]
+    assert trust == {"name": "proxy-trust", "mountPath": "/home/dejima/.dejima/tls", "readOnly": True}
+    assert {"name": "proxy-trust", "mountPath": "/run/dejima-trust"} in spec["initContainers"][1]["volumeMounts"]
+    for document in documents:
+        assert schema_errors(document) == []
+    assert "intercept" not in json.loads(rendered(plan, target, proxy)[0]["data"]["filter.json"])
+
+
 def test_a_session_as_the_proxys_uid_is_refused() -> None:
     plan, target, proxy = combinations()["node-claude-code-sandbox"]
     as_proxy = replace(plan, session=replace(plan.session, user=f"{PROXY_UID}:{PROXY_UID}"))

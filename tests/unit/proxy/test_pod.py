@@ -40,9 +40,9 @@ def planned(tmp_path: Path, api: FakeAPI) -> dict[str, Any]:
 
 @contextmanager
 def pod_proxy(tmp_path: Path, document: dict[str, Any], secrets: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    socket_path, records = tmp_path / "proxy.sock", tmp_path / "records"
+    socket_path, records, tls, trust = (tmp_path / name for name in ("proxy.sock", "records", "tls.sock", "trust"))
     code = f"import sys; from dejima.proxy.pod import main; sys.exit(main(socket={str(socket_path)!r}, " \
-           f"records={str(records)!r}))"
+           f"records={str(records)!r}, tls={str(tls)!r}, trust={str(trust)!r}))"
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).parents[3]), CONFIG_ENV: json.dumps(document),
            **secrets}
     process = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -113,13 +113,39 @@ def test_a_missing_secret_stops_the_pod_proxy_naming_its_variable(tmp_path: Path
                      ("aws", ("default",)), aws_service="bedrock"), "AWS"),
     (CredentialRoute("claude", "https://api.anthropic.com", "authorization", "Bearer",
                      ("claude_login", ("~/.claude/.credentials.json",))), "Claude login"),
-    (CredentialRoute("gh-api", "https://api.github.com", "authorization", "Bearer", ("env", ("GH_TOKEN",)),
-                     intercept=True), "TLS fallback"),
 ])
 def test_routes_a_pod_cannot_serve_yet_say_why(route: CredentialRoute, why: str) -> None:
     reason = not_carried(route)
     assert reason is not None and why in reason
     assert not_carried(ANTHROPIC) is None
+
+
+GITHUB_API = CredentialRoute("github-api", "https://api.github.com", "authorization", "Bearer", ("env", ("GH_TOKEN",)),
+                             "GH_TOKEN", intercept=True)
+
+
+def test_the_tls_fallback_gets_a_session_ca_made_in_the_pod(tmp_path: Path) -> None:
+    """The document names the intercepted hosts only; the pod's proxy makes the CA when it starts, writes
+    its certificate where the session reads it, and answers TLS for those hosts on its second socket."""
+    import ssl
+
+    prepared = prepare([(GITHUB_API, "forges/github.toml")], tmp_path, read_sources=False)
+    document = pod_document(prepared)
+    assert document["intercept"] == {"api.github.com": "github-api"}
+    assert "PRIVATE KEY" not in json.dumps(document) and "CERTIFICATE" not in json.dumps(document)
+    with pod_proxy(tmp_path, document, {"GH_TOKEN": "ghp_" + "y" * 36}) as proxy:
+        wait_for_line(proxy.stdout, READY, timeout=30)
+        ca = (tmp_path / "trust" / "session-ca.pem").read_text()
+        assert prepared.interception is not None
+        assert ca.startswith("-----BEGIN CERTIFICATE-----")
+        assert ca != prepared.interception.authority.ca_pem  # made in the pod, not the render's
+        assert (tmp_path / "tls.sock").stat().st_mode & 0o777 == 0o666
+        context = ssl.create_default_context(cafile=str(tmp_path / "trust" / "session-ca.pem"))
+        with socket.socket(socket.AF_UNIX) as raw:
+            raw.settimeout(20)
+            raw.connect(str(tmp_path / "tls.sock"))
+            with context.wrap_socket(raw, server_hostname="api.github.com") as tls:
+                assert tls.getpeercert() is not None  # the session CA vouches for the intercepted host
 
 
 def test_a_secret_read_from_a_file_or_a_command_gets_a_variable_of_its_route() -> None:
