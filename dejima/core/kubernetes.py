@@ -88,6 +88,7 @@ class PodProxy:
     routes: tuple[str, ...]
     canaries: tuple[str, ...]  # placeholders and decoys: the filter's resolver refuses names that hold them
     intercept: tuple[str, ...] = ()  # the TLS fallback's hosts: they resolve to the filter's relay to the proxy
+    optional: tuple[str, ...] = ()  # Secret keys it may go without (AWS_SESSION_TOKEN: for temporary keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +312,10 @@ def _proxy_container(proxy: PodProxy, target: KubernetesTarget, name: str) -> Ob
         "env": [{"name": PROXY_CONFIG_ENV,
                  "valueFrom": {"configMapKeyRef": {"name": f"{name}-config", "key": PROXY_CONFIG_KEY}}},
                 *({"name": variable, "valueFrom": {"secretKeyRef": {"name": secret_name(name), "key": variable}}}
-                  for variable in proxy.variables)],
+                  for variable in proxy.variables),
+                *({"name": variable, "valueFrom": {"secretKeyRef": {"name": secret_name(name), "key": variable,
+                                                                    "optional": True}}}
+                  for variable in proxy.optional)],
         "securityContext": {
             "runAsUser": PROXY_UID,
             "runAsGroup": PROXY_UID,

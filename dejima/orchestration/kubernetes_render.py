@@ -85,10 +85,11 @@ def _pod_proxy(proxy: SessionProxy | None) -> PodProxy | None:
         return None
     import json
 
-    from dejima.proxy.pod import pod_document
+    from dejima.proxy.pod import pod_document, secret_variables
 
     document = pod_document(proxy.prepared)
     ports = sorted({spec.route.upstream.port for spec in proxy.prepared.config.routes})
-    return PodProxy(json.dumps(document, sort_keys=True), tuple(dict.fromkeys(r["secret"] for r in document["routes"])),
-                    tuple(ports), tuple(r["name"] for r in document["routes"]), proxy.canaries,
-                    tuple(document["intercept"]))
+    needed, optional = secret_variables(document)
+    return PodProxy(json.dumps(document, sort_keys=True), needed, tuple(ports),
+                    tuple(r["name"] for r in document["routes"]), proxy.canaries, tuple(document["intercept"]),
+                    optional)

@@ -29,12 +29,15 @@ from dejima.core.manifest import CredentialRoute
 from dejima.core.paths import FILTER_RUN_DIR, PROXY_CONFIG_ENV, PROXY_RECORDS_DIR, PROXY_TRUST_DIR
 from dejima.core.plan import PROXY_SOCKET, TLS_SOCKET
 from dejima.core.pushrules import PushPolicy
+from dejima.core.sigv4 import AwsSigning, SigningScope
 from dejima.errors import ExitStatus
+from dejima.proxy.aws_source import AwsSource
 from dejima.proxy.gitpush import GitPushGuard
-from dejima.proxy.routes import Forwarding, RouteSpec
+from dejima.proxy.routes import Forwarding, RouteBehaviour, RouteSpec
 from dejima.proxy.server import ProxyConfig, ProxyServer
 from dejima.proxy.setup import PreparedProxy
-from dejima.proxy.sources import CredentialError, env_source
+from dejima.proxy.signing import SigV4Signing
+from dejima.proxy.sources import CredentialError, CredentialSource, env_source
 
 CONFIG_ENV = PROXY_CONFIG_ENV
 SOCKET = f"{FILTER_RUN_DIR}/{PROXY_SOCKET}"  # in the volume the filter shares (its run directory)
@@ -44,10 +47,13 @@ READY = "dejima-proxy: ready"
 FAILED = "dejima-proxy: failed"
 
 
+# A signing route's keys in the pod: the variables the host's AWS source reads first (the session
+# token only for temporary keys: optional).
+AWS_VARIABLES, AWS_OPTIONAL = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), ("AWS_SESSION_TOKEN",)
+
+
 def not_carried(route: CredentialRoute) -> str | None:
     """Why a route cannot be served from a pod yet (None: it can)."""
-    if route.scheme == "aws-sigv4":
-        return "it signs with the host's AWS keys"
     if route.source[0] == "claude_login":
         return "it refreshes the host's Claude login"
     return None
@@ -56,11 +62,20 @@ def not_carried(route: CredentialRoute) -> str | None:
 def secret_variable(route: CredentialRoute) -> str:
     """The proxy container's variable (and the Kubernetes Secret's key) holding the route's secret: the
     host's own variable when the manifest reads one, so one Secret key serves every route of that
-    secret; else DEJIMA_SECRET_<ROUTE>."""
+    secret; the AWS secret key for a signing route (with AWS_VARIABLES); else DEJIMA_SECRET_<ROUTE>."""
     kind, values = route.source
     if kind == "env":
         return values[0]
+    if kind == "aws":
+        return AWS_VARIABLES[1]
     return "DEJIMA_SECRET_" + re.sub(r"[^A-Z0-9]", "_", route.name.upper())
+
+
+def secret_variables(document: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the variables the pod's proxy needs, those it may go without): the Secret's keys."""
+    signing = any(r["signing"] for r in document["routes"])
+    needed = dict.fromkeys([*(AWS_VARIABLES if signing else ()), *(r["secret"] for r in document["routes"])])
+    return tuple(needed), AWS_OPTIONAL if signing else ()
 
 
 def pod_document(prepared: PreparedProxy) -> dict[str, Any]:
@@ -70,9 +85,12 @@ def pod_document(prepared: PreparedProxy) -> dict[str, Any]:
     for spec in prepared.config.routes:
         route, declared = spec.route, prepared.manifest_routes[spec.route.name]
         policy = spec.behaviour.policy if isinstance(spec.behaviour, GitPushGuard) else None
+        signing = route.signing
         routes.append({
             "name": route.name, "upstream": str(route.upstream), "header": route.header, "scheme": route.scheme,
             "placeholder": route.placeholder, "username": route.username, "secret": secret_variable(declared),
+            "signing": None if signing is None else {"region": signing.scope.region, "service": signing.scope.service,
+                                                     "secret_placeholder": signing.secret_placeholder},
             "push": None if policy is None else {"repositories": list(policy.repositories),
                                                  "allow_force": policy.allow_force,
                                                  "allow_default_branch": policy.allow_default_branch},
@@ -89,12 +107,18 @@ def proxy_config(document: Mapping[str, Any], environ: Mapping[str, str], record
     specs = []
     for item in document["routes"]:
         where = f"route {item['name']!r}"
+        signed = item.get("signing")
+        signing = None if not signed else AwsSigning(SigningScope(signed["region"], signed["service"]),
+                                                     signed["secret_placeholder"])
         route = Route(item["name"], parse_upstream(item["upstream"], item["name"]), item["header"], item["scheme"],
-                      item["placeholder"], item["username"])
+                      item["placeholder"], item["username"], signing)
         push = item["push"]
-        behaviour = GitPushGuard(PushPolicy(tuple(push["repositories"]), push["allow_force"],
-                                            push["allow_default_branch"])) if push else Forwarding()
-        specs.append(RouteSpec(route, env_source(item["secret"], where, environ), behaviour))
+        behaviour: RouteBehaviour = SigV4Signing() if signing else GitPushGuard(PushPolicy(
+            tuple(push["repositories"]), push["allow_force"], push["allow_default_branch"])) if push else Forwarding()
+        # A signing route's keys: the AWS variables (no profile file in the pod); others: their one variable.
+        source: CredentialSource = AwsSource("default", where, {k: v for k, v in environ.items() if k.startswith(
+            "AWS_")}, Path("/nonexistent")) if signing else env_source(item["secret"], where, environ)
+        specs.append(RouteSpec(route, source, behaviour))
     interception = None
     if document.get("intercept"):
         from dejima.proxy.authority import SessionAuthority

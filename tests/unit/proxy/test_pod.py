@@ -15,8 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dejima.core.manifest import CredentialRoute
 from dejima.core.pushrules import PushPolicy
 from dejima.proxy.pod import CONFIG_ENV, FAILED, READY, not_carried, pod_document, secret_variable
@@ -108,15 +106,11 @@ def test_a_missing_secret_stops_the_pod_proxy_naming_its_variable(tmp_path: Path
     assert "ANTHROPIC_API_KEY" in line and not (tmp_path / "proxy.sock").exists()
 
 
-@pytest.mark.parametrize(("route", "why"), [
-    (CredentialRoute("bedrock", "https://bedrock-runtime.us-east-1.amazonaws.com", "authorization", "aws-sigv4",
-                     ("aws", ("default",)), aws_service="bedrock"), "AWS"),
-    (CredentialRoute("claude", "https://api.anthropic.com", "authorization", "Bearer",
-                     ("claude_login", ("~/.claude/.credentials.json",))), "Claude login"),
-])
-def test_routes_a_pod_cannot_serve_yet_say_why(route: CredentialRoute, why: str) -> None:
-    reason = not_carried(route)
-    assert reason is not None and why in reason
+def test_a_route_a_pod_cannot_serve_yet_says_why() -> None:
+    claude = CredentialRoute("claude", "https://api.anthropic.com", "authorization", "Bearer",
+                             ("claude_login", ("~/.claude/.credentials.json",)))
+    reason = not_carried(claude)
+    assert reason is not None and "Claude login" in reason
     assert not_carried(ANTHROPIC) is None
 
 
@@ -152,3 +146,41 @@ def test_a_secret_read_from_a_file_or_a_command_gets_a_variable_of_its_route() -
     from_file = CredentialRoute("gitlab-api", "https://gitlab.com", "private-token", "raw", ("file", ("~/.gl",)))
     assert secret_variable(from_file) == "DEJIMA_SECRET_GITLAB_API"
     assert secret_variable(ANTHROPIC) == "ANTHROPIC_API_KEY"
+
+
+def test_a_signing_route_signs_with_the_secrets_aws_keys(tmp_path: Path) -> None:
+    """Bedrock in a pod: the session signs with placeholder keys, the pod's proxy signs again with the
+    Secret's AWS keys (session token included), and the fake Bedrock's botocore check agrees."""
+    import time
+
+    from dejima.proxy.pod import secret_variables
+    from tests.awsverify import botocore_signature
+    from tests.bedrockfake import fake_bedrock
+    from tests.unit.proxy.test_signing import MODEL, REAL_ID, REAL_SECRET, REAL_TOKEN, manifest_routes
+
+    with fake_bedrock(REAL_ID, REAL_SECRET, REAL_TOKEN) as bedrock:
+        prepared = prepare(manifest_routes("bedrock"), tmp_path, {"aws-sigv4-runtime": bedrock.url},
+                           read_sources=False)
+        document = pod_document(prepared)
+        assert secret_variables(document) == (("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), ("AWS_SESSION_TOKEN",))
+        runtime = next(r for r in document["routes"] if r["name"] == "aws-sigv4-runtime")
+        key_id, secret = runtime["placeholder"], runtime["signing"]["secret_placeholder"]
+        secrets = {"AWS_ACCESS_KEY_ID": REAL_ID, "AWS_SECRET_ACCESS_KEY": REAL_SECRET, "AWS_SESSION_TOKEN": REAL_TOKEN}
+        with pod_proxy(tmp_path, document, secrets) as proxy:
+            wait_for_line(proxy.stdout, READY, timeout=30)
+            path = f"/r/aws-sigv4-runtime/model/{MODEL.replace(':', '%3A')}/invoke"
+            body = b'{"anthropic_version": "bedrock-2023-05-31", "max_tokens": 8, "messages": []}'
+            date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            headers = [("Host", "127.0.0.1:700"), ("Content-Type", "application/json"), ("X-Amz-Date", date)]
+            signed = sorted(k.lower() for k, _ in headers)
+            signature = botocore_signature("POST", f"http://127.0.0.1:700{path}", headers, body, signed, date, key_id,
+                                           secret, None, "us-east-1", "bedrock")
+            headers.append(("Authorization", f"AWS4-HMAC-SHA256 Credential={key_id}/{date[:8]}/us-east-1/bedrock/"
+                                             f"aws4_request, SignedHeaders={';'.join(signed)}, Signature={signature}"))
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers)
+            answer = ask(tmp_path / "proxy.sock", f"POST {path} HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n"
+                         "Connection: close\r\n\r\n".encode() + body)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        [seen] = bedrock.seen
+        assert seen.verdict == "" and f"Credential={REAL_ID}/" in seen.headers["authorization"]
+        assert seen.headers["x-amz-security-token"] == REAL_TOKEN
