@@ -57,6 +57,8 @@ CONFIG_KEY, PROXY_CONFIG_KEY = "filter.json", "proxy.json"
 PROBE = ("python3", "-m", "dejima.filter.probe", READY_FILE)
 # The pod's credential proxy (proxy/pod.py): its own uid, which the ruleset lets reach the routes'
 # ports and nothing else of the pod has; ready once its socket accepts a connection.
+CONTROL_DIR = "/run/dejima-control"
+CONTROL_SOCKET_PATH = f"{CONTROL_DIR}/control.sock"  # filter/grant.py's SOCKET
 PROXY_UID = 10700
 PROXY_SOCKET_PATH = f"{FILTER_RUN_DIR}/{PROXY_SOCKET}"
 PROXY_COMMAND = ("python3", "-m", "dejima.proxy.pod")
@@ -192,6 +194,9 @@ def _filter_config(plan: SessionPlan, proxy: PodProxy | None) -> str:
         ruleset = render_ruleset(plan.session_id, plan.policy, upstreams, ProxyEgress(PROXY_UID, proxy.ports))
     config = json.loads(filter_config(plan.session_id, ruleset, plan.expectation, plan.policy, plan.upstreams))
     config["ready_file"] = READY_FILE
+    # Live grants: `kubectl exec POD -c filter -- python3 -m dejima.filter.grant` (filter/grant.py), as root
+    # in the filter's container; the socket's volume is mounted in no other container.
+    config["control"] = {"socket": CONTROL_SOCKET_PATH, "owner": 0}
     if proxy is not None:
         config["bridge"] = {"socket": PROXY_SOCKET_PATH, "port": BRIDGE_PORT}
         config["canaries"] = sorted({canary_signature(c) for c in proxy.canaries})
@@ -238,6 +243,7 @@ def _pod_spec(plan: SessionPlan, target: KubernetesTarget, name: str, session_us
               proxy: PodProxy | None) -> Object:
     volumes, session_mounts = _session_volumes(plan, target, name)
     volumes.append({"name": "filter-run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
+    volumes.append({"name": "filter-control", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
     sidecars = [_filter_container(plan.filter, target, name)]
     if proxy is not None:
         volumes.append({"name": "proxy-records", "emptyDir": {"sizeLimit": "256Mi"}})
@@ -295,7 +301,8 @@ def _filter_container(filter_spec: ContainerSpec, target: KubernetesTarget, name
         "startupProbe": probe,
         "readinessProbe": {**probe, "failureThreshold": 3},
         "resources": _resources(filter_spec.limits),
-        "volumeMounts": [{"name": "filter-run", "mountPath": FILTER_RUN_DIR}],
+        "volumeMounts": [{"name": "filter-run", "mountPath": FILTER_RUN_DIR},
+                         {"name": "filter-control", "mountPath": CONTROL_DIR}],
     }
 
 

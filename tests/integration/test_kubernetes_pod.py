@@ -236,3 +236,33 @@ def test_only_the_proxys_uid_gets_out_to_its_routes_port(user: User, scope: str,
     result = run_container(pod, objects, {CLAIM: workspace})
     session_tcp, session_name = json.loads(result.stdout.decode().splitlines()[-1])
     assert session_tcp["result"] == "blocked" and session_name["result"] == "failed"
+
+
+def test_a_grant_through_kubectl_exec_reaches_the_running_pod(user: User, scope: str, workspace: Path,
+                                                              world: World, images: Images,
+                                                              pods: list[LocalPod]) -> None:
+    """`kubectl exec POD -c filter -- python3 -m dejima.filter.grant` (here: docker exec into the filter's
+    container, as the kubelet's exec does): the next session container gets through; other uids in the
+    filter's container cannot reach the control socket, and the session's cannot see it."""
+    objects = render(user, scope, workspace, world, images, "--",
+                     *world.probe(tcp("web.dejima.test", 8080), {"op": "read", "path": "/run/dejima-control"}))
+    pod = start_pod(objects, scope, world.network, {CLAIM: workspace})
+    pods.append(pod)
+
+    def session() -> list[dict[str, Any]]:
+        result = run_container(pod, objects, {CLAIM: workspace})
+        found: list[dict[str, Any]] = json.loads(result.stdout.decode().splitlines()[-1])
+        return found
+
+    before, hidden = session()
+    assert before["result"] == "blocked" and hidden["result"] == "error"  # the control: not granted yet
+    grant = ["python3", "-m", "dejima.filter.grant", "web.dejima.test:8080"]
+    stranger = docker("exec", "--user", "1000:1000", pod.containers["filter"], *grant)
+    assert stranger.returncode != 0 and b"Permission denied" in stranger.stdout
+    granted = docker("exec", pod.containers["filter"], *grant)
+    assert granted.returncode == 0, granted.stdout
+    assert json.loads(granted.stdout)["granted"] == ["web.dejima.test:8080"]
+    after, _ = session()
+    assert after["result"] == "connected"
+    refused = docker("exec", pod.containers["filter"], "python3", "-m", "dejima.filter.grant", "bad.wild.dejima.test")
+    assert refused.returncode == 1 and b"deny" in refused.stdout.lower()  # the filter's own refusal, with its reason

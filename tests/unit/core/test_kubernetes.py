@@ -18,6 +18,7 @@ import yaml
 
 from dejima.adapters.manifest_files import load_catalog
 from dejima.core.kubernetes import (
+    CONTROL_SOCKET_PATH,
     PROBE,
     PROXY_UID,
     READY_FILE,
@@ -34,6 +35,7 @@ from dejima.core.plan import Identity, NetworkFacts, SessionPlan, SessionRequest
 from dejima.core.resolve import WorkspaceFacts, resolve
 from dejima.core.settings import LimitSettings, NetworkSettings, Settings
 from dejima.errors import UsageError
+from dejima.filter.grant import SOCKET as GRANT_SOCKET
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "kubernetes"
 SCHEMAS = Path(__file__).parents[2] / "data" / "kubernetes"
@@ -192,7 +194,12 @@ def test_the_filter_is_a_native_sidecar_the_session_waits_for() -> None:
     config = json.loads(documents[0]["data"][config_ref["valueFrom"]["configMapKeyRef"]["key"]])
     assert documents[0]["metadata"]["name"] == config_ref["valueFrom"]["configMapKeyRef"]["name"]
     assert config["ruleset"] == plan.ruleset and config["ready_file"] == READY_FILE
-    assert "control" not in config and "bridge" not in config  # nothing on a host to reach from a pod
+    assert "bridge" not in config  # no routes: no proxy to relay to
+    # live grants: kubectl exec into the filter's container (filter/grant.py), root only, its volume the filter's
+    assert config["control"] == {"socket": CONTROL_SOCKET_PATH, "owner": 0} and CONTROL_SOCKET_PATH == GRANT_SOCKET
+    mounted = {m["name"] for c in (*spec["initContainers"], *spec["containers"]) for m in c["volumeMounts"]
+               if m["name"] == "filter-control"}
+    assert mounted == {"filter-control"} and all(m["name"] != "filter-control" for m in session["volumeMounts"])
     assert session["securityContext"] == {
         "runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True, "allowPrivilegeEscalation": False,
         "privileged": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True,
