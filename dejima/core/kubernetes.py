@@ -1,15 +1,17 @@
 """A session plan as Kubernetes objects: the pair as one pod, its policy as a ConfigMap, a NetworkPolicy
 as a second layer.
 
-    objects = kubernetes_objects(plan, target)   # ConfigMap, NetworkPolicy, then the Sandbox (or Pod)
-    text = kubernetes_yaml(objects)              # what `dejima PATH --render kubernetes` prints
+    objects = kubernetes_objects(plan, target, proxy)   # ConfigMap, NetworkPolicy, then the Sandbox (or Pod)
+    text = kubernetes_yaml(objects)                     # what `dejima PATH --render kubernetes` prints
 
 The pod is the local pair's shape: the filter is a native sidecar (an init container that keeps
 running, `restartPolicy: Always`) holding NET_ADMIN in the pod's network namespace; the kubelet
-starts the session container only once the filter's startup probe passes, and the probe passes
-only once the ruleset is verified (dejima/filter/probe.py): that order is the local start gate.
+starts the next container only once the filter's startup probe passes, and the probe passes only
+once the ruleset is verified (dejima/filter/probe.py): that order is the local start gate. With
+credential routes, the proxy is a second sidecar (proxy/pod.py): its own uid, the only one the
+ruleset lets out to the routes' ports; the secrets from a Secret the render names and never writes.
 The session runs with every capability dropped, as a non-root uid, without a service-account
-token or the cluster's service variables, its only resolver the filter's on 127.0.0.1.
+token or the cluster's service variables, its resolver the filter's on 127.0.0.1.
 
 Everything here is data from the plan; names and paths that came from the workspace are values in
 the YAML (quoted by the emitter), never structure.
