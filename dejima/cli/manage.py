@@ -8,10 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dejima.adapters import host
+from dejima import api
 from dejima.cli.jsonout import print_json_lines
 from dejima.errors import ExitStatus, UsageError
-from dejima.orchestration import manage_sessions
 from dejima.ui.console import UI
 from dejima.ui.text import escaped, plain
 
@@ -22,9 +21,7 @@ def _sessions(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(prog="dejima sessions", description="List dejima sessions of this scope.")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters.runtime import connect
-
-    sessions = manage_sessions.list_sessions(connect(), host.scope())
+    sessions = api.sessions()
     if args.json:
         print_json_lines(s.to_json() for s in sessions)
         return ExitStatus.SUCCESS
@@ -45,9 +42,7 @@ def _stop(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(prog="dejima stop", description="Stop a session and remove its containers.")
     parser.add_argument("session", help="session id, as `dejima sessions` shows it")
     args = parser.parse_args(argv)
-    from dejima.adapters.runtime import connect
-
-    manage_sessions.stop_session(connect(), host.scope(), args.session)
+    api.stop(args.session)
     ui.info(f"stopped session {args.session}")
     return ExitStatus.SUCCESS
 
@@ -60,9 +55,7 @@ def _clean(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("--all", action="store_true", help="also stop sessions that are still running")
     args = parser.parse_args(argv)
-    from dejima.adapters.runtime import connect
-
-    removed = manage_sessions.clean(connect(), host.scope(), ui, everything=args.all)
+    removed = api.clean(everything=args.all, reporter=ui)
     if not removed:
         ui.info("nothing to clean")
     return ExitStatus.SUCCESS
@@ -78,9 +71,7 @@ def _doctor(argv: list[str], ui: UI) -> int:
     parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
     parser.add_argument("--json", action="store_true", help=JSON_HELP + " (one per check)")
     args = parser.parse_args(argv)
-    from dejima.orchestration.doctor import run_doctor
-
-    checks = run_doctor(host.load_settings(), ui, build=args.build)
+    checks = api.doctor(build=args.build, reporter=ui)
     if args.json:
         print_json_lines({"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks)
     else:
@@ -103,32 +94,23 @@ def _images(argv: list[str], ui: UI) -> int:
     parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap", "prune"])
     parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
     args = parser.parse_args(argv)
-    from dejima.adapters.image_builds import ensure_image, make_bootstrap_base, recipes, resolve_base
-    from dejima.adapters.runtime import connect
-    from dejima.core import labels
-
-    runtime, settings = connect(), host.load_settings()
     if args.action == "bootstrap":
-        base = make_bootstrap_base(runtime, settings, ui)
+        base = api.bootstrap_base(reporter=ui)
         ui.info(f"made {base.ref} ({base.id[:19]})")
     elif args.action == "prune":
-        from dejima.adapters.image_builds import prune_images
-
-        removed, kept = prune_images(runtime, settings, host.identity(), ui)
+        removed, kept = api.prune_images(reporter=ui)
         ui.info(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
     elif args.action == "build":
-        base = resolve_base(runtime, settings, ui)
-        for recipe in recipes(base, settings, host.identity()):
-            ui.info(f"{recipe.role}: {ensure_image(runtime, recipe, ui, force=args.force)}")
+        api.build_images(force=args.force, reporter=ui, on_built=lambda role, tag: ui.info(f"{role}: {tag}"))
     else:
+        listed = api.images()
+        api.load_settings()  # every action reads the settings: a broken file fails the listing too
         from rich.table import Table
 
         table = Table("image", "role", "id", "size")
-        for image in runtime.images({labels.ROLE: ""}):
-            role = (image.get("Labels") or {}).get(labels.ROLE, "?")
-            for tag in image.get("RepoTags") or ["<none>"]:
-                table.add_row(plain(tag), plain(role), plain(image["Id"][7:19]),
-                              plain(f"{image.get('Size', 0) / 1e6:.0f} MB"))
+        for image in listed:
+            for tag in image.tags or ("<none>",):
+                table.add_row(plain(tag), plain(image.role), plain(image.id[7:19]), plain(f"{image.size / 1e6:.0f} MB"))
         ui.console.print(table)
     return ExitStatus.SUCCESS
 
@@ -139,15 +121,13 @@ def _settings(argv: list[str], ui: UI) -> int:
     args = parser.parse_args(argv)
     from dataclasses import asdict
 
-    from dejima.core.settings import render_settings_reference
-
     if args.action == "path":
-        print(host.settings_path())
+        print(api.settings_path())
     elif args.action == "reference":
-        print(render_settings_reference(), end="")
+        print(api.settings_reference(), end="")
     else:
-        path = host.settings_path()
-        settings = host.load_settings(path)
+        path = api.settings_path()
+        settings = api.load_settings()
         ui.info(f"settings file: {path}{'' if path.exists() else ' (absent: defaults)'}")
         print(json.dumps(asdict(settings), indent=2))
     return ExitStatus.SUCCESS
@@ -162,8 +142,6 @@ def _violations(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", nargs="?")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima import api
-
     if args.session is None:
         names = api.recorded_sessions()
         if args.json:
@@ -188,8 +166,6 @@ def _ledger(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", help="session id, as the exit summary or `dejima violations` names it")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima import api
-
     return _show_records(api.ledger(args.session), ui, args.json,
                          f"no request went through session {args.session}'s credential proxy",
                          ("time", "route", "method", "path", "status", "in", "out", "ms"),
@@ -257,25 +233,16 @@ def _manifests(argv: list[str], ui: UI) -> int:
     parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     args = parser.parse_args(argv)
-    from dejima.adapters.manifest_files import load_catalog
-
     if args.action == "reference":
-        from dejima.core.manifest import render_manifest_reference
-
-        print(render_manifest_reference(), end="")
+        print(api.manifest_reference(), end="")
         return ExitStatus.SUCCESS
-    catalog = load_catalog()
     if args.action == "show":
-        return _show_manifest(catalog, args.ref, args.json)
+        return _show_manifest(args.ref, args.json)
+    found = api.manifests()
     if args.action == "check":
-        return _check_manifests(catalog, ui, args.json)
+        return _check_manifests(found, ui, args.json)
     rows = [{"kind": m.kind, "name": m.name, "description": m.description, "source": m.source,
-             "overrides": catalog.overridden.get((m.kind, m.name)), "broken": None}
-            for m in catalog.manifests.values()]
-    rows += [{"kind": b.kind, "name": b.name, "description": None, "source": b.source,
-              "overrides": catalog.overridden.get((b.kind, b.name)), "broken": b.error.message}
-             for b in catalog.broken.values()]
-    rows.sort(key=lambda row: (str(row["kind"]), str(row["name"])))
+             "overrides": m.overrides, "broken": m.error.message if m.error is not None else None} for m in found]
     if args.json:
         print_json_lines(rows)
         return ExitStatus.SUCCESS
@@ -288,23 +255,23 @@ def _manifests(argv: list[str], ui: UI) -> int:
         about = plain(f"BROKEN: {problem}", "red") if row["broken"] else plain(row["description"])
         table.add_row(plain(f"{row['kind']}/{row['name']}"), about, plain(origin))
     ui.console.print(table)
-    if catalog.broken:
-        ui.warn(f"{len(catalog.broken)} broken manifest(s): sessions that need one stop with its error, others go "
+    broken = [m for m in found if m.broken]
+    if broken:
+        ui.warn(f"{len(broken)} broken manifest(s): sessions that need one stop with its error, others go "
                 "on without it; `dejima manifests check` says what to fix")
     return ExitStatus.SUCCESS
 
 
-def _show_manifest(catalog: Any, ref: str | None, as_json: bool) -> int:
+def _show_manifest(ref: str | None, as_json: bool) -> int:
     from dataclasses import asdict
 
     if not ref or "/" not in ref:
         raise UsageError("show needs KIND/NAME", hint="e.g. dejima manifests show workflows/rust")
     kind, name = ref.split("/", 1)
-    from dejima.core.manifest import KINDS
-
-    if kind not in KINDS:
-        raise UsageError(f"show {escaped(ref)}: no kind {escaped(kind)!r}", hint=f"kinds: {', '.join(KINDS)}")
-    data = asdict(catalog.get(kind, name))
+    if kind not in api.MANIFEST_KINDS:
+        raise UsageError(f"show {escaped(ref)}: no kind {escaped(kind)!r}",
+                         hint=f"kinds: {', '.join(api.MANIFEST_KINDS)}")
+    data = asdict(api.manifest(kind, name))
     if as_json:
         print_json_lines([data])
     else:
@@ -314,17 +281,17 @@ def _show_manifest(catalog: Any, ref: str | None, as_json: bool) -> int:
     return ExitStatus.SUCCESS
 
 
-def _check_manifests(catalog: Any, ui: UI, as_json: bool) -> int:
+def _check_manifests(found: list[api.ManifestInfo], ui: UI, as_json: bool) -> int:
     """Every broken manifest with its error and fix; exit 2 (bad input) when there is one."""
-    broken = [catalog.broken[ref] for ref in sorted(catalog.broken)]
+    broken = [(m, m.error) for m in found if m.error is not None]
     if as_json:
-        print_json_lines({"manifest": b.ref, "source": b.source, "error": b.error.message, "hint": b.error.hint}
-                         for b in broken)
+        print_json_lines({"manifest": m.ref, "source": m.source, "error": error.message, "hint": error.hint}
+                         for m, error in broken)
     else:
-        for b in broken:
-            ui.error(b.error)
+        for _, error in broken:
+            ui.error(error)
         if not broken:
-            ui.info(f"{len(catalog.manifests)} manifests, none broken")
+            ui.info(f"{len(found)} manifests, none broken")
     return ExitStatus.USAGE if broken else ExitStatus.SUCCESS
 
 

@@ -29,6 +29,10 @@ PUBLIC = [
     "RunningSession", "running_sessions", "running_session", "live", "grant", "revoke", "persist_grants",
     "check_grant_entry", "check_duration",
     "recorded_sessions", "violations", "ledger", "Finding", "findings", "findings_by_id", "acknowledge", "restore",
+    "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor",
+    "ImageInfo", "BaseImage", "images", "build_images", "bootstrap_base", "prune_images",
+    "settings_path", "settings_reference",
+    "ManifestInfo", "Manifest", "MANIFEST_KINDS", "manifests", "manifest", "manifest_reference",
     "DejimaError", "DiagnosticError", "InputError", "SettingsError", "UsageError", "EngineError", "ImageError",
     "SessionError", "FilterError", "SessionEnded", "GrantRefused", "ExitStatus",
 ]
@@ -60,12 +64,18 @@ def test_the_errors_are_dejimas_own() -> None:
 def test_the_lazy_types_are_the_layers_own() -> None:
     from dejima.adapters.control_client import RunningSession
     from dejima.adapters.findings import Stored
+    from dejima.adapters.image_builds import Base
+    from dejima.core.manifest import KINDS, Manifest
     from dejima.core.plan import SessionPlan
     from dejima.core.settings import Settings
+    from dejima.orchestration.doctor import Check
+    from dejima.orchestration.manage_sessions import SessionInfo
     from dejima.orchestration.session_reporter import SessionReporter
 
     assert (api.Settings, api.SessionPlan, api.Reporter, api.RunningSession, api.Finding) == (
         Settings, SessionPlan, SessionReporter, RunningSession, Stored)
+    assert (api.SessionInfo, api.DoctorCheck, api.BaseImage, api.Manifest, api.MANIFEST_KINDS) == (
+        SessionInfo, Check, Base, Manifest, KINDS)
 
 
 def test_importing_the_api_loads_nothing_of_dejima_but_its_errors() -> None:
@@ -238,10 +248,6 @@ CLI_IMPORTS_BELOW = {
     ("audit.py", "dejima.adapters.restore"): "the terminal walk restores one file at a time",
     ("audit_review.py", "dejima.adapters.findings"): "the walk's store and its findings' type",
     ("audit_review.py", "dejima.core.audit"): "the walk's order: worst severity first",
-    **{("manage.py", module): "a management command the API does not cover yet" for module in (
-        "dejima.adapters.host", "dejima.adapters.runtime", "dejima.adapters.image_builds",
-        "dejima.adapters.manifest_files", "dejima.core.labels", "dejima.core.settings", "dejima.core.manifest",
-        "dejima.orchestration.manage_sessions", "dejima.orchestration.doctor")},
 }
 
 
