@@ -264,5 +264,11 @@ def test_a_grant_through_kubectl_exec_reaches_the_running_pod(user: User, scope:
     assert json.loads(granted.stdout)["granted"] == ["web.dejima.test:8080"]
     after, _ = session()
     assert after["result"] == "connected"
+    listed = docker("exec", pod.containers["filter"], *grant[:3], "--list")
+    assert listed.returncode == 0 and b"web.dejima.test:8080" in listed.stdout
     refused = docker("exec", pod.containers["filter"], "python3", "-m", "dejima.filter.grant", "bad.wild.dejima.test")
     assert refused.returncode == 1 and b"deny" in refused.stdout.lower()  # the filter's own refusal, with its reason
+    revoked = docker("exec", pod.containers["filter"], *grant[:3], "--revoke", "web.dejima.test:8080")
+    assert revoked.returncode == 0, revoked.stdout
+    again, _ = session()
+    assert again["result"] == "blocked"  # taken back: the next session container is refused again
