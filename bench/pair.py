@@ -13,6 +13,7 @@ import json
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from bench.common import DEJIMA, Env, Row, dejima_images, docker, load
 from dejima.core.kubernetes import MEMORY_REQUEST
@@ -36,9 +37,9 @@ def run(env: Env, queries: int) -> list[Row]:
     workspace = env.workspace("pair")
     _, session_image = dejima_images(env, workspace)
     before = load()
-    with _pair(env, ["sh", "-c", f"echo held; {HOLD}"], "held") as (filter_id, session_id):
+    with _pair(env, workspace, ["sh", "-c", f"echo held; {HOLD}"], "held") as (filter_id, session_id):
         idle_filter, idle_session = _memory(filter_id), _memory(session_id)
-    with _pair(env, ["sh", "-c", f"python3 -c '{BURST}' {queries}; {HOLD}"], "burst-done") as (filter_id, _):
+    with _pair(env, workspace, ["sh", "-c", f"python3 -c '{BURST}' {queries}; {HOLD}"], "burst-done") as (filter_id, _):
         busy_filter = _memory(filter_id)
     bare = docker("run", "-d", "--label", f"dejima.scope={env.scope}", "--entrypoint", "sleep", session_image, "120")
     try:
@@ -56,9 +57,9 @@ def run(env: Env, queries: int) -> list[Row]:
 
 
 @contextmanager
-def _pair(env: Env, command: list[str], marker: str) -> Iterator[tuple[str, str]]:
-    """A session running ``command``, once it printed ``marker``: (filter, session) container ids."""
-    process = subprocess.Popen([*DEJIMA, "-q", str(env.workspace("pair")), "--", *command], env=env.vars,
+def _pair(env: Env, workspace: Path, command: list[str], marker: str) -> Iterator[tuple[str, str]]:
+    """A session on ``workspace`` running ``command``, once it printed ``marker``: (filter, session) ids."""
+    process = subprocess.Popen([*DEJIMA, "-q", str(workspace), "--", *command], env=env.vars,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None

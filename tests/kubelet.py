@@ -38,7 +38,7 @@ class LocalPod:
     name: str
     containers: dict[str, str] = field(default_factory=dict)  # container name -> engine id ("pod": the infra)
     directories: list[tempfile.TemporaryDirectory[str]] = field(default_factory=list)
-    volumes: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    volumes: dict[str, Path] = field(default_factory=dict)  # volume name -> the host directory it is
     values: dict[tuple[str, str], str] = field(default_factory=dict)  # ConfigMaps' and Secrets' keys
 
     def delete(self) -> None:
@@ -100,7 +100,7 @@ def start_pod(objects: list[dict[str, Any]], scope: str, network: str, claims: d
         raise
 
 
-def run_container(pod: LocalPod, objects: list[dict[str, Any]], claims: dict[str, Path], index: int = 0,
+def run_container(pod: LocalPod, objects: list[dict[str, Any]], index: int = 0,
                   timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
     """Run the pod's container ``index`` to its end (output captured); the pod's other containers keep running."""
     _, spec = pod_spec(objects)
@@ -132,14 +132,14 @@ def _directory(pod: LocalPod) -> Path:
     return path
 
 
-def _volumes(pod: LocalPod, volumes: list[dict[str, Any]], claims: dict[str, Path]) -> dict[str, tuple[str, Any]]:
-    found: dict[str, tuple[str, Any]] = {}
+def _volumes(pod: LocalPod, volumes: list[dict[str, Any]], claims: dict[str, Path]) -> dict[str, Path]:
+    found: dict[str, Path] = {}
     for volume in volumes:
         if "persistentVolumeClaim" in volume:
-            found[volume["name"]] = ("bind", claims[volume["persistentVolumeClaim"]["claimName"]])
+            found[volume["name"]] = claims[volume["persistentVolumeClaim"]["claimName"]]
         else:  # an emptyDir: one directory, shared by every container that mounts it (as a pod's is)
             assert set(volume) == {"name", "emptyDir"}, volume
-            found[volume["name"]] = ("bind", _directory(pod))
+            found[volume["name"]] = _directory(pod)
     return found
 
 
@@ -148,7 +148,7 @@ def _bytes(quantity: str) -> int:
     return int(quantity[:-2]) * units[quantity[-2:]] if quantity[-2:] in units else int(quantity)
 
 
-def _container_args(pod: LocalPod, container: dict[str, Any], volumes: dict[str, tuple[str, Any]],
+def _container_args(pod: LocalPod, container: dict[str, Any], volumes: dict[str, Path],
                     configs: dict[tuple[str, str], str], resolv: Path) -> list[str]:
     unknown = set(container) - CONTAINER_FIELDS
     assert not unknown, f"the local kubelet does not know {unknown}"
@@ -173,8 +173,7 @@ def _container_args(pod: LocalPod, container: dict[str, Any], volumes: dict[str,
             value = variable["value"]
         args += ["-e", f"{variable['name']}={value}"]
     for mount in container["volumeMounts"]:
-        _, source = volumes[mount["name"]]
-        path = Path(source) / mount.get("subPath", "")
+        path = volumes[mount["name"]] / mount.get("subPath", "")
         args += ["--mount", f"type=bind,source={path},target={mount['mountPath']}"
                  + (",readonly" if mount.get("readOnly") else "")]
     if "workingDir" in container:

@@ -73,9 +73,9 @@ def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved
     text = kubernetes_yaml(kubernetes_objects(done["plan"], target, proxy, tuple(left_out)))
     if proxy is not None:  # the one object the render does not write: it would hold the secrets
         namespace = f" -n {cluster.namespace}" if cluster.namespace else ""
-        ui.info(f"the pod's credential proxy reads {', '.join(proxy.variables)} from the Secret "
-                f"{secret_name(object_name(str(workspace)))}; make it first: kubectl{namespace} create secret generic "
-                f"{secret_name(object_name(str(workspace)))} "
+        secret = secret_name(object_name(str(workspace)))
+        ui.info(f"the pod's credential proxy reads {', '.join(proxy.variables)} from the Secret {secret}; make "
+                f"it first: kubectl{namespace} create secret generic {secret} "
                 + " ".join(f"--from-literal={v}=\"${v}\"" for v in proxy.variables))
     return text
 

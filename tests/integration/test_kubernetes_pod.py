@@ -25,16 +25,23 @@ from tests.world import User, docker, run_dejima, wait_for_line
 CLAIM = "test-workspace"
 
 
-def render(user: User, scope: str, workspace: Path, world: World, images: Images, *args: str,
-           form: str = "pod") -> list[dict[str, Any]]:
+def rendered(user: User, scope: str, workspace: Path, world: World, images: Images, args: tuple[str, ...],
+             form: str = "pod", extra: str = "") -> subprocess.CompletedProcess[str]:
+    """`dejima WORKSPACE --render FORM ARGS` with the world's settings, a [kubernetes] section naming the
+    test's images and the world's DNS, and ``extra`` settings."""
     settings = workspace.parent / f"k8s-{workspace.name}.toml"
     settings.write_text(world.settings.read_text() + (
         f'\n[kubernetes]\nfilter_image = "{images.filter}"\nsession_image = "{images.session}"\n'
-        f'dns_upstreams = ["{world.dns}"]\nworkspace_claim = "{CLAIM}"\n'))
+        f'dns_upstreams = ["{world.dns}"]\nworkspace_claim = "{CLAIM}"\n') + extra)
     settings.chmod(0o644)
     result = run_dejima(user, scope, str(workspace), "--render", form, *args, DEJIMA_SETTINGS=str(settings))
     assert result.returncode == 0, result.stderr
-    return list(yaml.safe_load_all(result.stdout))
+    return result
+
+
+def render(user: User, scope: str, workspace: Path, world: World, images: Images, *args: str,
+           form: str = "pod") -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all(rendered(user, scope, workspace, world, images, args, form).stdout))
 
 
 @pytest.fixture
@@ -49,7 +56,7 @@ def run_pod(objects: list[dict[str, Any]], scope: str, world: World, workspace: 
             pods: list[LocalPod]) -> tuple[LocalPod, list[dict[str, Any]]]:
     pod = start_pod(objects, scope, world.network, {CLAIM: workspace})
     pods.append(pod)
-    result = run_container(pod, objects, {CLAIM: workspace})
+    result = run_container(pod, objects)
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     lines = [line for line in result.stdout.decode().splitlines() if line.startswith("[")]
     output: list[dict[str, Any]] = json.loads(lines[-1])
@@ -110,7 +117,7 @@ def test_with_the_filter_gone_the_boundary_stays(user: User, scope: str, workspa
     pods.append(pod)
     assert docker("kill", pod.containers["filter"]).returncode == 0
     assert inspect(pod.containers["filter"])["State"]["Running"] is False
-    result = run_container(pod, objects, {CLAIM: workspace})
+    result = run_container(pod, objects)
     other, name, web = json.loads(result.stdout.decode().splitlines()[-1])
     assert other["result"] == "blocked" and web["result"] == "blocked"  # web was never resolved: not in a set
     assert name["result"] == "failed"
@@ -123,7 +130,7 @@ def test_the_session_container_runs_as_rendered(user: User, scope: str, workspac
                      "cat /etc/resolv.conf; touch \"$PWD/written\" && echo wrote")
     pod = start_pod(objects, scope, world.network, {CLAIM: workspace})
     pods.append(pod)
-    result = run_container(pod, objects, {CLAIM: workspace})
+    result = run_container(pod, objects)
     out = result.stdout.decode()
     assert out.splitlines()[0] == str(user.uid)
     assert "CapEff:\t0000000000000000" in out and "NoNewPrivs:\t1" in out
@@ -152,17 +159,10 @@ server.serve_forever()
 
 def render_with_routes(user: User, scope: str, workspace: Path, world: World, images: Images,
                        *command: str) -> list[dict[str, Any]]:
-    """A render whose github-git route (the forge's) goes to a fake upstream on the pod's loopback."""
-    settings = workspace.parent / f"k8s-routes-{workspace.name}.toml"
-    settings.write_text(world.settings.read_text() + (
-        f'\n[kubernetes]\nfilter_image = "{images.filter}"\nsession_image = "{images.session}"\n'
-        f'dns_upstreams = ["{world.dns}"]\nworkspace_claim = "{CLAIM}"\n'
+    """A render whose github routes (the forge's) go to a fake upstream on the pod's loopback."""
+    result = rendered(user, scope, workspace, world, images, ("--forge", "github", "--", *command), extra=(
         f'\n[credentials]\nupstreams = {{ github-git = "http://127.0.0.1:{ROUTE_PORT}", '
         f'github-api = "http://127.0.0.1:{ROUTE_PORT}" }}\n'))
-    settings.chmod(0o644)
-    result = run_dejima(user, scope, str(workspace), "--render", "pod", "--forge", "github", "--", *command,
-                        DEJIMA_SETTINGS=str(settings))
-    assert result.returncode == 0, result.stderr
     assert "kubectl" in result.stderr and "create secret generic" in result.stderr  # the one object not rendered
     return list(yaml.safe_load_all(result.stdout))
 
@@ -199,7 +199,7 @@ def test_the_pods_proxy_carries_the_secret_the_session_never_holds(user: User, s
     pod = start_pod(objects, scope, world.network, {CLAIM: workspace}, {(f"{name}-credentials", "GH_TOKEN"): TOKEN})
     pods.append(pod)
     upstream = fake_upstream_in(pod, images.session)
-    result = run_container(pod, objects, {CLAIM: workspace})  # the upstream answered before the session ended
+    result = run_container(pod, objects)  # the upstream answered before the session ended
     seen, api_seen = [line for line in docker("logs", upstream).stdout.decode().splitlines()
                       if line.startswith("request ")]  # git's, then gh's API through the TLS fallback
     basic = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
@@ -233,7 +233,7 @@ def test_only_the_proxys_uid_gets_out_to_its_routes_port(user: User, scope: str,
     assert proxy_name == {"result": "resolved", "addresses": [world.web]}  # through the cluster's DNS, second
     (other_uid,) = from_proxy_container(PROXY_UID + 1, tcp(world.web, ROUTE_PORT))
     assert other_uid["result"] == "blocked"  # the same container, another uid: refused
-    result = run_container(pod, objects, {CLAIM: workspace})
+    result = run_container(pod, objects)
     session_tcp, session_name = json.loads(result.stdout.decode().splitlines()[-1])
     assert session_tcp["result"] == "blocked" and session_name["result"] == "failed"
 
@@ -250,7 +250,7 @@ def test_a_grant_through_kubectl_exec_reaches_the_running_pod(user: User, scope:
     pods.append(pod)
 
     def session() -> list[dict[str, Any]]:
-        result = run_container(pod, objects, {CLAIM: workspace})
+        result = run_container(pod, objects)
         found: list[dict[str, Any]] = json.loads(result.stdout.decode().splitlines()[-1])
         return found
 
