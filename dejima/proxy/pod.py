@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dejima.adapters.session_dirs import LEDGER
+from dejima.adapters.session_dirs import RECORDS as VIOLATIONS
 from dejima.core.credentials import Route, RouteError, parse_upstream
 from dejima.core.manifest import CredentialRoute
 from dejima.core.paths import FILTER_RUN_DIR, PROXY_CONFIG_ENV, PROXY_RECORDS_DIR, PROXY_TRUST_DIR
@@ -33,10 +35,9 @@ from dejima.core.sigv4 import AwsSigning, SigningScope
 from dejima.errors import ExitStatus
 from dejima.proxy.aws_source import AwsSource
 from dejima.proxy.gitpush import GitPushGuard
-from dejima.proxy.routes import Forwarding, RouteBehaviour, RouteSpec
+from dejima.proxy.routes import RouteSpec
 from dejima.proxy.server import ProxyConfig, ProxyServer
-from dejima.proxy.setup import PreparedProxy
-from dejima.proxy.signing import SigV4Signing
+from dejima.proxy.setup import PreparedProxy, behaviour_for
 from dejima.proxy.sources import CredentialError, CredentialSource, env_source
 
 CONFIG_ENV = PROXY_CONFIG_ENV
@@ -113,12 +114,12 @@ def proxy_config(document: Mapping[str, Any], environ: Mapping[str, str], record
         route = Route(item["name"], parse_upstream(item["upstream"], item["name"]), item["header"], item["scheme"],
                       item["placeholder"], item["username"], signing)
         push = item["push"]
-        behaviour: RouteBehaviour = SigV4Signing() if signing else GitPushGuard(PushPolicy(
-            tuple(push["repositories"]), push["allow_force"], push["allow_default_branch"])) if push else Forwarding()
+        policy = PushPolicy(tuple(push["repositories"]), push["allow_force"], push["allow_default_branch"]) \
+            if push else None
         # A signing route's keys: the AWS variables (no profile file in the pod); others: their one variable.
         source: CredentialSource = AwsSource("default", where, {k: v for k, v in environ.items() if k.startswith(
             "AWS_")}, Path("/nonexistent")) if signing else env_source(item["secret"], where, environ)
-        specs.append(RouteSpec(route, source, behaviour))
+        specs.append(RouteSpec(route, source, behaviour_for(route, policy)))
     interception = None
     if document.get("intercept"):
         from dejima.proxy.authority import SessionAuthority
@@ -126,7 +127,7 @@ def proxy_config(document: Mapping[str, Any], environ: Mapping[str, str], record
 
         hosts = dict(document["intercept"])
         interception = Interception(SessionAuthority.create(hosts), hosts)
-    return ProxyConfig(tuple(specs), records / "ledger.jsonl", records / "violations.jsonl",
+    return ProxyConfig(tuple(specs), records / LEDGER, records / VIOLATIONS,
                        dict(document["decoys"]), memory_budget=int(document["memory_budget"]),
                        max_connections=int(document["max_connections"]), interception=interception)
 

@@ -96,7 +96,7 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
         placeholder = aws_key_id if signing else shared.setdefault(declared.source,
                                                                    make_placeholder(shape_host, header))
         route = Route(declared.name, upstream, header, declared.scheme, placeholder, declared.username, signing)
-        specs.append(RouteSpec(route, source, _behaviour(route, push.get(declared.name))))
+        specs.append(RouteSpec(route, source, behaviour_for(route, push.get(declared.name))))
         manifest_routes[declared.name] = declared
     taken = [r.placeholder_env for r in manifest_routes.values() if r.placeholder_env]
     if any(spec.route.signing for spec in specs):
@@ -107,7 +107,7 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
     return PreparedProxy(config, manifest_routes, decoys, tuple(skipped))
 
 
-def _behaviour(route: Route, push: PushPolicy | None) -> RouteBehaviour:
+def behaviour_for(route: Route, push: PushPolicy | None) -> RouteBehaviour:
     """How the route's requests go upstream: signed (aws-sigv4), guarded (git routes with push rules), forwarded."""
     if route.signing is not None:
         return SigV4Signing()
