@@ -282,9 +282,30 @@ def _pod_spec(plan: SessionPlan, target: KubernetesTarget, name: str, session_us
     return spec
 
 
+def _probes(command: tuple[str, ...], target: KubernetesTarget) -> tuple[Object, Object]:
+    """(startup, readiness) probes of a sidecar: every second; the start may take the filter's ready timeout."""
+    startup = {"exec": {"command": list(command)}, "periodSeconds": 1, "timeoutSeconds": 5,
+               "failureThreshold": max(1, int(target.ready_timeout))}
+    return startup, {**startup, "failureThreshold": 3}
+
+
+def _unprivileged(uid: int, gid: int) -> Object:
+    """The proxy's and the session's security context: a non-root uid, every capability dropped, no way
+    to gain privileges, a read-only root (what they write goes to their volumes)."""
+    return {
+        "runAsUser": uid,
+        "runAsGroup": gid,
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def _filter_container(filter_spec: ContainerSpec, target: KubernetesTarget, name: str) -> Object:
-    probe = {"exec": {"command": list(PROBE)}, "periodSeconds": 1, "timeoutSeconds": 5,
-             "failureThreshold": max(1, int(target.ready_timeout))}
+    startup, readiness = _probes(PROBE, target)
     return {
         "name": "filter",
         "image": target.filter_image,
@@ -300,8 +321,8 @@ def _filter_container(filter_spec: ContainerSpec, target: KubernetesTarget, name
             "readOnlyRootFilesystem": filter_spec.read_only_rootfs,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "startupProbe": probe,
-        "readinessProbe": {**probe, "failureThreshold": 3},
+        "startupProbe": startup,
+        "readinessProbe": readiness,
         "resources": _resources(filter_spec.limits),
         "volumeMounts": [{"name": "filter-run", "mountPath": FILTER_RUN_DIR},
                          {"name": "filter-control", "mountPath": CONTROL_DIR}],
@@ -311,8 +332,7 @@ def _filter_container(filter_spec: ContainerSpec, target: KubernetesTarget, name
 def _proxy_container(proxy: PodProxy, target: KubernetesTarget, name: str) -> Object:
     """The credential proxy: the secrets from the Secret (by reference), the routes from the ConfigMap,
     its socket in the filter's volume (the session mounts neither), its own uid."""
-    probe = {"exec": {"command": list(PROXY_PROBE)}, "periodSeconds": 1, "timeoutSeconds": 5,
-             "failureThreshold": max(1, int(target.ready_timeout))}
+    startup, readiness = _probes(PROXY_PROBE, target)
     return {
         "name": "proxy",
         "image": target.filter_image,  # the filter's image holds the proxy's code (docker/README.md)
@@ -325,18 +345,9 @@ def _proxy_container(proxy: PodProxy, target: KubernetesTarget, name: str) -> Ob
                 *({"name": variable, "valueFrom": {"secretKeyRef": {"name": secret_name(name), "key": variable,
                                                                     "optional": True}}}
                   for variable in proxy.optional)],
-        "securityContext": {
-            "runAsUser": PROXY_UID,
-            "runAsGroup": PROXY_UID,
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "startupProbe": probe,
-        "readinessProbe": {**probe, "failureThreshold": 3},
+        "securityContext": _unprivileged(PROXY_UID, PROXY_UID),
+        "startupProbe": startup,
+        "readinessProbe": readiness,
         "resources": {"requests": {"cpu": f"{CPU_PER_SHARE_MILLI}m", "memory": quantity(MEMORY_REQUEST)},
                       "limits": {"memory": quantity(PROXY_MEMORY)}},
         "volumeMounts": [{"name": "filter-run", "mountPath": FILTER_RUN_DIR},
@@ -386,16 +397,7 @@ def _session_container(session: ContainerSpec, target: KubernetesTarget, user: t
         container["workingDir"] = session.working_dir
     container["env"] = [{"name": key, "value": value} for key, value in session.environment.items()
                         if key not in credential_env]
-    container["securityContext"] = {
-        "runAsUser": user[0],
-        "runAsGroup": user[1],
-        "runAsNonRoot": True,
-        "allowPrivilegeEscalation": False,
-        "privileged": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,  # what it writes goes to the workspace, its home, /tmp
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    container["securityContext"] = _unprivileged(*user)
     container["resources"] = _resources(session.limits)
     container["volumeMounts"] = mounts
     if session.tty:
