@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from dejima.orchestration.session import Sink
     from dejima.orchestration.session_reporter import SessionReporter as Reporter
     from dejima.orchestration.start import Prepared
+    from dejima.orchestration.start_plan import StartPlan
     from dejima.orchestration.start_request import Options
 
 __all__ = [
@@ -184,6 +185,7 @@ class Rendered:
     plan: SessionPlan
     steps: tuple[tuple[str, str, tuple[str, ...], bool], ...]  # (part, step, what it needs, it changes something)
     text: str  # what `dejima PATH --render` prints: the plan and the start's steps
+    start: StartPlan  # the whole start as data (its ``session`` is ``plan``): what a real start applies
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
@@ -231,9 +233,10 @@ def render(request: Request, reporter: Reporter | None = None) -> Rendered:
 
     reporter = reporter if reporter is not None else QuietReporter()
     given = _inputs(request, reporter)
-    planned, outline = start.render_start(given.workspace, given.command, given.resolved, given.settings,
-                                          given.options, reporter)
-    return Rendered(planned, outline, format_plan(planned) + "\n\n" + format_steps(outline))
+    planned = start.render_start(given.workspace, given.command, given.resolved, given.settings, given.options,
+                                 reporter)
+    outline = planned.outline()
+    return Rendered(planned.session, outline, format_plan(planned.session) + "\n\n" + format_steps(outline), planned)
 
 
 def render_kubernetes(request: Request, kind: Literal["Sandbox", "Pod"] = "Sandbox",

@@ -22,6 +22,7 @@ from dejima.core import labels
 from dejima.core.images import (
     NO_LAYERS,
     ImageLayers,
+    ImageNeeds,
     ImageRecipe,
     bootstrap_base_tag,
     build_filter_recipe,
@@ -142,18 +143,34 @@ def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: Reporter, force: boo
     return recipe.tag
 
 
-def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: Reporter,
-                  layers: ImageLayers = NO_LAYERS) -> tuple[str, str]:
-    """Tags of the filter and session images, building them first if needed."""
+def image_needs(runtime: Runtime, settings: Settings, identity: Identity, ui: Reporter,
+                layers: ImageLayers = NO_LAYERS) -> ImageNeeds:
+    """The tags a start runs and the recipes of the images the engine lacks. The base must exist
+    first (pulled, or made with debootstrap): the recipes hash its id into the tags."""
     base = resolve_base(runtime, settings, ui)
     key = recipe_inputs_key(base, settings, identity, layers)
     known = TagCache().get(key)
     if known is not None and all(runtime.image_id(tag) for tag in known):
-        return known
+        return ImageNeeds(known)
     filter_recipe, session_recipe = recipes(base, settings, identity, layers)
-    tags = ensure_image(runtime, filter_recipe, ui), ensure_image(runtime, session_recipe, ui)
-    TagCache().put(key, tags)
-    return tags
+    missing = tuple(r for r in (filter_recipe, session_recipe) if not runtime.image_id(r.tag))
+    return ImageNeeds((filter_recipe.tag, session_recipe.tag), missing, key)
+
+
+def build_needed(runtime: Runtime, needs: ImageNeeds, ui: Reporter) -> None:
+    """Build the images ``needs`` lacks, then remember its tags."""
+    for recipe in needs.to_build:
+        ensure_image(runtime, recipe, ui, force=True)
+    if needs.cache_key:
+        TagCache().put(needs.cache_key, needs.tags)
+
+
+def ensure_images(runtime: Runtime, settings: Settings, identity: Identity, ui: Reporter,
+                  layers: ImageLayers = NO_LAYERS) -> tuple[str, str]:
+    """Tags of the filter and session images, building them first if needed."""
+    needs = image_needs(runtime, settings, identity, ui, layers)
+    build_needed(runtime, needs, ui)
+    return needs.tags
 
 
 RECIPE_KEY_VERSION = b"1"

@@ -46,6 +46,16 @@ class ImageRecipe:
         return {labels.ROLE: self.role, labels.RECIPE_HASH: self.content_hash}
 
 
+@dataclass(frozen=True, slots=True)
+class ImageNeeds:
+    """The images a start runs, by tag (filter, session), and the recipes of the ones the engine
+    lacks: a start builds those, then remembers the tags under ``cache_key``."""
+
+    tags: tuple[str, str]
+    to_build: tuple[ImageRecipe, ...] = ()
+    cache_key: str = ""  # the recipe inputs' digest (adapters/image_builds.recipe_inputs_key); "": not remembered
+
+
 def _context_files(extra_cas: dict[str, bytes], sources: dict[str, bytes]) -> tuple[tuple[str, bytes], ...]:
     # The extra-ca directory always exists in the context (with a placeholder) so that the
     # Dockerfile's COPY works whether or not the host has extra CAs.

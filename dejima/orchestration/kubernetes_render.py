@@ -26,7 +26,6 @@ from dejima.core.settings import Settings
 from dejima.errors import UsageError
 from dejima.orchestration.session_reporter import SessionReporter
 from dejima.orchestration.start_request import Options
-from dejima.orchestration.steps import apply
 
 if TYPE_CHECKING:
     from dejima.proxy.runner import SessionProxy
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                       options: Options, ui: SessionReporter, kind: Kind) -> str:
     """The YAML for kubectl apply; what only a cluster can say comes from [kubernetes]."""
-    from dejima.orchestration.start import start_steps
+    from dejima.orchestration.start import render_start
     from dejima.proxy.pod import not_carried
 
     cluster = settings.kubernetes
@@ -63,14 +62,13 @@ def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved
         replace(c, manifest=replace(c.manifest, credentials=tuple(r for r in c.manifest.credentials
                                                                   if r.name not in left_out)))
         for c in resolved.choices))
-    steps = start_steps(workspace, command, served, settings, None, ui, replace(options, upstream_dns=upstreams),
-                        None, object_name(str(workspace)))
-    done = apply(steps, dry=True).results
+    planned = render_start(workspace, command, served, settings, replace(options, upstream_dns=upstreams), ui,
+                           object_name(str(workspace)))
     target = KubernetesTarget(kind, cluster.filter_image, cluster.session_image, cluster.namespace,
                               cluster.workspace_claim, cluster.runtime_class, settings.session.ready_timeout,
                               settings.session.stop_timeout)
-    proxy = _pod_proxy(done["credentials"])
-    text = kubernetes_yaml(kubernetes_objects(done["plan"], target, proxy, tuple(left_out)))
+    proxy = _pod_proxy(planned.proxy)
+    text = kubernetes_yaml(kubernetes_objects(planned.session, target, proxy, tuple(left_out)))
     if proxy is not None:  # the one object the render does not write: it would hold the secrets
         namespace = f" -n {cluster.namespace}" if cluster.namespace else ""
         secret = secret_name(object_name(str(workspace)))

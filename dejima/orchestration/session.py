@@ -24,9 +24,9 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import FrameType
 from typing import TextIO
 
@@ -41,7 +41,8 @@ from dejima.errors import EngineError, ExitStatus, FilterError
 from dejima.filter import FAILED, READY, VIOLATION
 from dejima.orchestration.background import Background
 from dejima.orchestration.prestart import Prestarted
-from dejima.orchestration.steps import Done, Step, apply
+from dejima.orchestration.start_plan import CALLERS_STEPS, pair_outline
+from dejima.orchestration.steps import Done, Step, StepGraphError, apply
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FILTER_STOP_SECONDS = 2
@@ -330,16 +331,16 @@ def stop_filter_and_read(runtime: Runtime, container: str) -> str:
 def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float, stop_timeout: float,
         on_filter_output: Callable[[str], None] | None = None,
         on_refusal: Callable[[dict[str, object]], None] | None = None,
-        before_session: Sequence[Step] = (),
+        before_session: Mapping[str, Callable[[Done], object]] = {},
         once_session_removed: Callable[[], None] | None = None,
         prestarted: Prestarted | None = None, output: Output = Output()) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
     Its start is steps (``pair_steps``): the session's command runs only after the filter reported
-    ready (its container may start before, behind the gate). ``before_session``: the caller's steps
-    that must be done before the session's container starts (the audit's start snapshot); they run
-    while the filter starts. ``once_session_removed`` runs when no process of the session is left
-    (its container removed), while the filter is still being stopped: the end of the session's
-    audit belongs there.
+    ready (its container may start before, behind the gate). ``before_session``: the caller's actions
+    for the steps that must be done before the session's container starts (``boundary``, ``audit-start``:
+    the boundary line, the audit's start snapshot); they run while the filter starts.
+    ``once_session_removed`` runs when no process of the session is left (its container removed),
+    while the filter is still being stopped: the end of the session's audit belongs there.
 
     ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped;
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
@@ -388,16 +389,11 @@ def _send_configuration(fifo: str, configuration: str) -> HeldFifo:
 
 
 def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: list[HeldFifo], gate: Gate | None,
-               ready_timeout: float, before_session: Sequence[Step] = (),
+               ready_timeout: float, before_session: Mapping[str, Callable[[Done], object]] = {},
                prestarted: Prestarted | None = None, output: Output = Output()) -> list[Step]:
-    """The start of the container pair as steps (dejima.orchestration.steps); ids go to ``created`` and
-    FIFOs to ``held`` as they exist, for the teardown.
-
-    The engine takes most of a start to start the filter (its network above all), and the filter
-    then applies and verifies its ruleset. Meanwhile the steps that do not depend on it run: the
-    session container's create (it joins the filter's namespaces only when started), the caller's
-    ``before_session`` steps (the audit's start snapshot), and, behind the gate, the session's start.
-    """
+    """The container pair's start (orchestration/start_plan.pair_outline: what each step waits for) with
+    its actions; ids go to ``created`` and FIFOs to ``held`` as they exist, for the teardown.
+    ``before_session``: the caller's actions for ``boundary`` and ``audit-start`` (none: nothing to do)."""
     digest = ruleset_digest(plan.ruleset)
     gated = gate is not None
 
@@ -441,23 +437,17 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
         if gate is not None:
             gate.release()
 
-    callers = tuple(step.name for step in before_session)
-    steps = [
-        Step("filter", create_filter),
-        Step("filter-configuration", configure_filter, needs=("filter",)),
-        Step("filter-start", start_filter, needs=("filter-configuration",)),
-        Step("session", create_session, needs=("filter",)),
-        *(replace(step, needs=(*step.needs, "filter")) for step in before_session),
-        Step("filter-ready", filter_ready, needs=("filter-start",)),
-    ]
-    # An interactive session's terminal is handed over only to a session that will run: the CLI
-    # starts it once the gate is open.
-    if not plan.interactive:
-        steps.append(Step("session-start", start_session,
-                          needs=("session", *callers, *(() if gated else ("filter-ready",)))))
-    steps.append(Step("open-gate", release_gate,
-                      needs=("filter-ready", "session", *callers, *(() if plan.interactive else ("session-start",)))))
-    return steps
+    theirs = sorted(set(before_session) - set(CALLERS_STEPS))
+    if theirs:
+        raise StepGraphError(f"a caller acts only for the pair's {' and '.join(CALLERS_STEPS)}, not for "
+                             f"{', '.join(theirs)}")
+    actions: dict[str, Callable[[Done], object]] = {
+        "filter": create_filter, "filter-configuration": configure_filter, "filter-start": start_filter,
+        "session": create_session, "filter-ready": filter_ready, "session-start": start_session,
+        "open-gate": release_gate, **{name: lambda _: None for name in CALLERS_STEPS}, **before_session,
+    }
+    return [Step(declared.name, actions[declared.name], declared.needs, effect=declared.effect)
+            for declared in pair_outline(plan.interactive, gated)]
 
 
 # --- leftovers -------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""Starting a session: prepare it (stale sessions, images, the plan, the credential routes), then
-run it (filter and session containers, the exit audit around it, the records kept after it).
+"""Starting a session: read the facts, plan (orchestration/start_plan.py), apply the plan's
+preparation, then run it (filter and session containers, the exit audit around it, the records
+kept after it).
 
-    start_steps       what a start does before its containers, as steps with what each needs
-    prepare_session   those steps applied (dejima.orchestration.steps); nothing started yet
-    render_plan       the same steps, dry: the plan ``--render`` prints
+    read_facts        what the host and the engine say (the credential sources read, kept apart)
+    prepare_session   facts, plan_start, apply_start: nothing started yet
+    render_start      the same facts read dry and the same plan_start: the plan ``--render`` prints
     run_session       session.run with the audit's start in the time the filter's start leaves free
                       and its end once the session's container is gone; summaries at the end
 """
@@ -11,11 +12,11 @@ run it (filter and session containers, the exit audit around it, the records kep
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from dejima.adapters import host
 from dejima.adapters.session_dirs import (
@@ -26,6 +27,7 @@ from dejima.adapters.session_dirs import (
     run_dir,
     sessions_dir,
 )
+from dejima.core.images import ImageNeeds
 from dejima.core.limits import describe
 from dejima.core.plan import (
     GATE_ENTRYPOINT,
@@ -34,219 +36,220 @@ from dejima.core.plan import (
     SESSION_HOME,
     TLS_SOCKET,
     SessionPlan,
-    SessionRequest,
-    build_policy,
-    build_session_plan,
-    cache_paths_outside_home,
     describe_command,
-    unlock_special,
 )
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, ExitStatus, SessionError
 from dejima.orchestration.manage_sessions import record_stale_violations
 from dejima.orchestration.session_reporter import SessionReporter
+from dejima.orchestration.start_plan import (
+    FACT_STEPS,
+    PREPARATION,
+    StartFacts,
+    StartPlan,
+    StepDecl,
+    check_policy,
+    declared,
+    plan_start,
+)
 from dejima.orchestration.start_request import Options, network_facts, session_request
-from dejima.orchestration.steps import Done, Step, apply, ordered
+from dejima.orchestration.steps import Applied, Done, Step, StepGraphError, apply
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
-    from dejima.core.connect import Connection
     from dejima.orchestration import exit_audit, session
     from dejima.orchestration.prestart import Prestarted
     from dejima.proxy.runner import SessionProxy
+    from dejima.proxy.sources import CredentialError, CredentialSource
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
     runtime: Runtime
-    plan: SessionPlan
+    start: StartPlan  # what the start decided (orchestration/start_plan.py)
     settings: Settings
-    proxy: SessionProxy | None = None  # the credential routes, served while the session runs
+    proxy: SessionProxy | None = None  # the credential routes with their sources, served while the session runs
     accept_findings: bool = False  # --accept-findings: unreviewed critical findings do not stop the start
     prestarted: Prestarted | None = None  # the filter started before the plan (adopted if it is the plan's)
     # Undoes the start's steps (run directory, gate, record) for a caller that does not run the session after all
     unwind: Callable[[], None] | None = None
+
+    @property
+    def plan(self) -> SessionPlan:
+        return self.start.session
 
 
 def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
     runtime: Runtime, ui: SessionReporter, options: Options | None = None, prestarted: Prestarted | None = None,
 ) -> Prepared:
-    """Apply the start's steps (``start_steps``); a failing step undoes what the others did."""
+    """Read the facts, plan the start, apply the plan's preparation; a failing step undoes what the others did."""
     options = options or Options()
-    applied = apply(start_steps(workspace, command, resolved, settings, runtime, ui, options, prestarted))
-    done = applied.results
-    return Prepared(runtime, done["plan"], settings, done["credentials"], options.accept_findings, prestarted,
+    session_id = prestarted.session_id if prestarted is not None else new_session_id()
+    facts, sources = read_facts(workspace, command, resolved, settings, options, ui, runtime, session_id)
+    plan = plan_start(command, resolved, settings, options, facts)
+    for note in plan.notes:
+        ui.warn(note)
+    applied = apply_start(plan, sources, runtime, ui, prestarted)
+    return Prepared(runtime, plan, settings, applied.results["credentials"], options.accept_findings, prestarted,
                     applied.unwind)
 
 
 def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                 options: Options, ui: SessionReporter, session_id: str = "render") -> SessionPlan:
-    """The plan a start would run, made by the same steps as a start, dry: nothing is changed and the
-    engine is not asked (image names are placeholders; there is no engine gateway, and limits given
-    as a share are taken of this host's memory). Credential sources are named, never read: the plan
-    holds every route the manifests declare, with its placeholder; a start drops a route whose source
-    is missing (and says so), or stops when the harness's agent needs it."""
-    return render_start(workspace, command, resolved, settings, options, ui, session_id)[0]
-
-
-StepOutline = tuple[str, str, tuple[str, ...], bool]  # (part of the start, step, what it needs, it changes something)
+    """``render_start``'s session plan."""
+    return render_start(workspace, command, resolved, settings, options, ui, session_id).session
 
 
 def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                 options: Options, ui: SessionReporter,
-                 session_id: str = "render") -> tuple[SessionPlan, tuple[StepOutline, ...]]:
-    """``render_plan``'s plan, and the steps a start applies (both parts), in an order they may run."""
-    from dejima.orchestration.session import pair_steps
-
-    steps = start_steps(workspace, command, resolved, settings, None, ui, options, None, session_id)
-    planned: SessionPlan = apply(steps, dry=True).results["plan"]
-    # The pair's steps are only listed, never run here: no engine is needed to name them.
-    pair = pair_steps(cast("Runtime", None), planned, [], [], cast(Any, object()) if planned.gate else None, 0.0,
-                      before_session_steps(planned, ui, None))
-    outline = tuple(("preparation", s.name, s.needs, s.effect) for s in ordered(steps)) + tuple(
-        ("the container pair", s.name, s.needs, s.effect) for s in ordered(pair))
-    return planned, outline
+                 options: Options, ui: SessionReporter, session_id: str = "render") -> StartPlan:
+    """The plan a start would apply, made by the same ``plan_start`` from facts read dry: nothing is
+    changed and the engine is not asked (image names are placeholders; there is no engine gateway, and
+    limits given as a share are taken of this host's memory). Credential sources are named, never read:
+    the plan holds every route the manifests declare, with its placeholder; a start leaves out a route
+    whose source is missing (and says so), or stops when the harness's agent needs it."""
+    facts, _ = read_facts(workspace, command, resolved, settings, options, ui, None, session_id)
+    plan = plan_start(command, resolved, settings, options, facts)
+    for note in plan.notes:
+        ui.warn(note)
+    return plan
 
 
-def start_steps(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                runtime: Runtime | None, ui: SessionReporter, options: Options,
-                prestarted: Prestarted | None, render_id: str = "render") -> list[Step]:
-    """What a start does before its containers, as steps and what each needs (dejima.orchestration.steps).
-    Without ``runtime`` (``--render``) the engine's facts are left out, its images named only, and the
-    session is called ``render_id``."""
-    from dejima.adapters.fifo import make_gate, make_run_dir
+UNREAD: Mapping[str, CredentialSource] = {}
 
+
+def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+               options: Options, ui: SessionReporter, runtime: Runtime | None,
+               session_id: str) -> tuple[StartFacts, Mapping[str, CredentialSource]]:
+    """What the host and the engine say (start_plan.FACT_STEPS), and the credential sources read, kept
+    apart from the facts. Without ``runtime`` (``--render``) nothing is changed and no secret read: the
+    engine's facts are left out, the images named only, every credential source named."""
     identity = host.session_identity(workspace, options.as_root)
     source = str(host.settings_path())
-    session_id = render_id if runtime is None else prestarted.session_id if prestarted is not None else new_session_id()
     request = session_request(workspace, command, resolved, settings, options, session_id,
                               "render" if runtime is None else host.launcher_token())
-    owner = (identity.uid, identity.gid)
 
-    def checked_policy(done: Done) -> None:
-        # The allow list is checked against the host's and the engine's addresses before anything starts.
-        facts = done["facts"]
-        unlock_special(build_policy(settings, options.allow, facts, source, resolved), settings, options.allow_special,
-                       facts, source)
+    def images(_: Done) -> ImageNeeds:
+        from dejima.adapters.image_builds import image_needs
+
+        assert runtime is not None
+        return image_needs(runtime, settings, identity, ui, resolved.image_layers())
+
+    def credential_sources(_: Done) -> tuple[Mapping[str, CredentialSource], tuple[CredentialError, ...]] | None:
+        if not any(m.credentials for m in resolved.manifests):
+            return {}, ()
+        from dejima.proxy.runner import read_session_sources
+
+        return read_session_sources(resolved, command)
+
+    def git_config(_: Done) -> str:
+        from dejima.adapters.repo import git_config_text
+
+        return git_config_text(workspace) if any(m.credentials for m in resolved.manifests) else ""
+
+    actions: dict[str, Callable[[Done], Any]] = {
+        "engine-memory": lambda _: runtime.memory() if runtime is not None else host.memory_total(),
+        "network": lambda _: network_facts(settings, runtime, options.upstream_dns),
+        "policy": lambda done: check_policy(settings, options, done["network"], source, resolved),
+        "images": images,
+        "credential-sources": credential_sources,
+        "git-config": git_config,
+    }
+    previews: dict[str, Callable[[Done], Any]] = {
+        "images": lambda _: ImageNeeds(("<filter image>", "<session image>")),
+        "credential-sources": lambda _: None,
+    }
+    done = apply(_steps(FACT_STEPS, actions, previews), dry=runtime is None).results
+    read = done["credential-sources"]
+    facts = StartFacts(request, identity, source, sessions_dir() / session_id, done["engine-memory"], done["network"],
+                       done["images"], done["git-config"],
+                       frozenset(read[0]) if read is not None else None, read[1] if read is not None else ())
+    return facts, read[0] if read is not None else UNREAD
+
+
+def apply_start(plan: StartPlan, sources: Mapping[str, CredentialSource], runtime: Runtime, ui: SessionReporter,
+                prestarted: Prestarted | None) -> Applied:
+    """Apply the plan's preparation (start_plan.PREPARATION_STEPS); ``sources``: the credential sources
+    ``read_facts`` read. A failing step undoes what the others applied."""
+    from dejima.adapters.fifo import make_gate, make_run_dir
+
+    session, request = plan.session, plan.request
+    owner = (plan.identity.uid, plan.identity.gid)
+    home = plan.private_dirs[0]
+    record_file, record_text = plan.record
 
     def remove_stale(_: Done) -> None:
-        from dejima.orchestration import session
+        from dejima.orchestration import session as pair
 
-        assert runtime is not None
         with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
-            session.remove_stale(runtime, host.scope(), ui, record_stale_violations)
+            pair.remove_stale(runtime, host.scope(), ui, record_stale_violations)
 
-    def images(_: Done) -> tuple[str, str]:
-        from dejima.adapters.image_builds import ensure_images
+    def images(_: Done) -> None:
+        from dejima.adapters.image_builds import build_needed
 
-        assert runtime is not None
-        return ensure_images(runtime, settings, identity, ui, resolved.image_layers())
+        build_needed(runtime, plan.images, ui)
 
     def directories(_: Done) -> None:
-        host.ensure_private_dir(Path(request.home_dir), identity)
+        for directory in plan.private_dirs:
+            host.ensure_private_dir(directory, plan.identity)
         host.resolv_conf_file(RESOLV_CONF)
-        for path in cache_paths_outside_home(resolved):
-            host.ensure_private_dir(Path(request.cache_root or "") / path.strip("/").replace("/", "__"), identity)
 
     def credentials(_: Done) -> SessionProxy | None:
-        return _plan_proxy(workspace, command, resolved, settings, request, ui)
+        if plan.proxy is None:
+            return None
+        from dejima.proxy.runner import serve_session_proxy
 
-    def credentials_named(_: Done) -> SessionProxy | None:
-        return _plan_proxy(workspace, command, resolved, settings, request, ui, read_sources=False)
+        return serve_session_proxy(plan.proxy, sources)
 
     def credential_files(done: Done) -> None:
         if done["credentials"] is not None:
             from dejima.proxy.runner import write_home_files
 
-            write_home_files(done["credentials"], Path(request.home_dir), owner)
+            write_home_files(done["credentials"], home, owner)
 
-    def harness_settings(done: Done) -> None:
-        if done["connection"].files:
+    def harness_settings(_: Done) -> None:
+        if plan.connection.files:
             from dejima.adapters.home_settings import merge_settings
 
-            for note in merge_settings(str(request.home_dir), done["connection"].files, owner):
+            for note in merge_settings(str(home), plan.connection.files, owner):
                 ui.warn(note)
 
     def run_directory(_: Done) -> None:
         if prestarted is None:  # else the prestart made it, its FIFO open to the prestarted filter
             make_run_dir(Path(request.run_dir or ""))
 
-    def plan(done: Done) -> SessionPlan:
-        proxy: SessionProxy | None = done["credentials"]
-        connection: Connection = done["connection"]
-        planned = request
-        if proxy is not None:
-            planned = replace(planned, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
-                              intercept=proxy.intercepted)
-        if connection.env:  # after the routes' variables: the harness's own reading of them wins
-            planned = replace(planned, credential_env=(*planned.credential_env, *sorted(connection.env.items())))
-        filter_image, session_image = done["images"]
-        return build_session_plan(planned, settings, identity, filter_image, session_image, done["facts"], source,
-                                  resolved, engine_memory=done["engine-memory"])
-
-    def remember_filter(done: Done) -> None:
+    def remember_filter(_: Done) -> None:
         from dejima.adapters.runtime import create_body
         from dejima.orchestration.prestart import remember
 
-        planned: SessionPlan = done["plan"]
-        remember(workspace, planned.filter.name, create_body(planned.filter), planned.session_id, request.launcher)
+        remember(Path(session.workspace), session.filter.name, create_body(session.filter), session.session_id,
+                 request.launcher)
 
-    session_dir = sessions_dir() / request.session_id
-    return [
-        # Facts: the engine's slowest answer (~15 ms) first, so that it overlaps the rest.
-        Step("engine-memory", lambda _: runtime.memory() if runtime is not None else host.memory_total(),
-             effect=False),
-        Step("facts", lambda _: network_facts(settings, runtime, options.upstream_dns), effect=False),
-        Step("policy", checked_policy, needs=("facts",), effect=False),
-        # Changes, once the policy is known to be one that may start.
-        Step("stale-sessions", remove_stale, needs=("policy",), preview=lambda _: None),
-        Step("images", images, needs=("stale-sessions",), preview=lambda _: ("<filter image>", "<session image>")),
-        Step("directories", directories, needs=("policy",)),
-        # Reading the secrets is applying: a render names each route's source and reads none.
-        Step("credentials", credentials, needs=("policy",), preview=credentials_named),
-        Step("credential-files", credential_files, needs=("credentials", "directories")),
-        Step("connection", lambda done: _harness_connection(resolved, done["credentials"], ui), needs=("credentials",),
-             effect=False),
-        Step("harness-settings", harness_settings, needs=("connection", "directories", "credential-files")),
-        Step("run-directory", run_directory, needs=("policy",),
-             undo=lambda _: clear_run_dir(request.session_id) if prestarted is None else None),
-        Step("start-gate", lambda _: make_gate(Path(request.gate_dir or "")), needs=("policy",),
-             undo=lambda _: shutil.rmtree(request.gate_dir or "", ignore_errors=True)),
-        Step("record", lambda _: host.record(session_dir, "workspace", str(workspace)), needs=("policy",),
-             undo=lambda _: (session_dir / "workspace").unlink(missing_ok=True)),
-        Step("plan", plan, needs=("images", "facts", "engine-memory", "credentials", "connection"), effect=False),
-        Step("remember-filter", remember_filter, needs=("plan",)),
-    ]
+    actions: dict[str, Callable[[Done], Any]] = {
+        "stale-sessions": remove_stale, "images": images, "directories": directories, "credentials": credentials,
+        "credential-files": credential_files, "harness-settings": harness_settings, "run-directory": run_directory,
+        "start-gate": lambda _: make_gate(Path(request.gate_dir or "")),
+        "record": lambda _: host.record(record_file.parent, record_file.name, record_text),
+        "remember-filter": remember_filter,
+    }
+    undos: dict[str, Callable[[Any], None]] = {
+        "run-directory": lambda _: clear_run_dir(session.session_id) if prestarted is None else None,
+        "start-gate": lambda _: shutil.rmtree(request.gate_dir or "", ignore_errors=True),
+        "record": lambda _: record_file.unlink(missing_ok=True),
+    }
+    return apply(_steps(declared(plan.steps, PREPARATION), actions, undos=undos))
 
 
-def _plan_proxy(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                request: SessionRequest, ui: SessionReporter, read_sources: bool = True) -> SessionProxy | None:
-    """The session's credential routes, their sources read now on the host (never in a container);
-    ``read_sources=False`` (``--render``): named, not read, so every declared route is shown."""
-    if not any(m.credentials for m in resolved.manifests):
-        return None
-    from dejima.proxy.runner import plan_session_proxy
-
-    proxy = plan_session_proxy(resolved, command, workspace, settings, sessions_dir() / request.session_id,
-                               read_sources)
-    for skipped in proxy.prepared.skipped if proxy else ():
-        ui.warn(f"{skipped.message}; the session starts without that route")
-    return proxy if proxy is not None and proxy.routes else None
-
-
-def _harness_connection(resolved: Resolved, proxy: SessionProxy | None, ui: SessionReporter) -> Connection:
-    """The harness's settings and variables for this session's backend (core/connect.py)."""
-    from dejima.core.connect import connection, uses_route
-
-    harness, backend, connect = resolved.harness, resolved.backend, resolved.harness_connect()
-    route = backend.credentials[0].name if backend is not None and backend.credentials else None
-    access = proxy.access(route) if proxy is not None and route is not None else None
-    if connect is not None and access is None and uses_route(connect):
-        ui.warn(f"harness {harness.name} reaches backend {backend.name if backend else '?'} through its credential "
-                "route, which this session does not have: its connection settings are left out")
-    return connection(harness.files, connect, *(access or (None, None)))
+def _steps(decls: Sequence[StepDecl], actions: Mapping[str, Callable[[Done], Any]],
+           previews: Mapping[str, Callable[[Done], Any]] = {},
+           undos: Mapping[str, Callable[[Any], None]] = {}) -> list[Step]:
+    """The declared steps with their actions; a declared step without one, or an action no step
+    declares, is a bug: nothing starts."""
+    names = [d.name for d in decls]
+    if sorted(names) != sorted(actions):
+        raise StepGraphError(f"declared steps {sorted(names)} and actions {sorted(actions)} differ")
+    return [Step(d.name, actions[d.name], d.needs, undos.get(d.name), d.effect, previews.get(d.name)) for d in decls]
 
 
 COMMAND_SHOWN = 120  # characters of the command the one-line summary shows
@@ -308,17 +311,17 @@ def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
     return mounts
 
 
-def before_session_steps(plan: SessionPlan, ui: SessionReporter, audit: SessionAudit | None) -> list[Step]:
-    """What a start does before the session's container starts, while the filter starts: the boundary
-    line, the audit's start snapshot (none in a render)."""
+def before_session_actions(plan: SessionPlan, ui: SessionReporter,
+                           audit: SessionAudit | None) -> dict[str, Callable[[Done], object]]:
+    """The start's actions for the pair's ``boundary`` and ``audit-start`` steps, while the filter starts:
+    the boundary line, the audit's start snapshot."""
     def show_boundary(_: object) -> None:  # rich is imported here, where it costs nothing
         if plan.interactive:
             ui.boundary(plan)
         else:
             ui.info(boundary_line(plan))
 
-    return [Step("boundary", show_boundary, effect=False),
-            Step("audit-start", lambda _: audit.start() if audit is not None else None, needs=("boundary",))]
+    return {"boundary": show_boundary, "audit-start": lambda _: audit.start() if audit is not None else None}
 
 
 class SessionAudit:
@@ -368,7 +371,7 @@ def run_session(prepared: Prepared, ui: SessionReporter, output: session.Output 
                 stop_timeout=settings.session.stop_timeout,
                 on_filter_output=store.append_output,
                 on_refusal=_notifier(ui) if prepared.plan.interactive and settings.session.notify_denials else None,
-                before_session=before_session_steps(prepared.plan, ui, audit),
+                before_session=before_session_actions(prepared.plan, ui, audit),
                 once_session_removed=audit.finish,
                 prestarted=prepared.prestarted,
                 output=output or session.Output(),

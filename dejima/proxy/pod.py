@@ -98,7 +98,7 @@ def pod_document(prepared: PreparedProxy) -> dict[str, Any]:
         })
     # The TLS fallback's hosts: the pod's proxy makes its own session CA when it starts (its key never
     # leaves that process), so the document names the hosts only.
-    intercept = dict(prepared.interception.routes) if prepared.interception is not None else {}
+    intercept = dict(prepared.intercepted)
     return {"routes": routes, "decoys": dict(sorted(prepared.config.decoys.items())), "intercept": intercept,
             "memory_budget": prepared.config.memory_budget, "max_connections": prepared.config.max_connections}
 

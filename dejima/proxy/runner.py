@@ -1,9 +1,10 @@
 """A session's credential proxy, from its manifests to a running server in the launcher.
 
-    routes = session_routes(resolved)                    # every [[credentials]] route the session's manifests declare
-    prepared = prepare_for_session(routes, ...)          # sources read on the host, placeholders made
-    env = session_environment(prepared)                  # what the session gets instead: placeholders, base URLs
-    with ProxyThread(prepared.config, socket_path):      # serving while the session runs
+    sources, skipped = read_session_sources(resolved, command)   # on the host: the secrets' sources
+    planned = plan_session_proxy(resolved, settings, directory, git_config, sources, skipped)  # no I/O
+    planned.environment                                  # what the session gets instead: placeholders, base URLs
+    ready = serve_session_proxy(planned, sources)        # the sources handed in, the session CA made
+    with ProxyThread(ready.prepared.config, socket_path):   # serving while the session runs
         ...
 
 The proxy runs on its own asyncio loop in a thread of the launcher, so its secrets live in the
@@ -16,12 +17,11 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
-from dejima.core.limits import ProxyLimits
 from dejima.core.manifest import CredentialRoute
 from dejima.core.paths import SESSION_TRUST_DIR
 from dejima.core.plan import BRIDGE_PORT, SESSION_HOME, proxy_limits
@@ -29,7 +29,8 @@ from dejima.core.pushrules import PushPolicy
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
 from dejima.proxy.server import ProxyConfig, ProxyServer
-from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, PreparedProxy, prepare, session_env
+from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, PreparedProxy, plan_routes, read_sources_of, served, session_env
+from dejima.proxy.sources import CredentialError, CredentialSource
 
 ORIGIN = f"http://127.0.0.1:{BRIDGE_PORT}"  # the proxy, as the session reaches it through the filter
 TRUST_DIR = SESSION_TRUST_DIR  # in the session's home: the session CA and the bundle its tools trust
@@ -52,21 +53,6 @@ def required_routes(resolved: Resolved, command: tuple[str, ...] | None) -> tupl
     if command is not None or resolved.harness.name == "shell":
         return ()
     return tuple(r.name for c in resolved.of_kind("backends") for r in c.manifest.credentials)
-
-
-def prepare_for_session(routes: Iterable[tuple[CredentialRoute, str]], directory: Path,
-                        overrides: Mapping[str, str], push: Mapping[str, PushPolicy], required: Iterable[str],
-                        extra_ca_file: str | None, decoys: bool, limits: ProxyLimits,
-                        read_sources: bool = True) -> PreparedProxy:
-    prepared = prepare(routes, directory, overrides, push, required, extra_ca_file=extra_ca_file,
-                       read_sources=read_sources)
-    config = replace(prepared.config, memory_budget=limits.memory, max_connections=limits.connections)
-    prepared = replace(prepared, config=config)
-    if not decoys:
-        from dejima.core.placeholders import Decoys
-
-        prepared = replace(prepared, decoys=Decoys({}, "", {}), config=replace(prepared.config, decoys={}))
-    return prepared
 
 
 def session_environment(prepared: PreparedProxy) -> dict[str, str]:
@@ -99,8 +85,7 @@ class SessionProxy:
     @property
     def intercepted(self) -> tuple[str, ...]:
         """Hosts the TLS fallback serves: the filter's resolver answers them with its relay."""
-        interception = self.prepared.interception
-        return tuple(interception.routes) if interception is not None else ()
+        return tuple(self.prepared.intercepted)
 
 
 def push_policies(routes: Iterable[tuple[CredentialRoute, str]], git_config: str) -> dict[str, PushPolicy]:
@@ -116,25 +101,45 @@ def push_policies(routes: Iterable[tuple[CredentialRoute, str]], git_config: str
     return policies
 
 
-def plan_session_proxy(resolved: Resolved, command: tuple[str, ...] | None, workspace: Path,
-                       settings: Settings, session_dir: Path, read_sources: bool = True) -> SessionProxy | None:
-    """Everything the session's proxy needs, resolved on the host (sources read, placeholders made,
-    the session CA made for intercepted hosts); None when no manifest declares a route. Sources that
-    are missing are left out (``prepared.skipped`` says which), unless the harness's agent needs
-    them (required_routes), which raises CredentialError. ``read_sources=False`` (``--render``): the
-    sources are named, not read (no secret, no helper command). Writes nothing: ``write_home_files`` does."""
-    from dejima.adapters.repo import git_config_text
+# The sources by route name, and the missing ones' errors
+Read = tuple[dict[str, CredentialSource], tuple[CredentialError, ...]]
 
+
+def read_session_sources(resolved: Resolved, command: tuple[str, ...] | None) -> Read:
+    """The sources of the session's routes, read on the host now (helper commands run), by route name;
+    a missing one is left out with its error, unless the harness's agent needs it (required_routes),
+    which raises CredentialError."""
+    return read_sources_of(session_routes(resolved), required_routes(resolved, command))
+
+
+def plan_session_proxy(resolved: Resolved, settings: Settings, session_dir: Path, git_config: str,
+                       present: Collection[str] | None,
+                       skipped: tuple[CredentialError, ...] = ()) -> SessionProxy | None:
+    """The session's routes as a start plans them (placeholders, decoys, the session's variables), each
+    source named, never read; None when no manifest declares a route. ``present``: the routes whose
+    source the host has (read_session_sources), None (``--render``): all. No I/O: ``serve_session_proxy``
+    hands in the sources, ``write_home_files`` writes."""
     routes = session_routes(resolved)
     if not routes:
         return None
     credentials = settings.credentials
-    must = required_routes(resolved, command) if read_sources else ()
-    prepared = prepare_for_session(routes, session_dir, credentials.upstreams, push_policies(routes, git_config_text(
-        workspace)), must, credentials.extra_ca_file or None, credentials.decoys, proxy_limits(settings), read_sources)
+    limits = proxy_limits(settings)
+    prepared = plan_routes(routes, session_dir, credentials.upstreams, push_policies(routes, git_config), present,
+                           credentials.extra_ca_file or None, skipped)
+    prepared = replace(prepared, config=replace(prepared.config, memory_budget=limits.memory,
+                                                max_connections=limits.connections))
+    if not credentials.decoys:
+        from dejima.core.placeholders import Decoys
+
+        prepared = replace(prepared, decoys=Decoys({}, "", {}), config=replace(prepared.config, decoys={}))
     canaries = tuple(value for spec in prepared.config.routes for value in spec.route.placeholders) + tuple(
         prepared.decoys.values().values())
     return SessionProxy(prepared, tuple(sorted(session_environment(prepared).items())), canaries)
+
+
+def serve_session_proxy(proxy: SessionProxy, sources: Mapping[str, CredentialSource]) -> SessionProxy:
+    """The planned routes with the sources read on the host, and the session CA made: ready to serve."""
+    return replace(proxy, prepared=served(proxy.prepared, sources))
 
 
 def write_home_files(proxy: SessionProxy, home: Path, owner: tuple[int, int] | None = None) -> None:

@@ -1,5 +1,11 @@
 """From a session's manifest routes to a ProxyConfig and the environment the session needs.
 
+    sources, skipped = read_sources_of(routes)      # on the host: the secrets' sources (helpers run)
+    planned = plan_routes(routes, directory, present=sources, skipped=skipped)   # no I/O, no secret
+    ready = served(planned, sources)                 # the sources handed in, the session CA made
+
+or, all three at once:
+
     prepared = prepare([(route, "backends/anthropic.toml"), ...], directory=<0700 host dir>,
                        overrides={"anthropic-api-key": "https://gateway.corp"}, push={"github-git": PushPolicy(...)})
     server = ProxyServer(prepared.config); await server.start(unix_path=directory / "proxy.sock")
@@ -12,8 +18,8 @@ whether the session can start without it); ``required`` routes raise instead.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dejima.adapters.session_dirs import (  # the session's own files: `dejima violations`/`ledger` read them
@@ -40,9 +46,11 @@ class PreparedProxy:
     manifest_routes: Mapping[str, CredentialRoute]  # by route name, as the manifests wrote them
     decoys: Decoys
     skipped: tuple[CredentialError, ...] = field(default_factory=tuple)
+    intercepted: Mapping[str, str] = field(default_factory=dict)  # the TLS fallback's hosts -> their routes
 
     @property
     def interception(self) -> Interception | None:
+        """The session CA and its hosts: made by ``served``, None in a plan."""
         return self.config.interception
 
 
@@ -56,34 +64,58 @@ CA_FILE, BUNDLE_FILE = "session-ca.pem", "ca-bundle.pem"
 def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, overrides: Mapping[str, str] = {},
             push: Mapping[str, PushPolicy] = {}, required: Iterable[str] = (), environ: Mapping[str, str] | None = None,
             home: Path | None = None, extra_ca_file: str | None = None, read_sources: bool = True) -> PreparedProxy:
-    """Resolve every route's source on the host and make this session's placeholders and decoys.
+    """``plan_routes`` then ``served``: the routes ready to serve, their sources read on the host now.
+    ``read_sources=False`` (``--render``): the plan alone, every source named, none read."""
+    routes = list(routes)
+    if not read_sources:
+        return plan_routes(routes, directory, overrides, push, None, extra_ca_file)
+    sources, skipped = read_sources_of(routes, required, environ, home)
+    return served(plan_routes(routes, directory, overrides, push, sources, extra_ca_file, skipped), sources)
+
+
+def read_sources_of(routes: Iterable[tuple[CredentialRoute, str]], required: Iterable[str] = (),
+                    environ: Mapping[str, str] | None = None,
+                    home: Path | None = None) -> tuple[dict[str, CredentialSource], tuple[CredentialError, ...]]:
+    """Each route's source read on the host, by route name; a missing one is left out with its error
+    (the second item), unless its route is ``required``, which raises that error."""
+    sources: dict[str, CredentialSource] = {}
+    skipped: list[CredentialError] = []
+    must = set(required)
+    for declared, origin in routes:
+        try:
+            sources[declared.name] = resolve_source(declared.source, f"{origin} credentials route {declared.name!r}",
+                                                    environ, home)
+        except CredentialError as exc:
+            if declared.name in must:
+                raise
+            skipped.append(exc)
+    return sources, tuple(skipped)
+
+
+def plan_routes(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, overrides: Mapping[str, str] = {},
+                push: Mapping[str, PushPolicy] = {}, present: Collection[str] | None = None,
+                extra_ca_file: str | None = None, skipped: tuple[CredentialError, ...] = ()) -> PreparedProxy:
+    """The session's routes with their placeholders and decoys, each source *named* (``UnreadSource``):
+    what a start plans, no secret in it. Reads nothing.
 
     ``routes``: (manifest route, the manifest's path); ``overrides``: route name -> upstream URL
     (gateways, corporate proxies, test worlds); ``directory``: the session's private host directory
-    (ledger.jsonl and violations.jsonl go there). ``read_sources=False`` (``--render``): every source
-    is named, none is read, so every route is kept.
+    (ledger.jsonl and violations.jsonl go there); ``present``: the routes whose source the host has
+    (``read_sources_of``), the others left out; None (``--render``): every route is kept.
     """
     specs: list[RouteSpec] = []
     manifest_routes: dict[str, CredentialRoute] = {}
-    skipped: list[CredentialError] = []
-    must = set(required)
     aws_key_id, aws_secret = make_aws_placeholders()  # one AWS identity per session, as an SDK has one
     # One placeholder per host secret: routes fed by the same source (gh's GH_TOKEN toward
     # api.github.com and uploads.github.com, git's toward github.com) accept the same placeholder,
     # each toward its own upstream only; it could only ever bring them the same secret.
     shared: dict[tuple[str, tuple[str, ...]], str] = {}
     for declared, origin in routes:
+        if present is not None and declared.name not in present:
+            continue
         where = f"{origin} credentials route {declared.name!r}"
         try:
-            source: CredentialSource = (resolve_source(declared.source, where, environ, home) if read_sources
-                                        else UnreadSource(declared.source))
-            upstream_url = overrides.get(declared.name, declared.upstream)
-            upstream = parse_upstream(upstream_url, declared.name)
-        except CredentialError as exc:
-            if declared.name in must:
-                raise
-            skipped.append(exc)
-            continue
+            upstream = parse_upstream(overrides.get(declared.name, declared.upstream), declared.name)
         except RouteError as exc:
             raise CredentialError(f"{where}: {exc}", hint="fix the upstream override in settings") from None
         shape_host = parse_upstream(declared.upstream, declared.name).host
@@ -96,15 +128,25 @@ def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, over
         placeholder = aws_key_id if signing else shared.setdefault(declared.source,
                                                                    make_placeholder(shape_host, header))
         route = Route(declared.name, upstream, header, declared.scheme, placeholder, declared.username, signing)
-        specs.append(RouteSpec(route, source, behaviour_for(route, push.get(declared.name))))
+        specs.append(RouteSpec(route, UnreadSource(declared.source), behaviour_for(route, push.get(declared.name))))
         manifest_routes[declared.name] = declared
     taken = [r.placeholder_env for r in manifest_routes.values() if r.placeholder_env]
     if any(spec.route.signing for spec in specs):
         taken += AWS_PLACEHOLDER_ENV
     decoys = make_decoys(taken)
-    config = ProxyConfig(tuple(specs), directory / LEDGER, directory / RECORDS,
-                         decoys.values(), extra_ca_file, interception=_interception(manifest_routes.values()))
-    return PreparedProxy(config, manifest_routes, decoys, tuple(skipped))
+    config = ProxyConfig(tuple(specs), directory / LEDGER, directory / RECORDS, decoys.values(), extra_ca_file)
+    return PreparedProxy(config, manifest_routes, decoys, skipped, intercepted_hosts(manifest_routes.values()))
+
+
+def served(prepared: PreparedProxy, sources: Mapping[str, CredentialSource]) -> PreparedProxy:
+    """The planned routes with their sources as read on the host (by route name), and the session CA
+    made for the intercepted hosts (its key in this process's memory only): ready to serve."""
+    from dejima.proxy.authority import SessionAuthority
+
+    specs = tuple(replace(spec, source=sources[spec.route.name]) for spec in prepared.config.routes)
+    hosts = dict(prepared.intercepted)
+    interception = Interception(SessionAuthority.create(hosts), hosts) if hosts else None
+    return replace(prepared, config=replace(prepared.config, routes=specs, interception=interception))
 
 
 def behaviour_for(route: Route, push: PushPolicy | None) -> RouteBehaviour:
@@ -114,16 +156,14 @@ def behaviour_for(route: Route, push: PushPolicy | None) -> RouteBehaviour:
     return GitPushGuard(push) if push is not None else Forwarding()
 
 
-def _interception(routes: Iterable[CredentialRoute]) -> Interception | None:
-    """The session CA for the hosts of the routes marked ``intercept`` (the manifest's upstream
-    host: where the tool connects, whatever upstream override the proxy then uses)."""
-    from dejima.proxy.authority import SessionAuthority
-
+def intercepted_hosts(routes: Iterable[CredentialRoute]) -> dict[str, str]:
+    """Host -> route for the routes marked ``intercept`` (the manifest's upstream host: where the tool
+    connects, whatever upstream override the proxy then uses)."""
     hosts: dict[str, str] = {}
     for declared in routes:
         if declared.intercept:
             hosts.setdefault(parse_upstream(declared.upstream, declared.name).host, declared.name)
-    return Interception(SessionAuthority.create(hosts), hosts) if hosts else None
+    return hosts
 
 
 def trust_env(trust_dir: str) -> dict[str, str]:
@@ -144,7 +184,7 @@ def session_env(prepared: PreparedProxy, origin: str, base_url_env: Mapping[str,
     intercepted routes, ``trust_dir`` (where the session reads the CA files) goes into TRUST_VARS.
     """
     env: dict[str, str] = dict(prepared.decoys.env)
-    if prepared.interception is not None and trust_dir is not None:
+    if prepared.intercepted and trust_dir is not None:
         env.update(trust_env(trust_dir))
     git: list[tuple[str, str]] = []
     for spec in prepared.config.routes:
@@ -168,4 +208,5 @@ def session_env(prepared: PreparedProxy, origin: str, base_url_env: Mapping[str,
     return env
 
 
-__all__ = ["ROUTE_PREFIX", "PreparedProxy", "prepare", "session_env", "trust_env"]
+__all__ = ["ROUTE_PREFIX", "PreparedProxy", "plan_routes", "prepare", "read_sources_of", "served", "session_env",
+           "trust_env"]

@@ -57,11 +57,15 @@ class FixedSource:
 
 
 class UnreadSource:
-    """A source named, not read (``--render``: the plan names a route's source, never its value)."""
+    """A source named, not read: a start's plan names each route's source, never its value (the start
+    hands the sources it read to the proxy apart from the plan; a render reads none)."""
 
     def __init__(self, source: tuple[str, tuple[str, ...]]) -> None:
         kind, values = source
         self.description = " ".join((kind, *values))
+
+    def __repr__(self) -> str:
+        return f"UnreadSource({self.description!r})"
 
     async def current(self) -> Secret:
         raise SourceUnavailable(f"{self.description} is read when a session starts, not in a render")

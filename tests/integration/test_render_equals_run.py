@@ -1,14 +1,16 @@
-"""`dejima PATH --render` prints the plan a start runs: both apply the same steps (orchestration/start.py
-start_steps), the render dry. With a real engine: the plan a real start prepares and the rendered one
-differ only in what only the engine knows (the session's id, its images, the engine's gateway) and
-in the session's random placeholders; the credential routes, the bridge, the intercepted hosts and
-the session's variables are the same. The render changes nothing on the host and reads no secret:
-its routes' sources are named, not read."""
+"""`dejima PATH --render` prints the plan a start runs: both make it with the same function from the
+host's facts (orchestration/start_plan.py plan_start), the render's facts read dry. With a real
+engine: the plan a real start applies and the rendered one differ only in what only the engine
+knows (the session's id, its images, the engine's gateway) and in the session's random
+placeholders; the steps, the credential routes, the bridge, the intercepted hosts and the session's
+variables are the same. The render changes nothing on the host and reads no secret: its routes'
+sources are named, not read; a start's plan names them too (the values stay apart from it)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -16,6 +18,8 @@ from dejima.adapters import host
 from dejima.adapters.runtime import Runtime
 from dejima.core.plan import SessionPlan
 from dejima.orchestration import start, start_request
+from dejima.orchestration.start_plan import StartPlan
+from dejima.proxy.sources import UnreadSource
 from dejima.ui.console import UI
 from dejima.ui.views import format_plan
 
@@ -40,11 +44,29 @@ def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object
     resolved = start_request.resolve_manifests(workspace, start_request.Selection(forges=("github",)), ui)
     options = start_request.Options()
     before = files_under(launcher_home)
-    rendered = start.render_plan(workspace, None, resolved, settings, options, ui)
+    render = start.render_start(workspace, None, resolved, settings, options, ui)
+    rendered = render.session
     assert files_under(launcher_home) == before  # a render makes no directory, record or FIFO
 
     prepared = start.prepare_session(workspace, None, resolved, settings, runtime, ui, options)
     planned = prepared.plan
+    assert type(prepared.start) is type(render) and planned is prepared.start.session
+    # The same steps with the same needs; the same routes, sources, directories, connection and notes.
+    assert prepared.start.outline() == render.outline()
+    assert prepared.start.private_dirs == render.private_dirs and prepared.start.connection == render.connection
+    assert prepared.start.notes == render.notes == ()
+    assert prepared.start.proxy is not None and render.proxy is not None
+
+    def routes(plan: StartPlan) -> list[tuple[str, str, str]]:
+        assert plan.proxy is not None
+        return [(spec.route.name, str(spec.route.upstream), cast(UnreadSource, spec.source).description)
+                for spec in plan.proxy.prepared.config.routes]
+
+    assert routes(prepared.start) == routes(render) and routes(render)
+    assert all(isinstance(spec.source, UnreadSource) for spec in prepared.start.proxy.prepared.config.routes)
+    assert "ghp_" + "r" * 36 not in repr(prepared.start)  # the plan names the source; the value is served apart
+    assert prepared.proxy is not None and not any(
+        isinstance(spec.source, UnreadSource) for spec in prepared.proxy.prepared.config.routes)
     gateway = str(runtime.gateway(settings.session.network))
     assert shown(planned, gateway) == shown(rendered, gateway)
 
@@ -62,5 +84,7 @@ def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object
     # The render reads no source: with the secret gone from the host, it shows the same routes.
     monkeypatch.delenv("GH_TOKEN")
     unread = start.render_plan(workspace, None, resolved, settings, options, ui)
+    if prepared.unwind is not None:  # never run: its run directory, gate and record undone
+        prepared.unwind()
     assert relays(unread) == relays(rendered) and sorted(unread.session.environment) == sorted(
         rendered.session.environment)

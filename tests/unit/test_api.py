@@ -114,8 +114,8 @@ def test_render_is_the_command_lines_render(tmp_path: Path, capsys: pytest.Captu
     rendered = api.render(request)
     assert printed == rendered.text + "\n"
     assert rendered.plan.session_id == "render" and rendered.plan.workspace == str(workspace)
-    assert ("preparation", "plan", ("images", "facts", "engine-memory", "credentials", "connection"),
-            False) in rendered.steps
+    assert ("preparation", "credentials", (), True) in rendered.steps
+    assert rendered.steps == rendered.start.outline() and rendered.plan is rendered.start.session
 
 
 def test_the_render_reports_to_the_callers_reporter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

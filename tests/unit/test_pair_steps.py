@@ -1,32 +1,36 @@
-"""The container pair's start as steps (orchestration/session.py pair_steps): what each step waits for.
+"""The container pair's start as steps (orchestration/start_plan.py pair_outline, orchestration/session.py
+pair_steps): what each step waits for.
 The graph is data, read without running a step; the steps themselves run against a real engine in
 tests/integration (test_lifecycle, test_fail_closed, test_prestart, test_interactive)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from dejima.orchestration.session import pair_steps
-from dejima.orchestration.steps import Step, ordered
+from dejima.orchestration.start_plan import pair_outline
+from dejima.orchestration.steps import ordered
 from tests.unit.core.test_plan import plan
 
-AUDIT = Step("audit-start", lambda _: None)
+AUDIT = {"audit-start": lambda _: None}
 
 
 def needs(interactive: bool = False, gated: bool = True) -> dict[str, set[str]]:
     planned = plan(command=None) if interactive else plan()
     gate: Any = object() if gated else None
-    steps = pair_steps(object(), planned, [], [], gate, 30.0, [AUDIT])  # type: ignore[arg-type]
+    steps = pair_steps(object(), planned, [], [], gate, 30.0, AUDIT)  # type: ignore[arg-type]
     ordered(steps)  # a graph the executor can run: no cycle, no unknown need
-    return {step.name: set(step.needs) for step in steps}
+    graph = {step.name: set(step.needs) for step in steps}
+    # the steps the pair runs are the ones the plan declares, with the same needs
+    assert graph == {d.name: set(d.needs) for d in pair_outline(planned.interactive, gated)}
+    return graph
 
 
 def test_the_callers_steps_run_once_the_filter_exists_and_before_the_session_starts() -> None:
     graph = needs()
-    assert graph["audit-start"] == {"filter"}
+    assert graph["audit-start"] == {"filter", "boundary"}
     assert {"session", "audit-start"} <= graph["session-start"]
 
 
@@ -48,10 +52,9 @@ def test_an_interactive_terminal_is_handed_over_only_after_the_gate() -> None:
     assert {"filter-ready", "session", "audit-start"} <= graph["open-gate"]
 
 
-@pytest.mark.parametrize("name", ["filter", "session", "open-gate"])
-def test_a_callers_step_may_not_take_a_name_the_pair_uses(name: str) -> None:
+@pytest.mark.parametrize("name", ["filter", "session", "open-gate", "unknown"])
+def test_a_caller_acts_only_for_its_own_steps(name: str) -> None:
     from dejima.orchestration.steps import StepGraphError
 
-    with pytest.raises(StepGraphError, match="used twice"):
-        ordered(pair_steps(object(), plan(), [], [], object(), 30.0,  # type: ignore[arg-type]
-                           [replace(AUDIT, name=name)]))
+    with pytest.raises(StepGraphError, match="a caller acts only"):
+        pair_steps(object(), plan(), [], [], object(), 30.0, {name: lambda _: None})  # type: ignore[arg-type]

@@ -1,0 +1,198 @@
+"""The start as data: what the host says (``StartFacts``, read first by adapters: start.read_facts),
+then one function with no I/O from those facts to a frozen ``StartPlan`` holding everything a start
+does (``plan_start``); the executor applies it (start.apply_start), ``--render`` prints it.
+
+    facts    engine memory, network facts, policy check, images (tags, or recipes to build),
+             credential sources (which the host has; read, never kept here), the workspace's git config
+    plan     the SessionPlan (both containers, ruleset, filter configuration), the image recipes,
+             the credential routes with placeholders and each source *named*, the harness's
+             connection, the private directories, the record, the notes to show, and the steps
+    apply    the preparation's steps, then the container pair's, each after what it needs
+
+The steps of each part are declared here as data (name, what it needs, whether it changes
+something); the executors map each name to its action and refuse a name without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dejima.core.connect import Connection, connection, uses_route
+from dejima.core.images import ImageNeeds
+from dejima.core.plan import (
+    Identity,
+    NetworkFacts,
+    SessionPlan,
+    SessionRequest,
+    build_policy,
+    build_session_plan,
+    cache_paths_outside_home,
+    unlock_special,
+)
+from dejima.core.resolve import Resolved
+from dejima.core.settings import Settings
+
+if TYPE_CHECKING:
+    from dejima.orchestration.start_request import Options
+    from dejima.proxy.runner import SessionProxy
+    from dejima.proxy.sources import CredentialError
+
+
+@dataclass(frozen=True, slots=True)
+class StepDecl:
+    """One step of a start, as data: its part, its name, what it waits for, whether it changes something
+    (the host, the engine) or reads a secret — a render runs only the steps that do not."""
+
+    part: str
+    name: str
+    needs: tuple[str, ...] = ()
+    effect: bool = True
+
+
+FACTS, PREPARATION, PAIR = "facts (read before the plan)", "preparation", "the container pair"
+
+FACT_STEPS = (
+    # The engine's slowest answer (~15 ms) first, so that it overlaps the rest.
+    StepDecl(FACTS, "engine-memory", effect=False),
+    StepDecl(FACTS, "network", effect=False),
+    # The allow list checked against the host's and the engine's addresses before anything changes.
+    StepDecl(FACTS, "policy", ("network",), effect=False),
+    # The recipes hash the base image's id: a missing base is pulled or made (debootstrap) here.
+    StepDecl(FACTS, "images", ("policy",)),
+    # Which routes the session has depends on which sources the host has: they are read here (the
+    # values stay with the launcher, apart from the plan); a render names them and reads none.
+    StepDecl(FACTS, "credential-sources", ("policy",)),
+    StepDecl(FACTS, "git-config", effect=False),
+)
+
+PREPARATION_STEPS = (
+    StepDecl(PREPARATION, "stale-sessions"),
+    StepDecl(PREPARATION, "images", ("stale-sessions",)),
+    StepDecl(PREPARATION, "directories"),
+    StepDecl(PREPARATION, "credentials"),  # the sources handed to the routes, the session CA made
+    StepDecl(PREPARATION, "credential-files", ("credentials", "directories")),
+    StepDecl(PREPARATION, "harness-settings", ("directories", "credential-files")),
+    StepDecl(PREPARATION, "run-directory"),
+    StepDecl(PREPARATION, "start-gate"),
+    StepDecl(PREPARATION, "record"),
+    StepDecl(PREPARATION, "remember-filter", ("images",)),
+)
+
+
+CALLERS_STEPS = ("boundary", "audit-start")  # the pair's steps whose actions the start hands in
+
+
+def pair_outline(interactive: bool, gated: bool) -> tuple[StepDecl, ...]:
+    """The container pair's start. The engine takes most of it to start the filter (its network above
+    all), which then applies and verifies its ruleset; meanwhile the session's container is created
+    (it joins the filter's namespaces only when started), the boundary line shown, the audit's start
+    snapshot taken and, behind the gate, the session started. An interactive session's terminal is
+    handed over only to a session that will run: the CLI starts it once the gate is open."""
+    callers = CALLERS_STEPS
+    steps = [
+        StepDecl(PAIR, "filter"),
+        StepDecl(PAIR, "filter-configuration", ("filter",)),
+        StepDecl(PAIR, "filter-start", ("filter-configuration",)),
+        StepDecl(PAIR, "session", ("filter",)),
+        StepDecl(PAIR, "boundary", ("filter",), effect=False),
+        StepDecl(PAIR, "audit-start", ("boundary", "filter")),
+        StepDecl(PAIR, "filter-ready", ("filter-start",)),
+    ]
+    if not interactive:
+        steps.append(StepDecl(PAIR, "session-start", ("session", *callers, *(() if gated else ("filter-ready",)))))
+    steps.append(StepDecl(PAIR, "open-gate",
+                          ("filter-ready", "session", *callers, *(() if interactive else ("session-start",)))))
+    return tuple(steps)
+
+
+@dataclass(frozen=True, slots=True)
+class StartFacts:
+    """What the host and the engine say, read before the plan (start.read_facts). No secret: the
+    credential sources read are kept apart; here only which routes have one."""
+
+    request: SessionRequest  # the workspace's paths and choices (orchestration/start_request.py)
+    identity: Identity
+    settings_source: str  # the settings file, as errors name it
+    session_dir: Path  # the session's private records on the host
+    engine_memory: int
+    network: NetworkFacts
+    images: ImageNeeds
+    git_config: str  # the workspace's .git/config: a git route pushes only to its remotes
+    credentials_present: frozenset[str] | None = None  # routes whose source the host has; None: not read (render)
+    credentials_skipped: tuple[CredentialError, ...] = ()  # the missing sources' errors
+
+
+@dataclass(frozen=True, slots=True)
+class StartPlan:
+    """Everything a start does, decided before it does any of it."""
+
+    request: SessionRequest  # what the session asked for, its credential variables added (run directory, gate…)
+    session: SessionPlan  # both containers, the ruleset, the filter's configuration, the session's variables
+    identity: Identity
+    images: ImageNeeds  # the tags both containers name; the recipes of the ones to build
+    proxy: SessionProxy | None  # the credential routes: placeholders drawn, each source named (never a value)
+    connection: Connection  # the harness's variables and home settings for its backend
+    private_dirs: tuple[Path, ...]  # the session's home and caches, made private to its user
+    record: tuple[Path, str]  # (file, text): the session's workspace, as `dejima sessions` reads it
+    notes: tuple[str, ...]  # warnings the start shows (routes left out, settings left out)
+    steps: tuple[StepDecl, ...]  # facts, preparation, container pair: what each waits for
+
+    def outline(self) -> tuple[tuple[str, str, tuple[str, ...], bool], ...]:
+        return tuple((s.part, s.name, s.needs, s.effect) for s in self.steps)
+
+
+def check_policy(settings: Settings, options: Options, network: NetworkFacts, source: str, resolved: Resolved) -> None:
+    """Raise when the allow list reaches special places no override names (core/plan.unlock_special)."""
+    unlock_special(build_policy(settings, options.allow, network, source, resolved), settings, options.allow_special,
+                   network, source)
+
+
+def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Settings, options: Options,
+               facts: StartFacts) -> StartPlan:
+    """The start ``facts`` call for; no I/O (the placeholders are drawn at random here)."""
+    from dejima.proxy.runner import plan_session_proxy
+
+    check_policy(settings, options, facts.network, facts.settings_source, resolved)
+    notes: list[str] = []
+    proxy = None
+    if any(m.credentials for m in resolved.manifests):
+        proxy = plan_session_proxy(resolved, settings, facts.session_dir, facts.git_config,
+                                   facts.credentials_present, facts.credentials_skipped)
+        notes += [f"{skipped.message}; the session starts without that route" for skipped in facts.credentials_skipped]
+        proxy = proxy if proxy is not None and proxy.routes else None
+    harness_connection, left_out = _harness_connection(resolved, proxy)
+    notes += left_out
+    request = facts.request
+    if proxy is not None:
+        request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
+                          intercept=proxy.intercepted)
+    if harness_connection.env:  # after the routes' variables: the harness's own reading of them wins
+        request = replace(request, credential_env=(*request.credential_env, *sorted(harness_connection.env.items())))
+    session = build_session_plan(request, settings, facts.identity, *facts.images.tags, facts.network,
+                                 facts.settings_source, resolved, engine_memory=facts.engine_memory)
+    home = Path(request.home_dir)
+    caches = tuple(Path(request.cache_root or "") / path.strip("/").replace("/", "__")
+                   for path in cache_paths_outside_home(resolved))
+    steps = (*FACT_STEPS, *PREPARATION_STEPS, *pair_outline(session.interactive, session.gate is not None))
+    return StartPlan(request, session, facts.identity, facts.images, proxy, harness_connection, (home, *caches),
+                     (facts.session_dir / "workspace", str(request.workspace)), tuple(notes), steps)
+
+
+def _harness_connection(resolved: Resolved, proxy: SessionProxy | None) -> tuple[Connection, list[str]]:
+    """The harness's settings and variables for this session's backend (core/connect.py), and a note
+    when they are left out for want of its route."""
+    harness, backend, connect = resolved.harness, resolved.backend, resolved.harness_connect()
+    route = backend.credentials[0].name if backend is not None and backend.credentials else None
+    access = proxy.access(route) if proxy is not None and route is not None else None
+    notes = []
+    if connect is not None and access is None and uses_route(connect):
+        notes.append(f"harness {harness.name} reaches backend {backend.name if backend else '?'} through its "
+                     "credential route, which this session does not have: its connection settings are left out")
+    return connection(harness.files, connect, *(access or (None, None))), notes
+
+
+def declared(steps: Sequence[StepDecl], part: str) -> tuple[StepDecl, ...]:
+    return tuple(step for step in steps if step.part == part)

@@ -1,0 +1,193 @@
+"""The start as data (orchestration/start_plan.py): facts read first, then ``plan_start`` with no I/O to a
+frozen ``StartPlan`` holding the whole start and its steps; the executors refuse a step the plan does not
+declare. The facts here are read dry (as ``--render`` reads them), then varied by hand; a real start's
+plan against a render's is tests/integration/test_render_equals_run.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dejima.adapters import host
+from dejima.core.resolve import Resolved
+from dejima.orchestration import start, start_request
+from dejima.orchestration.start_plan import (
+    FACT_STEPS,
+    PAIR,
+    PREPARATION,
+    PREPARATION_STEPS,
+    StartFacts,
+    StartPlan,
+    declared,
+    plan_start,
+)
+from dejima.orchestration.steps import Step, StepGraphError, apply, ordered
+from dejima.proxy.sources import CredentialError, UnreadSource
+from dejima.ui.console import UI
+from tests.unit.test_api import owned
+
+OPTIONS = start_request.Options(upstream_dns=("192.0.2.53",))
+
+
+def dry_facts(workspace: Path, forges: tuple[str, ...] = ("github",)) -> tuple[StartFacts, Resolved]:
+    ui = UI(quiet=True)
+    resolved = start_request.resolve_manifests(workspace, start_request.Selection(forges=forges), ui)
+    facts, _sources = start.read_facts(workspace, None, resolved, host.load_settings(), OPTIONS, ui,
+                                     None, "render")
+    return facts, resolved
+
+
+# Audit events (PEP 578) that reach the host: files, directories, processes, sockets, the environment.
+IO_EVENTS = ("open", "os.", "shutil.", "subprocess.", "socket.", "glob.", "tempfile.", "sqlite3.", "pathlib.")
+
+_watched = threading.local()
+_seen: list[str] = []
+
+
+def _hook(event: str, _args: object) -> None:
+    if getattr(_watched, "on", False) and event.startswith(IO_EVENTS):
+        _seen.append(event)
+
+
+sys.addaudithook(_hook)  # a hook cannot be removed: it records only while a test's block runs
+
+
+@contextmanager
+def io_recorded() -> Iterator[list[str]]:
+    _seen.clear()
+    _watched.on = True
+    try:
+        yield _seen
+    finally:
+        _watched.on = False
+
+
+def test_the_hook_sees_io() -> None:
+    """The control: the recorder below does see a file read and a directory listing."""
+    with io_recorded() as seen:
+        Path(__file__).read_bytes()
+        os.listdir("/")
+    assert "open" in seen and "os.listdir" in seen
+
+
+def test_the_plan_module_names_no_io_and_no_adapter() -> None:
+    """Read as the layering test reads the core: no I/O module, no I/O name, nothing from the adapters."""
+    from tests.unit.test_layering import PACKAGE, STDLIB_IO, imports_of, io_names_of
+
+    module = PACKAGE / "orchestration" / "start_plan.py"
+    imported = imports_of(module)
+    assert io_names_of(module) == set()
+    assert not {name for name in imported if name in STDLIB_IO or name.startswith("dejima.adapters")}
+    assert imported & {"dejima.core.plan", "dejima.proxy.runner"}  # the control: the reader sees its imports
+
+
+def test_plan_start_does_no_io(tmp_path: Path) -> None:
+    """At run time, what Python's audit hooks see (files opened, directories listed, processes, sockets),
+    through everything plan_start calls (the proxy's route planning among them)."""
+    facts, resolved = dry_facts(owned(tmp_path))
+    settings = host.load_settings()
+    plan_start(None, resolved, settings, OPTIONS, facts)  # the modules it imports are loaded before the watch
+    with io_recorded() as seen:
+        plan = plan_start(None, resolved, settings, OPTIONS, facts)
+    assert seen == []
+    assert plan.proxy is not None and plan.request.bridge
+
+
+def test_the_plan_is_frozen_and_names_sources_only(tmp_path: Path) -> None:
+    facts, resolved = dry_facts(owned(tmp_path))
+    plan = plan_start(None, resolved, host.load_settings(), OPTIONS, facts)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.notes = ("changed",)  # type: ignore[misc]
+    assert plan.proxy is not None
+    specs = plan.proxy.prepared.config.routes
+    assert {spec.route.name for spec in specs} == {"github-api", "github-uploads", "github-git"}
+    assert all(isinstance(spec.source, UnreadSource) for spec in specs)
+    assert plan.proxy.prepared.interception is None  # the session CA is made when applied, never planned
+    assert dict(plan.proxy.prepared.intercepted) and set(plan.request.intercept) == set(plan.proxy.intercepted)
+    assert plan.private_dirs[0] == Path(plan.request.home_dir)
+    assert plan.record == (facts.session_dir / "workspace", str(tmp_path))
+
+
+def test_a_route_whose_source_the_host_lacks_is_left_out_with_a_note(tmp_path: Path) -> None:
+    facts, resolved = dry_facts(owned(tmp_path))
+    missing = CredentialError("forges/github.toml credentials route 'github-git': GH_TOKEN is not set")
+    facts = replace(facts, credentials_present=frozenset({"github-api", "github-uploads"}),
+                    credentials_skipped=(missing,))
+    plan = plan_start(None, resolved, host.load_settings(), OPTIONS, facts)
+    assert plan.proxy is not None
+    assert [spec.route.name for spec in plan.proxy.prepared.config.routes] == ["github-api", "github-uploads"]
+    assert plan.notes == (f"{missing.message}; the session starts without that route",)
+    assert not any(name.startswith("GIT_CONFIG") for name in plan.session.session.environment)
+    none = plan_start(None, resolved, host.load_settings(), OPTIONS,
+                      replace(facts, credentials_present=frozenset()))
+    assert none.proxy is None and not none.request.bridge
+
+
+def test_a_policy_that_does_not_pass_is_refused_by_the_plan_too(tmp_path: Path) -> None:
+    from dejima.errors import DiagnosticError
+
+    facts, resolved = dry_facts(owned(tmp_path))
+    refused = replace(OPTIONS, allow=("169.254.169.254",))  # the cloud metadata address: by policy, no packet
+    with pytest.raises(DiagnosticError):
+        plan_start(None, resolved, host.load_settings(), refused, facts)
+
+
+def test_the_steps_are_declared_for_all_three_parts(tmp_path: Path) -> None:
+    facts, resolved = dry_facts(owned(tmp_path))
+    plan = plan_start(None, resolved, host.load_settings(), OPTIONS, facts)
+    assert plan.steps[:len(FACT_STEPS)] == FACT_STEPS
+    assert declared(plan.steps, PREPARATION) == PREPARATION_STEPS
+    for part in {step.part for step in plan.steps}:
+        mine = declared(plan.steps, part)
+        ordered(Step(d.name, lambda _: None, d.needs) for d in mine)  # each part a graph of its own
+    assert {d.name for d in declared(plan.steps, PAIR)} >= {"filter", "filter-ready", "audit-start", "open-gate"}
+    assert [d.name for d in FACT_STEPS if d.effect] == ["images", "credential-sources"]  # a render skips these
+
+
+def test_an_executor_refuses_a_step_the_plan_does_not_declare() -> None:
+    decls = declared(PREPARATION_STEPS, PREPARATION)
+    actions = {d.name: (lambda _: None) for d in decls}
+    with pytest.raises(StepGraphError, match="differ"):
+        start._steps(decls, {**actions, "extra": lambda _: None})
+    without = dict(actions)
+    del without["images"]
+    with pytest.raises(StepGraphError, match="differ"):
+        start._steps(decls, without)
+    ran: list[str] = []
+    def record(name: str) -> Callable[[object], None]:
+        return lambda _: ran.append(name)
+
+    apply(start._steps(decls, {name: record(name) for name in actions}))
+    assert sorted(ran) == sorted(actions)
+
+
+def test_a_failing_preparation_undoes_what_was_applied_in_the_declared_order() -> None:
+    decls = declared(PREPARATION_STEPS, PREPARATION)
+    undone: list[str] = []
+
+    def fail(_: object) -> None:
+        raise RuntimeError("the images cannot be built")
+
+    actions = {d.name: (lambda _: None) for d in decls}
+    actions["images"] = fail
+    undos = {name: (lambda _, n=name: undone.append(n)) for name in ("stale-sessions", "run-directory", "record")}
+    with pytest.raises(RuntimeError, match="cannot be built"):
+        apply(start._steps(decls, actions, undos=undos))
+    assert "stale-sessions" in undone  # what images needed, undone after the others
+    assert "remember-filter" not in undone  # it needs the images: it never ran
+
+
+def test_a_start_plan_is_what_render_returns(tmp_path: Path) -> None:
+    from dejima import api
+
+    rendered = api.render(api.Request(owned(tmp_path), None, forges=["github"], dns_upstreams=["192.0.2.53"]))
+    assert isinstance(rendered.start, StartPlan) and rendered.plan is rendered.start.session
+    assert rendered.steps == rendered.start.outline()
