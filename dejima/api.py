@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     # plans
-    "Request", "Rendered", "render", "render_kubernetes", "load_settings", "Settings", "SessionPlan",
+    "Request", "Rendered", "render", "render_kubernetes", "load_settings", "Settings", "SessionPlan", "StartPlan",
     # sessions
     "Session", "run", "OutputTarget", "Reporter", "QuietReporter",
     # live grants
@@ -98,6 +98,10 @@ def __getattr__(name: str) -> object:
         from dejima.core.plan import SessionPlan
 
         return SessionPlan
+    if name == "StartPlan":
+        from dejima.orchestration.start_plan import StartPlan
+
+        return StartPlan
     if name == "Reporter":
         from dejima.orchestration.session_reporter import SessionReporter
 

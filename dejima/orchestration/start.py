@@ -116,9 +116,6 @@ def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Res
     return plan
 
 
-UNREAD: Mapping[str, CredentialSource] = {}
-
-
 def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                options: Options, ui: SessionReporter, runtime: Runtime | None,
                session_id: str) -> tuple[StartFacts, Mapping[str, CredentialSource]]:
@@ -160,12 +157,12 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         "images": lambda _: ImageNeeds(("<filter image>", "<session image>")),
         "credential-sources": lambda _: None,
     }
-    done = apply(_steps(FACT_STEPS, actions, previews), dry=runtime is None).results
+    done = apply(with_actions(FACT_STEPS, actions, previews), dry=runtime is None).results
     read = done["credential-sources"]
     facts = StartFacts(request, identity, source, sessions_dir() / session_id, done["engine-memory"], done["network"],
                        done["images"], done["git-config"],
                        frozenset(read[0]) if read is not None else None, read[1] if read is not None else ())
-    return facts, read[0] if read is not None else UNREAD
+    return facts, read[0] if read is not None else {}
 
 
 def apply_start(plan: StartPlan, sources: Mapping[str, CredentialSource], runtime: Runtime, ui: SessionReporter,
@@ -238,10 +235,10 @@ def apply_start(plan: StartPlan, sources: Mapping[str, CredentialSource], runtim
         "start-gate": lambda _: shutil.rmtree(request.gate_dir or "", ignore_errors=True),
         "record": lambda _: record_file.unlink(missing_ok=True),
     }
-    return apply(_steps(declared(plan.steps, PREPARATION), actions, undos=undos))
+    return apply(with_actions(declared(plan.steps, PREPARATION), actions, undos=undos))
 
 
-def _steps(decls: Sequence[StepDecl], actions: Mapping[str, Callable[[Done], Any]],
+def with_actions(decls: Sequence[StepDecl], actions: Mapping[str, Callable[[Done], Any]],
            previews: Mapping[str, Callable[[Done], Any]] = {},
            undos: Mapping[str, Callable[[Any], None]] = {}) -> list[Step]:
     """The declared steps with their actions; a declared step without one, or an action no step

@@ -24,7 +24,7 @@ from tests.unit.test_layering import imports_of
 
 ROOT = Path(__file__).parents[2]
 PUBLIC = [
-    "Request", "Rendered", "render", "render_kubernetes", "load_settings", "Settings", "SessionPlan",
+    "Request", "Rendered", "render", "render_kubernetes", "load_settings", "Settings", "SessionPlan", "StartPlan",
     "Session", "run", "OutputTarget", "Reporter", "QuietReporter",
     "RunningSession", "running_sessions", "running_session", "live", "grant", "revoke", "persist_grants",
     "check_grant_entry", "check_duration",
@@ -71,9 +71,10 @@ def test_the_lazy_types_are_the_layers_own() -> None:
     from dejima.orchestration.doctor import Check
     from dejima.orchestration.manage_sessions import SessionInfo
     from dejima.orchestration.session_reporter import SessionReporter
+    from dejima.orchestration.start_plan import StartPlan
 
-    assert (api.Settings, api.SessionPlan, api.Reporter, api.RunningSession, api.Finding) == (
-        Settings, SessionPlan, SessionReporter, RunningSession, Stored)
+    assert (api.Settings, api.SessionPlan, api.StartPlan, api.Reporter, api.RunningSession, api.Finding) == (
+        Settings, SessionPlan, StartPlan, SessionReporter, RunningSession, Stored)
     assert (api.SessionInfo, api.DoctorCheck, api.BaseImage, api.Manifest, api.MANIFEST_KINDS) == (
         SessionInfo, Check, Base, Manifest, KINDS)
 

@@ -156,16 +156,16 @@ def test_an_executor_refuses_a_step_the_plan_does_not_declare() -> None:
     decls = declared(PREPARATION_STEPS, PREPARATION)
     actions = {d.name: (lambda _: None) for d in decls}
     with pytest.raises(StepGraphError, match="differ"):
-        start._steps(decls, {**actions, "extra": lambda _: None})
+        start.with_actions(decls, {**actions, "extra": lambda _: None})
     without = dict(actions)
     del without["images"]
     with pytest.raises(StepGraphError, match="differ"):
-        start._steps(decls, without)
+        start.with_actions(decls, without)
     ran: list[str] = []
     def record(name: str) -> Callable[[object], None]:
         return lambda _: ran.append(name)
 
-    apply(start._steps(decls, {name: record(name) for name in actions}))
+    apply(start.with_actions(decls, {name: record(name) for name in actions}))
     assert sorted(ran) == sorted(actions)
 
 
@@ -180,7 +180,7 @@ def test_a_failing_preparation_undoes_what_was_applied_in_the_declared_order() -
     actions["images"] = fail
     undos = {name: (lambda _, n=name: undone.append(n)) for name in ("stale-sessions", "run-directory", "record")}
     with pytest.raises(RuntimeError, match="cannot be built"):
-        apply(start._steps(decls, actions, undos=undos))
+        apply(start.with_actions(decls, actions, undos=undos))
     assert "stale-sessions" in undone  # what images needed, undone after the others
     assert "remember-filter" not in undone  # it needs the images: it never ran
 
