@@ -97,7 +97,11 @@ def timed(command: list[str], env: dict[str, str] | None = None, check: bool = T
     result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - start
     if check and result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.strip()[-800:]}")
+        # The whole stderr is kept: an instrumented run prints its timings after the traceback.
+        with tempfile.NamedTemporaryFile("w", prefix="dejima-bench-failed-", suffix=".log", delete=False) as log:
+            log.write(result.stderr)
+        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.strip()[-800:]}\n"
+                           f"(its whole stderr: {log.name})")
     return elapsed
 
 

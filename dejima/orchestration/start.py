@@ -140,6 +140,13 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
 
         return read_session_sources(resolved, command)
 
+    def remove_stale(_: Done) -> None:
+        from dejima.orchestration import session as pair
+
+        assert runtime is not None
+        with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
+            pair.remove_stale(runtime, host.scope(), ui, record_stale_violations)
+
     def git_config(_: Done) -> str:
         from dejima.adapters.repo import git_config_text
 
@@ -152,6 +159,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         "images": images,
         "credential-sources": credential_sources,
         "git-config": git_config,
+        "stale-sessions": remove_stale,
     }
     previews: dict[str, Callable[[Done], Any]] = {
         "images": lambda _: ImageNeeds(("<filter image>", "<session image>")),
@@ -175,12 +183,6 @@ def apply_start(plan: StartPlan, sources: Mapping[str, CredentialSource], runtim
     owner = (plan.identity.uid, plan.identity.gid)
     home = plan.private_dirs[0]
     record_file, record_text = plan.record
-
-    def remove_stale(_: Done) -> None:
-        from dejima.orchestration import session as pair
-
-        with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
-            pair.remove_stale(runtime, host.scope(), ui, record_stale_violations)
 
     def images(_: Done) -> None:
         from dejima.adapters.image_builds import build_needed
@@ -224,7 +226,7 @@ def apply_start(plan: StartPlan, sources: Mapping[str, CredentialSource], runtim
                  request.launcher)
 
     actions: dict[str, Callable[[Done], Any]] = {
-        "stale-sessions": remove_stale, "images": images, "directories": directories, "credentials": credentials,
+        "images": images, "directories": directories, "credentials": credentials,
         "credential-files": credential_files, "harness-settings": harness_settings, "run-directory": run_directory,
         "start-gate": lambda _: make_gate(Path(request.gate_dir or "")),
         "record": lambda _: host.record(record_file.parent, record_file.name, record_text),

@@ -3,7 +3,8 @@ then one function with no I/O from those facts to a frozen ``StartPlan`` holding
 does (``plan_start``); the executor applies it (start.apply_start), ``--render`` prints it.
 
     facts    engine memory, network facts, policy check, images (tags, or recipes to build),
-             credential sources (which the host has; read, never kept here), the workspace's git config
+             credential sources (which the host has; read, never kept here), the workspace's git config;
+             and, meanwhile, dead sessions' leftover containers removed
     plan     the SessionPlan (both containers, ruleset, filter configuration), the image recipes,
              the credential routes with placeholders and each source *named*, the harness's
              connection, the private directories, the record, the notes to show, and the steps
@@ -52,7 +53,7 @@ class StepDecl:
     effect: bool = True
 
 
-FACTS, PREPARATION, PAIR = "facts (read before the plan)", "preparation", "the container pair"
+FACTS, PREPARATION, PAIR = "before the plan (facts, leftovers)", "preparation", "the container pair"
 
 FACT_STEPS = (
     # The engine's slowest answer (~15 ms) first, so that it overlaps the rest.
@@ -66,11 +67,13 @@ FACT_STEPS = (
     # values stay with the launcher, apart from the plan); a render names them and reads none.
     StepDecl(FACTS, "credential-sources", ("policy",)),
     StepDecl(FACTS, "git-config", effect=False),
+    # Not this session's: containers of sessions whose launcher died, removed (their records kept)
+    # while the facts are read, since nothing this session plans depends on them.
+    StepDecl(FACTS, "stale-sessions", ("policy",)),
 )
 
 PREPARATION_STEPS = (
-    StepDecl(PREPARATION, "stale-sessions"),
-    StepDecl(PREPARATION, "images", ("stale-sessions",)),
+    StepDecl(PREPARATION, "images"),
     StepDecl(PREPARATION, "directories"),
     StepDecl(PREPARATION, "credentials"),  # the sources handed to the routes, the session CA made
     StepDecl(PREPARATION, "credential-files", ("credentials", "directories")),
@@ -153,12 +156,12 @@ def check_policy(settings: Settings, options: Options, network: NetworkFacts, so
 def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Settings, options: Options,
                facts: StartFacts) -> StartPlan:
     """The start ``facts`` call for; no I/O (the placeholders are drawn at random here)."""
-    from dejima.proxy.runner import plan_session_proxy
-
     check_policy(settings, options, facts.network, facts.settings_source, resolved)
     notes: list[str] = []
     proxy = None
     if any(m.credentials for m in resolved.manifests):
+        from dejima.proxy.runner import plan_session_proxy  # the proxy's modules, only for a session with routes
+
         proxy = plan_session_proxy(resolved, settings, facts.session_dir, facts.git_config,
                                    facts.credentials_present, facts.credentials_skipped)
         notes += [f"{skipped.message}; the session starts without that route" for skipped in facts.credentials_skipped]

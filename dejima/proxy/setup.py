@@ -21,6 +21,7 @@ import base64
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dejima.adapters.session_dirs import (  # the session's own files: `dejima violations`/`ledger` read them
     LEDGER,
@@ -32,12 +33,14 @@ from dejima.core.placeholders import AWS_PLACEHOLDER_ENV, Decoys, make_aws_place
 from dejima.core.pushrules import PushPolicy
 from dejima.core.sigv4 import AwsSigning, SigningScope, region_of
 from dejima.proxy.gitpush import GitPushGuard
-from dejima.proxy.intercept import Interception
 from dejima.proxy.routes import Forwarding, RouteBehaviour, RouteSpec
 from dejima.proxy.server import ProxyConfig
 from dejima.proxy.signing import SigV4Signing
 from dejima.proxy.source_kinds import resolve_source
 from dejima.proxy.sources import CredentialError, CredentialSource, UnreadSource
+
+if TYPE_CHECKING:
+    from dejima.proxy.intercept import Interception
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +144,8 @@ def plan_routes(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, 
 def served(prepared: PreparedProxy, sources: Mapping[str, CredentialSource]) -> PreparedProxy:
     """The planned routes with their sources as read on the host (by route name), and the session CA
     made for the intercepted hosts (its key in this process's memory only): ready to serve."""
-    from dejima.proxy.authority import SessionAuthority
+    from dejima.proxy.authority import SessionAuthority  # cryptography: imported by an applied start only
+    from dejima.proxy.intercept import Interception
 
     specs = tuple(replace(spec, source=sources[spec.route.name]) for spec in prepared.config.routes)
     hosts = dict(prepared.intercepted)

@@ -149,7 +149,8 @@ def test_the_steps_are_declared_for_all_three_parts(tmp_path: Path) -> None:
         mine = declared(plan.steps, part)
         ordered(Step(d.name, lambda _: None, d.needs) for d in mine)  # each part a graph of its own
     assert {d.name for d in declared(plan.steps, PAIR)} >= {"filter", "filter-ready", "audit-start", "open-gate"}
-    assert [d.name for d in FACT_STEPS if d.effect] == ["images", "credential-sources"]  # a render skips these
+    # what a render skips: the base pulled or made, the secrets read, leftovers removed
+    assert [d.name for d in FACT_STEPS if d.effect] == ["images", "credential-sources", "stale-sessions"]
 
 
 def test_an_executor_refuses_a_step_the_plan_does_not_declare() -> None:
@@ -169,20 +170,22 @@ def test_an_executor_refuses_a_step_the_plan_does_not_declare() -> None:
     assert sorted(ran) == sorted(actions)
 
 
-def test_a_failing_preparation_undoes_what_was_applied_in_the_declared_order() -> None:
+def test_a_failing_preparation_undoes_what_was_applied_and_starts_nothing_after() -> None:
     decls = declared(PREPARATION_STEPS, PREPARATION)
     undone: list[str] = []
 
     def fail(_: object) -> None:
-        raise RuntimeError("the images cannot be built")
+        raise RuntimeError("the home files cannot be written")
 
-    actions = {d.name: (lambda _: None) for d in decls}
-    actions["images"] = fail
-    undos = {name: (lambda _, n=name: undone.append(n)) for name in ("stale-sessions", "run-directory", "record")}
-    with pytest.raises(RuntimeError, match="cannot be built"):
-        apply(start.with_actions(decls, actions, undos=undos))
-    assert "stale-sessions" in undone  # what images needed, undone after the others
-    assert "remember-filter" not in undone  # it needs the images: it never ran
+    def undo(name: str) -> Callable[[object], None]:
+        return lambda _: undone.append(name)
+
+    actions: dict[str, Callable[[object], object]] = {d.name: (lambda _: None) for d in decls}
+    actions["credential-files"] = fail
+    with pytest.raises(RuntimeError, match="cannot be written"):
+        apply(start.with_actions(decls, actions, undos={d.name: undo(d.name) for d in decls}))
+    assert {"directories", "credentials"} <= set(undone)  # what the failed step needed: undone
+    assert "credential-files" not in undone and "harness-settings" not in undone  # failed; never ran
 
 
 def test_a_start_plan_is_what_render_returns(tmp_path: Path) -> None:

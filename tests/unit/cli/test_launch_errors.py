@@ -274,7 +274,7 @@ def test_render_shows_what_the_harness_is_given_to_reach_its_backend(tmp_path: P
     out = capsys.readouterr().out
     assert "env  CODEX_API_KEY = {placeholder}" in out
     steps = out[out.index("## Start steps"):].splitlines()  # what a start applies, both parts, with their needs
-    assert "facts (read before the plan)" in steps and "preparation" in steps and "the container pair" in steps
+    assert "before the plan (facts, leftovers)" in steps and "preparation" in steps and "the container pair" in steps
     # the secrets' sources are read by a start (a render names them), before the plan, apart from it
     assert any(line.split()[:2] == ["credential-sources", "applies"] for line in steps)
     assert any(line.split()[:2] == ["policy", "plans"] for line in steps)
