@@ -201,7 +201,7 @@ AGENTS = (
                                                                     ".gemini/extensions/**"), "critical"),
     PathRule("A10", "other agents' configs", (".aider.conf.yml", ".kiro/hooks/**", ".continue/config.*",
                                               ".roo/mcp.json", ".amazonq/**", ".windsurf/**", "**/*mcp*.json",
-                                              ".goose/**", ".opencode/**", "opencode.json"), "high"),
+                                              ".goose/**", ".opencode/**", "opencode.json", "opencode.jsonc"), "high"),
     PathRule("A11", "agent ignore files", ("**/.cursorignore", "**/.aiexclude", "**/.geminiignore",
                                            "**/.aiderignore", "**/.codeiumignore"), "low"),
 )
