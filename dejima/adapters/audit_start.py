@@ -14,6 +14,7 @@ from dejima.adapters.mount_state import State
 from dejima.adapters.start_contents import hashed_paths, keep
 from dejima.adapters.tree_walk import SnapshotError, Walked, start_snapshot
 from dejima.core.audit import watched
+from dejima.core.audit.manifest_watch import Watch, asked
 from dejima.core.snapshot import Children, Snapshot, children_of, compose, subtree_sizes
 
 
@@ -21,6 +22,7 @@ from dejima.core.snapshot import Children, Snapshot, children_of, compose, subtr
 class Mount:
     kind: str  # workspace, home or cache (core.audit.MOUNT_KINDS)
     root: Path
+    watch: tuple[Watch, ...] = ()  # a workspace's: the paths the session's manifests ask to watch
 
 
 @dataclass
@@ -94,9 +96,13 @@ def capture(mount: Mount, incremental: bool = True, defer: bool = False) -> Moun
     ``defer``, its entries are loaded by ``MountState.begin`` (during the session) when the bytes
     to keep can be found without them."""
     recalled = mount_state.recall(mount.kind, mount.root) if incremental else None
+    watching = sorted({w.path for w in mount.watch})
+    if recalled is not None and not _hashed_for(recalled, watching):
+        recalled = None
+    also = asked(mount.watch)
 
     def hash_path(path: str) -> bool:
-        return watched(path, mount.kind)
+        return watched(path, mount.kind) or also(path)
 
     try:
         walked = start_snapshot(mount.root, hash_path, recalled.known() if recalled else None, defer=defer)
@@ -105,16 +111,26 @@ def capture(mount: Mount, incremental: bool = True, defer: bool = False) -> Moun
             raise
         recalled, walked = None, start_snapshot(mount.root, hash_path)  # the state could not be loaded
     if recalled is None or not walked.used_known:
-        start = State(mount_state.mount_identity(mount.kind, mount.root), Path(), ([], []), walked.digests)
+        start = State(mount_state.mount_identity(mount.kind, mount.root), Path(), ([], []), walked.digests,
+                      {"watch": watching})
         kept = keep(mount.root, mount.kind, hashed_paths(walked.snapshot), lambda: walked.snapshot, start.extra, False)
         return MountState(mount, walked.snapshot, kept, start)
-    start = State(recalled.identity, recalled.base, recalled.delta, walked.digests, dict(recalled.extra))
+    start = State(recalled.identity, recalled.base, recalled.delta, walked.digests,
+                  {**recalled.extra, "watch": watching})
     state = MountState(mount, walked.snapshot, {}, start, walked)
     try:
         state.kept = _keep_known(state, recalled, walked)
     except (OSError, ValueError, SnapshotError):  # the state could not be loaded, or did not add up
         return capture(mount, incremental=False)
     return state
+
+
+def _hashed_for(recalled: State, watching: list[str]) -> bool:
+    """Whether the walks behind a recalled state hashed every file of this watch list: a newly
+    watched file in a directory it trusts was not, and its bytes would not be kept (then the start
+    walks in full once)."""
+    previous = recalled.extra.get("watch", [])
+    return isinstance(previous, list) and set(watching) <= set(previous)
 
 
 def _keep_known(state: MountState, recalled: State, walked: Walked) -> dict[str, bytes]:

@@ -261,7 +261,9 @@ SECTIONS: dict[str, Section] = {
         "path": Key(ABSOLUTE_PATH, "absolute path in the session kept per project", required=True),
     }),
     "audit": _section(KINDS, "[audit]", {
-        "watch": Key(list_of(WORKSPACE_PATH), "workspace-relative files the exit audit must watch"),
+        "watch": Key(list_of(WORKSPACE_PATH), "workspace paths the exit audit watches, a file or with a trailing "
+                     "\"/\" a directory (everything under it): the start keeps their bytes, and a change there "
+                     "that no rule of the catalogue judges is a finding (X07, docs/audit.md)"),
     }),
     "harness": _section(("harnesses",), "[harness]", {
         "command": Key(list_of(STR, non_empty=True), "argv of the agent program, e.g. [\"claude\"]", required=True),

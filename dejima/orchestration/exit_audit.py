@@ -37,6 +37,7 @@ from dejima.adapters.tree_walk import (
 )
 from dejima.core.audit import SEVERITIES, Finding
 from dejima.core.audit.git import housekeeping
+from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import finding, rank
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.orchestration.session_reporter import SessionReporter
@@ -118,7 +119,8 @@ def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Sna
 
     from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
 
-    return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed)], after, changed
+    return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed,
+                            state.mount.watch)], after, changed
 
 
 def _import_rules() -> None:
@@ -147,7 +149,7 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
                 _save_start(directory, index, state)
             states.append(state)
             described.append({"kind": mount.kind, "root": str(mount.root), "snapshot": f"{index}.snapshot",
-                              "state": f"{index}.state",
+                              "state": f"{index}.state", "watch": [[w.path, w.source] for w in mount.watch],
                               "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
         host.write_atomically(directory / "state.json",
                               json.dumps({"version": _STATE_VERSION, "mounts": described}).encode())
@@ -201,7 +203,10 @@ def _load(session_id: str) -> list[MountState]:
             if walk is not None:  # the launcher died before it loaded the trusted entries
                 snapshot, changed = complete_start(snapshot, walk)
                 start.delta = compose(start.delta, snapshot, changed)
-        states.append(MountState(Mount(m["kind"], Path(m["root"])), snapshot,
+        # A state written before manifests' watch lists were kept has none (the same version:
+        # nothing else changed, and an older dejima reading this one only misses them).
+        watch = tuple(Watch(str(path), str(source)) for path, source in m.get("watch", ()))
+        states.append(MountState(Mount(m["kind"], Path(m["root"]), watch), snapshot,
                                  {p: base64.b64decode(b) for p, b in m["kept"].items()}, start))
     return states
 

@@ -297,16 +297,18 @@ def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
 
 
 def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
-    """Every directory the session can write that outlives it: the workspace, the per-project home,
-    the manifest caches."""
+    """Every directory the session can write that outlives it: the workspace (with the paths the
+    session's manifests ask the audit to watch), the per-project home, the manifest caches."""
+    from dejima.core.audit.manifest_watch import watch_of
     from dejima.orchestration import exit_audit
 
+    watch = watch_of(plan.resolved.manifests if plan.resolved is not None else ())
     mounts = []
     for bind in plan.session.binds:
         if bind.read_only:
             continue
         kind = "workspace" if bind.source == plan.workspace else "home" if bind.target == SESSION_HOME else "cache"
-        mounts.append(exit_audit.Mount(kind, Path(bind.source)))
+        mounts.append(exit_audit.Mount(kind, Path(bind.source), watch if kind == "workspace" else ()))
     return mounts
 
 

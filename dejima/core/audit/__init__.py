@@ -7,6 +7,7 @@ severities, never create findings alone. The catalogue (catalogue.py) is data.
 
     rules.audit(before, after, contents, kind)  findings for one mount, worst first
     watched(path, kind)                         whether the start snapshot keeps a file's bytes
+    manifest_watch                              the paths a session's manifests ask to watch too
 
 The rules themselves (rules.py, and yaml, xml and configparser under configfiles.py) are imported
 only by what runs them: a session's start needs ``watched`` alone, while its filter starts.

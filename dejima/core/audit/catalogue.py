@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATALOGUE_VERSION = "2026.12.7"
+CATALOGUE_VERSION = "2026.12.8"
 
 
 # A KeyRule severity: the key runs nothing (a task's label, a schema version); a change to it is
@@ -201,7 +201,7 @@ AGENTS = (
                                                                     ".gemini/extensions/**"), "critical"),
     PathRule("A10", "other agents' configs", (".aider.conf.yml", ".kiro/hooks/**", ".continue/config.*",
                                               ".roo/mcp.json", ".amazonq/**", ".windsurf/**", "**/*mcp*.json",
-                                              ".goose/**", ".opencode/**", "opencode.json"), "high"),
+                                              ".goose/**", ".opencode/**", "opencode.json", "opencode.jsonc"), "high"),
     PathRule("A11", "agent ignore files", ("**/.cursorignore", "**/.aiexclude", "**/.geminiignore",
                                            "**/.aiderignore", "**/.codeiumignore"), "low"),
 )
@@ -484,6 +484,8 @@ CODED_RULES = {
     "X03": ("other change inside a git directory", "medium"), "X04": ("other git config key", "medium-high"),
     "X05": ("lockfile checksum changed without a version change", "high"),
     "X06": ("lockfile edited to versions the installed tree does not have", "high"),
+    "X07": ("file a session's manifest watches ([audit] watch) that no other rule judges: created, modified "
+            "or deleted", "medium"),
     "G20": ("paths hidden from git status (ignore lines, index flags), raised when they hide a finding",
             "medium-high"),
 }

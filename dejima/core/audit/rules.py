@@ -10,10 +10,11 @@ from dataclasses import replace
 from dejima.core.audit.configs import config_findings
 from dejima.core.audit.correlate import correlate
 from dejima.core.audit.environment import environment_findings
-from dejima.core.audit.fallback import fallback_findings
+from dejima.core.audit.fallback import fallback_findings, watch_findings
 from dejima.core.audit.files import file_findings
 from dejima.core.audit.git import git_findings
 from dejima.core.audit.lockfiles import lockfile_findings
+from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import Contents, Finding, View, rank
 from dejima.core.audit.modelines import modeline_findings
 from dejima.core.audit.names import name_findings
@@ -59,11 +60,12 @@ def _deduplicated(found: list[Finding]) -> list[Finding]:
 
 
 def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace",
-          listdir: Callable[[str], list[str]] | None = None, candidates: list[str] | None = None) -> list[Finding]:
+          listdir: Callable[[str], list[str]] | None = None, candidates: list[str] | None = None,
+          watch: tuple[Watch, ...] = ()) -> list[Finding]:
     """Findings for the changes from ``before`` to ``after`` (one mount), worst first.
     ``contents(side, path)`` returns a file's bytes at "before" or "after" (None when unknown);
     ``listdir(directory)`` the names in a directory now (default: from ``after``); ``candidates``
-    as for ``diff``."""
+    as for ``diff``; ``watch``: the paths the session's manifests ask to watch."""
     view = View(before, after, diff(before, after, candidates), contents, kind, listdir)
     found = [*config_findings(view), *file_findings(view), *name_findings(view), *tree_findings(view),
              *environment_findings(view)]
@@ -71,6 +73,8 @@ def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "wo
         found.extend(git_findings(view))
         found.extend(lockfile_findings(view))
         found.extend(modeline_findings(view))
+    # Before the correlations, which may raise it; before the fallback, which a manifest's ask outranks.
+    found.extend(watch_findings(view, found, watch))
     found = correlate(found, view)
     found.extend(fallback_findings(view, found))
     return one_per_path(_deduplicated(found))
