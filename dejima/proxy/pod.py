@@ -37,7 +37,7 @@ from dejima.proxy.aws_source import AwsSource
 from dejima.proxy.gitpush import GitPushGuard
 from dejima.proxy.routes import RouteSpec
 from dejima.proxy.server import ProxyConfig, ProxyServer
-from dejima.proxy.setup import PreparedProxy, behaviour_for
+from dejima.proxy.setup import PreparedProxy, behaviour_for, session_interception
 from dejima.proxy.sources import CredentialError, CredentialSource, env_source
 
 CONFIG_ENV = PROXY_CONFIG_ENV
@@ -120,13 +120,7 @@ def proxy_config(document: Mapping[str, Any], environ: Mapping[str, str], record
         source: CredentialSource = AwsSource("default", where, {k: v for k, v in environ.items() if k.startswith(
             "AWS_")}, Path("/nonexistent")) if signing else env_source(item["secret"], where, environ)
         specs.append(RouteSpec(route, source, behaviour_for(route, policy)))
-    interception = None
-    if document.get("intercept"):
-        from dejima.proxy.authority import SessionAuthority
-        from dejima.proxy.intercept import Interception
-
-        hosts = dict(document["intercept"])
-        interception = Interception(SessionAuthority.create(hosts), hosts)
+    interception = session_interception(document.get("intercept") or {})
     return ProxyConfig(tuple(specs), records / LEDGER, records / VIOLATIONS,
                        dict(document["decoys"]), memory_budget=int(document["memory_budget"]),
                        max_connections=int(document["max_connections"]), interception=interception)

@@ -144,13 +144,20 @@ def plan_routes(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, 
 def served(prepared: PreparedProxy, sources: Mapping[str, CredentialSource]) -> PreparedProxy:
     """The planned routes with their sources as read on the host (by route name), and the session CA
     made for the intercepted hosts (its key in this process's memory only): ready to serve."""
-    from dejima.proxy.authority import SessionAuthority  # cryptography: imported by an applied start only
+    specs = tuple(replace(spec, source=sources[spec.route.name]) for spec in prepared.config.routes)
+    return replace(prepared, config=replace(prepared.config, routes=specs,
+                                            interception=session_interception(prepared.intercepted)))
+
+
+def session_interception(hosts: Mapping[str, str]) -> Interception | None:
+    """The TLS fallback for ``hosts`` (host -> route): a session CA made now, its key in this process's
+    memory only; None without a host."""
+    if not hosts:
+        return None
+    from dejima.proxy.authority import SessionAuthority  # cryptography: imported only when a CA is made
     from dejima.proxy.intercept import Interception
 
-    specs = tuple(replace(spec, source=sources[spec.route.name]) for spec in prepared.config.routes)
-    hosts = dict(prepared.intercepted)
-    interception = Interception(SessionAuthority.create(hosts), hosts) if hosts else None
-    return replace(prepared, config=replace(prepared.config, routes=specs, interception=interception))
+    return Interception(SessionAuthority.create(hosts), dict(hosts))
 
 
 def behaviour_for(route: Route, push: PushPolicy | None) -> RouteBehaviour:
@@ -213,4 +220,4 @@ def session_env(prepared: PreparedProxy, origin: str, base_url_env: Mapping[str,
 
 
 __all__ = ["ROUTE_PREFIX", "PreparedProxy", "plan_routes", "prepare", "read_sources_of", "served", "session_env",
-           "trust_env"]
+           "session_interception", "trust_env"]
