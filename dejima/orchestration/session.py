@@ -42,7 +42,7 @@ from dejima.filter import FAILED, READY, VIOLATION
 from dejima.orchestration.background import Background
 from dejima.orchestration.prestart import Prestarted
 from dejima.orchestration.start_plan import CALLERS_STEPS, pair_outline
-from dejima.orchestration.steps import Done, Step, StepGraphError, apply
+from dejima.orchestration.steps import Done, Step, StepGraphError, apply, with_actions
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 FILTER_STOP_SECONDS = 2
@@ -443,11 +443,11 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
                              f"{', '.join(theirs)}")
     actions: dict[str, Callable[[Done], object]] = {
         "filter": create_filter, "filter-configuration": configure_filter, "filter-start": start_filter,
-        "session": create_session, "filter-ready": filter_ready, "session-start": start_session,
-        "open-gate": release_gate, **{name: lambda _: None for name in CALLERS_STEPS}, **before_session,
+        "session": create_session, "filter-ready": filter_ready, "open-gate": release_gate,
+        **({} if plan.interactive else {"session-start": start_session}),  # the CLI starts an interactive one
+        **{name: lambda _: None for name in CALLERS_STEPS}, **before_session,
     }
-    return [Step(declared.name, actions[declared.name], declared.needs, effect=declared.effect)
-            for declared in pair_outline(plan.interactive, gated)]
+    return with_actions(pair_outline(plan.interactive, gated), actions)
 
 
 # --- leftovers -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ kept after it).
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,13 +48,12 @@ from dejima.orchestration.start_plan import (
     PREPARATION,
     StartFacts,
     StartPlan,
-    StepDecl,
     check_policy,
     declared,
     plan_start,
 )
 from dejima.orchestration.start_request import Options, network_facts, session_request
-from dejima.orchestration.steps import Applied, Done, Step, StepGraphError, apply
+from dejima.orchestration.steps import Applied, Done, apply, with_actions
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
@@ -238,17 +237,6 @@ def apply_start(plan: StartPlan, sources: Mapping[str, CredentialSource], runtim
         "record": lambda _: record_file.unlink(missing_ok=True),
     }
     return apply(with_actions(declared(plan.steps, PREPARATION), actions, undos=undos))
-
-
-def with_actions(decls: Sequence[StepDecl], actions: Mapping[str, Callable[[Done], Any]],
-           previews: Mapping[str, Callable[[Done], Any]] = {},
-           undos: Mapping[str, Callable[[Any], None]] = {}) -> list[Step]:
-    """The declared steps with their actions; a declared step without one, or an action no step
-    declares, is a bug: nothing starts."""
-    names = [d.name for d in decls]
-    if sorted(names) != sorted(actions):
-        raise StepGraphError(f"declared steps {sorted(names)} and actions {sorted(actions)} differ")
-    return [Step(d.name, actions[d.name], d.needs, undos.get(d.name), d.effect, previews.get(d.name)) for d in decls]
 
 
 COMMAND_SHOWN = 120  # characters of the command the one-line summary shows

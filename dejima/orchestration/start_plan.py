@@ -10,8 +10,9 @@ does (``plan_start``); the executor applies it (start.apply_start), ``--render``
              connection, the private directories, the record, the notes to show, and the steps
     apply    the preparation's steps, then the container pair's, each after what it needs
 
-The steps of each part are declared here as data (name, what it needs, whether it changes
-something); the executors map each name to its action and refuse a name without one.
+The steps of each part are declared here as data (steps.StepDecl: name, what it needs, whether it
+changes something); the executors map each name to its action (steps.with_actions) and refuse a
+name without one.
 """
 
 from __future__ import annotations
@@ -35,22 +36,12 @@ from dejima.core.plan import (
 )
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
+from dejima.orchestration.steps import StepDecl
 
 if TYPE_CHECKING:
     from dejima.orchestration.start_request import Options
     from dejima.proxy.runner import SessionProxy
     from dejima.proxy.sources import CredentialError
-
-
-@dataclass(frozen=True, slots=True)
-class StepDecl:
-    """One step of a start, as data: its part, its name, what it waits for, whether it changes something
-    (the host, the engine) or reads a secret — a render runs only the steps that do not."""
-
-    part: str
-    name: str
-    needs: tuple[str, ...] = ()
-    effect: bool = True
 
 
 FACTS, PREPARATION, PAIR = "before the plan (facts, leftovers)", "preparation", "the container pair"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,28 @@ class Step:
 
 class StepGraphError(ValueError):
     """The steps do not form a graph the executor can run: a bug in the code that made them."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepDecl:
+    """A step as a plan declares it, without its action: its part, its name, what it waits for, whether
+    it changes something (the host, the engine) or reads a secret — a dry run runs only those that do not."""
+
+    part: str
+    name: str
+    needs: tuple[str, ...] = ()
+    effect: bool = True
+
+
+def with_actions(decls: Sequence[StepDecl], actions: Mapping[str, Callable[[Done], Any]],
+                 previews: Mapping[str, Callable[[Done], Any]] = {},
+                 undos: Mapping[str, Callable[[Any], None]] = {}) -> list[Step]:
+    """The declared steps with their actions; a declared step without one, or an action no step
+    declares, is a bug: nothing starts."""
+    names = [d.name for d in decls]
+    if sorted(names) != sorted(actions):
+        raise StepGraphError(f"declared steps {sorted(names)} and actions {sorted(actions)} differ")
+    return [Step(d.name, actions[d.name], d.needs, undos.get(d.name), d.effect, previews.get(d.name)) for d in decls]
 
 
 def ordered(steps: Iterable[Step]) -> list[Step]:

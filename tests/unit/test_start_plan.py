@@ -29,7 +29,7 @@ from dejima.orchestration.start_plan import (
     declared,
     plan_start,
 )
-from dejima.orchestration.steps import Step, StepGraphError, apply, ordered
+from dejima.orchestration.steps import Step, StepGraphError, apply, ordered, with_actions
 from dejima.proxy.sources import CredentialError, UnreadSource
 from dejima.ui.console import UI
 from tests.unit.test_api import owned
@@ -157,16 +157,16 @@ def test_an_executor_refuses_a_step_the_plan_does_not_declare() -> None:
     decls = declared(PREPARATION_STEPS, PREPARATION)
     actions = {d.name: (lambda _: None) for d in decls}
     with pytest.raises(StepGraphError, match="differ"):
-        start.with_actions(decls, {**actions, "extra": lambda _: None})
+        with_actions(decls, {**actions, "extra": lambda _: None})
     without = dict(actions)
     del without["images"]
     with pytest.raises(StepGraphError, match="differ"):
-        start.with_actions(decls, without)
+        with_actions(decls, without)
     ran: list[str] = []
     def record(name: str) -> Callable[[object], None]:
         return lambda _: ran.append(name)
 
-    apply(start.with_actions(decls, {name: record(name) for name in actions}))
+    apply(with_actions(decls, {name: record(name) for name in actions}))
     assert sorted(ran) == sorted(actions)
 
 
@@ -183,7 +183,7 @@ def test_a_failing_preparation_undoes_what_was_applied_and_starts_nothing_after(
     actions: dict[str, Callable[[object], object]] = {d.name: (lambda _: None) for d in decls}
     actions["credential-files"] = fail
     with pytest.raises(RuntimeError, match="cannot be written"):
-        apply(start.with_actions(decls, actions, undos={d.name: undo(d.name) for d in decls}))
+        apply(with_actions(decls, actions, undos={d.name: undo(d.name) for d in decls}))
     assert {"directories", "credentials"} <= set(undone)  # what the failed step needed: undone
     assert "credential-files" not in undone and "harness-settings" not in undone  # failed; never ran
 
