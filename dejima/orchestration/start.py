@@ -86,19 +86,10 @@ def prepare_session(
     """Read the facts, plan the start, apply the plan's preparation; a failing step undoes what the others did."""
     options = options or Options()
     session_id = prestarted.session_id if prestarted is not None else new_session_id()
-    facts, sources = read_facts(workspace, command, resolved, settings, options, ui, runtime, session_id)
-    plan = plan_start(command, resolved, settings, options, facts)
-    for note in plan.notes:
-        ui.warn(note)
+    plan, sources = _planned(workspace, command, resolved, settings, options, ui, runtime, session_id)
     applied = apply_start(plan, sources, runtime, ui, prestarted)
     return Prepared(runtime, plan, settings, applied.results["credentials"], options.accept_findings, prestarted,
                     applied.unwind)
-
-
-def render_plan(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                options: Options, ui: SessionReporter, session_id: str = "render") -> SessionPlan:
-    """``render_start``'s session plan."""
-    return render_start(workspace, command, resolved, settings, options, ui, session_id).session
 
 
 def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -108,11 +99,19 @@ def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Res
     limits given as a share are taken of this host's memory). Credential sources are named, never read:
     the plan holds every route the manifests declare, with its placeholder; a start leaves out a route
     whose source is missing (and says so), or stops when the harness's agent needs it."""
-    facts, _ = read_facts(workspace, command, resolved, settings, options, ui, None, session_id)
+    return _planned(workspace, command, resolved, settings, options, ui, None, session_id)[0]
+
+
+def _planned(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
+             options: Options, ui: SessionReporter, runtime: Runtime | None,
+             session_id: str) -> tuple[StartPlan, Mapping[str, CredentialSource]]:
+    """The facts read (dry without ``runtime``), the plan made from them and its notes shown; with the
+    credential sources read, for the apply."""
+    facts, sources = read_facts(workspace, command, resolved, settings, options, ui, runtime, session_id)
     plan = plan_start(command, resolved, settings, options, facts)
     for note in plan.notes:
         ui.warn(note)
-    return plan
+    return plan, sources
 
 
 def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -125,6 +124,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
     source = str(host.settings_path())
     request = session_request(workspace, command, resolved, settings, options, session_id,
                               "render" if runtime is None else host.launcher_token())
+    has_routes = any(m.credentials for m in resolved.manifests)  # else no source to read, no push rule to make
 
     def images(_: Done) -> ImageNeeds:
         from dejima.adapters.image_builds import image_needs
@@ -133,7 +133,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         return image_needs(runtime, settings, identity, ui, resolved.image_layers())
 
     def credential_sources(_: Done) -> tuple[Mapping[str, CredentialSource], tuple[CredentialError, ...]] | None:
-        if not any(m.credentials for m in resolved.manifests):
+        if not has_routes:
             return {}, ()
         from dejima.proxy.runner import read_session_sources
 
@@ -149,7 +149,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
     def git_config(_: Done) -> str:
         from dejima.adapters.repo import git_config_text
 
-        return git_config_text(workspace) if any(m.credentials for m in resolved.manifests) else ""
+        return git_config_text(workspace) if has_routes else ""
 
     actions: dict[str, Callable[[Done], Any]] = {
         "engine-memory": lambda _: runtime.memory() if runtime is not None else host.memory_total(),

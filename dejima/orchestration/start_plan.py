@@ -146,8 +146,8 @@ def check_policy(settings: Settings, options: Options, network: NetworkFacts, so
 
 def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Settings, options: Options,
                facts: StartFacts) -> StartPlan:
-    """The start ``facts`` call for; no I/O (the placeholders are drawn at random here)."""
-    check_policy(settings, options, facts.network, facts.settings_source, resolved)
+    """The start ``facts`` call for; no I/O (the placeholders are drawn at random here). A policy that does
+    not pass is refused by ``build_session_plan`` (the facts' ``policy`` step refused it first)."""
     notes: list[str] = []
     proxy = None
     if any(m.credentials for m in resolved.manifests):

@@ -83,7 +83,7 @@ def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object
 
     # The render reads no source: with the secret gone from the host, it shows the same routes.
     monkeypatch.delenv("GH_TOKEN")
-    unread = start.render_plan(workspace, None, resolved, settings, options, ui)
+    unread = start.render_start(workspace, None, resolved, settings, options, ui).session
     if prepared.unwind is not None:  # never run: its run directory, gate and record undone
         prepared.unwind()
     assert relays(unread) == relays(rendered) and sorted(unread.session.environment) == sorted(

@@ -136,8 +136,12 @@ def test_a_policy_that_does_not_pass_is_refused_by_the_plan_too(tmp_path: Path) 
 
     facts, resolved = dry_facts(owned(tmp_path))
     refused = replace(OPTIONS, allow=("169.254.169.254",))  # the cloud metadata address: by policy, no packet
+    # as a start asking for it would carry it, had the facts' own policy step not refused it first
+    facts = replace(facts, request=replace(facts.request, allow=refused.allow))
     with pytest.raises(DiagnosticError):
         plan_start(None, resolved, host.load_settings(), refused, facts)
+    with pytest.raises(DiagnosticError):  # and a start is refused in its facts, before any effect
+        start.read_facts(tmp_path, None, resolved, host.load_settings(), refused, UI(quiet=True), None, "render")
 
 
 def test_the_steps_are_declared_for_all_three_parts(tmp_path: Path) -> None:
