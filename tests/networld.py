@@ -31,10 +31,13 @@ class Zone(BaseResolver):
         for question in request.questions:  # every question, so a smuggled second one shows
             print("query", str(question.qname).rstrip(".").lower(), QTYPE.get(question.qtype), flush=True)
         name = str(request.q.qname).rstrip(".").lower()
-        if name.startswith("slow."):
-            time.sleep(1.0)  # long enough for a session to see the resolver's upstream socket
+        slow = name == "slow.dejima.test" or name.endswith(".slow.dejima.test")
+        if slow:
+            # Long enough for a session to see the resolver's upstream socket and race the answer,
+            # short of the resolver's 2.5 s upstream timeout.
+            time.sleep(1.5)
         reply = request.reply()
-        records = zone.get(name)
+        records = zone.get("slow.dejima.test" if slow else name)
         if records is None and name.endswith(".many.dejima.test") and name.split(".")[0][1:].isdigit():
             # nK.many.dejima.test: one distinct address per K, for measuring set insertions
             prefix = zone["web.dejima.test"][0][1].rsplit(".", 1)[0]

@@ -336,54 +336,64 @@ def test_session_cannot_ride_the_resolvers_upstream_flow(runtime: Runtime, user:
 FORGE_THE_UPSTREAMS_ANSWER = r"""
 import json, socket, struct, sys, threading, time
 upstream, forged = sys.argv[1], sys.argv[2]
-qname = b"".join(bytes([len(p)]) + p for p in b"slow.dejima.test".split(b".")) + b"\0"
-question = qname + struct.pack("!HH", 1, 1)
-def forgery(qid):  # an answer to the resolver's own query, pointing at an address of our choosing
-    return (struct.pack("!HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question
-            + b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 300, 4) + socket.inet_aton(forged))
-answer = {}
-def ask_slow_name():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(6)
-    s.sendto(struct.pack("!HHHHHH", 0x1111, 0x0100, 1, 0, 0, 0) + question, ("127.0.0.1", 53))
-    data = s.recv(512)
-    answer["address"] = socket.inet_ntoa(data[-4:]) if struct.unpack("!H", data[6:8])[0] else None
-asker = threading.Thread(target=ask_slow_name); asker.start()
 remote = socket.inet_aton(upstream)[::-1].hex().upper() + ":0035"
-targets, deadline = set(), time.monotonic() + 6
-while not targets and asker.is_alive() and time.monotonic() < deadline:
-    for line in open("/proc/net/udp").read().splitlines()[1:]:
-        fields = line.split()
-        local, port = fields[1].split(":")
-        # The resolver's upstream sockets: toward the upstream, or any other socket of root's
-        # but the filter's listener on port 53 and the engine's resolver on 127.0.0.11 (not ours),
-        # should the resolver ever leave them unconnected.
-        if fields[2] == remote or (fields[7] == "0" and int(port, 16) != 53 and local != "0B00007F"):
-            address = socket.inet_ntoa(bytes.fromhex(local)[::-1])
-            targets.add((address if address != "0.0.0.0" else "127.0.0.1", int(port, 16)))
-# Control: the same forgeries reach a socket of ours on the same address (they are deliverable).
-control = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-control.bind((sorted(targets)[0][0] if targets else "127.0.0.1", 0)); control.setblocking(False)
-sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-sent = 0
-for qid in range(65536):  # every id the resolver could have drawn, at every upstream socket it has
-    packet = forgery(qid)
-    for target in sorted(targets):
+def attack(name):
+    qname = b"".join(bytes([len(p)]) + p for p in name.encode().split(b".")) + b"\0"
+    question = qname + struct.pack("!HH", 1, 1)
+    # An answer to the resolver's own query for every id it could have drawn, pointing at an
+    # address of our choosing: made before the race so that the race is only sending.
+    tail = (struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0) + question
+            + b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 300, 4) + socket.inet_aton(forged))
+    forgeries = [struct.pack("!H", qid) + tail for qid in range(65536)]
+    answer = {}
+    def ask():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(6)
+        s.sendto(struct.pack("!HHHHHH", 0x1111, 0x0100, 1, 0, 0, 0) + question, ("127.0.0.1", 53))
+        data = s.recv(512)
+        answer["address"] = socket.inet_ntoa(data[-4:]) if struct.unpack("!H", data[6:8])[0] else None
+    asker = threading.Thread(target=ask); asker.start()
+    targets, deadline = set(), time.monotonic() + 6
+    while not targets and asker.is_alive() and time.monotonic() < deadline:
+        for line in open("/proc/net/udp").read().splitlines()[1:]:
+            fields = line.split()
+            local, port = fields[1].split(":")
+            # The resolver's upstream sockets: toward the upstream, or any other socket of root's
+            # but the filter's listener on port 53 and the engine's resolver on 127.0.0.11 (not
+            # ours), should the resolver ever leave them unconnected.
+            if fields[2] == remote or (fields[7] == "0" and int(port, 16) != 53 and local != "0B00007F"):
+                address = socket.inet_ntoa(bytes.fromhex(local)[::-1])
+                targets.add((address if address != "0.0.0.0" else "127.0.0.1", int(port, 16)))
+    # Control: the same forgeries reach a socket of ours on the same address (they are deliverable).
+    control = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    control.bind((sorted(targets)[0][0] if targets else "127.0.0.1", 0)); control.setblocking(False)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sent = 0
+    for qid, packet in enumerate(forgeries):
+        for target in sorted(targets):
+            try:
+                sender.sendto(packet, target); sent += 1
+            except OSError:
+                pass
+        if qid % 4096 == 0:
+            sender.sendto(packet, control.getsockname())
+    delivered = 0
+    while True:
         try:
-            sender.sendto(packet, target); sent += 1
-        except OSError:
-            pass
-    if qid % 4096 == 0:
-        sender.sendto(packet, control.getsockname())
-delivered = 0
-while True:
-    try:
-        control.recv(512); delivered += 1
-    except BlockingIOError:
+            control.recv(512); delivered += 1
+        except BlockingIOError:
+            break
+    pending_throughout = asker.is_alive()
+    asker.join()
+    return {"name": name, "targets": sorted(targets), "sent": sent, "control_delivered": delivered,
+            "answer": answer.get("address"), "pending_throughout": pending_throughout}
+# Each attempt races a fresh name (no cached answer); on a loaded machine the sending may outlast
+# the held answer, so a few attempts, bounded, until one raced the pending query throughout.
+attempts = []
+for n in range(4):
+    attempts.append(attack(f"a{n}.slow.dejima.test"))
+    if attempts[-1]["pending_throughout"]:
         break
-pending_throughout = asker.is_alive()
-asker.join()
-print(json.dumps({"targets": sorted(targets), "sent": sent, "control_delivered": delivered,
-                  "answer": answer.get("address"), "pending_throughout": pending_throughout}))
+print(json.dumps({"attempts": attempts}))
 """
 
 
@@ -394,16 +404,19 @@ def test_forged_answers_from_the_session_do_not_reach_the_resolver(runtime: Runt
     a pending query, with every id, pointing an allowed name at an address of its choosing. Only
     the upstream's own address and port may answer (the sockets are connected) and only with the
     id and question asked, so the forgeries are dropped and the forged address stays closed."""
-    result = run_dejima(user, scope, "-q", "--allow", "slow.dejima.test", str(workspace), "--", "sh", "-c",
+    result = run_dejima(user, scope, "-q", "--allow", "*.slow.dejima.test", str(workspace), "--", "sh", "-c",
                         'python3 -c "$1" "$2" "$3" && python3 -c "$4" "$5"', "forge",
                         FORGE_THE_UPSTREAMS_ANSWER, world.dns, world.other, *world.probe(
                             tcp(world.other, 8080), tcp(world.web, 8080))[2:],
                         DEJIMA_SETTINGS=str(world.settings))
     assert result.returncode == 0, result.stderr
-    attack = parse_json_line(result.stdout)
-    assert attack["targets"], "the attack never saw the resolver's upstream socket, so it proves nothing"
-    assert attack["answer"] == world.web, attack  # the upstream's answer, not the forged one
-    assert attack["pending_throughout"] is True, attack  # every forgery raced the pending query
+    attempts = cast(list[dict[str, object]], parse_json_line(result.stdout)["attempts"])
+    for attack in attempts:  # every attempt: the upstream's answer, never the forged one
+        assert attack["targets"], "the attack never saw the resolver's upstream socket, so it proves nothing"
+        assert attack["answer"] == world.web, attack
+    raced = [attack for attack in attempts if attack["pending_throughout"] is True]
+    assert raced, attempts  # at least one attempt sent every forgery while the query was pending
+    attack = raced[0]
     assert int(str(attack["sent"])) >= 65536 and int(str(attack["control_delivered"])) >= 8, attack
     forged, genuine = json.loads([line for line in result.stdout.splitlines() if line.startswith("[")][-1])
     assert forged["result"] == "blocked", forged  # the forged address never entered the allow set
