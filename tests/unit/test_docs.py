@@ -367,7 +367,7 @@ SLEEPS: dict[tuple[str, str], tuple[str, int]] = {
     ("tests/integration/test_lifecycle.py", "sleep 0.1"): (HELD, 1),  # a loop that can run its TERM trap
     ("tests/integration/test_lifecycle.py", "sleep 300"): (HELD, 5),
     ("tests/integration/test_no_egress.py", "sleep 300"): (HELD, 1),
-    ("tests/networld.py", "time.sleep(1.0)"): (SCENARIO, 1),  # a slow DNS answer
+    ("tests/networld.py", "time.sleep(1.5)"): (SCENARIO, 1),  # a slow DNS answer
     ("tests/networld.py", "time.sleep(3600)"): (HELD, 1),  # the fake DNS server's main thread
     ("tests/unit/filter/test_set_batch.py", "asyncio.sleep(0)"): (TURN, 1),
     ("tests/unit/proxy/fakes.py", "time.sleep(0.15)"): (SCENARIO, 1),  # an upstream dripping its stream
