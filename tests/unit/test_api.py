@@ -1,4 +1,4 @@
-"""The public API (dejima/api.py, docs/api.md) without an engine: its surface is its ``__all__``, importing it costs
+"""The public API (dejima/api/, docs/api.md) without an engine: its surface is its ``__all__``, importing it costs
 nothing, its render is the command line's, its failures are dejima's typed errors, a session's output reaches the
 caller's sinks, and the command line reaches the layers below only through it (or the documented list)."""
 
@@ -17,6 +17,7 @@ import pytest
 
 import dejima.errors
 from dejima import api
+from dejima.api.session import _sink
 from dejima.cli.launch import main
 from dejima.errors import ExitStatus
 from dejima.orchestration.session import Output, _pump, signals_raise
@@ -43,12 +44,16 @@ def test_the_public_surface_is_all_and_only_all() -> None:
     assert api.__all__ == PUBLIC
     for name in api.__all__:
         assert getattr(api, name) is not None, name
-    defined = {node.name for node in ast.parse((ROOT / "dejima" / "api.py").read_text()).body
-               if isinstance(node, ast.FunctionDef | ast.ClassDef)}
-    assigned = {target.id for node in ast.parse((ROOT / "dejima" / "api.py").read_text()).body
-                if isinstance(node, ast.Assign) for target in node.targets if isinstance(target, ast.Name)}
+    # a module of the package named as a public name would replace it on the package once imported
+    modules = {path.stem for path in (ROOT / "dejima" / "api").glob("*.py")}
+    assert modules & set(api.__all__) == set()
+    bodies = [node for path in sorted((ROOT / "dejima" / "api").glob("*.py"))
+              for node in ast.parse(path.read_text()).body]
+    defined = {node.name for node in bodies if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    assigned = {target.id for node in bodies if isinstance(node, ast.Assign) for target in node.targets
+                if isinstance(target, ast.Name)} - {"__all__"}
     public = {name for name in defined | assigned if not name.startswith("_")}
-    assert public <= set(api.__all__), "a public name of dejima/api.py that __all__ leaves out"
+    assert public <= set(api.__all__), "a public name of dejima/api/ that __all__ leaves out"
     with pytest.raises(AttributeError):
         api.NoSuchName  # noqa: B018
     docs = (ROOT / "docs" / "api.md").read_text()
@@ -84,8 +89,10 @@ def test_importing_the_api_loads_nothing_of_dejima_but_its_errors() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0, result.stderr
+    own = sorted(f"dejima.api.{path.stem}" for path in (ROOT / "dejima" / "api").glob("*.py")
+                 if path.stem != "__init__")
     assert [m for m in json.loads(result.stdout) if m.split(".")[0] == "dejima"] == [
-        "dejima", "dejima.api", "dejima.errors"]
+        "dejima", "dejima.api", *own, "dejima.errors"]
 
 
 def owned(path: Path) -> Path:
@@ -201,12 +208,12 @@ def test_output_reaches_a_callable_a_binary_and_a_text_file() -> None:
     chunks: list[bytes] = []
     binary, text = io.BytesIO(), io.StringIO()
     stream = iter([(b"one ", None), (None, b"caf\xc3"), (b"two", b"\xa9 \xff")])
-    _pump(stream, Output(api._sink(chunks.append), api._sink(text)))
+    _pump(stream, Output(_sink(chunks.append), _sink(text)))
     assert chunks == [b"one ", b"two"] and text.getvalue() == "café \ufffd"
-    _pump(iter([(b"x", None), (b"y", None)]), Output(api._sink(binary), api._sink(chunks.append)))
+    _pump(iter([(b"x", None), (b"y", None)]), Output(_sink(binary), _sink(chunks.append)))
     assert binary.getvalue() == b"xy"
     with pytest.raises(api.UsageError, match="must be a file or a callable"):
-        api._sink(42)  # type: ignore[arg-type]
+        _sink(42)  # type: ignore[arg-type]
 
 
 def test_signals_are_left_to_the_program_off_the_main_thread() -> None:

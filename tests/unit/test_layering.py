@@ -58,8 +58,6 @@ def imports_of(path: Path) -> set[str]:
 
 
 def modules(sub: str) -> list[Path]:
-    if sub in MODULE_LAYERS.values():
-        return [PACKAGE / name for name, layer in MODULE_LAYERS.items() if layer == sub]
     return sorted((PACKAGE / sub).rglob("*.py"))
 
 
@@ -137,9 +135,9 @@ LAYERS = {
                                       "Path.mkdir", "Path.write_text", "Path.read_text", "Path.read_bytes",
                                       "Path.iterdir"})),
     "ui": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.ui"}), {"rich": ANY}),
-    # the public API (one module, dejima/api.py): the layers below, and of the terminal UI only the render's text
+    # the public API (dejima/api/): the layers below, and of the terminal UI only the render's text
     "api": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.proxy", "dejima.orchestration",
-                            "dejima.ui.views"}), {}, frozenset(),
+                            "dejima.ui.views", "dejima.api"}), {}, frozenset(),
                  frozenset({"os.path.abspath", "os.path.expanduser"})),
     "cli": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.proxy", "dejima.orchestration",
                             "dejima.ui", "dejima.api", "dejima.cli", "dejima.filter="}), {"rich": ANY},
@@ -151,14 +149,12 @@ ADAPTER_OWNERS = {library: set(owners) for layer in LAYERS.values() for library,
                   if owners != ANY}
 TOP_LEVEL = {"__init__.py": Layer(frozenset(), {}), "__main__.py": Layer(frozenset({"dejima.cli"}), {}),
              "errors.py": Layer(frozenset(), {})}
-# A layer that is one module at the top of dejima/ rather than a package (the design table names its file).
-MODULE_LAYERS = {"api.py": "api"}
 
 
 def layer_of(path: Path) -> Layer:
     relative = path.relative_to(PACKAGE)
     if len(relative.parts) == 1:
-        return LAYERS[MODULE_LAYERS[relative.name]] if relative.name in MODULE_LAYERS else TOP_LEVEL[relative.name]
+        return TOP_LEVEL[relative.name]
     return LAYERS["core" if relative.parts[0] == "templates" else relative.parts[0]]
 
 
@@ -181,8 +177,18 @@ def may_import(layer: Layer, path: str, name: str) -> bool:
 
 def test_every_module_belongs_to_a_layer() -> None:
     outside = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-               if len(p.relative_to(PACKAGE).parts) == 1 and p.name not in TOP_LEVEL and p.name not in MODULE_LAYERS]
+               if len(p.relative_to(PACKAGE).parts) == 1 and p.name not in TOP_LEVEL]
     assert not outside, "a module at the top of dejima/: put it in its layer's package"
+
+
+def test_every_package_is_installed() -> None:
+    """pyproject.toml names the packages a wheel holds: one left out installs nothing of it (an editable install
+    hides that)."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(PACKAGE.parent).parts) for init in PACKAGE.rglob("__init__.py")}
+    assert found - listed == set(), "add them to [tool.setuptools] packages"
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -258,13 +264,13 @@ def test_the_allowlist_refuses_a_layer_reaching_down(tmp_path: Path) -> None:
     assert may_import(LAYERS["filter"], "filter/resolver.py", "dejima.core.egress")
     # the public API sits between the CLI and the layers below: only the CLI imports it, and it shows nothing itself
     assert may_import(LAYERS["cli"], "cli/launch.py", "dejima.api")
-    assert may_import(LAYERS["api"], "api.py", "dejima.ui.views")
+    assert may_import(LAYERS["api"], "api/plans.py", "dejima.ui.views")
     for layer in ("core", "filter", "adapters", "proxy", "orchestration", "ui"):
         assert not may_import(LAYERS[layer], f"{layer}/probe.py", "dejima.api"), layer
-    assert not may_import(LAYERS["api"], "api.py", "dejima.ui.console")
-    assert not may_import(LAYERS["api"], "api.py", "dejima.cli.launch")
-    assert not may_import(LAYERS["api"], "api.py", "rich.console")
-    assert not may_import(LAYERS["api"], "api.py", "subprocess")
+    assert not may_import(LAYERS["api"], "api/plans.py", "dejima.ui.console")
+    assert not may_import(LAYERS["api"], "api/plans.py", "dejima.cli.launch")
+    assert not may_import(LAYERS["api"], "api/plans.py", "rich.console")
+    assert not may_import(LAYERS["api"], "api/plans.py", "subprocess")
 
 
 def test_core_is_pure() -> None:
