@@ -4,12 +4,8 @@
     planned = plan_routes(routes, directory, present=sources, skipped=skipped)   # no I/O, no secret
     ready = served(planned, sources)                 # the sources handed in, the session CA made
 
-or, all three at once:
-
-    prepared = prepare([(route, "backends/anthropic.toml"), ...], directory=<0700 host dir>,
-                       overrides={"anthropic-api-key": "https://gateway.corp"}, push={"github-git": PushPolicy(...)})
-    server = ProxyServer(prepared.config); await server.start(unix_path=directory / "proxy.sock")
-    env = session_env(prepared, "http://127.0.0.1:PORT", {"anthropic-api-key": "ANTHROPIC_BASE_URL"})
+    server = ProxyServer(ready.config); await server.start(unix_path=directory / "proxy.sock")
+    env = session_env(ready, "http://127.0.0.1:PORT", {"anthropic-api-key": "ANTHROPIC_BASE_URL"})
 
 A route whose source is missing is left out and its error kept in ``skipped`` (the caller decides
 whether the session can start without it); ``required`` routes raise instead.
@@ -62,18 +58,6 @@ class PreparedProxy:
 TRUST_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT",
               "AWS_CA_BUNDLE", "CARGO_HTTP_CAINFO")
 CA_FILE, BUNDLE_FILE = "session-ca.pem", "ca-bundle.pem"
-
-
-def prepare(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, overrides: Mapping[str, str] = {},
-            push: Mapping[str, PushPolicy] = {}, required: Iterable[str] = (), environ: Mapping[str, str] | None = None,
-            home: Path | None = None, extra_ca_file: str | None = None, read_sources: bool = True) -> PreparedProxy:
-    """``plan_routes`` then ``served``: the routes ready to serve, their sources read on the host now.
-    ``read_sources=False`` (``--render``): the plan alone, every source named, none read."""
-    routes = list(routes)
-    if not read_sources:
-        return plan_routes(routes, directory, overrides, push, None, extra_ca_file)
-    sources, skipped = read_sources_of(routes, required, environ, home)
-    return served(plan_routes(routes, directory, overrides, push, sources, extra_ca_file, skipped), sources)
 
 
 def read_sources_of(routes: Iterable[tuple[CredentialRoute, str]], required: Iterable[str] = (),
@@ -219,5 +203,5 @@ def session_env(prepared: PreparedProxy, origin: str, base_url_env: Mapping[str,
     return env
 
 
-__all__ = ["ROUTE_PREFIX", "PreparedProxy", "plan_routes", "prepare", "read_sources_of", "served", "session_env",
+__all__ = ["ROUTE_PREFIX", "PreparedProxy", "plan_routes", "read_sources_of", "served", "session_env",
            "session_interception", "trust_env"]

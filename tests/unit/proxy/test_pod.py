@@ -18,8 +18,8 @@ from typing import Any
 from dejima.core.manifest import CredentialRoute
 from dejima.core.pushrules import PushPolicy
 from dejima.proxy.pod import CONFIG_ENV, FAILED, READY, not_carried, pod_document, secret_variable
-from dejima.proxy.setup import prepare
 from tests.unit.proxy.fakes import REAL_KEY, FakeAPI, fake_api
+from tests.unit.proxy.prepared import prepare
 from tests.world import wait_for_line
 
 ANTHROPIC = CredentialRoute("anthropic-api-key", "https://api.anthropic.com", "x-api-key", "raw",

@@ -8,8 +8,9 @@ from dejima.core.manifest import CredentialRoute
 from dejima.core.pushrules import PushPolicy
 from dejima.proxy.gitpush import GitPushGuard
 from dejima.proxy.routes import Forwarding
-from dejima.proxy.setup import prepare, session_env
+from dejima.proxy.setup import session_env
 from dejima.proxy.sources import CredentialError
+from tests.unit.proxy.prepared import prepare
 
 ANTHROPIC = CredentialRoute("anthropic-api-key", "https://api.anthropic.com", "x-api-key", "raw",
                             ("env", ("ANTHROPIC_API_KEY",)), "ANTHROPIC_API_KEY")

@@ -18,10 +18,11 @@ import pytest
 from dejima.core.manifest import CredentialRoute, parse_manifest
 from dejima.proxy.records import read_records
 from dejima.proxy.server import ProxyServer
-from dejima.proxy.setup import PreparedProxy, prepare, session_env
+from dejima.proxy.setup import PreparedProxy, session_env
 from tests.awsverify import botocore_signature
 from tests.bedrockfake import DRIP_SECONDS, WORDS, FakeBedrock, decode_frames, fake_bedrock
 from tests.unit.proxy.fakes import FakeAPI, LoopThread, fake_api, raw_exchange
+from tests.unit.proxy.prepared import prepare
 
 ROOT = Path(__file__).resolve().parents[3]
 REAL_ID, REAL_SECRET, REAL_TOKEN = "ASIAHOSTREALKEY00001", "hostSecretKeyThatMustNeverLeaveTheProxy01", "hostToken//+="

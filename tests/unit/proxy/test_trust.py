@@ -10,7 +10,8 @@ import pytest
 from dejima.core.manifest import CredentialRoute
 from dejima.core.plan import TLS_PORT, TLS_SOCKET
 from dejima.proxy.runner import write_trust
-from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, TRUST_VARS, prepare, session_env
+from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, TRUST_VARS, session_env
+from tests.unit.proxy.prepared import prepare
 
 API = CredentialRoute("github-api", "https://api.github.com", "Authorization", "Bearer", ("env", ("GH_TOKEN",)),
                       "GH_TOKEN", intercept=True)
