@@ -78,7 +78,7 @@ APP_LABEL = "app.kubernetes.io/name"
 PLAN_HASH_ANNOTATION = "dejima.plan-hash"
 ROUTES_ANNOTATION = "dejima.credential-routes"
 
-Kind = Literal["Sandbox", "Pod"]
+ObjectKind = Literal["Sandbox", "Pod"]
 Object = dict[str, Any]
 
 
@@ -99,7 +99,7 @@ class PodProxy:
 class KubernetesTarget:
     """Where the pod goes: what a cluster needs that a local start finds itself."""
 
-    kind: Kind
+    kind: ObjectKind
     filter_image: str
     session_image: str
     namespace: str = ""  # empty: kubectl's current namespace

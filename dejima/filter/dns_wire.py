@@ -7,7 +7,7 @@ hyphens only, lower-cased, at most 253 characters.
 ``plain_request`` reads the plainest client query without dnslib: one question, class IN, labels
 of letters, digits and hyphens, no compression, at most an OPT record without options. Anything
 else is None and query.py reads it with dnslib, which refuses what is hostile. Either way the
-reply is built here, from a ``Request``: the client's id, its question echoed as sent, our EDNS.
+reply is built here, from a ``ClientQuery``: the client's id, its question echoed as sent, our EDNS.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Question(NamedTuple):
 
 
 @dataclass(slots=True)
-class Request:
+class ClientQuery:
     """What a reply needs from the client's query."""
 
     id: bytes  # the client's id, echoed
@@ -119,7 +119,7 @@ def encode_name(name: str) -> bytes:
     return encode_labels(name.encode("ascii").split(b"."))
 
 
-def plain_request(packet: bytes) -> tuple[Request, Question] | None:
+def plain_request(packet: bytes) -> tuple[ClientQuery, Question] | None:
     if len(packet) < 17 or packet[2] & 0xFE:  # qr, opcode, aa, tc: a plain query has none
         return None
     _flags, qd, an, ns, ar = HEADER.unpack_from(packet, 2)
@@ -149,10 +149,10 @@ def plain_request(packet: bytes) -> tuple[Request, Question] | None:
     name = joined(labels)
     if name is None:
         return None
-    return Request(packet[:2], packet[2] & 1, packet[12:end], edns, limit), Question(name, qtype)
+    return ClientQuery(packet[:2], packet[2] & 1, packet[12:end], edns, limit), Question(name, qtype)
 
 
-def reply(request: Request, rcode: int = NOERROR, counts: tuple[int, int, int] = (0, 0, 0), body: bytes = b"",
+def reply(request: ClientQuery, rcode: int = NOERROR, counts: tuple[int, int, int] = (0, 0, 0), body: bytes = b"",
           ede: tuple[int, str] | None = None) -> bytes:
     """A reply to ``request``: its id and question, recursion available, ``body`` (the records
     of ``counts`` answer, authority and additional records), then our OPT when the client sent
@@ -170,7 +170,7 @@ def reply(request: Request, rcode: int = NOERROR, counts: tuple[int, int, int] =
     return head + request.question + body + OPT[:-2] + struct.pack("!H", len(option)) + option
 
 
-def truncated(request: Request) -> bytes:
+def truncated(request: ClientQuery) -> bytes:
     """The reply that sends the client to TCP: no records, TC set."""
     data = bytearray(reply(request))
     data[2] |= 0x02

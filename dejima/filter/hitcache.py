@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dejima.filter.answer import TYPE_A, Answer, Rec, encode, parse
-from dejima.filter.dns_wire import HEADER, Question, Request, question_section, reply
+from dejima.filter.dns_wire import HEADER, ClientQuery, Question, question_section, reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ def build(policy: object, asked: str, rcode: int, answers: list[Rec], authority:
                min(address_ttl, ceiling))
 
 
-def render(hit: Hit, request: Request, age: int) -> bytes:
+def render(hit: Hit, request: ClientQuery, age: int) -> bytes:
     """The reply to ``request`` from ``hit``, its TTLs aged ``age`` seconds."""
     body = hit.body
     if age > 0 and hit.ttls:

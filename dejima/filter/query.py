@@ -22,8 +22,8 @@ from dnslib import CLASS, OPCODE, QTYPE, DNSBuffer, DNSRecord
 from dejima.filter.dns_wire import (
     LABEL,
     OPT,
+    ClientQuery,
     Question,
-    Request,
     client_limit,
     joined,
     plain_request,
@@ -56,7 +56,7 @@ def checked_name(labels: list[bytes] | tuple[bytes, ...]) -> str:
     return name
 
 
-def read(packet: bytes) -> tuple[Request, Question | Malformed] | None:
+def read(packet: bytes) -> tuple[ClientQuery, Question | Malformed] | None:
     """The client's request and its one ordinary question, or Malformed saying why it is not;
     None when the packet is not a DNS message at all."""
     plain = plain_request(packet)
@@ -101,7 +101,7 @@ def parse_query(request: DNSRecord) -> Question:
     return Question(checked_name(question.qname.label), question.qtype)
 
 
-def _request(record: DNSRecord) -> Request:
+def _request(record: DNSRecord) -> ClientQuery:
     """What a reply to a query read by dnslib echoes: its id, rd, first question and EDNS."""
     section = b""
     if record.questions:
@@ -113,7 +113,7 @@ def _request(record: DNSRecord) -> Request:
             section = b""
     options = [rr for rr in record.ar if rr.rtype == QTYPE.OPT]
     limit = client_limit(int(options[0].rclass)) if options else 512
-    return Request(struct.pack("!H", record.header.id), record.header.rd, section, bool(options), limit)
+    return ClientQuery(struct.pack("!H", record.header.id), record.header.rd, section, bool(options), limit)
 
 
 def upstream_query(question: Question) -> tuple[int, bytes, bytes]:

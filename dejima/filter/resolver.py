@@ -40,7 +40,7 @@ from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
 from dejima.core.grants import Denial
 from dejima.filter import answer, dns_wire, hitcache, query
 from dejima.filter.answer import TYPE_A, TYPE_AAAA, TYPE_SOA, Answer, DnsUpstreamError, Rec
-from dejima.filter.dns_wire import FORMERR, NOERROR, REFUSED, SERVFAIL, Question, Request
+from dejima.filter.dns_wire import FORMERR, NOERROR, REFUSED, SERVFAIL, ClientQuery, Question
 from dejima.filter.query import Malformed
 
 SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed: always refused
@@ -51,7 +51,7 @@ NAME_ENTRIES = 16384  # address -> name, for naming the domain of a blocked conn
 DENIAL_ENTRIES = 256  # refused names remembered for `dejima-allow`
 FOLD_SECONDS = 5.0  # identical refusal records within this window are folded into one
 
-Record = Callable[[dict[str, Any]], None]
+Recorder = Callable[[dict[str, Any]], None]
 Forward = Callable[[Question], Awaitable[Answer]]
 MEMO_ENTRIES = 1024  # verdicts remembered per policy object
 # quick()'s written reply: question, hit, age, the reply after its id, the hit's set elements
@@ -85,7 +85,7 @@ TTL_FLOOR = 60  # seconds an allowed address stays in the sets, however short it
 
 
 class PolicyResolver:
-    def __init__(self, policy: EgressPolicy, forward: Forward, sets: Sets, record: Record,
+    def __init__(self, policy: EgressPolicy, forward: Forward, sets: Sets, record: Recorder,
                  ttl_floor: int = TTL_FLOOR, ttl_ceiling: int = 3600, clock: Callable[[], float] = time.monotonic,
                  canaries: tuple[str, ...] = (), intercepted: frozenset[str] = frozenset()) -> None:
         self.policy, self.forward, self.sets, self.record = policy, forward, sets, record
@@ -211,7 +211,7 @@ class PolicyResolver:
         plain = dns_wire.plain_request(packet)
         return self._quick(packet, plain) if plain is not None else None
 
-    def _quick(self, packet: bytes, plain: tuple[Request, Question]) -> bytes | None:
+    def _quick(self, packet: bytes, plain: tuple[ClientQuery, Question]) -> bytes | None:
         request, question = plain
         hit = self.hits.get(question)
         if hit is None or hit.policy is not self.policy:
@@ -247,7 +247,7 @@ class PolicyResolver:
         limit = max_size if max_size is not None else request.limit
         return data if len(data) <= limit else dns_wire.truncated(request)
 
-    async def _answer(self, request: Request, question: Question) -> bytes:
+    async def _answer(self, request: ClientQuery, question: Question) -> bytes:
         if self.canaries:
             squeezed = re.sub(r"[^a-z0-9]", "", question.name)
             if any(canary in squeezed for canary in self.canaries):
@@ -318,7 +318,7 @@ class PolicyResolver:
             self.cache[question] = upstream
             self.cache = _bounded(self.cache, CACHE_ENTRIES)
 
-    async def _filtered(self, request: Request, question: Question, upstream: Cached) -> bytes:
+    async def _filtered(self, request: ClientQuery, question: Question, upstream: Cached) -> bytes:
         """The client's reply from an upstream answer (fresh or cached), under the current policy
         (asked again: a grant may have been revoked while the upstream answered)."""
         verdict = self._name_verdict(question.name)
@@ -392,11 +392,11 @@ class PolicyResolver:
             answers.append(rec)
         return kept, refused, answers
 
-    def _refuse(self, request: Request, reason: str, code: int, rcode: int = REFUSED) -> bytes:
+    def _refuse(self, request: ClientQuery, reason: str, code: int, rcode: int = REFUSED) -> bytes:
         return dns_wire.reply(request, rcode, ede=(code, reason))
 
 
-def _intercepted(request: Request, question: Question) -> bytes:
+def _intercepted(request: ClientQuery, question: Question) -> bytes:
     """127.0.0.1 for an A question (the filter's TLS relay to the proxy), nothing for any other type."""
     if question.qtype != TYPE_A:
         return dns_wire.reply(request)

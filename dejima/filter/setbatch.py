@@ -20,8 +20,8 @@ import asyncio
 import time
 from typing import Protocol
 
-Request = tuple[list[str], list[int] | None, int | None]
-Waiting = tuple[Request, float, asyncio.Future[None]]  # the insert, when it was asked, its answer
+Insert = tuple[list[str], list[int] | None, int | None]
+Waiting = tuple[Insert, float, asyncio.Future[None]]  # the insert, when it was asked, its answer
 WINDOW_SECONDS = 0.002
 BATCH_MAX = 64
 
@@ -29,7 +29,7 @@ BATCH_MAX = 64
 class Writer(Protocol):
     def fresh(self, addresses: list[str], ports: list[int] | None, timeout: int | None) -> bool: ...
 
-    def add_many(self, requests: list[Request], asked: float = ...) -> None: ...
+    def add_many(self, requests: list[Insert], asked: float = ...) -> None: ...
 
 
 class BatchedSets:
@@ -73,7 +73,7 @@ class BatchedSets:
             if not done.done():
                 done.set_result(None)
 
-    def _settle(self, done: asyncio.Future[None], request: Request, asked: float) -> None:
+    def _settle(self, done: asyncio.Future[None], request: Insert, asked: float) -> None:
         try:
             self.writer.add_many([request], asked)
         except Exception as exc:  # noqa: BLE001 - the waiting answer fails with it: no reply

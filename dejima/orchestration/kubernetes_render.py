@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from dejima.adapters import host
 from dejima.core.kubernetes import (
-    Kind,
     KubernetesTarget,
+    ObjectKind,
     PodProxy,
     kubernetes_objects,
     kubernetes_yaml,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
-                      options: Options, ui: SessionReporter, kind: Kind) -> str:
+                      options: Options, ui: SessionReporter, kind: ObjectKind) -> str:
     """The YAML for kubectl apply; what only a cluster can say comes from [kubernetes]."""
     from dejima.orchestration.start import render_start
     from dejima.proxy.pod import not_carried

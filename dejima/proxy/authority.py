@@ -33,7 +33,7 @@ VALIDITY = datetime.timedelta(days=30)  # longer than a session; the key dies wi
 SKEW = datetime.timedelta(hours=1)  # clocks of containers and hosts differ a little
 ALPN = ["http/1.1"]  # the proxy speaks HTTP/1.1: clients that offer h2 fall back
 
-Refused = Callable[[str | None], None]  # told of every handshake for a name no route intercepts
+OnRefusedName = Callable[[str | None], None]  # told of every handshake for a name no route intercepts
 
 
 class NotIntercepted(ValueError):
@@ -159,7 +159,7 @@ class SessionAuthority:
         """The host whose leaf a finished handshake used (the SNI chose it)."""
         return next((host for host, ctx in self._contexts.items() if ctx is context), None)
 
-    def server_context(self, refused: Refused) -> ssl.SSLContext:
+    def server_context(self, refused: OnRefusedName) -> ssl.SSLContext:
         """The listening context: no certificate of its own; the SNI callback picks the marked host's
         leaf, and a handshake without SNI or for any other name ends with an alert."""
         base = _server_context()

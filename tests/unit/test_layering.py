@@ -181,6 +181,20 @@ def test_every_module_belongs_to_a_layer() -> None:
     assert not outside, "a module at the top of dejima/: put it in its layer's package"
 
 
+def test_no_two_classes_or_type_aliases_share_a_name() -> None:
+    """A name means one thing across dejima/: two ``Request``s (a session's and a DNS client's) read alike in a
+    traceback and a search."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            names = [node.name] if isinstance(node, ast.ClassDef) else [
+                target.id for target in getattr(node, "targets", []) if isinstance(target, ast.Name)
+                and target.id[:1].isupper() and not target.id.isupper()] if isinstance(node, ast.Assign) else []
+            for name in names:
+                where.setdefault(name, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+
+
 def test_every_package_is_installed() -> None:
     """pyproject.toml names the packages a wheel holds: one left out installs nothing of it (an editable install
     hides that)."""

@@ -47,7 +47,7 @@ def test_names_inside_rdata_are_written_out_uncompressed(qtype: str, rdata: obje
     assert found is not None and b"\xc0" not in found.records[0].rdata
     body, _ttls = answer.encode(list(found.records), "example.test", 3600)
     section = dns_wire.encode_name("example.test") + struct.pack("!HH", getattr(QTYPE, qtype), 1)
-    request = dns_wire.Request(b"\x12\x34", 1, section, False, 512)
+    request = dns_wire.ClientQuery(b"\x12\x34", 1, section, False, 512)
     assert str(DNSRecord.parse(dns_wire.reply(request, 0, (1, 0, 0), body)).rr[0].rdata) == text
 
 
@@ -58,7 +58,7 @@ def test_a_negative_answer_keeps_its_soa() -> None:
     assert found is not None and found.rcode == RCODE.NXDOMAIN and found.ttl is None
     (kept,) = found.records
     question = dns_wire.encode_name("nothing.example.test") + b"\x00\x01\x00\x01"
-    request = dns_wire.Request(b"\x00\x01", 1, question, False, 512)
+    request = dns_wire.ClientQuery(b"\x00\x01", 1, question, False, 512)
     body, _ttls = answer.encode([kept], "nothing.example.test", 3600)
     assert DNSRecord.parse(dns_wire.reply(request, RCODE.NXDOMAIN, (0, 1, 0), body)).auth[0].rdata == soa.rdata
 
@@ -137,7 +137,7 @@ def test_a_hit_reads_back_as_the_answer_it_was_built_from() -> None:
     found = hitcache.answer_of(hit, question)
     assert found is not None and list(found.records) == records and hit.address_ttl == 30
     section = dns_wire.encode_name("WWW.example.test") + b"\x00\x01\x00\x01"
-    request = dns_wire.Request(b"\x00\x05", 1, section, False, 512)
+    request = dns_wire.ClientQuery(b"\x00\x05", 1, section, False, 512)
     aged = DNSRecord.parse(hitcache.render(hit, request, 10))
     assert [rr.ttl for rr in aged.rr] == [50, 20] and str(aged.rr[0].rname) == "WWW.example.test."
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from dejima.filter import query
-from dejima.filter.dns_wire import Question, Request
+from dejima.filter.dns_wire import ClientQuery, Question
 from dejima.filter.query import ORDINARY_TYPES, Malformed
 
 EXAMPLES = 800  # generated packets (about 3 s)
@@ -42,7 +42,7 @@ class Divergence(AssertionError):
     """The resolver and dnslib read one packet differently (or the resolver reads what dnslib cannot)."""
 
 
-Reader = Callable[[bytes], tuple[Request, Question | Malformed] | None]
+Reader = Callable[[bytes], tuple[ClientQuery, Question | Malformed] | None]
 
 
 def compare(packet: bytes, read: Reader = query.read) -> str:
@@ -194,7 +194,7 @@ def test_known_packets(packet: bytes, dnslib_reads: bool, dejima_reads: bool) ->
 
 # --- controls: the comparison catches a reader that is too lenient or reads differently ------
 
-def _sections_ignored(packet: bytes) -> tuple[Request, Question | Malformed] | None:
+def _sections_ignored(packet: bytes) -> tuple[ClientQuery, Question | Malformed] | None:
     """The resolver, but reading the question alone: the other counts zeroed, what follows cut."""
     found = query.read(packet)
     if found is None or not isinstance(found[1], Malformed) or len(packet) < 12:
@@ -205,7 +205,7 @@ def _sections_ignored(packet: bytes) -> tuple[Request, Question | Malformed] | N
     return query.read(packet[:4] + b"\x00\x01\x00\x00\x00\x00\x00\x00" + packet[12:end + 5])
 
 
-def _id_swapped(packet: bytes) -> tuple[Request, Question | Malformed] | None:
+def _id_swapped(packet: bytes) -> tuple[ClientQuery, Question | Malformed] | None:
     found = query.read(packet)
     if found is not None and found[0].id[0] != found[0].id[1]:
         found[0].id = found[0].id[::-1]
