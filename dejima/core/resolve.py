@@ -65,6 +65,12 @@ class Resolved:
         return [c for c in self.choices if c.manifest.kind == kind]
 
     @property
+    def has_credentials(self) -> bool:
+        """Whether a manifest declares a credential route: else the session has no proxy, no source to
+        read and no push rule to make."""
+        return any(m.credentials for m in self.manifests)
+
+    @property
     def harness(self) -> Manifest:
         return self.of_kind("harnesses")[0].manifest
 

@@ -124,7 +124,6 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
     source = str(host.settings_path())
     request = session_request(workspace, command, resolved, settings, options, session_id,
                               "render" if runtime is None else host.launcher_token())
-    has_routes = any(m.credentials for m in resolved.manifests)  # else no source to read, no push rule to make
 
     def images(_: Done) -> ImageNeeds:
         from dejima.adapters.image_builds import image_needs
@@ -133,7 +132,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         return image_needs(runtime, settings, identity, ui, resolved.image_layers())
 
     def credential_sources(_: Done) -> tuple[Mapping[str, CredentialSource], tuple[CredentialError, ...]] | None:
-        if not has_routes:
+        if not resolved.has_credentials:
             return {}, ()
         from dejima.proxy.runner import read_session_sources
 
@@ -149,7 +148,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
     def git_config(_: Done) -> str:
         from dejima.adapters.repo import git_config_text
 
-        return git_config_text(workspace) if has_routes else ""
+        return git_config_text(workspace) if resolved.has_credentials else ""
 
     actions: dict[str, Callable[[Done], Any]] = {
         "engine-memory": lambda _: runtime.memory() if runtime is not None else host.memory_total(),

@@ -150,7 +150,7 @@ def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Se
     not pass is refused by ``build_session_plan`` (the facts' ``policy`` step refused it first)."""
     notes: list[str] = []
     proxy = None
-    if any(m.credentials for m in resolved.manifests):
+    if resolved.has_credentials:
         from dejima.proxy.runner import plan_session_proxy  # the proxy's modules, only for a session with routes
 
         proxy = plan_session_proxy(resolved, settings, facts.session_dir, facts.git_config,
