@@ -24,6 +24,7 @@ from dejima.orchestration.session import Output, _pump, signals_raise
 from tests.unit.test_layering import imports_of
 
 ROOT = Path(__file__).parents[2]
+API_MODULES = sorted((ROOT / "dejima" / "api").glob("*.py"))  # the package's files, __init__.py among them
 PUBLIC = [
     "Request", "Rendered", "render", "render_kubernetes", "load_settings", "Settings", "SessionPlan", "StartPlan",
     "Session", "run", "OutputTarget", "Reporter", "QuietReporter",
@@ -45,10 +46,8 @@ def test_the_public_surface_is_all_and_only_all() -> None:
     for name in api.__all__:
         assert getattr(api, name) is not None, name
     # a module of the package named as a public name would replace it on the package once imported
-    modules = {path.stem for path in (ROOT / "dejima" / "api").glob("*.py")}
-    assert modules & set(api.__all__) == set()
-    bodies = [node for path in sorted((ROOT / "dejima" / "api").glob("*.py"))
-              for node in ast.parse(path.read_text()).body]
+    assert {path.stem for path in API_MODULES} & set(api.__all__) == set()
+    bodies = [node for path in API_MODULES for node in ast.parse(path.read_text()).body]
     defined = {node.name for node in bodies if isinstance(node, ast.FunctionDef | ast.ClassDef)}
     assigned = {target.id for node in bodies if isinstance(node, ast.Assign) for target in node.targets
                 if isinstance(target, ast.Name)} - {"__all__"}
@@ -89,8 +88,7 @@ def test_importing_the_api_loads_nothing_of_dejima_but_its_errors() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0, result.stderr
-    own = sorted(f"dejima.api.{path.stem}" for path in (ROOT / "dejima" / "api").glob("*.py")
-                 if path.stem != "__init__")
+    own = [f"dejima.api.{path.stem}" for path in API_MODULES if path.stem != "__init__"]
     assert [m for m in json.loads(result.stdout) if m.split(".")[0] == "dejima"] == [
         "dejima", "dejima.api", *own, "dejima.errors"]
 

@@ -184,13 +184,17 @@ def test_every_module_belongs_to_a_layer() -> None:
 def test_no_two_classes_or_type_aliases_share_a_name() -> None:
     """A name means one thing across dejima/: two ``Request``s (a session's and a DNS client's) read alike in a
     traceback and a search."""
+    def type_names(node: ast.stmt) -> list[str]:
+        if isinstance(node, ast.ClassDef):
+            return [node.name]
+        if isinstance(node, ast.Assign):  # a type alias: CapWords (a CONSTANT is no type)
+            return [t.id for t in node.targets if isinstance(t, ast.Name) and t.id[:1].isupper() and not t.id.isupper()]
+        return []
+
     where: dict[str, list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.parse(path.read_text()).body:
-            names = [node.name] if isinstance(node, ast.ClassDef) else [
-                target.id for target in getattr(node, "targets", []) if isinstance(target, ast.Name)
-                and target.id[:1].isupper() and not target.id.isupper()] if isinstance(node, ast.Assign) else []
-            for name in names:
+            for name in type_names(node):
                 where.setdefault(name, []).append(str(path.relative_to(PACKAGE)))
     assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
 
