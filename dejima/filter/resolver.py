@@ -60,6 +60,7 @@ MEMO_ENTRIES = 1024  # verdicts remembered per policy object
 # (addresses, ports, timeout at that age).
 Reply = tuple[Question, hitcache.Hit, int, bytes, list[str], list[int] | None, int]
 INTERCEPT_ADDRESS, INTERCEPT_TTL = bytes((127, 0, 0, 1)), 300
+NO_IPV6 = why.ede(why.NO_IPV6, "sessions have no IPv6")  # on every AAAA answer: getaddrinfo asks with each A
 K = TypeVar("K")
 V = TypeVar("V")
 __all__ = ["SELF_CHECK_NAME", "PolicyResolver"]
@@ -266,7 +267,7 @@ class PolicyResolver:
         if question.name in self.intercepted:
             return _intercepted(request, question)
         if question.qtype == TYPE_AAAA:  # no IPv6 in sessions: an empty answer, nothing forwarded
-            return dns_wire.reply(request, ede=why.ede(why.NO_IPV6, "sessions have no IPv6"))
+            return dns_wire.reply(request, ede=NO_IPV6)
         hit = self.hits.get(question)
         if hit is not None and hit.policy is self.policy and hit.expires > self.clock():  # checked under this policy
             age = int(self.clock() - hit.stored)

@@ -76,6 +76,8 @@ KINDS = {kind.token: kind for kind in (NOT_ALLOWED, DENIED, CREDENTIAL, REVOKED,
 
 def printable(text: str) -> str:
     """``text`` with every character outside printable ASCII written as an escape: data, never control."""
+    if text.isascii() and text.isprintable():  # the common case, at C speed: a refusal is on a hot path
+        return text
     return "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
                    for c in text)
 
