@@ -8,6 +8,7 @@ same destination answering when policy allows it, so the test can fail.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import cast
 
@@ -130,6 +131,21 @@ def test_dejima_why_tells_the_agent_why_each_name_is_refused(runtime: Runtime, u
     assert notice.startswith("/etc/dejima/notice session=") and "You are working inside a dejima sandbox" in notice
     assert "dejima-why HOST" in notice and "`dejima-allow HOST`" in notice
     assert "other.dejima.test" not in queries_seen(runtime, world)  # asking why sends nothing upstream
+
+
+def test_dejima_why_shows_a_deny_reason_as_text_never_as_terminal_control(user: User, scope: str, workspace: Path,
+                                                                          world: World) -> None:
+    """A deny reason is settings text; in an interactive session the agent's terminal is the user's, so
+    what dejima-why prints of it is escaped end to end (the resolver's EDE, then dejima-why)."""
+    settings = world.settings.with_name("hostile-reason.toml")
+    settings.write_text(world.settings.read_text().replace(
+        '"a test says this host exfiltrates"', '"evil\\u001b]2;owned\\u0007\\u001b[2J reason"'))
+    settings.chmod(0o644)
+    result = run_dejima(user, scope, "-q", "--allow", "*.wild.dejima.test", str(workspace), "--",
+                        "dejima-why", "bad.wild.dejima.test", DEJIMA_SETTINGS=str(settings))
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("refused by dejima's deny list: evil\\x1b]2;owned\\x07\\x1b[2J reason.")
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\xff]", result.stdout)
 
 
 # --- addresses ------------------------------------------------------------------------------------
