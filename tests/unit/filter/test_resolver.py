@@ -58,6 +58,7 @@ ZONE: dict[str, list[tuple[str, str, int]]] = {
     "short.example.test": [("A", "203.0.113.10", 1)],
     "loop.example.test": [("LOOP", "loop2.example.test", 300)],
     "servfail.example.test": [("SERVFAIL", "", 0)],
+    "many.example.test": [("A", f"203.0.113.{n}", 300) for n in range(100, 200)],  # over 1232 octets
 }
 
 
@@ -146,7 +147,7 @@ def world(upstream: tuple[int, list[bytes], list[bool]]) -> Iterator[World]:
     policy = parse_policy(["web.example.test", "*.wild.example.test", "alias.example.test",
                            "bad-alias.example.test", "meta.example.test", "txt.example.test:443",
                            "big.example.test", "stray.example.test", "short.example.test", "loop.example.test",
-                           "servfail.example.test"],
+                           "servfail.example.test", "many.example.test"],
                           [("evil.example.test", "a test says this host exfiltrates")],
                           answer_networks=(DOCUMENTATION,))
     added: list[tuple[list[str], list[int] | None, int]] = []
@@ -643,6 +644,17 @@ def test_dejima_why_asks_the_session_resolver_and_says_why(world: World, tmp_pat
         assert why.main([name], str(conf), world.port) == status
     assert capsys.readouterr().out.startswith(says)
     assert [s for s in seen if not isinstance(s, str)] == [("127.0.0.1", world.port)]
+
+
+def test_dejima_why_takes_a_truncated_answer_again_over_tcp_from_the_same_resolver(
+        world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("nameserver 127.0.0.1\n")
+    with sockets_recorded() as seen:
+        assert why.main(["many.example.test"], str(conf), world.port) == 0
+    shown = capsys.readouterr().out.split("\n", 1)[0]
+    assert shown.startswith("allowed: many.example.test resolves to 203.0.113.100, ") and shown.count(",") == 99
+    assert [s for s in seen if not isinstance(s, str)] == [("127.0.0.1", world.port)] * 2  # UDP, then TCP
 
 
 def test_dejima_why_sends_nothing_when_resolv_conf_names_another_resolver(
