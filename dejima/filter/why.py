@@ -133,7 +133,7 @@ def target(argument: str) -> Target:
         raise Usage(f"{printable(host)} is an address, and dejima-why asks about names. dejima lets a session reach "
                     "an address\nonly when the policy lists it or an allowed name resolved to it in this session; "
                     "a connection\nrefused there (\"Connection refused\") is dejima's policy. Ask the user to run "
-                    f"`dejima-allow {printable(argument.strip())}`\non the host.")
+                    f"`dejima-allow {printable(host if port is None else f'{host}:{port}')}`\non the host.")
     try:
         host = host.encode("idna").decode("ascii") if not host.isascii() else host
     except UnicodeError:

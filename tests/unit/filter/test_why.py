@@ -47,9 +47,10 @@ def test_what_is_not_a_host_name_is_refused_and_shown_as_text(argument: str, say
     assert not CONTROL.search(str(caught.value).replace("\n", ""))
 
 
-def test_an_address_gets_the_grant_to_ask_for() -> None:
+@pytest.mark.parametrize("argument", ["203.0.113.7:8080", "http://203.0.113.7:8080/index.html"])
+def test_an_address_gets_the_grant_to_ask_for(argument: str) -> None:
     with pytest.raises(Usage, match=re.escape("`dejima-allow 203.0.113.7:8080`")):
-        why.target("203.0.113.7:8080")
+        why.target(argument)
 
 
 @pytest.mark.parametrize(("text", "server"), [
