@@ -121,7 +121,7 @@ def target(argument: str) -> Target:
     port: int | None = None
     if text.count(":") == 1:
         text, _, digits = text.partition(":")
-        if not digits.isdigit() or not 0 < int(digits) < 65536 or digits.startswith("0"):
+        if not (digits.isascii() and digits.isdigit()) or not 0 < int(digits) < 65536 or digits.startswith("0"):
             raise Usage(f"{printable(argument)}: the port is not a number from 1 to 65535")
         port = int(digits)
     host = text.rstrip(".").lower()

@@ -38,6 +38,7 @@ def test_the_host_asked_about_is_read_from_a_name_a_port_or_a_url(argument: str,
     ("-x.example", "not a host name"),
     ("example.com:0", "the port"),
     ("example.com:99999", "the port"),
+    ("example.com:\u00b2", "the port"),
     ("x" * 254, "not a host name"),
     ("evil\x1b]2;owned\x07.example", "not a host name"),
 ])
