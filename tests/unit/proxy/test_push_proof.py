@@ -212,3 +212,19 @@ def test_commands_split_across_pieces_are_judged_whole(world: World, size: int) 
     topic = push_body(world, "0" * 40, rev(world, "HEAD"), "refs/heads/topic", "origin/main")
     answer = chunked_push(world.proxy.port, basic(world), topic, size)
     assert b"ok refs/heads/topic" in answer, answer[:400]
+
+
+def test_a_refused_push_closes_the_connection_its_client_asked_to_close(world: World) -> None:
+    """A client that reads to the end (Connection: close) gets the report, then the end of the stream."""
+    import socket
+
+    commit(world, "a")
+    body = push_body(world, rev(world, "origin/main"), rev(world, "HEAD"), "refs/heads/main", "origin/main")
+    head = (f"POST {PUSH} HTTP/1.1\r\nHost: forge\r\n{basic(world)}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=20) as sock:
+        sock.sendall(head.encode() + body)
+        answer = b""
+        while chunk := sock.recv(65536):  # a proxy that kept the connection open times out here
+            answer += chunk
+    assert b"ng refs/heads/main" in answer and b"Connection: close" in answer
