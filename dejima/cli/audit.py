@@ -48,7 +48,7 @@ def _listing_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument("--json", action="store_true", dest=f"{prefix}json", help="print JSON lines (for scripts)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dejima-audit", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _listing_options(parser, "default_")  # `dejima-audit --json` is `dejima-audit list --json`
@@ -88,7 +88,7 @@ def _workspace(value: str | None) -> str | None:
 
 
 def _body(argv: list[str], ui: UI) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.action is None:
         args.action, args.all, args.workspace, args.json = "list", args.default_all, args.default_workspace, \
             args.default_json
