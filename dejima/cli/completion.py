@@ -122,11 +122,12 @@ def bash_script(found: dict[str, Context]) -> str:
     lines = ["# dejima shell completion (bash): eval \"$(dejima completion bash)\", or save it in",
              "# ~/.local/share/bash-completion/completions/dejima (and links dejima-audit, dejima-allow to it)",
              "declare -gA _DEJIMA_FLAGS=() _DEJIMA_WORDS=() _DEJIMA_VALUES=()"]
-    for key, context in found.items():
-        lines.append(f"_DEJIMA_FLAGS[{shlex.quote(key)}]={_words(context.flags)}")
-        lines.append(f"_DEJIMA_WORDS[{shlex.quote(key)}]={_words(context.words)}")
+    for key, context in found.items():  # keys unquoted, as "dejima/images": zsh would keep quotes in the key
+        key = key.replace(" ", "/")
+        lines.append(f"_DEJIMA_FLAGS[{key}]={_words(context.flags)}")
+        lines.append(f"_DEJIMA_WORDS[{key}]={_words(context.words)}")
         for flag, values in context.values.items():
-            lines.append(f"_DEJIMA_VALUES[{shlex.quote(f'{key} {flag}')}]={_words(values) if values else '@free'}")
+            lines.append(f"_DEJIMA_VALUES[{key}/{flag}]={_words(values) if values else '@free'}")
     lines.append(_BASH_FUNCTION)
     return "\n".join(lines) + "\n"
 
@@ -140,16 +141,16 @@ _BASH_FUNCTION = r'''_dejima_complete() {
         if [[ "$word" == "--" ]]; then  # the session's command: the shell's own completion
             COMPREPLY=($(compgen -c -- "$cur")); return 0
         fi
-        if [[ "$key" != *" "* && "$word" != -* && " ${_DEJIMA_WORDS[$key]} " == *" $word "* \
-              && -n "${_DEJIMA_FLAGS[$key $word]+set}" ]]; then
-            key="$key $word"
+        if [[ "$key" != */* && "$word" != -* && " ${_DEJIMA_WORDS[$key]} " == *" $word "* \
+              && -n "${_DEJIMA_FLAGS[$key/$word]+set}" ]]; then
+            key="$key/$word"
         fi
     done
-    if [[ -n "${_DEJIMA_VALUES[$key $prev]+set}" ]]; then
-        case "${_DEJIMA_VALUES[$key $prev]}" in
+    if [[ -n "${_DEJIMA_VALUES[$key/$prev]+set}" ]]; then
+        case "${_DEJIMA_VALUES[$key/$prev]}" in
             @free) ;;
             @directories) COMPREPLY=($(compgen -d -- "$cur")) ;;
-            *) COMPREPLY=($(compgen -W "${_DEJIMA_VALUES[$key $prev]}" -- "$cur")) ;;
+            *) COMPREPLY=($(compgen -W "${_DEJIMA_VALUES[$key/$prev]}" -- "$cur")) ;;
         esac
         return 0
     fi
