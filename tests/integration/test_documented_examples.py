@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.runtime import Runtime
+from tests.integration.test_interactive import read_until
 from tests.networld import World
 from tests.world import REPO, TEST_GID, TEST_UID, User, containers_of, make_user, spawn_dejima, wait_for_line
 
@@ -28,8 +29,6 @@ PROGRAMS = {"dejima": "dejima.cli.launch", "dejima-allow": "dejima.cli.allow", "
 
 # The examples that cannot run here, each with why. Nothing else is left out.
 SKIPPED = {
-    "dejima ~/repos/project": "an interactive shell on a terminal: tests/integration/test_interactive.py drives "
-                              "it on a real pty",
     "dejima ~/repos/project -- make test": "the plain session image has no make (a workflow's image brings its "
                                            "toolchain, built from Debian's mirror: an outside address)",
     "dejima ~/repos/project --allow pypi.org --allow '*.pythonhosted.org:443' -- pip download six":
@@ -39,7 +38,6 @@ SKIPPED = {
                                                     "an Anthropic account; test_harness runs it against a fake",
     "dejima images bootstrap": "debootstrap downloads Debian from deb.debian.org (an outside address)",
     "dejima images prune": "removes every image this checkout does not use, other test runs' on this engine too",
-    "dejima-audit ack": "walks the findings on a terminal: tests/unit/cli/test_audit_review.py drives it on a pty",
 }
 API_EXAMPLE = "docs/api.md: the Python example"
 # As root the example's temporary workspace belongs to root: the session would run as uid 0, which a root
@@ -80,6 +78,7 @@ PLAIN = [
 ]
 AFTER_A_SESSION = [  # the session that left findings, its id as SESSION
     "dejima violations SESSION", "dejima ledger SESSION", "dejima-audit", "dejima-audit show 12 13",
+    "dejima-audit ack",  # on a terminal
     "dejima-audit ack 12 13 --note \"my own pre-commit hook\"", "dejima-audit restore 14",
     "dejima-audit ack --all --workspace ~/repos/project --note \"reviewed after the refactor\"",
     "dejima-audit list --all --json", "dejima-audit rules",
@@ -88,7 +87,8 @@ WHILE_A_SESSION_RUNS = [  # in the workspace, while a session there runs (it was
     "dejima sessions", "dejima-allow", "dejima-allow crates.io", "dejima-allow 1 --for 30m --reason \"cargo\"",
     "dejima-allow crates.io --revoke", "dejima-allow crates.io --persist", "dejima stop SESSION",
 ]
-LAST = ["dejima clean", "dejima doctor"]
+LAST = ["dejima clean", "dejima doctor", "dejima ~/repos/project"]  # the last on a terminal
+ON_A_TERMINAL = {"dejima-audit ack", "dejima ~/repos/project"}
 THE_SESSION = "dejima ~/repos/project --allow 10.0.5.0/24 --allow-special 10.0.5.0/24 -- ..."
 RUN = [*PLAIN, THE_SESSION, *AFTER_A_SESSION, *WHILE_A_SESSION_RUNS, *LAST]
 # What `...` stands for in THE_SESSION: a command that leaves three files the audit flags.
@@ -143,6 +143,31 @@ class Reader:
     def env(self) -> dict[str, str]:
         return self.launcher.env(self.scope, PATH=self.path)
 
+    def on_terminal(self, line: str, seen: bytes, then: bytes, ask: bytes = b"") -> int:
+        """``line`` on a pseudo-terminal of its own: once ``seen`` shows (``ask`` typed until it does: a
+        shell reads nothing typed before it starts), ``then`` is typed; returns the exit status."""
+        master, slave = os.openpty()
+        process = subprocess.Popen(["setsid", "--ctty", "bash", "-c", line], stdin=slave, stdout=slave,
+                                   stderr=slave, env={**self.env(), "TERM": "xterm"}, cwd=str(self.launcher.home),
+                                   close_fds=True, **self.launcher.popen_kwargs())
+        os.close(slave)
+        try:
+            for attempt in range(1, 21):
+                os.write(master, ask)
+                try:
+                    read_until(master, seen, timeout=10 * attempt if ask else 120)
+                    break
+                except AssertionError:
+                    if not ask or attempt == 20:
+                        raise
+            os.write(master, then)
+            return process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+            os.close(master)
+
     def run(self, line: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(["bash", "-c", line], env=self.env(), capture_output=True, text=True,
                               timeout=timeout, cwd=str(cwd or self.launcher.home), stdin=subprocess.DEVNULL,
@@ -173,6 +198,9 @@ def test_every_documented_example_runs_as_written(runtime: Runtime, images: obje
     assert {finding["path"] for finding in listed} == {".envrc", ".vscode/tasks.json", ".mcp.json"}, listed
     ids = dict(zip(("12", "13", "14"), (str(finding["id"]) for finding in listed), strict=True))
     for line in AFTER_A_SESSION:
+        if line in ON_A_TERMINAL:  # the walk shows the worst file first, and q leaves every finding as it was
+            assert reader.on_terminal(line, b"q) quit: ", b"q\r") == 0
+            continue
         filled = line.replace("SESSION", session)
         if line.startswith("dejima-audit"):
             filled = re.sub(r"\b1[234]\b", lambda number: ids[number[0]], filled)
@@ -192,7 +220,10 @@ def test_every_documented_example_runs_as_written(runtime: Runtime, images: obje
     assert "crates.io" in next((launcher.home / ".config" / "dejima" / "projects").iterdir()).read_text()  # --persist
     assert containers_of(runtime, scope, session=live_id) == []
     for line in LAST:
-        reader.run(line)
+        if line in ON_A_TERMINAL:  # the interactive shell: a command typed, then exit with a status of its own
+            assert reader.on_terminal(line, b"MARK-42", b"exit 5\r", ask=b"echo MARK-$((6*7))\r") == 5
+        else:
+            reader.run(line)
 
 
 def test_the_api_example_runs_as_written(runtime: Runtime, images: object, world: World, launcher: User,
