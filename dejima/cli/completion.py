@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bash: eval \"$(dejima completion bash)\" in ~/.bashrc; zsh: the same in ~/.zshrc, after compinit; "
         "fish: dejima completion fish > ~/.config/fish/completions/dejima.fish.",
     )
-    parser.add_argument("shell", choices=SHELLS)
+    parser.add_argument("shell", choices=SHELLS, metavar="SHELL", help=f"one of {', '.join(SHELLS)}")
     return parser
 
 
