@@ -18,8 +18,9 @@ from dejima.errors import ExitStatus
 from dejima.ui.console import UI, plain_console
 
 SHELLS = ("bash", "zsh", "fish")
-DIRECTORIES = "@directories"
-_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # a value completed from the file system, not from a list
+DIRECTORIES = "@directories"  # a value completed from the file system, not from a list
+PATH_FLAGS = frozenset({"--workspace"})  # flags whose value is a directory
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 @dataclass
@@ -55,10 +56,6 @@ def contexts(launch_parser: argparse.ArgumentParser) -> dict[str, Context]:
     for action, parser in _subparsers(audit_parser).items():
         result[f"dejima-audit {action}"] = _context(parser)
     result["dejima-allow"] = _context(allow.build_parser())
-    for context in result.values():
-        for flag in ("--workspace",):
-            if flag in context.values:
-                context.values[flag] = [DIRECTORIES]
     return result
 
 
@@ -72,7 +69,8 @@ def _context(parser: argparse.ArgumentParser) -> Context:
             context.flags += long
             if action.nargs != 0:
                 for flag in long:
-                    context.values[flag] = [str(c) for c in action.choices or ()]
+                    context.values[flag] = [DIRECTORIES] if flag in PATH_FLAGS else \
+                        [str(c) for c in action.choices or ()]
         elif action.choices:
             context.words += [str(c) for c in action.choices]
     return context

@@ -251,8 +251,9 @@ def parse_toml(text: str, source: str, error: type[InputError],
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        problem, line, column = _syntax_error(str(exc), text)
-        shown_line = text.splitlines()[line - 1] if line <= len(text.splitlines()) else ""
+        lines = text.split("\n")  # as tomllib counts them (str.splitlines also splits at \f, \u2028...)
+        problem, line, column = _syntax_error(str(exc), lines)
+        shown_line = lines[line - 1].rstrip("\r") if line <= len(lines) else ""
         context = f"  {line} | {shown_line}\n  {' ' * len(str(line))} | {' ' * (column - 1)}^" if shown_line else None
         fix = next((f for pattern, f in _SYNTAX_FIXES if pattern in problem), "")
         if problem.endswith(_AT_END) and not shown_line.rstrip().endswith("="):
@@ -264,7 +265,8 @@ def parse_toml(text: str, source: str, error: type[InputError],
 # What each of tomllib's complaints usually means, and its fix (the first that matches).
 _SYNTAX_FIXES = (
     ("Unterminated string", 'close the string on the line it starts: "value" (a multi-line string is """...""")'),
-    ("Illegal character", 'close the string on the line it starts: "value" (a multi-line string is """...""")'),
+    ("Illegal character '\\n'", 'close the string on the line it starts: "value" (a multi-line string is """...""")'),
+    ("Illegal character", "a control character cannot be written as it is: inside a string, write it as \\u001b"),
     ("twice", "declare each [table] once: merge the two into one"),
     ("Cannot overwrite", "write each key once in its table: remove or rename one of them"),
     ("Expected '=' after a key", "write key = value; a key with spaces or dots in it is quoted: \"my key\" = 1"),
@@ -280,15 +282,14 @@ _AT_END = " at the end of the file"
 _TOML_WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
 
-def _syntax_error(message: str, text: str) -> tuple[str, int, int]:
+def _syntax_error(message: str, lines: list[str]) -> tuple[str, int, int]:
     """tomllib's message, and the line and column (1-based) it is about. Python's TOML parser says "at end of
     document" for what is left open at the end (a string, a list): that is the last line with text, after it."""
     where = _TOML_WHERE.search(message)
     if where:
         return message[:where.start()], int(where.group(1)), int(where.group(2))
-    problem = message.removesuffix(" (at end of document)")
-    line = len(text.rstrip().splitlines()) or 1
-    return problem + _AT_END, line, len((text.splitlines() or [""])[line - 1]) + 1
+    line = max((number for number, text in enumerate(lines, 1) if text.strip()), default=1)
+    return message.removesuffix(" (at end of document)") + _AT_END, line, len(lines[line - 1]) + 1
 
 
 def check_data(data: Mapping[str, Any], schema: Kind, source: str, error: type[InputError]) -> Any:

@@ -104,6 +104,8 @@ def test_a_missing_required_key_is_named() -> None:
     ("a = 1\na = 2\nb = 3\n", "2:6", "write each key once"),
     ("[a]\n[a]\n", "2:3", "declare each [table] once"),
     ("bogus line\n", "1:7", "write key = value"),
+    ('a = "x\x1by"\n', "1:7", "a control character cannot be written as it is"),
+    ("a = 1\r\nb = \r\n", "2:5", "give the key a value"),
 ])
 def test_toml_errors_name_the_file_line_and_column_and_the_fix(text: str, where: str, fix: str) -> None:
     with pytest.raises(InputError) as caught:
