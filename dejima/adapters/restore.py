@@ -19,6 +19,7 @@ from pathlib import Path
 from dejima.adapters.findings import Stored
 from dejima.adapters.nofollow_open import open_directory
 from dejima.adapters.tree_walk import KINDS
+from dejima.core.snapshot import mode_text
 from dejima.errors import DiagnosticError
 
 
@@ -151,6 +152,6 @@ def restore(stored: Stored, force: bool = False) -> str:
                 raise RestoreError(f"{finding.path} is now a directory", hint="move it away, then restore again")
             _write(fd, name, state.before, state.before_mode)
             return f"put back {finding.path} as it was at the start ({len(state.before)} bytes, mode " \
-                   f"{oct(stat.S_IMODE(state.before_mode))})"
+                   f"{mode_text(state.before_mode)})"
     raise RestoreError(f"the start state of {finding.path} (a {state.before_kind}) was not kept",
                        hint="dejima keeps the content of watched files only; restore it from git or a backup")

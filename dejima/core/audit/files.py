@@ -12,7 +12,7 @@ from dejima.core.audit.configs import rules_for
 from dejima.core.audit.model import Finding, View, finding, resolve
 from dejima.core.audit.names import BIDI, invisible_in_text
 from dejima.core.audit.trees import in_tree
-from dejima.core.snapshot import Change, SnapshotEntry
+from dejima.core.snapshot import Change, SnapshotEntry, mode_text
 
 # Files whose text is code or config: invisible characters there hide logic from a reviewer (F09).
 _CODE = re.compile(r"\.(py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonc|toml|ya?ml|ini|cfg|conf|sh|bash|zsh|fish|ps1|"
@@ -83,7 +83,7 @@ def _privilege(path: str, change: Change) -> list[Finding]:
     # Files only: a setgid directory is how shared group directories work, and nothing runs it.
     newly = old is None or not old.privileged_bits or change.what in ("modified", "type")
     if new.kind == "file" and new.privileged_bits and newly:
-        found.append(finding("F03", "critical", path, f"mode {oct(new.mode)}: setuid/setgid", value,
+        found.append(finding("F03", "critical", path, f"mode {mode_text(new.mode)}: setuid/setgid", value,
                              remedy="strip-bits"))
     if new.caps:
         found.append(finding("F03", "critical", path, "file capabilities (security.capability)", value,
@@ -103,11 +103,11 @@ def _metadata(path: str, change: Change) -> list[Finding]:
     value = f"{new.mode:o}:{new.uid}:{new.sha256}"
     if change.what == "mode" and old is not None and new.kind == "file" and new.mode & 0o111 and \
             not old.mode & 0o111:
-        return [finding("F05", "low", path, f"made executable ({oct(old.mode)} -> {oct(new.mode)})", value,
+        return [finding("F05", "low", path, f"made executable ({mode_text(old.mode)} -> {mode_text(new.mode)})", value,
                         remedy="restore")]
     if new.kind != "symlink" and new.mode & 0o002 and not new.mode & stat.S_ISVTX and \
             (old is None or not old.mode & 0o002):
-        return [finding("F06", "medium", path, f"world-writable ({oct(new.mode)})", value, remedy="restore")]
+        return [finding("F06", "medium", path, f"world-writable ({mode_text(new.mode)})", value, remedy="restore")]
     if change.what == "owner" and old is not None:
         return [finding("F06", "medium", path, f"owner changed {old.uid}:{old.gid} -> {new.uid}:{new.gid}", value,
                         remedy="restore")]
