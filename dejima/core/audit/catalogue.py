@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dejima.core.audit.model import rank
+
 CATALOGUE_VERSION = "2026.12.8"
 
 
@@ -44,6 +46,14 @@ class PathRule:
     remedy: str = "restore"
     mounts: tuple[str, ...] = ("workspace",)
     keep: bool = True  # the start snapshot keeps matching files' bytes (not for a whole language's files)
+
+    @property
+    def worst(self) -> str:
+        """The worst severity this rule gives (a key's context is none): a link put in the file's
+        place, which host tools read through, is this bad."""
+        given = [s for s in (self.severity, self.added, self.other_keys, *(k.severity for k in self.keys))
+                 if s and s != CONTEXT]
+        return max(given, key=rank) if given else "high"
 
 
 def K(pattern: str, severity: str, when: str = "", rule: str = "") -> KeyRule:  # noqa: N802 - a table row
