@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from dejima.core.audit.model import rank
 
-CATALOGUE_VERSION = "2026.12.8"
+CATALOGUE_VERSION = "2026.12.9"
 
 
 # A KeyRule severity: the key runs nothing (a task's label, a schema version); a change to it is
@@ -489,7 +489,8 @@ CODED_RULES = {
     "F07": ("huge file or deep nesting", "low"), "F08": ("name trick (case, Unicode, controls)", "medium-critical"),
     "F09": ("invisible characters in code", "medium"), "F10": ("content changed behind an old mtime", "low"),
     "M01": ("changed existing cache entry (caches under the session home, cache mounts)", "medium"),
-    "X00": ("a session that could not be audited", "critical"),
+    "X00": ("a session or mount that could not be audited (critical), or a rule that failed on one path (at "
+            "that rule's worst severity)", "low-critical"),
     "X01": ("file in an unlisted dot-directory", "low"), "X02": ("new root config-as-code file", "medium"),
     "X03": ("other change inside a git directory", "medium"), "X04": ("other git config key", "medium-high"),
     "X05": ("lockfile checksum changed without a version change", "high"),
