@@ -10,6 +10,7 @@ on real files; the cases are a fixed table (hostile kind x every rule's paths), 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -176,6 +177,18 @@ HOSTILE_CONTENT: dict[str, bytes] = {
     "invalid-utf8": b'{"scripts": {"postinstall": "\xff\xfe"}, "\xc3\x28": 1}\n[core]\n\thooksPath = \xed\xa0\x80\n'
                     b"key=\x80\x81\nregistry=\xf0\x28\x8c\x28\n# vim: set makeprg=\xff:\n",
     "nul-bytes": b"\0" * 4096 + b"[x]\n\0=\0\n",
+    # Valid syntax, values of the wrong shape for what each reader expects there.
+    "odd-shapes": json.dumps({
+        "tasks": 5, "configurations": {"x": None}, "scripts": ["postinstall"], "name": {"x": 1}, "version": None,
+        "lockfileVersion": 3, "packages": {"node_modules/a": {"version": [1], "integrity": ["x"], "link": True,
+                                                              "resolved": 5}, "": 7, "node_modules/b": "x"},
+        "dependencies": [], "compilerOptions": {"plugins": "x"}, "hooks": "x", "env": [1, 2],
+        "mcpServers": {"x": None}, "a" * 300: "b", "big": int("9" * 4000)}).encode(),
+    "big-numbers": b"a = " + b"9" * 5000 + b"\nb: " + b"9" * 5000 + b'\n{"c": ' + b"9" * 5000 + b"}\n",
+    "git-config": b'[core]\n\thooksPath\n\tfsmonitor = "unterminated\n[include]\n\tpath = /etc/x\n\tpath = '
+                  b'../../../../x\n[remote "o\n\turl = x\n[alias]\n\tx = !sh -c id\n[filter "a"]\n\tclean = id\n'
+                  b"[\n\\\n[core]] x\n",
+    "git-index": b"DIRC\0\0\0\x02\xff\xff\xff\xff" + b"\xff" * 100,
 }
 # Over what the start keeps (4 MiB), and over what the rules read (sparse): at one path per format.
 HUGE: dict[str, bytes] = {"huge": (b"a = " + b"x" * 1019 + b"\n") * (5 * MiB // 1024),
@@ -183,10 +196,16 @@ HUGE: dict[str, bytes] = {"huge": (b"a = " + b"x" * 1019 + b"\n") * (5 * MiB // 
 
 
 def _link(target: str) -> Callable[[Path, str], None]:
-    """A link to ``target``: absolute, or relative to the mount's root ("" is the link itself: a loop)."""
+    """A link to ``target``: relative to the mount's root ("" is the link itself: a loop), or with
+    "/" to the directory beside the mount (outside it, and the test's), or absolute."""
     def make(root: Path, path: str) -> None:
         link = root / path
-        link.symlink_to(target if target.startswith("/") else os.path.relpath(root / (target or path), link.parent))
+        if target == "/":
+            (root.parent / "outside").mkdir(exist_ok=True)
+            link.symlink_to(root.parent / "outside")
+        else:
+            link.symlink_to(target if target.startswith("/") else os.path.relpath(root / (target or path),
+                                                                                  link.parent))
     return make
 
 
@@ -197,6 +216,32 @@ def _fifo(root: Path, path: str) -> None:
 def _directory(root: Path, path: str) -> None:
     (root / path).mkdir()
     (root / path / "x").write_text("{}\n")
+
+
+def _hard_link(root: Path, path: str) -> None:
+    """Every path one file: a hard link with all the others (and with a file outside the mount)."""
+    first = root.parent / "hard-linked"
+    if not first.exists():
+        first.write_text('{"a": 1}\n')
+    os.link(first, root / path)
+
+
+def _setuid(root: Path, path: str) -> None:
+    (root / path).write_text("#!/bin/sh\nid\n")
+    (root / path).chmod(0o6777)
+
+
+def _odd_siblings(root: Path, path: str) -> None:
+    """The file, and beside it names no tool expects: not UTF-8, a newline, an option, a Windows
+    device, a bidi override, the file's own name in other cases."""
+    (root / path).write_text("{}\n")
+    name = path.rpartition("/")[2]
+    for sibling in (os.fsdecode(b"\xff\xfe-" + name.encode()), f"{name}\nx", f"-{name}", "CON", f"x\u202e{name}",
+                    name.upper(), name.swapcase() + "\u200b"):
+        try:
+            (root / path).with_name(sibling).write_text("x\n")
+        except OSError:
+            continue
 
 
 def _over_read_limit(root: Path, path: str) -> None:
@@ -212,8 +257,9 @@ def _content(data: bytes) -> Callable[[Path, str], None]:
 
 HOSTILE: dict[str, Callable[[Path, str], None]] = {
     "link-to-file": _link("/etc/hostname"), "link-in-tree": _link("node_modules/pkg/index.js"),
-    "link-to-dir": _link("src"), "link-to-root": _link("."), "link-outside": _link("/etc"),
+    "link-to-dir": _link("src"), "link-to-root": _link("."), "link-outside": _link("/"),
     "dangling": _link("nowhere/at/all"), "loop": _link(""), "fifo": _fifo, "directory": _directory,
+    "hard-link": _hard_link, "setuid": _setuid, "odd-siblings": _odd_siblings,
     **{name: _content(data) for name, data in HOSTILE_CONTENT.items()},
 }
 BIG: dict[str, Callable[[Path, str], None]] = {
@@ -227,11 +273,12 @@ BIG_PATHS = [".vscode/tasks.json", "pyproject.toml", ".npmrc", "compose.yml", "p
 
 def place(root: Path, paths: list[str], make: Callable[[Path, str], None]) -> list[str]:
     """``make`` at each path that can hold it (not below another path made a file); the paths made."""
-    made = []
+    made, inside = [], root.resolve()
     for path in paths:
         try:
             (root / path).parent.mkdir(parents=True, exist_ok=True)
-            if (root / path).is_symlink() or (root / path).exists():
+            if (root / path).is_symlink() or (root / path).exists() or \
+                    not (root / path).parent.resolve().is_relative_to(inside):  # below a link made here
                 continue
             make(root, path)
         except (NotADirectoryError, FileExistsError):
