@@ -25,7 +25,7 @@ from dejima.core.audit.catalogue import CODED_RULES, GIT_INNER, PATH_RULES
 from dejima.core.audit.isolation import ceiling, judged
 from dejima.core.audit.model import View
 from dejima.core.audit.rules import audit
-from dejima.core.snapshot import Snapshot
+from dejima.core.snapshot import Snapshot, SnapshotEntry
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
 
 MiB = 1 << 20
@@ -117,6 +117,19 @@ def test_judged_keeps_what_a_rule_found_and_names_what_failed() -> None:
     [failed] = judged(view, "B09", "conftest.py", fails)
     assert (failed.rule, failed.key, failed.severity, failed.path) == ("X00", "B09", "high", "conftest.py")
     assert judged(view, "B09", "conftest.py", lambda: []) == []
+
+
+def test_an_acknowledged_failure_reopens_when_its_file_changes() -> None:
+    """The failure's fingerprint binds the path's entries: an ack does not cover the next content."""
+    def view_of(digest: str) -> View:
+        entry = SnapshotEntry("conftest.py", "file", 0o644, 0, 0, 1, 1, 1, 1, 1, sha256=digest)
+        return View(Snapshot(), {"conftest.py": entry}, [], lambda side, path: None)
+
+    def fails() -> list[Finding]:
+        raise ValueError("x")
+
+    first, again, changed = (judged(view_of(d), "B09", "conftest.py", fails)[0] for d in ("a" * 64, "a" * 64, "b" * 64))
+    assert first.fingerprint == again.fingerprint != changed.fingerprint
 
 
 # --- (b) every rule's paths, hostile ------------------------------------------------------------------
