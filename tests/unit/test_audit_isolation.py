@@ -23,6 +23,7 @@ from dejima.adapters.start_contents import READ_LIMIT
 from dejima.core.audit import Finding, rank
 from dejima.core.audit.catalogue import CODED_RULES, GIT_INNER, PATH_RULES
 from dejima.core.audit.isolation import ceiling, judged
+from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import View
 from dejima.core.audit.rules import audit
 from dejima.core.snapshot import Snapshot, SnapshotEntry
@@ -72,6 +73,20 @@ def test_a_linked_vscode_config_and_a_tampered_tree_are_both_reported(tmp_path: 
     assert (rule, severity, link) in found
     assert ("B07", "high", "node_modules") in found  # modified in place, not installed anew
     assert [f for f in found if f[0] == "X00"] == []
+
+
+def test_a_config_the_audit_cannot_parse_is_reported_at_the_worst_its_rule_gives(tmp_path: Path) -> None:
+    """Found by the table: VS Code runs this folderOpen task (its parser has no depth limit), and
+    the audit, which refuses nesting past 64 levels, reported the file at I01's file severity
+    (medium). What it cannot read may be any of the rule's keys."""
+    root = tmp_path / "repo"
+    (root / ".vscode").mkdir(parents=True)
+    state = capture(Mount("workspace", root))
+    write(root, ".vscode/tasks.json", '{"version": "2.0.0", "tasks": [{"label": "x", "command": "make", '
+          '"runOptions": {"runOn": "folderOpen"}}], "pad": ' + "[" * 70 + "]" * 70 + "}")
+    found, _ = audit_mount(state)
+    assert summary(found) == [("I01", "critical", ".vscode/tasks.json")]
+    assert "cannot be read or parsed as json" in found[0].evidence
 
 
 def test_a_rule_that_fails_on_one_path_is_a_finding_there_and_hides_nothing(tmp_path: Path) -> None:
@@ -330,7 +345,9 @@ def hostile_audit(root: Path, kind: str, replaced: bool) -> list[Finding]:
     paths = BIG_PATHS if kind in BIG else workspace_paths()
     if replaced:  # a regular file at the start, replaced by the hostile entry
         paths = place(root, paths, benign)
-    state = capture(Mount("workspace", root))
+    # A manifest's [audit] watch (X07) over a directory of its own and over paths the catalogue knows.
+    watch = (Watch("watched/", "test.toml"), Watch(".vscode/", "test.toml"), Watch("package.json", "test.toml"))
+    state = capture(Mount("workspace", root, watch))
     if replaced:
         for path in paths:
             (root / path).unlink()

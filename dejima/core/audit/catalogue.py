@@ -2,8 +2,9 @@
 
 Each PathRule names files by glob; a change to one is a finding at the rule's severity (detect by
 location, research §0.2). Rules with a format are parsed and diffed key by key: a changed key takes
-the severity of the first KeyRule it matches; a file that no longer parses is a finding at the
-rule's file severity (or high), never silence. Git, filesystem, name and dependency-tree rules
+the severity of the first KeyRule it matches; a file that no longer parses (or is a link, which
+host tools read through) is a finding at the worst severity the rule gives: the keys it hides may
+be any of them. Never silence. Git, filesystem, name and dependency-tree rules
 need code and live in their own modules; their key lists live here too.
 
 Bump CATALOGUE_VERSION when a rule or a list changes: `dejima-audit` shows which version

@@ -172,7 +172,7 @@ def _apply(rule: PathRule, path: str, change: Change, view: View) -> list[Findin
     if rule.fmt is not None:
         parsed = _key_findings(rule, path, view)
         if parsed is None:
-            return [finding(rule.id, rule.severity or "high", path,
+            return [finding(rule.id, rule.worst, path,
                             f"{rule.title}: {change.what}, and cannot be read or parsed as {rule.fmt}", value,
                             remedy=rule.remedy)]
         keyed, context = parsed
