@@ -9,6 +9,7 @@ import re
 import stat
 
 from dejima.core.audit.configs import rules_for
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding, resolve
 from dejima.core.audit.names import BIDI, invisible_in_text
 from dejima.core.audit.trees import in_tree
@@ -125,7 +126,7 @@ def _content(path: str, change: Change, view: View) -> list[Finding]:
     if change.what == "modified" and old is not None and old.sha256 is not None and new.mtime_ns <= old.mtime_ns:
         found.append(finding("F10", "low", path, "content changed but the modification time did not move "
                              "forward (set back)", new.sha256 or "", remedy="restore"))
-    if _CODE.search(path):
+    if _CODE.search(path) and not (view.text(path) or "").isascii():  # ASCII holds no invisible character
         # A byte-order mark opening the file is an encoding marker, not a hidden character.
         lines = [line for line in view.new_lines(path) if BIDI.search(line) or invisible_in_text(
             line[1:] if line.startswith("\ufeff") and (view.text(path) or "").startswith(line) else line)]
@@ -137,27 +138,28 @@ def _content(path: str, change: Change, view: View) -> list[Finding]:
 
 
 def file_findings(view: View) -> list[Finding]:
+    """Each rule on each changed entry judged on its own (isolation): one that fails is a finding there."""
     found: list[Finding] = []
     deep_reported = False
     for change in view.changes:
         path, new = change.path, change.after
         if new is None:
             continue
-        found.extend(_privilege(path, change))
+        found.extend(judged(view, "F03/F04", path, _privilege, path, change))
         linked = change.before is None or change.before.nlink < new.nlink or change.what in ("added", "type")
         hard_linked = new.kind == "file" and new.nlink > 1 and linked and not path.startswith(".git/objects/")
         if in_tree(path, view):
             # Reported whole, to reinstall (trees.py, caches.py); a hard link with a watched place is still ours.
             if hard_linked:
-                found.extend(_hard_link(path, new, view, in_a_tree=True))
+                found.extend(judged(view, "F02", path, _hard_link, path, new, view, in_a_tree=True))
             continue
-        found.extend(_metadata(path, change))
+        found.extend(judged(view, "F05/F06", path, _metadata, path, change))
         if new.kind == "symlink" and change.what in ("added", "type", "link-target") and new.target is not None:
-            found.extend(_link(path, change, view))
+            found.extend(judged(view, "F01/G26", path, _link, path, change, view))
         if new.kind == "file" and change.what in ("added", "modified", "type"):
-            found.extend(_content(path, change, view))
+            found.extend(judged(view, "F07/F09/F10", path, _content, path, change, view))
         if hard_linked:
-            found.extend(_hard_link(path, new, view))
+            found.extend(judged(view, "F02", path, _hard_link, path, new, view))
         if change.what == "added" and not deep_reported and path.count("/") >= _DEEP:
             deep_reported = True
             found.append(finding("F07", "low", path, f"nesting deeper than {_DEEP} directories", path))
