@@ -45,6 +45,7 @@ from dejima.api.manage import (
     build_images,
     clean,
     doctor,
+    doctor_session,
     images,
     manifest,
     manifest_reference,
@@ -92,6 +93,7 @@ if TYPE_CHECKING:
     from dejima.core.settings import Settings
     from dejima.orchestration.doctor import Check as DoctorCheck
     from dejima.orchestration.manage_sessions import SessionInfo
+    from dejima.orchestration.session_doctor import SessionCheck
     from dejima.orchestration.session_reporter import SessionReporter as Reporter
     from dejima.orchestration.start_plan import StartPlan
 
@@ -106,7 +108,7 @@ __all__ = [
     # records
     "recorded_sessions", "violations", "ledger", "Finding", "findings", "findings_by_id", "acknowledge", "restore",
     # management
-    "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor",
+    "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor", "SessionCheck", "doctor_session",
     "ImageInfo", "BaseImage", "images", "build_images", "bootstrap_base", "prune_images",
     "settings_path", "settings_reference",
     "ManifestInfo", "Manifest", "MANIFEST_KINDS", "manifests", "manifest", "manifest_reference",
@@ -150,6 +152,10 @@ def __getattr__(name: str) -> object:
         from dejima.orchestration.doctor import Check
 
         return Check
+    if name == "SessionCheck":
+        from dejima.orchestration.session_doctor import SessionCheck
+
+        return SessionCheck
     if name == "BaseImage":
         from dejima.adapters.image_builds import Base
 

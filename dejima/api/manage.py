@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from dejima.core.settings import Settings
     from dejima.orchestration.doctor import Check as DoctorCheck
     from dejima.orchestration.manage_sessions import SessionInfo
+    from dejima.orchestration.session_doctor import SessionCheck
     from dejima.orchestration.session_reporter import SessionReporter as Reporter
 
 
@@ -72,6 +73,29 @@ def doctor(*, build: bool = False, settings: Settings | None = None,
     from dejima.orchestration.doctor import run_doctor
 
     return run_doctor(_settings(settings), _quiet(reporter), build=build)
+
+
+def doctor_session(session: str, *, refused_address: str | None = None, refused_port: int | None = None,
+                   foreign_resolver: str | None = None) -> tuple[str, list[SessionCheck]]:
+    """The escape checks run from inside the running session ``session`` (its id or a unique prefix), as `dejima
+    doctor --session`: the session's id and each check's ``SessionCheck`` (``name``, ``status``: holds, FAILED,
+    unproven or skipped, ``detail``, ``ok``). ``refused_address``/``refused_port`` and ``foreign_resolver``: where
+    the refused-address and other-resolver probes aim (default documentation addresses the filter refuses before
+    they leave). ``UsageError`` when no running session has that name; ``EngineError`` when the engine fails."""
+    from dataclasses import replace
+
+    from dejima.adapters.runtime import connect
+    from dejima.core.boundary_checks import DEFAULT_TARGETS
+    from dejima.orchestration.session_doctor import check_session
+
+    targets = DEFAULT_TARGETS
+    if refused_address is not None:
+        targets = replace(targets, refused_address=refused_address)
+    if refused_port is not None:
+        targets = replace(targets, refused_port=refused_port)
+    if foreign_resolver is not None:
+        targets = replace(targets, foreign_resolver=foreign_resolver)
+    return check_session(connect(), session, targets)
 
 
 @dataclass(frozen=True, slots=True)

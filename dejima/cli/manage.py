@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dejima import api
+from dejima.cli import doctor_session
 from dejima.cli.jsonout import print_json_lines
 from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
@@ -69,7 +70,10 @@ def _doctor(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
     parser.add_argument("--json", action="store_true", help=JSON_HELP + " (one per check)")
+    doctor_session.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.session is not None:
+        return doctor_session.run(args, ui)
     checks = api.doctor(build=args.build, reporter=ui)
     if args.json:
         print_json_lines({"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks)

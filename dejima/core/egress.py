@@ -301,6 +301,27 @@ def parse_policy(allow: list[str], deny: list[tuple[str, str]], where: str = "eg
     )
 
 
+def policy_document(policy: EgressPolicy) -> dict[str, list[object]]:
+    """The policy as JSON data: what the filter reads at start, and what its control channel lists."""
+    return {
+        "allow": [e.canonical for e in policy.allowed],
+        "deny": [[e.canonical, reason] for e, reason in policy.denied],
+        "denied_addresses": [str(n) for n in policy.denied_addresses],
+        "answer_networks": [str(n) for n in policy.answer_networks],
+    }
+
+
+def policy_from_document(document: dict[str, list[object]], where: str) -> EgressPolicy:
+    """The policy ``policy_document`` wrote; PolicyError (naming ``where``) for an entry it cannot read."""
+    return parse_policy(
+        [str(text) for text in document["allow"]],
+        [(str(pair[0]), str(pair[1])) for pair in document["deny"]],  # type: ignore[index]
+        where,
+        tuple(ipaddress.ip_network(str(n)) for n in document["denied_addresses"]),
+        tuple(ipaddress.ip_network(str(n)) for n in document.get("answer_networks", [])),
+    )
+
+
 def ttl_timeout(ttl: int, floor: int = 60, ceiling: int = 3600) -> int:
     """How long an answer's address stays in the allow set: the TTL, bounded on both sides."""
     return max(floor, min(ceiling, ttl))

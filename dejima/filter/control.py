@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dejima.core.egress import EgressPolicy, Entry, PolicyError, parse_entry
+from dejima.core.egress import EgressPolicy, Entry, PolicyError, parse_entry, policy_document
 from dejima.core.grants import MAX_SECONDS, PROTOCOL  # the host side builds its messages from the same
 from dejima.filter.nft import SetWriter
 from dejima.filter.resolver import PolicyResolver
@@ -176,7 +176,9 @@ class Grants:
         return {"grants": [g.to_json() for g in self.active.values()],
                 "denials": [{"name": d.name, "count": d.count, "last": round(d.last, 3), "reason": d.reason,
                              "grantable": d.grantable and not self.resolver.policy.name_verdict(d.name).allowed}
-                            for d in denials]}
+                            for d in denials],
+                # The policy in force (grants included), for `dejima doctor --session`'s checks.
+                "policy": policy_document(self.resolver.policy)}
 
 
 def _parse(raw: bytes) -> dict[str, Any]:

@@ -31,7 +31,7 @@ PUBLIC = [
     "RunningSession", "running_sessions", "running_session", "live", "grant", "revoke", "persist_grants",
     "check_grant_entry", "check_duration",
     "recorded_sessions", "violations", "ledger", "Finding", "findings", "findings_by_id", "acknowledge", "restore",
-    "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor",
+    "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor", "SessionCheck", "doctor_session",
     "ImageInfo", "BaseImage", "images", "build_images", "bootstrap_base", "prune_images",
     "settings_path", "settings_reference",
     "ManifestInfo", "Manifest", "MANIFEST_KINDS", "manifests", "manifest", "manifest_reference",

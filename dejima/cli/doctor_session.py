@@ -1,0 +1,71 @@
+"""`dejima doctor --session SESSION`: the escape checks against a live session, as a table or JSON lines.
+
+Exit status: 0 when every check holds (a skipped check says why it does not apply), 1 when one failed
+or could not be proven (its control failed), 2 for bad input or no such running session, 125 when
+dejima itself failed (the engine, the probe)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+
+from dejima import api
+from dejima.cli.jsonout import print_json_lines
+from dejima.errors import DiagnosticError, ExitStatus, InputError, UsageError
+from dejima.ui.console import UI
+from dejima.ui.text import plain
+
+STYLES = {"holds": "green", "skipped": "yellow", "FAILED": "bold red", "unproven": "red"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--session", metavar="SESSION",
+                        help="run the escape checks from inside this running session (its id as `dejima sessions` "
+                             "shows it, or a unique prefix): exit 0 when every check holds, 1 when one failed or "
+                             "could not be proven, 2 for no such running session, 125 when dejima failed")
+    parser.add_argument("--refused-address", metavar="ADDRESS[:PORT]",
+                        help="with --session: where the refused-address probe connects (default 192.0.2.1:443, a "
+                             "documentation address the filter refuses before anything leaves)")
+    parser.add_argument("--foreign-resolver", metavar="ADDRESS",
+                        help="with --session: the other resolver the DNS probes try (default 198.51.100.1)")
+
+
+def _ipv4(text: str, flag: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is not an IPv4 address", hint=f"{flag} 192.0.2.1") from None
+
+
+def _refused(text: str | None) -> tuple[str | None, int | None]:
+    if text is None:
+        return None, None
+    address, _, port = text.partition(":")
+    if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise UsageError(f"--refused-address {text!r}: the port is not a number from 1 to 65535",
+                         hint="--refused-address 192.0.2.1:443")
+    return _ipv4(address, "--refused-address"), int(port) if port else None
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    address, port = _refused(args.refused_address)
+    resolver = _ipv4(args.foreign_resolver, "--foreign-resolver") if args.foreign_resolver else None
+    try:
+        session_id, checks = api.doctor_session(args.session, refused_address=address, refused_port=port,
+                                                foreign_resolver=resolver)
+    except InputError:
+        raise
+    except DiagnosticError as exc:  # the checks could not run: dejima failed, the boundary was not judged
+        exc.exit_code = exc.exit_code or ExitStatus.DEJIMA_FAILED
+        raise
+    if args.json:
+        print_json_lines({"session": session_id, "check": c.name, "status": c.status, "ok": c.ok, "detail": c.detail}
+                         for c in checks)
+    else:
+        from rich.table import Table
+
+        table = Table("check", "result", "detail", title=plain(f"session {session_id}"))
+        for c in checks:
+            table.add_row(plain(c.name), plain(c.status, STYLES.get(c.status, "")), plain(c.detail, limit=600))
+        ui.console.print(table)
+    return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE

@@ -1,0 +1,405 @@
+"""The escape checks `dejima doctor --session` runs against a live session, as data.
+
+Each check names what it proves, the probe actions it runs inside the session (``PROBE``, standard
+library Python passed on the command line: nothing is written in the session) and how it judges
+what came back, with its control where one exists (a refusal proves something only when the same
+probe can succeed where the policy allows). The project's integration tests run these same checks
+(tests/integration/test_doctor_session.py), pointed at decoys the test made.
+
+Where the probes aim, by default: TCP to 192.0.2.1:443 and DNS to 198.51.100.1 (documentation
+addresses, RFC 5737). The filter refuses them in the session's own namespace, so nothing leaves the
+machine; were the boundary open, the packets would go towards addresses nobody answers. The engine's
+gateway and the metadata address (169.254.169.254) get no packet at all: the filter's applied
+ruleset is read back and walked (core/nft_reach.py), and the live policy's verdict on an answer
+pointing there is asked (what the resolver does with such an answer).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dejima.core.egress import EgressPolicy
+from dejima.core.nft_reach import reach
+from dejima.core.paths import FILTER_RUN_DIR
+
+REFUSED_ADDRESS = "192.0.2.1"  # TEST-NET-1
+REFUSED_PORT = 443
+FOREIGN_RESOLVER = "198.51.100.1"  # TEST-NET-2
+METADATA_ADDRESS = "169.254.169.254"
+NOT_ALLOWED_NAME = "dejima-doctor.invalid"  # asked when the session denies no name (RFC 6761: never resolves)
+OTHER_PORTS = (8443, 8080, 443, 80, 22, 9418)  # a refused port of an allowed name: the first not allowed
+PROBE_TIMEOUT = 3.0  # seconds a probe waits for one answer; a refusal comes at once
+REFUSED = 5  # DNS rcode
+
+# Runs in the session as its user: a JSON object of named actions in argv[1], a JSON object of
+# results on stdout. DNS questions and their Extended DNS Errors are read with dejima-why's own code
+# (the session image's /usr/local/bin/dejima-why, filter/why.py). Values of the environment are used,
+# never printed.
+PROBE = r"""
+import importlib.machinery, importlib.util, json, os, socket, struct, sys, time
+loader = importlib.machinery.SourceFileLoader("why", "/usr/local/bin/dejima-why")
+why = importlib.util.module_from_spec(importlib.util.spec_from_loader("why", loader)); loader.exec_module(why)
+T = float(sys.argv[2])
+def error(e):
+    return {"result": "blocked", "error": e.strerror or str(e)}
+def tcp(a):
+    t = time.monotonic()
+    try:
+        s = socket.create_connection((a["host"], a["port"]), timeout=T); s.close()
+        return {"result": "connected", "seconds": round(time.monotonic() - t, 3)}
+    except socket.timeout:
+        return {"result": "timeout", "seconds": round(time.monotonic() - t, 3)}
+    except OSError as e:
+        return {**error(e), "seconds": round(time.monotonic() - t, 3)}
+def loopback(a):
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+    return tcp({"host": "127.0.0.1", "port": srv.getsockname()[1]})
+def dns(a):
+    asked = why.query(a["name"], 0x4444)
+    stream = a.get("tcp", False)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM if stream else socket.SOCK_DGRAM); s.settimeout(T)
+    try:
+        s.connect((a["server"], a["port"]))
+        if stream:
+            s.sendall(struct.pack("!H", len(asked)) + asked)
+            size = struct.unpack("!H", s.recv(2))[0]; data = b""
+            while len(data) < size:
+                piece = s.recv(size - len(data))
+                if not piece: break
+                data += piece
+        else:
+            s.send(asked); data = s.recv(4096)
+    except socket.timeout:
+        return {"result": "timeout"}
+    except (OSError, struct.error) as e:
+        return error(e) if isinstance(e, OSError) else {"result": "unreadable"}
+    finally:
+        s.close()
+    try:
+        reply = why.read_reply(data, asked)
+    except ValueError:
+        return {"result": "answered", "rcode": None}
+    kind, reason = why.read_ede(reply.ede[1]) if reply.ede else (None, "")
+    return {"result": "answered", "rcode": reply.rcode, "kind": kind.token if kind else None, "reason": reason}
+def credential(a):
+    values = [os.environ[n] for n in a["names"] if os.environ.get(n)]
+    if not values:
+        return {"result": "none"}
+    squeezed = "".join(c for c in values[0].lower() if c.isalnum() and c.isascii())
+    labels = [squeezed[i:i + 60] for i in range(0, len(squeezed), 60)]
+    return dns({"name": ".".join(labels + ["dejima-doctor", "invalid"]), "server": "127.0.0.1", "port": 53})
+def ipv6(a):
+    try:
+        switch = open("/proc/sys/net/ipv6/conf/all/disable_ipv6").read().strip()
+    except OSError:
+        switch = "absent"
+    try:
+        addresses = open("/proc/net/if_inet6").read().split()
+    except OSError:
+        addresses = []
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); s.settimeout(T); s.connect(("::1", 9)); s.close()
+        connect = {"result": "connected"}
+    except OSError as e:
+        connect = error(e)
+    return {"result": connect["result"], "error": connect.get("error"), "switch": switch,
+            "addresses": len(addresses) // 6}
+def control(a):
+    # Every unix socket of the namespace (/proc/net/unix): one the session can reach must not speak
+    # the filter's control protocol.
+    found = []
+    for line in open("/proc/net/unix").read().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8 or fields[4] != "0001":  # stream sockets with a name
+            continue
+        name = fields[7]
+        address = "\0" + name[1:] if name.startswith("@") else name
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(T)
+        try:
+            s.connect(address)
+            s.sendall(b'{"v": 1, "op": "list"}\n')
+            answer = s.recv(4096)
+            found.append([name, "answered" if b'"grants"' in answer else "connected"])
+        except OSError as e:
+            found.append([name, e.strerror or str(e)])
+        finally:
+            s.close()
+    return {"result": "listed", "sockets": found, "run_dir": os.path.exists(a["run_dir"])}
+ops = {"tcp": tcp, "loopback": loopback, "dns": dns, "credential": credential, "ipv6": ipv6, "control": control}
+print(json.dumps({key: ops[a["op"]](a) for key, a in json.loads(sys.argv[1]).items()}))
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """Where the checks aim, and what they learnt of the session's policy."""
+
+    refused_address: str = REFUSED_ADDRESS
+    refused_port: int = REFUSED_PORT
+    foreign_resolver: str = FOREIGN_RESOLVER
+    allowed: tuple[str, int, int] | None = None  # an allowed name, its allowed port, a port it is refused
+    refused_name: tuple[str, str] = (NOT_ALLOWED_NAME, "not-allowed")  # a name and its refusal's kind
+    credential_env: tuple[str, ...] = ()  # variables holding a placeholder or decoy (sessions with routes)
+    gateway: str | None = None
+    metadata: str = METADATA_ADDRESS
+    control_dir: str = FILTER_RUN_DIR  # the filter's, where its control socket lives
+
+
+DEFAULT_TARGETS = Targets()
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What the doctor gathered: the probe's results by action, the filter's listing, the live policy."""
+
+    probe: Mapping[str, Mapping[str, Any]]
+    ruleset: Mapping[str, Any] | None
+    policy: EgressPolicy | None
+    host_reaches_control: bool = False
+
+
+HOLDS, FAILED, UNPROVEN, SKIPPED = "holds", "FAILED", "unproven", "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    status: str  # holds / FAILED (the boundary let it through) / unproven (the control failed) / skipped
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (HOLDS, SKIPPED)
+
+
+Actions = dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundaryCheck:
+    name: str
+    proves: str
+    actions: Callable[[Targets], Actions]  # what the probe runs in the session for it (none: judged on the host)
+    judge: Callable[[Targets, Evidence], CheckOutcome]
+
+
+def _tcp(host: str, port: int) -> dict[str, Any]:
+    return {"op": "tcp", "host": host, "port": port}
+
+
+def _dns(name: str, server: str = "127.0.0.1", port: int = 53, tcp: bool = False) -> dict[str, Any]:
+    return {"op": "dns", "name": name, "server": server, "port": port, "tcp": tcp}
+
+
+def _said(result: Mapping[str, Any]) -> str:
+    """One probe result in words."""
+    words = str(result.get("result", "no result"))
+    if result.get("error"):
+        words += f" ({result['error']})"
+    if "seconds" in result:
+        words += f" in {float(result['seconds']):.2f}s"
+    return words
+
+
+def _refused(result: Mapping[str, Any]) -> bool:
+    """Refused by the filter: an error at once, never an answer and never silence (a drop that hangs)."""
+    return result.get("result") == "blocked"
+
+
+def _with_control(held: bool, control: bool, proof: str, control_words: str) -> CheckOutcome:
+    if not held:
+        return CheckOutcome(FAILED, proof)
+    if not control:
+        return CheckOutcome(UNPROVEN, f"{proof}; but the control failed: {control_words}")
+    return CheckOutcome(HOLDS, f"{proof}; control: {control_words}")
+
+
+def _nothing(targets: Targets) -> Actions:
+    return {}
+
+
+# --- the checks -------------------------------------------------------------------------------------
+
+
+def _refused_address(t: Targets, e: Evidence) -> CheckOutcome:
+    probe, control = e.probe["refused"], e.probe["loopback"]
+    return _with_control(_refused(probe), control.get("result") == "connected",
+                         f"TCP to {t.refused_address}:{t.refused_port}: {_said(probe)}",
+                         f"TCP on loopback {_said(control)}")
+
+
+def _allowed_actions(t: Targets) -> Actions:
+    if t.allowed is None:
+        return {}
+    name, port, other = t.allowed
+    return {"allowed_port": _tcp(name, port), "other_port": _tcp(name, other)}
+
+
+def _allowed_name(t: Targets, e: Evidence) -> CheckOutcome:
+    if t.allowed is None:
+        return CheckOutcome(SKIPPED, "the session allows no name on some ports only")
+    name, port, other = t.allowed
+    probe, control = e.probe["other_port"], e.probe["allowed_port"]
+    return _with_control(_refused(probe), control.get("result") == "connected",
+                         f"TCP to {name}:{other}: {_said(probe)}", f"{name}:{port} {_said(control)}")
+
+
+def _resolver_actions(t: Targets) -> Actions:
+    return {"udp53": _dns(NOT_ALLOWED_NAME, t.foreign_resolver), "tcp53": _dns(NOT_ALLOWED_NAME, t.foreign_resolver,
+                                                                                 tcp=True),
+            "tcp853": _tcp(t.foreign_resolver, 853), "own_udp": _dns(NOT_ALLOWED_NAME),
+            "own_tcp": _dns(NOT_ALLOWED_NAME, tcp=True)}
+
+
+def _other_resolver(t: Targets, e: Evidence) -> CheckOutcome:
+    tried = (("UDP 53", "udp53"), ("TCP 53", "tcp53"), ("TCP 853", "tcp853"))
+    proof = "; ".join(f"{label} to {t.foreign_resolver}: {_said(e.probe[key])}" for label, key in tried)
+    control = all(e.probe[key].get("result") == "answered" for key in ("own_udp", "own_tcp"))
+    return _with_control(all(_refused(e.probe[key]) for _, key in tried), control, proof,
+                         "dejima's resolver answers on UDP and TCP 53")
+
+
+def _refused_name(t: Targets, e: Evidence) -> CheckOutcome:
+    name, kind = t.refused_name
+    answer = e.probe["refused_name"]
+    if answer.get("result") != "answered":
+        return CheckOutcome(UNPROVEN, f"{name}: dejima's resolver did not answer ({_said(answer)})")
+    said = f"{name}: rcode {answer.get('rcode')}, EDE dejima: {answer.get('kind')}: {answer.get('reason', '')}"
+    held = answer.get("rcode") == REFUSED and answer.get("kind") == kind
+    return CheckOutcome(HOLDS if held else FAILED, said if held else f"{said} (expected REFUSED, {kind})")
+
+
+def _by_inspection(label: str, address: str | None, e: Evidence) -> CheckOutcome:
+    if address is None:
+        return CheckOutcome(UNPROVEN, f"the {label} is not known (the engine named none)")
+    if e.ruleset is None or e.policy is None:
+        return CheckOutcome(UNPROVEN, f"{address}: the filter's ruleset or the session's policy could not be read")
+    accepted = reach(e.ruleset, address)
+    verdict = e.policy.address_verdict(ipaddress.ip_address(address))
+    if accepted.accepted:
+        return CheckOutcome(FAILED, accepted.detail)
+    if verdict.allowed:
+        return CheckOutcome(FAILED, f"{address}: an allowed name's answer pointing here would be let through "
+                               f"({verdict.reason})")
+    return CheckOutcome(HOLDS, f"{accepted.detail} (no packet sent); an answer pointing there is refused: "
+                          f"{verdict.reason}")
+
+
+def _ipv6(t: Targets, e: Evidence) -> CheckOutcome:
+    probe = e.probe["ipv6"]
+    held = probe.get("switch") == "1" and probe.get("addresses") == 0 and probe.get("result") == "blocked"
+    detail = (f"disable_ipv6={probe.get('switch')}, {probe.get('addresses')} IPv6 addresses, "
+              f"TCP to [::1]: {_said(probe)}")
+    return CheckOutcome(HOLDS if held else FAILED, detail)
+
+
+def _control(t: Targets, e: Evidence) -> CheckOutcome:
+    probe = e.probe["control"]
+    answered = [name for name, outcome in probe.get("sockets", []) if outcome == "answered"]
+    reached = [name for name, outcome in probe.get("sockets", []) if outcome in ("answered", "connected")]
+    if answered or probe.get("run_dir"):
+        where = ", ".join(answered) or t.control_dir
+        return CheckOutcome(FAILED, f"the session reaches the filter's control channel: {where}")
+    proof = (f"{t.control_dir} absent in the session; {len(probe.get('sockets', []))} unix sockets of the namespace "
+             f"tried, none speaks the control protocol" + (f" ({len(reached)} others accept)" if reached else ""))
+    return _with_control(True, e.host_reaches_control, proof, "the host reaches the filter's control socket")
+
+
+def _credential_actions(t: Targets) -> Actions:
+    return {"credential": {"op": "credential", "names": list(t.credential_env)}} if t.credential_env else {}
+
+
+def _credential(t: Targets, e: Evidence) -> CheckOutcome:
+    if not t.credential_env:
+        return CheckOutcome(SKIPPED, "the session has no credential routes")
+    answer = e.probe["credential"]
+    if answer.get("result") == "none":
+        return CheckOutcome(UNPROVEN, f"none of {', '.join(t.credential_env)} is set in the session")
+    held = answer.get("rcode") == REFUSED and answer.get("kind") == "credential"
+    detail = (f"a name under dejima-doctor.invalid carrying the session's placeholder/decoy: {_said(answer)}, "
+              f"rcode {answer.get('rcode')}, EDE kind {answer.get('kind')}")
+    return CheckOutcome(HOLDS if held else FAILED, detail)
+
+
+CHECKS: tuple[BoundaryCheck, ...] = (
+    BoundaryCheck("refused address", "a connection to an address the policy does not allow is refused at once",
+                  lambda t: {"refused": _tcp(t.refused_address, t.refused_port), "loopback": {"op": "loopback"}},
+                  _refused_address),
+    BoundaryCheck("refused port of an allowed name", "an allowed name is reachable on its allowed ports only",
+                  _allowed_actions, _allowed_name),
+    BoundaryCheck("DNS to another resolver", "no resolver but dejima's answers: UDP 53, TCP 53, TCP 853",
+                  _resolver_actions, _other_resolver),
+    BoundaryCheck("refused name", "a denied name (else a name not allowed) is refused, its reason given",
+                  lambda t: {"refused_name": _dns(t.refused_name[0])}, _refused_name),
+    BoundaryCheck("engine gateway", "the engine's gateway is unreachable (ruleset and resolver policy)",
+                  _nothing, lambda t, e: _by_inspection("engine gateway", t.gateway, e)),
+    BoundaryCheck("metadata address", "the cloud metadata address is unreachable (ruleset and resolver policy)",
+                  _nothing, lambda t, e: _by_inspection("metadata address", t.metadata, e)),
+    BoundaryCheck("IPv6 disabled", "the session has no IPv6", lambda t: {"ipv6": {"op": "ipv6"}}, _ipv6),
+    BoundaryCheck("control socket out of reach", "the session cannot reach the filter's control channel",
+                  lambda t: {"control": {"op": "control", "run_dir": t.control_dir}}, _control),
+    BoundaryCheck("placeholder to a foreign host", "a placeholder or decoy credential carried out in a name is "
+                  "refused", _credential_actions, _credential),
+)
+
+
+def probe_actions(targets: Targets, checks: tuple[BoundaryCheck, ...] = CHECKS) -> Actions:
+    """Every check's actions, in one probe run."""
+    return {key: action for check in checks for key, action in check.actions(targets).items()}
+
+
+def judge(targets: Targets, evidence: Evidence,
+          checks: tuple[BoundaryCheck, ...] = CHECKS) -> list[tuple[BoundaryCheck, CheckOutcome]]:
+    """Each check with its outcome; a probe result that is missing is a failed check, never a pass."""
+    judged = []
+    for check in checks:
+        try:
+            outcome = check.judge(targets, evidence)
+        except (KeyError, TypeError, ValueError) as exc:
+            outcome = CheckOutcome(UNPROVEN, f"the probe's result could not be read ({exc!r})")
+        judged.append((check, outcome))
+    return judged
+
+
+def targets_for(policy: EgressPolicy | None, environment: Mapping[str, str], gateway: str | None,
+                credential_names: tuple[str, ...], base: Targets = Targets()) -> Targets:
+    """The targets of ``base`` with what the live policy and the session's environment offer: a name allowed on
+    some ports only (and one of its refused ports), a denied name, the credential variables that are set."""
+    allowed, refused_name = None, base.refused_name
+    if policy is not None:
+        for entry in policy.allowed:
+            if entry.kind == "name" and entry.port is not None:
+                ports = {e.port for e in policy.allowed if e.matches_name(entry.name)}
+                other = next((p for p in OTHER_PORTS if p not in ports), None)
+                if other is not None and None not in ports:
+                    allowed = (entry.name, entry.port, other)
+                    break
+        for entry, _reason in policy.denied:
+            if entry.kind in ("name", "wildcard"):
+                refused_name = (entry.name if entry.kind == "name" else f"dejima-doctor.{entry.name}", "denied")
+                break
+    present = tuple(name for name in credential_names if environment.get(name))
+    return Targets(base.refused_address, base.refused_port, base.foreign_resolver, allowed, refused_name, present,
+                   gateway, base.metadata, base.control_dir)
+
+
+def environment_of(config_env: list[str] | None) -> dict[str, str]:
+    """The container's ``Config.Env`` (NAME=VALUE strings) as a mapping."""
+    return dict(item.split("=", 1) for item in config_env or () if "=" in item)
+
+
+def parse_probe(output: str) -> dict[str, dict[str, Any]]:
+    """The probe's JSON object (its last line that is one); empty when it printed none."""
+    import json
+
+    for line in reversed(output.splitlines()):
+        if re.match(r"^\s*\{", line):
+            try:
+                found = json.loads(line)
+            except ValueError:
+                continue
+            return found if isinstance(found, dict) else {}
+    return {}
