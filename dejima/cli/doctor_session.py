@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+from typing import TYPE_CHECKING
 
 from dejima import api
 from dejima.cli.jsonout import print_json_lines
 from dejima.errors import DiagnosticError, ExitStatus, InputError, UsageError
 from dejima.ui.console import UI
 from dejima.ui.text import plain
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 STYLES = {"holds": "green", "skipped": "yellow", "FAILED": "bold red", "unproven": "red"}
 
@@ -47,6 +51,16 @@ def _refused(text: str | None) -> tuple[str | None, int | None]:
     return _ipv4(address, "--refused-address"), int(port) if port else None
 
 
+def summary(session_id: str, checks: list[api.SessionCheck]) -> Table:
+    """The table of checks: what the session's probe said is data, shown escaped (never markup)."""
+    from rich.table import Table
+
+    table = Table("check", "result", "detail", title=plain(f"session {session_id}"))
+    for c in checks:
+        table.add_row(plain(c.name), plain(c.status, STYLES.get(c.status, "")), plain(c.detail, limit=600))
+    return table
+
+
 def run(args: argparse.Namespace, ui: UI) -> int:
     address, port = _refused(args.refused_address)
     resolver = _ipv4(args.foreign_resolver, "--foreign-resolver") if args.foreign_resolver else None
@@ -62,10 +76,5 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         print_json_lines({"session": session_id, "check": c.name, "status": c.status, "ok": c.ok, "detail": c.detail}
                          for c in checks)
     else:
-        from rich.table import Table
-
-        table = Table("check", "result", "detail", title=plain(f"session {session_id}"))
-        for c in checks:
-            table.add_row(plain(c.name), plain(c.status, STYLES.get(c.status, "")), plain(c.detail, limit=600))
-        ui.console.print(table)
+        ui.console.print(summary(session_id, checks))
     return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE
