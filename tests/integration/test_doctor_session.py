@@ -83,6 +83,26 @@ def test_doctor_session_is_green_on_a_live_session_and_red_on_each_planted_hole(
         proc.terminate()
 
 
+def test_doctor_session_sees_a_placeholder_in_a_name_refused_in_a_session_with_routes(
+        user: User, scope: str, workspace: Path, world: World) -> None:
+    """A session with credential routes (codeberg's, from a token on the host): its placeholder or decoy, carried
+    in a name under a foreign domain, is refused by the resolver as a credential (not merely as a name not
+    allowed). The proxy is never asked; the forge's own name resolves nowhere in the test world."""
+    with spawn_dejima(user, scope, "-q", "--forge", "codeberg", str(workspace), "--", "sh", "-c",
+                      "echo started; exec sleep 300", DEJIMA_SETTINGS=str(world.settings),
+                      CODEBERG_TOKEN="a-real-token-the-session-never-sees") as proc:
+        wait_for_line(proc.stdout, "started")
+        listed = run_dejima(user, scope, "sessions", "--json")
+        (session,) = [s["session"] for s in map(json.loads, listed.stdout.splitlines())
+                      if s["workspace"] == str(workspace)]
+        _, checks, stderr = doctor(user, scope, world, session)
+        found = checks["placeholder to a foreign host"]
+        assert found["status"] == "holds", (found, stderr)
+        assert "rcode 5, EDE kind credential" in found["detail"]
+        assert "a-real-token" not in json.dumps(checks)
+        proc.terminate()
+
+
 def test_doctor_session_names_no_session_it_cannot_find(user: User, scope: str) -> None:
     result = run_dejima(user, scope, "doctor", "--session", "nosuchsession")
     assert result.returncode == 2
