@@ -23,6 +23,12 @@ STYLES = {"holds": "green", "skipped": "yellow", "FAILED": "bold red", "unproven
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (
+        "With --session: a refused address, a refused port of an allowed name, DNS to another resolver (UDP 53, "
+        "TCP 53, TCP 853), a refused name, the engine gateway and the metadata address (by the filter's ruleset and "
+        "the live policy: no packet is sent there), IPv6, the control socket, a placeholder in a name. The probes "
+        "aim at documentation addresses the filter refuses in the session's namespace, so nothing leaves the "
+        "machine; docs/egress.md says more.")
     parser.add_argument("--session", metavar="SESSION",
                         help="run the escape checks from inside this running session (its id as `dejima sessions` "
                              "shows it, or a unique prefix): exit 0 when every check holds, 1 when one failed or "

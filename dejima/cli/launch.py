@@ -44,6 +44,8 @@ Management commands (they come first, so a directory named like one needs ./NAME
   dejima stop SESSION          stop a session and remove its containers
   dejima clean [--all]         remove stale sessions (--all: every session of this scope)
   dejima doctor [--build]      check the engine, nftables, images, and that egress is blocked
+  dejima doctor --session SESSION
+                               run the escape checks from inside a running session (exit 0: all hold)
   dejima images [list|build|bootstrap|prune]
                                list, build, debootstrap, or prune the images dejima uses
   dejima settings [path|show|reference]
