@@ -33,6 +33,7 @@ METADATA_ADDRESS = "169.254.169.254"
 NOT_ALLOWED_NAME = "dejima-doctor.invalid"  # asked when the session denies no name (RFC 6761: never resolves)
 OTHER_PORTS = (8443, 8080, 443, 80, 22, 9418)  # a refused port of an allowed name: the first not allowed
 PROBE_TIMEOUT = 3.0  # seconds a probe waits for one answer; a refusal comes at once
+SOCKETS_TRIED, SOCKETS_SECONDS = 256, 30.0  # unix sockets of the namespace tried, at most, and for how long
 REFUSED = 5  # DNS rcode
 
 # Runs in the session as its user: a JSON object of named actions in argv[1], a JSON object of
@@ -111,10 +112,13 @@ def ipv6(a):
 def control(a):
     # Every unix socket of the namespace (/proc/net/unix): one the session can reach must not speak
     # the filter's control protocol.
-    found = []
+    found, untried, deadline = [], 0, time.monotonic() + a["seconds"]
     for line in open("/proc/net/unix").read().splitlines()[1:]:
         fields = line.split()
         if len(fields) < 8 or fields[4] != "0001":  # stream sockets with a name
+            continue
+        if len(found) >= a["limit"] or time.monotonic() > deadline:  # an agent's thousand sockets: bounded
+            untried += 1
             continue
         name = fields[7]
         address = "\0" + name[1:] if name.startswith("@") else name
@@ -128,7 +132,7 @@ def control(a):
             found.append([name, e.strerror or str(e)])
         finally:
             s.close()
-    return {"result": "listed", "sockets": found, "run_dir": os.path.exists(a["run_dir"])}
+    return {"result": "listed", "sockets": found, "untried": untried, "run_dir": os.path.exists(a["run_dir"])}
 ops = {"tcp": tcp, "loopback": loopback, "dns": dns, "credential": credential, "ipv6": ipv6, "control": control}
 print(json.dumps({key: ops[a["op"]](a) for key, a in json.loads(sys.argv[1]).items()}))
 """
@@ -276,7 +280,8 @@ def _by_inspection(label: str, address: str | None, e: Evidence) -> CheckOutcome
     if address is None:
         return CheckOutcome(UNPROVEN, f"the {label} is not known (the engine named none)")
     if e.ruleset is None or e.policy is None:
-        return CheckOutcome(UNPROVEN, f"{address}: the filter's ruleset or the session's policy could not be read")
+        return CheckOutcome(UNPROVEN, f"{address}: the filter's ruleset or the session's policy could not be read "
+                                      "(the policy comes from the control socket of the user who started the session)")
     accepted = reach(e.ruleset, address)
     verdict = e.policy.address_verdict(ipaddress.ip_address(address))
     if accepted.accepted:
@@ -303,6 +308,9 @@ def _control(t: Targets, e: Evidence) -> CheckOutcome:
     if answered or probe.get("run_dir"):
         where = ", ".join(answered) or t.control_dir
         return CheckOutcome(FAILED, f"the session reaches the filter's control channel: {where}")
+    if probe.get("untried", 0):
+        return CheckOutcome(UNPROVEN, f"{probe['untried']} unix sockets of the namespace were left untried "
+                                      f"(at most {SOCKETS_TRIED} are, in {SOCKETS_SECONDS:.0f}s)")
     proof = (f"{t.control_dir} absent in the session; {len(probe.get('sockets', []))} unix sockets of the namespace "
              f"tried, none speaks the control protocol" + (f" ({len(reached)} others accept)" if reached else ""))
     return _with_control(True, e.host_reaches_control, proof, "the host reaches the filter's control socket")
@@ -340,7 +348,8 @@ CHECKS: tuple[BoundaryCheck, ...] = (
                   _nothing, lambda t, e: _by_inspection("metadata address", t.metadata, e)),
     BoundaryCheck("IPv6 disabled", "the session has no IPv6", lambda t: {"ipv6": {"op": "ipv6"}}, _ipv6),
     BoundaryCheck("control socket out of reach", "the session cannot reach the filter's control channel",
-                  lambda t: {"control": {"op": "control", "run_dir": t.control_dir}}, _control),
+                  lambda t: {"control": {"op": "control", "run_dir": t.control_dir, "limit": SOCKETS_TRIED,
+                                         "seconds": SOCKETS_SECONDS}}, _control),
     BoundaryCheck("placeholder to a foreign host", "a placeholder or decoy credential carried out in a name is "
                   "refused", _credential_actions, _credential),
 )

@@ -38,6 +38,10 @@ def failed(checks: dict[str, dict[str, Any]]) -> set[str]:
 
 def test_doctor_session_is_green_on_a_live_session_and_red_on_each_planted_hole(
         runtime: Runtime, user: User, scope: str, workspace: Path, world: World) -> None:
+    # The agent's workspace is the session's working directory: modules planted there must not run in the probe
+    # (it would print what the agent likes, or nothing).
+    for module in ("json", "socket", "importlib"):
+        (workspace / f"{module}.py").write_text(f"raise SystemExit('planted {module} ran')\n")
     with spawn_dejima(user, scope, "-q", "--allow", ALLOWED, str(workspace), "--", "sh", "-c",
                       "echo started; exec sleep 300", DEJIMA_SETTINGS=str(world.settings)) as proc:
         wait_for_line(proc.stdout, "started")

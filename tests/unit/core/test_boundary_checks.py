@@ -125,6 +125,12 @@ def test_the_control_channel_check_needs_the_host_to_reach_the_socket() -> None:
     assert statuses(HELD, reached=False)["control socket out of reach"] == UNPROVEN
 
 
+def test_sockets_left_untried_leave_the_control_channel_check_unproven() -> None:
+    """An agent may open thousands of unix sockets: the probe tries a bounded number, and says how many it left."""
+    crowded = {**HELD, "control": {**HELD["control"], "untried": 4000}}
+    assert statuses(crowded)["control socket out of reach"] == UNPROVEN
+
+
 def test_a_missing_result_is_never_a_pass() -> None:
     found = statuses({})
     assert set(found.values()) <= {UNPROVEN, FAILED, HOLDS}
