@@ -85,6 +85,7 @@ def test_doctor_session_is_green_on_a_live_session_and_red_on_each_planted_hole(
         assert failed(checks) == {"refused address", "engine gateway", "DNS to another resolver"}
         assert f"UDP 53 to {world.web}: answered" in checks["DNS to another resolver"]["detail"]
         proc.terminate()
+        proc.wait(timeout=60)  # the launcher cleans up (its run directory, the socket in it) before the next test
 
 
 def test_doctor_session_sees_a_placeholder_in_a_name_refused_in_a_session_with_routes(
@@ -105,6 +106,7 @@ def test_doctor_session_sees_a_placeholder_in_a_name_refused_in_a_session_with_r
         assert "rcode 5, EDE kind credential" in found["detail"]
         assert "a-real-token" not in json.dumps(checks)
         proc.terminate()
+        proc.wait(timeout=60)  # the launcher cleans up (its run directory, the socket in it) before the next test
 
 
 def test_doctor_session_names_no_session_it_cannot_find(user: User, scope: str) -> None:
