@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import sys
 from typing import TYPE_CHECKING
 
 from dejima import api
@@ -81,6 +82,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if args.json:
         print_json_lines({"session": session_id, "check": c.name, "status": c.status, "ok": c.ok, "detail": c.detail}
                          for c in checks)
-    else:
-        ui.console.print(summary(session_id, checks))
+    else:  # the results are the command's output: stdout, as --json's; messages stay on stderr
+        from rich.console import Console
+
+        Console(file=sys.stdout, highlight=False).print(summary(session_id, checks))
     return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE

@@ -105,6 +105,11 @@ def test_doctor_session_sees_a_placeholder_in_a_name_refused_in_a_session_with_r
         assert found["status"] == "holds", (found, stderr)
         assert "rcode 5, EDE kind credential" in found["detail"]
         assert "a-real-token" not in json.dumps(checks)
+        table = run_dejima(user, scope, "doctor", "--session", session, "--refused-address", f"{world.other}:8080",
+                           "--foreign-resolver", world.web, COLUMNS="200")
+        assert f"session {session}" in table.stdout  # the summary table is the command's output: stdout
+        assert [line for line in table.stdout.splitlines() if "placeholder to a foreign host" in line and
+                "holds" in line], table.stdout
         proc.terminate()
         proc.wait(timeout=60)  # the launcher cleans up (its run directory, the socket in it) before the next test
 
