@@ -39,8 +39,11 @@ REFUSED = 5  # DNS rcode
 # Runs in the session as its user: a JSON object of named actions in argv[1], a JSON object of
 # results on stdout. DNS questions and their Extended DNS Errors are read with dejima-why's own code
 # (the session image's /usr/local/bin/dejima-why, filter/why.py). Values of the environment are used,
-# never printed.
+# never printed. It makes itself non-dumpable before anything else, so that the session's processes (its
+# uid, no capability) cannot attach to it or read its memory from then on.
 PROBE = r"""
+import ctypes
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0 first: the agent (same uid) may not ptrace the probe
 import importlib.machinery, importlib.util, json, os, socket, struct, sys, time
 loader = importlib.machinery.SourceFileLoader("why", "/usr/local/bin/dejima-why")
 why = importlib.util.module_from_spec(importlib.util.spec_from_loader("why", loader)); loader.exec_module(why)
