@@ -76,12 +76,15 @@ def doctor(*, build: bool = False, settings: Settings | None = None,
 
 
 def doctor_session(session: str, *, refused_address: str | None = None, refused_port: int | None = None,
-                   foreign_resolver: str | None = None) -> tuple[str, list[SessionCheck]]:
+                   foreign_resolver: str | None = None,
+                   answer_names: tuple[str, ...] | None = None) -> tuple[str, list[SessionCheck]]:
     """The escape checks run from inside the running session ``session`` (its id or a unique prefix), as `dejima
     doctor --session`: the session's id and each check's ``SessionCheck`` (``name``, ``status``: holds, FAILED,
     unproven or skipped, ``detail``, ``ok``). ``refused_address``/``refused_port`` and ``foreign_resolver``: where
     the refused-address and other-resolver probes aim (default documentation addresses the filter refuses before
-    they leave). ``UsageError`` when no running session has that name; ``EngineError`` when the engine fails."""
+    they leave); ``answer_names``: the names asked of dejima's resolver, whose answers must not point at the gateway
+    or the metadata address. ``UsageError`` when no running session has that name; ``EngineError`` when the engine
+    fails."""
     from dataclasses import replace
 
     from dejima.adapters.runtime import connect
@@ -95,6 +98,8 @@ def doctor_session(session: str, *, refused_address: str | None = None, refused_
         targets = replace(targets, refused_port=refused_port)
     if foreign_resolver is not None:
         targets = replace(targets, foreign_resolver=foreign_resolver)
+    if answer_names is not None:
+        targets = replace(targets, answer_names=answer_names)
     return check_session(connect(), session, targets)
 
 

@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "documentation address the filter refuses before anything leaves)")
     parser.add_argument("--foreign-resolver", metavar="ADDRESS",
                         help="with --session: the other resolver the DNS probes try (default 198.51.100.1)")
+    parser.add_argument("--resolve", metavar="NAME", action="append",
+                        help="with --session (repeatable): a name asked of dejima's resolver, whose answer must not "
+                             "point at the gateway or the metadata address (default metadata.google.internal, "
+                             "host.docker.internal)")
 
 
 def _ipv4(text: str, flag: str) -> str:
@@ -68,12 +72,23 @@ def summary(session_id: str, checks: list[api.SessionCheck]) -> Table:
     return table
 
 
+def _names(given: list[str] | None) -> tuple[str, ...] | None:
+    if given is None:
+        return None
+    from dejima.core.egress import normalise_name
+
+    try:
+        return tuple(normalise_name(name) for name in given)
+    except ValueError as exc:
+        raise UsageError(f"--resolve: {exc}", hint="--resolve metadata.google.internal") from None
+
+
 def run(args: argparse.Namespace, ui: UI) -> int:
     address, port = _refused(args.refused_address)
     resolver = _ipv4(args.foreign_resolver, "--foreign-resolver") if args.foreign_resolver else None
     try:
         session_id, checks = api.doctor_session(args.session, refused_address=address, refused_port=port,
-                                                foreign_resolver=resolver)
+                                                foreign_resolver=resolver, answer_names=_names(args.resolve))
     except InputError:
         raise
     except DiagnosticError as exc:  # the checks could not run: dejima failed, the boundary was not judged

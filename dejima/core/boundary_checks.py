@@ -19,7 +19,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dejima.core.egress import EgressPolicy
@@ -30,6 +30,9 @@ REFUSED_ADDRESS = "192.0.2.1"  # TEST-NET-1
 REFUSED_PORT = 443
 FOREIGN_RESOLVER = "198.51.100.1"  # TEST-NET-2
 METADATA_ADDRESS = "169.254.169.254"
+# Names that point at the metadata address or the engine's host where they resolve (on GCP; through Docker's own
+# DNS): asked of dejima's resolver, which refuses them (not allowed, or an answer pointing there).
+ANSWER_NAMES = ("metadata.google.internal", "host.docker.internal")
 NOT_ALLOWED_NAME = "dejima-doctor.invalid"  # asked when the session denies no name (RFC 6761: never resolves)
 OTHER_PORTS = (8443, 8080, 443, 80, 22, 9418)  # a refused port of an allowed name: the first not allowed
 PROBE_TIMEOUT = 3.0  # seconds a probe waits for one answer; a refusal comes at once
@@ -88,7 +91,8 @@ def dns(a):
     except ValueError:
         return {"result": "answered", "rcode": None}
     kind, reason = why.read_ede(reply.ede[1]) if reply.ede else (None, "")
-    return {"result": "answered", "rcode": reply.rcode, "kind": kind.token if kind else None, "reason": reason}
+    return {"result": "answered", "rcode": reply.rcode, "kind": kind.token if kind else None, "reason": reason,
+            "addresses": list(reply.addresses)}
 def credential(a):
     values = [os.environ[n] for n in a["names"] if os.environ.get(n)]
     if not values:
@@ -154,6 +158,8 @@ class Targets:
     gateway: str | None = None
     metadata: str = METADATA_ADDRESS
     control_dir: str = FILTER_RUN_DIR  # the filter's, where its control socket lives
+    # Names asked of dejima's resolver, whose answer must not point at the gateway or the metadata address.
+    answer_names: tuple[str, ...] = ANSWER_NAMES
 
 
 DEFAULT_TARGETS = Targets()
@@ -224,10 +230,6 @@ def _with_control(held: bool, control: bool, proof: str, control_words: str) -> 
     return CheckOutcome(HOLDS, f"{proof}; control: {control_words}")
 
 
-def _nothing(targets: Targets) -> Actions:
-    return {}
-
-
 # --- the checks -------------------------------------------------------------------------------------
 
 
@@ -279,9 +281,19 @@ def _refused_name(t: Targets, e: Evidence) -> CheckOutcome:
     return CheckOutcome(HOLDS if held else FAILED, said if held else f"{said} (expected REFUSED, {kind})")
 
 
-def _by_inspection(label: str, address: str | None, e: Evidence) -> CheckOutcome:
+def _answer_actions(t: Targets) -> Actions:
+    return {f"answer:{name}": _dns(name) for name in t.answer_names}
+
+
+def _by_inspection(label: str, address: str | None, t: Targets, e: Evidence) -> CheckOutcome:
+    """The ruleset walked for ``address``, the live policy's verdict on an answer pointing there, and what dejima's
+    resolver answered for the names that could point there."""
     if address is None:
         return CheckOutcome(UNPROVEN, f"the {label} is not known (the engine named none)")
+    answers = {name: e.probe[f"answer:{name}"] for name in t.answer_names}
+    passed = [name for name, answer in answers.items() if address in answer.get("addresses", [])]
+    if passed:
+        return CheckOutcome(FAILED, f"dejima's resolver answered {', '.join(passed)} with {address}")
     if e.ruleset is None or e.policy is None:
         return CheckOutcome(UNPROVEN, f"{address}: the filter's ruleset or the session's policy could not be read "
                                       "(the policy comes from the control socket of the user who started the session)")
@@ -291,9 +303,13 @@ def _by_inspection(label: str, address: str | None, e: Evidence) -> CheckOutcome
         return CheckOutcome(FAILED, accepted.detail)
     if verdict.allowed:
         return CheckOutcome(FAILED, f"{address}: an allowed name's answer pointing here would be let through "
-                               f"({verdict.reason})")
+                                    f"({verdict.reason})")
+    unanswered = [name for name, answer in answers.items() if answer.get("result") != "answered"]
+    if unanswered:
+        return CheckOutcome(UNPROVEN, f"dejima's resolver did not answer {', '.join(unanswered)}")
+    said = "; ".join(f"{name}: rcode {a.get('rcode')} {a.get('kind') or ''}".rstrip() for name, a in answers.items())
     return CheckOutcome(HOLDS, f"{accepted.detail} (no packet sent); an answer pointing there is refused: "
-                          f"{verdict.reason}")
+                               f"{verdict.reason}" + (f"; asked of dejima's resolver, {said}" if said else ""))
 
 
 def _ipv6(t: Targets, e: Evidence) -> CheckOutcome:
@@ -346,9 +362,9 @@ CHECKS: tuple[BoundaryCheck, ...] = (
     BoundaryCheck("refused name", "a denied name (else a name not allowed) is refused, its reason given",
                   lambda t: {"refused_name": _dns(t.refused_name[0])}, _refused_name),
     BoundaryCheck("engine gateway", "the engine's gateway is unreachable (ruleset and resolver policy)",
-                  _nothing, lambda t, e: _by_inspection("engine gateway", t.gateway, e)),
+                  _answer_actions, lambda t, e: _by_inspection("engine gateway", t.gateway, t, e)),
     BoundaryCheck("metadata address", "the cloud metadata address is unreachable (ruleset and resolver policy)",
-                  _nothing, lambda t, e: _by_inspection("metadata address", t.metadata, e)),
+                  _answer_actions, lambda t, e: _by_inspection("metadata address", t.metadata, t, e)),
     BoundaryCheck("IPv6 disabled", "the session has no IPv6", lambda t: {"ipv6": {"op": "ipv6"}}, _ipv6),
     BoundaryCheck("control socket out of reach", "the session cannot reach the filter's control channel",
                   lambda t: {"control": {"op": "control", "run_dir": t.control_dir, "limit": SOCKETS_TRIED,
@@ -394,8 +410,7 @@ def targets_for(policy: EgressPolicy | None, environment: Mapping[str, str], gat
                 refused_name = (entry.name if entry.kind == "name" else f"dejima-doctor.{entry.name}", "denied")
                 break
     present = tuple(name for name in credential_names if environment.get(name))
-    return Targets(base.refused_address, base.refused_port, base.foreign_resolver, allowed, refused_name, present,
-                   gateway, base.metadata, base.control_dir)
+    return replace(base, allowed=allowed, refused_name=refused_name, credential_env=present, gateway=gateway)
 
 
 def environment_of(config_env: list[str] | None) -> dict[str, str]:

@@ -16,12 +16,16 @@ from tests.networld import World, queries_seen
 from tests.world import User, containers_of, docker, run_dejima, spawn_dejima, wait_for_line
 
 ALLOWED = "web.dejima.test:8080"
+# Allowed names of the world whose answers point at the metadata address and the engine's gateway: the resolver
+# must refuse those answers (answer-denied), as doctor asks it.
+POINTING = ("meta.dejima.test", "gateway.dejima.test")
 
 
 def doctor(user: User, scope: str, world: World, session: str) -> tuple[int, dict[str, dict[str, Any]], str]:
     """`dejima doctor --session` aimed at the world's decoys: (status, each check's line by name, stderr)."""
     result = run_dejima(user, scope, "doctor", "--session", session, "--json",
-                        "--refused-address", f"{world.other}:8080", "--foreign-resolver", world.web)
+                        "--refused-address", f"{world.other}:8080", "--foreign-resolver", world.web,
+                        *(arg for name in POINTING for arg in ("--resolve", name)))
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     return result.returncode, {line["check"]: line for line in lines}, result.stderr
 
@@ -42,7 +46,8 @@ def test_doctor_session_is_green_on_a_live_session_and_red_on_each_planted_hole(
     # (it would print what the agent likes, or nothing).
     for module in ("json", "socket", "importlib"):
         (workspace / f"{module}.py").write_text(f"raise SystemExit('planted {module} ran')\n")
-    with spawn_dejima(user, scope, "-q", "--allow", ALLOWED, str(workspace), "--", "sh", "-c",
+    with spawn_dejima(user, scope, "-q", "--allow", ALLOWED, *(arg for name in POINTING for arg in ("--allow", name)),
+                      str(workspace), "--", "sh", "-c",
                       "echo started; exec sleep 300", DEJIMA_SETTINGS=str(world.settings)) as proc:
         wait_for_line(proc.stdout, "started")
         listed = run_dejima(user, scope, "sessions", "--json")
@@ -62,6 +67,9 @@ def test_doctor_session_is_green_on_a_live_session_and_red_on_each_planted_hole(
         assert "EDE dejima: denied: a test says this host exfiltrates" in checks["refused name"]["detail"]
         assert "no packet sent" in checks["engine gateway"]["detail"]
         assert world.gateway in checks["engine gateway"]["detail"]
+        for check in ("engine gateway", "metadata address"):  # the resolver refused the answers pointing there
+            assert "meta.dejima.test: rcode 5 answer-denied; gateway.dejima.test: rcode 5 answer-denied" in \
+                checks[check]["detail"]
         assert "bad.wild.dejima.test" not in queries_seen(runtime, world)  # the refused name never left
 
         # Hole 1: the refused address accepted. Exactly that check goes red, the decoy's answer its proof.
@@ -112,6 +120,31 @@ def test_doctor_session_sees_a_placeholder_in_a_name_refused_in_a_session_with_r
                 "holds" in line], table.stdout
         proc.terminate()
         proc.wait(timeout=60)  # the launcher cleans up (its run directory, the socket in it) before the next test
+
+
+def test_doctor_session_is_red_when_the_settings_let_the_resolver_answer_with_the_metadata_address(
+        user: User, scope: str, workspace: Path, world: World) -> None:
+    """A hole made by settings, not by nft: link-local among the answer networks. The resolver passes an answer
+    pointing at the metadata address, and doctor says so (no packet goes there: the name is only resolved)."""
+    lax = world.settings.with_name("lax-answers.toml")
+    lax.write_text(world.settings.read_text().replace(f'answer_networks = ["{world.subnet}"]',
+                                                      f'answer_networks = ["{world.subnet}", "169.254.0.0/16"]'))
+    lax.chmod(0o644)
+    assert "169.254.0.0/16" in lax.read_text()
+    with spawn_dejima(user, scope, "-q", "--allow", ALLOWED, *(arg for name in POINTING for arg in ("--allow", name)),
+                      str(workspace), "--", "sh", "-c", "echo started; exec sleep 300",
+                      DEJIMA_SETTINGS=str(lax)) as proc:
+        wait_for_line(proc.stdout, "started")
+        listed = run_dejima(user, scope, "sessions", "--json")
+        (session,) = [s["session"] for s in map(json.loads, listed.stdout.splitlines())
+                      if s["workspace"] == str(workspace)]
+        status, checks, _ = doctor(user, scope, world, session)
+        assert status == 1
+        assert failed(checks) == {"metadata address"}
+        assert checks["metadata address"]["detail"] == \
+            "dejima's resolver answered meta.dejima.test with 169.254.169.254"
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def test_doctor_session_names_no_session_it_cannot_find(user: User, scope: str) -> None:

@@ -357,7 +357,7 @@ SLEEPS: dict[tuple[str, str], tuple[str, int]] = {
     ("tests/integration/test_boundary_limits.py", '"sleep"'): (HELD, 2),  # os.execvp("sleep", ["sleep", "120"])
     ("tests/integration/test_concurrent.py", "sleep 300"): (HELD, 1),
     ("tests/integration/test_credential_isolation.py", "sleep 300"): (HELD, 1),
-    ("tests/integration/test_doctor_session.py", "sleep 300"): (HELD, 2),  # the session doctor checks
+    ("tests/integration/test_doctor_session.py", "sleep 300"): (HELD, 3),  # the session doctor checks
     ("tests/integration/test_credentials.py", "time.sleep(DRIP_SECONDS)"): (SCENARIO, 1),  # a streaming model
     ("tests/integration/test_documented_examples.py", "sleep 300"): (HELD, 1),
     ("tests/integration/test_egress.py", "sleep 120"): (HELD, 1),

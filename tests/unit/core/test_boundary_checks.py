@@ -47,6 +47,8 @@ HELD: dict[str, dict[str, Any]] = {
     "control": {"result": "listed", "sockets": [["/run/dejima/control.sock", "No such file or directory"]],
                 "run_dir": False},
     "credential": {"result": "answered", "rcode": 5, "kind": "credential", "reason": "the name carries a credential"},
+    "answer:metadata.google.internal": {**ANSWERED, "addresses": []},
+    "answer:host.docker.internal": {"result": "answered", "rcode": 5, "kind": "answer-denied", "addresses": []},
 }
 
 
@@ -103,6 +105,17 @@ def test_the_gateway_and_metadata_checks_read_the_ruleset_and_the_resolvers_verd
     judged = dict((c.name, o) for c, o in judge(TARGETS, Evidence(HELD, LISTING, lax, True)))
     assert judged["metadata address"].status == FAILED
     assert "an allowed name's answer pointing here would be let through" in judged["metadata address"].detail
+
+
+def test_an_answer_of_dejimas_resolver_pointing_there_fails_the_check() -> None:
+    passed = {"result": "answered", "rcode": 0, "kind": None, "addresses": ["169.254.169.254"]}
+    found = outcomes({**HELD, "answer:metadata.google.internal": passed})
+    assert found["metadata address"] == (FAILED, "dejima's resolver answered metadata.google.internal with "
+                                                 "169.254.169.254")
+    assert found["engine gateway"][0] == HOLDS
+    assert "host.docker.internal: rcode 5 answer-denied" in found["engine gateway"][1]
+    silent = statuses({**HELD, "answer:host.docker.internal": {"result": "timeout"}})
+    assert silent["engine gateway"] == silent["metadata address"] == UNPROVEN
 
 
 def test_without_the_ruleset_or_policy_nothing_is_proven() -> None:
