@@ -99,7 +99,12 @@ def doctor_session(session: str, *, refused_address: str | None = None, refused_
     if foreign_resolver is not None:
         targets = replace(targets, foreign_resolver=foreign_resolver)
     if answer_names is not None:
-        targets = replace(targets, answer_names=answer_names)
+        from dejima.core.egress import normalise_name
+
+        try:
+            targets = replace(targets, answer_names=tuple(normalise_name(name) for name in answer_names))
+        except ValueError as exc:
+            raise UsageError(f"a name to resolve: {exc}", hint="--resolve metadata.google.internal") from None
     return check_session(connect(), session, targets)
 
 

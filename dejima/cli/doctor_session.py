@@ -72,23 +72,13 @@ def summary(session_id: str, checks: list[api.SessionCheck]) -> Table:
     return table
 
 
-def _names(given: list[str] | None) -> tuple[str, ...] | None:
-    if given is None:
-        return None
-    from dejima.core.egress import normalise_name
-
-    try:
-        return tuple(normalise_name(name) for name in given)
-    except ValueError as exc:
-        raise UsageError(f"--resolve: {exc}", hint="--resolve metadata.google.internal") from None
-
-
 def run(args: argparse.Namespace, ui: UI) -> int:
     address, port = _refused(args.refused_address)
     resolver = _ipv4(args.foreign_resolver, "--foreign-resolver") if args.foreign_resolver else None
+    names = tuple(args.resolve) if args.resolve else None
     try:
         session_id, checks = api.doctor_session(args.session, refused_address=address, refused_port=port,
-                                                foreign_resolver=resolver, answer_names=_names(args.resolve))
+                                                foreign_resolver=resolver, answer_names=names)
     except InputError:
         raise
     except DiagnosticError as exc:  # the checks could not run: dejima failed, the boundary was not judged

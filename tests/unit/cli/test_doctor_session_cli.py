@@ -29,6 +29,7 @@ def err(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
     (["--refused-address", "192.0.2.1:99999"], "the port is not a number from 1 to 65535"),
     (["--refused-address", "192.0.2.1:²"], "the port is not a number from 1 to 65535"),
     (["--foreign-resolver", "::1"], "--foreign-resolver '::1' is not an IPv4 address"),
+    (["--resolve", "a..b"], "a name to resolve:"),
 ])
 def test_bad_targets_are_usage_errors(err: io.StringIO, flags: list[str], said: str) -> None:
     assert main(["doctor", "--session", "abcd", *flags]) == ExitStatus.USAGE
