@@ -257,7 +257,7 @@ class Engine:
         created = self.call("POST", f"/containers/{quote(container)}/exec",
                             body={"Cmd": command, "User": user, "AttachStdin": False, "AttachStdout": True,
                                   "AttachStderr": True, "Tty": False})
-        exec_id = quote(str(created["Id"]))
+        exec_id = quote(str(created["Id"]), safe="")
         response = self.request("POST", f"/exec/{exec_id}/start", body={"Detach": False, "Tty": False},
                                 timeout=timeout, upgrade=True)
         out: dict[int, list[bytes]] = {STDOUT: [], STDERR: []}
