@@ -20,18 +20,16 @@ from dejima.core import labels
 from dejima.core.boundary_checks import (
     CHECKS,
     DEFAULT_TARGETS,
-    PROBE,
-    PROBE_TIMEOUT,
     BoundaryCheck,
     CheckOutcome,
     Evidence,
     Targets,
     environment_of,
     judge,
-    parse_probe,
     probe_actions,
     targets_for,
 )
+from dejima.core.boundary_probe import PROBE, PROBE_TIMEOUT, parse_probe
 from dejima.core.egress import EgressPolicy, policy_from_document
 from dejima.core.placeholders import AWS_PLACEHOLDER_ENV, DECOY_ENV_NAMES, placeholder_shaped
 from dejima.core.plan import CONTROL_SOCKET

@@ -17,13 +17,11 @@ from dejima.core.boundary_checks import (
     FAILED,
     HOLDS,
     NOT_ALLOWED_NAME,
-    PROBE,
     SKIPPED,
     UNPROVEN,
     Evidence,
     Targets,
     judge,
-    parse_probe,
     probe_actions,
     targets_for,
 )
@@ -177,9 +175,3 @@ def test_the_default_targets_are_documentation_addresses() -> None:
                    for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
     actions = probe_actions(TARGETS)
     assert not any(a.get("host") == DEFAULT_TARGETS.metadata or a.get("server") == GATEWAY for a in actions.values())
-
-
-def test_the_probe_is_python_and_its_output_is_read_from_its_last_object() -> None:
-    compile(PROBE, "probe", "exec")
-    assert parse_probe('noise\n{"a": {"result": "x"}}\n') == {"a": {"result": "x"}}
-    assert parse_probe("Traceback ...\n") == {}
