@@ -127,8 +127,24 @@ def _with_control(held: bool, control: bool, proof: str, control_words: str) -> 
 # --- the checks -------------------------------------------------------------------------------------
 
 
+def _policy_allows(e: Evidence, address: str, port: int | None) -> bool:
+    """Whether the live policy itself allows ``address`` (on ``port``; None: on some port): a probe aimed
+    there proves nothing."""
+    if e.policy is None:
+        return False
+    ip = ipaddress.ip_address(address)
+    return any(entry.matches_address(ip) and (port is None or entry.port in (None, port))
+               for entry in e.policy.literal_entries())
+
+
+def _aimed_at_allowed(flag: str, address: str) -> CheckOutcome:
+    return CheckOutcome(UNPROVEN, f"the session's policy allows {address}: aim the probe elsewhere ({flag})")
+
+
 def _refused_address(t: Targets, e: Evidence) -> CheckOutcome:
     probe, control = e.probe["refused"], e.probe["loopback"]
+    if _policy_allows(e, t.refused_address, t.refused_port) and probe.get("result") == "connected":
+        return _aimed_at_allowed("--refused-address", t.refused_address)
     return _with_control(_refused(probe), control.get("result") == "connected",
                          f"TCP to {t.refused_address}:{t.refused_port}: {_said(probe)}",
                          f"TCP on loopback {_said(control)}")
@@ -161,6 +177,8 @@ def _other_resolver(t: Targets, e: Evidence) -> CheckOutcome:
     tried = (("UDP 53", "udp53"), ("TCP 53", "tcp53"), ("TCP 853", "tcp853"))
     proof = "; ".join(f"{label} to {t.foreign_resolver}: {_said(e.probe[key])}" for label, key in tried)
     control = all(e.probe[key].get("result") == "answered" for key in ("own_udp", "own_tcp"))
+    if _policy_allows(e, t.foreign_resolver, None) and not all(_refused(e.probe[key]) for _, key in tried):
+        return _aimed_at_allowed("--foreign-resolver", t.foreign_resolver)
     return _with_control(all(_refused(e.probe[key]) for _, key in tried), control, proof,
                          "dejima's resolver answers on UDP and TCP 53")
 

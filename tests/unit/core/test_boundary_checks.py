@@ -116,6 +116,15 @@ def test_an_answer_of_dejimas_resolver_pointing_there_fails_the_check() -> None:
     assert silent["engine gateway"] == silent["metadata address"] == UNPROVEN
 
 
+def test_a_probe_aimed_at_an_address_the_policy_allows_proves_nothing() -> None:
+    """A user who allows 192.0.2.1 (or the resolver address) is told to aim elsewhere, not that the boundary broke."""
+    aimed = replace(TARGETS, refused_address="203.0.113.7", foreign_resolver="203.0.113.7")
+    answered = {"result": "answered", "rcode": 0}
+    found = statuses({**HELD, "refused": CONNECTED, "udp53": answered}, targets=aimed)
+    assert found["refused address"] == found["DNS to another resolver"] == UNPROVEN
+    assert statuses({**HELD, "refused": CONNECTED})["refused address"] == FAILED  # 192.0.2.1 is not allowed
+
+
 def test_without_the_ruleset_or_policy_nothing_is_proven() -> None:
     found = statuses(HELD, listing=None)
     assert found["engine gateway"] == found["metadata address"] == UNPROVEN
