@@ -84,7 +84,7 @@ def _main(argv: list[str], ui: UI) -> int:
     granted = api.grant(session, entries, duration=args.duration, reason=args.reason)
     if args.persist:
         path = api.persist_grants(session, granted)
-        ui.info(f"added to {path}: the next session on {session.workspace} has it from the start")
+        ui.answer(f"added to {path}: the next session on {session.workspace} has it from the start")
     return _done(ui, args.json, "granted", granted, session.session_id,
                  f" for {args.duration}" if args.duration else " until the session ends")
 
@@ -131,8 +131,8 @@ def _done(ui: UI, as_json: bool, verb: str, entries: list[str], session_id: str,
 
         print_json_lines({"session": session_id, verb: entry} for entry in entries)
     else:
-        ui.info(f"{verb} {', '.join(entries)} to session {session_id}{how}" if verb == "granted"
-                else f"{verb} {', '.join(entries)} in session {session_id}")
+        ui.answer(f"{verb} {', '.join(entries)} to session {session_id}{how}" if verb == "granted"
+                  else f"{verb} {', '.join(entries)} in session {session_id}")
     return ExitStatus.SUCCESS
 
 
@@ -157,7 +157,7 @@ def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> i
             table = Table("granted", "since", "until", "reason", title="live grants")
             for g in listing["grants"]:
                 table.add_row(plain(g["entry"]), when(g["since"]), when(g["expires"]), plain(g["reason"]))
-            ui.console.print(table)
+            ui.table(table)
         else:
             ui.info("no live grants")
     if not listing["denials"]:
@@ -167,6 +167,6 @@ def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> i
     for i, d in enumerate(listing["denials"], 1):
         why = d["reason"] if d["grantable"] else f"{d['reason']} (cannot be granted)"
         table.add_row(str(i), plain(d["name"]), str(d["count"]), when(d["last"]), plain(why))
-    ui.console.print(table)
+    ui.table(table)
     return ExitStatus.SUCCESS
 

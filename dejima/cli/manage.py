@@ -34,7 +34,7 @@ def _sessions(argv: list[str], ui: UI) -> int:
     for s in sessions:
         table.add_row(plain(s.session_id), plain(s.status), plain(s.workspace), plain(s.launcher_pid),
                       plain(", ".join(s.containers)))
-    ui.console.print(table)
+    ui.table(table)
     return ExitStatus.SUCCESS
 
 
@@ -43,7 +43,7 @@ def _stop(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", help="session id, as `dejima sessions` shows it")
     args = parser.parse_args(argv)
     api.stop(args.session)
-    ui.info(f"stopped session {args.session}")
+    ui.answer(f"stopped session {args.session}")
     return ExitStatus.SUCCESS
 
 
@@ -80,7 +80,7 @@ def _doctor(argv: list[str], ui: UI) -> int:
         table = Table("check", "result", "detail")
         for c in checks:
             table.add_row(plain(c.name), plain("ok", "green") if c.ok else plain("FAIL", "red"), plain(c.detail))
-        ui.console.print(table)
+        ui.table(table)
     return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE
 
 
@@ -96,12 +96,12 @@ def _images(argv: list[str], ui: UI) -> int:
     args = parser.parse_args(argv)
     if args.action == "bootstrap":
         base = api.bootstrap_base(reporter=ui)
-        ui.info(f"made {base.ref} ({base.id[:19]})")
+        ui.answer(f"made {base.ref} ({base.id[:19]})")
     elif args.action == "prune":
         removed, kept = api.prune_images(reporter=ui)
-        ui.info(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
+        ui.answer(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
     elif args.action == "build":
-        api.build_images(force=args.force, reporter=ui, on_built=lambda role, tag: ui.info(f"{role}: {tag}"))
+        api.build_images(force=args.force, reporter=ui, on_built=lambda role, tag: ui.answer(f"{role}: {tag}"))
     else:
         listed = api.images()
         api.load_settings()  # every action reads the settings: a broken file fails the listing too
@@ -111,7 +111,7 @@ def _images(argv: list[str], ui: UI) -> int:
         for image in listed:
             for tag in image.tags or ("<none>",):
                 table.add_row(plain(tag), plain(image.role), plain(image.id[7:19]), plain(f"{image.size / 1e6:.0f} MB"))
-        ui.console.print(table)
+        ui.table(table)
     return ExitStatus.SUCCESS
 
 
@@ -188,7 +188,7 @@ def _show_records(records: list[dict[str, Any]], ui: UI, as_json: bool, empty: s
     table = Table(*columns)
     for record in records:
         table.add_row(*(plain(cell) for cell in cells(record)))
-    ui.console.print(table)
+    ui.table(table)
     return ExitStatus.SUCCESS
 
 
@@ -254,7 +254,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
         problem = str(row["broken"]).removeprefix(f"{row['source']}: ")
         about = plain(f"BROKEN: {problem}", "red") if row["broken"] else plain(row["description"])
         table.add_row(plain(f"{row['kind']}/{row['name']}"), about, plain(origin))
-    ui.console.print(table)
+    ui.table(table)
     broken = [m for m in found if m.broken]
     if broken:
         ui.warn(f"{len(broken)} broken manifest(s): sessions that need one stop with its error, others go "
@@ -288,10 +288,12 @@ def _check_manifests(found: list[api.ManifestInfo], ui: UI, as_json: bool) -> in
         print_json_lines({"manifest": m.ref, "source": m.source, "error": error.message, "hint": error.hint}
                          for m, error in broken)
     else:
-        for _, error in broken:
-            ui.error(error)
+        from dejima.ui.console import render_error
+
+        for _, error in broken:  # the command's answer: on stdout, as a linter prints what it found
+            ui.out.print(render_error(error))
         if not broken:
-            ui.info(f"{len(found)} manifests, none broken")
+            ui.answer(f"{len(found)} manifests, none broken")
     return ExitStatus.USAGE if broken else ExitStatus.SUCCESS
 
 
