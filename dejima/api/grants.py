@@ -69,22 +69,30 @@ def check_duration(text: str, name: str = "duration") -> int:
 def live(session: str | RunningSession) -> dict[str, Any]:
     """A running session's live grants and the names it was refused, as its filter lists them:
     ``{"grants": [{"entry", "since", "expires", "reason"}...], "denials": [{"name", "count", "last", "reason",
-    "grantable"}...]}`` (times are Unix seconds; ``expires`` None: until the session ends; denials newest first)."""
+    "grantable", "grant"}...]}`` (times are Unix seconds; ``expires`` None: until the session ends; denials newest
+    first; a denial's ``grant`` is the live grant that lets its name through now, else None)."""
     from dejima.core import grants
 
-    return _send(_running(session), grants.list_message())
+    listing = _send(_running(session), grants.list_message())
+    for denial in listing.get("denials", []):
+        denial["grant"] = grants.granted_by(str(denial.get("name", "")), listing.get("grants", []))
+    return listing
 
 
 def grant(session: str | RunningSession, entries: Sequence[str], *, duration: str | None = None,
-          reason: str = "") -> list[str]:
+          reason: str = "", allow_special: Sequence[str] = ()) -> list[str]:
     """Grant ``entries`` to a running session (its next connection gets through); for ``duration`` (90s, 30m...)
-    or until the session ends. Returns the entries granted, canonical. ``GrantRefused`` when its filter refuses
-    (a name on the deny list), ``SessionEnded`` when it ended first: either way nothing changed."""
+    or until the session ends. Returns the entries granted, canonical. An address that reaches a special place
+    (this host, the engine's gateway, cloud metadata: the start's rule for ``Request.allow``) needs an override
+    naming it exactly in ``allow_special``. ``GrantRefused`` when its filter refuses (a name on the deny list, a
+    special address without its override), ``SessionEnded`` when it ended first: either way nothing changed."""
     from dejima.core import grants
 
     checked = [check_grant_entry(entry) for entry in entries]
+    special = [check_grant_entry(entry, "the override") for entry in allow_special]
     seconds = check_duration(duration) if duration is not None else None
-    granted: list[str] = _send(_running(session), grants.grant_message(checked, seconds, reason))["granted"]
+    message = grants.grant_message(checked, seconds, reason, special)
+    granted: list[str] = _send(_running(session), message)["granted"]
     return granted
 
 

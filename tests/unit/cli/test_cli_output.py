@@ -4,16 +4,21 @@ filter's real resolver and control socket (tests/unit/cli/livefilter.py)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+from dnslib import RCODE
+
 from dejima.adapters.session_dirs import ViolationStore
-from dejima.core.egress import parse_policy
+from dejima.core.egress import PolicyError, parse_policy
+from dejima.core.plan import NetworkFacts
 from dejima.filter import VIOLATION
-from tests.unit.cli.livefilter import live_filter
+from tests.unit.cli.livefilter import live_filter, upstream
 
 # Longer than a terminal's 80 columns: off a terminal it is printed whole, never cut or folded.
 LONG_NAME = "a-rather-long-label-for-a-test." + "b" * 40 + ".refused.example.test"
@@ -85,3 +90,96 @@ def test_audit_list_off_a_terminal_cuts_no_path_or_evidence(tmp_path: Path) -> N
     listed = audit("list")
     assert listed.returncode == 0, listed.stderr
     assert str(workspace) in listed.stdout and "(+1 more)" in listed.stdout and "…" not in listed.stdout
+
+
+# The host's facts as a start finds them: this host's address and the engine's gateway.
+HOST_ADDRESS, GATEWAY = ipaddress.ip_network("10.9.9.9/32"), ipaddress.ip_network("172.17.0.1/32")
+FACTS = NetworkFacts(denied_addresses=(HOST_ADDRESS, GATEWAY), host_addresses=(HOST_ADDRESS,), gateway=GATEWAY)
+POLICY = parse_policy(["web.example.test"], [("evil.example.test", "known exfiltration host")],
+                      denied_addresses=FACTS.denied_addresses)
+
+
+def test_dejima_allow_holds_an_address_to_the_starts_rule_and_names_the_override(tmp_path: Path) -> None:
+    with live_filter(tmp_path, "grant111", POLICY) as live:
+        container = live.command("dejima-allow", "172.17.0.2:8080")  # another container: --allow takes it
+        assert container.returncode == 0, container.stderr
+        assert "granted 172.17.0.2:8080 to session grant111" in container.stdout
+        gateway = live.command("dejima-allow", "172.17.0.1:8080")
+        assert gateway.returncode == 1, gateway.stderr
+        assert "reaches 172.17.0.1, an address of this host" in gateway.stderr
+        assert "--allow-special 172.17.0.1:8080" in gateway.stderr and "private" not in gateway.stderr
+        assert "172.17.0.1:8080" not in live.grants.active
+        unlocked = live.command("dejima-allow", "172.17.0.1:8080", "--allow-special", "172.17.0.1:8080")
+        assert unlocked.returncode == 0, unlocked.stderr
+        documentation = live.command("dejima-allow", "203.0.113.80")
+        assert documentation.returncode == 0, documentation.stderr
+        stray = live.command("dejima-allow", "203.0.113.81", "--allow-special", "203.0.113.99")
+        assert stray.returncode == 1 and "overrides nothing" in stray.stderr
+        assert set(live.grants.active) == {"172.17.0.2:8080", "172.17.0.1:8080", "203.0.113.80"}
+
+
+@pytest.mark.parametrize("entry", ["172.17.0.2:8080", "172.17.0.1", "10.9.9.9:22", "169.254.169.254",
+                                   "100.100.100.200:80", "10.0.0.5", "203.0.113.80", "127.0.0.1:5432",
+                                   "8.8.8.8:53"])
+def test_a_grant_and_a_start_take_and_refuse_the_same_addresses(entry: str) -> None:
+    """One rule for both: what --allow takes without an override, a grant takes; what --allow refuses
+    without --allow-special, a grant refuses too, naming the same override; with it, both take it."""
+    from dejima.core.plan import unlock_special
+    from dejima.core.settings import Settings
+    from dejima.filter.control import Grants
+    from tests.unit.cli.livefilter import RecordingNft
+
+    def start(overrides: tuple[str, ...]) -> str | None:
+        allowed = parse_policy([entry], [], "--allow", FACTS.denied_addresses)
+        try:
+            unlock_special(allowed, Settings(), overrides, FACTS, "settings.toml")
+        except PolicyError as exc:
+            return f"{exc.message} {exc.hint}"
+        return None
+
+    def grant(overrides: list[str]) -> str | None:
+        from dejima.filter.nft import SetWriter
+        from dejima.filter.resolver import PolicyResolver
+        from dejima.filter.setbatch import BatchedSets
+
+        sets = SetWriter("inet", "dejima", handle=RecordingNft())
+        records: list[dict[str, object]] = []
+        resolver = PolicyResolver(POLICY, upstream("198.18.7.7"), BatchedSets(sets), records.append)  # type: ignore
+        answer = Grants(resolver, sets, records.append).handle(json.dumps(
+            {"v": 1, "op": "grant", "entries": [entry], "special": overrides}).encode())
+        return None if answer["ok"] else str(answer["error"])
+
+    refused_at_start, refused_live = start(()), grant([])
+    assert (refused_at_start is None) == (refused_live is None), (refused_at_start, refused_live)
+    if refused_live is not None:
+        assert refused_at_start is not None and f"--allow-special {entry}" in refused_at_start
+        assert f"--allow-special {entry}" in refused_live and "private" not in refused_live
+        assert start((entry,)) is None and grant([entry]) is None
+
+
+def test_an_answer_into_a_documentation_range_is_refused_as_what_it_is(tmp_path: Path) -> None:
+    with live_filter(tmp_path, "grant222", POLICY, answer="203.0.113.80") as live:
+        assert live.ask("web.example.test").header.rcode == RCODE.REFUSED
+    reasons = [str(r.get("reason")) for r in live.records]
+    assert any("203.0.113.80 is a documentation (TEST-NET-3, RFC 5737) address" in r for r in reasons), reasons
+    assert not any("private" in r for r in reasons)
+
+
+def test_a_refused_name_granted_for_a_while_is_listed_as_granted_until_then(tmp_path: Path) -> None:
+    with live_filter(tmp_path, "grant333", POLICY) as live:
+        live.ask("crates.example.test")
+        live.ask("evil.example.test")
+        before = live.command("dejima-allow")
+        assert "crates.example.test is not on the allow list" in before.stdout
+        granted = live.command("dejima-allow", "2", "--for", "10m")  # newest first: evil is 1
+        assert granted.returncode == 0, granted.stderr
+        expires = live.grants.active["crates.example.test"].expires
+        assert expires is not None
+        listed = live.command("dejima-allow")
+        rows = {line.split("│")[2].strip(): line for line in listed.stdout.splitlines() if line.count("│") > 2}
+        assert f"granted until {time.strftime('%H:%M', time.localtime(expires))}" in rows["crates.example.test"]
+        assert "cannot be granted" not in rows["crates.example.test"]
+        assert "known exfiltration host (cannot be granted)" in rows["evil.example.test"]
+        forever = live.command("dejima-allow", "2")  # granted again, until the session ends
+        assert forever.returncode == 0, forever.stderr
+        assert "granted until the session ends" in live.command("dejima-allow").stdout
