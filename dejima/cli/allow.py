@@ -91,6 +91,9 @@ def _main(argv: list[str], ui: UI) -> int:
     if args.persist:
         path = api.persist_grants(session, granted)
         ui.answer(f"added to {path}: the next session on {session.workspace} has it from the start")
+        for entry in args.allow_special:  # a project's policy holds allow entries; its override is the user's
+            ui.warn(f"the next start refuses {entry} without its override: pass --allow-special {entry}, or add "
+                    f"it to allow_special under [network] in {api.settings_path()}")
     return _done(ui, args.json, "granted", granted, session.session_id,
                  f" for {args.duration}" if args.duration else " until the session ends")
 

