@@ -228,3 +228,31 @@ def test_restore_as_root_keeps_the_files_owner_group_and_mode(tmp_path: Path) ->
         info = path.stat()
         assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (1000, 1001, mode), (path, info)
     assert "owner 1000:1001" in restored.stdout
+
+
+def test_a_kubernetes_render_names_every_missing_setting_at_once(tmp_path: Path) -> None:
+    from tests.unit.cli.test_launch_errors import owned_by_a_user
+
+    (tmp_path / "ws").mkdir()
+    workspace = owned_by_a_user(tmp_path / "ws")
+    settings = tmp_path / "settings.toml"
+    for text in ("[network]\nallow = []\n", '[kubernetes]\nnamespace = "agents"\n'):
+        settings.write_text(text)
+        rendered = subprocess.run(
+            [sys.executable, "-c", "from dejima.cli.launch import main; raise SystemExit(main())", str(workspace),
+             "--render", "kubernetes"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+            env={**os.environ, "DEJIMA_SETTINGS": str(settings)})
+        assert rendered.returncode == 2 and rendered.stdout == "", rendered.stderr
+        message = rendered.stderr
+        assert f"3 [kubernetes] settings are missing in {settings}" in message, message
+        for key, fix in (("filter_image", "dejima images list"), ("session_image", "dejima images list"),
+                         ("dns_upstreams", "kubectl -n kube-system get service kube-dns")):
+            (line,) = [line for line in message.splitlines() if f"[kubernetes] {key}" in line]
+            assert fix in line, line  # each key with its own fix, on its own line
+    settings.write_text('[kubernetes]\nfilter_image = "r.example/f:1"\n')
+    rendered = subprocess.run(
+        [sys.executable, "-c", "from dejima.cli.launch import main; raise SystemExit(main())", str(workspace),
+         "--render", "kubernetes", "--dns-upstream", "10.96.0.10"], capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL, env={**os.environ, "DEJIMA_SETTINGS": str(settings)})
+    assert rendered.returncode == 2 and "1 [kubernetes] setting is missing" in rendered.stderr, rendered.stderr
+    assert "[kubernetes] session_image" in rendered.stderr and "dns_upstreams" not in rendered.stderr
