@@ -256,3 +256,38 @@ def test_a_kubernetes_render_names_every_missing_setting_at_once(tmp_path: Path)
         stdin=subprocess.DEVNULL, env={**os.environ, "DEJIMA_SETTINGS": str(settings)})
     assert rendered.returncode == 2 and "1 [kubernetes] setting is missing" in rendered.stderr, rendered.stderr
     assert "[kubernetes] session_image" in rendered.stderr and "dns_upstreams" not in rendered.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal of a root-owned workspace happens as root")
+def test_the_api_names_its_keywords_and_the_command_line_its_flags(tmp_path: Path) -> None:
+    """docs/api.md's example, run as root as written (a root-owned temporary workspace): its error names
+    the API's keyword (as_root=True), never the command line's flag; the command line keeps its flags."""
+    import re
+
+    docs = Path(__file__).resolve().parents[3] / "docs" / "api.md"
+    (example,) = re.findall(r"^## Example\n.*?^```python\n(.*?)^```$", docs.read_text(), re.S | re.M)
+    script = tmp_path / "example.py"
+    script.write_text(example)
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL, cwd=tmp_path)
+    assert ran.returncode != 0 and "UsageError" in ran.stderr, ran.stderr
+    assert "as_root=True" in ran.stderr and "--as-root" not in ran.stderr, ran.stderr[-800:]
+
+    from dejima import api
+    from dejima.errors import InputError
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    for request, keyword, flag in (
+            (api.Request(workspace, ["true"]), "as_root=True", "--as-root"),
+            (api.Request(workspace, ["true"], as_root=True, allow=["*.com"]), "allow", "--allow"),
+            (api.Request(workspace, ["true"], as_root=True, dns_upstreams=["::1"]), "dns_upstreams", "--dns-upstream"),
+            (api.Request(workspace, ["true"], as_root=True, allow=["169.254.169.254"]),
+             "allow_special=['169.254.169.254']", "--allow-special 169.254.169.254"),
+            (api.Request(workspace, ["true"], as_root=True, harness="no-such-harness"), "harness", "--harness")):
+        with pytest.raises(InputError) as caught:
+            api.render(request)
+        said = f"{caught.value.message} {caught.value.hint} {caught.value.context}"
+        assert keyword in said and flag not in said, said
+    cli = dejima(str(workspace), "--render", "--", "true")
+    assert cli.returncode == 2 and "--as-root" in cli.stderr and "as_root=True" not in cli.stderr, cli.stderr
