@@ -61,17 +61,30 @@ def _clean(argv: list[str], ui: UI) -> int:
     return ExitStatus.SUCCESS
 
 
+DOCTOR_EXIT = """\
+Exit status:
+  0    every check passed: this machine holds the boundary
+  1    a check failed (the table says which, and what to do); the checks after it did not run
+  2    bad arguments or a broken settings file
+  125  a bug in dejima
+"""
+
+
 def _doctor(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(
-        prog="dejima doctor",
-        description="Check that this machine can hold the boundary: engine, images, nftables in a "
-        "container, and a live self-test that a session cannot reach a decoy server that an "
-        "unfiltered container can reach. Traffic goes only to containers the doctor starts.",
+        prog="dejima doctor", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Check that this machine can hold the boundary: engine, the images a start on PATH would "
+        "use (its owner's, with its manifests' layers), nftables in a container, and a live self-test that a "
+        "session cannot reach a decoy server that an unfiltered container can reach. Traffic goes only to "
+        "containers the doctor starts.", epilog=DOCTOR_EXIT,
     )
+    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
+                        help="the project whose session's images are checked (default: the current directory)")
+    parser.add_argument("--harness", default="shell", help="the harness a start there would run (default: shell)")
     parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
     parser.add_argument("--json", action="store_true", help=JSON_HELP + " (one per check)")
     args = parser.parse_args(argv)
-    checks = api.doctor(build=args.build, reporter=ui)
+    checks = api.doctor(build=args.build, reporter=ui, workspace=args.path, harness=args.harness)
     if args.json:
         print_json_lines({"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks)
     else:
@@ -87,11 +100,14 @@ def _doctor(argv: list[str], ui: UI) -> int:
 def _images(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(
         prog="dejima images",
-        description="list: images dejima made; build: build missing filter/session images; "
+        description="list [PATH]: images dejima made, those the current settings and a start on PATH (default: "
+        "the current directory) use marked; build: build missing filter/session images; "
         "bootstrap: make the Debian base with debootstrap now (needs root); prune: remove filter and "
         "session images that the current code and settings no longer use (they pile up across upgrades).",
     )
     parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap", "prune"])
+    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
+                        help="with list: the project whose session's images are marked")
     parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
     args = parser.parse_args(argv)
     if args.action == "bootstrap":
@@ -103,16 +119,30 @@ def _images(argv: list[str], ui: UI) -> int:
     elif args.action == "build":
         api.build_images(force=args.force, reporter=ui, on_built=lambda role, tag: ui.answer(f"{role}: {tag}"))
     else:
-        listed = api.images()
-        api.load_settings()  # every action reads the settings: a broken file fails the listing too
-        from rich.table import Table
-
-        table = Table("image", "role", "id", "size")
-        for image in listed:
-            for tag in image.tags or ("<none>",):
-                table.add_row(plain(tag), plain(image.role), plain(image.id[7:19]), plain(f"{image.size / 1e6:.0f} MB"))
-        ui.table(table)
+        _list_images(args.path, ui)
     return ExitStatus.SUCCESS
+
+
+def _list_images(path: str, ui: UI) -> None:
+    """dejima's images, each marked with what uses it, then what the settings and the project use."""
+    listed = api.images()
+    uses = api.images_in_use(path, reporter=ui)  # reads the settings: a broken file fails the listing too
+    used_by = {use.tag: use.used_by for use in uses}
+    from rich.table import Table
+
+    table = Table("image", "role", "id", "size", "used by")
+    for image in listed:
+        for tag in image.tags or ("<none>",):
+            table.add_row(plain(tag), plain(image.role), plain(image.id[7:19]), plain(f"{image.size / 1e6:.0f} MB"),
+                          plain(used_by.get(tag, "")))
+    ui.table(table)
+    if not uses:
+        ui.info("the settings' base image is not on the engine: `dejima images build` makes it and the images")
+    for chooser in dict.fromkeys(use.used_by for use in uses):
+        mine = [use for use in uses if use.used_by == chooser]
+        ui.answer(f"{chooser} use{'s' if chooser.startswith('/') else ''}: " + ", ".join(
+            f"{use.role} {use.tag}" + ("" if use.present else " (not built yet: a start or `dejima doctor --build` "
+                                        "builds it)") for use in mine))
 
 
 def _settings(argv: list[str], ui: UI) -> int:

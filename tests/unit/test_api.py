@@ -32,7 +32,7 @@ PUBLIC = [
     "check_grant_entry", "check_duration",
     "recorded_sessions", "violations", "ledger", "Finding", "findings", "findings_by_id", "acknowledge", "restore",
     "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor",
-    "ImageInfo", "BaseImage", "images", "build_images", "bootstrap_base", "prune_images",
+    "ImageInfo", "ImageUse", "BaseImage", "images", "images_in_use", "build_images", "bootstrap_base", "prune_images",
     "settings_path", "settings_reference",
     "ManifestInfo", "Manifest", "MANIFEST_KINDS", "manifests", "manifest", "manifest_reference",
     "DejimaError", "DiagnosticError", "InputError", "SettingsError", "UsageError", "EngineError", "ImageError",
