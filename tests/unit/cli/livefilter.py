@@ -17,7 +17,6 @@ from pathlib import Path
 from dnslib import QTYPE, RR, A, DNSRecord
 
 from dejima.adapters import host
-from dejima.adapters.session_dirs import sessions_dir
 from dejima.core.egress import EgressPolicy
 from dejima.filter.answer import Answer, parse
 from dejima.filter.control import Grants, start_control
@@ -25,6 +24,7 @@ from dejima.filter.dns_wire import Question
 from dejima.filter.nft import SetWriter
 from dejima.filter.resolver import PolicyResolver
 from dejima.filter.setbatch import BatchedSets
+from tests.unit.cli.test_allow_cli import one_session
 
 
 class RecordingNft:
@@ -73,12 +73,7 @@ class LiveFilter:
 @contextmanager
 def live_filter(tmp_path: Path, session_id: str, policy: EgressPolicy, answer: str = "198.18.7.7") -> Iterator[
         LiveFilter]:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    directory = sessions_dir() / session_id
-    (directory / "run").mkdir(parents=True)
-    host.claim(directory, host.launcher_token())  # this test process: a live launcher
-    host.record(directory, "workspace", str(workspace))
+    workspace, control = one_session(tmp_path, session_id)
     records: list[dict[str, object]] = []
     sets = SetWriter("inet", "dejima", handle=RecordingNft())
     loop = asyncio.new_event_loop()
@@ -88,7 +83,7 @@ def live_filter(tmp_path: Path, session_id: str, policy: EgressPolicy, answer: s
     async def serve() -> tuple[Grants, PolicyResolver, asyncio.AbstractServer]:
         resolver = PolicyResolver(policy, upstream(answer), BatchedSets(sets), records.append)  # type: ignore[arg-type]
         grants = Grants(resolver, sets, records.append)
-        server = await start_control(grants, str(directory / "run" / "control.sock"), host.identity().uid)
+        server = await start_control(grants, str(control), host.identity().uid)
         return grants, resolver, server
 
     grants, resolver, server = asyncio.run_coroutine_threadsafe(serve(), loop).result(10)
