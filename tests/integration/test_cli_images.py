@@ -1,7 +1,8 @@
-"""`dejima doctor` and `dejima images list` right after a first session, as a new user runs them: the
-doctor checks the images that session used (its workspace owner's, its manifests' layers) and runs its
-self-test; the listing marks them. Settings of their own (a base tag no one else builds on) make
-images no other test or user has, so what is checked is what this session built."""
+"""`dejima doctor`, `dejima images list` and `dejima sessions` as a new user runs them, through pipes.
+Right after a first session the doctor checks the images that session used (its workspace owner's, its
+manifests' layers) and runs its self-test; the listing marks them. Settings of their own (a base tag no
+one else builds on) make images no other test or user has, so what is checked is what this session built.
+The session list, piped, is on stdout and whole."""
 
 from __future__ import annotations
 
@@ -97,3 +98,20 @@ def test_doctor_says_which_images_are_missing_and_its_exit_statuses(runtime: Run
     helped = dejima("doctor", "--help", settings=settings)
     for status in ("0 ", "1 ", "2 ", "125 "):
         assert f"\n  {status}" in helped.stdout, helped.stdout
+
+
+def test_the_session_list_reaches_a_pipe_whole(runtime: Runtime, images: Images, world_dir: Path) -> None:
+    from tests.conftest import TEST_SCOPE
+
+    workspace = world_dir / ("a-project-whose-path-is-longer-than-a-terminal-" + "w" * 60)
+    labels = {"dejima.scope": TEST_SCOPE, "dejima.session": "pipe1234", "dejima.role": "filter",
+              "dejima.workspace": str(workspace), "dejima.launcher": "gone:1:1"}
+    created = subprocess.run(["docker", "create", *(f"--label={k}={v}" for k, v in labels.items()), images.filter,
+                              "true"], check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        listed = dejima("sessions", settings=world_dir / "absent.toml")
+        assert listed.returncode == 0, listed.stderr
+        (row,) = [line for line in listed.stdout.splitlines() if "pipe1234" in line]
+        assert str(workspace) in row and "stale" in row and listed.stderr == ""
+    finally:
+        runtime.remove(created)
