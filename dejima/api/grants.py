@@ -69,13 +69,13 @@ def check_duration(text: str, name: str = "duration") -> int:
 def live(session: str | RunningSession) -> dict[str, Any]:
     """A running session's live grants and the names it was refused, as its filter lists them:
     ``{"grants": [{"entry", "since", "expires", "reason"}...], "denials": [{"name", "count", "last", "reason",
-    "grantable", "grant"}...]}`` (times are Unix seconds; ``expires`` None: until the session ends; denials newest
-    first; a denial's ``grant`` is the live grant that lets its name through now, else None)."""
+    "grantable", "granted_by"}...]}`` (times are Unix seconds; ``expires`` None: until the session ends; denials
+    newest first; a denial's ``granted_by`` is the live grant that lets its name through now, else None)."""
     from dejima.core import grants
 
     listing = _send(_running(session), grants.list_message())
     for denial in listing.get("denials", []):
-        denial["grant"] = grants.granted_by(str(denial.get("name", "")), listing.get("grants", []))
+        denial["granted_by"] = grants.granted_by(str(denial.get("name", "")), listing.get("grants", []))
     return listing
 
 

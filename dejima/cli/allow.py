@@ -128,7 +128,7 @@ def _denial(denials: list[dict[str, Any]], number: int) -> str:
         raise UsageError(f"there is no refused name number {number} (the list has {len(denials)})",
                          hint="`dejima-allow` with no argument lists them")
     denial = denials[number - 1]
-    if not denial["grantable"] and denial.get("grant") is None:  # granted already: granted again (a new --for)
+    if not denial["grantable"] and denial.get("granted_by") is None:  # a granted one is granted again (a new --for)
         raise UsageError(f"refused name {number} ({denial['name']}) cannot be granted: {denial['reason']}",
                          hint="names on the deny list stay refused")
     return str(denial["name"])
@@ -184,7 +184,7 @@ def _why(denial: dict[str, Any]) -> str:
     """A refused name's reason, or what lets it through now: a live grant, until when."""
     import time
 
-    grant = denial.get("grant")
+    grant = denial.get("granted_by")
     if grant is not None:
         expires = grant.get("expires")
         until = "the session ends" if expires is None else time.strftime("%H:%M", time.localtime(expires))
