@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dejima.errors import GrantRefused, UsageError
 
@@ -80,19 +80,29 @@ def live(session: str | RunningSession) -> dict[str, Any]:
 
 
 def grant(session: str | RunningSession, entries: Sequence[str], *, duration: str | None = None,
-          reason: str = "", allow_special: Sequence[str] = ()) -> list[str]:
+          reason: str = "", allow_special: Sequence[str] = (),
+          spelling: Literal["keywords", "flags"] = "keywords") -> list[str]:
     """Grant ``entries`` to a running session (its next connection gets through); for ``duration`` (90s, 30m...)
     or until the session ends. Returns the entries granted, canonical. An address that reaches a special place
     (this host, the engine's gateway, cloud metadata: the start's rule for ``Request.allow``) needs an override
     naming it exactly in ``allow_special``. ``GrantRefused`` when its filter refuses (a name on the deny list, a
-    special address without its override), ``SessionEnded`` when it ended first: either way nothing changed."""
+    special address without its override: named ``allow_special=[...]``, or ``--allow-special`` with
+    ``spelling="flags"``, as `dejima-allow` asks), ``SessionEnded`` when it ended first: either way nothing changed."""
     from dejima.core import grants
 
     checked = [check_grant_entry(entry) for entry in entries]
     special = [check_grant_entry(entry, "the override") for entry in allow_special]
     seconds = check_duration(duration) if duration is not None else None
     message = grants.grant_message(checked, seconds, reason, special)
-    granted: list[str] = _send(_running(session), message)["granted"]
+    try:
+        granted: list[str] = _send(_running(session), message)["granted"]
+    except GrantRefused as exc:
+        if spelling == "keywords":  # the filter names the command line's override
+            from dejima.api.plans import _in_keywords
+
+            exc.message = _in_keywords(exc.message)
+            exc.args = (exc.message,)
+        raise
     return granted
 
 

@@ -87,7 +87,7 @@ def _main(argv: list[str], ui: UI) -> int:
         revoked = api.revoke(session, entries, reason=args.reason or "revoked with dejima-allow")
         return _done(ui, args.json, "revoked", revoked, session.session_id)
     granted = api.grant(session, entries, duration=args.duration, reason=args.reason,
-                        allow_special=args.allow_special)
+                        allow_special=args.allow_special, spelling="flags")
     if args.persist:
         path = api.persist_grants(session, granted)
         ui.answer(f"added to {path}: the next session on {session.workspace} has it from the start")

@@ -110,6 +110,11 @@ def test_dejima_allow_holds_an_address_to_the_starts_rule_and_names_the_override
         assert "reaches 172.17.0.1, an address of this host" in gateway.stderr
         assert "--allow-special 172.17.0.1:8080" in gateway.stderr and "private" not in gateway.stderr
         assert "172.17.0.1:8080" not in live.grants.active
+        from dejima import api
+
+        with pytest.raises(api.GrantRefused) as refused:  # through the API: its keyword
+            api.grant("grant111", ["172.17.0.1:8080"])
+        assert "allow_special=['172.17.0.1:8080']" in refused.value.message and "--" not in refused.value.message
         unlocked = live.command("dejima-allow", "172.17.0.1:8080", "--allow-special", "172.17.0.1:8080")
         assert unlocked.returncode == 0, unlocked.stderr
         documentation = live.command("dejima-allow", "203.0.113.80")
