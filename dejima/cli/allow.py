@@ -179,7 +179,6 @@ def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> i
     return ExitStatus.SUCCESS
 
 
-
 def _why(denial: dict[str, Any]) -> str:
     """A refused name's reason, or what lets it through now: a live grant, until when."""
     import time

@@ -172,8 +172,8 @@ def _walk(args: argparse.Namespace, ui: UI) -> int:
         store.close()
     left = len(tally.left) + tally.skipped
     ui.answer(f"acknowledged {tally.acknowledged}, restored {tally.restored}, skipped {tally.skipped}"
-            + (f"; {len(tally.left)} not shown yet: dejima-audit ack again to go on" if tally.left else "")
-            + ("" if left else "; nothing left to review"))
+              + (f"; {len(tally.left)} not shown yet: dejima-audit ack again to go on" if tally.left else "")
+              + ("" if left else "; nothing left to review"))
     return ExitStatus.SUCCESS
 
 

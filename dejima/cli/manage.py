@@ -106,10 +106,13 @@ def _images(argv: list[str], ui: UI) -> int:
         "session images that the current code and settings no longer use (they pile up across upgrades).",
     )
     parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap", "prune"])
-    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="with list: the project whose session's images are marked")
+    parser.add_argument("path", nargs="?", metavar="PATH",
+                        help="with list: the project whose session's images are marked (default: the current "
+                        "directory)")
     parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
     args = parser.parse_args(argv)
+    if args.path is not None and args.action != "list":
+        raise UsageError(f"images {args.action} takes no PATH", hint="dejima images list PATH marks a project's")
     if args.action == "bootstrap":
         base = api.bootstrap_base(reporter=ui)
         ui.answer(f"made {base.ref} ({base.id[:19]})")
@@ -119,7 +122,7 @@ def _images(argv: list[str], ui: UI) -> int:
     elif args.action == "build":
         api.build_images(force=args.force, reporter=ui, on_built=lambda role, tag: ui.answer(f"{role}: {tag}"))
     else:
-        _list_images(args.path, ui)
+        _list_images(args.path or ".", ui)
     return ExitStatus.SUCCESS
 
 
@@ -137,7 +140,7 @@ def _list_images(path: str, ui: UI) -> None:
                           plain(used_by.get(tag, "")))
     ui.table(table)
     if not uses:
-        ui.info("the settings' base image is not on the engine: `dejima images build` makes it and the images")
+        ui.info("the settings' base image is not on the engine yet: `dejima images build` makes it, then the images")
     for chooser in dict.fromkeys(use.used_by for use in uses):
         mine = [use for use in uses if use.used_by == chooser]
         ui.answer(f"{chooser} use{'s' if chooser.startswith('/') else ''}: " + ", ".join(
