@@ -120,11 +120,11 @@ def images_in_use(workspace: str | os.PathLike[str] | None = None, *, harness: s
     from dejima.orchestration.project_images import project_images
 
     runtime, chosen, said = connect(), _settings(settings), _quiet(reporter)
-    found = [project_images(runtime, chosen, None, said)]
+    wanted = [project_images(runtime, chosen, None, said)]
     if workspace is not None:
-        found.append(project_images(runtime, chosen, Path(workspace), said, harness))
+        wanted.append(project_images(runtime, chosen, Path(workspace), said, harness))
     uses: dict[str, ImageUse] = {}
-    for images in (found for found in found if found is not None):
+    for images in (w for w in wanted if w is not None):
         roles = (("base", images.base.ref), (images.filter.role, images.filter.tag),
                  (images.session.role, images.session.tag))
         for role, tag in roles:
