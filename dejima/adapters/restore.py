@@ -45,10 +45,10 @@ def _parent(root: Path, path: str) -> Iterator[int]:
         os.close(fd)
 
 
-Owner = tuple[int, int]
+UidGid = tuple[int, int]
 
 
-def _current(fd: int, name: str) -> tuple[str | None, str | None, int, Owner]:
+def _current(fd: int, name: str) -> tuple[str | None, str | None, int, UidGid]:
     """(kind, sha256 of a regular file, mode, owner) of a name in a directory; kind None when absent
     (the owner is then the directory's)."""
     try:
@@ -77,7 +77,7 @@ def _remove(fd: int, name: str, kind: str | None) -> None:
         os.unlink(name, dir_fd=fd)
 
 
-def _owned(change: Callable[[int, int], None], owner: Owner) -> str:
+def _owned(change: Callable[[int, int], None], owner: UidGid) -> str:
     """Give a new file ``owner`` (chown clears setuid bits: call it before the mode is set); "" when
     done, else what was left (an ordinary user cannot give a file to another)."""
     try:
@@ -87,7 +87,7 @@ def _owned(change: Callable[[int, int], None], owner: Owner) -> str:
     return ""
 
 
-def _write(fd: int, name: str, data: bytes, mode: int, owner: Owner) -> str:
+def _write(fd: int, name: str, data: bytes, mode: int, owner: UidGid) -> str:
     temporary = f".{name}.dejima-restore"
     out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
     try:
@@ -108,7 +108,7 @@ def _write(fd: int, name: str, data: bytes, mode: int, owner: Owner) -> str:
     return left
 
 
-def _mine(file: int) -> Owner:
+def _mine(file: int) -> UidGid:
     info = os.fstat(file)
     return info.st_uid, info.st_gid
 
