@@ -109,7 +109,8 @@ __all__ = [
     "recorded_sessions", "violations", "ledger", "Finding", "findings", "findings_by_id", "acknowledge", "restore",
     # management
     "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor",
-    "ImageInfo", "ImageUse", "BaseImage", "images", "images_in_use", "build_images", "bootstrap_base", "prune_images",
+    "ImageInfo", "BaseImage", "images", "build_images", "bootstrap_base", "prune_images",
+    "ImageUse", "images_in_use",
     "settings_path", "settings_reference",
     "ManifestInfo", "Manifest", "MANIFEST_KINDS", "manifests", "manifest", "manifest_reference",
     # errors
