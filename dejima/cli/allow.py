@@ -186,6 +186,9 @@ def _why(denial: dict[str, Any]) -> str:
     grant = denial.get("granted_by")
     if grant is not None:
         expires = grant.get("expires")
-        until = "the session ends" if expires is None else time.strftime("%H:%M", time.localtime(expires))
+        later = time.localtime(expires) if expires is not None else None
+        same_day = later is not None and later[:3] == time.localtime()[:3]
+        until = "the session ends" if later is None else time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M",
+                                                                          later)
         return f"granted until {until}" + (f" ({grant['entry']})" if grant.get("entry") != denial["name"] else "")
     return denial["reason"] if denial["grantable"] else f"{denial['reason']} (cannot be granted)"
