@@ -55,7 +55,7 @@ def _clean(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("--all", action="store_true", help="also stop sessions that are still running")
     args = parser.parse_args(argv)
-    removed = api.clean(everything=args.all, reporter=ui)
+    removed = api.clean(everything=args.all, reporter=_Results(ui.console, ui.quiet, ui.out))
     if not removed:
         ui.info("nothing to clean")
     return ExitStatus.SUCCESS
@@ -68,6 +68,14 @@ Exit status:
   2    bad arguments or a broken settings file
   125  a bug in dejima
 """
+
+
+class _Results(UI):
+    """The terminal UI for a command whose reported lines are its results (`dejima clean`: each session
+    it removed): they go to stdout; warnings and errors stay on stderr."""
+
+    def info(self, message: str) -> None:
+        self.answer(message)
 
 
 def _doctor(argv: list[str], ui: UI) -> int:
