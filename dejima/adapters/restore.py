@@ -24,6 +24,7 @@ from pathlib import Path
 from dejima.adapters.findings import Stored
 from dejima.adapters.nofollow_open import open_directory
 from dejima.adapters.tree_walk import KINDS
+from dejima.core.snapshot import mode_text
 from dejima.errors import DiagnosticError
 
 
@@ -183,6 +184,6 @@ def restore(stored: Stored, force: bool = False) -> str:
                 raise RestoreError(f"{finding.path} is now a directory", hint="move it away, then restore again")
             left = _write(fd, name, state.before, state.before_mode, owner)
             return f"put back {finding.path} as it was at the start ({len(state.before)} bytes, mode " \
-                   f"{stat.S_IMODE(state.before_mode):04o}, owner {owner[0]}:{owner[1]}){left}"
+                   f"{mode_text(state.before_mode)}, owner {owner[0]}:{owner[1]}){left}"
     raise RestoreError(f"the start state of {finding.path} (a {state.before_kind}) was not kept",
                        hint="dejima keeps the content of watched files only; restore it from git or a backup")

@@ -39,11 +39,12 @@ An acknowledgement covers that exact content: if the file changes again, the fin
 
 def _listing_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument("--all", action="store_true", dest=f"{prefix}all", help="also reviewed and info findings")
-    parser.add_argument("--workspace", dest=f"{prefix}workspace", help="only findings of this workspace")
+    parser.add_argument("--workspace", dest=f"{prefix}workspace", metavar="PATH",
+                        help="only findings of the workspace at PATH (the project directory a session ran on)")
     parser.add_argument("--json", action="store_true", dest=f"{prefix}json", help="print JSON lines (for scripts)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dejima-audit", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _listing_options(parser, "default_")  # `dejima-audit --json` is `dejima-audit list --json`
@@ -56,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                                      "on a terminal, walk the unreviewed ones file by file")
     ack.add_argument("ids", nargs="*", type=int, metavar="ID")
     ack.add_argument("--all", action="store_true", help="every unreviewed finding (of --workspace if given)")
-    ack.add_argument("--workspace", help="only this workspace (with --all, or for the walk)")
+    ack.add_argument("--workspace", metavar="PATH", help="only the workspace at PATH (with --all, or for the walk)")
     ack.add_argument("--note", help="why the change is fine (recorded with the time); needed with ids or --all")
     restore = sub.add_parser("restore", help="put flagged files back as they were when the session started")
     restore.add_argument("ids", nargs="+", type=int, metavar="ID")
@@ -76,7 +77,7 @@ def _workspace(value: str | None) -> str | None:
 
 
 def _body(argv: list[str], ui: UI) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.action is None:
         args.action, args.all, args.workspace, args.json = "list", args.default_all, args.default_workspace, \
             args.default_json
@@ -105,8 +106,13 @@ def _list(args: argparse.Namespace, ui: UI) -> int:
 
     for line in findings_table(found, width=ui.out.width):  # off a terminal: as wide as the lines are
         ui.out.print(line, crop=False)
-    ui.info("review them one file at a time: dejima-audit ack; details: dejima-audit show ID; "
-            "undo: dejima-audit restore ID")
+    waiting = [s.id for s in found if not s.acked]
+    if waiting:  # --all lists reviewed ones too: nothing to say when every one is
+        ids = " ".join(map(str, waiting[:3])) + (" ..." if len(waiting) > 3 else "")
+        ui.info(f"{len(waiting)} not reviewed: walk them one file at a time with dejima-audit ack; details: "
+                f"dejima-audit show {ids}; undo: dejima-audit restore {ids}")
+    else:
+        ui.info("every finding listed is reviewed")
     return ExitStatus.SUCCESS
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -170,7 +169,10 @@ def _settings(argv: list[str], ui: UI) -> int:
         path = api.settings_path()
         settings = api.load_settings()
         ui.info(f"settings file: {path}{'' if path.exists() else ' (absent: defaults)'}")
-        print(json.dumps(asdict(settings), indent=2))
+        from dejima.adapters.tomledit import toml_text
+
+        print(f"# the effective settings (every key, defaults included); `dejima settings reference` explains each\n"
+              f"{toml_text(asdict(settings))}", end="")
     return ExitStatus.SUCCESS
 
 
@@ -316,9 +318,9 @@ def _show_manifest(ref: str | None, as_json: bool) -> int:
     if as_json:
         print_json_lines([data])
     else:
-        for key, value in data.items():
-            if value not in ((), {}, None, ""):
-                print(f"{key:>16}: {escaped(value, limit=None)}")
+        from dejima.adapters.tomledit import toml_text
+
+        print(toml_text({key: value for key, value in data.items() if value not in ((), {}, None, "")}), end="")
     return ExitStatus.SUCCESS
 
 

@@ -11,12 +11,14 @@ the whole pack would have given, which the push rules say in their refusal.
 
 A commit's id is the hash of the content the scanner rebuilt, so a proof built from these ids
 holds whatever the pack tries: an object that inflates or applies differently here than in git
-has another id, and proves nothing.
+has another id, and proves nothing. Its parents are read as git reads them (the ``parent`` lines right
+after ``tree``), and a commit whose header is not laid out as git writes it refuses the whole push.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import zlib
 from collections.abc import Callable
 
@@ -102,13 +104,44 @@ def apply_delta(base: bytes, delta: bytes) -> bytes:
     return bytes(out)
 
 
-def commit_parents(content: bytes) -> tuple[str, ...]:
-    parents = []
-    for line in content.split(b"\n"):
-        if not line:
-            break
-        if line.startswith(b"parent "):
-            parents.append(line[7:].decode("ascii", "replace"))
+_HEADERS_IN_PLACE = (b"tree", b"parent", b"author", b"committer")  # each only where git reads it
+
+
+def commit_parents(content: bytes, hex_length: int = 40) -> tuple[str, ...]:
+    """The parents git reads from a commit: the ``parent`` lines right after its ``tree`` line, and no
+    other (git's parse_commit_buffer). A commit whose header is not the one git writes (``tree``, then
+    ``parent`` lines, one ``author``, one ``committer``, then other headers) raises PackError: a reader
+    that took the other ``parent`` lines would prove a fast-forward that git does not see."""
+    end = content.find(b"\n\n")
+    head = content[:end + 1] if end >= 0 else content
+    if not head.endswith(b"\n"):
+        raise PackError("its header does not end with a newline")
+    if b"\0" in head:
+        raise PackError("its header holds a NUL byte")
+    lines = head[:-1].split(b"\n")
+    oid = re.compile(rb"[0-9a-f]{%d}" % hex_length)
+
+    def field(at: int, name: bytes) -> bytes | None:
+        prefix = name + b" "
+        return lines[at][len(prefix):] if at < len(lines) and lines[at].startswith(prefix) else None
+
+    tree = field(0, b"tree")
+    if tree is None or not oid.fullmatch(tree):
+        raise PackError("its header does not start with a tree line git can read")
+    parents, at = [], 1
+    while (parent := field(at, b"parent")) is not None:
+        if not oid.fullmatch(parent):
+            raise PackError(f"its parent line {at} is not an object id in lower-case hex")
+        parents.append(parent.decode("ascii"))
+        at += 1
+    for name in (b"author", b"committer"):
+        if field(at, name) is None:
+            raise PackError(f"its {name.decode()} line is not where git reads it (after tree and parents)")
+        at += 1
+    for line in lines[at:]:
+        name = line.partition(b" ")[0]
+        if name in _HEADERS_IN_PLACE:
+            raise PackError(f"it has a {name.decode()} line out of its place, which git would not read as one")
     return tuple(parents)
 
 
@@ -252,9 +285,14 @@ class PackScanner:
             return
         self.held += len(content) + COMMIT_OVERHEAD
         digest = self._hash(b"commit %d\0" % len(content) + content).hexdigest()
+        try:
+            parents = commit_parents(content, 2 * self.hash_length)
+        except PackError as exc:
+            raise PackError(f"commit {digest} has a header git does not write ({exc}): it proves nothing, "
+                            "and dejima refuses the push") from None
         self._commits_at[current.start] = content
         self._commit_offsets[digest] = current.start
-        self.parents[digest] = commit_parents(content)
+        self.parents[digest] = parents
 
 
 class _Object:

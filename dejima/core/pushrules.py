@@ -4,8 +4,11 @@ A push is ``POST <repo>/git-receive-pack`` whose body is pkt-lines ``<old> <new>
 carrying capabilities after a NUL), a flush, then a pack. The rules, by default:
 
 - only this session's repositories (the route path, e.g. ``owner/repo``) may be pushed to;
-- no push to the default branch (the upstream's ``HEAD`` symref, read from its upload-pack
-  advertisement, since receive-pack does not advertise ``HEAD``);
+- no push to the default branch: the upstream's ``HEAD`` symref, and any symbolic ref that points
+  to it (receive-pack moves a symbolic ref's target). Both are asked of the upstream's upload-pack
+  in protocol v2 (ls-refs with ``symrefs``), since receive-pack advertises neither. A forge that
+  speaks v0 only names HEAD's target alone: there an update whose old value is the default branch's
+  commit may be an alias of it, and is refused;
 - no deletion and no non-fast-forward update. Fast-forward means ``old`` is an ancestor of ``new``.
   The request does not say so, and the upstream's history is not here, so the proof is read from
   the pushed pack: walking parents from ``new`` through the commits the pack carries must reach
@@ -17,7 +20,7 @@ carrying capabilities after a NUL), a flush, then a pack. The rules, by default:
 
 The commands are read as they arrive (``CommandReader``), before the pack; the rules that need
 no pack decide there. The pack itself streams on to the upstream through dejima.core.packscan,
-which keeps the commits' parents only, within a budget.
+which keeps the commits' parents only, within a budget, read as git reads them.
 
 A refused push is answered with a receive-pack report (``unpack ok`` / ``ng <ref> <reason>``, in
 side-band when asked) so git prints ``! [remote rejected] <ref> (<reason>)`` and ``remote: …``.
@@ -27,8 +30,8 @@ Which request is a push, and toward which repository, is dejima.core.gitpath's t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 FLUSH = b"0000"
 MAX_COMMAND_BYTES = 1024 * 1024  # a push's commands (and push options): ~10,000 refs
@@ -205,36 +208,124 @@ class CommandReader:
                 return True
 
 
+@dataclass(frozen=True, slots=True)
+class ForgeRefs:
+    """What the forge says of the refs a push names. ``targets``: each pushed ref that is a symbolic ref
+    on the forge, and the ref it points to, which is what receive-pack moves. ``symbolic_known`` is
+    False for a forge that speaks protocol v0 only, which names no symbolic ref but HEAD; its
+    ``default_tip`` (the default branch's commit) is then all there is to tell an alias by."""
+
+    default_ref: str | None
+    targets: Mapping[str, str] = field(default_factory=dict)
+    symbolic_known: bool = True
+    default_tip: str | None = None
+
+    def moved(self, ref: str) -> str:
+        return self.targets.get(ref, ref)
+
+
 class AdvertisementReader:
-    """The default branch from an upload-pack v0 ref advertisement, read as it arrives: the first ref
-    line carries ``symref=HEAD:<ref>``, so nothing past it is read or held."""
+    """The answer to ``info/refs?service=git-upload-pack`` asked in protocol v2, read as it arrives. A
+    forge that speaks v2 answers with its capabilities (``v2`` True; ``object_format`` as it says):
+    ask it with ls-refs next. A forge that speaks v0 only answers with its refs, whose first line
+    names HEAD's target (``symref=HEAD:<ref>``) and commit: ``refs`` holds them, nothing further is read."""
 
     def __init__(self) -> None:
         self._reader = PktReader(2 * 65536)
-        self._service_line = False
+        self._started = False  # past the optional "# service=" section
+        self.v2 = False
+        self.object_format: str | None = None
+        self.refs: ForgeRefs | None = None
 
-    def feed(self, data: bytes) -> tuple[bool, str | None]:
-        """(complete, the ref HEAD points to, or None when the upstream names none)."""
+    def feed(self, data: bytes) -> bool:
+        """True once the answer says all that is needed (``v2`` and its capabilities, or ``refs``)."""
         self._reader.feed(data)
         try:
             while True:
                 line = self._reader.take()
-                if line is not None and line.startswith(b"# service="):
-                    self._service_line = True
-                    continue
-                if line is None and self._service_line:
-                    self._service_line = False  # the flush that ends the service section
-                    continue
-                break
+                if not self._started:
+                    if line is not None and line.startswith(b"# service="):
+                        continue
+                    self._started = True
+                    if line is None:
+                        continue  # the flush that ends the service section
+                if line is None:
+                    if self.v2:
+                        return True
+                    self.refs = ForgeRefs(None, symbolic_known=False)  # an empty repository: no refs, no HEAD
+                    return True
+                if line.rstrip(b"\n") == b"version 2":
+                    self.v2 = True
+                elif self.v2:
+                    if line.startswith(b"object-format="):
+                        self.object_format = line.rstrip(b"\n").partition(b"=")[2].decode("ascii", "replace")
+                else:
+                    self.refs = _first_ref_line(line)
+                    return True
         except _Short:
-            return False, None
-        if line is None:
-            return True, None  # an empty repository: no refs, no HEAD
-        _, _, caps = line.rstrip(b"\n").partition(b"\0")
-        for cap in caps.decode("ascii", "replace").split():
-            if cap.startswith("symref=HEAD:"):
-                return True, cap[len("symref=HEAD:"):]
-        return True, None
+            return False
+
+
+def _first_ref_line(line: bytes) -> ForgeRefs:
+    text, _, caps = line.rstrip(b"\n").partition(b"\0")
+    oid, _, name = text.partition(b" ")
+    default_ref = None
+    for cap in caps.decode("ascii", "replace").split():
+        if cap.startswith("symref=HEAD:"):
+            default_ref = cap[len("symref=HEAD:"):]
+    tip = oid.decode("ascii", "replace") if name == b"HEAD" and _OID.match(oid) else None
+    return ForgeRefs(default_ref, symbolic_known=False, default_tip=tip)
+
+
+DELIM = b"0001"
+_REF_NAME = re.compile(r"[\x21-\x7e]+")  # what a ref-prefix line may carry; git refuses other names anyway
+
+
+def ls_refs_request(refs: Iterable[str], object_format: str | None) -> bytes:
+    """A protocol v2 ls-refs command asking, with their symbolic targets, for HEAD and the pushed refs."""
+    lines = [pkt(b"command=ls-refs\n")]
+    if object_format:
+        lines.append(pkt(f"object-format={object_format}\n".encode()))
+    lines += [DELIM, pkt(b"symrefs\n")]
+    lines += [pkt(f"ref-prefix {ref}\n".encode()) for ref in sorted({"HEAD", *refs}) if _REF_NAME.fullmatch(ref)]
+    return b"".join(lines) + FLUSH
+
+
+class LsRefsReader:
+    """An ls-refs answer (``<oid> <ref>[ symref-target:<ref>]…`` lines, then a flush), read as it arrives;
+    only HEAD and the pushed refs are kept (a prefix may match many more)."""
+
+    def __init__(self, pushed: Iterable[str]) -> None:
+        self._reader = PktReader(2 * 65536)
+        self._pushed = frozenset(pushed)
+        self._default: str | None = None
+        self._targets: dict[str, str] = {}
+
+    def feed(self, data: bytes) -> ForgeRefs | None:
+        """The refs once the answer ended, None while more is to come."""
+        self._reader.feed(data)
+        try:
+            while (line := self._reader.take()) is not None:
+                name, target = _ls_refs_line(line)
+                if target is None:
+                    continue
+                if name == "HEAD":
+                    self._default = target
+                elif name in self._pushed:
+                    self._targets[name] = target
+        except _Short:
+            return None
+        return ForgeRefs(self._default, self._targets)
+
+
+def _ls_refs_line(line: bytes) -> tuple[str, str | None]:
+    """(ref, the ref it points to when it is symbolic, else None)."""
+    oid, _, rest = line.rstrip(b"\n").partition(b" ")
+    if not (_OID.match(oid) or oid == b"unborn") or not rest:
+        raise PushError("malformed ls-refs line")
+    name, *attributes = rest.decode("utf-8", "replace").split(" ")
+    target = next((a[len("symref-target:"):] for a in attributes if a.startswith("symref-target:")), None)
+    return name, target
 
 
 def is_zero(oid: str) -> bool:
@@ -265,20 +356,34 @@ def _is_default(ref: str, default_ref: str | None) -> bool:
     return ref.upper() == "HEAD" or (default_ref is not None and ref.lower() == default_ref.lower())
 
 
-def decide(request: PushRequest, default_ref: str | None, policy: PushPolicy,
+def _default_branch_reason(command: Command, refs: ForgeRefs) -> str | None:
+    """Why the command would move the default branch, or None: by its name, through a symbolic ref on
+    the forge, or (a forge that names no symbolic ref) by standing where the default branch stands."""
+    shown = (refs.default_ref or command.ref).removeprefix("refs/heads/")
+    if _is_default(command.ref, refs.default_ref):
+        return f"pushing to the default branch ({shown}) is not allowed by dejima; push another branch"
+    if _is_default(refs.moved(command.ref), refs.default_ref):
+        return (f"{command.ref} is a symbolic ref to the default branch ({shown}) on the forge, so a push to it "
+                "moves that branch; not allowed by dejima: push another branch")
+    if not refs.symbolic_known and refs.default_tip is not None and command.old == refs.default_tip:
+        return (f"this forge does not say which refs are symbolic (git protocol v0), and {command.ref} stands "
+                f"at the default branch's commit: it may be an alias of {shown}, so dejima refuses the update; "
+                "push a new branch")
+    return None
+
+
+def decide(request: PushRequest, refs: ForgeRefs, policy: PushPolicy,
            parents: dict[str, tuple[str, ...]] | None, short_of: str = "") -> list[tuple[str, str | None]]:
     """(ref, reason it is refused, or None) per command. ``parents`` None: the pack is not read yet,
     so fast-forwards are not judged. ``short_of``: the budget the pack's commits outgrew (the proof
     may then fail only for that), said in the reason."""
     results: list[tuple[str, str | None]] = []
     for command in request.commands:
-        reason: str | None = None
-        if _is_default(command.ref, default_ref) and not policy.allow_default_branch:
-            shown = (default_ref or command.ref).removeprefix("refs/heads/")
-            reason = f"pushing to the default branch ({shown}) is not allowed by dejima; push another branch"
-        elif is_zero(command.new) and not policy.allow_force:
+        reason = None if policy.allow_default_branch else _default_branch_reason(command, refs)
+        if reason is None and is_zero(command.new) and not policy.allow_force:
             reason = "deleting a ref is not allowed by dejima"
-        elif parents is not None and needs_proof(command, policy) and not reaches(command.new, command.old, parents):
+        elif reason is None and parents is not None and needs_proof(command, policy) \
+                and not reaches(command.new, command.old, parents):
             reason = "not a fast-forward (force-push refused by dejima; it is also refused when the pushed " \
                      "commits alone cannot prove it: push to a new branch)"
             if short_of:

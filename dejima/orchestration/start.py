@@ -203,7 +203,8 @@ def apply_start(plan: StartPlan, sources: Mapping[str, CredentialSource], runtim
         if done["credentials"] is not None:
             from dejima.proxy.runner import write_home_files
 
-            write_home_files(done["credentials"], home, owner)
+            for note in write_home_files(done["credentials"], home, owner):
+                ui.warn(note)
 
     def harness_settings(_: Done) -> None:
         if plan.connection.files:

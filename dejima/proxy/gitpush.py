@@ -6,7 +6,7 @@
 - ``GET <repo>/info/refs?service=git-receive-pack`` toward another repository: 403, text/plain,
   which git prints as ``remote: dejima proxy: …``.
 - ``POST <repo>/git-receive-pack``: the commands are read as they arrive (dejima.core.pushrules),
-  the default branch from the first line of the upstream's upload-pack advertisement. A push the
+  the default branch and the pushed refs that are symbolic from the upstream's upload-pack (v2 ls-refs). A push the
   commands alone break is answered with a receive-pack report once its body was read and dropped;
   it never reaches the upstream. Otherwise the body streams on as it arrives. When an update must
   be proven a fast-forward, the pack is read on its way (dejima.core.packscan keeps the commits'
@@ -18,23 +18,33 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from dejima.core.credentials import Route, credential_value, split_route_target, upstream_target
 from dejima.core.gitpath import GitTarget, Unjudgeable, judge_git_target
-from dejima.core.httpwire import Headers, HttpError, parse_response_head, response_framing, serialize_request
+from dejima.core.httpwire import (
+    Headers,
+    HttpError,
+    parse_response_head,
+    response_framing,
+    serialize_request,
+    wants_keep_alive,
+)
 from dejima.core.limits import format_bytes
 from dejima.core.packscan import PackError, PackScanner
 from dejima.core.pushrules import (
     AdvertisementReader,
     CommandReader,
+    ForgeRefs,
+    LsRefsReader,
     PushError,
     PushPolicy,
     PushRequest,
     PushTooLarge,
     decide,
+    ls_refs_request,
     needs_proof,
     report,
 )
@@ -101,14 +111,12 @@ class _Push:
     hold: Hold
 
     async def run(self) -> Outcome:
-        route = self.spec.route
         pieces = body_pieces(self.exchange.reader, self.exchange.framing, self.server.idle)
         try:
             commands, rest, request = await self._commands(pieces)
             if request is None:  # git's probe (a lone flush) before a large push: nothing to judge
                 return await self.exchange.run_whole(self.headers, commands + rest)
-            credential = credential_value(route, await self.spec.source.current())
-            default_ref = await self._default_branch(credential)
+            refs = await self._forge_refs(request)
         except OverBudget as exc:
             return await self._unchecked(exc.reason, 413, "budget-exceeded")
         except PushTooLarge as exc:
@@ -119,14 +127,14 @@ class _Push:
             return await self._unchecked(str(exc), 400)
         except UpstreamError as exc:
             return await self.exchange.fail(exc.status, exc.message)
-        results = decide(request, default_ref, self.policy, parents=None)
+        results = decide(request, refs, self.policy, parents=None)
         if any(reason for _, reason in results):
             return await self._refused_before_upstream(request, results, pieces, len(commands) + len(rest))
         prove = any(needs_proof(command, self.policy) for command in request.commands)
         scanner = PackScanner(request.sha256, self.hold.reserve) if prove else None
         head = serialize_request("POST", self.exchange.target, self.headers)
         return await self.exchange.run(head, send=lambda upstream: self._stream(
-            upstream, commands, rest, pieces, request, default_ref, scanner))
+            upstream, commands, rest, pieces, request, refs, scanner))
 
     async def _commands(self, pieces: AsyncIterator[bytes]) -> tuple[bytes, bytes, PushRequest | None]:
         """(the raw head of the body, the bytes after it, its commands or None for git's probe)."""
@@ -144,27 +152,53 @@ class _Push:
                 return head, reader.rest, reader.request
         raise PushError("the body ended before the push's commands did")
 
-    async def _default_branch(self, credential: str) -> str | None:
-        """The ref the upstream's HEAD names, from its upload-pack advertisement (protocol v0)."""
+    async def _forge_refs(self, request: PushRequest) -> ForgeRefs:
+        """The default branch and the pushed refs that are symbolic, asked of the upstream's upload-pack:
+        its advertisement in protocol v2, then ls-refs; a forge that answers v0 says HEAD's target only."""
+        base = f"{self.spec.route.upstream.base_path}/{self.target.repository}"
+        credential = credential_value(self.spec.route, await self.spec.source.current())
+        advertisement = AdvertisementReader()
+        await self._ask(credential, "GET", f"{base}/info/refs?service=git-upload-pack", b"", [], advertisement.feed)
+        if not advertisement.v2:
+            assert advertisement.refs is not None
+            return advertisement.refs
+        pushed = [command.ref for command in request.commands]
+        listing = LsRefsReader(pushed)
+        found: list[ForgeRefs] = []
+
+        def read(piece: bytes) -> bool:
+            refs = listing.feed(piece)
+            if refs is not None:
+                found.append(refs)
+            return refs is not None
+
+        body = ls_refs_request(pushed, advertisement.object_format)
+        await self._ask(credential, "POST", f"{base}/git-upload-pack", body, [
+            (b"Content-Type", b"application/x-git-upload-pack-request"),
+            (b"Accept", b"application/x-git-upload-pack-result"), (b"Content-Length", b"%d" % len(body))], read)
+        return found[0]
+
+    async def _ask(self, credential: str, method: str, target: str, body: bytes, headers: Headers,
+                   read: Callable[[bytes], bool]) -> None:
+        """One request to the upstream's upload-pack with the route's credential, in protocol v2; its
+        answer is given to ``read`` piece by piece until it says it has what it needs."""
         route: Route = self.spec.route
-        target = f"{route.upstream.base_path}/{self.target.repository}/info/refs?service=git-upload-pack"
         conn = await self.server.pool.connect(route.upstream)
         try:
-            conn.writer.write(serialize_request("GET", target, [
+            conn.writer.write(serialize_request(method, target, [
                 (b"Host", route.upstream.host_header.encode()), (route.header.encode(), credential.encode()),
-                (b"User-Agent", b"git/dejima-push-guard"), (b"Connection", b"close")]))
+                (b"User-Agent", b"git/dejima-push-guard"), (b"Git-Protocol", b"version=2"),
+                (b"Connection", b"close"), *headers]) + body)
             async with asyncio.timeout(self.server.config.response_timeout):
                 head = parse_response_head(await conn.reader.readuntil(b"\r\n\r\n"))
             if head.status != 200:
-                raise UpstreamError(502, f"{route.upstream} answered {head.status} to the ref advertisement")
-            advertisement = AdvertisementReader()
-            async for piece in body_pieces(conn.reader, response_framing("GET", head), self.server.idle):
-                complete, default_ref = advertisement.feed(piece)
-                if complete:
-                    return default_ref
-            raise UpstreamError(502, f"the ref advertisement of {route.upstream} ended early")
+                raise UpstreamError(502, f"{route.upstream} answered {head.status} to {method} {target}")
+            async for piece in body_pieces(conn.reader, response_framing(method, head), self.server.idle):
+                if read(piece):
+                    return
+            raise UpstreamError(502, f"the answer of {route.upstream} to {method} {target} ended early")
         except (PushError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, HttpError, BodyCut) as exc:
-            raise UpstreamError(502, f"could not read the ref advertisement of {route.upstream}: {exc}") from None
+            raise UpstreamError(502, f"could not read the refs of {route.upstream}: {exc}") from None
         finally:
             conn.close()
 
@@ -186,10 +220,13 @@ class _Push:
                     return await self.exchange.fail(413, f"push refused, and larger than {format_bytes(limit)}")
         except (BodyCut, HttpError, TimeoutError) as exc:
             return await self.exchange.fail(400, f"push refused, and its body was cut: {exc}")
-        answer, outcome = _report(request, results, received)
+        answer, outcome = _report(request, results, received, self._keep_alive())
         self.exchange.writer.write(answer)
         await self.exchange.writer.drain()
         return outcome
+
+    def _keep_alive(self) -> bool:
+        return wants_keep_alive(self.exchange.head.version, self.exchange.head.headers)
 
     def _withheld(self, status: int, why: str, received: int) -> Withheld:
         message = f"push not checked: {why}"
@@ -198,7 +235,7 @@ class _Push:
                         Outcome(status, received, error=message))
 
     async def _stream(self, upstream: asyncio.StreamWriter, commands: bytes, rest: bytes,
-                      pieces: AsyncIterator[bytes], request: PushRequest, default_ref: str | None,
+                      pieces: AsyncIterator[bytes], request: PushRequest, refs: ForgeRefs,
                       scanner: PackScanner | None) -> int:
         """Send the body on as it arrives; with a proof to make, read the pack on the way and keep its
         trailing hash back until the verdict (Withheld when the push is refused)."""
@@ -227,9 +264,9 @@ class _Push:
             raise self._withheld(400, str(exc), received) from None
         if scanner is not None:
             short_of = format_bytes(self.server.budget.limit) if scanner.incomplete else ""
-            results = decide(request, default_ref, self.policy, scanner.parents, short_of)
+            results = decide(request, refs, self.policy, scanner.parents, short_of)
             if any(reason for _, reason in results):
-                answer, outcome = _report(request, results, received)
+                answer, outcome = _report(request, results, received, self._keep_alive())
                 self.server.violation("push-refused", self.spec.route.name, _refusals(results))
                 raise Withheld(answer, outcome)
         await writer.write(kept)
@@ -248,8 +285,11 @@ def _refusals(results: list[tuple[str, str | None]]) -> str:
     return "; ".join(f"{ref}: {reason}" for ref, reason in results if reason)
 
 
-def _report(request: PushRequest, results: list[tuple[str, str | None]], received: int) -> tuple[bytes, Outcome]:
+def _report(request: PushRequest, results: list[tuple[str, str | None]], received: int,
+            keep_alive: bool) -> tuple[bytes, Outcome]:
+    """The refusing report as a response; the connection stays open only when the client asked to keep it."""
     body = report(results, request.capabilities)
     answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/x-git-receive-pack-result\r\n"
-              b"Cache-Control: no-cache\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-    return answer, Outcome(200, received, len(body), True, "push refused: " + _refusals(results))
+              b"Cache-Control: no-cache\r\nContent-Length: %d\r\n" % len(body)
+              + (b"" if keep_alive else b"Connection: close\r\n") + b"\r\n" + body)
+    return answer, Outcome(200, received, len(body), keep_alive, "push refused: " + _refusals(results))

@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
+from dejima.adapters.home_files import Owner, open_within, read_existing
+from dejima.adapters.home_files import replace as replace_file
 from dejima.core.manifest import CredentialRoute
 from dejima.core.paths import SESSION_TRUST_DIR
 from dejima.core.plan import BRIDGE_PORT, SESSION_HOME, proxy_limits
@@ -142,30 +144,40 @@ def serve_session_proxy(proxy: SessionProxy, sources: Mapping[str, CredentialSou
     return replace(proxy, prepared=served(proxy.prepared, sources))
 
 
-def write_home_files(proxy: SessionProxy, home: Path, owner: tuple[int, int] | None = None) -> None:
+def write_home_files(proxy: SessionProxy, home: Path, owner: Owner = None) -> list[str]:
     """What the proxy puts in the session's home: the decoy AWS credentials file, and the session CA
-    with the bundle its tools trust (when hosts are intercepted)."""
-    prepared = proxy.prepared
+    with the bundle its tools trust (when hosts are intercepted). Returns a note for each thing a
+    previous session left in the way and that was replaced (dejima.adapters.home_files)."""
+    prepared, notes = proxy.prepared, []
     if prepared.decoys.aws_credentials_file:
-        _plant_decoy_file(home / ".aws" / "credentials", prepared.decoys.aws_credentials_file, owner)
+        notes += _plant_decoy_file(home, prepared.decoys.aws_credentials_file, owner)
     if prepared.interception is not None:
-        write_trust(home / TRUST_DIR, prepared.interception.authority.ca_pem, owner)
+        notes += write_trust(home, TRUST_DIR.split("/"), prepared.interception.authority.ca_pem, owner)
+    return notes
 
 
 DECOY_MARK = "# dejima decoy: fake values, planted to catch an agent that goes looking for credentials\n"
+_DECOY_PATH = (".aws", "credentials")
 
 
-def _plant_decoy_file(path: Path, text: str, owner: tuple[int, int] | None) -> None:
-    """Write the decoy where a real file would be, unless something else already lives there; a
-    root launcher hands it to the session's user, who must be able to read it like a real one."""
-    if path.is_symlink() or (path.exists() and not path.read_text(errors="replace").startswith(DECOY_MARK)):
-        return
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.write_text(DECOY_MARK + text)
-    path.chmod(0o600)
-    if owner is not None and os.getuid() == 0:
-        for item in (path.parent, path):
-            os.chown(item, *owner)
+def _plant_decoy_file(home: Path, text: str, owner: Owner) -> list[str]:
+    """Write the decoy where a real file would be, unless a file that is no decoy already lives there;
+    a root launcher hands it to the session's user, who must be able to read it like a real one."""
+    notes: list[str] = []
+    *parents, name = _DECOY_PATH
+    shown = "~/" + "/".join(_DECOY_PATH)
+    directory = open_within(home, parents, owner, notes)
+    try:
+        try:
+            existing = read_existing(directory, name, 1 << 20)
+        except ValueError as exc:
+            notes.append(f"{shown} could not be read ({exc}); replaced by the decoy")
+            existing = None
+        if existing is None or existing.startswith(DECOY_MARK.encode()):
+            replace_file(directory, name, (DECOY_MARK + text).encode(), 0o600, owner, None, shown)
+    finally:
+        os.close(directory)
+    return notes
 
 
 def system_bundle() -> str:
@@ -176,23 +188,20 @@ def system_bundle() -> str:
     return ""
 
 
-def write_trust(directory: Path, ca_pem: str, owner: tuple[int, int] | None) -> None:
-    """The session CA alone and the bundle (system CAs, then the session CA), readable by the
-    session's user; public certificates only, the CA's key stays in the proxy's memory. The home
-    is the session's to change: a link it left in the way is removed, never followed."""
-    for step in (directory.parent, directory):
-        if step.is_symlink() or (step.exists() and not step.is_dir()):
-            step.unlink()
-        step.mkdir(exist_ok=True, mode=0o755)
-    bundle = system_bundle().rstrip("\n")
-    for name, text in ((CA_FILE, ca_pem), (BUNDLE_FILE, f"{bundle}\n{ca_pem}" if bundle else ca_pem)):
-        path = directory / name
-        path.unlink(missing_ok=True)  # never write through a link the session may have left
-        path.write_text(text, encoding="ascii")
-        path.chmod(0o644)
-    if owner is not None and os.getuid() == 0:
-        for item in (directory.parent, directory, directory / CA_FILE, directory / BUNDLE_FILE):
-            os.chown(item, *owner)
+def write_trust(root: Path, parents: Sequence[str], ca_pem: str, owner: Owner) -> list[str]:
+    """The session CA alone and the bundle (system CAs, then the session CA) in ``root``/``parents``,
+    readable by the session's user; public certificates only, the CA's key stays in the proxy's memory.
+    Nothing a session left on the way is followed (dejima.adapters.home_files); returns its notes."""
+    notes: list[str] = []
+    directory = open_within(root, parents, owner, notes, mode=0o755)
+    try:
+        bundle = system_bundle().rstrip("\n")
+        for name, text in ((CA_FILE, ca_pem), (BUNDLE_FILE, f"{bundle}\n{ca_pem}" if bundle else ca_pem)):
+            replace_file(directory, name, text.encode("ascii"), 0o644, owner, notes,
+                    "~/" + "/".join((*parents, name)))
+    finally:
+        os.close(directory)
+    return notes
 
 
 class ProxyThread:

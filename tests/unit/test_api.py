@@ -257,6 +257,8 @@ CLI_IMPORTS_BELOW = {
     ("audit.py", "dejima.adapters.restore"): "the terminal walk restores one file at a time",
     ("audit_review.py", "dejima.adapters.findings"): "the walk's store and its findings' type",
     ("audit_review.py", "dejima.core.audit"): "the walk's order: worst severity first",
+    ("launch.py", "dejima.core.schema"): "`dejima sesions`: did you mean, before the API is imported",
+    ("manage.py", "dejima.adapters.tomledit"): "settings and manifests shown as TOML that dejima reads back",
 }
 
 

@@ -358,6 +358,7 @@ SLEEPS: dict[tuple[str, str], tuple[str, int]] = {
     ("tests/integration/test_concurrent.py", "sleep 300"): (HELD, 1),
     ("tests/integration/test_credential_isolation.py", "sleep 300"): (HELD, 1),
     ("tests/integration/test_credentials.py", "time.sleep(DRIP_SECONDS)"): (SCENARIO, 1),  # a streaming model
+    ("tests/integration/test_documented_examples.py", "sleep 300"): (HELD, 1),
     ("tests/integration/test_egress.py", "sleep 120"): (HELD, 1),
     ("tests/integration/test_egress.py", "sleep 300"): (HELD, 1),
     ("tests/integration/test_egress.py", "time.sleep(0.05)"): (POLL, 1),  # until the resolver lets a port go

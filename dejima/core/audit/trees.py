@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings, in_package_cache
 from dejima.core.audit.installs import TOOL_STATE, npm_tampering, python_tampering, recorded
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.snapshot import Change
 
@@ -90,59 +91,62 @@ def _build_output(view: View) -> list[Finding]:
 
 
 def _dependencies(view: View) -> list[Finding]:
-    found = []
-    for root, changes in _group(view, _dependency_root).items():
-        if environment_root(root + "/x", view) is not None:
-            continue
-        in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
-                    and c.path[len(root) + 1:] not in TOOL_STATE]
-        tampered = in_place + npm_tampering(root, changes, view)
-        paths = sorted({c.path for c in changes})
-        if tampered:
-            found.append(finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: "
-                                 f"{_summary(tampered)}; delete {root} and reinstall on the host",
-                                 changes_value(changes), remedy="reinstall"))
-        else:
-            found.append(finding("B07", "low", root, f"dependency tree rewritten ({len(paths)} entries, e.g. an "
-                                 f"install in the session); reinstall on the host to be sure",
-                                 changes_value(changes), remedy="reinstall"))
-    return found
+    """Each dependency tree judged on its own (isolation): one that fails is a finding there."""
+    return [f for root, changes in _group(view, _dependency_root).items()
+            if environment_root(root + "/x", view) is None
+            for f in judged(view, "B07", root, _dependency_tree, root, changes, view)]
+
+
+def _dependency_tree(root: str, changes: list[Change], view: View) -> list[Finding]:
+    in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
+                and c.path[len(root) + 1:] not in TOOL_STATE]
+    tampered = in_place + npm_tampering(root, changes, view)
+    if tampered:
+        return [finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: {_summary(tampered)}; "
+                        f"delete {root} and reinstall on the host", changes_value(changes), remedy="reinstall")]
+    return [finding("B07", "low", root, f"dependency tree rewritten ({len({c.path for c in changes})} entries, e.g. "
+                    "an install in the session); reinstall on the host to be sure", changes_value(changes),
+                    remedy="reinstall")]
 
 
 def _environments(view: View) -> list[Finding]:
     """Python environments: one finding each, and the start-up files changed in one that was there.
     In the session's home (the workflows put uv's and poetry's environments there) only sessions run
     them, inside the boundary: an ordinary install is low, start-up code or tampering medium."""
+    return [f for root, changes in _group(view, lambda path: environment_root(path, view)).items()
+            for f in judged(view, "B10", root, _environment, root, changes, view)]
+
+
+def _environment(root: str, changes: list[Change], view: View) -> list[Finding]:
     home = view.kind == "home"
     found = []
-    for root, changes in _group(view, lambda path: environment_root(path, view)).items():
-        tampered = python_tampering(root, changes, view)
-        created = f"{root}/pyvenv.cfg" not in view.before and root not in view.before
-        rest = []
-        for change in changes:
-            new = change.after
-            if created or new is None or new.kind != "file" or not _STARTUP.search(change.path) or \
-                    change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or "") or \
-                    recorded(change.path, root, view):  # what a distribution installs: part of its install
-                rest.append(change)
-                continue
-            found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
-                                 f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
-        paths = sorted({c.path for c in rest})
-        where = "" if home else " on the host"
-        if tampered:
-            found.append(finding("B10", "medium" if home else "high", root, f"{len(tampered)} change(s) no installer "
-                                 f"makes: {_summary(tampered)}; recreate the environment{where}",
-                                 changes_value(changes), remedy="reinstall"))
-        elif created:  # all of it is new, its start-up files included (uv sync, venv)
-            what = "the session's home: sessions run it, the host does not" if home else \
-                "the session; its start-up files (.pth, activate) run code: recreate it on the host"
-            found.append(finding("B10", "low" if home else "high", root, f"a Python environment created in {what} "
-                                 f"({len(paths)} entries)", changes_value(changes), remedy="reinstall"))
-        elif rest:
-            found.append(finding("B10", "low" if home else "high", root, f"Python environment changed ({len(paths)} "
-                                 f"entries: {_summary(paths)}); recreate it{where}", changes_value(rest),
-                                 remedy="reinstall"))
+    tampered = python_tampering(root, changes, view)
+    created = f"{root}/pyvenv.cfg" not in view.before and root not in view.before
+    rest = []
+    for change in changes:
+        new = change.after
+        if created or new is None or new.kind != "file" or not _STARTUP.search(change.path) or \
+                change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or "") or \
+                recorded(change.path, root, view):  # what a distribution installs: part of its install
+            rest.append(change)
+            continue
+        found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
+                             f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
+    paths = sorted({c.path for c in rest})
+    where = "" if home else " on the host"
+    if tampered:
+        found.append(finding("B10", "medium" if home else "high", root, f"{len(tampered)} change(s) no installer "
+                             f"makes: {_summary(tampered)}; recreate the environment{where}",
+                             changes_value(changes), remedy="reinstall"))
+    elif created:  # all of it is new, its start-up files included (uv sync, venv)
+        what = "the session's home: sessions run it, the host does not" if home else \
+            "the session; its start-up files (.pth, activate) run code: recreate it on the host"
+        found.append(finding("B10", "low" if home else "high", root, f"a Python environment created in {what} "
+                             f"({len(paths)} entries)", changes_value(changes), remedy="reinstall"))
+    elif rest:
+        found.append(finding("B10", "low" if home else "high", root, f"Python environment changed ({len(paths)} "
+                             f"entries: {_summary(paths)}); recreate it{where}", changes_value(rest),
+                             remedy="reinstall"))
     return found
 
 
@@ -161,11 +165,13 @@ def _bytecode(view: View) -> list[Finding]:
 
 
 def tree_findings(view: View) -> list[Finding]:
+    """Each tree judged on its own (isolation), and each kind of tree: one that fails is a finding there."""
     if view.kind == "cache":
-        return cache_mount_findings(view)
+        return judged(view, "M01", "", cache_mount_findings, view)
     if view.kind == "home":
-        return [*home_cache_findings(view), *_environments(view)]
-    return [*_dependencies(view), *_environments(view), *_build_output(view), *_bytecode(view)]
+        return [*judged(view, "M01", "", home_cache_findings, view), *_environments(view)]
+    return [*_dependencies(view), *_environments(view), *judged(view, "B07", "", _build_output, view),
+            *judged(view, "B11", "", _bytecode, view)]
 
 
 def in_tree(path: str, view: View) -> bool:

@@ -190,3 +190,17 @@ def test_names_cannot_inject_markup_or_lines(tmp_path: Path, out: io.StringIO, c
     assert "[bold]x\\u000a reviewed: yes" in listing and "[/x] [link=http://e]" in listing
     assert main(["show", *map(str, ids)]) == ExitStatus.SUCCESS
     assert "\n reviewed: yes" not in capsys.readouterr().out
+
+
+def test_listing_only_reviewed_findings_asks_for_no_review(workspace: Path, out: io.StringIO,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    ids = " ".join(map(str, sorted(session(workspace, "s9", plant))))
+    assert main(["list"]) == ExitStatus.SUCCESS
+    assert f"dejima-audit show {ids}; undo: dejima-audit restore {ids}" in out.getvalue()  # the ids to type
+    assert main(["ack", *ids.split(), "--note", "mine"]) == ExitStatus.SUCCESS
+    out.truncate(0)
+    out.seek(0)
+    assert main(["list", "--all"]) == ExitStatus.SUCCESS
+    assert str(workspace) in capsys.readouterr().out  # the reviewed findings are listed
+    assert "every finding listed is reviewed" in out.getvalue()
+    assert "review them" not in out.getvalue() and "dejima-audit ack" not in out.getvalue()

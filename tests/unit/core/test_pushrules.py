@@ -1,22 +1,27 @@
 """Push rules, pure: commands and advertisements read as they arrive, the pack's commits (checked
 against git itself) read within a budget, reports."""
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from dejima.core.packscan import PackError, PackScanner, apply_delta
+from dejima.core.packscan import PackError, PackScanner, apply_delta, commit_parents
 from dejima.core.pushrules import (
+    DELIM,
     FLUSH,
     MAX_COMMAND_BYTES,
     AdvertisementReader,
     Command,
     CommandReader,
+    ForgeRefs,
+    LsRefsReader,
     PktReader,
     PushError,
     PushPolicy,
     PushRequest,
     decide,
+    ls_refs_request,
     pkt,
     report,
 )
@@ -79,18 +84,61 @@ def test_commands_are_bounded_whatever_the_pieces() -> None:
             reader.feed(line)
 
 
+def feed_in_steps(feed: Callable[[bytes], object], body: bytes, step: int) -> tuple[int, object]:
+    """Feed ``body`` ``step`` bytes at a time until ``feed`` answers something true: (bytes fed, answer)."""
+    for at in range(0, len(body), step):
+        answer = feed(body[at:at + step])
+        if answer:
+            return at + step, answer
+    return len(body), None
+
+
 @pytest.mark.parametrize("step", [1, 5, 10_000])
-def test_advertisement_names_head_from_its_first_line(step: int) -> None:
-    body = pkt(b"# service=git-upload-pack\n") + FLUSH + pkt(
-        f"{A} HEAD\0multi_ack symref=HEAD:refs/heads/trunk agent=x\n".encode()) + pkt(
-        f"{A} refs/heads/trunk\n".encode()) + FLUSH
+def test_a_v0_advertisement_names_head_from_its_first_line(step: int) -> None:
+    first = pkt(b"# service=git-upload-pack\n") + FLUSH + pkt(
+        f"{A} HEAD\0multi_ack symref=HEAD:refs/heads/trunk agent=x\n".encode())
+    body = first + pkt(f"{A} refs/heads/trunk\n".encode()) + FLUSH
     reader = AdvertisementReader()
-    results = [reader.feed(body[at:at + step]) for at in range(0, len(body), step)]
-    complete_at = next(i for i, (complete, _) in enumerate(results) if complete)
-    assert results[complete_at] == (True, "refs/heads/trunk")
-    assert complete_at * step < len(body) - len(pkt(f"{A} refs/heads/trunk\n".encode()))  # read no further
+    fed, complete = feed_in_steps(reader.feed, body, step)
+    assert complete and not reader.v2 and reader.refs == ForgeRefs("refs/heads/trunk", symbolic_known=False,
+                                                                   default_tip=A)
+    assert fed < len(first) + step  # read no further than the first ref line
     empty = AdvertisementReader()
-    assert empty.feed(pkt(b"# service=git-upload-pack\n") + FLUSH + FLUSH) == (True, None)
+    assert empty.feed(pkt(b"# service=git-upload-pack\n") + FLUSH + FLUSH) and empty.refs == ForgeRefs(
+        None, symbolic_known=False)
+
+
+@pytest.mark.parametrize("service_line", [True, False])
+def test_a_v2_advertisement_says_so_with_its_object_format(service_line: bool) -> None:
+    body = pkt(b"version 2\n") + pkt(b"agent=git/2.39\n") + pkt(b"ls-refs=unborn\n") + pkt(
+        b"object-format=sha256\n") + FLUSH
+    if service_line:  # http-backend leaves it out in v2; some forges send it all the same
+        body = pkt(b"# service=git-upload-pack\n") + FLUSH + body
+    reader = AdvertisementReader()
+    assert feed_in_steps(reader.feed, body, 3)[1] and reader.v2 and reader.object_format == "sha256"
+    assert reader.refs is None
+
+
+def test_ls_refs_asks_for_head_and_the_pushed_refs_only() -> None:
+    request = ls_refs_request(["refs/heads/b", "refs/heads/a", "refs/heads/a", "refs/heads/x\nref-prefix y"],
+                              "sha1")
+    assert PktReader.section(request.replace(DELIM, b"")) == [
+        b"command=ls-refs\n", b"object-format=sha1\n", b"symrefs\n", b"ref-prefix HEAD\n",
+        b"ref-prefix refs/heads/a\n", b"ref-prefix refs/heads/b\n"]
+    assert DELIM in request
+
+
+@pytest.mark.parametrize("step", [1, 7, 10_000])
+def test_ls_refs_answer_gives_the_default_and_each_pushed_symbolic_ref(step: int) -> None:
+    body = (pkt(f"{A} HEAD symref-target:refs/heads/main\n".encode()) + pkt(f"{A} refs/heads/main\n".encode())
+            + pkt(f"{A} refs/heads/alias symref-target:refs/heads/main\n".encode())
+            + pkt(f"{A} refs/heads/alias-other symref-target:refs/heads/main\n".encode())  # matched the prefix only
+            + pkt(f"{B} refs/heads/plain\n".encode()) + FLUSH + b"0002")
+    reader = LsRefsReader(["refs/heads/alias", "refs/heads/plain"])
+    refs = feed_in_steps(reader.feed, body, step)[1]
+    assert refs == ForgeRefs("refs/heads/main", {"refs/heads/alias": "refs/heads/main"})
+    with pytest.raises(PushError):
+        LsRefsReader([]).feed(pkt(b"not an id refs/heads/x\n") + FLUSH)
 
 
 def test_decisions() -> None:
@@ -99,14 +147,31 @@ def test_decisions() -> None:
                            Command(B, A, "refs/heads/rewind"), Command(A, Z, "refs/heads/gone"),
                            Command(A, B, "refs/heads/main")), frozenset())
     parents: dict[str, tuple[str, ...]] = {B: (A,)}
-    before_pack = dict(decide(request, "refs/heads/main", policy, None))
+    refs = ForgeRefs("refs/heads/main")
+    before_pack = dict(decide(request, refs, policy, None))
     assert before_pack["refs/heads/rewind"] is None and before_pack["refs/heads/main"] is not None
-    reasons = dict(decide(request, "refs/heads/main", policy, parents))
+    reasons = dict(decide(request, refs, policy, parents))
     assert reasons["refs/heads/new"] is None and reasons["refs/heads/ff"] is None
     assert "not a fast-forward" in str(reasons["refs/heads/rewind"])
     assert "deleting" in str(reasons["refs/heads/gone"]) and "default branch (main)" in str(reasons["refs/heads/main"])
     lenient = PushPolicy(("o/r",), allow_force=True, allow_default_branch=True)
-    assert all(reason is None for _, reason in decide(request, "refs/heads/main", lenient, parents))
+    assert all(reason is None for _, reason in decide(request, refs, lenient, parents))
+
+
+def test_the_default_branch_is_judged_on_what_the_forge_moves() -> None:
+    policy = PushPolicy(("o/r",))
+    request = PushRequest((Command(A, B, "refs/heads/alias"), Command(A, B, "refs/heads/feature"),
+                           Command(Z, B, "refs/heads/new")), frozenset())
+    through = dict(decide(request, ForgeRefs("refs/heads/main", {"refs/heads/alias": "refs/heads/MAIN"}), policy,
+                          None))
+    assert "refs/heads/alias is a symbolic ref to the default branch (main)" in str(through["refs/heads/alias"])
+    assert through["refs/heads/feature"] is None and through["refs/heads/new"] is None
+    v0 = dict(decide(request, ForgeRefs("refs/heads/main", symbolic_known=False, default_tip=A), policy, None))
+    assert "may be an alias of main" in str(v0["refs/heads/alias"]) and "may be an alias" in str(
+        v0["refs/heads/feature"])
+    assert v0["refs/heads/new"] is None  # a new ref: no old value to stand anywhere
+    elsewhere = dict(decide(request, ForgeRefs("refs/heads/main", symbolic_known=False, default_tip=B), policy, None))
+    assert all(reason is None for reason in elsewhere.values())
 
 
 def test_report_in_side_band_and_plain() -> None:
@@ -183,3 +248,35 @@ def test_apply_delta() -> None:
     # sizes 11 -> 7; copy 6 bytes from offset 0 ("hello "); insert 1 byte "!"
     delta = bytes([11, 7]) + bytes([0x80 | 0x10, 6]) + bytes([1]) + b"!"
     assert apply_delta(base, delta) == b"hello !"
+
+
+T, P = "c" * 40, "d" * 40
+WHO = b" t <t@t> 1 +0000"
+
+
+@pytest.mark.parametrize("lines, parents", [
+    ([f"tree {T}", f"parent {P}", f"parent {A}", "author" + WHO.decode(), "committer" + WHO.decode()], (P, A)),
+    ([f"tree {T}", "author" + WHO.decode(), "committer" + WHO.decode(), "encoding x", "gpgsig a", f" parent {P}"],
+     ()),
+])
+def test_commit_parents_are_the_lines_git_reads(lines: list[str], parents: tuple[str, ...]) -> None:
+    content = ("\n".join(lines) + "\n\nmessage\nparent " + B + "\n").encode()  # the message is no header
+    assert commit_parents(content) == parents
+    assert commit_parents(("\n".join(lines) + "\n").encode()) == parents  # no message: no blank line needed
+
+
+@pytest.mark.parametrize("content, reason", [
+    (f"tree {T}\nauthor{WHO.decode()}\nparent {P}\ncommitter{WHO.decode()}\n\n", "committer line"),
+    (f"tree {T}\nauthor{WHO.decode()}\ncommitter{WHO.decode()}\nparent {P}\n\n", "parent line out of its place"),
+    (f"parent {P}\ntree {T}\nauthor{WHO.decode()}\ncommitter{WHO.decode()}\n\n", "tree line"),
+    (f"tree {T}\ntree {T}\nauthor{WHO.decode()}\ncommitter{WHO.decode()}\n\n", "author"),
+    (f"tree {T}\nparent {P.upper()}\nauthor{WHO.decode()}\ncommitter{WHO.decode()}\n\n", "lower-case hex"),
+    (f"tree {T}\nparent {P} \nauthor{WHO.decode()}\ncommitter{WHO.decode()}\n\n", "lower-case hex"),
+    (f"tree {T}\nauthor{WHO.decode()}\nauthor{WHO.decode()}\ncommitter{WHO.decode()}\n\n", "committer"),
+    (f"tree {T}\nauthor{WHO.decode()}\ncommitter{WHO.decode()}", "newline"),
+    (f"tree {T}\nauthor{WHO.decode()}\0\ncommitter{WHO.decode()}\n\n", "NUL"),
+    (f"tree {T[:-1]}\nauthor{WHO.decode()}\ncommitter{WHO.decode()}\n\n", "tree line"),
+])
+def test_a_commit_header_git_would_read_otherwise_is_refused(content: str, reason: str) -> None:
+    with pytest.raises(PackError, match=reason):
+        commit_parents(content.encode())

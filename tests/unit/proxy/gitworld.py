@@ -41,6 +41,7 @@ class Forge:
     url: str
     auth_seen: list[str] = field(default_factory=list)
     paths_seen: list[str] = field(default_factory=list)  # PATH_INFO as http-backend got it (decoded)
+    protocol_v2: bool = True  # False: a forge that ignores Git-Protocol and speaks v0 only
     in_flight: int = 0  # requests whose head was read and whose answer is not written yet
     changed: threading.Condition = field(default_factory=threading.Condition)
 
@@ -100,7 +101,8 @@ def _handler(forge: Forge) -> type[BaseHTTPRequestHandler]:
                    "PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": self.command,
                    "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
                    "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
-                   "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""), "REMOTE_USER": "forge-user",
+                   "GIT_PROTOCOL": self.headers.get("Git-Protocol", "") if forge.protocol_v2 else "",
+                   "REMOTE_USER": "forge-user",
                    "REMOTE_ADDR": "127.0.0.1", "GIT_CONFIG_NOSYSTEM": "1"}
             out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True,
                                  timeout=60).stdout
@@ -124,7 +126,7 @@ def _handler(forge: Forge) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def fake_forge(tmp: Path, repository: str = "owner/repo") -> Iterator[Forge]:
+def fake_forge(tmp: Path, repository: str = "owner/repo", protocol_v2: bool = True) -> Iterator[Forge]:
     root = tmp / "forge"
     bare = root / f"{repository}.git"
     bare.parent.mkdir(parents=True)
@@ -138,7 +140,7 @@ def fake_forge(tmp: Path, repository: str = "owner/repo") -> Iterator[Forge]:
     git("push", "-q", str(bare), "main", cwd=seed)
     (root / "other").mkdir()
     git("init", "--bare", "-q", "-b", "main", str(root / "other" / "repo.git"))
-    forge = Forge(root, "")
+    forge = Forge(root, "", protocol_v2=protocol_v2)
     with serving(ThreadingHTTPServer(("127.0.0.1", 0), _handler(forge))) as server:
         forge.url = f"http://127.0.0.1:{server.server_port}"
         yield forge
@@ -169,9 +171,9 @@ class World:
 
 
 @contextmanager
-def git_world(tmp: Path, **options: Any) -> Iterator[World]:
+def git_world(tmp: Path, protocol_v2: bool = True, **options: Any) -> Iterator[World]:
     """The world, its proxy configured with ``options`` (ProxyConfig fields)."""
-    with fake_forge(tmp) as forge:
+    with fake_forge(tmp, protocol_v2=protocol_v2) as forge:
         git_route = route("github-git", forge.url, "authorization", "Basic", "x-access-token", "github.com")
         spec = RouteSpec(git_route, fixed(TOKEN), GitPushGuard(PushPolicy(("owner/repo",))))
         with running_proxy(tmp, [spec], **options) as proxy:

@@ -33,6 +33,7 @@ CONNECTIONS = 64
 PER_CONNECTION = 1 * MiB  # what one connection may take (docs/credentials.md): reads and transport buffers
 SLACK = 16 * MiB  # the allocator's and the interpreter's own growth under load
 OLD = hashlib.sha1(b"the forge's feature branch").hexdigest()
+MAIN = hashlib.sha1(b"the forge's default branch").hexdigest()
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 
@@ -59,8 +60,9 @@ def _sink_handler(sink: Sink) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def do_GET(self) -> None:  # noqa: N802 - the push guard asks which branch is the default
+            # A v0 advertisement (the sink ignores Git-Protocol), its default branch elsewhere than feature.
             self._answer("application/x-git-upload-pack-advertisement", pkt(b"# service=git-upload-pack\n") + FLUSH
-                         + pkt(f"{OLD} HEAD\0symref=HEAD:refs/heads/main\n".encode()) + FLUSH)
+                         + pkt(f"{MAIN} HEAD\0symref=HEAD:refs/heads/main\n".encode()) + FLUSH)
 
         def _drop(self, size: int) -> int:
             left = size

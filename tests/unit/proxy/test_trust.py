@@ -46,7 +46,7 @@ def test_the_trust_files_hold_the_system_cas_and_the_session_ca(tmp_path: Path) 
     assert prepared.interception is not None
     ca_pem = prepared.interception.authority.ca_pem
     (tmp_path / "home").mkdir()
-    write_trust(tmp_path / "home" / ".dejima" / "tls", ca_pem, None)
+    write_trust(tmp_path / "home", (".dejima", "tls"), ca_pem, None)
     directory = tmp_path / "home" / ".dejima" / "tls"
     assert (directory / CA_FILE).read_text() == ca_pem
     bundle = (directory / BUNDLE_FILE).read_text()
@@ -61,7 +61,7 @@ def test_a_link_the_session_left_in_its_home_is_removed_not_followed(tmp_path: P
     home = tmp_path / "home"
     home.mkdir()
     (home / ".dejima").symlink_to(elsewhere)
-    write_trust(home / ".dejima" / "tls", "CERT\n", None)
+    assert write_trust(home, (".dejima", "tls"), "CERT\n", None) == ["~/.dejima was a link; replaced by a directory"]
     assert list(elsewhere.iterdir()) == [] and not (home / ".dejima").is_symlink()
     assert (home / ".dejima" / "tls" / CA_FILE).read_text() == "CERT\n"
 
