@@ -40,12 +40,14 @@ from dejima.api.grants import (
 )
 from dejima.api.manage import (
     ImageInfo,
+    ImageUse,
     ManifestInfo,
     bootstrap_base,
     build_images,
     clean,
     doctor,
     images,
+    images_in_use,
     manifest,
     manifest_reference,
     manifests,
@@ -108,6 +110,7 @@ __all__ = [
     # management
     "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor",
     "ImageInfo", "BaseImage", "images", "build_images", "bootstrap_base", "prune_images",
+    "ImageUse", "images_in_use",
     "settings_path", "settings_reference",
     "ManifestInfo", "Manifest", "MANIFEST_KINDS", "manifests", "manifest", "manifest_reference",
     # errors
