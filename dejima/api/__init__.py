@@ -40,6 +40,7 @@ from dejima.api.grants import (
 )
 from dejima.api.manage import (
     ImageInfo,
+    ImageUse,
     ManifestInfo,
     bootstrap_base,
     build_images,
@@ -47,6 +48,7 @@ from dejima.api.manage import (
     doctor,
     doctor_session,
     images,
+    images_in_use,
     manifest,
     manifest_reference,
     manifests,
@@ -110,6 +112,7 @@ __all__ = [
     # management
     "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor", "SessionCheck", "doctor_session",
     "ImageInfo", "BaseImage", "images", "build_images", "bootstrap_base", "prune_images",
+    "ImageUse", "images_in_use",
     "settings_path", "settings_reference",
     "ManifestInfo", "Manifest", "MANIFEST_KINDS", "manifests", "manifest", "manifest_reference",
     # errors

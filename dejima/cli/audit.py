@@ -7,14 +7,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from dejima.cli._run import run_main
 from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 DESCRIPTION = """\
 At the end of every session dejima compares the workspace (and the session's home and caches)
@@ -71,13 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _output() -> Console:
-    """Results go to stdout (to a pager, a file); messages stay on stderr."""
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
-
-
 def _json_lines(records: list[dict[str, object]]) -> None:
     for record in records:
         print(json.dumps(record, sort_keys=True))
@@ -115,9 +104,8 @@ def _list(args: argparse.Namespace, ui: UI) -> int:
         ui.info("no unreviewed findings" if not args.all else "no findings")
         return ExitStatus.SUCCESS
 
-    output = _output()
-    for line in findings_table(found, width=output.width):
-        output.print(line, crop=False)
+    for line in findings_table(found, width=ui.out.width):  # off a terminal: as wide as the lines are
+        ui.out.print(line, crop=False)
     waiting = [s.id for s in found if not s.acked]
     if waiting:  # --all lists reviewed ones too: nothing to say when every one is
         ids = " ".join(map(str, waiting[:3])) + (" ..." if len(waiting) > 3 else "")
@@ -136,9 +124,8 @@ def _show(args: argparse.Namespace, ui: UI) -> int:
     if args.json:
         _json_lines([finding_record(s) for s in found])
         return ExitStatus.SUCCESS
-    output = _output()
     for stored in found:
-        print_finding(output, stored)
+        print_finding(ui.out, stored)
     return ExitStatus.SUCCESS
 
 
@@ -154,7 +141,7 @@ def _ack(args: argparse.Namespace, ui: UI) -> int:
                          hint='say why the change is fine: --note "my own pre-commit hook"; or run '
                               "`dejima-audit ack` alone on a terminal to walk the findings")
     done = api.acknowledge(None if args.all else args.ids, args.note, workspace=args.workspace if args.all else None)
-    ui.info(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (they were already reviewed)"))
+    ui.answer(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (they were already reviewed)"))
     return ExitStatus.SUCCESS
 
 
@@ -184,15 +171,15 @@ def _walk(args: argparse.Namespace, ui: UI) -> int:
 
     store = FindingStore()
     try:
-        review = Review(store, _output(), _ask, restore)
+        review = Review(store, ui.out, _ask, restore)
         review.tally.note = (args.note or "").strip()  # offered for every file; Enter accepts it
         tally = review.run(found)
     finally:
         store.close()
     left = len(tally.left) + tally.skipped
-    ui.info(f"acknowledged {tally.acknowledged}, restored {tally.restored}, skipped {tally.skipped}"
-            + (f"; {len(tally.left)} not shown yet: dejima-audit ack again to go on" if tally.left else "")
-            + ("" if left else "; nothing left to review"))
+    ui.answer(f"acknowledged {tally.acknowledged}, restored {tally.restored}, skipped {tally.skipped}"
+              + (f"; {len(tally.left)} not shown yet: dejima-audit ack again to go on" if tally.left else "")
+              + ("" if left else "; nothing left to review"))
     return ExitStatus.SUCCESS
 
 
@@ -201,7 +188,7 @@ def _restore(args: argparse.Namespace, ui: UI) -> int:
     from dejima.ui.audit_views import safe
 
     api.restore(args.ids, force=args.force, note="restored by dejima-audit restore",
-                on_restored=lambda done: ui.info(safe(done)))
+                on_restored=lambda done: ui.answer(safe(done)))
     return ExitStatus.SUCCESS
 
 

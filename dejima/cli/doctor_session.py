@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import sys
 from typing import TYPE_CHECKING
 
 from dejima import api
@@ -20,20 +19,23 @@ from dejima.ui.text import plain
 if TYPE_CHECKING:
     from rich.table import Table
 
+SESSION_EPILOG = """
+With --session SESSION: the escape checks, from inside that running session: a refused address, a
+refused port of an allowed name, DNS to another resolver (UDP 53, TCP 53, TCP 853), a refused name,
+the engine gateway and the metadata address (by the filter's ruleset, the live policy and the
+resolver's answers: no packet is sent there), IPv6, the control socket, a placeholder in a name.
+The probes aim at documentation addresses the filter refuses in the session's namespace, so
+nothing leaves the machine (docs/egress.md). Exit status: 0 every check holds (or is skipped),
+1 one failed or could not be proven, 2 bad arguments or no such running session, 125 dejima failed.
+"""
 STYLES = {"holds": "green", "skipped": "yellow", "FAILED": "bold red", "unproven": "red"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = (
-        "With --session: a refused address, a refused port of an allowed name, DNS to another resolver (UDP 53, "
-        "TCP 53, TCP 853), a refused name, the engine gateway and the metadata address (by the filter's ruleset and "
-        "the live policy: no packet is sent there), IPv6, the control socket, a placeholder in a name. The probes "
-        "aim at documentation addresses the filter refuses in the session's namespace, so nothing leaves the "
-        "machine; docs/egress.md says more.")
+    parser.epilog = (parser.epilog or "") + SESSION_EPILOG
     parser.add_argument("--session", metavar="SESSION",
                         help="run the escape checks from inside this running session (its id as `dejima sessions` "
-                             "shows it, or a unique prefix): exit 0 when every check holds, 1 when one failed or "
-                             "could not be proven, 2 for no such running session, 125 when dejima failed")
+                             "shows it, or a unique prefix)")
     parser.add_argument("--refused-address", metavar="ADDRESS[:PORT]",
                         help="with --session: where the refused-address probe connects (default 192.0.2.1:443, a "
                              "documentation address the filter refuses before anything leaves)")
@@ -87,8 +89,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if args.json:
         print_json_lines({"session": session_id, "check": c.name, "status": c.status, "ok": c.ok, "detail": c.detail}
                          for c in checks)
-    else:  # the results are the command's output: stdout, as --json's; messages stay on stderr
-        from rich.console import Console
-
-        Console(file=sys.stdout, highlight=False).print(summary(session_id, checks))
+    else:
+        ui.table(summary(session_id, checks))
     return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE

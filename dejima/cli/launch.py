@@ -175,7 +175,8 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
 
     request = api.Request(args.path, command, harness=args.harness, backend=args.backend, workflows=args.workflow,
                           forges=args.forge, allow=args.allow, allow_special=args.allow_special,
-                          dns_upstreams=args.dns_upstream, as_root=args.as_root, accept_findings=args.accept_findings)
+                          dns_upstreams=args.dns_upstream, as_root=args.as_root, accept_findings=args.accept_findings,
+                          spelling="flags")
     if args.render in ("kubernetes", "pod"):
         print(api.render_kubernetes(request, "Pod" if args.render == "pod" else "Sandbox", ui), end="")
         return ExitStatus.SUCCESS

@@ -34,7 +34,7 @@ def _sessions(argv: list[str], ui: UI) -> int:
     for s in sessions:
         table.add_row(plain(s.session_id), plain(s.status), plain(s.workspace), plain(s.launcher_pid),
                       plain(", ".join(s.containers)))
-    ui.console.print(table)
+    ui.table(table)
     return ExitStatus.SUCCESS
 
 
@@ -43,7 +43,7 @@ def _stop(argv: list[str], ui: UI) -> int:
     parser.add_argument("session", help="session id, as `dejima sessions` shows it")
     args = parser.parse_args(argv)
     api.stop(args.session)
-    ui.info(f"stopped session {args.session}")
+    ui.answer(f"stopped session {args.session}")
     return ExitStatus.SUCCESS
 
 
@@ -55,26 +55,47 @@ def _clean(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("--all", action="store_true", help="also stop sessions that are still running")
     args = parser.parse_args(argv)
-    removed = api.clean(everything=args.all, reporter=ui)
+    removed = api.clean(everything=args.all, reporter=_Results(ui.console, ui.quiet, ui.out))
     if not removed:
         ui.info("nothing to clean")
     return ExitStatus.SUCCESS
 
 
+DOCTOR_EXIT = """\
+Exit status:
+  0    every check passed: this machine holds the boundary
+  1    a check failed (the table says which, and what to do); the checks after it did not run
+  2    bad arguments or a broken settings file
+  125  a bug in dejima
+"""
+
+
+class _Results(UI):
+    """The terminal UI for a command whose reported lines are its results (`dejima clean`: each session
+    it removed): they go to stdout; warnings and errors stay on stderr."""
+
+    def info(self, message: str) -> None:
+        self.answer(message)
+
+
 def _doctor(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(
-        prog="dejima doctor",
-        description="Check that this machine can hold the boundary: engine, images, nftables in a "
-        "container, and a live self-test that a session cannot reach a decoy server that an "
-        "unfiltered container can reach. Traffic goes only to containers the doctor starts.",
+        prog="dejima doctor", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Check that this machine can hold the boundary: engine, the images a start on PATH would "
+        "use (its owner's, with its manifests' layers), nftables in a container, and a live self-test that a "
+        "session cannot reach a decoy server that an unfiltered container can reach. Traffic goes only to "
+        "containers the doctor starts.", epilog=DOCTOR_EXIT,
     )
+    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
+                        help="the project whose session's images are checked (default: the current directory)")
+    parser.add_argument("--harness", default="shell", help="the harness a start there would run (default: shell)")
     parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
     parser.add_argument("--json", action="store_true", help=JSON_HELP + " (one per check)")
     doctor_session.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.session is not None:
         return doctor_session.run(args, ui)
-    checks = api.doctor(build=args.build, reporter=ui)
+    checks = api.doctor(build=args.build, reporter=ui, workspace=args.path, harness=args.harness)
     if args.json:
         print_json_lines({"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks)
     else:
@@ -83,39 +104,59 @@ def _doctor(argv: list[str], ui: UI) -> int:
         table = Table("check", "result", "detail")
         for c in checks:
             table.add_row(plain(c.name), plain("ok", "green") if c.ok else plain("FAIL", "red"), plain(c.detail))
-        ui.console.print(table)
+        ui.table(table)
     return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE
 
 
 def _images(argv: list[str], ui: UI) -> int:
     parser = argparse.ArgumentParser(
         prog="dejima images",
-        description="list: images dejima made; build: build missing filter/session images; "
+        description="list [PATH]: images dejima made, those the current settings and a start on PATH (default: "
+        "the current directory) use marked; build: build missing filter/session images; "
         "bootstrap: make the Debian base with debootstrap now (needs root); prune: remove filter and "
         "session images that the current code and settings no longer use (they pile up across upgrades).",
     )
     parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap", "prune"])
+    parser.add_argument("path", nargs="?", metavar="PATH",
+                        help="with list: the project whose session's images are marked (default: the current "
+                        "directory)")
     parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
     args = parser.parse_args(argv)
+    if args.path is not None and args.action != "list":
+        raise UsageError(f"images {args.action} takes no PATH", hint="dejima images list PATH marks a project's")
     if args.action == "bootstrap":
         base = api.bootstrap_base(reporter=ui)
-        ui.info(f"made {base.ref} ({base.id[:19]})")
+        ui.answer(f"made {base.ref} ({base.id[:19]})")
     elif args.action == "prune":
         removed, kept = api.prune_images(reporter=ui)
-        ui.info(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
+        ui.answer(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
     elif args.action == "build":
-        api.build_images(force=args.force, reporter=ui, on_built=lambda role, tag: ui.info(f"{role}: {tag}"))
+        api.build_images(force=args.force, reporter=ui, on_built=lambda role, tag: ui.answer(f"{role}: {tag}"))
     else:
-        listed = api.images()
-        api.load_settings()  # every action reads the settings: a broken file fails the listing too
-        from rich.table import Table
-
-        table = Table("image", "role", "id", "size")
-        for image in listed:
-            for tag in image.tags or ("<none>",):
-                table.add_row(plain(tag), plain(image.role), plain(image.id[7:19]), plain(f"{image.size / 1e6:.0f} MB"))
-        ui.console.print(table)
+        _list_images(args.path or ".", ui)
     return ExitStatus.SUCCESS
+
+
+def _list_images(path: str, ui: UI) -> None:
+    """dejima's images, each marked with what uses it, then what the settings and the project use."""
+    listed = api.images()
+    uses = api.images_in_use(path, reporter=ui)  # reads the settings: a broken file fails the listing too
+    used_by = {use.tag: use.used_by for use in uses}
+    from rich.table import Table
+
+    table = Table("image", "role", "id", "size", "used by")
+    for image in listed:
+        for tag in image.tags or ("<none>",):
+            table.add_row(plain(tag), plain(image.role), plain(image.id[7:19]), plain(f"{image.size / 1e6:.0f} MB"),
+                          plain(used_by.get(tag, "")))
+    ui.table(table)
+    if not uses:
+        ui.info("the settings' base image is not on the engine yet: `dejima images build` makes it, then the images")
+    for chooser in dict.fromkeys(use.used_by for use in uses):
+        mine = [use for use in uses if use.used_by == chooser]
+        ui.answer(f"{chooser} use{'s' if chooser.startswith('/') else ''}: " + ", ".join(
+            f"{use.role} {use.tag}" + ("" if use.present else " (not built yet: a start or `dejima doctor --build` "
+                                        "builds it)") for use in mine))
 
 
 def _settings(argv: list[str], ui: UI) -> int:
@@ -194,7 +235,7 @@ def _show_records(records: list[dict[str, Any]], ui: UI, as_json: bool, empty: s
     table = Table(*columns)
     for record in records:
         table.add_row(*(plain(cell) for cell in cells(record)))
-    ui.console.print(table)
+    ui.table(table)
     return ExitStatus.SUCCESS
 
 
@@ -260,7 +301,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
         problem = str(row["broken"]).removeprefix(f"{row['source']}: ")
         about = plain(f"BROKEN: {problem}", "red") if row["broken"] else plain(row["description"])
         table.add_row(plain(f"{row['kind']}/{row['name']}"), about, plain(origin))
-    ui.console.print(table)
+    ui.table(table)
     broken = [m for m in found if m.broken]
     if broken:
         ui.warn(f"{len(broken)} broken manifest(s): sessions that need one stop with its error, others go "
@@ -294,10 +335,12 @@ def _check_manifests(found: list[api.ManifestInfo], ui: UI, as_json: bool) -> in
         print_json_lines({"manifest": m.ref, "source": m.source, "error": error.message, "hint": error.hint}
                          for m, error in broken)
     else:
-        for _, error in broken:
-            ui.error(error)
+        from dejima.ui.console import render_error
+
+        for _, error in broken:  # the command's answer: on stdout, as a linter prints what it found
+            ui.out.print(render_error(error))
         if not broken:
-            ui.info(f"{len(found)} manifests, none broken")
+            ui.answer(f"{len(found)} manifests, none broken")
     return ExitStatus.USAGE if broken else ExitStatus.SUCCESS
 
 

@@ -76,6 +76,7 @@ def test_list_show_ack_and_the_finding_comes_back_when_the_content_changes(
     assert "+#!/bin/sh" in shown and '+{"version"' in shown
     assert "--- at the start" in shown
     assert main(["ack", *map(str, ids), "--note", "my own hook"]) == ExitStatus.SUCCESS
+    assert capsys.readouterr().out == f"acknowledged {len(ids)} finding(s)\n"
     assert main(["list", "--json"]) == ExitStatus.SUCCESS
     assert records(capsys.readouterr().out) == []
     session(workspace, "s2", lambda r: (r / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho\n"))
@@ -89,6 +90,7 @@ def test_restore_puts_back_the_exact_bytes_and_mode_and_removes_what_the_session
     original = (workspace / ".vscode" / "tasks.json").read_bytes()
     ids = session(workspace, "s1", plant)
     assert main(["restore", *map(str, ids)]) == ExitStatus.SUCCESS
+    assert "put back .vscode/tasks.json as it was at the start" in capsys.readouterr().out  # the answer: stdout
     tasks = workspace / ".vscode" / "tasks.json"
     assert tasks.read_bytes() == original and (tasks.stat().st_mode & 0o7777) == 0o640
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
@@ -117,7 +119,7 @@ def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(
 
 
 def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_reinstall(
-        workspace: Path, out: io.StringIO, tmp_path: Path) -> None:
+        workspace: Path, out: io.StringIO, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep").write_text("not the session's\n")
@@ -129,7 +131,7 @@ def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_
 
     [tree] = session(workspace, "s1", install)
     assert main(["restore", str(tree)]) == ExitStatus.SUCCESS
-    assert "removed node_modules, which the session created" in out.getvalue()
+    assert "removed node_modules, which the session created" in capsys.readouterr().out
     assert not (workspace / "node_modules").exists() and (outside / "keep").exists()
     install(workspace)
     [again] = session(workspace, "s2", lambda root: (root / "node_modules" / "left-pad" / "index.js").write_text(

@@ -257,9 +257,10 @@ def test_manifests_list_and_check_show_the_broken_one(monkeypatch: pytest.Monkey
     assert rows["mine"]["broken"].startswith(f"{path}: 'harness.extra' is not a known key")
     assert rows["shell"]["broken"] is None
     assert main(["manifests", "list"]) == ExitStatus.SUCCESS
-    assert "BROKEN: " in captured.getvalue() and "1 broken manifest(s)" in captured.getvalue()
+    assert "BROKEN: " in capsys.readouterr().out and "1 broken manifest(s)" in captured.getvalue()
     assert main(["manifests", "check"]) == ExitStatus.USAGE
-    assert "did you mean" in captured.getvalue() or "known keys in [harness]" in captured.getvalue()
+    checked = capsys.readouterr().out  # what check found is its answer: stdout
+    assert "did you mean" in checked or "known keys in [harness]" in checked
     assert main(["manifests", "show", "harnesses/mine"]) == ExitStatus.USAGE  # its error, not the shipped one
     path.unlink()
     assert main(["manifests", "check"]) == ExitStatus.SUCCESS
