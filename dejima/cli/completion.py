@@ -7,15 +7,11 @@ script is made: add a manifest, make the script again."""
 from __future__ import annotations
 
 import argparse
-import io
 import re
 import shlex
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from dejima.errors import ExitStatus
-from dejima.ui.console import UI, plain_console
 
 SHELLS = ("bash", "zsh", "fish")
 DIRECTORIES = "@directories"  # a value completed from the file system, not from a list
@@ -37,7 +33,7 @@ def contexts(launch_parser: argparse.ArgumentParser) -> dict[str, Context]:
     """Every command and subcommand, keyed as typed: "dejima", "dejima images", "dejima-audit ack"."""
     from dejima import api
     from dejima.cli import allow, audit
-    from dejima.cli.manage import COMMANDS
+    from dejima.cli.manage import COMMANDS, PARSERS
 
     # Only names a shell takes as plain words: bash's compgen -W expands what it is given ($(...) included).
     found = [m for m in api.manifests() if _PLAIN.match(m.name)]
@@ -47,8 +43,8 @@ def contexts(launch_parser: argparse.ArgumentParser) -> dict[str, Context]:
     top.values.update({"--harness": names["harnesses"], "--backend": names["backends"],
                        "--workflow": names["workflows"], "--forge": names["forges"]})
     result = {"dejima": top}
-    for name, command in sorted(COMMANDS.items()):
-        result[f"dejima {name}"] = _context(_parser_of(command))
+    for name, build in sorted(PARSERS.items()):
+        result[f"dejima {name}"] = _context(build())
     result["dejima manifests"].words += sorted(m.ref for m in found)
     result["dejima completion"] = _context(build_parser())
     audit_parser = audit.build_parser()
@@ -79,37 +75,6 @@ def _context(parser: argparse.ArgumentParser) -> Context:
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     return {name: sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
             for name, sub in action.choices.items()}
-
-
-class _Built(Exception):
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        super().__init__()
-        self.parser = parser
-
-
-@contextmanager
-def _stopped_at_parse() -> Iterator[None]:
-    original = argparse.ArgumentParser.parse_args
-
-    def stop(self: argparse.ArgumentParser, *_args: object, **_kw: object) -> argparse.Namespace:
-        raise _Built(self)
-
-    setattr(argparse.ArgumentParser, "parse_args", stop)  # noqa: B010 (a method replaced for one call)
-    try:
-        yield
-    finally:
-        setattr(argparse.ArgumentParser, "parse_args", original)  # noqa: B010
-
-
-def _parser_of(command: Callable[[list[str], UI], int]) -> argparse.ArgumentParser:
-    """The parser a management command builds: each builds its own, then parses before it does anything,
-    so the command is stopped at that parse and does nothing. One parser serves the help and the completion."""
-    with _stopped_at_parse():
-        try:
-            command([], UI(plain_console(io.StringIO())))
-        except _Built as built:
-            return built.parser
-    raise AssertionError(f"{command.__name__} parsed no arguments")
 
 
 def _words(items: list[str]) -> str:

@@ -17,10 +17,14 @@ from dejima.ui.text import escaped, plain
 JSON_HELP = "print JSON lines (one object per line) for scripts"
 
 
-def _sessions(argv: list[str], ui: UI) -> int:
+def _sessions_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dejima sessions", description="List dejima sessions of this scope.")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _sessions(argv: list[str], ui: UI) -> int:
+    args = _sessions_parser().parse_args(argv)
     sessions = api.sessions()
     if args.json:
         print_json_lines(s.to_json() for s in sessions)
@@ -38,23 +42,31 @@ def _sessions(argv: list[str], ui: UI) -> int:
     return ExitStatus.SUCCESS
 
 
-def _stop(argv: list[str], ui: UI) -> int:
+def _stop_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dejima stop", description="Stop a session and remove its containers.")
     parser.add_argument("session", help="session id, as `dejima sessions` shows it")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _stop(argv: list[str], ui: UI) -> int:
+    args = _stop_parser().parse_args(argv)
     api.stop(args.session)
     ui.answer(f"stopped session {args.session}")
     return ExitStatus.SUCCESS
 
 
-def _clean(argv: list[str], ui: UI) -> int:
+def _clean_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima clean",
         description="Remove sessions whose launcher is gone (after a crash or SIGKILL). "
         "Per-project home directories are kept.",
     )
     parser.add_argument("--all", action="store_true", help="also stop sessions that are still running")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _clean(argv: list[str], ui: UI) -> int:
+    args = _clean_parser().parse_args(argv)
     removed = api.clean(everything=args.all, reporter=_Results(ui.console, ui.quiet, ui.out))
     if not removed:
         ui.info("nothing to clean")
@@ -78,7 +90,7 @@ class _Results(UI):
         self.answer(message)
 
 
-def _doctor(argv: list[str], ui: UI) -> int:
+def _doctor_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima doctor", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Check that this machine can hold the boundary: engine, the images a start on PATH would "
@@ -92,7 +104,11 @@ def _doctor(argv: list[str], ui: UI) -> int:
     parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
     parser.add_argument("--json", action="store_true", help=JSON_HELP + " (one per check)")
     doctor_session.add_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _doctor(argv: list[str], ui: UI) -> int:
+    args = _doctor_parser().parse_args(argv)
     if args.session is not None:
         return doctor_session.run(args, ui)
     checks = api.doctor(build=args.build, reporter=ui, workspace=args.path, harness=args.harness)
@@ -108,7 +124,7 @@ def _doctor(argv: list[str], ui: UI) -> int:
     return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE
 
 
-def _images(argv: list[str], ui: UI) -> int:
+def _images_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima images",
         description="list [PATH]: images dejima made, those the current settings and a start on PATH (default: "
@@ -121,7 +137,11 @@ def _images(argv: list[str], ui: UI) -> int:
                         help="with list: the project whose session's images are marked (default: the current "
                         "directory)")
     parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _images(argv: list[str], ui: UI) -> int:
+    args = _images_parser().parse_args(argv)
     if args.path is not None and args.action != "list":
         raise UsageError(f"images {args.action} takes no PATH", hint="dejima images list PATH marks a project's")
     if args.action == "bootstrap":
@@ -159,10 +179,14 @@ def _list_images(path: str, ui: UI) -> None:
                                         "builds it)") for use in mine))
 
 
-def _settings(argv: list[str], ui: UI) -> int:
+def _settings_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dejima settings", description="Show where settings live and what they are.")
     parser.add_argument("action", nargs="?", default="show", choices=["path", "show", "reference"])
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _settings(argv: list[str], ui: UI) -> int:
+    args = _settings_parser().parse_args(argv)
     from dataclasses import asdict
 
     if args.action == "path":
@@ -180,7 +204,7 @@ def _settings(argv: list[str], ui: UI) -> int:
     return ExitStatus.SUCCESS
 
 
-def _violations(argv: list[str], ui: UI) -> int:
+def _violations_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima violations",
         description="What a session was refused: names not allowed, answers pointing at denied addresses. "
@@ -188,7 +212,11 @@ def _violations(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("session", nargs="?")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _violations(argv: list[str], ui: UI) -> int:
+    args = _violations_parser().parse_args(argv)
     if args.session is None:
         names = api.recorded_sessions()
         if args.json:
@@ -204,7 +232,7 @@ def _violations(argv: list[str], ui: UI) -> int:
                                     f"{r.get('reason') or r.get('detail') or ''}{_aggregate(r)}"))
 
 
-def _ledger(argv: list[str], ui: UI) -> int:
+def _ledger_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima ledger",
         description="The requests a session's credential proxy carried: time, route, method, path (query "
@@ -212,7 +240,11 @@ def _ledger(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("session", help="session id, as the exit summary or `dejima violations` names it")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _ledger(argv: list[str], ui: UI) -> int:
+    args = _ledger_parser().parse_args(argv)
     return _show_records(api.ledger(args.session), ui, args.json,
                          f"no request went through session {args.session}'s credential proxy",
                          ("time", "route", "method", "path", "status", "in", "out", "ms"),
@@ -268,7 +300,7 @@ def _destination(record: dict[str, object]) -> str:
     return f"route {record['route']}" if record.get("route") else "?"  # the credential proxy's
 
 
-def _manifests(argv: list[str], ui: UI) -> int:
+def _manifests_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima manifests",
         description="list: every forge, workflow, harness and backend manifest, with the file it comes from "
@@ -279,7 +311,11 @@ def _manifests(argv: list[str], ui: UI) -> int:
     parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "check", "reference"])
     parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _manifests(argv: list[str], ui: UI) -> int:
+    args = _manifests_parser().parse_args(argv)
     if args.action == "reference":
         print(api.manifest_reference(), end="")
         return ExitStatus.SUCCESS
@@ -348,4 +384,10 @@ COMMANDS = {
     "sessions": _sessions, "stop": _stop, "clean": _clean, "doctor": _doctor,
     "images": _images, "settings": _settings, "violations": _violations, "ledger": _ledger,
     "manifests": _manifests,
+}
+# Each command's parser, built without running it: its --help and the shell completion read the same one.
+PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
+    "sessions": _sessions_parser, "stop": _stop_parser, "clean": _clean_parser, "doctor": _doctor_parser,
+    "images": _images_parser, "settings": _settings_parser, "violations": _violations_parser,
+    "ledger": _ledger_parser, "manifests": _manifests_parser,
 }
