@@ -311,8 +311,14 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
         host.update(PidsLimit=spec.limits.pids, CpuShares=spec.limits.cpu_shares)
         if spec.limits.memory is not None:  # swap limit = memory limit: no swap beyond it
             host.update(Memory=spec.limits.memory, MemorySwap=spec.limits.memory)
+    if spec.ports:  # each on the address it names (127.0.0.1 unless said), TCP only
+        bindings: dict[str, list[dict[str, str]]] = {}
+        for p in spec.ports:
+            bindings.setdefault(f"{p.session_port}/tcp", []).append({"HostIp": p.host_address,
+                                                                     "HostPort": str(p.host_port)})
+        host["PortBindings"] = bindings
     joined = spec.network_mode.startswith("container:")
-    return {
+    body: dict[str, Any] = {
         "Image": spec.image,
         "Cmd": list(spec.command) if spec.command is not None else None,
         "Entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,
@@ -329,6 +335,9 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
         "AttachStderr": True,
         "HostConfig": {k: v for k, v in host.items() if v is not None},
     }
+    if spec.ports:
+        body["ExposedPorts"] = {f"{p.session_port}/tcp": {} for p in spec.ports}
+    return body
 
 
 def _filters(label_filter: dict[str, str]) -> dict[str, Any]:
