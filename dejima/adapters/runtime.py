@@ -24,6 +24,7 @@ from dejima.core.plan import ContainerSpec
 from dejima.errors import EngineError, ImageError
 
 _RAISE = object()  # _call's default: a missing object is an error too
+PORT_TAKEN = ("address already in use", "port is already allocated")  # the engine's words for a taken host port
 __all__ = ["ENGINE_HINT", "ContainerInfo", "Runtime", "connect"]
 
 
@@ -157,7 +158,15 @@ class Runtime:
         return str(created["Id"])
 
     def start(self, container: str) -> None:
-        self._call(f"start container {container[:12]}", "POST", f"{_c(container)}/start")
+        try:
+            self.engine.call("POST", f"{_c(container)}/start")
+        except APIError as exc:
+            if any(words in exc.message for words in PORT_TAKEN):  # a published port (core/publish.py)
+                raise EngineError(f"cannot start container {container[:12]}: a host port it publishes is taken: "
+                                  f"{exc.message}", reference="host-port-taken",
+                                  hint="another program on the host listens on that port: stop it, or publish "
+                                  "the session's port on another host port (--publish 8081:3000)") from exc
+            raise EngineError(f"cannot start container {container[:12]}: {exc.message}") from exc
 
     def follow_logs(self, container: str) -> Generator[bytes, None, None]:
         """Everything the container prints (stdout and stderr, as it comes) until it goes away."""

@@ -114,3 +114,16 @@ def test_a_prestarted_filter_without_the_binding_is_never_the_publishing_session
     assert containers_of(runtime, scope, session=prestarted.session_id) == []
     # the publishing start's filter is remembered, and the next start does not prestart it
     assert prestart.begin(str(workspace)) is None
+
+
+def test_a_taken_host_port_stops_the_start_and_says_so(runtime: Runtime, user: User, scope: str, workspace: Path,
+                                                       world: World) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        result = run_dejima(user, scope, "-q", "--publish", f"{port}:3000", str(workspace), "--", "true",
+                            DEJIMA_SETTINGS=str(world.settings))
+    assert result.returncode == 125, result.stderr
+    assert "error [host-port-taken]" in result.stderr and "--publish 8081:3000" in result.stderr, result.stderr
+    assert containers_of(runtime, scope, role=labels.ROLE_FILTER) == []  # nothing left behind
