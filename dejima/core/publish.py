@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dejima.core.schema import Invalid, shown
@@ -101,3 +101,28 @@ def published_ports(settings: Iterable[int | str], settings_origin: str, flags: 
                 "different host ports (\"8080:3000\" and \"8081:3000\")",
                 reference="port-published-twice")
     return tuple(ports)
+
+
+Bindings = dict[str, set[tuple[str, str]]]  # "3000/tcp" -> {(host address, host port)}
+
+
+def _listed(bindings: Bindings) -> str:
+    return "; ".join(f"{key} on {', '.join(sorted(f'{a}:{p}' for a, p in hosts))}"
+                     for key, hosts in sorted(bindings.items())) or "nothing"
+
+
+def binding_problem(planned: Iterable[Published], bound: Mapping[str, object] | None) -> str | None:
+    """What differs between the planned ports and what the engine says it bound (its inspect's
+    ``NetworkSettings.Ports``: ``{"3000/tcp": [{"HostIp": ..., "HostPort": ...}], ...}``); None when nothing does.
+    The card says where each port is reachable: a start goes on only when the engine bound just that."""
+    want: Bindings = {}
+    for port in planned:
+        want.setdefault(f"{port.session_port}/tcp", set()).add((port.host_address, str(port.host_port)))
+    have: Bindings = {}
+    for key, bindings in (bound or {}).items():
+        if isinstance(bindings, list) and bindings:
+            have[key] = {(str(b.get("HostIp", "")), str(b.get("HostPort", ""))) for b in bindings
+                         if isinstance(b, dict)}
+    if want == have:
+        return None
+    return f"the engine bound {_listed(have)}, where the plan publishes {_listed(want)}"

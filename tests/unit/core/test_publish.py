@@ -162,3 +162,23 @@ def test_the_card_the_render_and_the_summary_line_name_each_published_port() -> 
     assert "(WARNING: other machines too)" in boundary_line(plan_with(("0.0.0.0:3000:3000",)))
     assert not any(line.startswith("inbound") for line in boundary_card(plan_with()))
     assert "publishes" not in format_plan(plan_with()) and "inbound" not in boundary_line(plan_with())
+
+
+def test_the_engines_bindings_must_be_the_plans() -> None:
+    """What the engine's inspect says it bound (NetworkSettings.Ports), against the plan: the start goes on
+    only when they are the same (orchestration/session.py), since the card says where each port is reachable."""
+    from dejima.core.publish import binding_problem
+
+    planned = plan_with(("8080:3000", "3001")).filter.ports
+    exact = {"3000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}],
+             "3001/tcp": [{"HostIp": "127.0.0.1", "HostPort": "3001"}], "9/tcp": None}
+    assert binding_problem(planned, exact) is None
+    wide = {**exact, "3000/tcp": [{"HostIp": "0.0.0.0", "HostPort": "8080"}]}
+    assert binding_problem(planned, wide) == ("the engine bound 3000/tcp on 0.0.0.0:8080; 3001/tcp on 127.0.0.1:3001, "
+                                              "where the plan publishes 3000/tcp on 127.0.0.1:8080; 3001/tcp on "
+                                              "127.0.0.1:3001")
+    also_v6 = {**exact, "3001/tcp": [{"HostIp": "127.0.0.1", "HostPort": "3001"}, {"HostIp": "::", "HostPort": "3001"}]}
+    assert binding_problem(planned, also_v6) is not None
+    assert binding_problem(planned, {**exact, "22/tcp": [{"HostIp": "127.0.0.1", "HostPort": "2222"}]}) is not None
+    assert binding_problem(planned, None) is not None  # bound nothing
+    assert binding_problem((), None) is None and binding_problem((), {"3000/tcp": None}) is None
