@@ -312,6 +312,10 @@ def before_session_actions(plan: SessionPlan, ui: SessionReporter,
             ui.boundary(plan)
         else:
             ui.info(boundary_line(plan))
+        for port in plan.filter.ports:  # said even with -q, which hides the card and the line
+            if not port.local_only:
+                ui.warn(f"the session's port {port.session_port} is published on {port.host_address}:"
+                        f"{port.host_port} ({port.origin}): other machines can reach it, not only this one")
 
     return {"boundary": show_boundary, "audit-start": lambda _: audit.start() if audit is not None else None}
 

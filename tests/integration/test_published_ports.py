@@ -99,6 +99,11 @@ def test_a_wide_publish_is_said_on_the_card(user: User, scope: str, workspace: P
     assert "publishes host 0.0.0.0:3000 -> session port 3000 (WARNING: other machines too; from --publish)" \
         in rendered.stdout
     assert "tcp dport 3000 ct state new accept" in rendered.stdout
+    started = run_dejima(user, scope, "-q", str(workspace), "--publish", f"0.0.0.0:{free_port()}:3000", "--", "true",
+                         DEJIMA_SETTINGS=str(world.settings))
+    assert started.returncode == 0, started.stderr
+    assert "warning: the session's port 3000 is published on 0.0.0.0:" in started.stderr  # even with -q
+    assert "other machines can reach it" in started.stderr
     refused = run_dejima(user, scope, str(workspace), "--publish", "70000", "--", "true",
                          DEJIMA_SETTINGS=str(world.settings))
     assert refused.returncode == 2 and "--publish has a session port out of range (70000)" in refused.stderr
