@@ -97,7 +97,8 @@ def published_ports(settings: Iterable[int | str], settings_origin: str, flags: 
             raise UsageError(
                 f"host port {port.host_port} is published twice: {earlier.canonical} ({earlier.origin}) and "
                 f"{port.canonical} ({port.origin})",
-                hint="publish each host port once; to reach one session port on two host ports, give them "
+                hint=f"leave one out: {earlier.origin} publishes it already" if earlier.canonical == port.canonical
+                else "publish each host port once; to reach one session port on two host ports, give them "
                 "different host ports (\"8080:3000\" and \"8081:3000\")",
                 reference="port-published-twice")
     return tuple(ports)

@@ -87,6 +87,9 @@ def test_a_host_port_published_twice_is_refused_naming_both() -> None:
     assert raised.value.reference == "port-published-twice"
     with pytest.raises(UsageError, match="published twice"):  # whatever address each names: they would clash
         published_ports((), "s", ("3000", "0.0.0.0:3000:3001"))
+    with pytest.raises(UsageError) as raised:  # the same port twice: the hint says which one to leave out
+        published_ports((3000,), "settings.toml", ("3000",))
+    assert raised.value.hint == "leave one out: settings.toml session.publish publishes it already"
     # one session port on two host ports is fine
     assert [p.host_port for p in published_ports((), "s", ("8080:3000", "8081:3000"))] == [8080, 8081]
 
