@@ -44,6 +44,11 @@ class Published:
         """Reachable from this machine only (a loopback address of the host)."""
         return ipaddress.IPv4Address(self.host_address).is_loopback
 
+    @property
+    def shown(self) -> str:
+        """As the card, the summary line and the render say it."""
+        return f"host {self.host_address}:{self.host_port} -> session port {self.session_port}"
+
 
 def _port(text: str, which: str, low: int = 1) -> int:
     if not _PORT.match(text):

@@ -254,8 +254,8 @@ def boundary_line(plan: SessionPlan) -> str:
         command = command[:COMMAND_SHOWN] + f"…[{len(command) - COMMAND_SHOWN} more]"
     overrides = "".join(f" | OVERRIDE {u.entry.canonical} ({u.override_origin}): {u.reason}" for u in plan.unlocked)
     limits = f" | limits: {describe(plan.session.limits)}" if plan.session.limits else ""
-    inbound = "".join(f" | inbound: host {p.host_address}:{p.host_port} -> session port {p.session_port}"
-                      + ("" if p.local_only else " (WARNING: other machines too)") for p in plan.filter.ports)
+    inbound = "".join(f" | inbound: {p.shown}" + ("" if p.local_only else " (WARNING: other machines too)")
+                      for p in plan.filter.ports)
     return (
         f"session {plan.session_id}: {harness}{command} "
         f"in {plan.workspace} | network: {network} (nftables default-deny, verified; DNS only through "

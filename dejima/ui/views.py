@@ -97,8 +97,7 @@ def _relay_lines(config: str) -> list[str]:
 
 def _published(port: Published) -> str:
     where = "this machine only" if port.local_only else "WARNING: other machines too"
-    return (f"host {port.host_address}:{port.host_port} -> session port {port.session_port} ({where}; "
-            f"from {port.origin})")
+    return f"{port.shown} ({where}; from {port.origin})"
 
 
 def _inbound_lines(plan: SessionPlan) -> list[str]:
