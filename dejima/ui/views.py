@@ -106,7 +106,8 @@ def _inbound_lines(plan: SessionPlan) -> list[str]:
     for n, port in enumerate(plan.filter.ports):
         lines.append(f"{'inbound' if n == 0 else '':<11} {_published(port)}")
     if lines:
-        lines.append("            no other port of the session is reachable from outside")
+        lines.append("            no other port of the session is reachable from outside; a server there listens on "
+                     "0.0.0.0 (its 127.0.0.1 is the session's own)")
     return lines
 
 

@@ -17,21 +17,22 @@ from tests.networld import World
 from tests.world import User, containers_of, run_dejima, spawn_dejima, wait_for_line
 
 # In the session: a server on 3000 (published) and one on 3001 (not), both on every address, so only the
-# filter stands between 3001 and the outside. After two connections to 3000 it tries egress: a decoy not
-# allowed, an allowed name (the control), and the address the inbound connections came from.
+# filter stands between 3001 and the outside; one on 3002 on the session's loopback only. After two
+# connections to 3000 it tries egress: a decoy not allowed, an allowed name (the control), and the address
+# the inbound connections came from.
 SERVERS = r"""
 import json, socket, sys, threading
 other, allowed = sys.argv[1], sys.argv[2]
 served, peers = threading.Semaphore(0), []
-def serve(port):
+def serve(port, address="0.0.0.0"):
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port)); s.listen(8)
+    s.bind((address, port)); s.listen(8)
     def loop():
         while True:
             c, peer = s.accept(); peers.append(peer[0]); c.sendall(b"hello from %d\n" % port); c.close()
             served.release()
     threading.Thread(target=loop, daemon=True).start()
-serve(3000); serve(3001)
+serve(3000); serve(3001); serve(3002, "127.0.0.1")
 print("listening", flush=True)
 for _ in range(2):
     if not served.acquire(timeout=60):
@@ -68,20 +69,25 @@ def fetch(address: str, port: int, timeout: float = 3.0) -> str:
 
 def test_a_published_port_is_reached_from_the_host_and_nothing_else_is(runtime: Runtime, user: User, scope: str,
                                                                        workspace: Path, world: World) -> None:
-    port = free_port()
-    with spawn_dejima(user, scope, "-q", "--publish", f"{port}:3000", "--allow", "web.dejima.test:8080",
+    port, loopback_only = free_port(), free_port()
+    with spawn_dejima(user, scope, "-q", "--publish", f"{port}:3000", "--publish", f"{loopback_only}:3002",
+                      "--allow", "web.dejima.test:8080",
                       str(workspace), "--", "python3", "-c", SERVERS, world.other, "web.dejima.test",
                       DEJIMA_SETTINGS=str(world.settings)) as proc:
         wait_for_line(proc.stdout, "listening")
         (filter_id,) = containers_of(runtime, scope, role=labels.ROLE_FILTER)
         info = runtime.inspect(filter_id) or {}
         # bound on the host's loopback only, and only the published port
-        assert info["NetworkSettings"]["Ports"] == {"3000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
+        assert info["NetworkSettings"]["Ports"] == {"3000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}],
+                                                    "3002/tcp": [{"HostIp": "127.0.0.1",
+                                                                  "HostPort": str(loopback_only)}]}
         address = runtime.address(filter_id, world.network)
         # the session's other port, straight at its address: the filter drops it (the session listens there)
         assert fetch(address, 3001) == "timeout"
         assert fetch("127.0.0.1", port) == "hello from 3000\n"
         assert fetch(address, 3000) == "hello from 3000\n"  # control: the same way in reaches the published port
+        # published, but its server listens on the session's own loopback: the engine's side cannot reach it
+        assert "hello" not in fetch("127.0.0.1", loopback_only)
         result = json.loads(wait_for_line(proc.stdout, "{", timeout=60))
         assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
     # Egress unchanged: the decoy not allowed is refused, the allowed name answers, and the inbound

@@ -155,7 +155,8 @@ def test_the_card_the_render_and_the_summary_line_name_each_published_port() -> 
     plan = plan_with(("8080:3000",))
     card = boundary_card(plan)
     assert ("inbound     host 127.0.0.1:8080 -> session port 3000 (this machine only; from --publish)") in card
-    assert "            no other port of the session is reachable from outside" in card
+    assert ("            no other port of the session is reachable from outside; a server there listens on 0.0.0.0 "
+            "(its 127.0.0.1 is the session's own)") in card
     assert not any("WARNING" in line for line in card)
     assert "  publishes host 127.0.0.1:8080 -> session port 3000 (this machine only; from --publish)" in \
         format_plan(plan).splitlines()
