@@ -148,7 +148,8 @@ def _start(argv: list[str], ui: UI) -> int:
     # engine starts it while the rest of the launcher is imported and the plan is made.
     from dejima.orchestration import prestart
 
-    prestarted = prestart.begin(args.path)
+    # A publishing start never adopts one (no remembered filter binds a port): it would only be removed.
+    prestarted = prestart.begin(args.path) if not args.publish else None
     try:
         return _session(args, command, ui, prestarted)
     finally:
