@@ -25,7 +25,8 @@ POD_FIELDS = {"restartPolicy", "automountServiceAccountToken", "enableServiceLin
               "dnsConfig", "securityContext", "terminationGracePeriodSeconds", "initContainers", "containers",
               "volumes", "runtimeClassName"}
 CONTAINER_FIELDS = {"name", "image", "command", "args", "workingDir", "env", "securityContext", "resources",
-                    "volumeMounts", "restartPolicy", "startupProbe", "readinessProbe", "stdin", "tty"}
+                    "volumeMounts", "restartPolicy", "startupProbe", "readinessProbe", "stdin", "tty",
+                    "ports"}  # what a container listens on: informational (the Service and the ruleset decide)
 SECURITY_FIELDS = {"runAsUser", "runAsGroup", "runAsNonRoot", "allowPrivilegeEscalation", "privileged",
                    "capabilities", "readOnlyRootFilesystem", "seccompProfile"}
 
@@ -112,6 +113,32 @@ def run_container(pod: LocalPod, objects: list[dict[str, Any]], index: int = 0,
                            *_container_args(pod, container, pod.volumes, pod.values, resolv),
                            container["image"], *_arguments(container)],
                           capture_output=True, timeout=timeout, check=False)
+
+
+def start_container(pod: LocalPod, objects: list[dict[str, Any]], marker: str, index: int = 0,
+                    timeout: float = 60) -> str:
+    """Start the pod's container ``index`` and return once it printed ``marker`` (its output stays in its
+    logs); for a test that talks to it while it runs."""
+    _, spec = pod_spec(objects)
+    container = spec["containers"][index]
+    assert all(p.get("protocol", "TCP") == "TCP" for p in container.get("ports", [])), container["ports"]
+    resolv = Path(pod.directories[0].name) / "resolv.conf"
+    name = f"{pod.name}-{container['name']}-{len(pod.containers)}"
+    pod.containers[name] = _checked("run", "-d", "--name", name,
+                                    *_container_args(pod, container, pod.volumes, pod.values, resolv),
+                                    container["image"], *_arguments(container))
+    logs = subprocess.Popen(["docker", "logs", "-f", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        from tests.world import wait_for_line
+
+        wait_for_line(logs.stdout, marker, timeout)
+    finally:
+        logs.kill()
+        logs.wait()
+        if logs.stdout is not None:
+            logs.stdout.close()
+    return pod.containers[name]
 
 
 def _arguments(container: dict[str, Any]) -> list[str]:

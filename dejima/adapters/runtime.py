@@ -24,6 +24,7 @@ from dejima.core.plan import ContainerSpec
 from dejima.errors import EngineError, ImageError
 
 _RAISE = object()  # _call's default: a missing object is an error too
+PORT_TAKEN = ("address already in use", "port is already allocated")  # the engine's words for a taken host port
 __all__ = ["ENGINE_HINT", "ContainerInfo", "Runtime", "connect"]
 
 
@@ -157,7 +158,15 @@ class Runtime:
         return str(created["Id"])
 
     def start(self, container: str) -> None:
-        self._call(f"start container {container[:12]}", "POST", f"{_c(container)}/start")
+        try:
+            self.engine.call("POST", f"{_c(container)}/start")
+        except APIError as exc:
+            if any(words in exc.message for words in PORT_TAKEN):  # a published port (core/publish.py)
+                raise EngineError(f"cannot start container {container[:12]}: a host port it publishes is taken: "
+                                  f"{exc.message}", reference="host-port-taken",
+                                  hint="another program on the host listens on that port: stop it, or publish "
+                                  "the session's port on another host port (--publish 8081:3000)") from exc
+            raise EngineError(f"cannot start container {container[:12]}: {exc.message}") from exc
 
     def follow_logs(self, container: str) -> Generator[bytes, None, None]:
         """Everything the container prints (stdout and stderr, as it comes) until it goes away."""
@@ -321,8 +330,14 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
         host.update(PidsLimit=spec.limits.pids, CpuShares=spec.limits.cpu_shares)
         if spec.limits.memory is not None:  # swap limit = memory limit: no swap beyond it
             host.update(Memory=spec.limits.memory, MemorySwap=spec.limits.memory)
+    if spec.ports:  # each on the address it names (127.0.0.1 unless said), TCP only
+        bindings: dict[str, list[dict[str, str]]] = {}
+        for p in spec.ports:
+            bindings.setdefault(f"{p.session_port}/tcp", []).append({"HostIp": p.host_address,
+                                                                     "HostPort": str(p.host_port)})
+        host["PortBindings"] = bindings
     joined = spec.network_mode.startswith("container:")
-    return {
+    body: dict[str, Any] = {
         "Image": spec.image,
         "Cmd": list(spec.command) if spec.command is not None else None,
         "Entrypoint": list(spec.entrypoint) if spec.entrypoint is not None else None,
@@ -339,6 +354,9 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
         "AttachStderr": True,
         "HostConfig": {k: v for k, v in host.items() if v is not None},
     }
+    if spec.ports:
+        body["ExposedPorts"] = {f"{p.session_port}/tcp": {} for p in spec.ports}
+    return body
 
 
 def _filters(label_filter: dict[str, str]) -> dict[str, Any]:

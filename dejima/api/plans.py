@@ -31,11 +31,19 @@ class Request:
     ``harness``, ``backend``, ``workflows``, ``forges``: the manifests chosen on top of the detected ones
     (``--harness``...). ``allow``: egress entries added to the settings' (``--allow``); ``allow_special``: the
     overrides that let an entry reach a special place (``--allow-special``); ``dns_upstreams``: the resolvers the
+<<<<<<< HEAD
     filter forwards to (``--dns-upstream``). ``settings``: a ``Settings`` (``load_settings(path)``); None reads
     the user's settings file (``$DEJIMA_SETTINGS``, else ``$XDG_CONFIG_HOME/dejima/settings.toml``).
     Bad values are refused with an ``InputError`` naming the keyword (``allow``, ``as_root=True``); ``spelling``
     says how errors name the request's options: ``"keywords"`` (the default, for a program) or ``"flags"``
     (``--allow``, ``--as-root``: the command line, which is one of this API's users, asks for them).
+=======
+    filter forwards to (``--dns-upstream``); ``publish``: the session's ports reachable from the host
+    (``--publish``, ``3000`` or ``"8080:3000"``, on 127.0.0.1 unless an address is said). ``settings``: a
+    ``Settings`` (``load_settings(path)``); None reads the user's settings file (``$DEJIMA_SETTINGS``, else
+    ``$XDG_CONFIG_HOME/dejima/settings.toml``).
+    Bad values are refused with the command line's words (``InputError`` naming the flag).
+>>>>>>> helper-ports
     """
 
     workspace: str | os.PathLike[str]
@@ -47,6 +55,7 @@ class Request:
     allow: Sequence[str] = ()
     allow_special: Sequence[str] = ()
     dns_upstreams: Sequence[str] = ()
+    publish: Sequence[str] = ()
     as_root: bool = False
     accept_findings: bool = False
     settings: Settings | None = None
@@ -55,7 +64,7 @@ class Request:
     def __post_init__(self) -> None:
         if self.spelling not in ("keywords", "flags"):
             raise UsageError(f"Request.spelling is {self.spelling!r}", hint="write 'keywords' or 'flags'")
-        for name in ("workflows", "forges", "allow", "allow_special", "dns_upstreams"):
+        for name in ("workflows", "forges", "allow", "allow_special", "dns_upstreams", "publish"):
             value = getattr(self, name)
             if isinstance(value, str):  # a lone string would be read as its characters
                 raise UsageError(f"Request.{name} is a string, not a list of them ({value!r})",
@@ -141,7 +150,7 @@ class _Inputs:
 def _inputs(request: Request, reporter: Reporter) -> _Inputs:
     """The request checked in the command line's order: flags, settings, workspace, manifests."""
     from dejima.adapters import host
-    from dejima.core.kinds import ALLOW_ENTRY, RESOLVER
+    from dejima.core.kinds import ALLOW_ENTRY, PUBLISH, RESOLVER
     from dejima.core.schema import check_flag
     from dejima.orchestration import start_request
 
@@ -151,12 +160,14 @@ def _inputs(request: Request, reporter: Reporter) -> _Inputs:
     allow = tuple(check_flag(ALLOW_ENTRY, text, "--allow" if flags else "allow") for text in request.allow)
     allow_special = tuple(check_flag(ALLOW_ENTRY, text, "--allow-special" if flags else "allow_special")
                           for text in request.allow_special)
+    publish = tuple(str(check_flag(PUBLISH, text, "--publish" if flags else "publish")) for text in request.publish)
     settings = request.settings if request.settings is not None else host.load_settings()
     workspace = start_request.validate_workspace(os.fspath(request.workspace))
     selection = start_request.Selection(request.harness, request.backend, tuple(request.workflows),
                                         tuple(request.forges))
     resolved = start_request.resolve_manifests(workspace, selection, reporter)
-    options = start_request.Options(allow, allow_special, upstream, request.as_root, request.accept_findings)
+    options = start_request.Options(allow, allow_special, upstream, request.as_root, request.accept_findings,
+                                    publish)
     command = tuple(request.command) if request.command is not None else None
     return _Inputs(workspace, command, resolved, settings, options)
 

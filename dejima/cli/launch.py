@@ -100,6 +100,10 @@ def launch_parser() -> argparse.ArgumentParser:
                         help="let an --allow (or [network] allow) entry through that reaches a special place: "
                         "a network shorter than /8, link-local or cloud metadata, this host's addresses, the "
                         "engine gateway; ENTRY must be that entry exactly (repeatable; shown on the boundary card)")
+    parser.add_argument("--publish", action="append", default=[], metavar="[ADDRESS:][HOST_PORT:]PORT",
+                        help="make the session's TCP PORT reachable from the host on 127.0.0.1:HOST_PORT (default: "
+                        "the same port; repeatable; adds to [session] publish). Only 127.0.0.1 unless ADDRESS is "
+                        "given, e.g. 0.0.0.0:3000:3000 (shown as a warning on the boundary card); egress is unchanged")
     parser.add_argument("--as-root", action="store_true",
                         help="when dejima runs as root, run the session as uid 0 (still without capabilities) "
                         "instead of as the workspace's owner")
@@ -158,7 +162,8 @@ def _start(argv: list[str], ui: UI) -> int:
     # engine starts it while the rest of the launcher is imported and the plan is made.
     from dejima.orchestration import prestart
 
-    prestarted = prestart.begin(args.path)
+    # A publishing start never adopts one (no remembered filter binds a port): it would only be removed.
+    prestarted = prestart.begin(args.path) if not args.publish else None
     try:
         return _session(args, command, ui, prestarted)
     finally:
@@ -174,7 +179,7 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
     from dejima import api
 
     request = api.Request(args.path, command, harness=args.harness, backend=args.backend, workflows=args.workflow,
-                          forges=args.forge, allow=args.allow, allow_special=args.allow_special,
+                          forges=args.forge, allow=args.allow, allow_special=args.allow_special, publish=args.publish,
                           dns_upstreams=args.dns_upstream, as_root=args.as_root, accept_findings=args.accept_findings,
                           spelling="flags")
     if args.render in ("kubernetes", "pod"):

@@ -14,6 +14,7 @@ from typing import Any
 
 from dejima.core.egress import ENTRY_HINT, Entry, PolicyError, normalise_name, parse_entry
 from dejima.core.limits import MIN_MEMORY, format_bytes, is_share, parse_size
+from dejima.core.publish import parse_published
 from dejima.core.schema import Invalid, Kind, shown
 
 _KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
@@ -204,6 +205,15 @@ K8S_NAME = checked("Kubernetes name", lambda v: None if not v or _K8S_NAME.match
 IMAGE_REF = checked("image reference", lambda v: None if not v or _IMAGE_REF.match(v) else
                     f"is not an image reference ({shown(v)})",
                     fix='e.g. "registry.example.com/team/dejima-filter:1.4" (as `docker push` took it)')
+
+
+def _published(value: int | str) -> int | str:
+    parse_published(value)
+    return value  # kept as written: the plan parses it again, with where it came from
+
+
+PUBLISH = Kind("published port", "a port number or a string such as \"8080:3000\"", (int, str), _published,
+               "published ports")
 
 
 def is_kebab(text: str) -> bool:

@@ -1,7 +1,7 @@
 """A session plan as Kubernetes objects: the pair as one pod, its policy as a ConfigMap, a NetworkPolicy
-as a second layer.
+as a second layer, and a Service for published ports when the session has any.
 
-    objects = kubernetes_objects(plan, target, proxy)   # ConfigMap, NetworkPolicy, then the Sandbox (or Pod)
+    objects = kubernetes_objects(plan, target, proxy)   # ConfigMap, NetworkPolicy, the Sandbox (or Pod), [Service]
     text = kubernetes_yaml(objects)                     # what `dejima PATH --render kubernetes` prints
 
 The pod is the local pair's shape: the filter is a native sidecar (an init container that keeps
@@ -11,7 +11,10 @@ once the ruleset is verified (dejima/filter/probe.py): that order is the local s
 credential routes, the proxy is a second sidecar (proxy/pod.py): its own uid, the only one the
 ruleset lets out to the routes' ports; the secrets from a Secret the render names and never writes.
 The session runs with every capability dropped, as a non-root uid, without a service-account
-token or the cluster's service variables, its resolver the filter's on 127.0.0.1.
+token or the cluster's service variables, its resolver the filter's on 127.0.0.1. Published ports
+(`--publish`) become a ClusterIP Service selecting the pod (its host port the Service's port), the
+session container's ports, an ingress rule from the namespace's pods to those ports only, and the
+ruleset's inbound rule; a cluster has no "host loopback", so the Service is the narrowest equivalent.
 
 Everything here is data from the plan; names and paths that came from the workspace are values in
 the YAML (quoted by the emitter), never structure.
@@ -148,7 +151,8 @@ def secret_name(name: str) -> str:
 def kubernetes_objects(plan: SessionPlan, target: KubernetesTarget, proxy: PodProxy | None = None,
                        left_out: tuple[str, ...] = ()) -> list[Object]:
     """The ConfigMap (the filter's and the proxy's configuration), the NetworkPolicy, then the Sandbox or
-    the Pod. ``proxy``: the routes the pod's proxy serves; ``left_out``: routes a pod cannot serve."""
+    the Pod, then a Service for the published ports (only when there are some). ``proxy``: the routes the
+    pod's proxy serves; ``left_out``: routes a pod cannot serve."""
     _check_paths(plan)
     name = object_name(plan.workspace)
     session_user = _ids(plan.session.user)
@@ -180,7 +184,18 @@ def kubernetes_objects(plan: SessionPlan, target: KubernetesTarget, proxy: PodPr
         pod = _object(SANDBOX_API_VERSION, "Sandbox", name, target.namespace, pod_labels, annotations)
         pod["spec"] = {"podTemplate": {"metadata": {"labels": dict(pod_labels), "annotations": dict(annotations)},
                                        "spec": pod_spec}}
-    return [config_map, policy, pod]
+    return [config_map, policy, pod, *_services(plan, target, name, pod_labels)]
+
+
+def _services(plan: SessionPlan, target: KubernetesTarget, name: str, pod_labels: dict[str, str]) -> list[Object]:
+    """A ClusterIP Service for the published ports: its port the host port, its target the session's."""
+    if not plan.filter.ports:
+        return []
+    service = _object("v1", "Service", f"{name}-published", target.namespace, pod_labels)
+    service["spec"] = {"type": "ClusterIP", "selector": dict(pod_labels), "ports": [
+        {"name": f"published-{p.host_port}", "protocol": "TCP", "port": p.host_port, "targetPort": p.session_port}
+        for p in plan.filter.ports]}
+    return [service]
 
 
 def kubernetes_yaml(objects: list[Object]) -> str:
@@ -217,7 +232,8 @@ def _filter_config(plan: SessionPlan, proxy: PodProxy | None) -> str:
     ruleset = plan.ruleset
     if proxy is not None:
         upstreams = tuple(ipaddress.IPv4Address(u) for u in plan.upstreams)
-        ruleset = render_ruleset(plan.session_id, plan.policy, upstreams, ProxyEgress(PROXY_UID, proxy.ports))
+        ruleset = render_ruleset(plan.session_id, plan.policy, upstreams, ProxyEgress(PROXY_UID, proxy.ports),
+                                 tuple(p.session_port for p in plan.filter.ports))
     config = json.loads(filter_config(plan.session_id, ruleset, plan.expectation, plan.policy, plan.upstreams))
     config["ready_file"] = READY_FILE
     # Live grants: `kubectl exec POD -c filter -- python3 -m dejima.filter.grant` (filter/grant.py), as root
@@ -298,7 +314,8 @@ def _pod_spec(plan: SessionPlan, target: KubernetesTarget, name: str, session_us
         "terminationGracePeriodSeconds": max(1, int(target.stop_timeout)),
         "initContainers": sidecars,
         "containers": [_session_container(plan.session, target, session_user, session_mounts,
-                                          plan.credential_env if proxy is None else ())],
+                                          plan.credential_env if proxy is None else (),
+                                          tuple(dict.fromkeys(p.session_port for p in plan.filter.ports)))],
         "volumes": volumes,
     }
     if target.runtime_class:
@@ -410,7 +427,7 @@ def _session_volumes(plan: SessionPlan, target: KubernetesTarget, name: str) -> 
 
 
 def _session_container(session: ContainerSpec, target: KubernetesTarget, user: tuple[int, int],
-                       mounts: list[Object], credential_env: tuple[str, ...]) -> Object:
+                       mounts: list[Object], credential_env: tuple[str, ...], ports: tuple[int, ...]) -> Object:
     container: Object = {
         "name": "session",
         "image": target.session_image,
@@ -422,6 +439,8 @@ def _session_container(session: ContainerSpec, target: KubernetesTarget, user: t
     container["env"] = [{"name": key, "value": value} for key, value in session.environment.items()
                         if key not in credential_env]
     container["securityContext"] = _unprivileged(*user)
+    if ports:
+        container["ports"] = [{"containerPort": port, "protocol": "TCP"} for port in ports]
     container["resources"] = _resources(session.limits)
     container["volumeMounts"] = mounts
     if session.tty:
@@ -432,7 +451,7 @@ def _session_container(session: ContainerSpec, target: KubernetesTarget, user: t
 def _network_policy(plan: SessionPlan, pod_labels: dict[str, str], proxy: PodProxy | None) -> Object:
     """The pod may send only to its DNS upstreams (port 53), what the policy allows (literal networks as
     they are, names to public addresses only) and its proxy's routes' ports on public addresses; nothing
-    may reach it."""
+    may reach it but its published ports, from the namespace's pods (its Service's clients)."""
     rules: list[Object] = [{
         "to": [{"ipBlock": {"cidr": f"{upstream}/32"}} for upstream in plan.upstreams],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
@@ -453,8 +472,11 @@ def _network_policy(plan: SessionPlan, pod_labels: dict[str, str], proxy: PodPro
         rules.append({"to": public, **ports})
     if proxy is not None:
         rules.append({"to": public, "ports": [{"protocol": "TCP", "port": port} for port in proxy.ports]})
-    return {"podSelector": {"matchLabels": dict(pod_labels)}, "policyTypes": ["Ingress", "Egress"], "ingress": [],
-            "egress": rules}
+    published = tuple(dict.fromkeys(p.session_port for p in plan.filter.ports))
+    ingress = [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": port} for port in published]}
+               ] if published else []
+    return {"podSelector": {"matchLabels": dict(pod_labels)}, "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress, "egress": rules}
 
 
 def _ports(port: int | None) -> Object:

@@ -26,6 +26,7 @@ from dejima.core.paths import (
     GATE_FIFO,
     GATE_WORD,
 )
+from dejima.core.publish import Published, published_ports
 from dejima.core.resolve import Resolved
 from dejima.core.ruleset import (
     DENY_ALL_EXPECTATION,
@@ -120,6 +121,7 @@ class ContainerSpec:
     dns: tuple[str, ...] = ()
     sysctls: dict[str, str] = field(default_factory=dict)
     limits: ContainerLimits | None = None  # None: the engine's defaults (test helpers only)
+    ports: tuple[Published, ...] = ()  # host ports bound to this container's (the filter's: the session's namespace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,7 @@ class SessionRequest:
     credential_env: tuple[tuple[str, str], ...] = ()
     canaries: tuple[str, ...] = ()  # placeholder and decoy values the resolver refuses to see in a name
     intercept: tuple[str, ...] = ()  # hosts the proxy's TLS fallback serves (manifests' intercept = true)
+    publish: tuple[str, ...] = ()  # --publish values (core/publish.py), added to [session] publish
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +327,9 @@ def build_session_plan(
     unlocked = unlock_special(policy, settings, request.allow_special, facts, settings_source)
     filter_limits, session_limits = resolve_limits(settings.limits, engine_memory)
     upstreams = tuple(str(a) for a in facts.upstreams)
-    ruleset = render_ruleset(request.session_id, policy, facts.upstreams)
+    published = published_ports(settings.session.publish, settings_source, request.publish)
+    ruleset = render_ruleset(request.session_id, policy, facts.upstreams,
+                             published=tuple(p.session_port for p in published))
     config = filter_config(request.session_id, ruleset, DENY_ALL_EXPECTATION, policy, upstreams, request)
     expectation = DENY_ALL_EXPECTATION
     filter_name = f"dejima-{request.session_id}-filter"
@@ -356,6 +361,7 @@ def build_session_plan(
             "net.ipv4.ip_unprivileged_port_start": str(PRIVILEGED_PORT_FLOOR),
         },
         limits=filter_limits,
+        ports=published,
     )
     environment = {
         **(resolved.environment() if resolved else {}),

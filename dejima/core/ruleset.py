@@ -101,10 +101,20 @@ def _proxy_rules(proxy: ProxyEgress | None) -> str:
             f"\n\t\tmeta skuid {proxy.uid} tcp dport {ports} accept")
 
 
+def _published_rule(ports: tuple[int, ...]) -> str:
+    if not ports:
+        return ""
+    unique = sorted(set(ports))
+    listed = str(unique[0]) if len(unique) == 1 else "{ " + ", ".join(map(str, unique)) + " }"
+    return f"\n\t\ttcp dport {listed} ct state new accept"
+
+
 def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
-                   upstreams: tuple[ipaddress.IPv4Address, ...] = (), proxy: ProxyEgress | None = None) -> str:
+                   upstreams: tuple[ipaddress.IPv4Address, ...] = (), proxy: ProxyEgress | None = None,
+                   published: tuple[int, ...] = ()) -> str:
     """The nft ruleset (nft -f syntax) for ``policy``; no policy means no egress at all. ``proxy``: a
     pod's credential proxy, by its uid (none in a local session: its proxy runs on the host).
+    ``published``: the session's ports that accept new inbound TCP (core/publish.py); nothing else does.
 
     dejima/templates/nft_ruleset.py with its ``${name}`` slots filled; the lists are rendered here,
     one rule per line. A slot without a value is an error, never an empty string (string.Template
@@ -119,6 +129,7 @@ def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
         upstream_elements=f"\n\t\telements = {{ {', '.join(str(a) for a in upstreams)} }}" if upstreams else "",
         resolver_mark=f"0x{RESOLVER_MARK:08x}",
         proxy_rules=_proxy_rules(proxy),
+        published_ports=_published_rule(published),
         nflog_group=NFLOG_GROUP,
         log_rate=LOG_RATE,
         log_burst=LOG_BURST,

@@ -25,6 +25,7 @@ from dejima.core.kinds import (
     K8S_NAME,
     KEBAB,
     MEMORY,
+    PUBLISH,
     RESOLVER,
     STR,
     TEXT,
@@ -85,6 +86,11 @@ class SessionSettings:
     notify_denials: bool = key(
         BOOL, "In an interactive session, show each newly refused name in the terminal's title (it never draws over "
         "the agent's screen), with the `dejima-allow` command that grants it.", True)
+    publish: tuple[int | str, ...] = key(
+        list_of(PUBLISH), "Ports of the session reachable from the host, on 127.0.0.1 only: `3000` (host port 3000 "
+        "to the session's 3000), `\"8080:3000\"` (host 8080 to session 3000); `\"0.0.0.0:3000:3000\"` opens it to "
+        "every address of the host, said on the boundary card. TCP, session ports from 1024; only these ports are "
+        "reachable, egress is unchanged. `--publish` adds one for a run.", ())
 
 
 @dataclass(frozen=True, slots=True)

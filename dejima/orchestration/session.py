@@ -37,7 +37,7 @@ from dejima.adapters.session_dirs import clear_run_dir
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.core.report import Reporter
-from dejima.errors import EngineError, ExitStatus, FilterError
+from dejima.errors import EngineError, ExitStatus, FilterError, SessionError
 from dejima.filter import FAILED, READY, VIOLATION
 from dejima.orchestration.background import Background
 from dejima.orchestration.prestart import Prestarted
@@ -388,6 +388,18 @@ def _send_configuration(fifo: str, configuration: str) -> HeldFifo:
     return channel
 
 
+def _check_published(runtime: Runtime, filter_id: str, plan: SessionPlan) -> None:
+    from dejima.core.publish import binding_problem
+
+    problem = binding_problem(plan.filter.ports, ((runtime.inspect(filter_id) or {}).get("NetworkSettings") or {})
+                              .get("Ports"))
+    if problem is not None:
+        raise SessionError(f"the published ports are not what the plan says: {problem}; nothing ran",
+                           reference="published-ports-differ",
+                           hint="the engine may not honour a host address in port bindings (a rootless or remote "
+                           "engine); run without --publish, or report the engine and its version")
+
+
 def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: list[HeldFifo], gate: Gate | None,
                ready_timeout: float, before_session: Mapping[str, Callable[[Done], object]] = {},
                prestarted: Prestarted | None = None, output: Output = Output()) -> list[Step]:
@@ -414,6 +426,8 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
             prestarted.join()  # being started since the launcher began
         else:
             runtime.start(filter_id)
+        if plan.filter.ports:  # the card says where each is reachable: the engine must have bound just that
+            _check_published(runtime, filter_id, plan)
 
     def create_session(done: Done) -> str:
         session_id = runtime.create(plan.session)

@@ -254,10 +254,13 @@ def boundary_line(plan: SessionPlan) -> str:
         command = command[:COMMAND_SHOWN] + f"…[{len(command) - COMMAND_SHOWN} more]"
     overrides = "".join(f" | OVERRIDE {u.entry.canonical} ({u.override_origin}): {u.reason}" for u in plan.unlocked)
     limits = f" | limits: {describe(plan.session.limits)}" if plan.session.limits else ""
+    inbound = "".join(f" | inbound: {p.shown}" + ("" if p.local_only else " (WARNING: other machines too)")
+                      for p in plan.filter.ports)
     return (
         f"session {plan.session_id}: {harness}{command} "
         f"in {plan.workspace} | network: {network} (nftables default-deny, verified; DNS only through "
-        f"dejima; no IPv6){overrides} | user {plan.session.user}, no capabilities | mounts: workspace, home{limits}"
+        f"dejima; no IPv6){overrides}{inbound} | user {plan.session.user}, no capabilities | mounts: workspace, "
+        f"home{limits}"
     )
 
 
@@ -309,6 +312,10 @@ def before_session_actions(plan: SessionPlan, ui: SessionReporter,
             ui.boundary(plan)
         else:
             ui.info(boundary_line(plan))
+        for port in plan.filter.ports:  # said even with -q, which hides the card and the line
+            if not port.local_only:
+                ui.warn(f"the session's port {port.session_port} is published on {port.host_address}:"
+                        f"{port.host_port} ({port.origin}): other machines can reach it, not only this one")
 
     return {"boundary": show_boundary, "audit-start": lambda _: audit.start() if audit is not None else None}
 

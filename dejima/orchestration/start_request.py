@@ -111,6 +111,7 @@ class Options:
     upstream_dns: tuple[str, ...] = ()
     as_root: bool = False
     accept_findings: bool = False
+    publish: tuple[str, ...] = ()  # --publish values
 
 
 def protected_paths(workspace: Path, settings: Settings) -> tuple[PurePosixPath, ...]:
@@ -138,6 +139,7 @@ def session_request(workspace: Path, command: tuple[str, ...] | None, resolved: 
         harness=resolved.harness.name,
         allow=options.allow,
         allow_special=options.allow_special,
+        publish=options.publish,
         resolv_conf=PurePosixPath(host.state_dir() / "resolv.conf"),
         cache_root=PurePosixPath(host.data_dir() / "caches" / home.name),
         read_only=protected_paths(workspace, settings),

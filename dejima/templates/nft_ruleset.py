@@ -62,10 +62,12 @@ table inet ${table} {
 		counter goto refuse
 	}
 
+	# Ingress: only replies to what egress allowed, and new TCP to the session's published ports
+	# (the engine's port binding forwards the host's connections here).
 	chain input {
 		type filter hook input priority filter; policy drop;
 		iif "lo" accept
-		ct state established,related accept
+		ct state established,related accept${published_ports}
 	}
 
 	chain forward {

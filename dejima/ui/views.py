@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from dejima.core.limits import describe, describe_proxy
 from dejima.core.plan import SessionPlan
+from dejima.core.publish import Published
 
 
 def format_plan(plan: SessionPlan) -> str:
@@ -59,6 +60,7 @@ def format_plan(plan: SessionPlan) -> str:
             lines.append(f"  mount {bind.source} -> {bind.target} ({'ro' if bind.read_only else 'rw'})")
         if spec is plan.filter:
             lines += _relay_lines(plan.filter_config)
+            lines += [f"  publishes {_published(p)}" for p in spec.ports]
         elif spec.environment:  # names only: the values are the plan's, placeholders included, never a secret
             lines.append(f"  env {', '.join(sorted(spec.environment))}")
     lines += ["", "## nft ruleset (applied in the filter, then read back and verified)", plan.ruleset]
@@ -90,6 +92,22 @@ def _relay_lines(config: str) -> list[str]:
     if "intercept" in sockets:
         lines.append(f"  relays 127.0.0.1:{sockets['intercept']['port']} to the proxy's TLS fallback for "
                      f"{', '.join(sockets['intercept']['names'])}")
+    return lines
+
+
+def _published(port: Published) -> str:
+    where = "this machine only" if port.local_only else "WARNING: other machines too"
+    return f"{port.shown} ({where}; from {port.origin})"
+
+
+def _inbound_lines(plan: SessionPlan) -> list[str]:
+    """Published ports (core/publish.py): one line each; one that other machines reach, a warning."""
+    lines = []
+    for n, port in enumerate(plan.filter.ports):
+        lines.append(f"{'inbound' if n == 0 else '':<11} {_published(port)}")
+    if lines:
+        lines.append("            no other port of the session is reachable from outside; a server there listens on "
+                     "0.0.0.0 (its 127.0.0.1 is the session's own)")
     return lines
 
 
@@ -150,6 +168,7 @@ def boundary_card(plan: SessionPlan) -> list[str]:
         f"network     default-deny, verified in the kernel; allowed: {shown or 'nothing'}",
         "dns         only dejima's resolver; names not allowed are refused and never leave the filter",
         *overrides,
+        *_inbound_lines(plan),
         "ipv6        off; UDP and ICMP closed",
         f"identity    {who}, no capabilities, no-new-privileges, no Docker socket; ports below 1024 "
         "are the filter's",

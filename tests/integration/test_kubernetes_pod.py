@@ -18,7 +18,7 @@ import yaml
 from dejima.core import labels
 from dejima.core.kubernetes import PROXY_UID
 from tests.integration.conftest import Images
-from tests.kubelet import LocalPod, inspect, run_container, start_pod
+from tests.kubelet import LocalPod, inspect, run_container, start_container, start_pod
 from tests.networld import World, queries_seen
 from tests.world import User, docker, run_dejima, wait_for_line
 
@@ -272,3 +272,25 @@ def test_a_grant_through_kubectl_exec_reaches_the_running_pod(user: User, scope:
     assert revoked.returncode == 0, revoked.stdout
     again, _ = session()
     assert again["result"] == "blocked"  # taken back: the next session container is refused again
+
+
+def test_a_published_port_of_the_pod_answers_and_its_other_ports_do_not(user: User, scope: str, workspace: Path,
+                                                                        world: World, images: Images,
+                                                                        pods: list[LocalPod]) -> None:
+    """`--render pod --publish 3000`: what the Service would send to the pod's address reaches the session's
+    port 3000; its port 3001, listening on every address, is dropped; egress stays as the policy says."""
+    from tests.integration.test_published_ports import SERVERS, fetch
+
+    objects = render(user, scope, workspace, world, images, "--publish", "3000", "--allow", "web.dejima.test:8080",
+                     "--", "python3", "-c", SERVERS, world.other, "web.dejima.test")
+    assert [d["kind"] for d in objects] == ["ConfigMap", "NetworkPolicy", "Pod", "Service"]
+    pod = start_pod(objects, scope, world.network, {CLAIM: workspace})
+    pods.append(pod)
+    session = start_container(pod, objects, "listening")
+    address = inspect(pod.containers["pod"])["NetworkSettings"]["Networks"][world.network]["IPAddress"]
+    assert fetch(address, 3001) == "timeout"
+    assert fetch(address, 3000) == fetch(address, 3000) == "hello from 3000\n"
+    assert docker("wait", session, timeout=60).stdout.decode().strip() == "0"
+    result = json.loads(docker("logs", session).stdout.decode().splitlines()[-1])
+    assert result["decoy"] == "blocked" and result["allowed"] == "connected", result
+    assert result["peer"] == "blocked", result

@@ -16,13 +16,14 @@ from dejima.ui.console import UI
 from tests.world import User, containers_of, run_dejima
 
 
-def start_session(runtime: Runtime, workspace: Path, prestarted: prestart.Prestarted | None) -> int:
-    """What `dejima -q WORKSPACE -- true` does after its prestart (cli/launch.py)."""
+def start_session(runtime: Runtime, workspace: Path, prestarted: prestart.Prestarted | None,
+                  options: start_request.Options | None = None) -> int:
+    """What `dejima -q WORKSPACE -- true` does after its prestart (cli/launch.py); ``options``: its flags."""
     ui = UI(quiet=True)
     try:
         resolved = start_request.resolve_manifests(workspace, start_request.Selection(), ui)
         prepared = start.prepare_session(workspace, ("true",), resolved, host.load_settings(), runtime, ui,
-                                         start_request.Options(), prestarted)
+                                         options or start_request.Options(), prestarted)
         return start.run_session(prepared, ui)
     finally:
         if prestarted is not None:

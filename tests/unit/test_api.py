@@ -105,6 +105,7 @@ def owned(path: Path) -> Path:
     [],
     ["--allow", "pypi.org", "--allow", "*.pythonhosted.org:443", "--", "python3", "-c", "print(1)"],
     ["--harness", "codex", "--workflow", "python"],
+    ["--publish", "3000", "--publish", "8080:3001"],
 ])
 def test_render_is_the_command_lines_render(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                             args: list[str]) -> None:
@@ -117,9 +118,11 @@ def test_render_is_the_command_lines_render(tmp_path: Path, capsys: pytest.Captu
         values.setdefault(flag.removeprefix("--"), []).append(value)
     request = api.Request(workspace, command, harness=values.get("harness", ["shell"])[0],
                           workflows=values.get("workflow", []), allow=values.get("allow", []),
-                          dns_upstreams=["192.0.2.53"])
+                          dns_upstreams=["192.0.2.53"], publish=values.get("publish", []))
     rendered = api.render(request)
     assert printed == rendered.text + "\n"
+    assert [p.canonical for p in rendered.plan.filter.ports] == [f"127.0.0.1:{p if ':' in p else f'{p}:{p}'}"
+                                                                 for p in values.get("publish", [])]
     assert rendered.plan.session_id == "render" and rendered.plan.workspace == str(workspace)
     assert ("preparation", "credentials", (), True) in rendered.steps
     assert rendered.steps == rendered.start.outline() and rendered.plan is rendered.start.session

@@ -1,10 +1,11 @@
 """Re-make the vendored schemas in this folder (see README.md): not run by the tests.
 
-    python3 tests/data/kubernetes/vendor.py DEFINITIONS_JSON SANDBOX_CRD_YAML
+    python3 tests/data/kubernetes/vendor.py DEFINITIONS_JSON [SANDBOX_CRD_YAML]
 
 DEFINITIONS_JSON: kubernetes_validate/kubernetes-json-schema/v1.37.0-local-strict/_definitions.json from the
 PyPI wheel kubernetes-validate 1.37.0; SANDBOX_CRD_YAML: helm/crds/agents.x-k8s.io_sandboxes.yaml at
-kubernetes-sigs/agent-sandbox tag v0.5.6. Descriptions are dropped (size); nothing else changes.
+kubernetes-sigs/agent-sandbox tag v0.5.6 (left out: the Sandbox's schema is kept as it is). Descriptions are
+dropped (size); nothing else changes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import yaml
 
 HERE = Path(__file__).parent
 ROOTS = ("io.k8s.api.core.v1.Pod", "io.k8s.api.core.v1.PodSpec", "io.k8s.api.core.v1.ConfigMap",
-         "io.k8s.api.networking.v1.NetworkPolicy")
+         "io.k8s.api.networking.v1.NetworkPolicy", "io.k8s.api.core.v1.Service")
 PREFIX = "/api/_definitions.json#/$defs/"
 
 
@@ -47,7 +48,7 @@ def local(node: Any) -> Any:
     return node
 
 
-def main(definitions: str, crd: str) -> None:
+def main(definitions: str, crd: str | None = None) -> None:
     defs = json.loads(Path(definitions).read_text())["$defs"]
     kept: dict[str, Any] = {}
     todo = list(ROOTS)
@@ -59,6 +60,8 @@ def main(definitions: str, crd: str) -> None:
         todo += [r.split("/$defs/", 1)[1] for r in refs(kept[name])]
     core = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$defs": local(dict(sorted(kept.items())))}
     (HERE / "kubernetes-v1.37.0-strict.json").write_text(json.dumps(core, indent=1, sort_keys=True) + "\n")
+    if crd is None:
+        return
     document = yaml.safe_load(Path(crd).read_text())
     version = next(v for v in document["spec"]["versions"] if v["name"] == "v1beta1")
     sandbox = undescribed(version["schema"]["openAPIV3Schema"])

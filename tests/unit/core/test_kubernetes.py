@@ -130,7 +130,7 @@ def sandbox_schema() -> dict[str, Any]:
 
 
 SCHEMA_OF = {"ConfigMap": "io.k8s.api.core.v1.ConfigMap", "NetworkPolicy": "io.k8s.api.networking.v1.NetworkPolicy",
-             "Pod": "io.k8s.api.core.v1.Pod"}
+             "Pod": "io.k8s.api.core.v1.Pod", "Service": "io.k8s.api.core.v1.Service"}
 
 
 def schema_errors(document: dict[str, Any]) -> list[str]:
@@ -355,3 +355,33 @@ def test_refused_plans_say_why() -> None:
         kubernetes_objects(replace(make_plan(), session=replace(make_plan().session, user="0:0")), TARGET)
     with pytest.raises(UsageError, match="':'"):
         kubernetes_objects(make_plan("/srv/a:b"), TARGET)
+
+
+@pytest.mark.parametrize("kind", ["Sandbox", "Pod"])
+def test_published_ports_are_a_service_selecting_the_pod_and_nothing_more(kind: str) -> None:
+    """`--render kubernetes --publish`: a ClusterIP Service (its port the host port, its target the session's),
+    the session container's port, an ingress rule to those ports only, the ruleset's inbound rule; each object
+    valid against the published schemas. Without a publish there is no Service and no ingress (the goldens)."""
+    plan = make_plan(publish=("3000", "8080:3001"))
+    documents = rendered(plan, replace(TARGET, kind=kind), PROXY)  # type: ignore[arg-type]
+    assert [d["kind"] for d in documents] == ["ConfigMap", "NetworkPolicy", kind, "Service"]
+    for document in documents:
+        assert schema_errors(document) == [], document["kind"]
+    service, pod = documents[3], documents[2]
+    broken = copy.deepcopy(service)  # control: the Service's schema refuses what it does not declare
+    broken["spec"]["ports"][0]["targetPrt"] = 3000
+    assert any("targetPrt" in e for e in schema_errors(broken))
+    pod_labels = pod["spec"]["podTemplate"]["metadata"]["labels"] if kind == "Sandbox" else pod["metadata"]["labels"]
+    assert service["spec"]["selector"] == pod_labels and service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [
+        {"name": "published-3000", "protocol": "TCP", "port": 3000, "targetPort": 3000},
+        {"name": "published-8080", "protocol": "TCP", "port": 8080, "targetPort": 3001}]
+    session = pod_spec_of(documents)["containers"][0]
+    assert session["ports"] == [{"containerPort": 3000, "protocol": "TCP"}, {"containerPort": 3001, "protocol": "TCP"}]
+    assert documents[1]["spec"]["ingress"] == [{"from": [{"podSelector": {}}], "ports": [
+        {"protocol": "TCP", "port": 3000}, {"protocol": "TCP", "port": 3001}]}]
+    ruleset = json.loads(documents[0]["data"]["filter.json"])["ruleset"]
+    assert "\t\ttcp dport { 3000, 3001 } ct state new accept\n" in ruleset and "meta skuid" in ruleset
+    without = rendered(make_plan(), TARGET)
+    assert [d["kind"] for d in without] == ["ConfigMap", "NetworkPolicy", "Sandbox"]
+    assert without[1]["spec"]["ingress"] == [] and "ports" not in pod_spec_of(without)["containers"][0]
