@@ -324,3 +324,21 @@ def local_addresses(fib_trie: Path = Path("/proc/net/fib_trie")) -> list[str]:
             except ValueError:
                 continue
     return sorted(found)
+
+
+def ipv4_address(name: str) -> ipaddress.IPv4Address | None:
+    """The first IPv4 address the host's resolver gives ``name`` (a literal is itself), or None."""
+    import socket
+
+    try:
+        found = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None
+    return ipaddress.IPv4Address(found[0][4][0]) if found else None
+
+
+def proxy_variables() -> dict[str, str]:
+    """The host's proxy variables (core/upstream_proxy.py ENV_NAMES) that are set, as the launcher got them."""
+    from dejima.core.upstream_proxy import ENV_NAMES
+
+    return {name: os.environ[name] for name in ENV_NAMES if os.environ.get(name)}

@@ -103,7 +103,9 @@ class ViolationStore:
 
 # What the exit summary names, in order; the rest is counted as "other".
 SUMMARY_LABELS = (("dns", "name(s) refused"), ("dns-answer", "answer address(es) dropped"),
-                  ("connection", "connection(s) blocked"), ("decoy-used", "decoy credential(s) used"),
+                  ("connection", "connection(s) blocked"),
+                  ("upstream-proxy", "connection(s) the upstream proxy refused or failed"),
+                  ("decoy-used", "decoy credential(s) used"),
                   ("proxy", "request(s) refused by the credential proxy"), ("grant", "grant(s)"),
                   ("revoke", "revoke(s)"), ("grant-expired", "grant(s) expired"))
 

@@ -159,6 +159,11 @@ def kubernetes_objects(plan: SessionPlan, target: KubernetesTarget, proxy: PodPr
     if session_user[0] == 0:
         raise UsageError("a Kubernetes render runs the session as a non-root uid (runAsNonRoot), but this plan runs "
                          "it as uid 0", hint="leave --as-root out, and render as the user the agent should run as")
+    if plan.upstream_proxy is not None:
+        raise UsageError(f"a Kubernetes render cannot send the pod's connections through the upstream proxy "
+                         f"{plan.upstream_proxy.url} (from {plan.upstream_proxy.origin}) yet",
+                         hint="unset it for the render (an empty [network] upstream_proxy and no HTTPS_PROXY); "
+                              "the cluster's own egress proxying applies to the pod")
     if proxy is not None and PROXY_UID in session_user:
         raise UsageError(f"the session would run as uid/gid {PROXY_UID}, the pod's credential proxy's: the ruleset "
                          "lets that uid reach the routes' upstreams", hint="render as another user")

@@ -31,12 +31,16 @@ from dejima.core.resolve import Resolved
 from dejima.core.ruleset import (
     DENY_ALL_EXPECTATION,
     NFLOG_GROUP,
+    RELAY_MARK,
+    RELAYED_EXPECTATION,
     RESOLVER_MARK,
+    RelayEgress,
     RulesetExpectation,
     render_ruleset,
 )
 from dejima.core.settings import LimitSettings, Settings
 from dejima.core.special_entries import Unlocked, check_special, special_places
+from dejima.core.upstream_proxy import UpstreamProxy
 from dejima.errors import ExitStatus, UsageError
 
 SESSION_HOME = "/home/dejima"
@@ -46,6 +50,7 @@ CONTROL_SOCKET = "control.sock"
 PROXY_SOCKET = "proxy.sock"
 BRIDGE_PORT = 700  # the filter relays 127.0.0.1:700 in the namespace to the proxy's socket
 TLS_SOCKET, TLS_PORT = "tls.sock", 443  # the TLS fallback: intercepted names resolve to 127.0.0.1, relayed here
+RELAY_PORT = 701  # with an upstream proxy, the filter's relay (filter/relay.py): allowed TCP is redirected here
 # The start gate: the session's container starts while the filter applies its ruleset, but its
 # command waits on a FIFO (in a host directory mounted read-only) until the launcher, having seen
 # the filter's verified ready line, writes the word. End of file (the launcher went away) or any
@@ -164,6 +169,7 @@ class NetworkFacts:
     denied_addresses: tuple[IPNetwork, ...] = ()  # the host's own addresses, the engine's gateway
     host_addresses: tuple[IPNetwork, ...] = ()
     gateway: IPNetwork | None = None  # None without an engine (render mode)
+    upstream_proxy: UpstreamProxy | None = None  # with its address: allowed TCP leaves through it
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +228,7 @@ class SessionPlan:
     # The session's variables that carry its credential routes (placeholders, base URLs through the
     # proxy, the harness's connection): a render for a place without the proxy leaves them out.
     credential_env: tuple[str, ...] = ()
+    upstream_proxy: UpstreamProxy | None = None  # the corporate proxy allowed TCP leaves through
 
     @property
     def plan_hash(self) -> str:
@@ -237,10 +244,20 @@ def _common_labels(request: SessionRequest) -> dict[str, str]:
     }
 
 
+def relay_egress(proxy: UpstreamProxy | None) -> RelayEgress | None:
+    if proxy is None or proxy.address is None:
+        return None
+    return RelayEgress(RELAY_PORT, proxy.address, proxy.port)
+
+
 def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation, policy: EgressPolicy,
-                  upstreams: tuple[str, ...], request: SessionRequest | None = None) -> str:
+                  upstreams: tuple[str, ...], request: SessionRequest | None = None,
+                  relay: RelayEgress | None = None) -> str:
     """The JSON document the filter process reads from its environment (policy, never secrets)."""
     sockets: dict[str, object] = {}
+    if relay is not None:
+        sockets["relay"] = {"port": relay.port, "proxy": str(relay.proxy), "proxy_port": relay.proxy_port,
+                            "mark": RELAY_MARK}
     if request is not None and request.canaries:
         sockets["canaries"] = sorted({canary_signature(c) for c in request.canaries})
     if request is not None and request.run_dir is not None:
@@ -328,10 +345,11 @@ def build_session_plan(
     filter_limits, session_limits = resolve_limits(settings.limits, engine_memory)
     upstreams = tuple(str(a) for a in facts.upstreams)
     published = published_ports(settings.session.publish, settings_source, request.publish)
+    relay = relay_egress(facts.upstream_proxy)
     ruleset = render_ruleset(request.session_id, policy, facts.upstreams,
-                             published=tuple(p.session_port for p in published))
-    config = filter_config(request.session_id, ruleset, DENY_ALL_EXPECTATION, policy, upstreams, request)
-    expectation = DENY_ALL_EXPECTATION
+                             published=tuple(p.session_port for p in published), relay=relay)
+    expectation = DENY_ALL_EXPECTATION if relay is None else RELAYED_EXPECTATION
+    config = filter_config(request.session_id, ruleset, expectation, policy, upstreams, request, relay)
     filter_name = f"dejima-{request.session_id}-filter"
     interactive = request.command is None
     base_labels = _common_labels(request)
@@ -422,6 +440,7 @@ def build_session_plan(
         filter_config=config,
         config_fifo=str(request.run_dir / FILTER_CONFIG_FIFO) if request.run_dir is not None else None,
         credential_env=tuple(dict.fromkeys(name for name, _ in request.credential_env)),
+        upstream_proxy=facts.upstream_proxy,
     )
 
 

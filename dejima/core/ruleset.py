@@ -11,7 +11,7 @@ refuses to report ready unless it matches.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from string import Template
 
 from dejima.core.egress import EgressPolicy
@@ -19,6 +19,7 @@ from dejima.templates.nft_ruleset import RULESET
 
 TABLE = "dejima"
 RESOLVER_MARK = 0x646A  # "dj": the mark on the resolver's upstream sockets
+RELAY_MARK = 0x6472  # "dr": the mark on the relay's sockets to the upstream proxy (filter/relay.py)
 NFLOG_GROUP = 7  # blocked packets are logged to this nflog group for the violation record
 # Blocked packets recorded per second (and in a burst): beyond it they are still refused, and the
 # nflog reader's socket never overflows with the records of a flood.
@@ -61,6 +62,9 @@ DENY_ALL_EXPECTATION = RulesetExpectation(
         ChainExpectation("forward", "forward", "drop"),
     ),
 )
+# With an upstream proxy: the nat chain that turns allowed connections to the relay, too.
+RELAYED_EXPECTATION = replace(DENY_ALL_EXPECTATION, chains=(
+    *DENY_ALL_EXPECTATION.chains, ChainExpectation("relay", "output", "accept")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,39 @@ def _proxy_rules(proxy: ProxyEgress | None) -> str:
             f"\n\t\tmeta skuid {proxy.uid} tcp dport {ports} accept")
 
 
+@dataclass(frozen=True, slots=True)
+class RelayEgress:
+    """An upstream proxy (core/upstream_proxy.py): the session's new TCP connections to allowed
+    destinations are redirected to the filter's relay on ``port``, which alone (its sockets marked) may
+    reach the proxy at ``proxy``:``proxy_port``. No allowed destination is reached directly."""
+
+    port: int
+    proxy: ipaddress.IPv4Address
+    proxy_port: int
+
+
+def _relay_out(relay: RelayEgress | None) -> str:
+    if relay is None:
+        return ""
+    return f"\n\t\tmeta mark 0x{RELAY_MARK:08x} ip daddr {relay.proxy} tcp dport {relay.proxy_port} accept"
+
+
+def _relay_chain(relay: RelayEgress | None, allowed: list[LiteralRule], denied: list[LiteralRule]) -> str:
+    """The nat chain: the filter's own sockets and refused destinations pass untouched (the output chain
+    refuses the latter), allowed ones go to the relay."""
+    if relay is None:
+        return ""
+    to = f"redirect to :{relay.port}"
+    lines = [f"meta mark {{ 0x{RESOLVER_MARK:08x}, 0x{RELAY_MARK:08x} }} return", "ip daddr @revoked4 return",
+             *(f"ip daddr {r.target}{f' tcp dport {r.port}' if r.port else ''} return" for r in denied),
+             f"ip daddr @allow4 meta l4proto 6 {to}", f"ip daddr . tcp dport @allow4_port {to}",
+             *(f"ip daddr {r.target} {f'tcp dport {r.port}' if r.port else 'meta l4proto 6'} {to}" for r in allowed)]
+    body = "".join(f"\t\t{line}\n" for line in lines)
+    return ("\n\t# Upstream proxy: the session's new TCP connections to allowed destinations go to the relay,\n"
+            "\t# which sends each on as CONNECT name:port; none leaves directly.\n"
+            "\tchain relay {\n\t\ttype nat hook output priority dstnat; policy accept;\n" + body + "\t}\n")
+
+
 def _published_rule(ports: tuple[int, ...]) -> str:
     if not ports:
         return ""
@@ -111,10 +148,11 @@ def _published_rule(ports: tuple[int, ...]) -> str:
 
 def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
                    upstreams: tuple[ipaddress.IPv4Address, ...] = (), proxy: ProxyEgress | None = None,
-                   published: tuple[int, ...] = ()) -> str:
+                   published: tuple[int, ...] = (), relay: RelayEgress | None = None) -> str:
     """The nft ruleset (nft -f syntax) for ``policy``; no policy means no egress at all. ``proxy``: a
     pod's credential proxy, by its uid (none in a local session: its proxy runs on the host).
     ``published``: the session's ports that accept new inbound TCP (core/publish.py); nothing else does.
+    ``relay``: an upstream proxy; allowed TCP then goes through the filter's relay only.
 
     dejima/templates/nft_ruleset.py with its ``${name}`` slots filled; the lists are rendered here,
     one rule per line. A slot without a value is an error, never an empty string (string.Template
@@ -128,7 +166,7 @@ def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
         table=TABLE,
         upstream_elements=f"\n\t\telements = {{ {', '.join(str(a) for a in upstreams)} }}" if upstreams else "",
         resolver_mark=f"0x{RESOLVER_MARK:08x}",
-        proxy_rules=_proxy_rules(proxy),
+        proxy_rules=_proxy_rules(proxy) + _relay_out(relay),
         published_ports=_published_rule(published),
         nflog_group=NFLOG_GROUP,
         log_rate=LOG_RATE,
@@ -136,6 +174,9 @@ def render_ruleset(session_id: str, policy: EgressPolicy | None = None,
         engine_resolver=ENGINE_RESOLVER,
         denied_literals="".join(f"\n\t\tip daddr {r.target}{f' tcp dport {r.port}' if r.port else ''} "
                                 "counter goto refuse" for r in denied),
-        allowed_literals="".join(f"\n\t\tip daddr {r.target} {f'tcp dport {r.port}' if r.port else 'meta l4proto 6'} "
-                                 "accept" for r in allowed),
+        direct="" if relay is not None else "".join(
+            f"\n\t\tip daddr {r.target} {f'tcp dport {r.port}' if r.port else 'meta l4proto 6'} accept"
+            for r in allowed) + "\n\t\tip daddr @allow4 meta l4proto 6 accept"
+        "\n\t\tip daddr . tcp dport @allow4_port accept",
+        relay_chain=_relay_chain(relay, allowed, denied),
     )

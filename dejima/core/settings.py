@@ -50,6 +50,7 @@ from dejima.core.schema import (
     table,
     table_of,
 )
+from dejima.core.upstream_proxy import proxy_problem
 from dejima.errors import SettingsError
 
 BASE_FALLBACKS = ("debootstrap", "none")
@@ -58,6 +59,9 @@ PIDS = integer(16, 4194304)
 CPU_SHARES = integer(2, 262144)
 UPSTREAM_URL = checked("URL", lambda v: None if v.startswith(("https://", "http://127.", "http://localhost")) else
                        f"must be an https:// URL, or plain http:// to this host's loopback, not {shown(v)}")
+PEM_PATH = checked("path", lambda v: f"must be an absolute path, not {shown(v)}" if v and not v.startswith("/") else
+                   None)
+PROXY_URL = checked("proxy URL", lambda v: proxy_problem(v) if v else None, fix="write it as http://HOST:PORT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,16 @@ class NetworkSettings:
         "`allow` entry is refused unless this list holds the same entry, written the same way (`allow = "
         "[\"169.254.169.254:80\"]` needs `allow_special = [\"169.254.169.254:80\"]`); the boundary card shows each "
         "one in use. `--allow-special` does the same for one run.", ())
+    upstream_proxy: str = key(
+        PROXY_URL, "The corporate HTTP proxy every connection out of a session goes through (`\"http://proxy.corp:3128\"`):"
+        " the filter sends each allowed TCP connection as `CONNECT name:port`, the credential proxy its upstreams"
+        " likewise; names the policy refuses never reach it. Empty: the host's `HTTPS_PROXY` (then `https_proxy`,"
+        " `HTTP_PROXY`, `http_proxy`) when set at start, else connections go direct. The boundary card says which"
+        " and from where. `NO_PROXY` is not read.", "")
+    extra_ca: str = key(
+        PEM_PATH, "A PEM file of the CA certificates a corporate TLS-inspecting proxy signs with: trusted in sessions"
+        " (the session images' store, and the bundle the session's tools are pointed at), by image builds and by the"
+        " credential proxy. Empty: none.", "")
 
 
 @dataclass(frozen=True, slots=True)

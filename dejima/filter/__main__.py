@@ -68,6 +68,12 @@ async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     reader = NflogReader(config["nflog_group"], log, resolver.domain_of)
     reader.attach(asyncio.get_running_loop())
     await start_servers(resolver, spawn)
+    if "relay" in config:  # an upstream proxy: the ruleset redirects allowed TCP here (filter/relay.py)
+        from dejima.filter.relay import Relay, UpstreamProxyAddress, start_relay
+
+        relay = config["relay"]
+        await start_relay(Relay(UpstreamProxyAddress(relay["proxy"], relay["proxy_port"], relay["mark"]),
+                                lambda: resolver.policy, resolver.domain_of, log), relay["port"])
     await self_check()
     if "control" in config:
         from dejima.filter.control import Grants, start_control

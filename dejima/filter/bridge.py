@@ -17,7 +17,7 @@ CHUNK = 64 * 1024
 MAX_CLIENTS = 256
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while chunk := await reader.read(CHUNK):
             writer.write(chunk)
@@ -45,7 +45,7 @@ class Bridge:
                 print(f"dejima-filter: bridge to {self.socket_path}: {exc}", file=sys.stderr, flush=True)
                 return
             try:
-                await asyncio.gather(_pipe(reader, host_writer), _pipe(host_reader, writer))
+                await asyncio.gather(pipe(reader, host_writer), pipe(host_reader, writer))
             finally:
                 host_writer.close()
         finally:

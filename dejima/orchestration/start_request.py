@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,8 @@ from dejima.core.manifest import ManifestError
 from dejima.core.plan import NetworkFacts, SessionRequest
 from dejima.core.resolve import REPO_POLICY_FILE, Resolved, resolve
 from dejima.core.settings import Settings
-from dejima.errors import SessionError, UsageError
+from dejima.core.upstream_proxy import UpstreamProxy, chosen_proxy
+from dejima.errors import SessionError, SettingsError, UsageError
 from dejima.orchestration.session_reporter import SessionReporter
 
 if TYPE_CHECKING:  # the engine's adapter is imported by the functions that use it
@@ -99,7 +101,33 @@ def network_facts(settings: Settings, runtime: Runtime | None, upstream_override
         denied_addresses=tuple(ipaddress.ip_network(a) for a in sorted(set(denied))),
         host_addresses=tuple(ipaddress.ip_network(a) for a in local),
         gateway=ipaddress.ip_network(gateway) if gateway else None,
+        upstream_proxy=upstream_proxy(settings),
     )
+
+
+def upstream_proxy(settings: Settings, environment: Mapping[str, str] | None = None) -> UpstreamProxy | None:
+    """The corporate proxy sessions leave through (core/upstream_proxy.py), its name resolved here: the
+    filter connects to that address. ``environment``: the host's variables (default: the launcher's own).
+    None: connections go direct."""
+    variables = host.proxy_variables() if environment is None else environment
+    try:
+        proxy = chosen_proxy(settings.network.upstream_proxy, variables, str(host.settings_path()))
+    except ValueError as exc:
+        raise SettingsError(str(exc), hint="write it as http://HOST:PORT (the setting beats the host's variables)",
+                            reference="upstream-proxy") from None
+    if proxy is None:
+        return None
+    address = host.ipv4_address(proxy.host)
+    if address is None:
+        raise SessionError(f"the upstream proxy {proxy.url} (from {proxy.origin}) has no IPv4 address here",
+                           hint="check the name, or write the proxy's address in [network] upstream_proxy",
+                           reference="upstream-proxy")
+    if address.is_loopback or address.is_unspecified:
+        raise SessionError(f"the upstream proxy {proxy.url} (from {proxy.origin}) is this host's loopback, which "
+                           "a session's filter cannot reach (it has a network of its own)",
+                           hint="set [network] upstream_proxy to an address the containers reach (the engine "
+                                "gateway's, say, with the proxy listening there)", reference="upstream-proxy")
+    return replace(proxy, address=address)
 
 
 @dataclass(frozen=True, slots=True)

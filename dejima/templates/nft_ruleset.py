@@ -56,9 +56,7 @@ table inet ${table} {
 		# that sends from a port the resolver used would otherwise ride that flow's conntrack entry.
 		ip daddr @upstream4 counter goto refuse${denied_literals}
 		ip daddr @revoked4 counter goto refuse
-		ct state established,related accept${allowed_literals}
-		ip daddr @allow4 meta l4proto 6 accept
-		ip daddr . tcp dport @allow4_port accept
+		ct state established,related accept${direct}
 		counter goto refuse
 	}
 
@@ -73,5 +71,5 @@ table inet ${table} {
 	chain forward {
 		type filter hook forward priority filter; policy drop;
 	}
-}
+${relay_chain}}
 """

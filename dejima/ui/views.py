@@ -34,6 +34,9 @@ def format_plan(plan: SessionPlan) -> str:
                  + (", ".join(str(n) for n in plan.policy.denied_addresses) or "none found") + " (+ the engine "
                  "gateway, found at start)")
     lines.append(f"upstream resolvers (the filter's own marked sockets only): {', '.join(plan.upstreams) or 'none'}")
+    if plan.upstream_proxy is not None:
+        lines.append(f"upstream proxy: {plan.upstream_proxy.url} ({plan.upstream_proxy.address}, from "
+                     f"{plan.upstream_proxy.origin}); allowed TCP goes to the filter's relay, CONNECT name:port")
     lines.append("IPv6: disabled in the namespace; UDP and ICMP: closed")
     lines += ["", "## Credential routes (the secret stays in dejima's proxy on the host; each source is read when a "
                   "session starts, a route whose source is missing is left out then)"]
@@ -89,6 +92,9 @@ def _relay_lines(config: str) -> list[str]:
     lines = []
     if "bridge" in sockets:
         lines.append(f"  relays 127.0.0.1:{sockets['bridge']['port']} to the credential proxy")
+    if "relay" in sockets:
+        lines.append(f"  relays allowed TCP (redirected to 127.0.0.1:{sockets['relay']['port']}) to the upstream proxy "
+                     f"{sockets['relay']['proxy']}:{sockets['relay']['proxy_port']} as CONNECT name:port")
     if "intercept" in sockets:
         lines.append(f"  relays 127.0.0.1:{sockets['intercept']['port']} to the proxy's TLS fallback for "
                      f"{', '.join(sockets['intercept']['names'])}")
@@ -150,6 +156,14 @@ def _credential_lines(plan: SessionPlan) -> list[str]:
     return lines
 
 
+def _upstream_proxy_lines(plan: SessionPlan) -> list[str]:
+    proxy = plan.upstream_proxy
+    if proxy is None:
+        return []
+    return [f"via proxy   {proxy.url} ({proxy.address}, from {proxy.origin}): allowed TCP leaves only as CONNECT "
+            "name:port through it, the credential proxy's upstreams too; refused names never reach it"]
+
+
 def boundary_card(plan: SessionPlan) -> list[str]:
     """What the session is held to, in a few lines, shown before the agent starts."""
     resolved = plan.resolved
@@ -168,6 +182,7 @@ def boundary_card(plan: SessionPlan) -> list[str]:
         f"network     default-deny, verified in the kernel; allowed: {shown or 'nothing'}",
         "dns         only dejima's resolver; names not allowed are refused and never leave the filter",
         *overrides,
+        *_upstream_proxy_lines(plan),
         *_inbound_lines(plan),
         "ipv6        off; UDP and ICMP closed",
         f"identity    {who}, no capabilities, no-new-privileges, no Docker socket; ports below 1024 "

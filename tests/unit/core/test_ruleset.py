@@ -106,3 +106,38 @@ def test_a_pods_proxy_gets_out_by_its_uid_only() -> None:
     assert one.index("meta skuid 10700 ip daddr @upstream4") < one.index("ip daddr @upstream4 counter goto refuse")
     two = render_ruleset("s", None, upstream, ProxyEgress(10700, (8443, 443)))
     assert "meta skuid 10700 tcp dport { 443, 8443 } accept" in two
+
+
+def test_with_an_upstream_proxy_no_allowed_destination_is_reached_directly() -> None:
+    """An upstream proxy (core/upstream_proxy.py): every accept rule is loopback, the resolver's, the
+    relay's marked sockets to the proxy's address and port, or an established flow; allowed destinations
+    are redirected to the relay by the nat chain, which lets the filter's own marked sockets and refused
+    destinations pass untouched (the output chain refuses the latter)."""
+    import ipaddress
+
+    from dejima.core.egress import parse_policy
+    from dejima.core.ruleset import RELAYED_EXPECTATION, RelayEgress
+
+    policy = parse_policy(["example.com", "203.0.113.0/24:22"], [("203.0.113.9", "no")])
+    text = render_ruleset("s", policy, (ipaddress.IPv4Address("192.0.2.53"),),
+                          relay=RelayEgress(701, ipaddress.IPv4Address("10.20.0.5"), 3128))
+    output = text[text.index("chain output"):text.index("chain input")]
+    accepts = [line.strip() for line in output.splitlines() if line.strip().endswith("accept")]
+    assert accepts == [
+        'oif "lo" accept',
+        "meta mark 0x0000646a ip daddr @upstream4 meta l4proto { 6, 17 } th dport 53 accept",
+        "meta mark 0x00006472 ip daddr 10.20.0.5 tcp dport 3128 accept",
+        "ct state established,related accept",
+    ]
+    relay = text[text.index("chain relay"):]
+    assert [line.strip() for line in relay.splitlines()[1:-2]] == [
+        "type nat hook output priority dstnat; policy accept;",
+        "meta mark { 0x0000646a, 0x00006472 } return",
+        "ip daddr @revoked4 return",
+        "ip daddr 203.0.113.9 return",
+        "ip daddr @allow4 meta l4proto 6 redirect to :701",
+        "ip daddr . tcp dport @allow4_port redirect to :701",
+        "ip daddr 203.0.113.0/24 tcp dport 22 redirect to :701",
+    ]
+    assert [c.name for c in RELAYED_EXPECTATION.chains] == ["output", "input", "forward", "relay"]
+    assert "chain relay" not in render_ruleset("s", policy)
