@@ -119,7 +119,9 @@ class RelayEgress:
 def _relay_out(relay: RelayEgress | None) -> str:
     if relay is None:
         return ""
-    return f"\n\t\tmeta mark 0x{RELAY_MARK:08x} ip daddr {relay.proxy} tcp dport {relay.proxy_port} accept"
+    # A redirected packet keeps the output device it was routed to before the nat chain: `oif "lo"` misses it.
+    return (f"\n\t\tip daddr 127.0.0.1 tcp dport {relay.port} accept"
+            f"\n\t\tmeta mark 0x{RELAY_MARK:08x} ip daddr {relay.proxy} tcp dport {relay.proxy_port} accept")
 
 
 def _relay_chain(relay: RelayEgress | None, allowed: list[LiteralRule], denied: list[LiteralRule]) -> str:

@@ -256,6 +256,8 @@ def boundary_line(plan: SessionPlan) -> str:
     limits = f" | limits: {describe(plan.session.limits)}" if plan.session.limits else ""
     inbound = "".join(f" | inbound: {p.shown}" + ("" if p.local_only else " (WARNING: other machines too)")
                       for p in plan.filter.ports)
+    proxy = plan.upstream_proxy
+    inbound += f" | via proxy {proxy.url} (from {proxy.origin})" if proxy is not None else ""
     return (
         f"session {plan.session_id}: {harness}{command} "
         f"in {plan.workspace} | network: {network} (nftables default-deny, verified; DNS only through "

@@ -126,6 +126,7 @@ def test_with_an_upstream_proxy_no_allowed_destination_is_reached_directly() -> 
     assert accepts == [
         'oif "lo" accept',
         "meta mark 0x0000646a ip daddr @upstream4 meta l4proto { 6, 17 } th dport 53 accept",
+        "ip daddr 127.0.0.1 tcp dport 701 accept",
         "meta mark 0x00006472 ip daddr 10.20.0.5 tcp dport 3128 accept",
         "ct state established,related accept",
     ]
