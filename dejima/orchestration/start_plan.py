@@ -154,7 +154,7 @@ def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Se
         from dejima.proxy.runner import plan_session_proxy  # the proxy's modules, only for a session with routes
 
         proxy = plan_session_proxy(resolved, settings, facts.session_dir, facts.git_config,
-                                   facts.credentials_present, facts.credentials_skipped)
+                                   facts.credentials_present, facts.credentials_skipped, facts.network.upstream_proxy)
         notes += [f"{skipped.message}; the session starts without that route" for skipped in facts.credentials_skipped]
         proxy = proxy if proxy is not None and proxy.routes else None
     harness_connection, left_out = _harness_connection(resolved, proxy)

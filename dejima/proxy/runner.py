@@ -30,6 +30,7 @@ from dejima.core.plan import BRIDGE_PORT, SESSION_HOME, proxy_limits
 from dejima.core.pushrules import PushPolicy
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
+from dejima.core.upstream_proxy import UpstreamProxy
 from dejima.proxy.server import ProxyConfig, ProxyServer
 from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, PreparedProxy, plan_routes, read_sources_of, served, session_env
 from dejima.proxy.sources import CredentialError, CredentialSource
@@ -115,12 +116,13 @@ def read_session_sources(resolved: Resolved, command: tuple[str, ...] | None) ->
 
 
 def plan_session_proxy(resolved: Resolved, settings: Settings, session_dir: Path, git_config: str,
-                       present: Collection[str] | None,
-                       skipped: tuple[CredentialError, ...] = ()) -> SessionProxy | None:
+                       present: Collection[str] | None, skipped: tuple[CredentialError, ...] = (),
+                       upstream_proxy: UpstreamProxy | None = None) -> SessionProxy | None:
     """The session's routes as a start plans them (placeholders, decoys, the session's variables), each
     source named, never read; None when no manifest declares a route. ``present``: the routes whose
-    source the host has (read_session_sources), None (``--render``): all. No I/O: ``serve_session_proxy``
-    hands in the sources, ``write_home_files`` writes."""
+    source the host has (read_session_sources), None (``--render``): all. ``upstream_proxy``: the corporate
+    proxy its https upstreams are reached through (core/upstream_proxy.py), ``[network] extra_ca`` trusted.
+    No I/O: ``serve_session_proxy`` hands in the sources, ``write_home_files`` writes."""
     routes = session_routes(resolved)
     if not routes:
         return None
@@ -128,8 +130,10 @@ def plan_session_proxy(resolved: Resolved, settings: Settings, session_dir: Path
     limits = proxy_limits(settings)
     prepared = plan_routes(routes, session_dir, credentials.upstreams, push_policies(routes, git_config), present,
                            credentials.extra_ca_file or None, skipped)
-    prepared = replace(prepared, config=replace(prepared.config, memory_budget=limits.memory,
-                                                max_connections=limits.connections))
+    prepared = replace(prepared, config=replace(
+        prepared.config, memory_budget=limits.memory, max_connections=limits.connections,
+        upstream_proxy=(upstream_proxy.host, upstream_proxy.port) if upstream_proxy is not None else None,
+        upstream_proxy_ca_file=settings.network.extra_ca or None))
     if not credentials.decoys:
         from dejima.core.placeholders import Decoys
 

@@ -67,6 +67,8 @@ class ProxyConfig:
     memory_budget: int = 64 * 1024**2  # what the proxy may hold at once for the session (dejima.proxy.budget)
     max_connections: int = 128  # the session's connections to the proxy at once, both listeners together
     interception: Interception | None = None  # the TLS fallback: the session CA and its hosts' routes
+    upstream_proxy: tuple[str, int] | None = None  # (host, port): https upstreams are reached through it
+    upstream_proxy_ca_file: str | None = None  # [network] extra_ca: the CA a TLS-inspecting proxy signs with
 
 
 class ProxyServer:
@@ -76,7 +78,8 @@ class ProxyServer:
         self.routes = {name: spec.route for name, spec in self.specs.items()}
         self.scanner = SecretScanner({n: r.placeholders for n, r in self.routes.items()}, config.decoys)
         self.reals: dict[str, str] = {}  # route -> last real value seen, to recognise it in requests
-        self.pool = UpstreamPool(config.extra_ca_file, config.connect_timeout)
+        self.pool = UpstreamPool(config.extra_ca_file, config.connect_timeout, config.upstream_proxy,
+                                 config.upstream_proxy_ca_file)
         self.idle = Idle(config.idle_timeout)
         self.records = Records(config.ledger_path, config.violations_path)
         self.budget = Budget(config.memory_budget)

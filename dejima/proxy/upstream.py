@@ -1,7 +1,10 @@
-"""Connections to upstreams: TLS with the system's trust (plus an optional extra CA bundle), kept alive.
+"""Connections to upstreams: TLS with the system's trust (plus optional extra CA bundles), kept alive.
 
 Only the proxy's own configuration names an upstream (a route's URL), never the request, so a
-connection here can only reach the services the session's routes allow.
+connection here can only reach the services the session's routes allow. Behind an upstream
+(corporate) proxy (core/upstream_proxy.py) an https upstream is reached through it: CONNECT
+host:port, then TLS to the upstream inside that tunnel, verified as directly. A plain http upstream
+is this host's loopback (a test world, a local gateway): always direct.
 """
 
 from __future__ import annotations
@@ -45,17 +48,25 @@ class UpstreamConnection:
     __hash__ = object.__hash__
 
 
-def tls_context(extra_ca_file: str | None) -> ssl.SSLContext:
+def tls_context(*extra_ca_files: str | None) -> ssl.SSLContext:
     context = ssl.create_default_context()
-    if extra_ca_file:
-        context.load_verify_locations(cafile=extra_ca_file)
+    for extra in extra_ca_files:
+        if extra:
+            context.load_verify_locations(cafile=extra)
     return context
 
 
+MAX_CONNECT_ANSWER = 16 * 1024  # the upstream proxy's answer head to a CONNECT, at most
+
+
 class UpstreamPool:
-    def __init__(self, extra_ca_file: str | None = None, connect_timeout: float = 10.0) -> None:
-        self._tls = tls_context(extra_ca_file)
+    def __init__(self, extra_ca_file: str | None = None, connect_timeout: float = 10.0,
+                 via: tuple[str, int] | None = None, via_ca_file: str | None = None) -> None:
+        """``via``: the upstream proxy (host, port) https upstreams are reached through; ``via_ca_file``:
+        the CA it re-signs TLS with, when it inspects (trusted too)."""
+        self._tls = tls_context(extra_ca_file, via_ca_file)
         self._connect_timeout = connect_timeout
+        self._via = via
         self._idle: dict[Upstream, deque[UpstreamConnection]] = {}
         self._live: set[UpstreamConnection] = set()
 
@@ -74,9 +85,12 @@ class UpstreamPool:
         tls = self._tls if upstream.scheme == "https" else None
         try:
             async with asyncio.timeout(self._connect_timeout):
-                reader, writer = await asyncio.open_connection(
-                    upstream.host, upstream.port, ssl=tls, server_hostname=upstream.host if tls else None,
-                    limit=64 * 1024)
+                if tls is not None and self._via is not None:
+                    reader, writer = await self._tunnel(upstream, tls)
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        upstream.host, upstream.port, ssl=tls, server_hostname=upstream.host if tls else None,
+                        limit=64 * 1024)
         except TimeoutError:
             raise UpstreamError(504, f"connecting to {upstream} timed out after {self._connect_timeout:g} s") from None
         except ssl.SSLCertVerificationError as exc:
@@ -87,6 +101,32 @@ class UpstreamPool:
         conn = UpstreamConnection(upstream, reader, writer, self._live)
         self._live.add(conn)
         return conn
+
+    async def _tunnel(self, upstream: Upstream, tls: ssl.SSLContext) -> tuple[asyncio.StreamReader,
+                                                                               asyncio.StreamWriter]:
+        """A connection to the upstream proxy, CONNECT to ``upstream``, then TLS to it inside the tunnel."""
+        assert self._via is not None
+        host, port = self._via
+        target = f"{upstream.host}:{upstream.port}"
+        reader, writer = await asyncio.open_connection(host, port, limit=64 * 1024)
+        try:
+            writer.write(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii"))
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                raise UpstreamError(502, f"the upstream proxy {host}:{port} gave no answer to CONNECT {target}") \
+                    from None
+            if len(head) > MAX_CONNECT_ANSWER:
+                raise UpstreamError(502, f"the upstream proxy {host}:{port} answered CONNECT {target} at length")
+            status = head.split(b"\r\n", 1)[0].decode("ascii", "replace")
+            parts = status.split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].startswith("2"):
+                raise UpstreamError(502, f"the upstream proxy {host}:{port} refused CONNECT {target}: {status[:200]!r}")
+            await writer.start_tls(tls, server_hostname=upstream.host)
+        except BaseException:
+            writer.transport.abort()
+            raise
+        return reader, writer
 
     def release(self, conn: UpstreamConnection) -> None:
         idle = self._idle.setdefault(conn.upstream, deque())
