@@ -287,6 +287,34 @@ def read_extra_cas(directory: str) -> dict[str, bytes]:
     return found
 
 
+PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n.*?-----END CERTIFICATE-----", re.S)
+
+
+def read_pem_certificates(path: str, key: str) -> list[bytes]:
+    """Each certificate of the PEM file ``path`` (``key`` names the setting in errors); an unreadable file
+    or one without a certificate is an error: a CA the user named is never left out in silence."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SettingsError(f"{key}: cannot read {path}: {exc.strerror or exc}",
+                            hint="name a readable PEM file of CA certificates, or leave the setting empty") from None
+    found = [m.group(0) + b"\n" for m in PEM_CERTIFICATE.finditer(data)]
+    if not found:
+        raise SettingsError(f"{key}: {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                            hint="name the PEM file of the proxy's CA certificate")
+    return found
+
+
+def image_cas(extra_ca_dir: str, extra_ca: str) -> dict[str, bytes]:
+    """What image builds trust besides the base's store: ``[images] extra_ca_dir``'s ``*.crt`` and each
+    certificate of ``[network] extra_ca`` (one file each, as update-ca-certificates wants them)."""
+    found = read_extra_cas(extra_ca_dir)
+    if extra_ca:
+        certificates = read_pem_certificates(extra_ca, "network.extra_ca")
+        found.update({f"dejima-network-extra-ca-{n}.crt": cert for n, cert in enumerate(certificates)})
+    return found
+
+
 # --- the host's network, as the filter's policy must know it -------------------------------------
 
 

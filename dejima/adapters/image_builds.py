@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dejima.adapters import host, packaged
-from dejima.adapters.host import read_extra_cas
+from dejima.adapters.host import image_cas
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from dejima.core.images import (
@@ -124,7 +124,7 @@ def logged_step(ui: Reporter, title: str, name: str) -> Iterator[Callable[[str],
 
 def recipes(base: Base, settings: Settings, identity: Identity,
             layers: ImageLayers = NO_LAYERS) -> tuple[ImageRecipe, ImageRecipe]:
-    cas = read_extra_cas(settings.images.extra_ca_dir)
+    cas = image_cas(settings.images.extra_ca_dir, settings.network.extra_ca)
     filter_recipe = build_filter_recipe(
         packaged.docker_template("filter"), base.ref, base.id, cas, packaged.filter_sources()
     )
@@ -189,7 +189,8 @@ def recipe_inputs_key(base: Base, settings: Settings, identity: Identity, layers
         ("session", packaged.docker_template("session").encode()),
         ("identity", f"{identity.uid}:{identity.gid}:{identity.name}".encode()),
         ("layers", repr(layers).encode()),
-        *((f"ca/{name}", data) for name, data in sorted(read_extra_cas(settings.images.extra_ca_dir).items())),
+        *((f"ca/{name}", data) for name, data in sorted(
+            image_cas(settings.images.extra_ca_dir, settings.network.extra_ca).items())),
         *((f"source/{path}", data) for path, data in sorted(packaged.filter_sources().items())),
         *((f"session/{path}", data) for path, data in sorted(packaged.session_tools().items())),
     ]

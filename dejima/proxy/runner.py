@@ -24,6 +24,7 @@ from types import TracebackType
 
 from dejima.adapters.home_files import Owner, open_within, read_existing
 from dejima.adapters.home_files import replace as replace_file
+from dejima.adapters.host import read_pem_certificates
 from dejima.core.manifest import CredentialRoute
 from dejima.core.paths import SESSION_TRUST_DIR
 from dejima.core.plan import BRIDGE_PORT, SESSION_HOME, proxy_limits
@@ -156,7 +157,9 @@ def write_home_files(proxy: SessionProxy, home: Path, owner: Owner = None) -> li
     if prepared.decoys.aws_credentials_file:
         notes += _plant_decoy_file(home, prepared.decoys.aws_credentials_file, owner)
     if prepared.interception is not None:
-        notes += write_trust(home, TRUST_DIR.split("/"), prepared.interception.authority.ca_pem, owner)
+        extra = prepared.config.upstream_proxy_ca_file
+        extra_pem = b"".join(read_pem_certificates(extra, "network.extra_ca")).decode("ascii") if extra else ""
+        notes += write_trust(home, TRUST_DIR.split("/"), prepared.interception.authority.ca_pem, owner, extra_pem)
     return notes
 
 
@@ -192,14 +195,15 @@ def system_bundle() -> str:
     return ""
 
 
-def write_trust(root: Path, parents: Sequence[str], ca_pem: str, owner: Owner) -> list[str]:
-    """The session CA alone and the bundle (system CAs, then the session CA) in ``root``/``parents``,
-    readable by the session's user; public certificates only, the CA's key stays in the proxy's memory.
-    Nothing a session left on the way is followed (dejima.adapters.home_files); returns its notes."""
+def write_trust(root: Path, parents: Sequence[str], ca_pem: str, owner: Owner, extra_pem: str = "") -> list[str]:
+    """The session CA alone and the bundle (system CAs, ``extra_pem`` (``[network] extra_ca``: a corporate
+    proxy's CA), then the session CA) in ``root``/``parents``, readable by the session's user; public
+    certificates only, the CA's key stays in the proxy's memory. Nothing a session left on the way is
+    followed (dejima.adapters.home_files); returns its notes."""
     notes: list[str] = []
     directory = open_within(root, parents, owner, notes, mode=0o755)
     try:
-        bundle = system_bundle().rstrip("\n")
+        bundle = "\n".join(part.rstrip("\n") for part in (system_bundle(), extra_pem) if part.strip())
         for name, text in ((CA_FILE, ca_pem), (BUNDLE_FILE, f"{bundle}\n{ca_pem}" if bundle else ca_pem)):
             replace_file(directory, name, text.encode("ascii"), 0o644, owner, notes,
                     "~/" + "/".join((*parents, name)))

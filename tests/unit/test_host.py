@@ -33,3 +33,24 @@ def test_extra_cas_are_read_recursively(tmp_path: Path) -> None:
     (tmp_path / "ignored.pem").write_bytes(b"no")
     assert host.read_extra_cas(str(tmp_path)) == {"corp__proxy.crt": b"PEM"}
     assert host.read_extra_cas(str(tmp_path / "absent")) == {}
+
+
+def test_network_extra_ca_goes_into_image_builds_one_certificate_a_file(tmp_path: Path) -> None:
+    import pytest
+
+    from dejima.errors import SettingsError
+
+    first, second = (f"-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n" for body in ("AAAA", "BBBB"))
+    pem = tmp_path / "corp.pem"
+    pem.write_text(f"subject=corp\n{first}junk\n{second}")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "local.crt").write_bytes(b"LOCAL")
+    found = host.image_cas(str(tmp_path / "dir"), str(pem))
+    assert found == {"local.crt": b"LOCAL", "dejima-network-extra-ca-0.crt": first.encode(),
+                     "dejima-network-extra-ca-1.crt": second.encode()}
+    assert host.image_cas(str(tmp_path / "dir"), "") == {"local.crt": b"LOCAL"}
+    with pytest.raises(SettingsError, match="network.extra_ca: cannot read"):
+        host.image_cas(str(tmp_path / "dir"), str(tmp_path / "missing.pem"))
+    (tmp_path / "empty.pem").write_text("no certificate here\n")
+    with pytest.raises(SettingsError, match="holds no PEM certificate"):
+        host.image_cas(str(tmp_path / "dir"), str(tmp_path / "empty.pem"))

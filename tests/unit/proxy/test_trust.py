@@ -130,3 +130,13 @@ def test_render_shows_which_routes_are_intercepted(tmp_path: Path, monkeypatch: 
     api = next(line for line in lines if line.startswith("github-api "))
     git = next(line for line in lines if line.startswith("github-git "))
     assert "TLS answered by the proxy" in api and "TLS answered by the proxy" not in git
+
+
+def test_a_corporate_proxys_ca_joins_the_bundle_before_the_session_ca(tmp_path: Path) -> None:
+    """[network] extra_ca: the session's tools, pointed at the bundle, trust a TLS-inspecting proxy too."""
+    corporate = "-----BEGIN CERTIFICATE-----\nQ09SUA==\n-----END CERTIFICATE-----\n"
+    (tmp_path / "home").mkdir()
+    write_trust(tmp_path / "home", (".dejima", "tls"), "SESSION CA\n", None, corporate)
+    bundle = (tmp_path / "home" / ".dejima" / "tls" / BUNDLE_FILE).read_text()
+    assert bundle.endswith(f"{corporate}SESSION CA\n")
+    assert bundle.count("BEGIN CERTIFICATE") > 10  # the host's CAs still first
