@@ -385,3 +385,14 @@ def test_published_ports_are_a_service_selecting_the_pod_and_nothing_more(kind: 
     without = rendered(make_plan(), TARGET)
     assert [d["kind"] for d in without] == ["ConfigMap", "NetworkPolicy", "Sandbox"]
     assert without[1]["spec"]["ingress"] == [] and "ports" not in pod_spec_of(without)["containers"][0]
+
+
+def test_a_plan_with_an_upstream_proxy_is_refused_not_rendered_without_it() -> None:
+    """The pod's ruleset would have no relay: a render must not drop the proxy the user asked for in silence."""
+    from dejima.core.upstream_proxy import UpstreamProxy
+
+    proxy = UpstreamProxy("proxy.corp", 3128, "settings.toml network.upstream_proxy", ipaddress.IPv4Address("10.0.0.5"))
+    plan = replace(make_plan(), upstream_proxy=proxy)
+    with pytest.raises(UsageError, match="upstream proxy http://proxy.corp:3128 .from settings.toml"):
+        kubernetes_objects(plan, TARGET)
+    kubernetes_objects(make_plan(), TARGET)  # the control: the same plan without one renders
