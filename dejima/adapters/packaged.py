@@ -32,7 +32,7 @@ def session_tools() -> dict[str, bytes]:
 
 # The filter runs the same policy code as the launcher (stdlib only), so verdicts cannot drift.
 FILTER_SHARED = ("__init__.py", "errors.py", "core/__init__.py", "core/egress.py", "core/nftlisting.py",
-                 "core/grants.py", "core/special_entries.py")
+                 "core/grants.py", "core/special_entries.py", "core/tunnel.py")
 
 
 # A pod's credential proxy runs from the filter's image too (`python3 -m dejima.proxy.pod`, one image to

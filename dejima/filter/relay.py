@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from dejima.core.egress import EgressPolicy
+from dejima.core.tunnel import MAX_ANSWER, answer_status, connect_request, status_line
 from dejima.filter.bridge import MAX_CLIENTS, pipe
 from dejima.filter.dns_upstream import SO_MARK
 from dejima.filter.resolver import Recorder
 
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h: the destination before the nat chain's redirect
 CONNECT_TIMEOUT = 15.0  # seconds the proxy has to connect and answer the CONNECT
-MAX_ANSWER = 16 * 1024  # the proxy's answer head, at most
 
 Destination = tuple[str, int]
 
@@ -67,18 +67,6 @@ def connect_target(policy: EgressPolicy, name: str | None, address: str, port: i
     if any(e.kind == "network" and e.matches_address(ip) and e.port in (None, port) for e in policy.allowed):
         return f"{address}:{port}"
     return None
-
-
-def connect_request(target: str) -> bytes:
-    return f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii")
-
-
-def answer_status(head: bytes) -> int | None:
-    """The status of the proxy's answer head (``HTTP/1.x NNN ...``), or None when it is none."""
-    first = head.split(b"\r\n", 1)[0].split(b" ", 2)
-    if len(first) < 2 or not first[0].startswith(b"HTTP/1.") or not first[1].isdigit():
-        return None
-    return int(first[1])
 
 
 class Relay:
@@ -153,9 +141,8 @@ class Relay:
         status = answer_status(head)
         if status is None or not 200 <= status < 300:
             writer.close()
-            said = head.split(b"\r\n", 1)[0][:200].decode("ascii", "replace")
             self.record({"kind": "upstream-proxy", **seen, "reason": f"the upstream proxy refused CONNECT {target}: "
-                                                                     f"{said!r}"})
+                                                                     f"{status_line(head)!r}"})
             return None
         return reader, writer
 

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from dejima.core.credentials import Upstream
+from dejima.core.tunnel import MAX_ANSWER, answer_status, connect_request, status_line
 from dejima.proxy.http_streams import close_writer
 
 IDLE_KEEP = 30.0  # seconds an idle upstream connection is kept
@@ -54,9 +55,6 @@ def tls_context(*extra_ca_files: str | None) -> ssl.SSLContext:
         if extra:
             context.load_verify_locations(cafile=extra)
     return context
-
-
-MAX_CONNECT_ANSWER = 16 * 1024  # the upstream proxy's answer head to a CONNECT, at most
 
 
 class UpstreamPool:
@@ -110,18 +108,16 @@ class UpstreamPool:
         target = f"{upstream.host}:{upstream.port}"
         reader, writer = await asyncio.open_connection(host, port, limit=64 * 1024)
         try:
-            writer.write(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii"))
+            writer.write(connect_request(target))
             try:
                 head = await reader.readuntil(b"\r\n\r\n")
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                 raise UpstreamError(502, f"the upstream proxy {host}:{port} gave no answer to CONNECT {target}") \
                     from None
-            if len(head) > MAX_CONNECT_ANSWER:
-                raise UpstreamError(502, f"the upstream proxy {host}:{port} answered CONNECT {target} at length")
-            status = head.split(b"\r\n", 1)[0].decode("ascii", "replace")
-            parts = status.split(" ", 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].startswith("2"):
-                raise UpstreamError(502, f"the upstream proxy {host}:{port} refused CONNECT {target}: {status[:200]!r}")
+            status = answer_status(head)
+            if len(head) > MAX_ANSWER or status is None or not 200 <= status < 300:
+                raise UpstreamError(502, f"the upstream proxy {host}:{port} refused CONNECT {target}: "
+                                         f"{status_line(head)!r}")
             await writer.start_tls(tls, server_hostname=upstream.host)
         except BaseException:
             writer.transport.abort()

@@ -14,13 +14,8 @@ from typing import Any
 import pytest
 
 from dejima.core.egress import parse_policy
-from dejima.filter.relay import (
-    Relay,
-    UpstreamProxyAddress,
-    answer_status,
-    connect_request,
-    connect_target,
-)
+from dejima.core.tunnel import answer_status, connect_request
+from dejima.filter.relay import Relay, UpstreamProxyAddress, connect_target
 
 ADDRESS = "203.0.113.7"
 
