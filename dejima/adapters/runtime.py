@@ -190,9 +190,10 @@ class Runtime:
                 return ""
             raise EngineError(f"cannot read the output of {container[:12]}: {exc.message}") from exc
 
-    def attach(self, container: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """(stdout, stderr) pieces of the container's output, from its start (ask before starting it)."""
-        frames = self.engine.attach(container)
+    def attach(self, container: str, stdin: IO[bytes] | None = None) -> Iterator[tuple[bytes | None, bytes | None]]:
+        """(stdout, stderr) pieces of the container's output, from its start (ask before starting it); ``stdin``:
+        what its open stdin reads, then end of file (engine.Engine.attach)."""
+        frames = self.engine.attach(container, stdin=stdin)
         return ((data, None) if stream == STDOUT else (None, data) for stream, data in frames)
 
     def wait(self, container: str, timeout: float | None = None) -> int:
@@ -332,9 +333,9 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
         "WorkingDir": spec.working_dir,
         "Hostname": spec.hostname if not joined else None,
         "Tty": spec.tty,
-        "OpenStdin": spec.tty,
-        "StdinOnce": spec.tty,
-        "AttachStdin": spec.tty,
+        "OpenStdin": spec.tty or spec.stdin,
+        "StdinOnce": spec.tty or spec.stdin,  # closed when the attached client closes it: end of file
+        "AttachStdin": spec.tty or spec.stdin,
         "AttachStdout": True,
         "AttachStderr": True,
         "HostConfig": {k: v for k, v in host.items() if v is not None},

@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from dejima import __version__
 from dejima.cli._run import run_main
@@ -29,6 +29,7 @@ Run a coding agent (or any command) on a real repository inside a guarded contai
 
   dejima PATH                  interactive shell in a session on PATH (a real TTY)
   dejima PATH -- CMD ARGS...   run CMD in a session, stream its output, exit with its status
+                               (a stdin that is not a terminal is CMD's, as `docker run -i`)
 
 What a session gets: the workspace PATH read-write at the same absolute path, a home directory
 kept per project, a private /tmp, your uid:gid (run as root: the workspace owner's, or 0 with
@@ -154,6 +155,10 @@ def _start(argv: list[str], ui: UI) -> int:
     ui.quiet = args.quiet
     if args.render:
         return _session(args, command, ui, None)
+    if command is None and not _is_terminal(sys.stdin):  # before anything starts: nothing to leave behind
+        raise UsageError("no terminal: give a command after --",
+                         hint="an interactive session needs a terminal on stdin; dejima PATH -- CMD ARGS... runs "
+                         "CMD without one, with this stdin as its own")
     # First thing, the filter this workspace's last session had (orchestration/prestart.py): the
     # engine starts it while the rest of the launcher is imported and the plan is made.
     from dejima.orchestration import prestart
@@ -184,7 +189,7 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
         print(api.render(request, ui).text)
         return ExitStatus.SUCCESS
     with api.Session(request, reporter=ui, prestarted=prestarted) as session:
-        status = session.run()
+        status = session.run(stdin=_forwarded_stdin(command))
     gc.freeze()  # the process ends now: its exit need not walk every object it made (~30 ms)
     return status
 
@@ -201,6 +206,20 @@ def _mistyped_command(word: str) -> None:
         raise UsageError(f"{word!r} is neither a command nor a directory here",
                          hint=f"{guess}commands: {', '.join(commands)}; a workspace is a "
                          "directory (a directory named like a command is ./NAME)")
+
+
+def _is_terminal(stream: TextIO | None) -> bool:
+    return stream is not None and stream.isatty()
+
+
+def _forwarded_stdin(command: tuple[str, ...] | None) -> BinaryIO | None:
+    """This process's stdin for a command to read, as `docker run -i` gives it, unless it is a terminal (a
+    terminal's keys stay with this shell, as `docker run` without -i; the command reads end of file). Unbuffered:
+    the copy (on its own thread) takes what is there when it is there, and holds no lock at exit."""
+    if command is None or _is_terminal(sys.stdin):
+        return None
+    raw: BinaryIO | None = getattr(getattr(sys.stdin, "buffer", None), "raw", None)  # None: no stdin, end of file
+    return raw
 
 
 def main(argv: Sequence[str] | None = None) -> int:

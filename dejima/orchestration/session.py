@@ -18,6 +18,7 @@ seconds to exit; then everything is removed and dejima exits with 128+N.
 from __future__ import annotations
 
 import hashlib
+import io
 import queue
 import shutil
 import signal
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
-from typing import TextIO
+from typing import IO, TextIO
 
 from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.host import Launcher, launcher_alive
@@ -179,12 +180,14 @@ Sink = Callable[[bytes], None]  # takes each chunk of the command's output as it
 
 
 @dataclass(frozen=True, slots=True)
-class Output:
-    """Where a non-interactive session's output goes: its stdout and its stderr, each a sink (None: the
-    launcher's own stream of the same name)."""
+class Streams:
+    """A non-interactive command's standard streams: ``stdin`` a binary file it reads to its end, then end of
+    file (None: end of file at once, as /dev/null); its stdout and its stderr, each a sink (None: the launcher's
+    own stream of the same name)."""
 
     stdout: Sink | None = None
     stderr: Sink | None = None
+    stdin: IO[bytes] | None = None
 
 
 def _own(stream: TextIO) -> Sink:
@@ -195,7 +198,7 @@ def _own(stream: TextIO) -> Sink:
     return write
 
 
-def _pump(stream: Iterator[tuple[bytes | None, bytes | None]], output: Output = Output()) -> None:
+def _pump(stream: Iterator[tuple[bytes | None, bytes | None]], output: Streams = Streams()) -> None:
     out = output.stdout or _own(sys.stdout)
     err = output.stderr or _own(sys.stderr)
     try:
@@ -208,11 +211,14 @@ def _pump(stream: Iterator[tuple[bytes | None, bytes | None]], output: Output = 
         pass
 
 
-def _start_attached(runtime: Runtime, container: str, output: Output = Output()) -> threading.Thread:
-    """Start the container with its output streamed to ``output`` (attached before the start, so that
-    nothing it prints is lost); returns the thread that copies it."""
-    stream = runtime.attach(container)
-    pump = threading.Thread(target=_pump, args=(stream, output), name="session-output", daemon=True)
+def _start_attached(runtime: Runtime, container: str, streams: Streams = Streams(),
+                    open_stdin: bool = True) -> threading.Thread:
+    """Start the container with its output streamed to ``streams`` (attached before the start, so that
+    nothing it prints is lost) and, when its stdin is open, ``streams.stdin`` fed to it (else end of file
+    at once: an open stdin left to nobody would never end); returns the thread that copies the output."""
+    stdin = (streams.stdin if streams.stdin is not None else io.BytesIO()) if open_stdin else None
+    stream = runtime.attach(container, stdin)
+    pump = threading.Thread(target=_pump, args=(stream, streams), name="session-output", daemon=True)
     pump.start()
     runtime.start(container)
     return pump
@@ -333,7 +339,7 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
         on_refusal: Callable[[dict[str, object]], None] | None = None,
         before_session: Mapping[str, Callable[[Done], object]] = {},
         once_session_removed: Callable[[], None] | None = None,
-        prestarted: Prestarted | None = None, output: Output = Output()) -> int:
+        prestarted: Prestarted | None = None, streams: Streams = Streams()) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
     Its start is steps (``pair_steps``): the session's command runs only after the filter reported
     ready (its container may start before, behind the gate). ``before_session``: the caller's actions
@@ -345,7 +351,8 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
     ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped;
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
     ``prestarted``: a filter started before the plan existed, used if its request is the plan's.
-    ``output``: where a non-interactive command's output goes (the launcher's own stdout and stderr by default).
+    ``streams``: a non-interactive command's input and where its output goes (none and the launcher's own stdout
+    and stderr by default).
     """
     created: list[str] = []
     gate = Gate(plan.gate) if plan.gate is not None else None
@@ -353,7 +360,7 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
     with signals_raise():
         try:
             done = apply(pair_steps(runtime, plan, created, held, gate, ready_timeout, before_session,
-                                    prestarted, output)).results
+                                    prestarted, streams)).results
             filter_id, session_id = done["filter"][0], done["session"]
             if on_refusal is not None:
                 _follow_refusals(runtime, filter_id, on_refusal)
@@ -390,7 +397,7 @@ def _send_configuration(fifo: str, configuration: str) -> HeldFifo:
 
 def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: list[HeldFifo], gate: Gate | None,
                ready_timeout: float, before_session: Mapping[str, Callable[[Done], object]] = {},
-               prestarted: Prestarted | None = None, output: Output = Output()) -> list[Step]:
+               prestarted: Prestarted | None = None, streams: Streams = Streams()) -> list[Step]:
     """The container pair's start (orchestration/start_plan.pair_outline: what each step waits for) with
     its actions; ids go to ``created`` and FIFOs to ``held`` as they exist, for the teardown.
     ``before_session``: the caller's actions for ``boundary`` and ``audit-start`` (none: nothing to do)."""
@@ -425,7 +432,7 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
 
     def start_session(done: Done) -> threading.Thread:
         try:
-            return _start_attached(runtime, done["session"], output)
+            return _start_attached(runtime, done["session"], streams, plan.session.stdin)
         except EngineError:
             # Behind the gate it starts while the filter applies its ruleset. A filter that failed meanwhile
             # takes the session's start down with it (it cannot join a stopped container): its story is the one.

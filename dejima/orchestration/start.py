@@ -343,9 +343,9 @@ class SessionAudit:
         exit_audit.finish(self.prepared.plan.session_id, self.ui, states=self.states or None)
 
 
-def run_session(prepared: Prepared, ui: SessionReporter, output: session.Output | None = None) -> int:
-    """Run the prepared session to its end; ``output``: where a non-interactive command's output goes (the
-    launcher's own stdout and stderr by default)."""
+def run_session(prepared: Prepared, ui: SessionReporter, streams: session.Streams | None = None) -> int:
+    """Run the prepared session to its end; ``streams``: a non-interactive command's input and where its output
+    goes (none, and the launcher's own stdout and stderr, by default)."""
     from dejima.orchestration import session
 
     settings = prepared.settings
@@ -363,7 +363,7 @@ def run_session(prepared: Prepared, ui: SessionReporter, output: session.Output 
                 before_session=before_session_actions(prepared.plan, ui, audit),
                 once_session_removed=audit.finish,
                 prestarted=prepared.prestarted,
-                output=output or session.Output(),
+                streams=streams or session.Streams(),
             )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:

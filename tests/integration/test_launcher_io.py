@@ -1,0 +1,76 @@
+"""The launcher as people use it from a shell: stdin through a pipe (as `docker run -i`), no terminal, a stop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from dejima.adapters.runtime import Runtime
+from tests.integration.test_interactive import read_until
+from tests.world import REPO, User, containers_of
+
+
+def run_with_input(user: User, scope: str, data: bytes, *args: str,
+                   timeout: float = 180) -> subprocess.CompletedProcess[bytes]:
+    """The real launcher with ``data`` on a pipe as its stdin, its output kept as bytes."""
+    return subprocess.run(user.command(*args), input=data, capture_output=True, env=user.env(scope), cwd=str(REPO),
+                          timeout=timeout, **user.popen_kwargs())
+
+
+def state_entries(user: User) -> set[str]:
+    """What the launcher keeps about sessions in the user's state directory."""
+    sessions = user.home / ".local/state/dejima/sessions"
+    return {p.name for p in sessions.iterdir()} if sessions.is_dir() else set()
+
+
+def test_piped_stdin_reaches_the_command_with_its_end(runtime: Runtime, images: object, user: User, scope: str,
+                                                      workspace: Path) -> None:
+    result = run_with_input(user, scope, b"hello\n", "-q", str(workspace), "--", "cat")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"hello\n"  # and cat ended: it read end of file
+    assert containers_of(runtime, scope) == []
+
+
+def test_piped_stdin_is_binary_safe_and_large_input_does_not_deadlock(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+    # 16 MiB in while 16 MiB come out (more than any pipe or socket buffer holds): a launcher that wrote all
+    # of its input before reading the output would wait for ever. Every byte value, NULs and CRLFs included.
+    data = bytes(range(256)) * 4 + b"\r\n\x00\xff" + os.urandom(16 * 1024 * 1024)
+    result = run_with_input(user, scope, data, "-q", str(workspace), "--", "cat")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(result.stdout) == len(data) and result.stdout == data
+    counted = run_with_input(user, scope, data, "-q", str(workspace), "--", "wc", "-c")
+    assert counted.stdout.split() == [str(len(data)).encode()]
+
+
+def test_a_command_with_a_terminal_reads_end_of_file(runtime: Runtime, images: object, user: User, scope: str,
+                                                     workspace: Path) -> None:
+    # As `docker run` without -i: the terminal's keys stay with the shell; the command is not left waiting.
+    master, slave = os.openpty()
+    process = subprocess.Popen(["setsid", "--ctty", *user.command("-q", str(workspace), "--", "sh", "-c",
+                                                                  "cat; echo CAT-ENDED")],
+                               stdin=slave, stdout=slave, stderr=slave, env=user.env(scope), cwd=str(REPO),
+                               close_fds=True, **user.popen_kwargs())
+    os.close(slave)
+    try:
+        read_until(master, b"CAT-ENDED")
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+        os.close(master)
+    assert containers_of(runtime, scope) == []
+
+
+def test_no_terminal_and_no_command_is_refused_before_anything_starts(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+    before = state_entries(user)
+    result = subprocess.run(user.command(str(workspace)), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            env=user.env(scope), cwd=str(REPO), timeout=60, **user.popen_kwargs())
+    assert result.returncode == 2, result.stderr
+    assert "no terminal: give a command after --" in result.stderr
+    assert "dejima: session " not in result.stderr  # no session line, no card: nothing was started
+    assert containers_of(runtime, scope) == []
+    assert state_entries(user) == before
