@@ -204,6 +204,17 @@ class Launcher:
     def alive(self) -> bool:
         return self.boot_id == _boot_id() and _start_time(self.pid) == self.start_time
 
+    def signal(self, signum: int) -> bool:
+        """Send ``signum`` to this launcher if it is alive (the same process: its start time checked); whether
+        it was sent (not when it is gone, or another user's that this one may not signal)."""
+        if not self.alive():
+            return False
+        try:
+            os.kill(self.pid, signum)
+        except OSError:
+            return False
+        return True
+
 
 def launcher_alive(token: str) -> bool:
     launcher = Launcher.parse(token)

@@ -186,7 +186,7 @@ class Runtime:
             frames = self.engine.frames(f"{_c(container)}/logs", {"stdout": 1, "stderr": 1})
             return b"".join(data for _, data in frames).decode(errors="replace")
         except APIError as exc:
-            if exc.not_found:
+            if exc.not_found or exc.status == 409:  # gone, or being removed (by `docker rm -f`): its output with it
                 return ""
             raise EngineError(f"cannot read the output of {container[:12]}: {exc.message}") from exc
 
@@ -209,6 +209,16 @@ class Runtime:
         except OSError as exc:
             raise EngineError(f"a command in {container[:12]} did not finish: {_short(exc)}") from exc
         return status, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def wait_removed(self, container: str, timeout: float) -> bool:
+        """Whether the container is removed (by whoever) within ``timeout`` seconds."""
+        try:
+            self.engine.call("POST", f"{_c(container)}/wait", {"condition": "removed"}, timeout=timeout)
+        except APIError as exc:
+            return exc.not_found  # gone already
+        except TimeoutError:
+            return False
+        return True
 
     def inspect(self, container: str) -> dict[str, Any] | None:
         info: dict[str, Any] | None = self._call(f"inspect container {container[:12]}", "GET", f"{_c(container)}/json",

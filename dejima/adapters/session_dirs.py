@@ -46,6 +46,19 @@ def new_session_id() -> str:
     raise SessionError(f"no unused session id in {root}", hint="remove old session directories there")
 
 
+def discard_unstarted(session_id: str) -> None:
+    """A start that stopped before its session ran (refused, failed, undone) leaves no state directory: it
+    goes when it holds nothing but its owner (a session that ran keeps its records there)."""
+    directory = sessions_dir() / session_id
+    with host.locked(sessions_dir()):
+        try:
+            names = {p.name for p in directory.iterdir()}
+        except OSError:
+            return
+        if names <= {host.OWNER_FILE}:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def run_dir(session_id: str) -> Path:
     return sessions_dir() / session_id / RUN_DIR
 

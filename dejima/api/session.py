@@ -141,13 +141,15 @@ class Session:
         prepared = self._prepared
         if prepared is None or self._ran:
             return
-        from dejima.adapters.session_dirs import clear_run_dir
+        from dejima.adapters.session_dirs import clear_run_dir, discard_unstarted
 
         try:
             if prepared.unwind is not None:
                 prepared.unwind()
         finally:
             clear_run_dir(prepared.plan.session_id)
+            if self._prestarted is None:  # else the prestart's, removed with it by its owner
+                discard_unstarted(prepared.plan.session_id)
 
 
 def run(request: Request, *, stdout: OutputTarget = None, stderr: OutputTarget = None,

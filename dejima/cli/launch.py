@@ -58,9 +58,10 @@ Management commands (they come first, so a directory named like one needs ./NAME
                                why a broken one is refused (it stops only sessions that use it)
   dejima completion SHELL      a completion script for bash, zsh or fish (subcommands, flags, names)
 
-Exit status: CMD's status (128+N when it ends on signal N); 125 when dejima itself fails
-(DEJIMA_DEBUG=1 adds the traceback of an unexpected error); 127 when CMD does not exist in the
-session image; 2 for bad input (arguments, settings, manifests, entries).
+Exit status: CMD's status (128+N when it ends on signal N; 143 after `dejima stop`); 125 when
+dejima itself fails (DEJIMA_DEBUG=1 adds the traceback of an unexpected error); 127 when CMD does
+not exist in the session image; 122 when unreviewed critical audit findings refuse the start
+(nothing started; --accept-findings); 2 for bad input (arguments, settings, manifests, entries).
 Every --json prints JSON lines: one object per line.
 Settings: $XDG_CONFIG_HOME/dejima/settings.toml (or $DEJIMA_SETTINGS), validated strictly.
 """
@@ -168,10 +169,11 @@ def _start(argv: list[str], ui: UI) -> int:
         return _session(args, command, ui, prestarted)
     finally:
         if prestarted is not None:
-            from dejima.adapters.session_dirs import clear_run_dir  # imported by the prestart already
+            from dejima.adapters.session_dirs import clear_run_dir, discard_unstarted  # the prestart's imports
 
             prestarted.discard()  # unless the session adopted it
             clear_run_dir(prestarted.session_id)  # a session that never started leaves no socket either
+            discard_unstarted(prestarted.session_id)  # nor a state directory
 
 
 def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,

@@ -12,7 +12,8 @@
                 remove it; remove the session, then the caller's end-of-session work (the audit)
 
 Signals (SIGINT, SIGTERM, SIGHUP) are forwarded to the command, which gets ``stop_timeout``
-seconds to exit; then everything is removed and dejima exits with 128+N.
+seconds to exit; then everything is removed and dejima exits with 128+N. ``STOP_SIGNAL`` is
+`dejima stop`'s request: the same as SIGTERM, and the launcher says who asked.
 """
 
 from __future__ import annotations
@@ -45,7 +46,11 @@ from dejima.orchestration.prestart import Prestarted
 from dejima.orchestration.start_plan import CALLERS_STEPS, pair_outline
 from dejima.orchestration.steps import Done, Step, StepGraphError, apply, with_actions
 
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# `dejima stop` asks the session's launcher with a signal of its own (manage_sessions.stop_session): the launcher
+# ends the session as on SIGTERM (the command gets stop_timeout seconds, the records and the audit are kept) and
+# can say why, whoever the stopping user is.
+STOP_SIGNAL = signal.SIGUSR1
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, STOP_SIGNAL)
 FILTER_STOP_SECONDS = 2
 
 
@@ -224,16 +229,18 @@ def _start_attached(runtime: Runtime, container: str, streams: Streams = Streams
     return pump
 
 
-def _run_attached(runtime: Runtime, container: str, stop_timeout: float, pump: threading.Thread) -> int:
+def _run_attached(runtime: Runtime, container: str, stop_timeout: float, pump: threading.Thread,
+                  received: list[int]) -> int:
     try:
         status = runtime.wait(container)
     except Interrupted as interrupted:
+        received.append(interrupted.signum)
         status = _forward(runtime, container, interrupted.signum, stop_timeout)
     pump.join(timeout=stop_timeout)
     return status
 
 
-def _run_interactive(runtime: Runtime, container: str, stop_timeout: float) -> int:
+def _run_interactive(runtime: Runtime, container: str, stop_timeout: float, received: list[int]) -> int:
     cli = shutil.which("docker")
     if cli is None:
         raise EngineError(
@@ -246,6 +253,7 @@ def _run_interactive(runtime: Runtime, container: str, stop_timeout: float) -> i
         process.wait()
         return runtime.wait(container)
     except Interrupted as interrupted:
+        received.append(interrupted.signum)
         status = _forward(runtime, container, interrupted.signum, stop_timeout)
         process.terminate()
         process.wait()
@@ -253,14 +261,20 @@ def _run_interactive(runtime: Runtime, container: str, stop_timeout: float) -> i
 
 
 def _forward(runtime: Runtime, container: str, signum: int, stop_timeout: float) -> int:
-    """Pass a signal to the command; give it stop_timeout seconds; report 128+N either way."""
+    """Pass a signal to the command (`dejima stop`'s as SIGTERM); give it stop_timeout seconds; report 128+N
+    either way."""
+    sent = _as_sent(signum)
     with signals_deferred():
-        runtime.kill(container, signal.Signals(signum).name)
+        runtime.kill(container, signal.Signals(sent).name)
         try:
             runtime.wait(container, timeout=stop_timeout)
         except Exception:  # noqa: BLE001 - it did not exit in time; teardown removes it
             pass
-    return ExitStatus.signalled(signum)
+    return ExitStatus.signalled(sent)
+
+
+def _as_sent(signum: int) -> int:
+    return signal.SIGTERM if signum == STOP_SIGNAL else signum
 
 
 def teardown(runtime: Runtime, containers: list[str],
@@ -355,6 +369,7 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
     and stderr by default).
     """
     created: list[str] = []
+    received: list[int] = []  # the signals the launcher got while the command ran
     gate = Gate(plan.gate) if plan.gate is not None else None
     held: list[HeldFifo] = [gate] if gate is not None else []
     with signals_raise():
@@ -365,13 +380,15 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
             if on_refusal is not None:
                 _follow_refusals(runtime, filter_id, on_refusal)
             if plan.interactive:
-                status = _run_interactive(runtime, session_id, stop_timeout)
+                status = _run_interactive(runtime, session_id, stop_timeout, received)
             else:
-                status = _run_attached(runtime, session_id, stop_timeout, done["session-start"])
+                status = _run_attached(runtime, session_id, stop_timeout, done["session-start"], received)
+            _say_stopped(ui, plan.session_id, received)
             check_filter_alive(runtime, filter_id)
             return status
         except Interrupted as interrupted:
-            return ExitStatus.signalled(interrupted.signum)
+            _say_stopped(ui, plan.session_id, [interrupted.signum])
+            return ExitStatus.signalled(_as_sent(interrupted.signum))
         finally:
             steps, after = {}, {}
             if created and on_filter_output is not None:  # created[0]: the filter, once it exists
@@ -384,6 +401,11 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
             finally:
                 for fifo in held:
                     fifo.close()
+
+
+def _say_stopped(ui: Reporter, session_id: str, received: list[int]) -> None:
+    if STOP_SIGNAL in received:
+        ui.warn(f"session {session_id} stopped (dejima stop)")
 
 
 def _send_configuration(fifo: str, configuration: str) -> HeldFifo:

@@ -22,6 +22,7 @@ from dejima.adapters import host
 from dejima.adapters.session_dirs import (
     ViolationStore,
     clear_run_dir,
+    discard_unstarted,
     ledger_path,
     new_session_id,
     run_dir,
@@ -69,7 +70,6 @@ class Prepared:
     start: StartPlan  # what the start decided (orchestration/start_plan.py)
     settings: Settings
     proxy: SessionProxy | None = None  # the credential routes with their sources, served while the session runs
-    accept_findings: bool = False  # --accept-findings: unreviewed critical findings do not stop the start
     prestarted: Prestarted | None = None  # the filter started before the plan (adopted if it is the plan's)
     # Undoes the start's steps (run directory, gate, record) for a caller that does not run the session after all
     unwind: Callable[[], None] | None = None
@@ -86,10 +86,14 @@ def prepare_session(
     """Read the facts, plan the start, apply the plan's preparation; a failing step undoes what the others did."""
     options = options or Options()
     session_id = prestarted.session_id if prestarted is not None else new_session_id()
-    plan, sources = _planned(workspace, command, resolved, settings, options, ui, runtime, session_id)
-    applied = apply_start(plan, sources, runtime, ui, prestarted)
-    return Prepared(runtime, plan, settings, applied.results["credentials"], options.accept_findings, prestarted,
-                    applied.unwind)
+    try:
+        plan, sources = _planned(workspace, command, resolved, settings, options, ui, runtime, session_id)
+        applied = apply_start(plan, sources, runtime, ui, prestarted)
+    except BaseException:
+        if prestarted is None:  # else the prestart's, removed with it (cli/launch.py)
+            discard_unstarted(session_id)
+        raise
+    return Prepared(runtime, plan, settings, applied.results["credentials"], prestarted, applied.unwind)
 
 
 def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -145,6 +149,12 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
             pair.remove_stale(runtime, host.scope(), ui, record_stale_violations)
 
+    def findings(_: Done) -> None:
+        from dejima.orchestration import exit_audit
+
+        exit_audit.recover(ui)
+        check_findings(workspace, options.accept_findings, ui)
+
     def git_config(_: Done) -> str:
         from dejima.adapters.repo import git_config_text
 
@@ -154,6 +164,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         "engine-memory": lambda _: runtime.memory() if runtime is not None else host.memory_total(),
         "network": lambda _: network_facts(settings, runtime, options.upstream_dns),
         "policy": lambda done: check_policy(settings, options, done["network"], source, resolved),
+        "findings": findings,
         "images": images,
         "credential-sources": credential_sources,
         "git-config": git_config,
@@ -281,6 +292,7 @@ def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
             "(e.g. a git hook or an IDE task that would run on the host)",
             hint="review them with `dejima-audit` and `dejima-audit ack`, or start anyway with --accept-findings",
             reference="unreviewed-findings",
+            exit_code=ExitStatus.UNREVIEWED_FINDINGS,
         )
 
 
@@ -323,14 +335,11 @@ class SessionAudit:
         self.started = self.finished = False
 
     def start(self) -> None:
-        """While the filter starts (the time is free then): import the audit (~0.1 s), finish the
-        audits of sessions whose launcher died, check unreviewed findings (a critical one stops
-        this start), take the start snapshot."""
+        """While the filter starts (the time is free then): take the start snapshot. The audits of sessions
+        whose launcher died and the unreviewed findings were the facts' (``read_facts``), before anything started."""
         from dejima.orchestration import exit_audit
 
         plan = self.prepared.plan
-        exit_audit.recover(self.ui)
-        check_findings(Path(plan.workspace), self.prepared.accept_findings, self.ui)
         self.started = True
         self.states.extend(exit_audit.start(plan.session_id, audited_mounts(plan)))
 

@@ -2,7 +2,8 @@
 then one function with no I/O from those facts to a frozen ``StartPlan`` holding everything a start
 does (``plan_start``); the executor applies it (start.apply_start), ``--render`` prints it.
 
-    facts    engine memory, network facts, policy check, images (tags, or recipes to build),
+    facts    engine memory, network facts, policy check, unreviewed findings (a refusal), images (tags, or
+             recipes to build),
              credential sources (which the host has; read, never kept here), the workspace's git config;
              and, meanwhile, dead sessions' leftover containers removed
     plan     the SessionPlan (both containers, ruleset, filter configuration), the image recipes,
@@ -52,11 +53,14 @@ FACT_STEPS = (
     StepDecl(FACTS, "network", effect=False),
     # The allow list checked against the host's and the engine's addresses before anything changes.
     StepDecl(FACTS, "policy", ("network",), effect=False),
+    # The audits of sessions whose launcher died finished, then the workspace's unreviewed critical findings
+    # refuse the start (unless accepted) before anything is made, pulled or read.
+    StepDecl(FACTS, "findings"),
     # The recipes hash the base image's id: a missing base is pulled or made (debootstrap) here.
-    StepDecl(FACTS, "images", ("policy",)),
+    StepDecl(FACTS, "images", ("policy", "findings")),
     # Which routes the session has depends on which sources the host has: they are read here (the
     # values stay with the launcher, apart from the plan); a render names them and reads none.
-    StepDecl(FACTS, "credential-sources", ("policy",)),
+    StepDecl(FACTS, "credential-sources", ("policy", "findings")),
     StepDecl(FACTS, "git-config", effect=False),
     # Not this session's: containers of sessions whose launcher died, removed (their records kept)
     # while the facts are read, since nothing this session plans depends on them.

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 from dejima.adapters.runtime import Runtime
+from dejima.core import labels
+from dejima.errors import ExitStatus
+from tests.integration.test_audit import PLANT_HOOK, git_repo, hooks_writable
 from tests.integration.test_interactive import read_until
-from tests.world import REPO, User, containers_of
+from tests.world import REPO, User, containers_of, run_dejima, spawn_dejima, wait_for_line
 
 
 def run_with_input(user: User, scope: str, data: bytes, *args: str,
@@ -74,3 +78,36 @@ def test_no_terminal_and_no_command_is_refused_before_anything_starts(
     assert "dejima: session " not in result.stderr  # no session line, no card: nothing was started
     assert containers_of(runtime, scope) == []
     assert state_entries(user) == before
+
+
+def test_dejima_stop_ends_the_session_as_sigterm_and_its_launcher_says_so(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+    script = "trap 'echo got-sigterm; exit 0' TERM; echo started; while :; do sleep 0.1; done"
+    with spawn_dejima(user, scope, "-q", str(workspace), "--", "bash", "-c", script) as proc:
+        wait_for_line(proc.stdout, "started")
+        (session_id,) = {c.labels[labels.SESSION] for c in runtime.containers({labels.SCOPE: scope})}
+        stopped = run_dejima(user, scope, "stop", session_id)
+        assert stopped.returncode == 0, stopped.stderr
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "got-sigterm" in out  # the command was asked, as by SIGTERM, and had its time
+    assert f"session {session_id} stopped (dejima stop)" in err
+    assert "error" not in err, err
+    assert containers_of(runtime, scope) == []
+
+
+def test_a_refused_start_says_so_before_any_session_line_and_leaves_nothing(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path, world_dir: Path) -> None:
+    git_repo(workspace, user)
+    planted = run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", PLANT_HOOK,
+                         DEJIMA_SETTINGS=hooks_writable(world_dir))
+    assert planted.returncode == 0, planted.stderr
+    before = state_entries(user)
+    refused = run_dejima(user, scope, str(workspace), "--", "true")  # its filter prestarted: the last one's
+    assert "error [unreviewed-findings]" in refused.stderr
+    assert "dejima: session " not in refused.stderr  # no line says a session started
+    assert containers_of(runtime, scope) == []
+    assert state_entries(user) == before  # no state directory left for `dejima clean` to ignore
+    assert refused.returncode == 122 == ExitStatus.UNREVIEWED_FINDINGS, refused.stderr
+    accepted = run_dejima(user, scope, "-q", "--accept-findings", str(workspace), "--", "true")
+    assert accepted.returncode == 0, accepted.stderr

@@ -5,6 +5,8 @@ prints from it."""
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from dejima.core.images import ImageRecipe
 from dejima.core.settings import parse_settings
 from dejima.errors import EngineError, ExitStatus
 from dejima.filter import VIOLATION
+from dejima.orchestration.session import STOP_SIGNAL
 
 GONE = "gone-boot:1:1"  # a launcher token whose launcher is not alive (another boot)
 
@@ -61,6 +64,9 @@ class FakeEngine:
     def logs(self, container: str) -> str:
         return self.logs_.get(container, "")
 
+    def wait_removed(self, container: str, timeout: float) -> bool:
+        return container not in self.containers_  # no launcher here removes anything
+
     def remove(self, container: str) -> None:
         self.removed.append(container)
         self.containers_.pop(container, None)
@@ -91,6 +97,17 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
 
 
 @pytest.fixture
+def launcher() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process as a session's launcher (`dejima stop` signals it; not this test process)."""
+    process = subprocess.Popen(["cat"], stdin=subprocess.PIPE)  # until its input ends, or a signal ends it
+    yield process
+    process.kill()
+    process.wait()
+    assert process.stdin is not None
+    process.stdin.close()
+
+
+@pytest.fixture
 def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
 
@@ -118,11 +135,14 @@ def test_sessions_are_listed_with_their_status(engine: FakeEngine, capsys: pytes
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [s.to_json() for s in found]
 
 
-def test_stop_removes_a_sessions_containers(engine: FakeEngine) -> None:
-    filter_id = engine.add("one", labels.ROLE_FILTER, host.launcher_token())
-    session_id = engine.add("one", labels.ROLE_SESSION, host.launcher_token())
-    other = engine.add("two", labels.ROLE_FILTER, host.launcher_token())
+def test_stop_asks_the_launcher_then_removes_what_is_left(engine: FakeEngine,
+                                                          launcher: subprocess.Popen[bytes]) -> None:
+    token = host.launcher_token(launcher.pid)
+    filter_id = engine.add("one", labels.ROLE_FILTER, token)
+    session_id = engine.add("one", labels.ROLE_SESSION, token)
+    other = engine.add("two", labels.ROLE_FILTER, token)
     assert sorted(api.stop("one")) == sorted([filter_id, session_id])
+    assert launcher.wait(timeout=10) == -STOP_SIGNAL  # asked; this one did not remove its containers:
     assert sorted(engine.removed) == sorted([filter_id, session_id]) and other in engine.containers_
     with pytest.raises(api.UsageError, match="no session 'one'"):
         api.stop("one")
@@ -142,9 +162,9 @@ def test_clean_removes_stale_sessions_and_records_their_refusals(engine: FakeEng
     assert api.clean() == 0  # nothing left to clean
 
 
-def test_clean_everything_stops_running_sessions_too(engine: FakeEngine) -> None:
-    engine.add("live", labels.ROLE_FILTER, host.launcher_token())
-    engine.add("live", labels.ROLE_SESSION, host.launcher_token())
+def test_clean_everything_stops_running_sessions_too(engine: FakeEngine, launcher: subprocess.Popen[bytes]) -> None:
+    engine.add("live", labels.ROLE_FILTER, host.launcher_token(launcher.pid))
+    engine.add("live", labels.ROLE_SESSION, host.launcher_token(launcher.pid))
     engine.add("crashed", labels.ROLE_FILTER, GONE)
     reporter = api.QuietReporter()
     assert api.clean(everything=True, reporter=reporter) == 2

@@ -173,8 +173,8 @@ def test_the_steps_are_declared_for_all_three_parts(tmp_path: Path) -> None:
         mine = declared(plan.steps, part)
         ordered(Step(d.name, lambda _: None, d.needs) for d in mine)  # each part a graph of its own
     assert {d.name for d in declared(plan.steps, PAIR)} >= {"filter", "filter-ready", "audit-start", "open-gate"}
-    # what a render skips: the base pulled or made, the secrets read, leftovers removed
-    assert [d.name for d in FACT_STEPS if d.effect] == ["images", "credential-sources", "stale-sessions"]
+    # what a render skips: dead sessions audited, the base pulled or made, the secrets read, leftovers removed
+    assert [d.name for d in FACT_STEPS if d.effect] == ["findings", "images", "credential-sources", "stale-sessions"]
 
 
 def test_an_executor_refuses_a_step_the_plan_does_not_declare() -> None:
