@@ -24,6 +24,7 @@ from dejima.adapters.session_dirs import (
     clear_run_dir,
     discard_unstarted,
     ledger_path,
+    live_sessions_on,
     new_session_id,
     run_dir,
     sessions_dir,
@@ -168,6 +169,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         "images": images,
         "credential-sources": credential_sources,
         "git-config": git_config,
+        "other-sessions": lambda _: live_sessions_on(str(request.workspace), but=session_id),
         "stale-sessions": remove_stale,
     }
     previews: dict[str, Callable[[Done], Any]] = {
@@ -178,7 +180,8 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
     read = done["credential-sources"]
     facts = StartFacts(request, identity, source, sessions_dir() / session_id, done["engine-memory"], done["network"],
                        done["images"], done["git-config"],
-                       frozenset(read[0]) if read is not None else None, read[1] if read is not None else ())
+                       frozenset(read[0]) if read is not None else None, read[1] if read is not None else (),
+                       done["other-sessions"])
     return facts, read[0] if read is not None else {}
 
 

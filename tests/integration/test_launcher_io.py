@@ -111,3 +111,29 @@ def test_a_refused_start_says_so_before_any_session_line_and_leaves_nothing(
     assert refused.returncode == 122 == ExitStatus.UNREVIEWED_FINDINGS, refused.stderr
     accepted = run_dejima(user, scope, "-q", "--accept-findings", str(workspace), "--", "true")
     assert accepted.returncode == 0, accepted.stderr
+
+
+def test_two_sessions_on_one_workspace_are_told_and_report_their_own_findings(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path, world_dir: Path) -> None:
+    git_repo(workspace, user)
+    first = subprocess.Popen(user.command(str(workspace), "--", "sh", "-c", "echo started; read line"),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=user.env(scope), cwd=str(REPO), **user.popen_kwargs())
+    try:
+        wait_for_line(first.stdout, "started")
+        (first_id,) = {c.labels[labels.SESSION] for c in runtime.containers({labels.SCOPE: scope})}
+        second = run_dejima(user, scope, str(workspace), "--", "sh", "-c", PLANT_HOOK,
+                            DEJIMA_SETTINGS=hooks_writable(world_dir))
+        assert second.returncode == 0, second.stderr
+        assert f"warning: session {first_id} is running on {workspace} too" in second.stderr
+        assert ".git/hooks/pre-commit" in second.stderr  # the change is the second session's: its summary lists it
+        second_id = second.stderr.split("dejima: session ", 1)[1].split(":", 1)[0]
+        _, first_err = first.communicate("go\n", timeout=120)  # its command reads a line, then ends
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.wait(timeout=60)
+    assert first.returncode == 0, first_err
+    assert ".git/hooks/pre-commit" not in first_err and "left 1 change" not in first_err
+    assert f"reported by session(s) {second_id} on the same workspace" in first_err
+    assert containers_of(runtime, scope) == []
