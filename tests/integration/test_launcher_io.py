@@ -7,8 +7,12 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from dejima.adapters.image_builds import find_base
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
+from dejima.core.settings import Settings
 from dejima.errors import ExitStatus
 from tests.integration.test_audit import PLANT_HOOK, git_repo, hooks_writable
 from tests.integration.test_interactive import read_until
@@ -136,4 +140,28 @@ def test_two_sessions_on_one_workspace_are_told_and_report_their_own_findings(
     assert first.returncode == 0, first_err
     assert ".git/hooks/pre-commit" not in first_err and "left 1 change" not in first_err
     assert f"reported by session(s) {second_id} on the same workspace" in first_err
+    assert containers_of(runtime, scope) == []
+
+
+def test_a_start_on_images_made_earlier_does_not_repeat_how_their_base_was_made(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+    base = find_base(runtime, Settings())
+    if base is None or not base.bootstrapped:
+        pytest.skip("this engine's base was pulled, not made with debootstrap: there is no such line to repeat")
+    for _ in range(2):  # the images exist (built on that base): nothing is built, so nothing is said of it
+        result = run_dejima(user, scope, str(workspace), "--", "true")
+        assert result.returncode == 0, result.stderr
+        assert "made with debootstrap" not in result.stderr
+
+
+def test_a_base_that_cannot_be_pulled_is_said_once_and_never_done(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path, world_dir: Path) -> None:
+    settings = world_dir / "unpullable-base.toml"
+    # A registry on the engine's loopback where nothing listens: refused at once, no traffic leaves the host.
+    settings.write_text('[images]\nbase = "127.0.0.1:9/dejima-test/no-such-base:1"\nbase_fallback = "none"\n')
+    settings.chmod(0o644)
+    result = run_dejima(user, scope, str(workspace), "--", "true", DEJIMA_SETTINGS=str(settings))
+    assert result.returncode == ExitStatus.DEJIMA_FAILED, result.stderr
+    assert "done in" not in result.stderr, result.stderr
+    assert result.stderr.count("cannot be pulled") == 1, result.stderr
     assert containers_of(runtime, scope) == []
