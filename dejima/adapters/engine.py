@@ -306,8 +306,11 @@ def _copy_in(source: IO[bytes], sock: socket.socket) -> None:
     try:
         while piece := read(STREAM_PIECE):
             sock.sendall(piece)
-        sock.shutdown(socket.SHUT_WR)
-    except (OSError, ValueError):  # the container ended (or its connection closed): nobody reads any more
+    except (OSError, ValueError):  # the container ended (its connection closed), or the source failed
+        pass
+    try:
+        sock.shutdown(socket.SHUT_WR)  # end of file for the command, whichever way the copy ended
+    except OSError:
         pass
 
 

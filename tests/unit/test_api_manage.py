@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -96,15 +98,30 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     return fake
 
 
+# A live launcher (not this test process): it catches the stop signal as a launcher's session does, says it is
+# ready once it does, and exits 7 when it gets it; else it ends with its input.
+CATCHING = (f"import signal, sys; signal.signal({int(STOP_SIGNAL)}, lambda *_: sys.exit(7)); "
+            "print('ready', flush=True); sys.stdin.read()")
+
+
+@contextmanager
+def live_process(*command: str) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+        for pipe in (process.stdin, process.stdout):
+            assert pipe is not None
+            pipe.close()
+
+
 @pytest.fixture
 def launcher() -> Iterator[subprocess.Popen[bytes]]:
-    """A live process as a session's launcher (`dejima stop` signals it; not this test process)."""
-    process = subprocess.Popen(["cat"], stdin=subprocess.PIPE)  # until its input ends, or a signal ends it
-    yield process
-    process.kill()
-    process.wait()
-    assert process.stdin is not None
-    process.stdin.close()
+    with live_process(sys.executable, "-c", CATCHING) as process:
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        yield process
 
 
 @pytest.fixture
@@ -142,7 +159,7 @@ def test_stop_asks_the_launcher_then_removes_what_is_left(engine: FakeEngine,
     session_id = engine.add("one", labels.ROLE_SESSION, token)
     other = engine.add("two", labels.ROLE_FILTER, token)
     assert sorted(api.stop("one")) == sorted([filter_id, session_id])
-    assert launcher.wait(timeout=10) == -STOP_SIGNAL  # asked; this one did not remove its containers:
+    assert launcher.wait(timeout=10) == 7  # asked; this one did not remove its containers:
     assert sorted(engine.removed) == sorted([filter_id, session_id]) and other in engine.containers_
     with pytest.raises(api.UsageError, match="no session 'one'"):
         api.stop("one")
@@ -160,6 +177,15 @@ def test_clean_removes_stale_sessions_and_records_their_refusals(engine: FakeEng
     assert reporter.messages == [("info", "removed leftover session crashed (its launcher is gone)")]
     assert api.violations("crashed") == [refusal]
     assert api.clean() == 0  # nothing left to clean
+
+
+def test_stop_sends_no_signal_a_launcher_would_die_of(engine: FakeEngine) -> None:
+    """A program running a session off its main thread has no handler of dejima's: its containers are removed,
+    the program is left alone."""
+    with live_process("cat") as process:
+        engine.add("one", labels.ROLE_SESSION, host.launcher_token(process.pid))
+        assert len(api.stop("one")) == 1 and engine.containers_ == {}
+        assert process.poll() is None
 
 
 def test_clean_everything_stops_running_sessions_too(engine: FakeEngine, launcher: subprocess.Popen[bytes]) -> None:
