@@ -15,7 +15,7 @@ from dejima.core import labels
 from dejima.core.settings import Settings
 from dejima.errors import ExitStatus
 from tests.integration.test_audit import PLANT_HOOK, git_repo, hooks_writable
-from tests.integration.test_interactive import read_until
+from tests.integration.test_interactive import on_a_terminal, read_until
 from tests.world import REPO, User, containers_of, run_dejima, spawn_dejima, wait_for_line
 
 
@@ -55,20 +55,9 @@ def test_piped_stdin_is_binary_safe_and_large_input_does_not_deadlock(
 def test_a_command_with_a_terminal_reads_end_of_file(runtime: Runtime, images: object, user: User, scope: str,
                                                      workspace: Path) -> None:
     # As `docker run` without -i: the terminal's keys stay with the shell; the command is not left waiting.
-    master, slave = os.openpty()
-    process = subprocess.Popen(["setsid", "--ctty", *user.command("-q", str(workspace), "--", "sh", "-c",
-                                                                  "cat; echo CAT-ENDED")],
-                               stdin=slave, stdout=slave, stderr=slave, env=user.env(scope), cwd=str(REPO),
-                               close_fds=True, **user.popen_kwargs())
-    os.close(slave)
-    try:
+    with on_a_terminal(user, scope, "-q", str(workspace), "--", "sh", "-c", "cat; echo CAT-ENDED") as (process, master):
         read_until(master, b"CAT-ENDED")
         assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
-        os.close(master)
     assert containers_of(runtime, scope) == []
 
 
