@@ -150,12 +150,6 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
             pair.remove_stale(runtime, host.scope(), ui, record_stale_violations)
 
-    def findings(_: Done) -> None:
-        from dejima.orchestration import exit_audit
-
-        exit_audit.recover(ui)
-        check_findings(workspace, options.accept_findings, ui)
-
     def git_config(_: Done) -> str:
         from dejima.adapters.repo import git_config_text
 
@@ -165,7 +159,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         "engine-memory": lambda _: runtime.memory() if runtime is not None else host.memory_total(),
         "network": lambda _: network_facts(settings, runtime, options.upstream_dns),
         "policy": lambda done: check_policy(settings, options, done["network"], source, resolved),
-        "findings": findings,
+        "findings": lambda _: review_findings(workspace, options.accept_findings, ui),
         "images": images,
         "credential-sources": credential_sources,
         "git-config": git_config,
@@ -273,6 +267,15 @@ def boundary_line(plan: SessionPlan) -> str:
         f"in {plan.workspace} | network: {network} (nftables default-deny, verified; DNS only through "
         f"dejima; no IPv6){overrides} | user {plan.session.user}, no capabilities | mounts: workspace, home{limits}"
     )
+
+
+def review_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
+    """Before anything starts: finish the audits of sessions whose launcher died (importing the audit, ~0.1 s),
+    then refuse the start on unreviewed critical findings unless accepted (``check_findings``)."""
+    from dejima.orchestration import exit_audit
+
+    exit_audit.recover(ui)
+    check_findings(workspace, accept, ui)
 
 
 def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
