@@ -251,6 +251,10 @@ class Engine:
         stdin on a thread of its own, then end of file (the write half closed: the engine closes the
         container's stdin), as `docker run -i` does; the output is read meanwhile, so neither side
         waits for the other however much there is."""
+        if stdin is not None and self.tls is not None:  # Python's TLS socket cannot close its write half alone
+            raise EngineError("a command's input cannot be forwarded to an engine reached over TLS",
+                              hint="give the input as a file in the workspace, or run dejima where the engine's "
+                              "unix socket is")
         streams = {"logs": 1, "stream": 1, "stdout": 1, "stderr": 1, "stdin": 1 if stdin is not None else None}
         response = self.request("POST", f"/containers/{quote(container)}/attach", streams, timeout=None, upgrade=True)
         if stdin is not None:

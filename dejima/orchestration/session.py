@@ -19,7 +19,6 @@ seconds to exit; then everything is removed and dejima exits with 128+N. ``STOP_
 from __future__ import annotations
 
 import hashlib
-import io
 import queue
 import shutil
 import signal
@@ -28,7 +27,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import IO, TextIO
 
@@ -216,13 +215,11 @@ def _pump(stream: Iterator[tuple[bytes | None, bytes | None]], output: Streams =
         pass
 
 
-def _start_attached(runtime: Runtime, container: str, streams: Streams = Streams(),
-                    open_stdin: bool = True) -> threading.Thread:
+def _start_attached(runtime: Runtime, container: str, streams: Streams = Streams()) -> threading.Thread:
     """Start the container with its output streamed to ``streams`` (attached before the start, so that
-    nothing it prints is lost) and, when its stdin is open, ``streams.stdin`` fed to it (else end of file
-    at once: an open stdin left to nobody would never end); returns the thread that copies the output."""
-    stdin = (streams.stdin if streams.stdin is not None else io.BytesIO()) if open_stdin else None
-    stream = runtime.attach(container, stdin)
+    nothing it prints is lost) and ``streams.stdin``, if any, fed to its stdin (created open for it:
+    ``pair_steps``); returns the thread that copies the output."""
+    stream = runtime.attach(container, streams.stdin)
     pump = threading.Thread(target=_pump, args=(stream, streams), name="session-output", daemon=True)
     pump.start()
     runtime.start(container)
@@ -444,8 +441,14 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
         else:
             runtime.start(filter_id)
 
+    # The session's stdin is open only with input to feed it (else /dev/null, as `docker run` without -i): an
+    # open stdin nobody feeds would never end.
+    fed = plan.session.stdin and streams.stdin is not None
+    session_spec = plan.session if fed else replace(plan.session, stdin=False)
+    session_streams = streams if fed else replace(streams, stdin=None)
+
     def create_session(done: Done) -> str:
-        session_id = runtime.create(plan.session)
+        session_id = runtime.create(session_spec)
         created.append(session_id)
         return session_id
 
@@ -454,7 +457,7 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
 
     def start_session(done: Done) -> threading.Thread:
         try:
-            return _start_attached(runtime, done["session"], streams, plan.session.stdin)
+            return _start_attached(runtime, done["session"], session_streams)
         except EngineError:
             # Behind the gate it starts while the filter applies its ruleset. A filter that failed meanwhile
             # takes the session's start down with it (it cannot join a stopped container): its story is the one.

@@ -170,6 +170,14 @@ def test_attach_with_stdin_sends_it_raw_then_its_end(tmp_path: Path, engine_at: 
     assert heads[0].startswith(b"POST /containers/c1/attach?logs=1&stream=1&stdout=1&stderr=1&stdin=1 HTTP/1.1")
 
 
+def test_stdin_is_refused_toward_an_engine_over_tls() -> None:
+    """Its end of file is the write half closed, which Python's TLS socket cannot do alone: said, before any
+    connection, rather than a command waiting for an end that never comes."""
+    engine = Engine("tcp://127.0.0.1:9", timeout=1, tls=object())
+    with pytest.raises(EngineError, match="cannot be forwarded to an engine reached over TLS"):
+        engine.attach("c1", stdin=io.BytesIO(b"x"))
+
+
 def test_errors_carry_the_engines_words(tmp_path: Path, engine_at: Fixture) -> None:
     engine, made = engine_at
     message = b'{"message": "No such container: nope"}'
