@@ -115,7 +115,7 @@ class ContainerSpec:
     working_dir: str | None = None
     read_only_rootfs: bool = False
     tty: bool = False
-    stdin: bool = False  # may be open, fed by whoever attaches first, closed at its end of input (`docker run -i`)
+    stdin: bool = False  # open, fed by whoever attaches first, closed at its end of input (`docker run -i`)
     hostname: str | None = None
     entrypoint: tuple[str, ...] | None = None  # None: the image's
     dns: tuple[str, ...] = ()
@@ -396,7 +396,6 @@ def build_session_plan(
         pid_mode=f"container:{filter_name}",
         working_dir=workspace,
         tty=interactive,
-        stdin=not interactive,  # opened when the launcher has input for it (orchestration/session.py)
         limits=session_limits,
     )
     return SessionPlan(

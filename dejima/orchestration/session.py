@@ -441,10 +441,10 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
         else:
             runtime.start(filter_id)
 
-    # The session's stdin is open only with input to feed it (else /dev/null, as `docker run` without -i): an
-    # open stdin nobody feeds would never end.
-    fed = plan.session.stdin and streams.stdin is not None
-    session_spec = plan.session if fed else replace(plan.session, stdin=False)
+    # A non-interactive session's stdin is open only with input to feed it (else /dev/null, as `docker run`
+    # without -i): an open stdin nobody feeds would never end.
+    fed = not plan.interactive and streams.stdin is not None
+    session_spec = replace(plan.session, stdin=True) if fed else plan.session
     session_streams = streams if fed else replace(streams, stdin=None)
 
     def create_session(done: Done) -> str:
