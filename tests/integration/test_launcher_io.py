@@ -154,3 +154,15 @@ def test_a_base_that_cannot_be_pulled_is_said_once_and_never_done(
     assert "done in" not in result.stderr, result.stderr
     assert result.stderr.count("cannot be pulled") == 1, result.stderr
     assert containers_of(runtime, scope) == []
+
+
+def test_dejima_stop_ends_an_interactive_session_too(runtime: Runtime, images: object, user: User, scope: str,
+                                                    workspace: Path) -> None:
+    with on_a_terminal(user, scope, str(workspace)) as (process, master):
+        os.write(master, b"echo MARK-$((6*7))\r")
+        read_until(master, b"MARK-42")
+        (session_id,) = {c.labels[labels.SESSION] for c in runtime.containers({labels.SCOPE: scope})}
+        assert run_dejima(user, scope, "stop", session_id).returncode == 0
+        assert f"session {session_id} stopped (dejima stop)".encode() in read_until(master, b"(dejima stop)")
+        assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert containers_of(runtime, scope) == []
