@@ -120,6 +120,7 @@ def test_two_sessions_on_one_workspace_are_told_and_report_their_own_findings(
         assert second.returncode == 0, second.stderr
         assert f"warning: session {first_id} is running on {workspace} too" in second.stderr
         assert ".git/hooks/pre-commit" in second.stderr  # the change is the second session's: its summary lists it
+        assert f"session(s) {first_id} still run on {workspace}: a change listed here may be theirs" in second.stderr
         second_id = second.stderr.split("dejima: session ", 1)[1].split(":", 1)[0]
         _, first_err = first.communicate("go\n", timeout=120)  # its command reads a line, then ends
     finally:
