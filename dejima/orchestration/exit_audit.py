@@ -25,7 +25,7 @@ from dejima.adapters.mount_state import (
     load_snapshot,
     save_snapshot,
 )
-from dejima.adapters.session_dirs import sessions_dir
+from dejima.adapters.session_dirs import live_sessions_on, sessions_dir
 from dejima.adapters.start_contents import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
 from dejima.adapters.tree_walk import (
     WALK_ATTEMPTS,
@@ -297,18 +297,30 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
 
 
 def _say(session_id: str, ui: SessionReporter, store: FindingStore, workspace: str, found: list[Finding]) -> None:
-    """The closing message: how many changes, and the worst ones not reviewed yet, themselves."""
+    """The closing message: how many changes, and the worst ones not reviewed yet, themselves. A change another
+    session's audit recorded first (sessions sharing the workspace) is that session's to report: it is only
+    counted here, with the session named."""
     shown = [f for f in found if rank(f.severity) >= rank("low")]
     if not shown:
         return
-    worst = max(shown, key=lambda f: SEVERITIES.index(f.severity)).severity
     fingerprints = {f.fingerprint for f in shown}
-    unreviewed = [s for s in store.findings(workspace) if s.finding.fingerprint in fingerprints]
-    reviewed = f"; {len(shown) - len(unreviewed)} reviewed before" if len(unreviewed) < len(shown) else ""
-    ui.warn(f"session {session_id} left {len(shown)} change(s) that can run code later (worst: {worst}{reviewed})"
-            + (":" if unreviewed else ""))
-    ui.findings_left(unreviewed)
-    if unreviewed:
+    pending = [s for s in store.findings(workspace) if s.finding.fingerprint in fingerprints]
+    unreviewed = [s for s in pending if s.session == session_id]
+    theirs = {s.finding.fingerprint: s.session for s in pending if s.session != session_id}
+    own = [f for f in shown if f.fingerprint not in theirs]
+    if own:
+        worst = max(own, key=lambda f: SEVERITIES.index(f.severity)).severity
+        reviewed = f"; {len(own) - len(unreviewed)} reviewed before" if len(unreviewed) < len(own) else ""
+        ui.warn(f"session {session_id} left {len(own)} change(s) that can run code later (worst: {worst}{reviewed})"
+                + (":" if unreviewed else ""))
+        ui.findings_left(unreviewed)
+        still = live_sessions_on(workspace, but=session_id)
+        if still:
+            ui.info(f"session(s) {', '.join(still)} still run on {workspace}: a change listed here may be theirs")
+    if theirs:
+        ui.info(f"session {session_id}: {len(theirs)} more change(s) its audit found were reported by session(s) "
+                f"{', '.join(sorted(set(theirs.values())))} on the same workspace")
+    if unreviewed or theirs:
         ui.info("review them one file at a time: dejima-audit ack")
 
 

@@ -366,6 +366,7 @@ SLEEPS: dict[tuple[str, str], tuple[str, int]] = {
     ("tests/integration/test_grants.py", "sleep 120"): (HELD, 3),
     ("tests/integration/test_grants.py", "time.sleep(0.05)"): (SCENARIO, 2),  # an agent retrying, pinging
     ("tests/integration/test_grants.py", "time.sleep(0.1)"): (SCENARIO, 1),  # an agent resolving again
+    ("tests/integration/test_launcher_io.py", "sleep 0.1"): (HELD, 1),  # a loop that can run its TERM trap
     ("tests/integration/test_lifecycle.py", "sleep 0.1"): (HELD, 1),  # a loop that can run its TERM trap
     ("tests/integration/test_lifecycle.py", "sleep 300"): (HELD, 5),
     ("tests/integration/test_no_egress.py", "sleep 300"): (HELD, 1),
