@@ -46,15 +46,15 @@ def read_until(fd: int, marker: bytes, timeout: float = 60) -> bytes:
 
 
 @contextmanager
-def on_a_terminal(user: User, scope: str, *args: str, rows: int = 24,
-                  cols: int = 80) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """The real launcher with a new pseudo-terminal as its controlling terminal (stdin, stdout and stderr);
-    yields the process and the terminal's master side, to read and type on."""
+def on_a_terminal(user: User, scope: str, *args: str, rows: int = 24, cols: int = 80,
+                  env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """The real launcher with a new pseudo-terminal as its controlling terminal (stdin, stdout and stderr),
+    ``env`` added to its environment; yields the process and the terminal's master side, to read and type on."""
     master, slave = os.openpty()
     set_size(master, rows, cols)
     process = subprocess.Popen(
         ["setsid", "--ctty", *user.command(*args)], stdin=slave, stdout=slave, stderr=slave,
-        env=user.env(scope, TERM="xterm"), cwd=str(REPO), close_fds=True, **user.popen_kwargs(),
+        env=user.env(scope, TERM="xterm", **(env or {})), cwd=str(REPO), close_fds=True, **user.popen_kwargs(),
     )
     os.close(slave)
     try:
@@ -64,6 +64,23 @@ def on_a_terminal(user: User, scope: str, *args: str, rows: int = 24,
             process.kill()
             process.wait(timeout=30)
         os.close(master)
+
+
+def exit_on_a_terminal(user: User, scope: str, *args: str, timeout: float = 120, **env: str) -> tuple[int, bytes]:
+    """The launcher run on a terminal of its own until it exits: (its status, what it printed)."""
+    with on_a_terminal(user, scope, *args, env=env) as (process, master):
+        deadline, seen = time.monotonic() + timeout, b""
+        while True:  # until the terminal closes (EIO once the launcher and its children are gone)
+            ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise AssertionError(f"the launcher still runs after {timeout}s; printed {seen[-1500:]!r}")
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return process.wait(timeout=30), seen
+            seen += chunk
 
 
 def test_interactive_shell_has_a_tty_that_follows_resizes(runtime: Runtime, images: object, user: User,
