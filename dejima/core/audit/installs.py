@@ -11,11 +11,15 @@ node_modules, against the project's lockfile (package-lock.json, v2/v3 ``package
 - a file added to a package that was there at the start and was not installed again (its
   package.json unchanged): an install writes a package whole.
 
-Python environments, against each installed distribution's RECORD (path, SHA-256, size):
+Python environments and install targets, against each installed distribution's RECORD (path,
+SHA-256, size):
 - an installed file whose content is not the one its RECORD names (a console script rewritten,
   a line added to a module);
-- a file that no RECORD lists, where an installer writes only what a RECORD lists: a .pth, a
-  module, a script (bytecode, the environment's own files and uv's ``_virtualenv`` excepted).
+- a file that no RECORD lists, anywhere in the tree (a conftest.py beside a planted pyvenv.cfg
+  too), where an installer writes only what a RECORD lists (bytecode and the environment's own
+  files excepted: pyvenv.cfg, activate scripts, interpreter links, uv's ``_virtualenv``);
+- a .pth with an import line other than the installers' own (virtualenv's, setuptools' distutils
+  shim, an editable install's finder), RECORD or not: Python runs it at every start.
 
 What they prove: that the tree is not what its manager made from the lockfile and the packages'
 own records. What they cannot: a RECORD is written in the tree too, so an agent that rewrites a
@@ -28,6 +32,7 @@ from __future__ import annotations
 import base64
 import binascii
 import posixpath
+import re
 from collections.abc import Iterable
 
 from dejima.core.audit.model import View
@@ -41,9 +46,21 @@ _INSTALL_SCRIPTS = ("preinstall", "install", "postinstall")
 TOOL_STATE = frozenset({".package-lock.json", ".yarn-integrity", ".yarn-state.yml", ".modules.yaml",
                         ".pnpm-workspace-state.json", ".pnpm-workspace-state-v1.json", ".pnpm/lock.yaml"})
 # In an environment, outside every RECORD: its own files (venv, uv) and bytecode.
+# (Headers and data files under include/ and share/ are a distribution's: its RECORD lists them.)
 _ENVIRONMENT_OWN = ("pyvenv.cfg", "bin/activate", "bin/Activate", "bin/deactivate", "bin/pydoc", "bin/python",
-                    "bin/pypy", "lib64", "include/", "share/", ".gitignore", "CACHEDIR.TAG", ".lock")
-_UV_OWN = ("_virtualenv.pth", "_virtualenv.py")
+                    "bin/pypy", "lib64", ".gitignore", "CACHEDIR.TAG", ".lock", ".tox-info.json", "log/")
+# Anywhere in an environment: uv's and virtualenv's start-up module (its .pth is checked by its content), the
+# files an installer writes beside a RECORD. (virtualenv's seed markers end in .virtualenv.)
+_OWN_NAMES = frozenset({"_virtualenv.py", "_virtualenv.pth", "RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+# A line Python runs in a .pth (site.py: one that starts with "import" and a space or tab), and the
+# ones installers write: virtualenv's and uv's, setuptools' distutils shim, an editable install's finder.
+_PTH_IMPORT = re.compile(r"\s*import[ \t]")
+_INSTALLERS_PTH = (
+    re.compile(r"import _virtualenv"),
+    re.compile(r"import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os\.environ\.get\(var, '(?:local|stdlib)'\) "
+               r"== 'local'; enabled and __import__\('_distutils_hack'\)\.add_shim\(\);"),
+    re.compile(r"import (__editable___\w+_finder); \1\.install\(\)"),
+)
 
 
 def _lock_packages(view: View, tree: str) -> dict[str, dict[str, object]] | None:
@@ -142,10 +159,9 @@ def _manifest(tree: str, path: str, view: View, lock: dict[str, dict[str, object
 
 # --- Python environments --------------------------------------------------------------------------
 
-def _record_hashes(view: View, site: str) -> dict[str, str]:
-    """Environment-relative path -> SHA-256 (hex, "" when RECORD gives none) from every RECORD in
-    ``site`` (site-packages), as the end snapshot has them."""
-    environment = site.rsplit("/lib/", 1)[0]
+def _record_hashes(view: View, site: str, tree: str) -> dict[str, str]:
+    """Tree-relative path -> SHA-256 (hex, "" when RECORD gives none) from every RECORD in ``site``
+    (site-packages, or an install target), as the end snapshot has them."""
     hashes: dict[str, str] = {}
     prefix = site + "/"
     for path in view.named("RECORD"):
@@ -154,21 +170,26 @@ def _record_hashes(view: View, site: str) -> dict[str, str]:
         for line in (view.text(path) or "").splitlines():
             name, _, rest = line.partition(",")
             digest, _, _ = rest.partition(",")
+            if site == tree and name.startswith("../../"):
+                # pip --target installs under a home of its own (lib/python, bin) and moves both into
+                # the target: the RECORD still names a script from lib/python, as ../../bin/x.
+                name = name[len("../../"):]
             target = posixpath.normpath(posixpath.join(site, name))
-            if not target.startswith(environment + "/"):
+            if not target.startswith(tree + "/"):
                 continue
             hashes[target] = _hex(digest)
     return hashes
 
 
 def record_hashes(environment: str, view: View) -> dict[str, str]:
-    """Every RECORD line of the environment's site-packages (memoized per audit)."""
+    """Every RECORD line of the environment's site-packages, or of an install target's own
+    ``*.dist-info`` (memoized per audit)."""
     key = f"records:{environment}"
     if key not in view.memo:
-        hashes: dict[str, str] = {}
+        hashes = _record_hashes(view, environment, environment)
         for site in view.named("site-packages"):
             if site.startswith(environment + "/"):
-                hashes.update(_record_hashes(view, site))
+                hashes.update(_record_hashes(view, site, environment))
         view.memo[key] = hashes
     return view.memo[key]  # type: ignore[return-value]
 
@@ -193,27 +214,41 @@ def _hex(digest: str) -> str:
 def _own(environment: str, path: str) -> bool:
     relative = path[len(environment) + 1:]
     name = relative.rsplit("/", 1)[-1]
-    return relative.startswith(_ENVIRONMENT_OWN) or name in _UV_OWN or name.endswith(".pyc") or \
-        "/__pycache__/" in f"/{relative}" or name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
+    return relative.startswith(_ENVIRONMENT_OWN) or name in _OWN_NAMES or name.endswith((".pyc", ".virtualenv")) \
+        or "/__pycache__/" in f"/{relative}"
+
+
+def _pth_code(path: str, view: View) -> str | None:
+    """Why a .pth runs code no installer writes there: an import line (Python runs it at every
+    start) other than those of virtualenv/uv, setuptools' distutils shim and an editable install's
+    finder. A .pth of path lines only is data."""
+    if not path.endswith(".pth"):
+        return None
+    lines = [line for line in (view.text(path) or "").splitlines() if _PTH_IMPORT.match(line)]
+    unknown = [line for line in lines if not any(shape.fullmatch(line.strip()) for shape in _INSTALLERS_PTH)]
+    return f"{path}: a .pth whose import line runs at every start: {unknown[0].strip()[:120]}" if unknown else None
 
 
 def python_tampering(environment: str, changes: Iterable[Change], view: View) -> list[str]:
-    """What in an environment's changes no installer does, one line each."""
+    """What in an environment's (or install target's) changes no installer does, one line each:
+    a file that is neither the environment's own nor listed by a RECORD, one whose content is not
+    what its RECORD names, a .pth with an import line of its own."""
     changes = [c for c in changes if c.after is not None and c.after.kind == "file"
                and c.what in ("added", "modified", "type")]
     hashes = record_hashes(environment, view)
-    if not hashes:
-        return []  # no distribution to hold it to (an environment without RECORDs, or none installed)
     found = []
     for change in changes:
         path, new = change.path, change.after
         assert new is not None
+        code = _pth_code(path, view)
+        if code is not None:
+            found.append(code)
+            continue
         if _own(environment, path):
             continue
         expected = hashes.get(path)
         if expected is None:
-            if "/site-packages/" in path or path.startswith(f"{environment}/bin/"):
-                found.append(f"{path}: a file that no installed distribution's RECORD lists")
+            found.append(f"{path}: a file that no installed distribution's RECORD lists")
         elif expected and new.sha256 != expected:
             found.append(f"{path}: not the content its distribution's RECORD names")
     return found

@@ -16,7 +16,8 @@ import re
 import tomllib
 from collections.abc import Iterator
 
-from dejima.core.audit.model import Finding, View, finding, in_dependency_tree
+from dejima.core.audit.model import Finding, View, finding
+from dejima.core.audit.treeroots import in_tree
 
 Digests = dict[str, str]  # "package@version artifact algorithm" -> digest
 
@@ -115,7 +116,7 @@ def lockfile_findings(view: View) -> list[Finding]:
     found = []
     for path in view.changed:
         reader = next((r for pattern, r in _READERS if pattern.search(path)), None)
-        if reader is None or in_dependency_tree(path):
+        if reader is None or in_tree(path, view):
             continue
         before, after = view.text(path, "before"), view.text(path)
         if before is None or after is None:

@@ -17,7 +17,7 @@ from functools import partial
 from dejima.core.audit.configs import rules_for, rules_for_folded
 from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import Finding, View, finding
-from dejima.core.audit.trees import in_tree
+from dejima.core.audit.treeroots import in_tree
 
 # Bidi controls, zero-width and other default-ignorable code points, variation selectors, tags.
 _INVISIBLE_RANGES = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),

@@ -1,0 +1,151 @@
+"""Where the installed trees of a mount lie (issue 32): a directory is a tree because the tool that
+makes it left its record there, never because of its name. A ``vendor/``, ``site-packages/`` or
+``node_modules/`` without that record is ordinary files, and every ordinary rule reads them (a
+conftest.py, a package.json's scripts, a .pth).
+
+- npm, pnpm, yarn: a ``node_modules`` beside a package.json that holds the manager's record of what
+  it installed (``.package-lock.json``, ``.modules.yaml``, ``.yarn-state.yml``, ``.yarn-integrity``),
+  and a workspace package's own node_modules that such a record lists by path;
+- a Python environment (venv, virtualenv, uv, tox, nox): a directory with a ``pyvenv.cfg``;
+- a Python install target (``pip install --target``, workspace only): a directory that holds
+  ``*.dist-info/RECORD`` and is not an environment's site-packages;
+- cargo's build output: a directory beside a Cargo.toml that holds ``.rustc_info.json`` or a
+  profile's ``.fingerprint`` (``target/debug/.fingerprint``);
+- ``go mod vendor`` (``vendor/modules.txt`` beside go.mod) and composer (``vendor/composer/installed.json``
+  beside composer.json).
+
+Records are looked up in both snapshots: a tree made, or removed, in the session is still one. A
+tree inside another (a node_modules in an environment) is judged on its own. A record can be
+planted like any file; what a tree's own rules accept is what its tool writes (installs.py: a file
+no RECORD lists in an environment is tampering), and a tree made in the session is never more than
+an unverified install (trees.py).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from dejima.core.audit.caches import in_package_cache
+from dejima.core.audit.model import View
+
+NPM_RECORDS = (".package-lock.json", ".modules.yaml", ".yarn-state.yml", ".yarn-integrity")
+# (kind, the file its tool leaves in it, the manifest beside it)
+_VENDORED = (("go-vendor", "modules.txt", "go.mod"), ("composer", "composer/installed.json", "composer.json"))
+DEPENDENCY_KINDS = ("npm", "go-vendor", "composer")
+PYTHON_KINDS = ("python", "python-target")
+
+
+class Tree(NamedTuple):
+    kind: str  # npm, python, python-target, cargo, go-vendor, composer
+    root: str  # mount-relative directory
+
+
+def _exists(path: str, view: View) -> bool:
+    return path in view.after or path in view.before
+
+
+def _beside(directory: str, name: str) -> str:
+    parent = directory.rpartition("/")[0]
+    return f"{parent}/{name}" if parent else name
+
+
+def _holders(view: View, name: str, depth: int) -> frozenset[str]:
+    """The directories ``depth`` levels above each path named ``name`` (either snapshot)."""
+    key = f"holders:{name}:{depth}"
+    if key not in view.memo:
+        found = set()
+        for side in ("before", "after"):
+            for path in view.named(name, side=side):
+                parts = path.split("/")
+                if len(parts) > depth:
+                    found.add("/".join(parts[:-depth]))
+        view.memo[key] = frozenset(found)
+    return view.memo[key]  # type: ignore[return-value]
+
+
+def _environment_site(directory: str, view: View) -> bool:
+    """An environment's own site-packages (lib/pythonX.Y/site-packages, Lib/site-packages)."""
+    parts = directory.split("/")
+    if parts[-1] != "site-packages":
+        return False
+    for depth in (3, 2):  # E/lib/pythonX.Y/site-packages, E/Lib/site-packages
+        if len(parts) > depth and _exists("/".join(parts[:-depth]) + "/pyvenv.cfg", view):
+            return True
+    return False
+
+
+def _recognise(directory: str, view: View) -> str | None:
+    name = directory.rpartition("/")[2]
+    if _exists(f"{directory}/pyvenv.cfg", view):
+        return "python"
+    if name == "node_modules" and (_exists(_beside(directory, "package.json"), view) and any(
+            _exists(f"{directory}/{record}", view) for record in NPM_RECORDS) or _listed_by_npm(directory, view)):
+        return "npm"
+    if view.kind != "workspace":
+        return None
+    if _exists(_beside(directory, "Cargo.toml"), view) and (
+            _exists(f"{directory}/.rustc_info.json", view) or directory in _holders(view, ".fingerprint", 2)):
+        return "cargo"
+    for kind, record, manifest in _VENDORED:
+        if _exists(f"{directory}/{record}", view) and _exists(_beside(directory, manifest), view):
+            return kind
+    if directory in _dist_info_holders(view) and not _environment_site(directory, view):
+        return "python-target"
+    return None
+
+
+def _listed_by_npm(directory: str, view: View) -> bool:
+    """A workspace package's own node_modules, where npm installs what it cannot hoist: the hidden
+    lockfile of a node_modules above lists its packages by their paths."""
+    parts = directory.split("/")
+    if "node_modules" in parts[:-1]:
+        return False  # a package's own node_modules: part of the tree it is in, or of none
+    for cut in range(len(parts) - 1):
+        project = "/".join(parts[:cut])
+        keys = _npm_keys(f"{project}/node_modules/.package-lock.json" if project else "node_modules/.package-lock.json",
+                         view)
+        inside = "/".join(parts[cut:]) + "/"
+        if any(key.startswith(inside) for key in keys):
+            return True
+    return False
+
+
+def _npm_keys(record: str, view: View) -> tuple[str, ...]:
+    key = f"npm-keys:{record}"
+    if key not in view.memo:
+        document = view.json_object(record) if record in view.after else None
+        packages = document.get("packages") if document is not None else None
+        view.memo[key] = tuple(str(name) for name in packages) if isinstance(packages, dict) else ()
+    return view.memo[key]  # type: ignore[return-value]
+
+
+def _dist_info_holders(view: View) -> frozenset[str]:
+    """The directories that hold a ``*.dist-info/RECORD`` (either snapshot)."""
+    key = "dist-info-holders"
+    if key not in view.memo:
+        view.memo[key] = frozenset(path.rsplit("/", 2)[0] for side in ("before", "after")
+                                   for path in view.named("RECORD", side=side)
+                                   if path.count("/") >= 2 and path.rsplit("/", 2)[1].endswith(".dist-info"))
+    return view.memo[key]  # type: ignore[return-value]
+
+
+def _kind(directory: str, view: View) -> str | None:
+    memo: dict[str, str | None] = view.memo.setdefault("tree-kind", {})  # type: ignore[assignment]
+    if directory not in memo:
+        memo[directory] = _recognise(directory, view)
+    return memo[directory]
+
+
+def tree_of(path: str, view: View) -> Tree | None:
+    """The innermost recognised tree a path lies in (below its root)."""
+    root = view.directory_above("tree", path.rpartition("/")[0], lambda directory: _kind(directory, view) is not None)
+    if root is None:
+        return None
+    kind = _kind(root, view)
+    assert kind is not None
+    return Tree(kind, root)
+
+
+def in_tree(path: str, view: View) -> bool:
+    """Inside a recognised tree or a package cache: their own rules judge it (trees.py, caches.py)."""
+    return in_package_cache(path, view.kind) or tree_of(path, view) is not None

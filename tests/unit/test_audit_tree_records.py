@@ -1,0 +1,257 @@
+"""A directory is a dependency tree because its tool left its record there, never because of its name
+(issue 32): a conftest.py under tests/vendor/ or tests/site-packages/, a workspace package under
+packages/site-packages/, code in a node_modules no package manager made, each get the rules any
+file there gets; a tree its tool really made (a real venv and a real `pip install`, a real
+`npm install`) stays one quiet finding. Each attack beside its benign neighbour, through the same
+code as after a session (capture, then audit_mount); where the host would run the planted code, the
+test runs the host's command and sees it run."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dejima.core.audit import rank
+from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+
+Found = list[tuple[str, str, str]]
+
+
+def write(root: Path, path: str, text: str) -> Path:
+    target = root / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    return target
+
+
+def audited(root: Path, change: Callable[[Path], object]) -> Found:
+    root.mkdir(parents=True, exist_ok=True)
+    state = capture(Mount("workspace", root))
+    change(root)
+    found, _ = audit_mount(state)
+    return [(f.rule, f.severity, f.path) for f in found]
+
+
+def at_least_low(found: Found) -> Found:
+    return [f for f in found if rank(f[1]) >= rank("low")]
+
+
+def conftest(marker: Path) -> str:
+    return f"open({str(marker)!r}, 'w').close()\n"
+
+
+# --- conftest.py under directories named like trees -------------------------------------------------
+
+@pytest.mark.parametrize("directory", ["tests/vendor", "tests/site-packages", "tests/node_modules/x", "vendor"])
+def test_a_conftest_under_a_directory_named_like_a_tree_is_a_conftest(tmp_path: Path, directory: str) -> None:
+    ran = tmp_path / "ran"
+    found = audited(tmp_path / "repo", lambda root: write(root, f"{directory}/conftest.py", conftest(ran)))
+    assert ("B09", "high", f"{directory}/conftest.py") in found  # pytest's rule, as anywhere else
+    if "node_modules" not in directory:  # pytest does not look into node_modules (norecursedirs)
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "repo")],
+                       capture_output=True, check=False)
+        assert ran.exists(), "pytest on the host runs the planted conftest.py"
+
+
+def go_vendor(root: Path) -> None:
+    """What `go mod vendor` leaves: vendor/modules.txt beside go.mod, the modules' sources."""
+    write(root, "vendor/modules.txt", "# example.com/x v1.0.0\n## explicit\nexample.com/x\n")
+    write(root, "vendor/example.com/x/x.go", "package x\n")
+
+
+def test_a_vendor_directory_go_made_is_one_low_finding(tmp_path: Path) -> None:
+    write(tmp_path / "repo", "go.mod", "module example.com/p\n\ngo 1.22\n")
+    assert at_least_low(audited(tmp_path / "repo", go_vendor)) == [("B07", "low", "vendor")]
+
+
+def test_a_planted_pyvenv_cfg_does_not_hide_a_conftest(tmp_path: Path) -> None:
+    """A record can be planted like any file: in what then is an environment, a file no RECORD
+    lists is not what an installer writes. Its neighbour: a real venv made in the session, low."""
+    def planted(root: Path) -> None:
+        write(root, "tests/vendor/pyvenv.cfg", "home = /usr/bin\n")
+        write(root, "tests/vendor/conftest.py", "import os\n")
+
+    def venv(root: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "tests/vendor")], check=True)
+
+    assert at_least_low(audited(tmp_path / "a", planted)) == [("B10", "high", "tests/vendor")]
+    assert at_least_low(audited(tmp_path / "b", venv)) == [("B10", "low", "tests/vendor")]
+
+
+# --- workspace packages named like trees --------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["site-packages", "vendor", "node_modules"])
+def test_a_workspace_packages_install_script_is_found_whatever_its_directory_is_called(tmp_path: Path,
+                                                                                     name: str) -> None:
+    def package(scripts: dict[str, str]) -> Callable[[Path], None]:
+        def change(root: Path) -> None:
+            write(root, "package.json", json.dumps({"name": "p", "workspaces": ["packages/*"]}))
+            write(root, f"packages/{name}/package.json", json.dumps({"name": name, "version": "1.0.0",
+                                                                     "scripts": scripts}))
+        return change
+
+    attack = audited(tmp_path / "a", package({"postinstall": "node setup.js"}))
+    assert ("B01", "high", f"packages/{name}/package.json") in attack  # runs at the host's next npm install
+    benign = [f for f in at_least_low(audited(tmp_path / "b", package({}))) if f[2].startswith("packages/")]
+    # A package without scripts is quiet; one in a node_modules npm did not make is loaded by require().
+    assert benign == ([("B07", "high", "packages/node_modules")] if name == "node_modules" else [])
+
+
+# --- node_modules that no package manager made ---------------------------------------------------------
+
+def node_project(root: Path) -> None:
+    write(root, "package.json", json.dumps({"name": "p", "dependencies": {"x": "1.0.0"}}))
+    lock = {"name": "p", "lockfileVersion": 3, "packages": {"": {}, "node_modules/x": {"version": "1.0.0"}}}
+    write(root, "package-lock.json", json.dumps(lock))
+    write(root, "node_modules/.package-lock.json", json.dumps(lock))
+    write(root, "node_modules/x/package.json", '{"name": "x", "version": "1.0.0"}')
+    write(root, "node_modules/x/index.js", "module.exports = 'installed';\n")
+
+
+def test_code_in_a_node_modules_no_package_manager_made_is_high(tmp_path: Path) -> None:
+    node_project(tmp_path / "repo")
+
+    def shadow(root: Path) -> None:
+        write(root, "src/node_modules/x/index.js", "module.exports = 'planted';\n")
+        write(root, "src/app.js", "console.log(require('x'));\n")
+
+    found = audited(tmp_path / "repo", shadow)
+    assert ("B07", "high", "src/node_modules") in found
+    if shutil.which("node"):
+        ran = subprocess.run(["node", "src/app.js"], cwd=tmp_path / "repo", capture_output=True, text=True, check=True)
+        assert ran.stdout.strip() == "planted", "node on the host loads the planted package"
+
+
+def test_a_package_installed_in_npms_tree_is_low_and_a_workspace_packages_own_tree_too(tmp_path: Path) -> None:
+    """Beside the attack above: npm's tree (its .package-lock.json), and a workspace package's own
+    node_modules that the hidden lockfile lists by path, where npm puts what it cannot hoist."""
+    def install(root: Path) -> None:
+        lock = json.loads((root / "node_modules/.package-lock.json").read_text())
+        lock["packages"]["packages/a/node_modules/y"] = {"version": "2.0.0"}
+        write(root, "node_modules/.package-lock.json", json.dumps(lock))
+        write(root, "packages/a/node_modules/y/package.json", '{"name": "y", "version": "2.0.0"}')
+        write(root, "packages/a/node_modules/y/index.js", "module.exports = 2;\n")
+        write(root, "node_modules/z/package.json", '{"name": "z", "version": "1.0.0"}')
+        write(root, "node_modules/z/index.js", "module.exports = 3;\n")
+
+    node_project(tmp_path / "repo")
+    assert sorted(at_least_low(audited(tmp_path / "repo", install))) == [
+        ("B07", "low", "node_modules"), ("B07", "low", "packages/a/node_modules")]
+
+
+def test_a_real_npm_install_is_one_low_finding(tmp_path: Path) -> None:
+    """`npm install` of a local package, offline (its cache in the test's directory)."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed")
+    write(tmp_path, "dep/package.json", '{"name": "dep", "version": "1.0.0", "main": "index.js"}')
+    write(tmp_path, "dep/index.js", "module.exports = 1;\n")
+    repo = tmp_path / "repo"
+    write(repo, "package.json", json.dumps({"name": "app", "version": "1.0.0", "dependencies": {"dep": "file:../dep"}}))
+
+    def npm_install(root: Path) -> None:
+        subprocess.run(["npm", "install", "--offline", "--no-audit", "--no-fund", "--install-links"], cwd=root,
+                       env={**os.environ, "npm_config_cache": str(tmp_path / "npm-cache")}, check=True,
+                       capture_output=True)
+
+    found = at_least_low(audited(repo, npm_install))
+    assert ("B07", "low", "node_modules") in found and all(f[1] == "low" for f in found), found
+
+
+# --- a real environment, a real pip install --------------------------------------------------------------
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+
+
+def wheel(directory: Path) -> Path:
+    """A small wheel built by hand (no build backend, no network): a module and a console script."""
+    files = {"tiny/__init__.py": b"def main():\n    print('tiny')\n",
+             "tiny-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 0.1\n",
+             "tiny-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                         b"Tag: py3-none-any\n",
+             "tiny-0.1.dist-info/entry_points.txt": b"[console_scripts]\ntiny = tiny:main\n"}
+    record = "".join(f"{name},{record_hash(data)},{len(data)}\n" for name, data in files.items())
+    path = directory / "tiny-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+        archive.writestr("tiny-0.1.dist-info/RECORD", record + "tiny-0.1.dist-info/RECORD,,\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def pip_install(tiny: Path, *options: str) -> Callable[[Path], None]:
+    def change(root: Path) -> None:
+        if not options:
+            subprocess.run([sys.executable, "-m", "venv", str(root / ".venv")], check=True)
+        pip = [str(root / ".venv/bin/python")] if not options else [sys.executable]
+        subprocess.run([*pip, "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check",
+                        *options, str(tiny)], check=True, env={**os.environ, "PIP_NO_CACHE_DIR": "1"})
+    return change
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, tiny: Path) -> tuple[Path, Found]:
+    """A workspace where the session ran `python -m venv .venv` and `pip install` (once a module: the
+    venv's own pip takes seconds), and what the audit found."""
+    root = tmp_path_factory.mktemp("venv") / "repo"
+    return root, audited(root, pip_install(tiny))
+
+
+def test_a_new_venv_with_a_real_pip_install_is_low_at_most(installed: tuple[Path, Found]) -> None:
+    _, found = installed
+    assert at_least_low(found) == [("B10", "low", ".venv")]
+
+
+def copy_of(installed: tuple[Path, Found], tamper: Callable[[Path], object]) -> Callable[[Path], None]:
+    """The same environment (its files copied byte for byte), then changed as an agent would."""
+    def change(root: Path) -> None:
+        shutil.copytree(installed[0] / ".venv", root / ".venv", symlinks=True)
+        tamper(root / ".venv")
+    return change
+
+
+def test_code_added_to_a_real_venv_is_high(tmp_path: Path, installed: tuple[Path, Found]) -> None:
+    """Beside the install above: the same environment, then a line appended to the installed module
+    (its RECORD says otherwise), a .pth that runs code at every start, or a conftest.py in it."""
+    def appended(venv: Path) -> None:
+        with next(venv.glob("lib/python3*/site-packages/tiny/__init__.py")).open("a") as file:
+            file.write("import os; os.system('id')\n")
+
+    def pth(venv: Path) -> None:
+        write(next(venv.glob("lib/python3*/site-packages")), "zz.pth", "import os; os.system('id')\n")
+
+    def activate(venv: Path) -> None:  # the venv's own file: not verified yet (docs/audit.md)
+        with (venv / "bin/activate").open("a") as file:
+            file.write("true\n")
+
+    assert at_least_low(audited(tmp_path / "a", copy_of(installed, appended))) == [("B10", "high", ".venv")]
+    assert at_least_low(audited(tmp_path / "b", copy_of(installed, pth))) == [("B10", "high", ".venv")]
+    assert at_least_low(audited(tmp_path / "c", copy_of(installed, lambda venv: write(venv, "conftest.py", "")))) == [
+        ("B10", "high", ".venv")]
+    assert at_least_low(audited(tmp_path / "d", copy_of(installed, lambda venv: None))) == [("B10", "low", ".venv")]
+
+
+def test_a_pip_install_target_is_a_tree_and_a_conftest_planted_in_it_is_not_its(tmp_path: Path, tiny: Path) -> None:
+    """`pip install --target vendor`: the RECORDs make vendor/ a tree, whose files are what they list."""
+    def planted(root: Path) -> None:
+        pip_install(tiny, "--target", str(root / "vendor"))(root)
+        write(root, "vendor/conftest.py", "import os\n")
+
+    assert at_least_low(audited(tmp_path / "a", pip_install(tiny, "--target", str(tmp_path / "a/vendor")))) == [
+        ("B10", "low", "vendor")]
+    assert at_least_low(audited(tmp_path / "b", planted)) == [("B10", "high", "vendor")]
