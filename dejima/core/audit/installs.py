@@ -52,6 +52,8 @@ _ENVIRONMENT_OWN = ("pyvenv.cfg", "bin/activate", "bin/Activate", "bin/deactivat
 # Anywhere in an environment: uv's and virtualenv's start-up module (its .pth is checked by its content), the
 # files an installer writes beside a RECORD. (virtualenv's seed markers end in .virtualenv.)
 _OWN_NAMES = frozenset({"_virtualenv.py", "_virtualenv.pth", "RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+# The interpreter's names in an environment's bin/ (python, python3, python3.12, pypy3...).
+_INTERPRETER = re.compile(r"bin/(?:python|pypy)[\d.]*")
 # A line Python runs in a .pth (site.py: one that starts with "import" and a space or tab), and the
 # ones installers write: virtualenv's and uv's, setuptools' distutils shim, an editable install's finder.
 _PTH_IMPORT = re.compile(r"\s*import[ \t]")
@@ -229,17 +231,55 @@ def _pth_code(path: str, view: View) -> str | None:
     return f"{path}: a .pth whose import line runs at every start: {unknown[0].strip()[:120]}" if unknown else None
 
 
+def _home(environment: str, view: View) -> str | None:
+    """The base interpreter's directory, as the environment's pyvenv.cfg names it."""
+    for line in (view.text(f"{environment}/pyvenv.cfg") or "").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            return value.strip().rstrip("/") or None
+    return None
+
+
+def _environment_link(environment: str, change: Change, view: View) -> str | None:
+    """What is wrong with a link in an environment, if anything. venv, virtualenv and uv make only
+    the interpreter's links (to the base interpreter pyvenv.cfg names, or to one beside them) and
+    lib64 -> lib; an installer makes none (a wheel holds no links)."""
+    new = change.after
+    assert new is not None and new.target is not None
+    path, target = change.path, new.target
+    relative = path[len(environment) + 1:]
+    if relative == "lib64" and target == "lib" or change.before is not None and change.what not in (
+            "type", "link-target"):
+        return None
+    if _INTERPRETER.fullmatch(relative) and change.before is None:
+        home = _home(environment, view)
+        if "/" not in target or home is not None and target.startswith("/") and \
+                posixpath.dirname(posixpath.normpath(target)) == home:
+            return None
+        return f"{path}: an interpreter link to {target}, not the base interpreter pyvenv.cfg names (home = {home})"
+    return f"{path}: a link to {target}, which no installer makes"
+
+
 def python_tampering(environment: str, changes: Iterable[Change], view: View) -> list[str]:
     """What in an environment's (or install target's) changes no installer does, one line each:
     a file that is neither the environment's own nor listed by a RECORD, one whose content is not
-    what its RECORD names, a .pth with an import line of its own."""
-    changes = [c for c in changes if c.after is not None and c.after.kind == "file"
-               and c.what in ("added", "modified", "type")]
+    what its RECORD names, a .pth with an import line of its own, a link other than the
+    interpreter's, an interpreter that was there replaced."""
     hashes = record_hashes(environment, view)
-    found = []
+    found: list[str] = []
     for change in changes:
         path, new = change.path, change.after
-        assert new is not None
+        if new is None or change.what not in ("added", "modified", "type", "link-target"):
+            continue
+        if new.kind == "symlink" and new.target is not None:
+            wrong = _environment_link(environment, change, view)
+            found.extend([wrong] if wrong else [])
+            continue
+        if new.kind != "file":
+            continue
+        if change.before is not None and _INTERPRETER.fullmatch(path[len(environment) + 1:]):
+            found.append(f"{path}: the environment's interpreter replaced")
+            continue
         code = _pth_code(path, view)
         if code is not None:
             found.append(code)

@@ -14,8 +14,8 @@ from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, Tree, in_tree, tree_of
 from dejima.core.snapshot import Change
 
-_STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/bin/activate[^/]*|/pyvenv\.cfg|"
-                      r"/pip\.conf)\Z")
+_STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/_virtualenv\.py|/bin/activate[^/]*|"
+                      r"/pyvenv\.cfg|/pip\.conf)\Z")
 _PTH_CODE = re.compile(r"^\s*import[\s\t]", re.MULTILINE)
 _PYC = re.compile(r"(?:^|/)__pycache__/[^/]+\.pyc\Z|\.pyc\Z")
 _LISTED = 5
