@@ -173,20 +173,31 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
 
 
-def wheel(directory: Path) -> Path:
-    """A small wheel built by hand (no build backend, no network): a module and a console script."""
-    files = {"tiny/__init__.py": b"def main():\n    print('tiny')\n",
-             "tiny-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 0.1\n",
-             "tiny-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                         b"Tag: py3-none-any\n",
-             "tiny-0.1.dist-info/entry_points.txt": b"[console_scripts]\ntiny = tiny:main\n"}
-    record = "".join(f"{name},{record_hash(data)},{len(data)}\n" for name, data in files.items())
-    path = directory / "tiny-0.1-py3-none-any.whl"
+TINY = {"tiny/__init__.py": b"def main():\n    print('tiny')\n"}
+TINY_ENTRY_POINTS = b"[console_scripts]\ntiny = tiny:main\n"
+
+
+def wheel(directory: Path, name: str = "tiny", version: str = "0.1", files: dict[str, bytes] | None = None) -> Path:
+    """A small wheel built by hand (no build backend, no network): by default a module and a
+    console script."""
+    info = f"{name}-{version}.dist-info"
+    files = {**(TINY if files is None else files),
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             **({f"{info}/entry_points.txt": TINY_ENTRY_POINTS} if files is None else {})}
+    record = "".join(f"{path},{record_hash(data)},{len(data)}\n" for path, data in files.items())
+    path = directory / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-        archive.writestr("tiny-0.1.dist-info/RECORD", record + "tiny-0.1.dist-info/RECORD,,\n")
+        for member, data in files.items():
+            archive.writestr(member, data)
+        archive.writestr(f"{info}/RECORD", record + f"{info}/RECORD,,\n")
     return path
+
+
+def pip(python: Path, *arguments: str) -> None:
+    """pip of that interpreter, offline and without the machine's pip configuration."""
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check",
+                    *arguments], check=True, env={**os.environ, "PIP_NO_CACHE_DIR": "1", "PIP_CONFIG_FILE": os.devnull})
 
 
 @pytest.fixture(scope="module")
@@ -198,9 +209,7 @@ def pip_install(tiny: Path, *options: str) -> Callable[[Path], None]:
     def change(root: Path) -> None:
         if not options:
             subprocess.run([sys.executable, "-m", "venv", str(root / ".venv")], check=True)
-        pip = [str(root / ".venv/bin/python")] if not options else [sys.executable]
-        subprocess.run([*pip, "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check",
-                        *options, str(tiny)], check=True, env={**os.environ, "PIP_NO_CACHE_DIR": "1"})
+        pip(root / ".venv/bin/python" if not options else Path(sys.executable), *options, str(tiny))
     return change
 
 
@@ -255,6 +264,41 @@ def test_what_no_installer_writes_in_a_real_venv_is_high(tmp_path: Path, install
 
 def test_the_same_venv_unchanged_is_low(tmp_path: Path, installed: tuple[Path, Found]) -> None:
     assert at_least_low(audited(tmp_path, copy_of(installed, lambda venv: None))) == [("B10", "low", ".venv")]
+
+
+def editable(directory: Path, pth: str) -> Path:
+    """What setuptools' editable install hands pip: a .pth (its finder's import line, or a path) and
+    the finder module."""
+    finder = b"import sys\nMAPPING = {'tiny2': '/work/project/tiny2'}\ndef install():\n    pass\n"
+    return wheel(directory, "tiny2", "0.1", {"__editable__.tiny2-0.1.pth": pth.encode(),
+                                             "__editable___tiny2_0_1_finder.py": finder})
+
+
+def test_installing_again_into_a_venv_that_was_there_is_low(tmp_path: Path, installed: tuple[Path, Found]) -> None:
+    """pip a second time: an upgrade, and an editable install with setuptools' finder, and one of a
+    src layout (a path .pth), each with its RECORD: what an installer writes."""
+    root = tmp_path / "repo"
+    copy_of(installed, lambda venv: None)(root)
+    finder = editable(tmp_path, "import __editable___tiny2_0_1_finder; __editable___tiny2_0_1_finder.install()\n")
+    (tmp_path / "src").mkdir()
+    src_layout = wheel(tmp_path / "src", "tiny3", "0.1", {"__editable__.tiny3-0.1.pth": b"/work/project/src\n"})
+    upgrade = wheel(tmp_path, version="0.2")
+
+    def install(root: Path) -> None:
+        pip(root / ".venv/bin/python", str(upgrade), str(finder), str(src_layout))
+
+    assert at_least_low(audited(root, install)) == [("B10", "low", ".venv")]
+
+
+def test_an_editable_pth_with_an_import_line_of_its_own_is_high(tmp_path: Path, installed: tuple[Path, Found]) -> None:
+    """The same install, its .pth given one more line: pip writes it and its RECORD lists it, and it
+    still runs at every start."""
+    hooked = editable(tmp_path, "import __editable___tiny2_0_1_finder; __editable___tiny2_0_1_finder.install()\n"
+                                "import os; os.system('id')\n")
+    root = tmp_path / "repo"
+    copy_of(installed, lambda venv: None)(root)
+    assert at_least_low(audited(root, lambda root: pip(root / ".venv/bin/python", str(hooked)))) == [
+        ("B10", "high", ".venv")]
 
 
 def test_start_up_files_changed_in_an_existing_venv_are_critical(tmp_path: Path, installed: tuple[Path, Found]) -> None:
