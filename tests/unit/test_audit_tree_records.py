@@ -149,22 +149,24 @@ def test_a_package_installed_in_npms_tree_is_low_and_a_workspace_packages_own_tr
         ("B07", "low", "node_modules"), ("B07", "low", "packages/a/node_modules")]
 
 
-def test_a_real_npm_install_is_one_low_finding(tmp_path: Path) -> None:
-    """`npm install` of a local package, offline (its cache in the test's directory)."""
+def test_a_real_npm_install_is_one_low_finding_twice(tmp_path: Path) -> None:
+    """`npm install` of a local package, offline (its cache in the test's directory), then again in
+    a second session after the user added another: npm's tree each time, one low finding."""
     if shutil.which("npm") is None:
         pytest.skip("npm is not installed")
-    write(tmp_path, "dep/package.json", '{"name": "dep", "version": "1.0.0", "main": "index.js"}')
-    write(tmp_path, "dep/index.js", "module.exports = 1;\n")
     repo = tmp_path / "repo"
-    write(repo, "package.json", json.dumps({"name": "app", "version": "1.0.0", "dependencies": {"dep": "file:../dep"}}))
 
     def npm_install(root: Path) -> None:
         subprocess.run(["npm", "install", "--offline", "--no-audit", "--no-fund", "--install-links"], cwd=root,
-                       env={**os.environ, "npm_config_cache": str(tmp_path / "npm-cache")}, check=True,
-                       capture_output=True)
+                       check=True, capture_output=True, env={**os.environ, "npm_config_cache": str(tmp_path / "cache")})
 
-    found = at_least_low(audited(repo, npm_install))
-    assert ("B07", "low", "node_modules") in found and all(f[1] == "low" for f in found), found
+    dependencies = {}
+    for name in ("dep", "dep2"):
+        write(tmp_path, f"{name}/package.json", f'{{"name": "{name}", "version": "1.0.0", "main": "index.js"}}')
+        write(tmp_path, f"{name}/index.js", "module.exports = 1;\n")
+        dependencies[name] = f"file:../{name}"
+        write(repo, "package.json", json.dumps({"name": "app", "version": "1.0.0", "dependencies": dependencies}))
+        assert at_least_low(audited(repo, npm_install)) == [("B07", "low", "node_modules")]
 
 
 # --- a real environment, a real pip install --------------------------------------------------------------
