@@ -328,3 +328,37 @@ def test_a_pip_install_target_is_a_tree_and_a_conftest_planted_in_it_is_not_its(
     assert at_least_low(audited(tmp_path / "a", pip_install(tiny, "--target", str(tmp_path / "a/vendor")))) == [
         ("B10", "low", "vendor")]
     assert at_least_low(audited(tmp_path / "b", planted)) == [("B10", "high", "vendor")]
+
+
+# --- a conda environment -----------------------------------------------------------------------------------
+
+def conda_env(root: Path, files: dict[str, str], prefix: str = ".conda") -> None:
+    """A conda environment as conda leaves it: conda-meta/history, and a package's record listing its
+    files with their hashes as installed."""
+    write(root, f"{prefix}/conda-meta/history", "==> 2026-12-05 <==\n+defaults/noarch::six-1.16.0-pyhd3eb1b0_1\n")
+    paths = [{"_path": path, "path_type": "hardlink", "sha256_in_prefix": hashlib.sha256(text.encode()).hexdigest()}
+             for path, text in files.items()]
+    write(root, f"{prefix}/conda-meta/six-1.16.0-pyhd3eb1b0_1.json",
+          json.dumps({"name": "six", "files": list(files), "paths_data": {"paths_version": 1, "paths": paths}}))
+    for path, text in files.items():
+        write(root, f"{prefix}/{path}", text)
+
+
+SIX_CONDA = {"lib/python3.11/site-packages/six.py": "import sys\n", "bin/six-tool": "#!/bin/sh\n"}
+
+
+def test_a_conda_environment_is_a_tree_and_what_no_package_lists_in_it_is_high(tmp_path: Path) -> None:
+    """Known by conda-meta/history, not by the name .conda: what its packages' records list is an
+    install (low), a conftest.py they do not list is high, and so is a listed file changed after."""
+    def planted(root: Path) -> None:
+        conda_env(root, SIX_CONDA)
+        write(root, ".conda/conftest.py", "import os\n")
+
+    assert at_least_low(audited(tmp_path / "a", lambda root: conda_env(root, SIX_CONDA))) == [
+        ("B10", "low", ".conda")]
+    assert at_least_low(audited(tmp_path / "b", planted)) == [("B10", "high", ".conda")]
+    conda_env(tmp_path / "c", SIX_CONDA, "envs/dev")
+    assert at_least_low(audited(tmp_path / "c", lambda root: write(
+        root, "envs/dev/lib/python3.11/site-packages/six.py", "import os; os.system('id')\n"))) == [
+        ("B10", "high", "envs/dev")]
+

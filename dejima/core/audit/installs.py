@@ -19,7 +19,12 @@ SHA-256, size):
   too), where an installer writes only what a RECORD lists (bytecode and the environment's own
   files excepted: pyvenv.cfg, activate scripts, interpreter links, uv's ``_virtualenv``);
 - a .pth with an import line other than the installers' own (virtualenv's, setuptools' distutils
-  shim, an editable install's finder), RECORD or not: Python runs it at every start.
+  shim, an editable install's finder), RECORD or not: Python runs it at every start;
+- a link other than the interpreter's (venv, virtualenv and uv make those; a wheel holds none).
+
+conda environments, against their packages' records in conda-meta/*.json (``files``, and the hash
+of each file as installed): a file or link none lists, a listed file whose content is not the
+recorded one, a .pth with an import line of its own.
 
 What they prove: that the tree is not what its manager made from the lockfile and the packages'
 own records. What they cannot: a RECORD is written in the tree too, so an agent that rewrites a
@@ -196,9 +201,10 @@ def record_hashes(environment: str, view: View) -> dict[str, str]:
     return view.memo[key]  # type: ignore[return-value]
 
 
-def recorded(path: str, environment: str, view: View) -> bool:
-    """Whether a file is, byte for byte, what its distribution's RECORD names."""
-    expected = record_hashes(environment, view).get(path)
+def recorded(path: str, environment: str, view: View, kind: str = "python") -> bool:
+    """Whether a file is, byte for byte, what its distribution's RECORD (or its conda package's
+    record) names."""
+    expected = (conda_files if kind == "conda" else record_hashes)(environment, view).get(path)
     entry = view.entry(path)
     return bool(expected) and entry is not None and entry.sha256 == expected
 
@@ -291,4 +297,51 @@ def python_tampering(environment: str, changes: Iterable[Change], view: View) ->
             found.append(f"{path}: a file that no installed distribution's RECORD lists")
         elif expected and new.sha256 != expected:
             found.append(f"{path}: not the content its distribution's RECORD names")
+    return found
+
+
+# --- conda environments ----------------------------------------------------------------------------
+
+def conda_files(environment: str, view: View) -> dict[str, str]:
+    """Environment-relative path -> SHA-256 as installed ("" when not given) of every file the
+    environment's conda-meta/*.json records list (``files``, and ``paths_data`` with the hash of
+    the file after conda rewrote its prefix), memoized per audit."""
+    key = f"conda:{environment}"
+    if key not in view.memo:
+        files: dict[str, str] = {}
+        for name in view.siblings(f"{environment}/conda-meta"):
+            document = view.json_object(f"{environment}/conda-meta/{name}") if name.endswith(".json") else None
+            if document is None:
+                continue
+            listed = document.get("files")
+            for path in listed if isinstance(listed, list) else ():
+                files.setdefault(f"{environment}/{path}", "")
+            paths = document.get("paths_data")
+            for entry in paths.get("paths", []) if isinstance(paths, dict) else ():
+                if isinstance(entry, dict) and isinstance(entry.get("_path"), str):
+                    files[f"{environment}/{entry['_path']}"] = str(entry.get("sha256_in_prefix") or "")
+        view.memo[key] = files
+    return view.memo[key]  # type: ignore[return-value]
+
+
+def conda_tampering(environment: str, changes: Iterable[Change], view: View) -> list[str]:
+    """What in a conda environment's changes conda does not do: a file or link no package's record
+    lists, one whose content is not the one recorded, a .pth with an import line of its own."""
+    files = conda_files(environment, view)
+    found = []
+    for change in changes:
+        path, new = change.path, change.after
+        relative = path[len(environment) + 1:]
+        if new is None or new.kind not in ("file", "symlink") or change.what not in (
+                "added", "modified", "type", "link-target") or relative.startswith("conda-meta/") or \
+                relative.endswith(".pyc") or "/__pycache__/" in f"/{relative}":
+            continue
+        code = _pth_code(path, view) if new.kind == "file" else None
+        expected = files.get(path)
+        if code is not None:
+            found.append(code)
+        elif expected is None:
+            found.append(f"{path}: a {'link' if new.kind == 'symlink' else 'file'} that no conda package lists")
+        elif expected and new.kind == "file" and new.sha256 != expected:
+            found.append(f"{path}: not the content its conda package records")
     return found

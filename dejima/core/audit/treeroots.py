@@ -7,6 +7,7 @@ conftest.py, a package.json's scripts, a .pth).
   it installed (``.package-lock.json``, ``.modules.yaml``, ``.yarn-state.yml``, ``.yarn-integrity``),
   and a workspace package's own node_modules that such a record lists by path;
 - a Python environment (venv, virtualenv, uv, tox, nox): a directory with a ``pyvenv.cfg``;
+- a conda environment: a directory with a ``conda-meta/history``;
 - a Python install target (``pip install --target``, workspace only): a directory that holds
   ``*.dist-info/RECORD`` and is not an environment's site-packages;
 - cargo's build output: a directory beside a Cargo.toml that holds ``.rustc_info.json`` or a
@@ -32,11 +33,13 @@ NPM_RECORDS = (".package-lock.json", ".modules.yaml", ".yarn-state.yml", ".yarn-
 # (kind, the file its tool leaves in it, the manifest beside it)
 _VENDORED = (("go-vendor", "modules.txt", "go.mod"), ("composer", "composer/installed.json", "composer.json"))
 DEPENDENCY_KINDS = ("npm", "go-vendor", "composer")
-PYTHON_KINDS = ("python", "python-target")
+PYTHON_KINDS = ("python", "python-target", "conda")
+# The file an environment's tool writes at its root when it makes it.
+ENVIRONMENT_RECORDS = {"python": "pyvenv.cfg", "conda": "conda-meta/history"}
 
 
 class Tree(NamedTuple):
-    kind: str  # npm, python, python-target, cargo, go-vendor, composer
+    kind: str  # npm, python, python-target, conda, cargo, go-vendor, composer
     root: str  # mount-relative directory
 
 
@@ -78,6 +81,8 @@ def _recognise(directory: str, view: View) -> str | None:
     name = directory.rpartition("/")[2]
     if _exists(f"{directory}/pyvenv.cfg", view):
         return "python"
+    if _exists(f"{directory}/conda-meta/history", view):
+        return "conda"
     if name == "node_modules" and (_exists(_beside(directory, "package.json"), view) and any(
             _exists(f"{directory}/{record}", view) for record in NPM_RECORDS) or _listed_by_npm(directory, view)):
         return "npm"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 
 from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings
-from dejima.core.audit.installs import TOOL_STATE, npm_tampering, python_tampering, recorded
+from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tampering, python_tampering, recorded
 from dejima.core.audit.model import Finding, View, finding
-from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, Tree, in_tree, tree_of
+from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
 from dejima.core.snapshot import Change
 
 _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/_virtualenv\.py|/bin/activate[^/]*|"
@@ -105,21 +105,22 @@ def _environments(view: View) -> list[Finding]:
     home = view.kind == "home"
     found = []
     for (kind, root), changes in _group(view, PYTHON_KINDS).items():
-        tampered = python_tampering(root, changes, view)
-        created = root not in view.before or kind == "python" and f"{root}/pyvenv.cfg" not in view.before
+        tampered = (conda_tampering if kind == "conda" else python_tampering)(root, changes, view)
+        record = ENVIRONMENT_RECORDS.get(kind)
+        created = root not in view.before or record is not None and f"{root}/{record}" not in view.before
         rest = []
         for change in changes:
             new = change.after
             if created or new is None or new.kind != "file" or not _STARTUP.search(change.path) or \
                     change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or "") or \
-                    recorded(change.path, root, view):  # what a distribution installs: part of its install
+                    recorded(change.path, root, view, kind):  # what a distribution installs: part of its install
                 rest.append(change)
                 continue
             found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
                                  f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
         paths = sorted({c.path for c in rest})
         where = "" if home else " on the host"
-        what = "environment" if kind == "python" else "install target"
+        what = "install target" if kind == "python-target" else "environment"
         if tampered:
             found.append(finding("B10", "medium" if home else "high", root, f"{len(tampered)} change(s) no installer "
                                  f"makes: {_summary(tampered)}; recreate the {what}{where}",
