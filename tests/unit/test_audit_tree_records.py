@@ -149,6 +149,26 @@ def test_a_package_installed_in_npms_tree_is_low_and_a_workspace_packages_own_tr
         ("B07", "low", "node_modules"), ("B07", "low", "packages/a/node_modules")]
 
 
+def test_a_tree_inside_another_is_judged_on_its_own(tmp_path: Path) -> None:
+    """An environment a package's build made inside npm's tree: each tree its own finding, and what
+    no installer writes in the inner one is its finding, not the outer one's."""
+    def build(planted: bool) -> Callable[[Path], None]:
+        def change(root: Path) -> None:
+            write(root, "node_modules/x/package.json", '{"name": "x", "version": "1.0.0"}')
+            write(root, "node_modules/x/.venv/pyvenv.cfg", "home = /usr/bin\n")
+            write(root, "node_modules/x/.venv/bin/activate", "# made by venv\n")
+            if planted:
+                write(root, "node_modules/x/.venv/lib/python3.11/site-packages/x.pth", "import os; os.system('id')\n")
+        return change
+
+    node_project(tmp_path / "a")
+    node_project(tmp_path / "b")
+    assert sorted(at_least_low(audited(tmp_path / "a", build(planted=True)))) == [
+        ("B07", "low", "node_modules"), ("B10", "high", "node_modules/x/.venv")]
+    assert sorted(at_least_low(audited(tmp_path / "b", build(planted=False)))) == [
+        ("B07", "low", "node_modules"), ("B10", "low", "node_modules/x/.venv")]
+
+
 def test_a_real_npm_install_is_one_low_finding_twice(tmp_path: Path) -> None:
     """`npm install` of a local package, offline (its cache in the test's directory), then again in
     a second session after the user added another: npm's tree each time, one low finding."""
