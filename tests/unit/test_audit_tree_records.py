@@ -149,6 +149,36 @@ def test_a_package_installed_in_npms_tree_is_low_and_a_workspace_packages_own_tr
         ("B07", "low", "node_modules"), ("B07", "low", "packages/a/node_modules")]
 
 
+def pnpm_project(root: Path) -> None:
+    write(root, "package.json", '{"name": "mono", "private": true}')
+    write(root, "pnpm-workspace.yaml", "packages:\n  - 'packages/*'\n")
+    for name in ("a", "b"):
+        write(root, f"packages/{name}/package.json", json.dumps({"name": name, "version": "1.0.0"}))
+
+
+def pnpm_install(root: Path) -> None:
+    """What `pnpm install` leaves in a workspace: its record and store in the root node_modules, and
+    in each workspace package a node_modules of links into that store and to sibling packages."""
+    write(root, "node_modules/.modules.yaml", "layoutVersion: 5\n")
+    write(root, "node_modules/.pnpm/is-odd@3.0.1/node_modules/is-odd/package.json", '{"name": "is-odd"}')
+    write(root, "node_modules/.pnpm/is-odd@3.0.1/node_modules/is-odd/index.js", "module.exports = 1;\n")
+    (root / "packages/a/node_modules").mkdir()
+    os.symlink("../../../node_modules/.pnpm/is-odd@3.0.1/node_modules/is-odd", root / "packages/a/node_modules/is-odd")
+    os.symlink("../../b", root / "packages/a/node_modules/b")
+
+
+def test_a_pnpm_workspace_is_npm_trees_and_a_link_out_of_the_project_is_not(tmp_path: Path) -> None:
+    def escape(root: Path) -> None:
+        pnpm_install(root)
+        os.symlink("../../../../outside", root / "packages/a/node_modules/evil")
+
+    pnpm_project(tmp_path / "a")
+    pnpm_project(tmp_path / "b")
+    assert sorted(at_least_low(audited(tmp_path / "a", pnpm_install))) == [
+        ("B07", "low", "node_modules"), ("B07", "low", "packages/a/node_modules")]
+    assert ("B07", "high", "packages/a/node_modules") in audited(tmp_path / "b", escape)
+
+
 def test_a_tree_inside_another_is_judged_on_its_own(tmp_path: Path) -> None:
     """An environment a package's build made inside npm's tree: each tree its own finding, and what
     no installer writes in the inner one is its finding, not the outer one's."""

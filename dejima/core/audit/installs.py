@@ -6,7 +6,8 @@ node_modules, against the project's lockfile (package-lock.json, v2/v3 ``package
 - a package with install scripts (preinstall, install, postinstall) that the lockfile does not
   record (npm writes ``hasInstallScript`` for every package that has them), or that the lockfile
   does not know at all;
-- a link that leaves the tree (``.bin`` links point into it; a workspace link is in the lockfile);
+- a link that leaves the tree (``.bin`` links point into it; a workspace link is in the lockfile or
+  names a workspace package; pnpm links into its store, node_modules/.pnpm, another tree of the project);
 - a file directly in node_modules, where no package puts one (``require('x')`` finds x.js there);
 - a file added to a package that was there at the start and was not installed again (its
   package.json unchanged): an install writes a package whole.
@@ -41,6 +42,7 @@ import re
 from collections.abc import Iterable
 
 from dejima.core.audit.model import View
+from dejima.core.audit.treeroots import tree_of, workspace_package
 from dejima.core.snapshot import Change
 
 _INSTALL_SCRIPTS = ("preinstall", "install", "postinstall")
@@ -101,7 +103,7 @@ def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
             continue
         relative = path[len(tree) + 1:]
         if new.kind == "symlink" and new.target is not None and change.what in ("added", "type", "link-target"):
-            found.extend(_link(tree, path, new.target, lock))
+            found.extend(_link(tree, path, new.target, lock, view))
         elif new.kind == "file" and "/" not in relative and not relative.startswith("."):
             found.append(f"{path}: a file in node_modules that no package puts there")
         elif new.kind == "file" and change.what in ("added", "modified") and path.endswith("/package.json") and \
@@ -132,11 +134,14 @@ def _in_kept_package(path: str, view: View) -> bool:
     return manifest is not None and manifest in view.before and manifest not in view.changed
 
 
-def _link(tree: str, path: str, target: str, lock: dict[str, dict[str, object]] | None) -> list[str]:
+def _link(tree: str, path: str, target: str, lock: dict[str, dict[str, object]] | None, view: View) -> list[str]:
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     if not target.startswith("/") and (resolved == tree or resolved.startswith(tree + "/")):
         return []
     project = tree.rpartition("/")[0]
+    inner = tree_of(resolved, view)
+    if not target.startswith("/") and (inner is not None and inner.kind == "npm" or workspace_package(resolved, view)):
+        return []  # into the project's other tree (pnpm's store in node_modules/.pnpm), or a workspace package
     entry = (lock or {}).get(path[len(project) + 1:] if project else path)
     if entry and entry.get("link") and not target.startswith("/") and \
             posixpath.normpath(posixpath.join(project, str(entry.get("resolved", "")))) == resolved:

@@ -5,7 +5,8 @@ conftest.py, a package.json's scripts, a .pth).
 
 - npm, pnpm, yarn: a ``node_modules`` beside a package.json that holds the manager's record of what
   it installed (``.package-lock.json``, ``.modules.yaml``, ``.yarn-state.yml``, ``.yarn-integrity``),
-  and a workspace package's own node_modules that such a record lists by path;
+  and a workspace package's own node_modules below such a tree's project, which npm's record lists
+  by path or the project's workspaces name;
 - a Python environment (venv, virtualenv, uv, tox, nox): a directory with a ``pyvenv.cfg``;
 - a conda environment: a directory with a ``conda-meta/history``;
 - a Python install target (``pip install --target``, workspace only): a directory that holds
@@ -24,6 +25,8 @@ an unverified install (trees.py).
 
 from __future__ import annotations
 
+import re
+from fnmatch import fnmatchcase
 from typing import NamedTuple
 
 from dejima.core.audit.caches import in_package_cache
@@ -32,6 +35,7 @@ from dejima.core.audit.model import View
 NPM_RECORDS = (".package-lock.json", ".modules.yaml", ".yarn-state.yml", ".yarn-integrity")
 # (kind, the file its tool leaves in it, the manifest beside it)
 _VENDORED = (("go-vendor", "modules.txt", "go.mod"), ("composer", "composer/installed.json", "composer.json"))
+_YAML_ITEM = re.compile(r"""\s*-\s*['"]?([^'"#\s]+)""")
 DEPENDENCY_KINDS = ("npm", "go-vendor", "composer")
 PYTHON_KINDS = ("python", "python-target", "conda")
 # The file an environment's tool writes at its root when it makes it.
@@ -83,8 +87,7 @@ def _recognise(directory: str, view: View) -> str | None:
         return "python"
     if _exists(f"{directory}/conda-meta/history", view):
         return "conda"
-    if name == "node_modules" and (_exists(_beside(directory, "package.json"), view) and any(
-            _exists(f"{directory}/{record}", view) for record in NPM_RECORDS) or _listed_by_npm(directory, view)):
+    if name == "node_modules" and (_made_by_a_manager(directory, view) or _workspace_package_tree(directory, view)):
         return "npm"
     if view.kind != "workspace":
         return None
@@ -99,20 +102,61 @@ def _recognise(directory: str, view: View) -> str | None:
     return None
 
 
-def _listed_by_npm(directory: str, view: View) -> bool:
-    """A workspace package's own node_modules, where npm installs what it cannot hoist: the hidden
-    lockfile of a node_modules above lists its packages by their paths."""
+def _made_by_a_manager(directory: str, view: View) -> bool:
+    """A node_modules beside a package.json that holds its manager's record of what it installed."""
+    return _exists(_beside(directory, "package.json"), view) and \
+        any(_exists(f"{directory}/{record}", view) for record in NPM_RECORDS)
+
+
+def _workspace_package_tree(directory: str, view: View) -> bool:
+    """A workspace package's own node_modules, where npm, pnpm and yarn put what they do not hoist
+    (pnpm: every one): a project above has a node_modules with its manager's record, and either
+    npm's hidden lockfile lists this one's packages by path, or the project's workspaces
+    (package.json's ``workspaces``, pnpm-workspace.yaml's ``packages``) name the package."""
     parts = directory.split("/")
     if "node_modules" in parts[:-1]:
         return False  # a package's own node_modules: part of the tree it is in, or of none
+    package = "/".join(parts[:-1])
     for cut in range(len(parts) - 1):
         project = "/".join(parts[:cut])
-        keys = _npm_keys(f"{project}/node_modules/.package-lock.json" if project else "node_modules/.package-lock.json",
-                         view)
+        prefix = f"{project}/" if project else ""
+        if not _made_by_a_manager(f"{prefix}node_modules", view):
+            continue
         inside = "/".join(parts[cut:]) + "/"
-        if any(key.startswith(inside) for key in keys):
+        if any(key.startswith(inside) for key in _npm_keys(f"{prefix}node_modules/.package-lock.json", view)) or \
+                any(fnmatchcase(package[len(prefix):], glob) for glob in workspace_globs(prefix, view)):
             return True
     return False
+
+
+def workspace_package(directory: str, view: View) -> bool:
+    """Whether a directory is a package a project above it names among its workspaces."""
+    parts = directory.split("/")
+    for cut in range(len(parts)):
+        prefix = "/".join(parts[:cut]) + "/" if cut else ""
+        if any(fnmatchcase(directory[len(prefix):], glob) for glob in workspace_globs(prefix, view)):
+            return True
+    return False
+
+
+def workspace_globs(prefix: str, view: View) -> tuple[str, ...]:
+    """The workspace packages a project names: package.json's ``workspaces`` (a list, or yarn's
+    ``{"packages": [...]}``) and pnpm-workspace.yaml's ``packages`` list (negations left out)."""
+    key = f"workspaces:{prefix}"
+    if key not in view.memo:
+        manifest = view.json_object(f"{prefix}package.json") or {}
+        workspaces = manifest.get("workspaces")
+        if isinstance(workspaces, dict):
+            workspaces = workspaces.get("packages")
+        globs = [str(glob) for glob in workspaces] if isinstance(workspaces, list) else []
+        listing = False
+        for line in (view.text(f"{prefix}pnpm-workspace.yaml") or "").splitlines():
+            if line and not line[0].isspace() and not line.startswith("-"):
+                listing = line.split("#")[0].strip() == "packages:"
+            elif listing and (item := _YAML_ITEM.match(line)):
+                globs.append(item.group(1))
+        view.memo[key] = tuple(glob.rstrip("/") for glob in globs if glob and not glob.startswith("!"))
+    return view.memo[key]  # type: ignore[return-value]
 
 
 def _npm_keys(record: str, view: View) -> tuple[str, ...]:
