@@ -74,6 +74,37 @@ def test_a_vendor_directory_go_made_is_one_low_finding(tmp_path: Path) -> None:
     assert at_least_low(audited(tmp_path / "repo", go_vendor)) == [("B07", "low", "vendor")]
 
 
+def record_listing(directory: str, files: dict[str, str]) -> Callable[[Path], None]:
+    """A dist-info RECORD that lists these files with their true hashes, as pip writes one."""
+    def change(root: Path) -> None:
+        for name, text in files.items():
+            write(root, f"{directory}/{name}", text)
+        lines = "".join(f"{name},{record_hash(text.encode())},{len(text)}\n" for name, text in files.items())
+        write(root, f"{directory}/x-1.0.dist-info/RECORD", lines + "x-1.0.dist-info/RECORD,,\n")
+    return change
+
+
+def test_a_record_put_in_a_directory_that_was_there_does_not_make_it_a_tree(tmp_path: Path) -> None:
+    """A RECORD listing the planted conftest.py with its true hash, in tests/ (there at the start):
+    not a pip --target install, whose records come with their directory or were there before."""
+    write(tmp_path / "repo", "tests/test_x.py", "def test_x(): pass\n")
+    found = audited(tmp_path / "repo", record_listing("tests", {"conftest.py": "import os\n"}))
+    assert ("B09", "high", "tests/conftest.py") in found
+
+
+def test_a_conftest_in_a_tree_pytest_walks_into_is_a_conftest(tmp_path: Path) -> None:
+    """pytest skips node_modules and environments, not cargo's output or a vendor directory: a
+    conftest.py there runs like any other, whatever tree it is in."""
+    write(tmp_path / "a", "go.mod", "module example.com/p\n")
+    go_vendor(tmp_path / "a")
+    write(tmp_path / "b", "Cargo.toml", '[package]\nname = "p"\nversion = "0.1.0"\n')
+    write(tmp_path / "b", "target/.rustc_info.json", "{}")
+    assert ("B09", "high", "vendor/conftest.py") in audited(
+        tmp_path / "a", lambda root: write(root, "vendor/conftest.py", "import os\n"))
+    assert ("B09", "high", "target/debug/conftest.py") in audited(
+        tmp_path / "b", lambda root: write(root, "target/debug/conftest.py", "import os\n"))
+
+
 def test_a_planted_pyvenv_cfg_does_not_hide_a_conftest(tmp_path: Path) -> None:
     """A record can be planted like any file: in what then is an environment, a file no RECORD
     lists is not what an installer writes. Its neighbour: a real venv made in the session, low."""
@@ -377,7 +408,8 @@ def test_a_pip_install_target_is_a_tree_and_a_conftest_planted_in_it_is_not_its(
 
     assert at_least_low(audited(tmp_path / "a", pip_install(tiny, "--target", str(tmp_path / "a/vendor")))) == [
         ("B10", "low", "vendor")]
-    assert at_least_low(audited(tmp_path / "b", planted)) == [("B10", "high", "vendor")]
+    assert sorted(at_least_low(audited(tmp_path / "b", planted))) == [
+        ("B09", "high", "vendor/conftest.py"), ("B10", "high", "vendor")]  # pytest walks into vendor/
 
 
 # --- a conda environment -----------------------------------------------------------------------------------

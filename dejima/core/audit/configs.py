@@ -11,7 +11,7 @@ from dejima.core.audit.catalogue import CONTEXT, KEY_RULE_TITLES, PATH_RULES, Ke
 from dejima.core.audit.globs import GlobIndex
 from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import MOUNT_KINDS, Finding, View, finding, in_dependency_tree, rank
-from dejima.core.audit.treeroots import in_tree
+from dejima.core.audit.treeroots import judged_by_tree
 from dejima.core.audit.values import VALUE_TESTS
 from dejima.core.configfiles import ConfigParseError, parse_config
 from dejima.core.snapshot import Change
@@ -193,7 +193,7 @@ def _apply(rule: PathRule, path: str, change: Change, view: View) -> list[Findin
 def _tree_judges(path: str, view: View) -> bool:
     """In the workspace, a recognised dependency tree's files are judged by its own rules (trees.py):
     a package.json deep in node_modules is not the project's."""
-    return view.kind == "workspace" and in_tree(path, view)
+    return view.kind == "workspace" and judged_by_tree(path, view)
 
 
 def config_findings(view: View) -> list[Finding]:

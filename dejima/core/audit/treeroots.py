@@ -56,17 +56,14 @@ def _beside(directory: str, name: str) -> str:
     return f"{parent}/{name}" if parent else name
 
 
-def _holders(view: View, name: str, depth: int) -> frozenset[str]:
-    """The directories ``depth`` levels above each path named ``name`` (either snapshot)."""
-    key = f"holders:{name}:{depth}"
+def _holders(view: View, name: str, sides: tuple[str, ...] = ("before", "after")) -> frozenset[str]:
+    """The directories two levels above each path named ``name`` (target/ for target/debug/.fingerprint,
+    vendor/ for vendor/x.dist-info/RECORD), in these snapshots."""
+    key = f"holders:{name}:{sides}"
     if key not in view.memo:
-        found = set()
-        for side in ("before", "after"):
-            for path in view.named(name, side=side):
-                parts = path.split("/")
-                if len(parts) > depth:
-                    found.add("/".join(parts[:-depth]))
-        view.memo[key] = frozenset(found)
+        view.memo[key] = frozenset(path.rsplit("/", 2)[0] for side in sides for path in view.named(name, side=side)
+                                   if path.count("/") >= 2 and (name != "RECORD" or
+                                                                path.rsplit("/", 2)[1].endswith(".dist-info")))
     return view.memo[key]  # type: ignore[return-value]
 
 
@@ -83,21 +80,32 @@ def _environment_site(directory: str, view: View) -> bool:
 
 def _recognise(directory: str, view: View) -> str | None:
     name = directory.rpartition("/")[2]
-    if _exists(f"{directory}/pyvenv.cfg", view):
+    if name == "node_modules":
+        return "npm" if _made_by_a_manager(directory, view) or _workspace_package_tree(directory, view) else None
+    kind = _recorded_kind(directory, view)
+    if kind is None or directory in view.before and not _recorded_kind(directory, view, ("before",)):
+        return None  # a record put in a directory that was there: ordinary files with a record beside them
+    return kind
+
+
+def _recorded_kind(directory: str, view: View, sides: tuple[str, ...] = ("before", "after")) -> str | None:
+    """The kind of tree whose tool's record the directory holds, in these snapshots."""
+    def exists(path: str) -> bool:
+        return any(path in (view.before if side == "before" else view.after) for side in sides)
+
+    if exists(f"{directory}/pyvenv.cfg"):
         return "python"
-    if _exists(f"{directory}/conda-meta/history", view):
+    if exists(f"{directory}/conda-meta/history"):
         return "conda"
-    if name == "node_modules" and (_made_by_a_manager(directory, view) or _workspace_package_tree(directory, view)):
-        return "npm"
     if view.kind != "workspace":
         return None
-    if _exists(_beside(directory, "Cargo.toml"), view) and (
-            _exists(f"{directory}/.rustc_info.json", view) or directory in _holders(view, ".fingerprint", 2)):
+    if exists(_beside(directory, "Cargo.toml")) and (
+            exists(f"{directory}/.rustc_info.json") or directory in _holders(view, ".fingerprint", sides)):
         return "cargo"
     for kind, record, manifest in _VENDORED:
-        if _exists(f"{directory}/{record}", view) and _exists(_beside(directory, manifest), view):
+        if exists(f"{directory}/{record}") and exists(_beside(directory, manifest)):
             return kind
-    if directory in _dist_info_holders(view) and not _environment_site(directory, view):
+    if directory in _holders(view, "RECORD", sides) and not _environment_site(directory, view):
         return "python-target"
     return None
 
@@ -168,16 +176,6 @@ def _npm_keys(record: str, view: View) -> tuple[str, ...]:
     return view.memo[key]  # type: ignore[return-value]
 
 
-def _dist_info_holders(view: View) -> frozenset[str]:
-    """The directories that hold a ``*.dist-info/RECORD`` (either snapshot)."""
-    key = "dist-info-holders"
-    if key not in view.memo:
-        view.memo[key] = frozenset(path.rsplit("/", 2)[0] for side in ("before", "after")
-                                   for path in view.named("RECORD", side=side)
-                                   if path.count("/") >= 2 and path.rsplit("/", 2)[1].endswith(".dist-info"))
-    return view.memo[key]  # type: ignore[return-value]
-
-
 def _kind(directory: str, view: View) -> str | None:
     memo: dict[str, str | None] = view.memo.setdefault("tree-kind", {})  # type: ignore[assignment]
     if directory not in memo:
@@ -198,3 +196,19 @@ def tree_of(path: str, view: View) -> Tree | None:
 def in_tree(path: str, view: View) -> bool:
     """Inside a recognised tree or a package cache: their own rules judge it (trees.py, caches.py)."""
     return in_package_cache(path, view.kind) or tree_of(path, view) is not None
+
+
+# Trees pytest does not walk into by default: node_modules (norecursedirs) and environments (by their
+# pyvenv.cfg or conda-meta/history). Into the others it does, and a conftest.py there runs.
+_PYTEST_SKIPS = ("npm", "python", "conda")
+
+
+def judged_by_tree(path: str, view: View) -> bool:
+    """Whether a path's tree (or cache) alone judges it: every path in one, but a conftest.py in a
+    tree pytest walks into (cargo's output, a vendor directory, a pip --target install), which gets
+    pytest's rule as anywhere."""
+    if in_package_cache(path, view.kind):
+        return True
+    tree = tree_of(path, view)
+    return tree is not None and not (path.endswith("/conftest.py") and tree.kind not in _PYTEST_SKIPS)
+
