@@ -37,6 +37,9 @@ class Zone(BaseResolver):
             # short of the resolver's 2.5 s upstream timeout.
             time.sleep(1.5)
         reply = request.reply()
+        if name == "broken.dejima.test":  # an authority that fails: the resolver's upstream-failed refusal
+            reply.header.rcode = RCODE.SERVFAIL
+            return reply
         records = zone.get("slow.dejima.test" if slow else name)
         if records is None and name.endswith(".many.dejima.test") and name.split(".")[0][1:].isdigit():
             # nK.many.dejima.test: one distinct address per K, for measuring set insertions

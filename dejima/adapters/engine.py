@@ -251,6 +251,24 @@ class Engine:
         # After 101 (or a 200 from older engines) the connection carries the raw stream.
         return _closing(response, _demux(_until_eof(response), tty))
 
+    def exec_run(self, container: str, command: list[str], user: str, timeout: float) -> tuple[int, bytes, bytes]:
+        """Run ``command`` in a running container as ``user`` (no TTY, no stdin) and wait for it:
+        (exit status, stdout, stderr). ``timeout`` bounds each read of its output."""
+        created = self.call("POST", f"/containers/{quote(container)}/exec",
+                            body={"Cmd": command, "User": user, "AttachStdin": False, "AttachStdout": True,
+                                  "AttachStderr": True, "Tty": False})
+        exec_id = quote(str(created["Id"]), safe="")
+        response = self.request("POST", f"/exec/{exec_id}/start", body={"Detach": False, "Tty": False},
+                                timeout=timeout, upgrade=True)
+        out: dict[int, list[bytes]] = {STDOUT: [], STDERR: []}
+        try:
+            for stream, data in _demux(_until_eof(response), tty=False):
+                out.setdefault(stream, []).append(data)
+        finally:
+            response.close()
+        status = self.call("GET", f"/exec/{exec_id}/json").get("ExitCode")
+        return (-1 if status is None else int(status)), b"".join(out[STDOUT]), b"".join(out[STDERR])
+
 
 def json_objects(pieces: Iterator[bytes]) -> Iterator[Any]:
     """The JSON objects of a byte stream that holds them one after another (whitespace between, an

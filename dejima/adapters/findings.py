@@ -19,7 +19,7 @@ from pathlib import Path
 from dejima.adapters import host
 from dejima.core.audit import CATALOGUE_VERSION, Finding
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA = """
 create table if not exists findings (
     id integer primary key, session text not null, workspace text not null, rule text not null,
@@ -41,10 +41,13 @@ COLUMNS = (
     ("before_blob", "text"), ("after_kind", "text"), ("after_blob", "text"), ("after_sha256", "text"),
     # Schema 3: the other changes of the same file, merged into one finding (a JSON list).
     ("lines", "text not null default '[]'"),
+    # Schema 4: the path's owner at the start, which restore puts back with its content and mode.
+    ("before_uid", "integer"), ("before_gid", "integer"),
 )
 _SELECT = ("select f.id, f.session, f.workspace, f.rule, f.severity, f.path, f.key, f.evidence, f.fingerprint,"
            " f.remedy, f.notes, f.created, a.fingerprint is not null, a.note, a.time, f.mount, f.root, f.catalogue,"
-           " f.before_kind, f.before_mode, f.before_blob, f.after_kind, f.after_blob, f.after_sha256, f.lines"
+           " f.before_kind, f.before_mode, f.before_blob, f.after_kind, f.after_blob, f.after_sha256, f.lines,"
+           " f.before_uid, f.before_gid"
            " from findings f left join acks a on a.workspace = f.workspace and a.fingerprint = f.fingerprint")
 
 
@@ -58,6 +61,8 @@ class FileState:
     after_kind: str | None = None
     after: bytes | None = None
     after_sha256: str | None = None
+    before_uid: int | None = None  # the owner at the start (None: not kept, a finding from an older dejima)
+    before_gid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,22 +125,23 @@ class FindingStore:
                 self.db.execute(
                     "insert or ignore into findings (session, workspace, rule, severity, path, key, evidence, "
                     "fingerprint, created, remedy, notes, mount, root, catalogue, before_kind, before_mode, "
-                    "before_blob, after_kind, after_blob, after_sha256, lines) "
-                    "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "before_blob, after_kind, after_blob, after_sha256, lines, before_uid, before_gid) "
+                    "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (session, workspace, f.rule, f.severity, f.path, f.key, f.evidence, f.fingerprint, time.time(),
                      f.remedy, "\n".join(f.notes), mount, root, CATALOGUE_VERSION, state.before_kind,
                      state.before_mode, self._blob(state.before), state.after_kind, self._blob(state.after),
-                     state.after_sha256, json.dumps(list(f.lines))))
+                     state.after_sha256, json.dumps(list(f.lines)), state.before_uid, state.before_gid))
             return self.db.total_changes - before
 
     def _stored(self, row: tuple[object, ...], with_state: bool = False) -> Stored:
         (id_, session, workspace, rule, severity, path, key, evidence, fp, remedy, notes, created, acked, note,
          ack_time, mount, root, catalogue, before_kind, before_mode, before_blob, after_kind, after_blob,
-         after_sha, lines) = row
+         after_sha, lines, before_uid, before_gid) = row
         finding = Finding(str(rule), str(severity), str(path), str(key), str(evidence), str(fp), str(remedy),
                           tuple(str(notes).splitlines()), tuple(map(str, json.loads(str(lines)))))
         state = FileState(before_kind, before_mode, self.blob(before_blob), after_kind,  # type: ignore[arg-type]
-                          self.blob(after_blob), after_sha) if with_state else None  # type: ignore[arg-type]
+                          self.blob(after_blob), after_sha, before_uid, before_gid  # type: ignore[arg-type]
+                          ) if with_state else None
         return Stored(int(id_), str(session), str(workspace), finding, float(created), bool(acked),  # type: ignore
                       str(note or ""), ack_time, str(mount), str(root), str(catalogue), state)  # type: ignore
 

@@ -130,7 +130,7 @@ def recipes(base: Base, settings: Settings, identity: Identity,
     )
     session_recipe = build_session_recipe(
         packaged.docker_template("session"), base.ref, base.id, cas, identity.uid, identity.gid, identity.name,
-        layers,
+        layers, packaged.session_tools(),
     )
     return filter_recipe, session_recipe
 
@@ -191,6 +191,7 @@ def recipe_inputs_key(base: Base, settings: Settings, identity: Identity, layers
         ("layers", repr(layers).encode()),
         *((f"ca/{name}", data) for name, data in sorted(read_extra_cas(settings.images.extra_ca_dir).items())),
         *((f"source/{path}", data) for path, data in sorted(packaged.filter_sources().items())),
+        *((f"session/{path}", data) for path, data in sorted(packaged.session_tools().items())),
     ]
     for name, data in parts:
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())

@@ -23,6 +23,7 @@ from dejima.core.manifest import (
     parse_manifest,
     singular,
 )
+from dejima.core.schema import did_you_mean
 
 
 def shipped_dir(kind: str) -> Path:
@@ -54,10 +55,11 @@ class Catalog:
         try:
             return self.manifests[(kind, name)]
         except KeyError:
-            known = ", ".join(sorted(n for k, n in self.manifests if k == kind)) or "none"
+            names = sorted(n for k, n in self.manifests if k == kind)
             raise ManifestError(
                 f"no {singular(kind)} named {name!r}",
-                hint=f"known {kind}: {known}; add your own as {user_dir(kind) / (name + '.toml')}",
+                hint=f"{did_you_mean(name, names)}known {kind}: {', '.join(names) or 'none'}; add your own as "
+                     f"{user_dir(kind) / (name + '.toml')}",
                 reference="unknown-manifest",
             ) from None
 

@@ -3,6 +3,11 @@
 Every step goes through directory file descriptors opened with O_NOFOLLOW: a link planted in the
 path can never redirect the write (or the removal) outside the mount. A path that changed again
 since the audit is left alone unless forced: the user may have edited it since.
+
+What is put back keeps its owner, group and mode: restoring as root must not leave a root-owned
+`.git/config` in a user's repository (the next session would report the owner change). The owner is
+the one at the start; for a finding recorded before dejima kept it, the path's present owner (a
+session cannot give a file away), else its directory's.
 """
 
 from __future__ import annotations
@@ -12,13 +17,14 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from dejima.adapters.findings import Stored
 from dejima.adapters.nofollow_open import open_directory
 from dejima.adapters.tree_walk import KINDS
+from dejima.core.snapshot import mode_text
 from dejima.errors import DiagnosticError
 
 
@@ -40,15 +46,21 @@ def _parent(root: Path, path: str) -> Iterator[int]:
         os.close(fd)
 
 
-def _current(fd: int, name: str) -> tuple[str | None, str | None, int]:
-    """(kind, sha256 of a regular file, mode) of a name in a directory; kind None when absent."""
+UidGid = tuple[int, int]
+
+
+def _current(fd: int, name: str) -> tuple[str | None, str | None, int, UidGid]:
+    """(kind, sha256 of a regular file, mode, owner) of a name in a directory; kind None when absent
+    (the owner is then the directory's)."""
     try:
         info = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:
-        return None, None, 0
+        directory = os.fstat(fd)
+        return None, None, 0, (directory.st_uid, directory.st_gid)
+    owner = (info.st_uid, info.st_gid)
     kind = KINDS.get(stat.S_IFMT(info.st_mode))
     if kind != "file":
-        return kind, None, info.st_mode
+        return kind, None, info.st_mode, owner
     file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
     digest = hashlib.sha256()
     try:
@@ -56,7 +68,7 @@ def _current(fd: int, name: str) -> tuple[str | None, str | None, int]:
             digest.update(chunk)
     finally:
         os.close(file)
-    return kind, digest.hexdigest(), info.st_mode
+    return kind, digest.hexdigest(), info.st_mode, owner
 
 
 def _remove(fd: int, name: str, kind: str | None) -> None:
@@ -66,11 +78,22 @@ def _remove(fd: int, name: str, kind: str | None) -> None:
         os.unlink(name, dir_fd=fd)
 
 
-def _write(fd: int, name: str, data: bytes, mode: int) -> None:
+def _owned(change: Callable[[int, int], None], owner: UidGid) -> str:
+    """Give a new file ``owner`` (chown clears setuid bits: call it before the mode is set); "" when
+    done, else what was left (an ordinary user cannot give a file to another)."""
+    try:
+        change(*owner)
+    except PermissionError:
+        return f"; it is yours now, not uid {owner[0]}'s: chown {owner[0]}:{owner[1]} it as root"
+    return ""
+
+
+def _write(fd: int, name: str, data: bytes, mode: int, owner: UidGid) -> str:
     temporary = f".{name}.dejima-restore"
     out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
     try:
         os.write(out, data)
+        left = _owned(lambda uid, gid: os.fchown(out, uid, gid), owner) if owner != _mine(out) else ""
         os.fchmod(out, stat.S_IMODE(mode))
         os.fsync(out)
     except BaseException:
@@ -83,6 +106,12 @@ def _write(fd: int, name: str, data: bytes, mode: int) -> None:
     except OSError:
         os.unlink(temporary, dir_fd=fd)
         raise
+    return left
+
+
+def _mine(file: int) -> UidGid:
+    info = os.fstat(file)
+    return info.st_uid, info.st_gid
 
 
 def _strip_bits(fd: int, name: str, mode: int) -> None:
@@ -103,7 +132,7 @@ def _remove_tree(stored: Stored, force: bool) -> str:
     descriptors: a link inside it is removed, never followed)."""
     path = stored.finding.path
     with _parent(Path(stored.root), path) as fd:
-        kind, sha256, _ = _current(fd, path.rsplit("/", 1)[-1])
+        kind, sha256, _, _ = _current(fd, path.rsplit("/", 1)[-1])
         _check_unchanged(stored, kind, sha256, force)
         _remove(fd, path.rsplit("/", 1)[-1], kind)
     return f"removed {path}, which the session created (install it again on the host if the project needs it)"
@@ -132,8 +161,10 @@ def restore(stored: Stored, force: bool = False) -> str:
                            hint="review it, then `dejima-audit ack`")
     name = finding.path.rsplit("/", 1)[-1]
     with _parent(Path(stored.root), finding.path) as fd:
-        kind, sha256, mode = _current(fd, name)
+        kind, sha256, mode, present = _current(fd, name)
         _check_unchanged(stored, kind, sha256, force)
+        owner = (state.before_uid, state.before_gid) if state.before_uid is not None and \
+            state.before_gid is not None else present
         if finding.remedy == "strip-bits":
             if kind != "file":
                 raise RestoreError(f"{finding.path} is not a regular file any more", hint="review it by hand")
@@ -145,12 +176,14 @@ def restore(stored: Stored, force: bool = False) -> str:
         if state.before_kind == "symlink" and state.before is not None:
             _remove(fd, name, kind)
             os.symlink(os.fsdecode(state.before), name, dir_fd=fd)
-            return f"put back the link {finding.path} -> {os.fsdecode(state.before)}"
+            left = _owned(lambda uid, gid: os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False), owner) \
+                if owner != (os.geteuid(), os.getegid()) else ""
+            return f"put back the link {finding.path} -> {os.fsdecode(state.before)}{left}"
         if state.before_kind == "file" and state.before is not None and state.before_mode is not None:
             if kind == "dir":
                 raise RestoreError(f"{finding.path} is now a directory", hint="move it away, then restore again")
-            _write(fd, name, state.before, state.before_mode)
+            left = _write(fd, name, state.before, state.before_mode, owner)
             return f"put back {finding.path} as it was at the start ({len(state.before)} bytes, mode " \
-                   f"{oct(stat.S_IMODE(state.before_mode))})"
+                   f"{mode_text(state.before_mode)}, owner {owner[0]}:{owner[1]}){left}"
     raise RestoreError(f"the start state of {finding.path} (a {state.before_kind}) was not kept",
                        hint="dejima keeps the content of watched files only; restore it from git or a backup")

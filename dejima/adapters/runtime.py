@@ -199,6 +199,16 @@ class Runtime:
         result = self.engine.call("POST", f"{_c(container)}/wait", timeout=timeout)
         return int(result["StatusCode"])
 
+    def exec(self, container: str, command: tuple[str, ...], user: str, timeout: float = 60.0) -> tuple[int, str, str]:
+        """Run ``command`` in the running ``container`` as ``user`` and wait: (status, stdout, stderr)."""
+        try:
+            status, out, err = self.engine.exec_run(container, list(command), user, timeout)
+        except APIError as exc:
+            raise EngineError(f"cannot run a command in {container[:12]}: {exc.message}") from exc
+        except OSError as exc:
+            raise EngineError(f"a command in {container[:12]} did not finish: {_short(exc)}") from exc
+        return status, out.decode(errors="replace"), err.decode(errors="replace")
+
     def inspect(self, container: str) -> dict[str, Any] | None:
         info: dict[str, Any] | None = self._call(f"inspect container {container[:12]}", "GET", f"{_c(container)}/json",
                                                  missing=None)

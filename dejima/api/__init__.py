@@ -40,12 +40,15 @@ from dejima.api.grants import (
 )
 from dejima.api.manage import (
     ImageInfo,
+    ImageUse,
     ManifestInfo,
     bootstrap_base,
     build_images,
     clean,
     doctor,
+    doctor_session,
     images,
+    images_in_use,
     manifest,
     manifest_reference,
     manifests,
@@ -92,6 +95,7 @@ if TYPE_CHECKING:
     from dejima.core.settings import Settings
     from dejima.orchestration.doctor import Check as DoctorCheck
     from dejima.orchestration.manage_sessions import SessionInfo
+    from dejima.orchestration.session_doctor import SessionCheck
     from dejima.orchestration.session_reporter import SessionReporter as Reporter
     from dejima.orchestration.start_plan import StartPlan
 
@@ -106,8 +110,9 @@ __all__ = [
     # records
     "recorded_sessions", "violations", "ledger", "Finding", "findings", "findings_by_id", "acknowledge", "restore",
     # management
-    "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor",
+    "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor", "SessionCheck", "doctor_session",
     "ImageInfo", "BaseImage", "images", "build_images", "bootstrap_base", "prune_images",
+    "ImageUse", "images_in_use",
     "settings_path", "settings_reference",
     "ManifestInfo", "Manifest", "MANIFEST_KINDS", "manifests", "manifest", "manifest_reference",
     # errors
@@ -150,6 +155,10 @@ def __getattr__(name: str) -> object:
         from dejima.orchestration.doctor import Check
 
         return Check
+    if name == "SessionCheck":
+        from dejima.orchestration.session_doctor import SessionCheck
+
+        return SessionCheck
     if name == "BaseImage":
         from dejima.adapters.image_builds import Base
 

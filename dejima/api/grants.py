@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from dejima.errors import GrantRefused, UsageError
 
@@ -69,22 +69,40 @@ def check_duration(text: str, name: str = "duration") -> int:
 def live(session: str | RunningSession) -> dict[str, Any]:
     """A running session's live grants and the names it was refused, as its filter lists them:
     ``{"grants": [{"entry", "since", "expires", "reason"}...], "denials": [{"name", "count", "last", "reason",
-    "grantable"}...]}`` (times are Unix seconds; ``expires`` None: until the session ends; denials newest first)."""
+    "grantable", "granted_by"}...]}`` (times are Unix seconds; ``expires`` None: until the session ends; denials
+    newest first; a denial's ``granted_by`` is the live grant that lets its name through now, else None)."""
     from dejima.core import grants
 
-    return _send(_running(session), grants.list_message())
+    listing = _send(_running(session), grants.list_message())
+    for denial in listing.get("denials", []):
+        denial["granted_by"] = grants.granted_by(str(denial.get("name", "")), listing.get("grants", []))
+    return listing
 
 
 def grant(session: str | RunningSession, entries: Sequence[str], *, duration: str | None = None,
-          reason: str = "") -> list[str]:
+          reason: str = "", allow_special: Sequence[str] = (),
+          spelling: Literal["keywords", "flags"] = "keywords") -> list[str]:
     """Grant ``entries`` to a running session (its next connection gets through); for ``duration`` (90s, 30m...)
-    or until the session ends. Returns the entries granted, canonical. ``GrantRefused`` when its filter refuses
-    (a name on the deny list), ``SessionEnded`` when it ended first: either way nothing changed."""
+    or until the session ends. Returns the entries granted, canonical. An address that reaches a special place
+    (this host, the engine's gateway, cloud metadata: the start's rule for ``Request.allow``) needs an override
+    naming it exactly in ``allow_special``. ``GrantRefused`` when its filter refuses (a name on the deny list, a
+    special address without its override: named ``allow_special=[...]``, or ``--allow-special`` with
+    ``spelling="flags"``, as `dejima-allow` asks), ``SessionEnded`` when it ended first: either way nothing changed."""
     from dejima.core import grants
 
     checked = [check_grant_entry(entry) for entry in entries]
+    special = [check_grant_entry(entry, "the override") for entry in allow_special]
     seconds = check_duration(duration) if duration is not None else None
-    granted: list[str] = _send(_running(session), grants.grant_message(checked, seconds, reason))["granted"]
+    message = grants.grant_message(checked, seconds, reason, special)
+    try:
+        granted: list[str] = _send(_running(session), message)["granted"]
+    except GrantRefused as exc:
+        if spelling == "keywords":  # the filter names the command line's override
+            from dejima.api.plans import _in_keywords
+
+            exc.message = _in_keywords(exc.message)
+            exc.args = (exc.message,)
+        raise
     return granted
 
 

@@ -4,6 +4,7 @@ does."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from dejima.core.settings import Settings
     from dejima.orchestration.doctor import Check as DoctorCheck
     from dejima.orchestration.manage_sessions import SessionInfo
+    from dejima.orchestration.session_doctor import SessionCheck
     from dejima.orchestration.session_reporter import SessionReporter as Reporter
 
 
@@ -62,16 +64,52 @@ def _settings(settings: Settings | None) -> Settings:
     return settings if settings is not None else host.load_settings()
 
 
-def doctor(*, build: bool = False, settings: Settings | None = None,
-           reporter: Reporter | None = None) -> list[DoctorCheck]:
+def doctor(*, build: bool = False, settings: Settings | None = None, reporter: Reporter | None = None,
+           workspace: str | os.PathLike[str] | None = None, harness: str = "shell") -> list[DoctorCheck]:
     """Whether this machine holds the boundary, as `dejima doctor --json`: ``DoctorCheck`` (``name``, ``ok``,
     ``detail``) in order: the engine, the docker CLI, the images, a decoy an unfiltered container reaches, nftables
-    in a filter, and that a real session cannot reach that decoy. A failed check stops the ones after it (an
-    unreachable engine is a failed check, not an error); all passed when every ``ok`` is true. ``build``: build (or
-    bootstrap) missing images first, reported to ``reporter``. Traffic goes only to containers the doctor starts."""
+    in a filter, and that a real session cannot reach that decoy. The images are those a start on ``workspace``
+    with ``harness`` would use (its owner, its manifests' layers; None: the current settings' own). A failed check
+    stops the ones after it (an unreachable engine is a failed check, not an error); all passed when every ``ok``
+    is true. ``build``: build (or bootstrap) missing images first, reported to ``reporter``. Traffic goes only to
+    containers the doctor starts."""
     from dejima.orchestration.doctor import run_doctor
 
-    return run_doctor(_settings(settings), _quiet(reporter), build=build)
+    return run_doctor(_settings(settings), _quiet(reporter), build, Path(workspace) if workspace is not None else None,
+                      harness)
+
+
+def doctor_session(session: str, *, refused_address: str | None = None, refused_port: int | None = None,
+                   foreign_resolver: str | None = None,
+                   answer_names: tuple[str, ...] | None = None) -> tuple[str, list[SessionCheck]]:
+    """The escape checks run from inside the running session ``session`` (its id or a unique prefix), as `dejima
+    doctor --session`: the session's id and each check's ``SessionCheck`` (``name``, ``status``: holds, FAILED,
+    unproven or skipped, ``detail``, ``ok``). ``refused_address``/``refused_port`` and ``foreign_resolver``: where
+    the refused-address and other-resolver probes aim (default documentation addresses the filter refuses before
+    they leave); ``answer_names``: the names asked of dejima's resolver, whose answers must not point at the gateway
+    or the metadata address. ``UsageError`` when no running session has that name; ``EngineError`` when the engine
+    fails."""
+    from dataclasses import replace
+
+    from dejima.adapters.runtime import connect
+    from dejima.core.boundary_checks import DEFAULT_TARGETS
+    from dejima.orchestration.session_doctor import check_session
+
+    targets = DEFAULT_TARGETS
+    if refused_address is not None:
+        targets = replace(targets, refused_address=refused_address)
+    if refused_port is not None:
+        targets = replace(targets, refused_port=refused_port)
+    if foreign_resolver is not None:
+        targets = replace(targets, foreign_resolver=foreign_resolver)
+    if answer_names is not None:
+        from dejima.core.egress import normalise_name
+
+        try:
+            targets = replace(targets, answer_names=tuple(normalise_name(name) for name in answer_names))
+        except ValueError as exc:
+            raise UsageError(f"a name to resolve: {exc}", hint="--resolve metadata.google.internal") from None
+    return check_session(connect(), session, targets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +124,47 @@ class ImageInfo:
 
 
 def images() -> list[ImageInfo]:
-    """The images dejima made on the engine (of any scope), as `dejima images list` shows them."""
+    """The images dejima made on the engine (of any scope and installation: those carrying its role label), as
+    `dejima images list` shows them; ``images_in_use`` says which of them the current settings and a project use."""
     from dejima.adapters.runtime import connect
     from dejima.core import labels
 
     return [ImageInfo(image["Id"], (image.get("Labels") or {}).get(labels.ROLE, "?"),
                       tuple(image.get("RepoTags") or ()), int(image.get("Size", 0)))
             for image in connect().images({labels.ROLE: ""})]
+
+
+@dataclass(frozen=True, slots=True)
+class ImageUse:
+    """An image a start would use: ``tag``, ``role`` (base, filter or session), ``used_by`` (in words: "the current
+    settings", or the project and the manifests it was chosen for) and whether the engine has it (``present``)."""
+
+    tag: str
+    role: str
+    used_by: str
+    present: bool
+
+
+def images_in_use(workspace: str | os.PathLike[str] | None = None, *, harness: str = "shell",
+                  settings: Settings | None = None, reporter: Reporter | None = None) -> list[ImageUse]:
+    """The filter and session images of the current settings, then those a start on ``workspace`` with ``harness``
+    would use (its owner, its manifests' layers), when they differ; nothing is pulled or built (an empty list when
+    the base is not on the engine), as `dejima images list` marks them."""
+    from dejima.adapters.runtime import connect
+    from dejima.orchestration.project_images import project_images
+
+    runtime, chosen, said = connect(), _settings(settings), _quiet(reporter)
+    wanted = [project_images(runtime, chosen, None, said)]
+    if workspace is not None:
+        wanted.append(project_images(runtime, chosen, Path(workspace), said, harness))
+    uses: dict[str, ImageUse] = {}
+    for images in (w for w in wanted if w is not None):
+        roles = (("base", images.base.ref), (images.filter.role, images.filter.tag),
+                 (images.session.role, images.session.tag))
+        for role, tag in roles:
+            if tag not in uses:
+                uses[tag] = ImageUse(tag, role, images.chosen_for, runtime.image_id(tag) is not None)
+    return list(uses.values())
 
 
 def build_images(*, force: bool = False, settings: Settings | None = None, reporter: Reporter | None = None,

@@ -4,13 +4,15 @@ or as Kubernetes objects."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from dejima.api.reporting import _quiet
-from dejima.errors import UsageError
+from dejima.errors import DiagnosticError, UsageError
 
 if TYPE_CHECKING:
     from dejima.core.plan import SessionPlan
@@ -31,7 +33,9 @@ class Request:
     overrides that let an entry reach a special place (``--allow-special``); ``dns_upstreams``: the resolvers the
     filter forwards to (``--dns-upstream``). ``settings``: a ``Settings`` (``load_settings(path)``); None reads
     the user's settings file (``$DEJIMA_SETTINGS``, else ``$XDG_CONFIG_HOME/dejima/settings.toml``).
-    Bad values are refused with the command line's words (``InputError`` naming the flag).
+    Bad values are refused with an ``InputError`` naming the keyword (``allow``, ``as_root=True``); ``spelling``
+    says how errors name the request's options: ``"keywords"`` (the default, for a program) or ``"flags"``
+    (``--allow``, ``--as-root``: the command line, which is one of this API's users, asks for them).
     """
 
     workspace: str | os.PathLike[str]
@@ -46,8 +50,11 @@ class Request:
     as_root: bool = False
     accept_findings: bool = False
     settings: Settings | None = None
+    spelling: Literal["keywords", "flags"] = "keywords"
 
     def __post_init__(self) -> None:
+        if self.spelling not in ("keywords", "flags"):
+            raise UsageError(f"Request.spelling is {self.spelling!r}", hint="write 'keywords' or 'flags'")
         for name in ("workflows", "forges", "allow", "allow_special", "dns_upstreams"):
             value = getattr(self, name)
             if isinstance(value, str):  # a lone string would be read as its characters
@@ -61,6 +68,47 @@ class Request:
             if not self.command:
                 raise UsageError("Request.command is empty", hint="give the command to run, or None for a shell")
             object.__setattr__(self, "command", tuple(self.command))
+
+
+# The command line's flags as the Request's keywords: (flag, keyword, how a value is written: list, str or
+# none for a switch). dejima's layers name the flags; an error raised through the API is reworded.
+_KEYWORDS = (("--allow-special", "allow_special", "list"), ("--allow", "allow", "list"),
+             ("--dns-upstream", "dns_upstreams", "list"), ("--workflow", "workflows", "list"),
+             ("--forge", "forges", "list"), ("--harness", "harness", "str"), ("--backend", "backend", "str"),
+             ("--as-root", "as_root=True", "none"), ("--accept-findings", "accept_findings=True", "none"))
+_NOT_A_VALUE = "(?:or|and|is|are|needs|takes|to|for|the|with|in|at|of|was)\\b"  # "--allow is not ...": prose
+_FLAG = re.compile("(?<![\\w-])(" + "|".join(re.escape(flag) for flag, _, _ in _KEYWORDS)
+                   + f")(?![\\w-])(?: (?!{_NOT_A_VALUE})([^\\s,;()\\]]+))?")
+
+
+def _in_keywords(text: str) -> str:
+    """``text`` with each command-line flag (and its value) written as the Request keyword it is."""
+    kinds = {flag: (keyword, how) for flag, keyword, how in _KEYWORDS}
+
+    def keyword(match: re.Match[str]) -> str:
+        name, how = kinds[match.group(1)]
+        value = match.group(2)
+        if value is None or how == "none":
+            return name + (f" {value}" if value is not None else "")
+        trailing = value[len(value.rstrip(".:")):]
+        value = value.rstrip(".:")
+        return (f"{name}=[{value!r}]" if how == "list" else f"{name}={value!r}") + trailing
+
+    return _FLAG.sub(keyword, text)
+
+
+@contextmanager
+def _worded(request: Request) -> Iterator[None]:
+    """Errors raised for ``request`` name its options as it asked (``Request.spelling``)."""
+    try:
+        yield
+    except DiagnosticError as exc:
+        if request.spelling == "keywords":
+            exc.message = _in_keywords(exc.message)
+            exc.args = (exc.message,)
+            exc.hint = _in_keywords(exc.hint) if exc.hint else exc.hint
+            exc.context = _in_keywords(exc.context) if exc.context else exc.context
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +145,12 @@ def _inputs(request: Request, reporter: Reporter) -> _Inputs:
     from dejima.core.schema import check_flag
     from dejima.orchestration import start_request
 
-    upstream = tuple(check_flag(RESOLVER, text, "--dns-upstream") for text in request.dns_upstreams)
-    allow = tuple(check_flag(ALLOW_ENTRY, text, "--allow") for text in request.allow)
-    allow_special = tuple(check_flag(ALLOW_ENTRY, text, "--allow-special") for text in request.allow_special)
+    flags = request.spelling == "flags"
+    upstream = tuple(check_flag(RESOLVER, text, "--dns-upstream" if flags else "dns_upstreams")
+                     for text in request.dns_upstreams)
+    allow = tuple(check_flag(ALLOW_ENTRY, text, "--allow" if flags else "allow") for text in request.allow)
+    allow_special = tuple(check_flag(ALLOW_ENTRY, text, "--allow-special" if flags else "allow_special")
+                          for text in request.allow_special)
     settings = request.settings if request.settings is not None else host.load_settings()
     workspace = start_request.validate_workspace(os.fspath(request.workspace))
     selection = start_request.Selection(request.harness, request.backend, tuple(request.workflows),
@@ -117,9 +168,10 @@ def render(request: Request, reporter: Reporter | None = None) -> Rendered:
     from dejima.ui.views import format_plan, format_steps
 
     reporter = _quiet(reporter)
-    given = _inputs(request, reporter)
-    planned = start.render_start(given.workspace, given.command, given.resolved, given.settings, given.options,
-                                 reporter)
+    with _worded(request):
+        given = _inputs(request, reporter)
+        planned = start.render_start(given.workspace, given.command, given.resolved, given.settings, given.options,
+                                     reporter)
     outline = planned.outline()
     return Rendered(planned.session, outline, format_plan(planned.session) + "\n\n" + format_steps(outline), planned)
 
@@ -132,5 +184,7 @@ def render_kubernetes(request: Request, kind: Literal["Sandbox", "Pod"] = "Sandb
     from dejima.orchestration.kubernetes_render import render_kubernetes as rendered
 
     reporter = _quiet(reporter)
-    given = _inputs(request, reporter)
-    return rendered(given.workspace, given.command, given.resolved, given.settings, given.options, reporter, kind)
+    with _worded(request):
+        given = _inputs(request, reporter)
+        return rendered(given.workspace, given.command, given.resolved, given.settings, given.options, reporter,
+                        kind)

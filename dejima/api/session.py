@@ -9,7 +9,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import IO, TYPE_CHECKING
 
-from dejima.api.plans import Request, _inputs
+from dejima.api.plans import Request, _inputs, _worded
 from dejima.api.reporting import _quiet
 from dejima.errors import UsageError
 
@@ -98,9 +98,10 @@ class Session:
         from dejima.adapters.runtime import connect
         from dejima.orchestration import start
 
-        given = _inputs(self.request, self.reporter)
-        self._prepared = start.prepare_session(given.workspace, given.command, given.resolved, given.settings,
-                                               connect(), self.reporter, given.options, self._prestarted)
+        with _worded(self.request):
+            given = _inputs(self.request, self.reporter)
+            self._prepared = start.prepare_session(given.workspace, given.command, given.resolved, given.settings,
+                                                   connect(), self.reporter, given.options, self._prestarted)
 
     @property
     def plan(self) -> SessionPlan:
@@ -127,7 +128,8 @@ class Session:
         if self._ran or self._closed:
             raise UsageError("a session runs its command once", hint="make a new Session to run another command")
         self._ran = True
-        return start.run_session(prepared, self.reporter, Output(_sink(stdout), _sink(stderr)))
+        with _worded(self.request):
+            return start.run_session(prepared, self.reporter, Output(_sink(stdout), _sink(stderr)))
 
     def close(self) -> None:
         """Undo a start that never ran (its run directory, gate and record); a session that ran has removed its

@@ -26,7 +26,9 @@ gets through, no restart. The grant holds until the session ends, --for runs out
   dejima-allow crates.io --revoke      take it back: new connections fail, open ones are cut
   dejima-allow --list                  grants (when, why, until) and refusals (how many times)
 
-Entries use the grammar of `dejima PATH --allow`; a name on the deny list cannot be granted.
+Entries use the grammar and the rules of `dejima PATH --allow`: a name on the deny list cannot be
+granted; an address that reaches this host, the engine's gateway or cloud metadata needs an override
+naming it, as at the start: dejima-allow 172.17.0.1:8080 --allow-special 172.17.0.1:8080.
 The session is the one whose workspace holds the current directory, or --session ID; when
 several match, dejima-allow lists them and asks (on a terminal) or refuses to guess.
 --persist also writes the grant into your policy for this project, so the next session has it
@@ -50,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--session", metavar="ID", help="the session to change (default: the one in this directory)")
     parser.add_argument("--for", dest="duration", metavar="DURATION", help="expire after 90s, 30m, 2h, 1d ...")
     parser.add_argument("--reason", default="", help="why, recorded with the grant")
+    parser.add_argument("--allow-special", action="append", default=[], metavar="ENTRY",
+                        help="grant ENTRY (one of the entries, written the same way) although it reaches a special "
+                        "place: this host, the engine's gateway, cloud metadata (as --allow-special at the start)")
     parser.add_argument("--revoke", action="store_true", help="take the given grants back and cut their connections")
     parser.add_argument("--list", action="store_true", help="show grants and refused names")
     parser.add_argument("--persist", action="store_true", help="also add the grant to your policy for this project")
@@ -65,8 +70,8 @@ def _main(argv: list[str], ui: UI) -> int:
     from dejima import api
 
     args = build_parser().parse_args(argv)
-    if args.revoke and (args.list or args.duration or args.persist or not args.entries):
-        raise UsageError("--revoke takes entries and nothing of --list, --for or --persist",
+    if args.revoke and (args.list or args.duration or args.persist or args.allow_special or not args.entries):
+        raise UsageError("--revoke takes entries and nothing of --list, --for, --persist or --allow-special",
                          hint="dejima-allow crates.io --revoke")
     if args.duration:
         api.check_duration(args.duration, "--for")
@@ -81,10 +86,14 @@ def _main(argv: list[str], ui: UI) -> int:
     if args.revoke:
         revoked = api.revoke(session, entries, reason=args.reason or "revoked with dejima-allow")
         return _done(ui, args.json, "revoked", revoked, session.session_id)
-    granted = api.grant(session, entries, duration=args.duration, reason=args.reason)
+    granted = api.grant(session, entries, duration=args.duration, reason=args.reason,
+                        allow_special=args.allow_special, spelling="flags")
     if args.persist:
         path = api.persist_grants(session, granted)
-        ui.info(f"added to {path}: the next session on {session.workspace} has it from the start")
+        ui.answer(f"added to {path}: the next session on {session.workspace} has it from the start")
+        for entry in args.allow_special:  # a project's policy holds allow entries; its override is the user's
+            ui.warn(f"the next start refuses {entry} without its override: pass --allow-special {entry}, or add "
+                    f"it to allow_special under [network] in {api.settings_path()}")
     return _done(ui, args.json, "granted", granted, session.session_id,
                  f" for {args.duration}" if args.duration else " until the session ends")
 
@@ -119,7 +128,7 @@ def _denial(denials: list[dict[str, Any]], number: int) -> str:
         raise UsageError(f"there is no refused name number {number} (the list has {len(denials)})",
                          hint="`dejima-allow` with no argument lists them")
     denial = denials[number - 1]
-    if not denial["grantable"]:
+    if not denial["grantable"] and denial.get("granted_by") is None:  # a granted one is granted again (a new --for)
         raise UsageError(f"refused name {number} ({denial['name']}) cannot be granted: {denial['reason']}",
                          hint="names on the deny list stay refused")
     return str(denial["name"])
@@ -131,8 +140,8 @@ def _done(ui: UI, as_json: bool, verb: str, entries: list[str], session_id: str,
 
         print_json_lines({"session": session_id, verb: entry} for entry in entries)
     else:
-        ui.info(f"{verb} {', '.join(entries)} to session {session_id}{how}" if verb == "granted"
-                else f"{verb} {', '.join(entries)} in session {session_id}")
+        ui.answer(f"{verb} {', '.join(entries)} to session {session_id}{how}" if verb == "granted"
+                  else f"{verb} {', '.join(entries)} in session {session_id}")
     return ExitStatus.SUCCESS
 
 
@@ -157,7 +166,7 @@ def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> i
             table = Table("granted", "since", "until", "reason", title="live grants")
             for g in listing["grants"]:
                 table.add_row(plain(g["entry"]), when(g["since"]), when(g["expires"]), plain(g["reason"]))
-            ui.console.print(table)
+            ui.table(table)
         else:
             ui.info("no live grants")
     if not listing["denials"]:
@@ -165,8 +174,21 @@ def _show(listing: dict[str, Any], ui: UI, as_json: bool, grants_too: bool) -> i
         return ExitStatus.SUCCESS
     table = Table("#", "refused name", "times", "last", "why", title="refused names (dejima-allow N grants one)")
     for i, d in enumerate(listing["denials"], 1):
-        why = d["reason"] if d["grantable"] else f"{d['reason']} (cannot be granted)"
-        table.add_row(str(i), plain(d["name"]), str(d["count"]), when(d["last"]), plain(why))
-    ui.console.print(table)
+        table.add_row(str(i), plain(d["name"]), str(d["count"]), when(d["last"]), plain(_why(d)))
+    ui.table(table)
     return ExitStatus.SUCCESS
 
+
+def _why(denial: dict[str, Any]) -> str:
+    """A refused name's reason, or what lets it through now: a live grant, until when."""
+    import time
+
+    grant = denial.get("granted_by")
+    if grant is not None:
+        expires = grant.get("expires")
+        later = time.localtime(expires) if expires is not None else None
+        same_day = later is not None and later[:3] == time.localtime()[:3]
+        until = "the session ends" if later is None else time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M",
+                                                                          later)
+        return f"granted until {until}" + (f" ({grant['entry']})" if grant.get("entry") != denial["name"] else "")
+    return denial["reason"] if denial["grantable"] else f"{denial['reason']} (cannot be granted)"

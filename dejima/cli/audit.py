@@ -7,14 +7,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from dejima.cli._run import run_main
 from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 DESCRIPTION = """\
 At the end of every session dejima compares the workspace (and the session's home and caches)
@@ -43,11 +39,12 @@ An acknowledgement covers that exact content: if the file changes again, the fin
 
 def _listing_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument("--all", action="store_true", dest=f"{prefix}all", help="also reviewed and info findings")
-    parser.add_argument("--workspace", dest=f"{prefix}workspace", help="only findings of this workspace")
+    parser.add_argument("--workspace", dest=f"{prefix}workspace", metavar="PATH",
+                        help="only findings of the workspace at PATH (the project directory a session ran on)")
     parser.add_argument("--json", action="store_true", dest=f"{prefix}json", help="print JSON lines (for scripts)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dejima-audit", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _listing_options(parser, "default_")  # `dejima-audit --json` is `dejima-audit list --json`
@@ -60,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                                      "on a terminal, walk the unreviewed ones file by file")
     ack.add_argument("ids", nargs="*", type=int, metavar="ID")
     ack.add_argument("--all", action="store_true", help="every unreviewed finding (of --workspace if given)")
-    ack.add_argument("--workspace", help="only this workspace (with --all, or for the walk)")
+    ack.add_argument("--workspace", metavar="PATH", help="only the workspace at PATH (with --all, or for the walk)")
     ack.add_argument("--note", help="why the change is fine (recorded with the time); needed with ids or --all")
     restore = sub.add_parser("restore", help="put flagged files back as they were when the session started")
     restore.add_argument("ids", nargs="+", type=int, metavar="ID")
@@ -68,13 +65,6 @@ def _parser() -> argparse.ArgumentParser:
     rules = sub.add_parser("rules", help="the rule catalogue: what is watched, and how severe a change is")
     rules.add_argument("--json", action="store_true", help="print JSON lines")
     return parser
-
-
-def _output() -> Console:
-    """Results go to stdout (to a pager, a file); messages stay on stderr."""
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
 
 
 def _json_lines(records: list[dict[str, object]]) -> None:
@@ -87,7 +77,7 @@ def _workspace(value: str | None) -> str | None:
 
 
 def _body(argv: list[str], ui: UI) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.action is None:
         args.action, args.all, args.workspace, args.json = "list", args.default_all, args.default_workspace, \
             args.default_json
@@ -114,11 +104,15 @@ def _list(args: argparse.Namespace, ui: UI) -> int:
         ui.info("no unreviewed findings" if not args.all else "no findings")
         return ExitStatus.SUCCESS
 
-    output = _output()
-    for line in findings_table(found, width=output.width):
-        output.print(line, crop=False)
-    ui.info("review them one file at a time: dejima-audit ack; details: dejima-audit show ID; "
-            "undo: dejima-audit restore ID")
+    for line in findings_table(found, width=ui.out.width):  # off a terminal: as wide as the lines are
+        ui.out.print(line, crop=False)
+    waiting = [s.id for s in found if not s.acked]
+    if waiting:  # --all lists reviewed ones too: nothing to say when every one is
+        ids = " ".join(map(str, waiting[:3])) + (" ..." if len(waiting) > 3 else "")
+        ui.info(f"{len(waiting)} not reviewed: walk them one file at a time with dejima-audit ack; details: "
+                f"dejima-audit show {ids}; undo: dejima-audit restore {ids}")
+    else:
+        ui.info("every finding listed is reviewed")
     return ExitStatus.SUCCESS
 
 
@@ -130,9 +124,8 @@ def _show(args: argparse.Namespace, ui: UI) -> int:
     if args.json:
         _json_lines([finding_record(s) for s in found])
         return ExitStatus.SUCCESS
-    output = _output()
     for stored in found:
-        print_finding(output, stored)
+        print_finding(ui.out, stored)
     return ExitStatus.SUCCESS
 
 
@@ -148,7 +141,7 @@ def _ack(args: argparse.Namespace, ui: UI) -> int:
                          hint='say why the change is fine: --note "my own pre-commit hook"; or run '
                               "`dejima-audit ack` alone on a terminal to walk the findings")
     done = api.acknowledge(None if args.all else args.ids, args.note, workspace=args.workspace if args.all else None)
-    ui.info(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (they were already reviewed)"))
+    ui.answer(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (they were already reviewed)"))
     return ExitStatus.SUCCESS
 
 
@@ -178,15 +171,15 @@ def _walk(args: argparse.Namespace, ui: UI) -> int:
 
     store = FindingStore()
     try:
-        review = Review(store, _output(), _ask, restore)
+        review = Review(store, ui.out, _ask, restore)
         review.tally.note = (args.note or "").strip()  # offered for every file; Enter accepts it
         tally = review.run(found)
     finally:
         store.close()
     left = len(tally.left) + tally.skipped
-    ui.info(f"acknowledged {tally.acknowledged}, restored {tally.restored}, skipped {tally.skipped}"
-            + (f"; {len(tally.left)} not shown yet: dejima-audit ack again to go on" if tally.left else "")
-            + ("" if left else "; nothing left to review"))
+    ui.answer(f"acknowledged {tally.acknowledged}, restored {tally.restored}, skipped {tally.skipped}"
+              + (f"; {len(tally.left)} not shown yet: dejima-audit ack again to go on" if tally.left else "")
+              + ("" if left else "; nothing left to review"))
     return ExitStatus.SUCCESS
 
 
@@ -195,7 +188,7 @@ def _restore(args: argparse.Namespace, ui: UI) -> int:
     from dejima.ui.audit_views import safe
 
     api.restore(args.ids, force=args.force, note="restored by dejima-audit restore",
-                on_restored=lambda done: ui.info(safe(done)))
+                on_restored=lambda done: ui.answer(safe(done)))
     return ExitStatus.SUCCESS
 
 

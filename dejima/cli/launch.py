@@ -7,6 +7,7 @@ import gc
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dejima import __version__
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 # for them, since a session's start imports as little as it can before its filter is started.
 MANAGEMENT_COMMANDS = frozenset({"sessions", "stop", "clean", "doctor", "images", "settings", "violations", "ledger",
                                  "manifests"})
+COMPLETION = "completion"  # dejima.cli.completion, which reads every parser (manage's among them)
 
 DESCRIPTION = """\
 Run a coding agent (or any command) on a real repository inside a guarded container pair.
@@ -42,6 +44,8 @@ Management commands (they come first, so a directory named like one needs ./NAME
   dejima stop SESSION          stop a session and remove its containers
   dejima clean [--all]         remove stale sessions (--all: every session of this scope)
   dejima doctor [--build]      check the engine, nftables, images, and that egress is blocked
+  dejima doctor --session SESSION
+                               run the escape checks from inside a running session (exit 0: all hold)
   dejima images [list|build|bootstrap|prune]
                                list, build, debootstrap, or prune the images dejima uses
   dejima settings [path|show|reference]
@@ -51,6 +55,7 @@ Management commands (they come first, so a directory named like one needs ./NAME
   dejima manifests [list|show KIND/NAME|check|reference]
                                forges, workflows, harnesses, backends, where each comes from, and
                                why a broken one is refused (it stops only sessions that use it)
+  dejima completion SHELL      a completion script for bash, zsh or fish (subcommands, flags, names)
 
 Exit status: CMD's status (128+N when it ends on signal N); 125 when dejima itself fails
 (DEJIMA_DEBUG=1 adds the traceback of an unexpected error); 127 when CMD does not exist in the
@@ -59,15 +64,24 @@ Every --json prints JSON lines: one object per line.
 Settings: $XDG_CONFIG_HOME/dejima/settings.toml (or $DEJIMA_SETTINGS), validated strictly.
 """
 
+EPILOG = """\
+Two more commands come with dejima (each has its own --help):
+  dejima-allow [ENTRY|N]       while a session runs, from its workspace: the names it was refused,
+                               and a grant for one at once (--for 30m; --persist: next time too),
+                               or --revoke
+  dejima-audit [ACTION]        review what sessions left that could run code later on the host
+                               (git hooks, IDE tasks, agent configs...): ack, show, restore, rules
+"""
+
 
 
 
 RENDER_FORMATS = ("text", "kubernetes", "pod")
 
 
-def _launch_parser() -> argparse.ArgumentParser:
+def launch_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="dejima", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="dejima", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="dejima [OPTIONS] PATH [-- CMD [ARGS...]]\n       dejima COMMAND [...]",
     )
     parser.add_argument("path", metavar="PATH", help="the workspace: a project directory")
@@ -136,7 +150,7 @@ def _launch(argv: list[str], ui: UI) -> int:
 
 def _start(argv: list[str], ui: UI) -> int:
     options, command = _split_command(argv)
-    args = _launch_parser().parse_args(options)
+    args = launch_parser().parse_args(options)
     ui.quiet = args.quiet
     if args.render:
         return _session(args, command, ui, None)
@@ -161,7 +175,8 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
 
     request = api.Request(args.path, command, harness=args.harness, backend=args.backend, workflows=args.workflow,
                           forges=args.forge, allow=args.allow, allow_special=args.allow_special,
-                          dns_upstreams=args.dns_upstream, as_root=args.as_root, accept_findings=args.accept_findings)
+                          dns_upstreams=args.dns_upstream, as_root=args.as_root, accept_findings=args.accept_findings,
+                          spelling="flags")
     if args.render in ("kubernetes", "pod"):
         print(api.render_kubernetes(request, "Pod" if args.render == "pod" else "Sandbox", ui), end="")
         return ExitStatus.SUCCESS
@@ -174,6 +189,20 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
     return status
 
 
+def _mistyped_command(word: str) -> None:
+    """`dejima sesions`: a word that is no directory here but close to a command is a typo of it."""
+    if word.startswith("-") or "/" in word or Path(word).exists():
+        return
+    from dejima.core.schema import did_you_mean
+
+    commands = sorted(MANAGEMENT_COMMANDS | {COMPLETION})
+    guess = did_you_mean(word, commands)
+    if guess:
+        raise UsageError(f"{word!r} is neither a command nor a directory here",
+                         hint=f"{guess}commands: {', '.join(commands)}; a workspace is a "
+                         "directory (a directory named like a command is ./NAME)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in MANAGEMENT_COMMANDS:
@@ -181,4 +210,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         name = args.pop(0)
         return run_main(lambda ui: COMMANDS[name](args, ui), failure=ExitStatus.FAILURE)
-    return run_main(lambda ui: _launch(args, ui))
+    if args and args[0] == COMPLETION:
+        from dejima.cli.completion import completion
+
+        return run_main(lambda ui: completion(args[1:], launch_parser()), failure=ExitStatus.FAILURE)
+
+    def launch(ui: UI) -> int:
+        if args:
+            _mistyped_command(args[0])
+        return _launch(args, ui)
+
+    return run_main(launch)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from dejima import api
+from dejima.cli import doctor_session
 from dejima.cli.jsonout import print_json_lines
 from dejima.errors import ExitStatus, UsageError
 from dejima.ui.console import UI
@@ -17,10 +17,14 @@ from dejima.ui.text import escaped, plain
 JSON_HELP = "print JSON lines (one object per line) for scripts"
 
 
-def _sessions(argv: list[str], ui: UI) -> int:
+def _sessions_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dejima sessions", description="List dejima sessions of this scope.")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _sessions(argv: list[str], ui: UI) -> int:
+    args = _sessions_parser().parse_args(argv)
     sessions = api.sessions()
     if args.json:
         print_json_lines(s.to_json() for s in sessions)
@@ -34,44 +38,80 @@ def _sessions(argv: list[str], ui: UI) -> int:
     for s in sessions:
         table.add_row(plain(s.session_id), plain(s.status), plain(s.workspace), plain(s.launcher_pid),
                       plain(", ".join(s.containers)))
-    ui.console.print(table)
+    ui.table(table)
     return ExitStatus.SUCCESS
+
+
+def _stop_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dejima stop", description="Stop a session and remove its containers.")
+    parser.add_argument("session", help="session id, as `dejima sessions` shows it")
+    return parser
 
 
 def _stop(argv: list[str], ui: UI) -> int:
-    parser = argparse.ArgumentParser(prog="dejima stop", description="Stop a session and remove its containers.")
-    parser.add_argument("session", help="session id, as `dejima sessions` shows it")
-    args = parser.parse_args(argv)
+    args = _stop_parser().parse_args(argv)
     api.stop(args.session)
-    ui.info(f"stopped session {args.session}")
+    ui.answer(f"stopped session {args.session}")
     return ExitStatus.SUCCESS
 
 
-def _clean(argv: list[str], ui: UI) -> int:
+def _clean_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima clean",
         description="Remove sessions whose launcher is gone (after a crash or SIGKILL). "
         "Per-project home directories are kept.",
     )
     parser.add_argument("--all", action="store_true", help="also stop sessions that are still running")
-    args = parser.parse_args(argv)
-    removed = api.clean(everything=args.all, reporter=ui)
+    return parser
+
+
+def _clean(argv: list[str], ui: UI) -> int:
+    args = _clean_parser().parse_args(argv)
+    removed = api.clean(everything=args.all, reporter=_Results(ui.console, ui.quiet, ui.out))
     if not removed:
         ui.info("nothing to clean")
     return ExitStatus.SUCCESS
 
 
-def _doctor(argv: list[str], ui: UI) -> int:
+DOCTOR_EXIT = """\
+Exit status:
+  0    every check passed: this machine holds the boundary
+  1    a check failed (the table says which, and what to do); the checks after it did not run
+  2    bad arguments or a broken settings file
+  125  a bug in dejima
+"""
+
+
+class _Results(UI):
+    """The terminal UI for a command whose reported lines are its results (`dejima clean`: each session
+    it removed): they go to stdout; warnings and errors stay on stderr."""
+
+    def info(self, message: str) -> None:
+        self.answer(message)
+
+
+def _doctor_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="dejima doctor",
-        description="Check that this machine can hold the boundary: engine, images, nftables in a "
-        "container, and a live self-test that a session cannot reach a decoy server that an "
-        "unfiltered container can reach. Traffic goes only to containers the doctor starts.",
+        prog="dejima doctor", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Check that this machine can hold the boundary: engine, the images a start on PATH would "
+        "use (its owner's, with its manifests' layers), nftables in a container, and a live self-test that a "
+        "session cannot reach a decoy server that an unfiltered container can reach. Traffic goes only to "
+        "containers the doctor starts.", epilog=DOCTOR_EXIT,
     )
+    parser.add_argument("path", nargs="?", default=".", metavar="PATH",
+                        help="the project whose session's images are checked (default: the current directory)")
+    parser.add_argument("--harness", default="shell", help="the harness a start there would run (default: shell)")
     parser.add_argument("--build", action="store_true", help="build (or bootstrap) missing images first")
     parser.add_argument("--json", action="store_true", help=JSON_HELP + " (one per check)")
-    args = parser.parse_args(argv)
-    checks = api.doctor(build=args.build, reporter=ui)
+    doctor_session.add_arguments(parser)
+    return parser
+
+
+def _doctor(argv: list[str], ui: UI) -> int:
+    args = _doctor_parser().parse_args(argv)
+    if args.session is not None:
+        return doctor_session.run(args, ui)
+    checks = api.doctor(build=args.build, reporter=ui, workspace=args.path, harness=args.harness)
     if args.json:
         print_json_lines({"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks)
     else:
@@ -80,45 +120,73 @@ def _doctor(argv: list[str], ui: UI) -> int:
         table = Table("check", "result", "detail")
         for c in checks:
             table.add_row(plain(c.name), plain("ok", "green") if c.ok else plain("FAIL", "red"), plain(c.detail))
-        ui.console.print(table)
+        ui.table(table)
     return ExitStatus.SUCCESS if checks and all(c.ok for c in checks) else ExitStatus.FAILURE
 
 
-def _images(argv: list[str], ui: UI) -> int:
+def _images_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima images",
-        description="list: images dejima made; build: build missing filter/session images; "
+        description="list [PATH]: images dejima made, those the current settings and a start on PATH (default: "
+        "the current directory) use marked; build: build missing filter/session images; "
         "bootstrap: make the Debian base with debootstrap now (needs root); prune: remove filter and "
         "session images that the current code and settings no longer use (they pile up across upgrades).",
     )
     parser.add_argument("action", nargs="?", default="list", choices=["list", "build", "bootstrap", "prune"])
+    parser.add_argument("path", nargs="?", metavar="PATH",
+                        help="with list: the project whose session's images are marked (default: the current "
+                        "directory)")
     parser.add_argument("--force", action="store_true", help="with build: rebuild even if present")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _images(argv: list[str], ui: UI) -> int:
+    args = _images_parser().parse_args(argv)
+    if args.path is not None and args.action != "list":
+        raise UsageError(f"images {args.action} takes no PATH", hint="dejima images list PATH marks a project's")
     if args.action == "bootstrap":
         base = api.bootstrap_base(reporter=ui)
-        ui.info(f"made {base.ref} ({base.id[:19]})")
+        ui.answer(f"made {base.ref} ({base.id[:19]})")
     elif args.action == "prune":
         removed, kept = api.prune_images(reporter=ui)
-        ui.info(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
+        ui.answer(f"removed {removed} outdated image(s)" + (f"; {kept} still in use by containers" if kept else ""))
     elif args.action == "build":
-        api.build_images(force=args.force, reporter=ui, on_built=lambda role, tag: ui.info(f"{role}: {tag}"))
+        api.build_images(force=args.force, reporter=ui, on_built=lambda role, tag: ui.answer(f"{role}: {tag}"))
     else:
-        listed = api.images()
-        api.load_settings()  # every action reads the settings: a broken file fails the listing too
-        from rich.table import Table
-
-        table = Table("image", "role", "id", "size")
-        for image in listed:
-            for tag in image.tags or ("<none>",):
-                table.add_row(plain(tag), plain(image.role), plain(image.id[7:19]), plain(f"{image.size / 1e6:.0f} MB"))
-        ui.console.print(table)
+        _list_images(args.path or ".", ui)
     return ExitStatus.SUCCESS
 
 
-def _settings(argv: list[str], ui: UI) -> int:
+def _list_images(path: str, ui: UI) -> None:
+    """dejima's images, each marked with what uses it, then what the settings and the project use."""
+    listed = api.images()
+    uses = api.images_in_use(path, reporter=ui)  # reads the settings: a broken file fails the listing too
+    used_by = {use.tag: use.used_by for use in uses}
+    from rich.table import Table
+
+    table = Table("image", "role", "id", "size", "used by")
+    for image in listed:
+        for tag in image.tags or ("<none>",):
+            table.add_row(plain(tag), plain(image.role), plain(image.id[7:19]), plain(f"{image.size / 1e6:.0f} MB"),
+                          plain(used_by.get(tag, "")))
+    ui.table(table)
+    if not uses:
+        ui.info("the settings' base image is not on the engine yet: `dejima images build` makes it, then the images")
+    for chooser in dict.fromkeys(use.used_by for use in uses):
+        mine = [use for use in uses if use.used_by == chooser]
+        ui.answer(f"{chooser} use{'s' if chooser.startswith('/') else ''}: " + ", ".join(
+            f"{use.role} {use.tag}" + ("" if use.present else " (not built yet: a start or `dejima doctor --build` "
+                                        "builds it)") for use in mine))
+
+
+def _settings_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dejima settings", description="Show where settings live and what they are.")
     parser.add_argument("action", nargs="?", default="show", choices=["path", "show", "reference"])
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _settings(argv: list[str], ui: UI) -> int:
+    args = _settings_parser().parse_args(argv)
     from dataclasses import asdict
 
     if args.action == "path":
@@ -129,11 +197,14 @@ def _settings(argv: list[str], ui: UI) -> int:
         path = api.settings_path()
         settings = api.load_settings()
         ui.info(f"settings file: {path}{'' if path.exists() else ' (absent: defaults)'}")
-        print(json.dumps(asdict(settings), indent=2))
+        from dejima.adapters.tomledit import toml_text
+
+        print(f"# the effective settings (every key, defaults included); `dejima settings reference` explains each\n"
+              f"{toml_text(asdict(settings))}", end="")
     return ExitStatus.SUCCESS
 
 
-def _violations(argv: list[str], ui: UI) -> int:
+def _violations_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima violations",
         description="What a session was refused: names not allowed, answers pointing at denied addresses. "
@@ -141,7 +212,11 @@ def _violations(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("session", nargs="?")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _violations(argv: list[str], ui: UI) -> int:
+    args = _violations_parser().parse_args(argv)
     if args.session is None:
         names = api.recorded_sessions()
         if args.json:
@@ -157,7 +232,7 @@ def _violations(argv: list[str], ui: UI) -> int:
                                     f"{r.get('reason') or r.get('detail') or ''}{_aggregate(r)}"))
 
 
-def _ledger(argv: list[str], ui: UI) -> int:
+def _ledger_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima ledger",
         description="The requests a session's credential proxy carried: time, route, method, path (query "
@@ -165,7 +240,11 @@ def _ledger(argv: list[str], ui: UI) -> int:
     )
     parser.add_argument("session", help="session id, as the exit summary or `dejima violations` names it")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _ledger(argv: list[str], ui: UI) -> int:
+    args = _ledger_parser().parse_args(argv)
     return _show_records(api.ledger(args.session), ui, args.json,
                          f"no request went through session {args.session}'s credential proxy",
                          ("time", "route", "method", "path", "status", "in", "out", "ms"),
@@ -188,7 +267,7 @@ def _show_records(records: list[dict[str, Any]], ui: UI, as_json: bool, empty: s
     table = Table(*columns)
     for record in records:
         table.add_row(*(plain(cell) for cell in cells(record)))
-    ui.console.print(table)
+    ui.table(table)
     return ExitStatus.SUCCESS
 
 
@@ -221,7 +300,7 @@ def _destination(record: dict[str, object]) -> str:
     return f"route {record['route']}" if record.get("route") else "?"  # the credential proxy's
 
 
-def _manifests(argv: list[str], ui: UI) -> int:
+def _manifests_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dejima manifests",
         description="list: every forge, workflow, harness and backend manifest, with the file it comes from "
@@ -232,7 +311,11 @@ def _manifests(argv: list[str], ui: UI) -> int:
     parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "check", "reference"])
     parser.add_argument("ref", nargs="?", metavar="KIND/NAME", help="e.g. harnesses/claude-code")
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _manifests(argv: list[str], ui: UI) -> int:
+    args = _manifests_parser().parse_args(argv)
     if args.action == "reference":
         print(api.manifest_reference(), end="")
         return ExitStatus.SUCCESS
@@ -254,7 +337,7 @@ def _manifests(argv: list[str], ui: UI) -> int:
         problem = str(row["broken"]).removeprefix(f"{row['source']}: ")
         about = plain(f"BROKEN: {problem}", "red") if row["broken"] else plain(row["description"])
         table.add_row(plain(f"{row['kind']}/{row['name']}"), about, plain(origin))
-    ui.console.print(table)
+    ui.table(table)
     broken = [m for m in found if m.broken]
     if broken:
         ui.warn(f"{len(broken)} broken manifest(s): sessions that need one stop with its error, others go "
@@ -275,9 +358,9 @@ def _show_manifest(ref: str | None, as_json: bool) -> int:
     if as_json:
         print_json_lines([data])
     else:
-        for key, value in data.items():
-            if value not in ((), {}, None, ""):
-                print(f"{key:>16}: {escaped(value, limit=None)}")
+        from dejima.adapters.tomledit import toml_text
+
+        print(toml_text({key: value for key, value in data.items() if value not in ((), {}, None, "")}), end="")
     return ExitStatus.SUCCESS
 
 
@@ -288,10 +371,12 @@ def _check_manifests(found: list[api.ManifestInfo], ui: UI, as_json: bool) -> in
         print_json_lines({"manifest": m.ref, "source": m.source, "error": error.message, "hint": error.hint}
                          for m, error in broken)
     else:
-        for _, error in broken:
-            ui.error(error)
+        from dejima.ui.console import render_error
+
+        for _, error in broken:  # the command's answer: on stdout, as a linter prints what it found
+            ui.out.print(render_error(error))
         if not broken:
-            ui.info(f"{len(found)} manifests, none broken")
+            ui.answer(f"{len(found)} manifests, none broken")
     return ExitStatus.USAGE if broken else ExitStatus.SUCCESS
 
 
@@ -299,4 +384,10 @@ COMMANDS = {
     "sessions": _sessions, "stop": _stop, "clean": _clean, "doctor": _doctor,
     "images": _images, "settings": _settings, "violations": _violations, "ledger": _ledger,
     "manifests": _manifests,
+}
+# Each command's parser, built without running it: its --help and the shell completion read the same one.
+PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
+    "sessions": _sessions_parser, "stop": _stop_parser, "clean": _clean_parser, "doctor": _doctor_parser,
+    "images": _images_parser, "settings": _settings_parser, "violations": _violations_parser,
+    "ledger": _ledger_parser, "manifests": _manifests_parser,
 }

@@ -252,6 +252,8 @@ def _read_ini(text: str) -> Pairs:
         raise ConfigParseError(f"invalid INI line {line_number}: {line!r}") from None
     except configparser.Error as error:  # not raised by a non-strict parser; fail closed anyway
         raise ConfigParseError(f"invalid INI: {error.message}") from None
+    except AttributeError:  # configparser's own failure on a bare key followed by an indented line
+        raise ConfigParseError("invalid INI: an indented line continues a key that has no value") from None
     return _ini_pairs(parser)
 
 

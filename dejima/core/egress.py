@@ -265,6 +265,22 @@ _METADATA = tuple(ipaddress.ip_network(n) for n in (
     "fd00:c1::a9fe:a9fe/128", "fd00:42::42/128", "fd00:a9fe:a9fe::1/128", "fd00:100::100:200/128",
 ))
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
+# Special-purpose ranges (IANA's registries) the stdlib counts as "private" though they are not: each
+# named for what it is, so a refusal says why ("203.0.113.80 is a documentation address").
+_SPECIAL_PURPOSE = tuple((ipaddress.ip_network(network), kind) for network, kind in (
+    ("0.0.0.0/8", "this-network (0.0.0.0/8)"),
+    ("192.0.0.0/24", "IETF protocol assignment (192.0.0.0/24)"),
+    ("192.0.2.0/24", "documentation (TEST-NET-1, RFC 5737)"),
+    ("198.51.100.0/24", "documentation (TEST-NET-2, RFC 5737)"),
+    ("203.0.113.0/24", "documentation (TEST-NET-3, RFC 5737)"),
+    ("198.18.0.0/15", "benchmarking (RFC 2544)"),
+    ("255.255.255.255/32", "broadcast"),
+    ("240.0.0.0/4", "reserved (240.0.0.0/4)"),
+    ("2001:db8::/32", "documentation (RFC 3849)"),
+    ("2001:2::/48", "benchmarking (RFC 5180)"),
+    ("100::/64", "discard-only (RFC 6666)"),
+    ("2001::/23", "IETF protocol assignment (2001::/23)"),
+))
 
 
 def address_class(address: IPAddress) -> str | None:
@@ -281,12 +297,19 @@ def address_class(address: IPAddress) -> str | None:
         ("loopback", address.is_loopback), ("unspecified", address.is_unspecified),
         ("link-local (cloud metadata)", address.is_link_local), ("multicast", address.is_multicast),
         ("CGNAT", isinstance(address, ipaddress.IPv4Address) and address in _CGNAT),
-        ("private", address.is_private), ("reserved", address.is_reserved),
     )
     for name, hit in checks:
         if hit:
-            return "unique-local (private)" if name == "private" and address.version == 6 else name
-    return None
+            return name
+    if not (address.is_private or address.is_reserved):
+        return None
+    # Refused as before (the stdlib's lists decide), only named for what each range is.
+    for network, kind in _SPECIAL_PURPOSE:
+        if address.version == network.version and address in network:
+            return kind
+    if address.is_private:  # what is left: RFC 1918 and unique-local
+        return "unique-local (private)" if address.version == 6 else "private"
+    return "reserved"
 
 
 def parse_policy(allow: list[str], deny: list[tuple[str, str]], where: str = "egress policy",
@@ -298,6 +321,27 @@ def parse_policy(allow: list[str], deny: list[tuple[str, str]], where: str = "eg
         denied=tuple((parse_entry(text, where), reason or f"{text} is on the deny list") for text, reason in deny),
         denied_addresses=denied_addresses,
         answer_networks=answer_networks,
+    )
+
+
+def policy_document(policy: EgressPolicy) -> dict[str, list[object]]:
+    """The policy as JSON data: what the filter reads at start, and what its control channel lists."""
+    return {
+        "allow": [e.canonical for e in policy.allowed],
+        "deny": [[e.canonical, reason] for e, reason in policy.denied],
+        "denied_addresses": [str(n) for n in policy.denied_addresses],
+        "answer_networks": [str(n) for n in policy.answer_networks],
+    }
+
+
+def policy_from_document(document: dict[str, list[object]], where: str) -> EgressPolicy:
+    """The policy ``policy_document`` wrote; PolicyError (naming ``where``) for an entry it cannot read."""
+    return parse_policy(
+        [str(text) for text in document["allow"]],
+        [(str(pair[0]), str(pair[1])) for pair in document["deny"]],  # type: ignore[index]
+        where,
+        tuple(ipaddress.ip_network(str(n)) for n in document["denied_addresses"]),
+        tuple(ipaddress.ip_network(str(n)) for n in document.get("answer_networks", [])),
     )
 
 

@@ -99,8 +99,9 @@ _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+\Z")
 
 def build_session_recipe(
     template: str, base: str, base_id: str, extra_cas: dict[str, bytes], uid: int, gid: int, user: str,
-    layers: ImageLayers = NO_LAYERS,
+    layers: ImageLayers = NO_LAYERS, tools: dict[str, bytes] | None = None,
 ) -> ImageRecipe:
+    """``tools`` maps context paths to what the session image holds of dejima's (the notice, dejima-why)."""
     from dejima.core.render import render_template_text  # jinja2 only when a recipe is built
 
     bad = [p for p in layers.packages if not _PACKAGE.match(p)]
@@ -110,7 +111,7 @@ def build_session_recipe(
         role=labels.ROLE_SESSION,
         dockerfile=render_template_text(template, base=base, uid=uid, gid=gid, user=user,
                                         packages=sorted(set(layers.packages)), install=layers.install),
-        files=_context_files(extra_cas, {}),
+        files=_context_files(extra_cas, tools or {}),
         base_id=base_id,
     )
 

@@ -109,6 +109,30 @@ class KubernetesTarget:
     stop_timeout: float = 10.0  # the pod's grace period
 
 
+# What a render needs that only the cluster can say: each [kubernetes] key, and how to fill it.
+NEEDED_SETTINGS = (
+    ("filter_image", "the filter image as the cluster pulls it: tag and push the filter image `dejima images "
+                     "list` marks as the current settings', then set filter_image = \"REGISTRY/dejima/filter:TAG\""),
+    ("session_image", "the session image as the cluster pulls it: tag and push the session image `dejima images "
+                      "list` marks for this project, then set session_image = \"REGISTRY/dejima/session:TAG\""),
+    ("dns_upstreams", "the cluster's DNS service, the filter's upstream (this host's resolvers are not the "
+                      "cluster's): `kubectl -n kube-system get service kube-dns` shows it; set dns_upstreams = "
+                      "[\"IP\"], or pass --dns-upstream IP"),
+)
+
+
+def check_settings(values: dict[str, object], settings_file: str) -> None:
+    """Every [kubernetes] setting a render needs and ``values`` lacks, in one ``UsageError``: each key
+    on a line of its own with its fix (one at a time, a user would edit and run again for each)."""
+    missing = [(key, fix) for key, fix in NEEDED_SETTINGS if not values.get(key)]
+    if not missing:
+        return
+    count = f"{len(missing)} [kubernetes] setting{' is' if len(missing) == 1 else 's are'} missing"
+    raise UsageError(f"a Kubernetes render needs what only the cluster can say: {count} in {settings_file}",
+                     context="\n".join(f"[kubernetes] {key}: {fix}" for key, fix in missing),
+                     hint="set them under [kubernetes] (docs/kubernetes.md)", reference="kubernetes-settings")
+
+
 def object_name(workspace: str) -> str:
     """dejima-<project>-<hash>: an RFC 1123 name whatever the directory is called, one per workspace."""
     slug = re.sub(r"[^a-z0-9]+", "-", PurePosixPath(workspace).name.lower()).strip("-")[:30].strip("-")

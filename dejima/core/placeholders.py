@@ -51,6 +51,15 @@ def make_placeholder(upstream_host: str, header: str) -> str:
     return placeholder_prefix(upstream_host, header) + _core()
 
 
+_PLACEHOLDER = re.compile("^(" + "|".join(sorted({re.escape(p) for *_, p in _SHAPES} | {re.escape(DEFAULT_PREFIX)}))
+                          + f")[{_CORE_ALPHABET}]{{{_CORE_LENGTH}}}\\Z")
+
+
+def placeholder_shaped(value: str) -> bool:
+    """Whether ``value`` has a route placeholder's shape (a known prefix, then the random core)."""
+    return _PLACEHOLDER.match(value) is not None
+
+
 # What an AWS SDK reads: a session with SigV4 routes gets placeholders in both (and no decoys there).
 AWS_PLACEHOLDER_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import PurePosixPath
 
 from dejima.core import labels
-from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry
+from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry, policy_document
 from dejima.core.limits import ContainerLimits, ProxyLimits, is_share, parse_size, resolve_memory
 from dejima.core.paths import (
     FILTER_CONFIG_ENV,
@@ -251,12 +251,7 @@ def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation
         {
             **sockets,
             "session": session_id, "ruleset": ruleset, "expect": expectation.to_json(),
-            "policy": {
-                "allow": [e.canonical for e in policy.allowed],
-                "deny": [[e.canonical, reason] for e, reason in policy.denied],
-                "denied_addresses": [str(n) for n in policy.denied_addresses],
-                "answer_networks": [str(n) for n in policy.answer_networks],
-            },
+            "policy": policy_document(policy),
             "upstreams": list(upstreams), "resolver_mark": RESOLVER_MARK, "nflog_group": NFLOG_GROUP,
         },
         sort_keys=True,

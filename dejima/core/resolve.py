@@ -20,7 +20,7 @@ from dejima.core.connect import Connect
 from dejima.core.images import ImageLayers, InstallStep
 from dejima.core.kinds import EGRESS_ENTRY, STR, reasons_name_denied
 from dejima.core.manifest import BrokenManifest, Manifest, ManifestError, singular
-from dejima.core.schema import Key, Table, check_data, list_of, parse_toml, table, table_of
+from dejima.core.schema import Key, Table, check_data, did_you_mean, list_of, parse_toml, table, table_of
 
 REPO_POLICY_FILE = ".dejima.toml"
 
@@ -183,9 +183,10 @@ def resolve(catalog: Mapping[tuple[str, str], Manifest], facts: WorkspaceFacts, 
 
     def get(kind: str, name: str, flag: str) -> Manifest:
         if (kind, name) not in catalog:
-            known = ", ".join(sorted(n for k, n in catalog if k == kind)) or "none"
+            names = sorted(n for k, n in catalog if k == kind)
             raise ManifestError(f"{flag} {name}: no such {singular(kind)}",
-                                hint=f"known {kind}: {known}", reference="unknown-manifest")
+                                hint=f"{did_you_mean(name, names)}known {kind}: {', '.join(names) or 'none'}",
+                                reference="unknown-manifest")
         return catalog[(kind, name)]
 
     harness_manifest = get("harnesses", harness, "--harness")

@@ -19,7 +19,7 @@ import difflib
 import json
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -63,6 +63,12 @@ def shown(value: object, limit: int = 60) -> str:
     """A value quoted for a message: repr (so control characters are escaped), capped."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """"did you mean 'X'? " when ``word`` is close to one of ``known`` (a typo), else ""."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f"did you mean '{close[0]}'? " if close else ""
 
 
 def type_name(value: object) -> str:
@@ -151,8 +157,7 @@ class Table:
         if name in self.elsewhere:
             return Invalid(f"does not belong in {self.title}", self.elsewhere[name], (name,))
         known = list(self.keys)
-        close = difflib.get_close_matches(name, known, n=1)
-        guess = f"did you mean '{close[0]}'? " if close else ""
+        guess = did_you_mean(name, known)
         listed = ", ".join(known) if known else "none"
         return Invalid("is not a known key", f"{guess}known keys in {self.title}: {listed}", (name,))
 
@@ -241,11 +246,50 @@ def one_key(kinds: Mapping[str, Kind], example: str) -> Kind:
 def parse_toml(text: str, source: str, error: type[InputError],
                hint: str = "fix the syntax at that line") -> dict[str, Any]:
     """TOML ``text`` as data; ``source`` names the file in messages and ``error`` is the caller's
-    InputError (exit 2 wherever it is caught), worded the same for every file dejima reads."""
+    InputError (exit 2 wherever it is caught), worded the same for every file dejima reads: the
+    file, line and column (``FILE:LINE:COLUMN``), the line itself, and the fix for that mistake."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise error(f"{source}: not valid TOML: {exc}", hint=hint) from exc
+        lines = text.split("\n")  # as tomllib counts them (str.splitlines also splits at \f, \u2028...)
+        problem, line, column = _syntax_error(str(exc), lines)
+        shown_line = lines[line - 1].rstrip("\r") if line <= len(lines) else ""
+        context = f"  {line} | {shown_line}\n  {' ' * len(str(line))} | {' ' * (column - 1)}^" if shown_line else None
+        fix = next((f for pattern, f in _SYNTAX_FIXES if pattern in problem), "")
+        if problem.endswith(_AT_END) and not shown_line.rstrip().endswith("="):
+            fix = "close what is still open at the end of the file: a string's quote, a [list]'s ], a { table }'s }"
+        raise error(f"{source}:{line}:{column}: not valid TOML: {problem}", context=context,
+                    hint=f"{fix}; {hint}" if fix else hint) from exc
+
+
+# What each of tomllib's complaints usually means, and its fix (the first that matches).
+_SYNTAX_FIXES = (
+    ("Unterminated string", 'close the string on the line it starts: "value" (a multi-line string is """...""")'),
+    ("Illegal character '\\n'", 'close the string on the line it starts: "value" (a multi-line string is """...""")'),
+    ("Illegal character", "a control character cannot be written as it is: inside a string, write it as \\u001b"),
+    ("twice", "declare each [table] once: merge the two into one"),
+    ("Cannot overwrite", "write each key once in its table: remove or rename one of them"),
+    ("Expected '=' after a key", "write key = value; a key with spaces or dots in it is quoted: \"my key\" = 1"),
+    ("Invalid value", 'give the key a value: a "string", a number, true or false, a [list] or an { inline = "table" }'),
+    ("Unclosed array", "close the list with ]"),
+    ("Unclosed inline table", "close the table with }, on the line it starts"),
+    ("Invalid initial character for a key", "write key = value; a key with other characters is quoted: \"k\" = 1"),
+    ("Expected newline or end of document", "one key = value per line; a comment starts with #"),
+    ("at the end of a table declaration", "close the [table] name with ] on its line"),
+    ("Invalid statement", "each line is a key = value, a [table] or a # comment"),
+)
+_AT_END = " at the end of the file"
+_TOML_WHERE = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
+
+
+def _syntax_error(message: str, lines: list[str]) -> tuple[str, int, int]:
+    """tomllib's message, and the line and column (1-based) it is about. Python's TOML parser says "at end of
+    document" for what is left open at the end (a string, a list): that is the last line with text, after it."""
+    where = _TOML_WHERE.search(message)
+    if where:
+        return message[:where.start()], int(where.group(1)), int(where.group(2))
+    line = max((number for number, text in enumerate(lines, 1) if text.strip()), default=1)
+    return message.removesuffix(" (at end of document)") + _AT_END, line, len(lines[line - 1]) + 1
 
 
 def check_data(data: Mapping[str, Any], schema: Kind, source: str, error: type[InputError]) -> Any:

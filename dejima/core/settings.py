@@ -193,7 +193,8 @@ def parse_settings(text: str, source: str) -> Settings:
     if not text.strip():
         raise SettingsError(
             f"{source}: the settings file is empty",
-            hint="delete the file to use the defaults, or add settings, e.g. [images] base = \"debian:bookworm-slim\"",
+            hint="delete the file to use the defaults, or add settings, e.g. "
+                 f"[images] base = \"{ImageSettings().base}\" (see `dejima settings reference`)",
             reference="empty-settings",
         )
     data = parse_toml(text, source, SettingsError, "fix the syntax at that line (see docs/settings.md for every key)")

@@ -25,6 +25,11 @@ from typing import Any, NamedTuple
 _MAGIC = b"dejima-snapshot 1\n"
 
 
+def mode_text(mode: int) -> str:
+    """Permission bits as chmod and ls -n write them (0644, 4755), never Python's 0o644."""
+    return f"{stat.S_IMODE(mode):04o}"
+
+
 class SnapshotEntry(NamedTuple):
     """A NamedTuple, not a dataclass: a snapshot holds one per file, and building them is the
     audit's hot path."""

@@ -6,6 +6,10 @@ keeps from allowed names' answers; one shorter than /8 covers so much of the int
 allow list stops meaning anything. Such an entry is refused unless an override names the same
 entry exactly (``--allow-special ENTRY`` or ``[network] allow_special``); the boundary card
 shows every override in use.
+
+A live grant of an address (`dejima-allow ADDRESS`) is held to the same rule, ``why_special``, in
+the filter: the host's addresses and the gateway it refuses are the ones the start found, and the
+grant's override is `dejima-allow ADDRESS --allow-special ADDRESS`.
 """
 
 from __future__ import annotations
@@ -73,6 +77,12 @@ def why_special(entry: Entry, places: Sequence[Place]) -> str | None:
         inside = network.subnet_of(place.network) and network != place.network  # type: ignore[arg-type]
         return f"{'is in' if inside else 'reaches'} {_spelled(place.network)}, {place.what}"
     return None
+
+
+def grant_places(denied_addresses: Sequence[IPNetwork]) -> tuple[Place, ...]:
+    """The special places as a session's filter knows them: its policy's denied addresses are the
+    host's own and the engine's gateway (the gateway is the host's too, on its bridge)."""
+    return special_places(denied_addresses, None)
 
 
 def _hint(entry: Entry, settings_source: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import ipaddress
 import json
 import os
 import signal
@@ -50,7 +49,7 @@ def _check_namespace() -> None:
 
 async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     """The resolver, its nflog reader and (when configured) the control channel; returns the reader."""
-    from dejima.core.egress import parse_policy
+    from dejima.core.egress import policy_from_document
     from dejima.filter.dns_upstream import Forwarder
     from dejima.filter.dnsserver import self_check, start_servers
     from dejima.filter.nflog import NflogReader
@@ -58,12 +57,7 @@ async def _start_resolver(config: dict[str, Any], spawn: Any) -> Any:
     from dejima.filter.setbatch import BatchedSets
     from dejima.filter.violations import ViolationLog
 
-    policy_config = config["policy"]
-    policy = parse_policy(
-        policy_config["allow"], [tuple(pair) for pair in policy_config["deny"]], "filter configuration",
-        tuple(ipaddress.ip_network(n) for n in policy_config["denied_addresses"]),
-        tuple(ipaddress.ip_network(n) for n in policy_config.get("answer_networks", [])),
-    )
+    policy = policy_from_document(config["policy"], "filter configuration")
     expect = config["expect"]
     writer = SetWriter(expect["family"], expect["table"])
     log = ViolationLog()

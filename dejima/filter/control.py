@@ -30,15 +30,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dejima.core.egress import EgressPolicy, Entry, PolicyError, parse_entry
+from dejima.core.egress import EgressPolicy, Entry, PolicyError, parse_entry, policy_document
 from dejima.core.grants import MAX_SECONDS, PROTOCOL  # the host side builds its messages from the same
+from dejima.core.special_entries import grant_places, why_special  # the start's rule for address entries
 from dejima.filter.nft import SetWriter
 from dejima.filter.resolver import PolicyResolver
 
 MAX_MESSAGE = 64 * 1024
 MAX_ENTRIES = 64
 MAX_REASON = 500
-_KEYS = {"grant": {"v", "op", "entries", "seconds", "reason"}, "revoke": {"v", "op", "entries", "reason"},
+_KEYS = {"grant": {"v", "op", "entries", "seconds", "reason", "special"}, "revoke": {"v", "op", "entries", "reason"},
          "list": {"v", "op"}}
 
 
@@ -65,6 +66,7 @@ class Grants:
                  clock: Callable[[], float] = time.time) -> None:
         self.resolver, self.sets, self.record, self.clock = resolver, sets, record, clock
         self.base: EgressPolicy = resolver.policy
+        self.places = grant_places(self.base.denied_addresses)
         self.active: dict[str, Grant] = {}  # canonical entry -> grant
         self.timers: dict[str, asyncio.TimerHandle] = {}
 
@@ -75,7 +77,9 @@ class Grants:
             op = message["op"]
             if op == "list":
                 return {"ok": True, **self.listing()}
-            entries = [self._entry(text) for text in _entries(message)]
+            texts = _entries(message)
+            special = _special(message, texts)
+            entries = [self._entry(text, special) for text in texts]
             reason = _reason(message)
             if op == "grant":
                 return {"ok": True, "granted": self.grant(entries, _seconds(message), reason)}
@@ -83,19 +87,21 @@ class Grants:
         except Refused as exc:
             return {"ok": False, "error": str(exc)}
 
-    def _entry(self, text: str) -> Entry:
-        try:
-            entry = parse_entry(text, "grant")
-        except PolicyError as exc:
-            raise Refused(exc.message) from None
+    def _entry(self, text: str, special: frozenset[str] = frozenset()) -> Entry:
+        entry = _parsed(text)
         if entry.kind == "network":
             assert entry.network is not None
             if entry.network.version != 4 or entry.network.num_addresses != 1:
                 raise Refused(f"{text!r}: a live grant takes one IPv4 address; allow networks at the start "
                               "(--allow) instead")
-            verdict = self.base.address_verdict(entry.network.network_address)
-            if not verdict.allowed:
-                raise Refused(f"{text!r}: {verdict.reason}")
+            for denied, why in self.base.denied:
+                if denied.matches_address(entry.network.network_address):
+                    raise Refused(f"{text!r} is on the deny list: {why}")
+            # The start's rule for an allowed address (--allow), with its override: one rule for both.
+            special_reason = why_special(entry, self.places)
+            if special_reason is not None and entry.canonical not in special:
+                raise Refused(f"{text!r} {special_reason}; such a grant needs an override that names it: "
+                              f"--allow-special {entry.canonical}")
             return entry
         for denied, why in self.base.denied:
             if denied.matches_name(entry.name) or (entry.kind == "wildcard" and denied.kind == "wildcard" and (
@@ -176,7 +182,9 @@ class Grants:
         return {"grants": [g.to_json() for g in self.active.values()],
                 "denials": [{"name": d.name, "count": d.count, "last": round(d.last, 3), "reason": d.reason,
                              "grantable": d.grantable and not self.resolver.policy.name_verdict(d.name).allowed}
-                            for d in denials]}
+                            for d in denials],
+                # The policy in force (grants included), for `dejima doctor --session`'s checks.
+                "policy": policy_document(self.resolver.policy)}
 
 
 def _parse(raw: bytes) -> dict[str, Any]:
@@ -204,6 +212,27 @@ def _entries(message: dict[str, Any]) -> list[str]:
     if len(entries) > MAX_ENTRIES:
         raise Refused(f"at most {MAX_ENTRIES} entries in one message")
     return entries
+
+
+def _parsed(text: str) -> Entry:
+    try:
+        return parse_entry(text, "grant")
+    except PolicyError as exc:
+        raise Refused(exc.message) from None
+
+
+def _special(message: dict[str, Any], texts: list[str]) -> frozenset[str]:
+    """The overrides of a grant (canonical), each naming one of its entries exactly."""
+    special = message.get("special", [])
+    if not isinstance(special, list) or not all(isinstance(e, str) for e in special):
+        raise Refused("special must be a list of strings")
+    named = {_parsed(text).canonical for text in texts}
+    overrides = frozenset(_parsed(text).canonical for text in special)
+    unknown = sorted(overrides - named)
+    if unknown:
+        raise Refused(f"--allow-special {', '.join(unknown)} overrides nothing: no entry of this grant is exactly "
+                      "that (an override unlocks the entry written the same way)")
+    return overrides
 
 
 def _seconds(message: dict[str, Any]) -> int | None:

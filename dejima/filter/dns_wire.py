@@ -19,11 +19,12 @@ from typing import NamedTuple
 
 from dnslib import QTYPE
 
+from dejima.filter.why import EDE_OPTION
+
 LABEL = re.compile(rb"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")  # \Z: ``$`` also matches before a final newline
 UPSTREAM_PAYLOAD = 1232  # the EDNS buffer size DNS Flag Day 2020 settled on
 CLASS_IN = 1
 TYPE_OPT = 41
-EDE_OPTION = 15  # Extended DNS Errors, RFC 8914
 NOERROR, FORMERR, SERVFAIL, NXDOMAIN, REFUSED = 0, 1, 2, 3, 5
 HEADER = struct.Struct("!HHHHH")  # flags and the four counts, after the id
 # Our OPT record: root name, type OPT, our buffer size, no extended flags, no options.
@@ -153,10 +154,10 @@ def plain_request(packet: bytes) -> tuple[ClientQuery, Question] | None:
 
 
 def reply(request: ClientQuery, rcode: int = NOERROR, counts: tuple[int, int, int] = (0, 0, 0), body: bytes = b"",
-          ede: tuple[int, str] | None = None) -> bytes:
+          ede: tuple[int, bytes] | None = None) -> bytes:
     """A reply to ``request``: its id and question, recursion available, ``body`` (the records
     of ``counts`` answer, authority and additional records), then our OPT when the client sent
-    one, carrying the Extended DNS Error ``ede`` (info code, text) when given."""
+    one, carrying the Extended DNS Error ``ede`` (info code, text: why.ede) when given."""
     an, ns, ar = counts
     head = request.id + HEADER.pack(0x8080 | request.rd << 8 | rcode, 1 if request.question else 0, an, ns,
                                     ar + request.edns)
@@ -165,7 +166,7 @@ def reply(request: ClientQuery, rcode: int = NOERROR, counts: tuple[int, int, in
     if ede is None:
         return head + request.question + body + OPT
     code, text = ede
-    info = struct.pack("!H", code) + f"dejima: {text}"[:200].encode("ascii", "replace")
+    info = struct.pack("!H", code) + text
     option = struct.pack("!HH", EDE_OPTION, len(info)) + info
     return head + request.question + body + OPT[:-2] + struct.pack("!H", len(option)) + option
 

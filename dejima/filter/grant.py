@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None, path: str = SOCKET) -> int:
     parser.add_argument("--revoke", action="store_true", help="take the entries back")
     parser.add_argument("--list", action="store_true", help="print what is granted now")
     parser.add_argument("--reason", default="granted with kubectl exec", help="recorded with the grant")
+    parser.add_argument("--allow-special", action="append", default=[], metavar="ENTRY",
+                        help="grant ENTRY (one of the entries) although it reaches a special place (docs/egress.md)")
     args = parser.parse_args(argv)
     if args.list:
         message = list_message()
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None, path: str = SOCKET) -> int:
     elif args.revoke:
         message = revoke_message(args.entries, args.reason)
     else:
-        message = grant_message(args.entries, args.seconds, args.reason)
+        message = grant_message(args.entries, args.seconds, args.reason, args.allow_special)
     try:
         answer = send(message, path)
     except OSError as exc:

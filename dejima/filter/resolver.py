@@ -20,7 +20,10 @@ sent upstream as a query the resolver builds itself. In the answer:
 Answers are cached for their TTL and checked against the policy again on every hit, so a cached
 answer can never outlive a change of policy; the name is checked again when the upstream's answer
 arrives and after its insert, so a grant revoked meanwhile refuses the answer. Refusals carry an
-Extended DNS Error (RFC 8914) with the reason when the client speaks EDNS. Packets are read and
+Extended DNS Error (RFC 8914) with the reason when the client speaks EDNS, naming one of the kinds of
+why.py (what ``dejima-why`` in the session reads back): a name not allowed, denied, carrying a
+credential or revoked; an answer through a denied alias, to denied addresses only, or malformed; an
+upstream that failed; and, on the empty AAAA answer, no IPv6. Packets are read and
 written as bytes (dns_wire.py, answer.py, hitcache.py); dnslib reads only the queries too unusual for
 dns_wire.plain_request (query.py).
 """
@@ -38,14 +41,13 @@ from typing import Any, Protocol, TypeVar
 
 from dejima.core.egress import EgressPolicy, Verdict, ttl_timeout
 from dejima.core.grants import Denial
-from dejima.filter import answer, dns_wire, hitcache, query
+from dejima.filter import answer, dns_wire, hitcache, query, why
 from dejima.filter.answer import TYPE_A, TYPE_AAAA, TYPE_SOA, Answer, DnsUpstreamError, Rec
 from dejima.filter.dns_wire import FORMERR, NOERROR, REFUSED, SERVFAIL, ClientQuery, Question
 from dejima.filter.query import Malformed
+from dejima.filter.why import RefusalKind
 
 SELF_CHECK_NAME = "dejima-self-check.invalid"  # ".invalid" can never be allowed: always refused
-EDE_BLOCKED = 15
-EDE_PROHIBITED = 18
 CACHE_ENTRIES = 1024  # answers kept (hits and the others): an agent repeats far fewer names
 NAME_ENTRIES = 16384  # address -> name, for naming the domain of a blocked connection
 DENIAL_ENTRIES = 256  # refused names remembered for `dejima-allow`
@@ -58,6 +60,7 @@ MEMO_ENTRIES = 1024  # verdicts remembered per policy object
 # (addresses, ports, timeout at that age).
 Reply = tuple[Question, hitcache.Hit, int, bytes, list[str], list[int] | None, int]
 INTERCEPT_ADDRESS, INTERCEPT_TTL = bytes((127, 0, 0, 1)), 300
+NO_IPV6 = why.ede(why.NO_IPV6, "sessions have no IPv6")  # on every AAAA answer: getaddrinfo asks with each A
 K = TypeVar("K")
 V = TypeVar("V")
 __all__ = ["SELF_CHECK_NAME", "PolicyResolver"]
@@ -242,7 +245,7 @@ class PolicyResolver:
             name = query.printable(packet)
             if name != SELF_CHECK_NAME:
                 self._report({"kind": "dns", "domain": name, "reason": f"malformed query: {question}"})
-            return self._refuse(request, f"malformed query: {question}", EDE_PROHIBITED, FORMERR)
+            return self._refuse(request, why.MALFORMED_QUERY, f"malformed query: {question}", FORMERR)
         data = await self._answer(request, question)
         limit = max_size if max_size is not None else request.limit
         return data if len(data) <= limit else dns_wire.truncated(request)
@@ -253,24 +256,24 @@ class PolicyResolver:
             if any(canary in squeezed for canary in self.canaries):
                 self._report({"kind": "canary", "domain": question.name, "qtype": question.type_name,
                               "reason": "the name carries a placeholder or decoy credential of this session"})
-                return self._refuse(request, "the name carries a credential", EDE_PROHIBITED)
+                return self._refuse(request, why.CREDENTIAL, "the name carries a credential")
         verdict = self._name_verdict(question.name)
         if not verdict.allowed:
             if question.name != SELF_CHECK_NAME:  # the filter's own probe is not a violation
                 self._report({"kind": "dns", "domain": question.name, "qtype": question.type_name,
                               "reason": verdict.reason})
                 self._denied(question.name, question.type_name, verdict.reason, grantable=not verdict.entry)
-            return self._refuse(request, verdict.reason, EDE_PROHIBITED)
+            return self._refuse(request, _name_refusal(verdict), verdict.reason)
         if question.name in self.intercepted:
             return _intercepted(request, question)
-        if question.qtype == TYPE_AAAA:
-            return dns_wire.reply(request)  # no IPv6 in sessions: an empty answer, nothing forwarded
+        if question.qtype == TYPE_AAAA:  # no IPv6 in sessions: an empty answer, nothing forwarded
+            return dns_wire.reply(request, ede=NO_IPV6)
         hit = self.hits.get(question)
         if hit is not None and hit.policy is self.policy and hit.expires > self.clock():  # checked under this policy
             age = int(self.clock() - hit.stored)
             if not await self._inserted(question, hit, age, fresh_ok=True):
                 self.hits.pop(question, None)
-                return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
+                return self._refuse(request, why.REVOKED, "the grant was revoked")
             return hitcache.render(hit, request, age)
         cached = self._cached(question)
         if cached is None:
@@ -279,7 +282,7 @@ class PolicyResolver:
             except DnsUpstreamError as exc:
                 self._report({"kind": "dns-upstream", "domain": question.name, "qtype": question.type_name,
                               "reason": str(exc)})
-                return dns_wire.reply(request, SERVFAIL)
+                return self._refuse(request, why.UPSTREAM_FAILED, "no upstream DNS answered", SERVFAIL)
         return await self._filtered(request, question, cached)
 
     def _cached(self, question: Question) -> Cached | None:
@@ -323,33 +326,35 @@ class PolicyResolver:
         (asked again: a grant may have been revoked while the upstream answered)."""
         verdict = self._name_verdict(question.name)
         if not verdict.allowed:
-            return self._refuse(request, verdict.reason, EDE_PROHIBITED)
+            return self._refuse(request, _name_refusal(verdict), verdict.reason)
+        if upstream.answer.rcode == SERVFAIL:
+            return self._refuse(request, why.UPSTREAM_FAILED, "the upstream DNS answered SERVFAIL", SERVFAIL)
         try:
             chain, records = answer.chain(question, upstream.answer.records)
         except Malformed as exc:
             self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                           "reason": f"malformed upstream answer: {exc}"})
-            return self._refuse(request, f"the answer for {question.name} is malformed", EDE_BLOCKED)
+            return self._refuse(request, why.MALFORMED_ANSWER, f"the answer for {question.name} is malformed")
         for name in chain[1:]:
             reason = self.policy.denied_reason(name)
             if reason is not None:
                 self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                               "alias": name, "reason": reason})
-                return self._refuse(request, f"{question.name} is an alias of {name}: {reason}", EDE_BLOCKED)
+                return self._refuse(request, why.ALIAS_DENIED, f"{question.name} is an alias of {name}: {reason}")
         kept, refused, answers = self._screened(records)
         for dropped, reason in refused:
             self._report({"kind": "dns-answer", "domain": question.name, "qtype": question.type_name,
                           "address": dropped, "reason": reason})
         if refused and not kept:
-            return self._refuse(request, f"{question.name} resolves to a denied address ({refused[0][1]})",
-                                EDE_BLOCKED)
+            return self._refuse(request, why.ANSWER_DENIED,
+                                f"{question.name} resolves to a denied address ({refused[0][1]})")
         policy, port_list = self.policy, sorted(verdict.ports) if verdict.ports is not None else None
         authority = [] if answers else [rec for rec in upstream.answer.records if rec.rtype == TYPE_SOA]
         hit = hitcache.build(policy, question.name, upstream.answer.rcode, answers, authority, upstream.stored,
                              upstream.expires, kept, port_list, self.ttl_ceiling)
         age = int(self.clock() - upstream.stored)
         if not await self._inserted(question, hit, age, fresh_ok=False):
-            return self._refuse(request, "the grant was revoked", EDE_PROHIBITED)
+            return self._refuse(request, why.REVOKED, "the grant was revoked")
         self._keep(question, upstream, hit, not refused and hit.rcode == NOERROR and policy is self.policy)
         return hitcache.render(hit, request, age)
 
@@ -392,8 +397,14 @@ class PolicyResolver:
             answers.append(rec)
         return kept, refused, answers
 
-    def _refuse(self, request: ClientQuery, reason: str, code: int, rcode: int = REFUSED) -> bytes:
-        return dns_wire.reply(request, rcode, ede=(code, reason))
+    def _refuse(self, request: ClientQuery, kind: RefusalKind, reason: str, rcode: int = REFUSED) -> bytes:
+        return dns_wire.reply(request, rcode, ede=why.ede(kind, reason))
+
+
+def _name_refusal(verdict: Verdict) -> RefusalKind:
+    """A name refused by a deny entry (no grant lifts it), or because no entry allows it (`dejima-allow`
+    can): the same split as the refusals `dejima-allow` offers to grant."""
+    return why.DENIED if verdict.entry else why.NOT_ALLOWED
 
 
 def _intercepted(request: ClientQuery, question: Question) -> bytes:

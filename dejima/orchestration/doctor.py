@@ -1,8 +1,9 @@
 """`dejima doctor`: is this machine able to hold the boundary, and does it hold?
 
-Checks, in order, each stopping the ones after it when it fails: the engine answers; the images
-are present (or built with --build); a decoy answers an unfiltered container; nftables works in a
-filter container; and a real session cannot reach that decoy. Traffic goes only to the decoy.
+Checks, in order, each stopping the ones after it when it fails: the engine answers; the images a
+start on the project would use are present (or built with --build: orchestration/project_images.py);
+a decoy answers an unfiltered container; nftables works in a filter container; and a real session
+cannot reach that decoy. Traffic goes only to the decoy.
 """
 
 from __future__ import annotations
@@ -10,17 +11,18 @@ from __future__ import annotations
 import secrets
 import shutil
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from dejima.adapters import host
-from dejima.adapters.image_builds import ensure_image, find_base, recipes, resolve_base
+from dejima.adapters.image_builds import ensure_image
 from dejima.adapters.runtime import Runtime, connect
-from dejima.core.plan import SessionPlan, SessionRequest, build_session_plan
-from dejima.core.report import Reporter
+from dejima.core.plan import Identity, SessionPlan, SessionRequest, build_session_plan
 from dejima.core.settings import Settings
 from dejima.errors import DiagnosticError
 from dejima.orchestration import session
+from dejima.orchestration.project_images import project_images
 from dejima.orchestration.selftest import ProbeResult, control_probe, probe_command, start_decoy
+from dejima.orchestration.session_reporter import SessionReporter
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +32,14 @@ class Check:
     detail: str
 
 
-def _probe_plan(settings: Settings, filter_image: str, session_image: str, address: str) -> SessionPlan:
-    """A session pair whose command is the probe; it needs no workspace or home."""
+def _probe_plan(settings: Settings, filter_image: str, session_image: str, address: str,
+                identity: Identity) -> SessionPlan:
+    """A session pair whose command is the probe, as the project's session user; it needs no workspace or home."""
     request = SessionRequest(
         session_id=f"doctor{secrets.token_hex(3)}", scope=host.scope(), workspace=PurePosixPath("/nonexistent"),
         home_dir=PurePosixPath("/nonexistent"), command=probe_command(address), launcher=host.launcher_token(),
     )
-    plan = build_session_plan(request, settings, host.identity(), filter_image, session_image)
+    plan = build_session_plan(request, settings, identity, filter_image, session_image)
     return replace(plan, session=replace(plan.session, binds=(), working_dir="/"))
 
 
@@ -46,7 +49,8 @@ def _describe(result: ProbeResult) -> str:
             f"UDP {result.udp['result']}, loopback {result.loopback['result']}")
 
 
-def boundary_check(runtime: Runtime, settings: Settings, filter_image: str, session_image: str) -> list[Check]:
+def boundary_check(runtime: Runtime, settings: Settings, filter_image: str, session_image: str,
+                   identity: Identity | None = None) -> list[Check]:
     network, launcher = settings.session.network, host.launcher_token()
     created: list[str] = []
     checks: list[Check] = []
@@ -57,7 +61,7 @@ def boundary_check(runtime: Runtime, settings: Settings, filter_image: str, sess
         checks.append(Check("decoy reachable without dejima", reachable, _describe(control)))
         if not reachable:
             return checks
-        plan = _probe_plan(settings, filter_image, session_image, decoy.address)
+        plan = _probe_plan(settings, filter_image, session_image, decoy.address, identity or host.identity())
         created.append(session.start_filter(runtime, plan, settings.session.ready_timeout))
         checks.append(Check("nftables in a namespace", True, "the filter applied and verified its ruleset"))
         probe = runtime.create(plan.session)
@@ -74,25 +78,27 @@ def boundary_check(runtime: Runtime, settings: Settings, filter_image: str, sess
     return checks
 
 
-def _image_check(runtime: Runtime, settings: Settings, ui: Reporter,
-                 build: bool) -> tuple[Check, tuple[str, str] | None]:
+def _image_check(runtime: Runtime, settings: Settings, ui: SessionReporter, build: bool, directory: Path | None,
+                 harness: str) -> tuple[Check, tuple[str, str, Identity] | None]:
+    """The images a start on ``directory`` would use (the project's: its owner, its manifests' layers)."""
     try:
-        base = resolve_base(runtime, settings, ui) if build else find_base(runtime, settings)
-        if base is None:
+        wanted = project_images(runtime, settings, directory, ui, harness, build)
+        if wanted is None:
             return Check("images", False, f"base {settings.images.base} is not present; `dejima doctor --build` "
                                           "or `dejima images build` makes it"), None
-        wanted = recipes(base, settings, host.identity())
-        missing = [r.tag for r in wanted if not runtime.image_id(r.tag)]
+        missing = [r.tag for r in (wanted.filter, wanted.session) if not runtime.image_id(r.tag)]
         if missing and not build:
-            return Check("images", False, f"missing {', '.join(missing)}; `dejima images build` builds them"), None
-        filter_image, session_image = (ensure_image(runtime, r, ui) for r in wanted)
-        return Check("images", True, f"{filter_image}, {session_image} (base {base.ref})"), (filter_image,
-                                                                                              session_image)
+            return Check("images", False, f"missing {', '.join(missing)}, which a start on {wanted.chosen_for} "
+                                          "uses; `dejima doctor --build` builds them (a start does too)"), None
+        filter_image, session_image = (ensure_image(runtime, r, ui) for r in (wanted.filter, wanted.session))
+        return Check("images", True, f"{filter_image}, {session_image} (base {wanted.base.ref}) for "
+                                     f"{wanted.chosen_for}"), (filter_image, session_image, wanted.identity)
     except DiagnosticError as exc:
         return Check("images", False, exc.message), None
 
 
-def run_doctor(settings: Settings, ui: Reporter, build: bool) -> list[Check]:
+def run_doctor(settings: Settings, ui: SessionReporter, build: bool, directory: Path | None = None,
+               harness: str = "shell") -> list[Check]:
     try:
         runtime = connect()
         version = runtime.version()
@@ -102,7 +108,7 @@ def run_doctor(settings: Settings, ui: Reporter, build: bool) -> list[Check]:
     cli = shutil.which("docker")
     checks.append(Check("docker CLI (interactive sessions)", cli is not None,
                         cli or "not on PATH: only `dejima PATH -- CMD` works"))
-    image_check, images = _image_check(runtime, settings, ui, build)
+    image_check, images = _image_check(runtime, settings, ui, build, directory, harness)
     checks.append(image_check)
     if images is not None:
         checks.extend(boundary_check(runtime, settings, *images))

@@ -223,7 +223,8 @@ def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> di
         states[path] = FileState(
             before_kind=before.kind if before else None, before_mode=before.mode if before else None,
             before=kept, after_kind=now.kind if now else None, after=end,
-            after_sha256=now.sha256 if now else None)
+            after_sha256=now.sha256 if now else None, before_uid=before.uid if before else None,
+            before_gid=before.gid if before else None)
     return states
 
 

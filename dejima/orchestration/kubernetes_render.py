@@ -16,6 +16,7 @@ from dejima.core.kubernetes import (
     KubernetesTarget,
     ObjectKind,
     PodProxy,
+    check_settings,
     kubernetes_objects,
     kubernetes_yaml,
     object_name,
@@ -23,7 +24,6 @@ from dejima.core.kubernetes import (
 )
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
-from dejima.errors import UsageError
 from dejima.orchestration.session_reporter import SessionReporter
 from dejima.orchestration.start_request import Options
 
@@ -38,21 +38,9 @@ def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved
     from dejima.proxy.pod import not_carried
 
     cluster = settings.kubernetes
-    missing = [key for key, value in (("filter_image", cluster.filter_image), ("session_image", cluster.session_image))
-               if not value]
-    if missing:
-        raise UsageError(
-            f"a Kubernetes render needs the images as the cluster pulls them: [kubernetes] {' and '.join(missing)} "
-            f"{'is' if len(missing) == 1 else 'are'} not set in {host.settings_path()}",
-            hint="tag and push the images `dejima images list` names, then set [kubernetes] filter_image and "
-            "session_image to what you pushed (docs/kubernetes.md)", reference="kubernetes-images")
     upstreams = options.upstream_dns or cluster.dns_upstreams
-    if not upstreams:
-        raise UsageError(
-            "a Kubernetes render needs the cluster's DNS service as the filter's upstream: this host's resolvers "
-            "are not the cluster's",
-            hint="set [kubernetes] dns_upstreams = [\"IP\"] (`kubectl -n kube-system get service kube-dns` shows "
-            "it) or pass --dns-upstream IP", reference="kubernetes-dns")
+    check_settings({"filter_image": cluster.filter_image, "session_image": cluster.session_image,
+                    "dns_upstreams": upstreams}, str(host.settings_path()))
     left_out = {route.name: why for m in resolved.manifests for route in m.credentials
                 if (why := not_carried(route)) is not None}
     for name, why in left_out.items():

@@ -167,6 +167,9 @@ def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Se
         request = replace(request, credential_env=(*request.credential_env, *sorted(harness_connection.env.items())))
     session = build_session_plan(request, settings, facts.identity, *facts.images.tags, facts.network,
                                  facts.settings_source, resolved, engine_memory=facts.engine_memory)
+    # The card and the render show the routes that will be served, not every route a manifest declares.
+    served = set(proxy.routes) if proxy is not None else set()
+    session = replace(session, credentials=tuple(view for view in session.credentials if view.route in served))
     home = Path(request.home_dir)
     caches = tuple(Path(request.cache_root or "") / path.strip("/").replace("/", "__")
                    for path in cache_paths_outside_home(resolved))

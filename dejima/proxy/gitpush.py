@@ -24,7 +24,14 @@ from typing import ClassVar
 
 from dejima.core.credentials import Route, credential_value, split_route_target, upstream_target
 from dejima.core.gitpath import GitTarget, Unjudgeable, judge_git_target
-from dejima.core.httpwire import Headers, HttpError, parse_response_head, response_framing, serialize_request
+from dejima.core.httpwire import (
+    Headers,
+    HttpError,
+    parse_response_head,
+    response_framing,
+    serialize_request,
+    wants_keep_alive,
+)
 from dejima.core.limits import format_bytes
 from dejima.core.packscan import PackError, PackScanner
 from dejima.core.pushrules import (
@@ -213,10 +220,13 @@ class _Push:
                     return await self.exchange.fail(413, f"push refused, and larger than {format_bytes(limit)}")
         except (BodyCut, HttpError, TimeoutError) as exc:
             return await self.exchange.fail(400, f"push refused, and its body was cut: {exc}")
-        answer, outcome = _report(request, results, received)
+        answer, outcome = _report(request, results, received, self._keep_alive())
         self.exchange.writer.write(answer)
         await self.exchange.writer.drain()
         return outcome
+
+    def _keep_alive(self) -> bool:
+        return wants_keep_alive(self.exchange.head.version, self.exchange.head.headers)
 
     def _withheld(self, status: int, why: str, received: int) -> Withheld:
         message = f"push not checked: {why}"
@@ -256,7 +266,7 @@ class _Push:
             short_of = format_bytes(self.server.budget.limit) if scanner.incomplete else ""
             results = decide(request, refs, self.policy, scanner.parents, short_of)
             if any(reason for _, reason in results):
-                answer, outcome = _report(request, results, received)
+                answer, outcome = _report(request, results, received, self._keep_alive())
                 self.server.violation("push-refused", self.spec.route.name, _refusals(results))
                 raise Withheld(answer, outcome)
         await writer.write(kept)
@@ -275,8 +285,11 @@ def _refusals(results: list[tuple[str, str | None]]) -> str:
     return "; ".join(f"{ref}: {reason}" for ref, reason in results if reason)
 
 
-def _report(request: PushRequest, results: list[tuple[str, str | None]], received: int) -> tuple[bytes, Outcome]:
+def _report(request: PushRequest, results: list[tuple[str, str | None]], received: int,
+            keep_alive: bool) -> tuple[bytes, Outcome]:
+    """The refusing report as a response; the connection stays open only when the client asked to keep it."""
     body = report(results, request.capabilities)
     answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/x-git-receive-pack-result\r\n"
-              b"Cache-Control: no-cache\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-    return answer, Outcome(200, received, len(body), True, "push refused: " + _refusals(results))
+              b"Cache-Control: no-cache\r\nContent-Length: %d\r\n" % len(body)
+              + (b"" if keep_alive else b"Connection: close\r\n") + b"\r\n" + body)
+    return answer, Outcome(200, received, len(body), keep_alive, "push refused: " + _refusals(results))

@@ -133,7 +133,7 @@ async def serve(config: ProxyConfig, socket: Path, tls_socket: Path, trust: Path
     from dejima.proxy.runner import write_trust
 
     if config.interception is not None:
-        write_trust(trust, (), config.interception.authority.ca_pem, None)
+        write_trust(trust.parent, (trust.name,), config.interception.authority.ca_pem, None)
     server = ProxyServer(config)
     await server.start(unix_path=socket, tls_unix_path=tls_socket if config.interception is not None else None)
     # The filter connects as root without CAP_DAC_OVERRIDE: the mode lets it in; the session does not

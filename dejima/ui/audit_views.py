@@ -184,7 +184,8 @@ def finding_lines(stored: Stored) -> list[Text]:
             ("where", _where(stored)), ("path", f.path or "(whole mount)"), ("key", f.key), ("evidence", f.evidence),
             *(("context" if line.startswith("context: ") else "also", line.removeprefix("context: "))
               for line in f.lines),
-            *(("signal", note) for note in f.notes), ("remedy", _remedy(f.remedy)), ("session", stored.session),
+            *(("signal", note) for note in f.notes), ("remedy", _remedy(f.remedy, stored.id)),
+            ("session", stored.session),
             ("when", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stored.created))),
             ("reviewed", f"yes: {stored.ack_note}" if stored.acked else "no"), ("fingerprint", f.fingerprint),
             ("catalogue", stored.catalogue)]
@@ -203,11 +204,12 @@ def print_finding(console: Console, stored: Stored) -> None:
     console.print()
 
 
-def _remedy(remedy: str) -> str:
-    return {"restore": "dejima-audit restore ID puts back the start state (or removes what the session created)",
-            "reinstall": "a tree the session created: dejima-audit restore ID removes it whole; one that was there "
+def _remedy(remedy: str, finding_id: int) -> str:
+    restore = f"dejima-audit restore {finding_id}"
+    return {"restore": f"{restore} puts back the start state (or removes what the session created)",
+            "reinstall": f"a tree the session created: {restore} removes it whole; one that was there "
                          "before: delete it and reinstall on the host (its content was not kept)",
-            "strip-bits": "dejima-audit restore ID removes the setuid/setgid bits and capabilities",
+            "strip-bits": f"{restore} removes the setuid/setgid bits and capabilities",
             "review": "review it; nothing to put back"}.get(remedy, remedy)
 
 

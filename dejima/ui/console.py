@@ -1,4 +1,6 @@
-"""The launcher's console: messages on stderr (stdout belongs to the session's command).
+"""The console: messages on stderr; tables and answers on stdout (``UI.out``), as git, docker and
+kubectl do, so that a pipe or a file gets the result and the terminal the diagnostics. A session's
+start prints nothing on stdout: there stdout belongs to the session's command.
 
 Messages name paths, sessions and values that a session may have chosen: every one is shown as
 plain text through ``ui.text`` (escaped, never markup), whoever built the string.
@@ -20,15 +22,21 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from rich.console import Console
+    from rich.table import Table
     from rich.text import Text
 
     from dejima.adapters.findings import Stored
     from dejima.core.plan import SessionPlan
 
 
+# Off a terminal a line is as wide as its content: a table printed to a pipe or a file cuts no value.
+UNCUT_WIDTH = 1 << 16
+
+
 class UI:
-    def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
+    def __init__(self, console: Console | None = None, quiet: bool = False, out: Console | None = None) -> None:
         self._console = console
+        self._out = out
         self.quiet = quiet
 
     @property
@@ -38,6 +46,21 @@ class UI:
 
             self._console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
         return self._console
+
+    @property
+    def out(self) -> Console:
+        """Where a command's result goes (tables, answers): stdout; off a terminal, never cut to a width."""
+        if self._out is None:
+            self._out = output_console(sys.stdout)
+        return self._out
+
+    def table(self, table: Table) -> None:
+        """A table of results, on stdout (every cell is plain ``Text``: session data never markup)."""
+        self.out.print(table)
+
+    def answer(self, message: str) -> None:
+        """One line of a command's result (what it did or found), on stdout, even when quiet."""
+        self.out.print(_message(message), crop=False)
 
     def info(self, message: str) -> None:
         if not self.quiet:
@@ -137,6 +160,16 @@ def _message(message: str) -> Text:
     return _styled(escaped(message, MESSAGE_LIMIT))
 
 
+def output_console(stream: IO[str]) -> Console:
+    """A console for results on ``stream``: the terminal's width on a terminal, else ``UNCUT_WIDTH``."""
+    from rich.console import Console
+
+    console = Console(file=stream, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = UNCUT_WIDTH
+    return console
+
+
 def plain_console(stream: IO[str], width: int = 100) -> Console:
     """A colourless console for tests and for --json paths."""
     from rich.console import Console
@@ -144,4 +177,4 @@ def plain_console(stream: IO[str], width: int = 100) -> Console:
     return Console(file=stream, width=width, color_system=None, highlight=False, soft_wrap=True)
 
 
-__all__ = ["UI", "ProgressStep", "render_error", "plain_console"]
+__all__ = ["UI", "UNCUT_WIDTH", "ProgressStep", "render_error", "output_console", "plain_console"]

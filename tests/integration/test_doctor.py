@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from dejima.adapters.runtime import Runtime
 from tests.world import User, containers_of, run_dejima
 
 
-def test_doctor_passes_on_a_working_machine(runtime: Runtime, images: object, user: User, scope: str) -> None:
-    result = run_dejima(user, scope, "doctor", "--json")
+def test_doctor_passes_on_a_working_machine(runtime: Runtime, images: object, user: User, scope: str,
+                                            workspace: Path) -> None:
+    # A project with no toolchain: a start there uses the images the suite built (dejima's own checkout is a
+    # Python project, whose session image has the python workflow's layers).
+    result = run_dejima(user, scope, "doctor", str(workspace), "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     checks = {c["check"]: c for c in map(json.loads, result.stdout.splitlines())}
     for name in ("engine", "images", "decoy reachable without dejima", "nftables in a namespace",

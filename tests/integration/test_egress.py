@@ -8,6 +8,7 @@ same destination answering when policy allows it, so the test can fail.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import cast
 
@@ -97,6 +98,54 @@ def test_cname_chain_is_followed_inside_the_allowed_answer(user: User, scope: st
     assert resolved["addresses"] == [world.web]
     assert connect["result"] == "connected"
     assert target["rcode"] == REFUSED  # the chain's target is not thereby allowed on its own
+
+
+# What an agent sees: each refusal by dejima-why, one line of status, then the notice and its variable.
+WHY_SCRIPT = ('for name in "$@"; do dejima-why "$name"; echo "status=$?"; done; '
+              'echo "notice=$DEJIMA_NOTICE session=$DEJIMA_SESSION"; cat "$DEJIMA_NOTICE"')
+
+
+def test_dejima_why_tells_the_agent_why_each_name_is_refused(runtime: Runtime, user: User, scope: str,
+                                                            workspace: Path, world: World) -> None:
+    """A refusal the agent can read and act on: from inside a session, dejima-why names the kind of each
+    refusal (not allowed, denied, an answer in a denied class, an upstream that failed) and the grant
+    to ask for; the notice and $DEJIMA_NOTICE name dejima, dejima-why and dejima-allow."""
+    names = ("other.dejima.test", "web.dejima.test", "bad.wild.dejima.test", "private.dejima.test",
+             "broken.dejima.test")
+    result = run_dejima(user, scope, "-q", "--allow", "web.dejima.test", "--allow", "*.wild.dejima.test",
+                        "--allow", "private.dejima.test", "--allow", "broken.dejima.test", str(workspace), "--",
+                        "sh", "-c", WHY_SCRIPT, "why", *names, DEJIMA_SETTINGS=str(world.settings))
+    assert result.returncode == 0, result.stderr
+    said, _, notice = result.stdout.partition("notice=")
+    answers = [part.strip() for part in said.split("status=")]
+    statuses = [int(answer.split("\n", 1)[0]) for answer in answers[1:]]
+    assert statuses == [1, 0, 1, 1, 3], said
+    not_allowed, allowed, denied, private, broken = answers[0], *(a.split("\n", 1)[1] for a in answers[1:5])
+    assert not_allowed.startswith("refused by dejima's policy: other.dejima.test is not on this session's allow list.")
+    assert "not a network fault" in not_allowed and "`dejima-allow other.dejima.test`" in not_allowed
+    assert allowed.startswith(f"allowed: web.dejima.test resolves to {world.web}.")
+    assert denied.startswith("refused by dejima's deny list: a test says this host exfiltrates.")
+    assert private.startswith("refused by dejima's policy: private.dejima.test is allowed, but it resolves only to")
+    assert "10.1.2.3 is a private address" in private
+    assert broken.startswith("broken.dejima.test is allowed, but the upstream DNS gave no usable answer")
+    assert notice.startswith("/etc/dejima/notice session=") and "You are working inside a dejima sandbox" in notice
+    assert "dejima-why HOST" in notice and "`dejima-allow HOST`" in notice
+    assert "other.dejima.test" not in queries_seen(runtime, world)  # asking why sends nothing upstream
+
+
+def test_dejima_why_shows_a_deny_reason_as_text_never_as_terminal_control(user: User, scope: str, workspace: Path,
+                                                                          world: World) -> None:
+    """A deny reason is settings text; in an interactive session the agent's terminal is the user's, so
+    what dejima-why prints of it is escaped end to end (the resolver's EDE, then dejima-why)."""
+    settings = world.settings.with_name("hostile-reason.toml")
+    settings.write_text(world.settings.read_text().replace(
+        '"a test says this host exfiltrates"', '"evil\\u001b]2;owned\\u0007\\u001b[2J reason"'))
+    settings.chmod(0o644)
+    result = run_dejima(user, scope, "-q", "--allow", "*.wild.dejima.test", str(workspace), "--",
+                        "dejima-why", "bad.wild.dejima.test", DEJIMA_SETTINGS=str(settings))
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("refused by dejima's deny list: evil\\x1b]2;owned\\x07\\x1b[2J reason.")
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\xff]", result.stdout)
 
 
 # --- addresses ------------------------------------------------------------------------------------

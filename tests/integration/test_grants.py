@@ -82,7 +82,7 @@ def test_a_grant_lets_the_agents_retry_through_and_a_revoke_cuts_its_open_connec
         wait_for_line(proc.stdout, "denied")
         granted = allow(user, scope, workspace, "web.dejima.test", "--reason", "the test needs it")
         assert granted.returncode == 0, granted.stderr
-        assert "granted web.dejima.test" in granted.stderr
+        assert "granted web.dejima.test" in granted.stdout  # the answer: stdout
         wait_for_line(proc.stdout, "connected", timeout=30)
         listed = allow(user, scope, workspace, "--list", "--json")
         grants = [json.loads(line)["grant"] for line in listed.stdout.splitlines() if '"grant"' in line]

@@ -31,8 +31,9 @@ PUBLIC = [
     "RunningSession", "running_sessions", "running_session", "live", "grant", "revoke", "persist_grants",
     "check_grant_entry", "check_duration",
     "recorded_sessions", "violations", "ledger", "Finding", "findings", "findings_by_id", "acknowledge", "restore",
-    "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor",
+    "SessionInfo", "sessions", "stop", "clean", "DoctorCheck", "doctor", "SessionCheck", "doctor_session",
     "ImageInfo", "BaseImage", "images", "build_images", "bootstrap_base", "prune_images",
+    "ImageUse", "images_in_use",
     "settings_path", "settings_reference",
     "ManifestInfo", "Manifest", "MANIFEST_KINDS", "manifests", "manifest", "manifest_reference",
     "DejimaError", "DiagnosticError", "InputError", "SettingsError", "UsageError", "EngineError", "ImageError",
@@ -138,13 +139,15 @@ def test_the_render_reports_to_the_callers_reporter(tmp_path: Path, monkeypatch:
                                              "says why")]
 
 
-def test_bad_input_is_an_input_error_in_the_command_lines_words(tmp_path: Path) -> None:
+def test_bad_input_is_an_input_error_in_the_apis_words(tmp_path: Path) -> None:
     workspace = owned(tmp_path)
-    with pytest.raises(api.UsageError, match=r"--allow is not a valid egress entry \('\*\.com'\)"):
+    with pytest.raises(api.UsageError, match=r"^allow is not a valid egress entry \('\*\.com'\)"):
         api.render(api.Request(workspace, allow=["*.com"]))
+    with pytest.raises(api.UsageError, match=r"^--allow is not a valid egress entry \('\*\.com'\)"):
+        api.render(api.Request(workspace, allow=["*.com"], spelling="flags"))  # as the command line asks
     with pytest.raises(api.UsageError, match="workspace '/definitely/not/here' does not exist"):
         api.render(api.Request("/definitely/not/here"))
-    with pytest.raises(api.UsageError, match="--harness no-such-agent: no such harness"):
+    with pytest.raises(api.UsageError, match="harness='no-such-agent': no such harness"):
         api.render(api.Request(workspace, harness="no-such-agent", dns_upstreams=["192.0.2.53"]))
     with pytest.raises(api.InputError, match="command is a string"):
         api.Request(workspace, "echo hello")
@@ -254,6 +257,8 @@ CLI_IMPORTS_BELOW = {
     ("audit.py", "dejima.adapters.restore"): "the terminal walk restores one file at a time",
     ("audit_review.py", "dejima.adapters.findings"): "the walk's store and its findings' type",
     ("audit_review.py", "dejima.core.audit"): "the walk's order: worst severity first",
+    ("launch.py", "dejima.core.schema"): "`dejima sesions`: did you mean, before the API is imported",
+    ("manage.py", "dejima.adapters.tomledit"): "settings and manifests shown as TOML that dejima reads back",
 }
 
 

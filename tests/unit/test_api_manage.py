@@ -17,6 +17,7 @@ from dejima.adapters.runtime import ContainerInfo
 from dejima.cli.launch import main
 from dejima.core import labels
 from dejima.core.images import ImageRecipe
+from dejima.core.settings import parse_settings
 from dejima.errors import EngineError, ExitStatus
 from dejima.filter import VIOLATION
 
@@ -246,7 +247,7 @@ def test_the_shown_settings_are_load_settings(monkeypatch: pytest.MonkeyPatch, t
     path.write_text('[images]\nbase = "debian:bookworm-slim"\n')
     monkeypatch.setenv("DEJIMA_SETTINGS", str(path))
     assert main(["settings", "show"]) == ExitStatus.SUCCESS
-    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(asdict(api.load_settings())))
+    assert parse_settings(capsys.readouterr().out, "shown") == api.load_settings()  # TOML that reads back
     assert api.load_settings().images.base == "debian:bookworm-slim"
 
 

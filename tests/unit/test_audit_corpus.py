@@ -347,7 +347,7 @@ ATTACKS: list[Sample] = [
     ("F10", touched_back, [("F10", "low", "package.json")]),
     ("X05", lockfile_swap, [("X05", "high", "package-lock.json")]),
     ("unparseable", lambda r: write(r, ".vscode/tasks.json", '{"tasks": [ {"runOptions": '),
-     [("I01", "medium", ".vscode/tasks.json")]),
+     [("I01", "critical", ".vscode/tasks.json")]),  # what it cannot read may be a folderOpen task
     ("broken git config", lambda r: write(r, ".git/config", '[core\n\tpager = "less\n'),
      [("X04", "high", ".git/config")]),
 ]

@@ -357,7 +357,9 @@ SLEEPS: dict[tuple[str, str], tuple[str, int]] = {
     ("tests/integration/test_boundary_limits.py", '"sleep"'): (HELD, 2),  # os.execvp("sleep", ["sleep", "120"])
     ("tests/integration/test_concurrent.py", "sleep 300"): (HELD, 1),
     ("tests/integration/test_credential_isolation.py", "sleep 300"): (HELD, 1),
+    ("tests/integration/test_doctor_session.py", "sleep 300"): (HELD, 3),  # the session doctor checks
     ("tests/integration/test_credentials.py", "time.sleep(DRIP_SECONDS)"): (SCENARIO, 1),  # a streaming model
+    ("tests/integration/test_documented_examples.py", "sleep 300"): (HELD, 1),
     ("tests/integration/test_egress.py", "sleep 120"): (HELD, 1),
     ("tests/integration/test_egress.py", "sleep 300"): (HELD, 1),
     ("tests/integration/test_egress.py", "time.sleep(0.05)"): (POLL, 1),  # until the resolver lets a port go
@@ -372,6 +374,7 @@ SLEEPS: dict[tuple[str, str], tuple[str, int]] = {
     ("tests/unit/filter/test_set_batch.py", "asyncio.sleep(0)"): (TURN, 1),
     ("tests/unit/proxy/fakes.py", "time.sleep(0.15)"): (SCENARIO, 1),  # an upstream dripping its stream
     ("tests/unit/proxy/fakes.py", "time.sleep(3)"): (SCENARIO, 1),  # an upstream that does not answer
+    ("tests/unit/proxy/test_proxy_memory.py", "time.sleep(0.05)"): (POLL, 1),  # until the proxy let go of a client
     ("tests/unit/proxy/test_signing.py", "asyncio.sleep(0)"): (POLL, 1),  # a check between the proxy's steps
     ("tests/unit/proxy/test_sources.py", "time.sleep(5)"): (SCENARIO, 1),  # a credential helper that hangs
     ("tests/unit/racy.py", "time.sleep(0.05)"): (CLOCK, 1),  # past the walk's racy window

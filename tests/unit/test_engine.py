@@ -119,6 +119,24 @@ def test_attach_reads_the_upgraded_stream_until_eof(tmp_path: Path, engine_at: F
     assert "Upgrade: tcp" in head
 
 
+def test_exec_runs_as_the_user_asked_and_returns_status_and_both_streams(tmp_path: Path, engine_at: Fixture) -> None:
+    """`doctor --session`'s probe: an exec made (as the session's user, no TTY, no stdin), started on an upgraded
+    connection whose frames are split by stream, and its exit status read once its output ended."""
+    engine, made = engine_at
+    fake = serve(tmp_path, made, b'HTTP/1.1 201 Created\r\nContent-Length: 13\r\n\r\n{"Id": "e/1"}',
+                 b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
+                 + frame(STDOUT, b'{"a": ') + frame(STDERR, b"warn\n") + frame(STDOUT, b"1}\n"),
+                 b'HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{"ExitCode": 3}')
+    assert Runtime(engine).exec("c1", ("python3", "-c", "x"), "4242:4242") == (3, '{"a": 1}\n', "warn\n")
+    created, started, inspected = (request.decode() for request in fake.requests)
+    assert created.startswith("POST /containers/c1/exec HTTP/1.1")
+    assert json.loads(created.split("\r\n\r\n", 1)[1]) == {
+        "Cmd": ["python3", "-c", "x"], "User": "4242:4242", "AttachStdin": False, "AttachStdout": True,
+        "AttachStderr": True, "Tty": False}
+    assert started.startswith("POST /exec/e%2F1/start HTTP/1.1") and "Upgrade: tcp" in started
+    assert inspected.startswith("GET /exec/e%2F1/json HTTP/1.1")
+
+
 def test_errors_carry_the_engines_words(tmp_path: Path, engine_at: Fixture) -> None:
     engine, made = engine_at
     message = b'{"message": "No such container: nope"}'

@@ -10,6 +10,7 @@ CHECK = """
 import dejima, dejima.adapters.packaged as p, dejima.adapters.manifest_files as m
 assert dejima.__file__.startswith(TARGET), dejima.__file__
 assert "FROM" in p.docker_template("filter") and "FROM" in p.docker_template("session")
+assert b"dejima-allow" in p.session_tools()["notice"], "the session notice is package data"
 catalog = m.load_catalog(include_user=False)
 assert ("harnesses", "shell") in catalog.manifests, sorted(catalog.manifests)
 assert all(mf.source.startswith(TARGET) for mf in catalog.manifests.values())

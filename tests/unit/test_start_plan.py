@@ -131,6 +131,26 @@ def test_a_route_whose_source_the_host_lacks_is_left_out_with_a_note(tmp_path: P
     assert none.proxy is None and not none.request.bridge
 
 
+@pytest.mark.parametrize("present", [None, frozenset(), frozenset({"github-api"}),
+                                     frozenset({"github-api", "github-uploads", "github-git"})])
+def test_the_card_and_the_render_name_the_routes_the_proxy_serves_and_no_other(tmp_path: Path,
+                                                                              present: frozenset[str] | None) -> None:
+    """What the boundary card says of the credential routes comes from the routes planned to run: a route
+    whose source the host lacks is not shown as swapped in by a proxy that will not be there."""
+    from dejima.ui.views import boundary_card, format_plan
+
+    facts, resolved = dry_facts(owned(tmp_path))
+    plan = plan_start(None, resolved, host.load_settings(), OPTIONS, replace(facts, credentials_present=present))
+    served = set(plan.proxy.routes) if plan.proxy is not None else set()
+    assert {view.route for view in plan.session.credentials} == served
+    card, render = "\n".join(boundary_card(plan.session)), format_plan(plan.session)
+    for route in ("github-api", "github-uploads", "github-git"):
+        assert (f"{route}:" in card) == (route in served), card
+        assert (f"{route} " in render) == (route in served), render
+    if not served:
+        assert "credentials none" in card
+
+
 def test_a_policy_that_does_not_pass_is_refused_by_the_plan_too(tmp_path: Path) -> None:
     from dejima.errors import DiagnosticError
 

@@ -2,8 +2,9 @@
 
 Each PathRule names files by glob; a change to one is a finding at the rule's severity (detect by
 location, research §0.2). Rules with a format are parsed and diffed key by key: a changed key takes
-the severity of the first KeyRule it matches; a file that no longer parses is a finding at the
-rule's file severity (or high), never silence. Git, filesystem, name and dependency-tree rules
+the severity of the first KeyRule it matches; a file that no longer parses (or is a link, which
+host tools read through) is a finding at the worst severity the rule gives: the keys it hides may
+be any of them. Never silence. Git, filesystem, name and dependency-tree rules
 need code and live in their own modules; their key lists live here too.
 
 Bump CATALOGUE_VERSION when a rule or a list changes: `dejima-audit` shows which version
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATALOGUE_VERSION = "2026.12.8"
+from dejima.core.audit.model import rank
+
+CATALOGUE_VERSION = "2026.12.9"
 
 
 # A KeyRule severity: the key runs nothing (a task's label, a schema version); a change to it is
@@ -44,6 +47,14 @@ class PathRule:
     remedy: str = "restore"
     mounts: tuple[str, ...] = ("workspace",)
     keep: bool = True  # the start snapshot keeps matching files' bytes (not for a whole language's files)
+
+    @property
+    def worst(self) -> str:
+        """The worst severity this rule gives (a key's context is none): a link put in the file's
+        place, which host tools read through, is this bad."""
+        given = [s for s in (self.severity, self.added, self.other_keys, *(k.severity for k in self.keys))
+                 if s and s != CONTEXT]
+        return max(given, key=rank) if given else "high"
 
 
 def K(pattern: str, severity: str, when: str = "", rule: str = "") -> KeyRule:  # noqa: N802 - a table row
@@ -479,7 +490,8 @@ CODED_RULES = {
     "F07": ("huge file or deep nesting", "low"), "F08": ("name trick (case, Unicode, controls)", "medium-critical"),
     "F09": ("invisible characters in code", "medium"), "F10": ("content changed behind an old mtime", "low"),
     "M01": ("changed existing cache entry (caches under the session home, cache mounts)", "medium"),
-    "X00": ("a session that could not be audited", "critical"),
+    "X00": ("a session or mount that could not be audited (critical), or a rule that failed on one path (at "
+            "that rule's worst severity)", "low-critical"),
     "X01": ("file in an unlisted dot-directory", "low"), "X02": ("new root config-as-code file", "medium"),
     "X03": ("other change inside a git directory", "medium"), "X04": ("other git config key", "medium-high"),
     "X05": ("lockfile checksum changed without a version change", "high"),

@@ -9,8 +9,9 @@ from functools import lru_cache
 
 from dejima.core.audit.catalogue import CONTEXT, KEY_RULE_TITLES, PATH_RULES, KeyRule, PathRule
 from dejima.core.audit.globs import GlobIndex
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.linear import PatternSet, encoded
-from dejima.core.audit.model import MOUNT_KINDS, Finding, View, finding, in_dependency_tree, rank
+from dejima.core.audit.model import MOUNT_KINDS, Finding, View, finding, in_dependency_tree
 from dejima.core.audit.treeroots import judged_by_tree
 from dejima.core.audit.values import VALUE_TESTS
 from dejima.core.configfiles import ConfigParseError, parse_config
@@ -163,8 +164,7 @@ def _apply(rule: PathRule, path: str, change: Change, view: View) -> list[Findin
     file_severity = (rule.added if change.what == "added" and rule.added else rule.severity)
     if new.kind == "symlink":
         # The host's tools read through the link: whatever it points at is this config now.
-        severity = max((s for s in (rule.severity, rule.added, *(k.severity for k in rule.keys)) if s), key=rank)
-        return [finding(rule.id, severity, path, f"{rule.title}: now a link to {new.target}", new.target or "",
+        return [finding(rule.id, rule.worst, path, f"{rule.title}: now a link to {new.target}", new.target or "",
                         remedy=rule.remedy)]
     if new.kind != "file":
         return []
@@ -179,7 +179,7 @@ def _apply(rule: PathRule, path: str, change: Change, view: View) -> list[Findin
     if rule.fmt is not None:
         parsed = _key_findings(rule, path, view)
         if parsed is None:
-            return [finding(rule.id, rule.severity or "high", path,
+            return [finding(rule.id, rule.worst, path,
                             f"{rule.title}: {change.what}, and cannot be read or parsed as {rule.fmt}", value,
                             remedy=rule.remedy)]
         keyed, context = parsed
@@ -196,18 +196,24 @@ def _tree_judges(path: str, view: View) -> bool:
     return view.kind == "workspace" and judged_by_tree(path, view)
 
 
+def _removed(rule: PathRule, path: str, view: View) -> list[Finding]:
+    """A deleted config can lift a deny list (an .npmrc's ignore-scripts...)."""
+    return (_key_findings(rule, path, view) or ([], []))[0]
+
+
 def config_findings(view: View) -> list[Finding]:
+    """Each rule on each path judged on its own (isolation): one that fails is a finding there."""
     found: list[Finding] = []
     for path, change in view.changed.items():
         rules = rules_for(path, view.kind) if change.after is not None else []
         if rules and not _tree_judges(path, view):
             for rule in rules:
-                found.extend(_apply(rule, path, change, view))
+                found.extend(judged(view, rule.id, path, _apply, rule, path, change, view))
     for change in view.changes:
         if change.what != "removed":
             continue
-        # A deleted config can lift a deny list (an .npmrc's ignore-scripts...).
         parsed = [rule for rule in rules_for(change.path, view.kind) if rule.fmt]
         if parsed and not _tree_judges(change.path, view):
-            found.extend(f for rule in parsed for f in (_key_findings(rule, change.path, view) or ([], []))[0])
+            for rule in parsed:
+                found.extend(judged(view, rule.id, change.path, _removed, rule, change.path, view))
     return found

@@ -10,9 +10,11 @@ Content signals (dejima.core.audit.signals) raise a finding whose new text holds
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fnmatch import fnmatchcase
 
 from dejima.core.audit.git import index_hidden
+from dejima.core.audit.isolation import correlated
 from dejima.core.audit.model import Finding, View, finding, rank
 from dejima.core.audit.signals import content_signals
 from dejima.core.audit.values import referenced_changes
@@ -33,26 +35,31 @@ def _signals(item: Finding, view: View) -> Finding:
     return item.raise_by("content: " + ", ".join(signals)) if signals else item
 
 
-def _referenced(found: list[Finding], view: View) -> list[Finding]:
-    """C4: a config value that names a file written in this session."""
+def _referenced(item: Finding, view: View) -> list[Finding]:
+    """C4: a config value that names a file written in this session: the finding raised, and that file."""
+    if not item.key:
+        return [item]
+    targets = [t for t in referenced_changes(item.value, view, item.path.rpartition("/")[0]) if t != item.path]
+    if not targets:
+        return [item]
+    raised = item.raise_by(f"points at {', '.join(targets)}, written in this session")
     extra = []
-    out = []
+    for target in targets:
+        entry = view.entry(target)
+        extra.append(finding(item.rule, raised.severity, target, f"run through {item.path} ({item.key})",
+                             entry.sha256 or "" if entry else "", remedy="restore"))
+    return [raised, *extra]
+
+
+def _each(view: View, found: list[Finding], correlate_one: Callable[[Finding, View], list[Finding]]) -> list[Finding]:
+    """A correlation of one finding at a time, on each on its own (isolation: one that fails leaves
+    its finding as it was, and says so): the findings as raised, then what it added."""
+    kept, added = [], []
     for item in found:
-        if not item.key:
-            out.append(item)
-            continue
-        value = item.value
-        targets = [t for t in referenced_changes(value, view, item.path.rpartition("/")[0]) if t != item.path]
-        if not targets:
-            out.append(item)
-            continue
-        raised = item.raise_by(f"points at {', '.join(targets)}, written in this session")
-        out.append(raised)
-        for target in targets:
-            entry = view.entry(target)
-            extra.append(finding(item.rule, raised.severity, target, f"run through {item.path} ({item.key})",
-                                 entry.sha256 or "" if entry else "", remedy="restore"))
-    return out + extra
+        head, *rest = correlated(view, item.rule, [item], lambda items: correlate_one(items[0], view), item.path)
+        kept.append(head)
+        added.extend(rest)
+    return kept + added
 
 
 def _hide_patterns(view: View) -> list[tuple[str, str, str]]:
@@ -119,8 +126,8 @@ def _instructions(found: list[Finding], view: View) -> list[Finding]:
 
 
 def correlate(found: list[Finding], view: View) -> list[Finding]:
-    found = _referenced(found, view)
-    found = _instructions(found, view)
-    found = [_signals(item, view) for item in found]
+    found = _each(view, found, _referenced)
+    found = correlated(view, "A06", found, lambda found: _instructions(found, view))
+    found = _each(view, found, lambda item, view: [_signals(item, view)])
     # Only a workspace is looked at with `git status` (a tool's cache writes a .gitignore of its own).
-    return _hiders(found, view) if view.kind == "workspace" else found
+    return correlated(view, "G20", found, lambda found: _hiders(found, view)) if view.kind == "workspace" else found

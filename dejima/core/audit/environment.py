@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding, resolve
 
 # direnv stdlib functions that read another file; `use flake`/`use nix` read these by default.
@@ -61,16 +62,20 @@ def _envrcs(view: View) -> list[str]:
     return list(found)
 
 
-def _direnv(view: View) -> list[Finding]:
+def _loaded(path: str, view: View) -> list[Finding]:
     found = []
-    for path in _envrcs(view):
-        for source in envrc_sources(path, view.text(path, "before") or ""):
-            change = view.changed.get(source)
-            if change is not None and change.after is not None:
-                found.append(finding("E02", "high", source, f"loaded by the already-allowed {path}, which direnv "
-                                     "does not re-check when this file changes", change.after.sha256 or "",
-                                     remedy="restore"))
+    for source in envrc_sources(path, view.text(path, "before") or ""):
+        change = view.changed.get(source)
+        if change is not None and change.after is not None:
+            found.append(finding("E02", "high", source, f"loaded by the already-allowed {path}, which direnv "
+                                 "does not re-check when this file changes", change.after.sha256 or "",
+                                 remedy="restore"))
     return found
+
+
+def _direnv(view: View) -> list[Finding]:
+    """Each .envrc judged on its own (isolation): one that fails is a finding there."""
+    return [f for path in _envrcs(view) for f in judged(view, "E02", path, _loaded, path, view)]
 
 
 def _shadowing(view: View) -> list[Finding]:
@@ -87,4 +92,6 @@ def _shadowing(view: View) -> list[Finding]:
 
 
 def environment_findings(view: View) -> list[Finding]:
-    return [*_direnv(view), *_shadowing(view)] if view.kind == "workspace" else []
+    if view.kind != "workspace":
+        return []
+    return [*_direnv(view), *judged(view, "E10", "", _shadowing, view)]

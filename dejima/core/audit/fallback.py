@@ -8,6 +8,7 @@ import re
 
 from dejima.core.audit.catalogue import INERT_DIRS
 from dejima.core.audit.configs import rules_for
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.manifest_watch import Watch, asked, asked_by, catalogue_knows
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.treeroots import in_tree
@@ -27,24 +28,28 @@ def _inert(path: str) -> bool:
     return _INERT.search(path) is not None
 
 
+def _unlisted(path: str, change: Change, view: View) -> list[Finding]:
+    new = change.after
+    if new is None or new.kind == "dir" or ".git" in path.split("/") or _inert(path) or in_tree(path, view) or \
+            rules_for(path):
+        return []  # the catalogue judged it (a quiet key change is a verdict too)
+    value = new.sha256 or new.target or new.kind
+    if _in_dot_directory(path):
+        return [finding("X01", "low", path, f"{change.what} in a dot-directory that tools may read as "
+                        "configuration", value, remedy="restore")]
+    if change.what == "added" and _CONFIG_AS_CODE.match(path):
+        return [finding("X02", "medium", path, "a new configuration file at the root that may be code", value,
+                        remedy="restore")]
+    return []
+
+
 def fallback_findings(view: View, found: list[Finding]) -> list[Finding]:
+    """Each path no rule flagged judged on its own (isolation): one that fails is a finding there."""
     if view.kind != "workspace":
         return []
     flagged = {f.path for f in found}
-    out = []
-    for path, change in view.changed.items():
-        new = change.after
-        if new is None or new.kind == "dir" or path in flagged or ".git" in path.split("/") or \
-                _inert(path) or in_tree(path, view) or rules_for(path):
-            continue  # the catalogue judged it (a quiet key change is a verdict too)
-        value = new.sha256 or new.target or new.kind
-        if _in_dot_directory(path):
-            out.append(finding("X01", "low", path, f"{change.what} in a dot-directory that tools may read as "
-                               "configuration", value, remedy="restore"))
-        elif change.what == "added" and _CONFIG_AS_CODE.match(path):
-            out.append(finding("X02", "medium", path, "a new configuration file at the root that may be code",
-                               value, remedy="restore"))
-    return out
+    return [f for path, change in view.changed.items() if path not in flagged
+            for f in judged(view, "X01/X02", path, _unlisted, path, change, view)]
 
 
 def _watched_change(change: Change) -> tuple[str, str] | None:

@@ -9,10 +9,11 @@ import re
 import stat
 
 from dejima.core.audit.configs import rules_for
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding, resolve
 from dejima.core.audit.names import BIDI, invisible_in_text
 from dejima.core.audit.treeroots import in_tree
-from dejima.core.snapshot import Change, SnapshotEntry
+from dejima.core.snapshot import Change, SnapshotEntry, mode_text
 
 # Files whose text is code or config: invisible characters there hide logic from a reviewer (F09).
 _CODE = re.compile(r"\.(py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonc|toml|ya?ml|ini|cfg|conf|sh|bash|zsh|fish|ps1|"
@@ -83,7 +84,7 @@ def _privilege(path: str, change: Change) -> list[Finding]:
     # Files only: a setgid directory is how shared group directories work, and nothing runs it.
     newly = old is None or not old.privileged_bits or change.what in ("modified", "type")
     if new.kind == "file" and new.privileged_bits and newly:
-        found.append(finding("F03", "critical", path, f"mode {oct(new.mode)}: setuid/setgid", value,
+        found.append(finding("F03", "critical", path, f"mode {mode_text(new.mode)}: setuid/setgid", value,
                              remedy="strip-bits"))
     if new.caps:
         found.append(finding("F03", "critical", path, "file capabilities (security.capability)", value,
@@ -103,11 +104,11 @@ def _metadata(path: str, change: Change) -> list[Finding]:
     value = f"{new.mode:o}:{new.uid}:{new.sha256}"
     if change.what == "mode" and old is not None and new.kind == "file" and new.mode & 0o111 and \
             not old.mode & 0o111:
-        return [finding("F05", "low", path, f"made executable ({oct(old.mode)} -> {oct(new.mode)})", value,
+        return [finding("F05", "low", path, f"made executable ({mode_text(old.mode)} -> {mode_text(new.mode)})", value,
                         remedy="restore")]
     if new.kind != "symlink" and new.mode & 0o002 and not new.mode & stat.S_ISVTX and \
             (old is None or not old.mode & 0o002):
-        return [finding("F06", "medium", path, f"world-writable ({oct(new.mode)})", value, remedy="restore")]
+        return [finding("F06", "medium", path, f"world-writable ({mode_text(new.mode)})", value, remedy="restore")]
     if change.what == "owner" and old is not None:
         return [finding("F06", "medium", path, f"owner changed {old.uid}:{old.gid} -> {new.uid}:{new.gid}", value,
                         remedy="restore")]
@@ -125,7 +126,7 @@ def _content(path: str, change: Change, view: View) -> list[Finding]:
     if change.what == "modified" and old is not None and old.sha256 is not None and new.mtime_ns <= old.mtime_ns:
         found.append(finding("F10", "low", path, "content changed but the modification time did not move "
                              "forward (set back)", new.sha256 or "", remedy="restore"))
-    if _CODE.search(path):
+    if _CODE.search(path) and not (view.text(path) or "").isascii():  # ASCII holds no invisible character
         # A byte-order mark opening the file is an encoding marker, not a hidden character.
         lines = [line for line in view.new_lines(path) if BIDI.search(line) or invisible_in_text(
             line[1:] if line.startswith("\ufeff") and (view.text(path) or "").startswith(line) else line)]
@@ -137,27 +138,28 @@ def _content(path: str, change: Change, view: View) -> list[Finding]:
 
 
 def file_findings(view: View) -> list[Finding]:
+    """Each rule on each changed entry judged on its own (isolation): one that fails is a finding there."""
     found: list[Finding] = []
     deep_reported = False
     for change in view.changes:
         path, new = change.path, change.after
         if new is None:
             continue
-        found.extend(_privilege(path, change))
+        found.extend(judged(view, "F03/F04", path, _privilege, path, change))
         linked = change.before is None or change.before.nlink < new.nlink or change.what in ("added", "type")
         hard_linked = new.kind == "file" and new.nlink > 1 and linked and not path.startswith(".git/objects/")
         if in_tree(path, view):
             # Reported whole, to reinstall (trees.py, caches.py); a hard link with a watched place is still ours.
             if hard_linked:
-                found.extend(_hard_link(path, new, view, in_a_tree=True))
+                found.extend(judged(view, "F02", path, _hard_link, path, new, view, in_a_tree=True))
             continue
-        found.extend(_metadata(path, change))
+        found.extend(judged(view, "F05/F06", path, _metadata, path, change))
         if new.kind == "symlink" and change.what in ("added", "type", "link-target") and new.target is not None:
-            found.extend(_link(path, change, view))
+            found.extend(judged(view, "F01/G26", path, _link, path, change, view))
         if new.kind == "file" and change.what in ("added", "modified", "type"):
-            found.extend(_content(path, change, view))
+            found.extend(judged(view, "F07/F09/F10", path, _content, path, change, view))
         if hard_linked:
-            found.extend(_hard_link(path, new, view))
+            found.extend(judged(view, "F02", path, _hard_link, path, new, view))
         if change.what == "added" and not deep_reported and path.count("/") >= _DEEP:
             deep_reported = True
             found.append(finding("F07", "low", path, f"nesting deeper than {_DEEP} directories", path))

@@ -15,6 +15,7 @@ from fnmatch import fnmatchcase
 from dejima.core.audit.catalogue import GIT_ALLOWED, GIT_BUILTINS, GIT_HOUSEKEEPING, GIT_INNER, GIT_KEYS
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
 from dejima.core.audit.globs import matches
+from dejima.core.audit.isolation import correlated, judged
 from dejima.core.audit.model import Finding, View, finding, rank, resolve
 from dejima.core.gitconfig import GitConfigError, parse_git_config
 from dejima.core.snapshot import Snapshot
@@ -371,10 +372,8 @@ def git_findings(view: View) -> list[Finding]:
     including = changed_configs | {p for p in (".git/config", ".git/config.worktree") if p in view.after}
     for path in sorted(including):
         if path in changed_configs:
-            found.extend(_config_findings(path, view))
-        for target in include_targets(path, view.text(path)):
-            if target in view.changed or path in view.changed:
-                found.extend(_config_findings(target, view, included_by=path))
+            found.extend(judged(view, "G03-G28/X04", path, _config_findings, path, view))
+        found.extend(judged(view, "G12", path, _included, path, view))
     if ".git" in view.changed and view.changed[".git"].what in ("type", "modified"):
         new = view.changed[".git"].after
         kind = new.kind if new else "?"
@@ -387,16 +386,22 @@ def git_findings(view: View) -> list[Finding]:
             continue
         where = split_git(path, view)
         if where is not None and path not in changed_configs:
-            found.extend(_inner_findings(path, where, view))
+            found.extend(judged(view, "G01/X03", path, _inner_findings, path, where, view))
         elif hooks and path.startswith(hooks + "/") and change.after.kind != "dir":
             found.append(finding("G01", "critical", path, f"a hook under core.hooksPath ({hooks})",
                                  change.after.sha256 or "", remedy="restore"))
-    found.extend(_enabled_files(found, view))
-    found.extend(_replace_refs(view))
-    found.extend(_index_findings(view))
-    found.extend(_nested_repositories(view))
-    found.extend(_driver_correlation(view, found, changed_configs))
+    found = correlated(view, "G01/G12/G14/G18", found, lambda found: [*found, *_enabled_files(found, view)])
+    found.extend(judged(view, "G21", "", _replace_refs, view))
+    found.extend(judged(view, "G20", "", _index_findings, view))
+    found.extend(judged(view, "G24", "", _nested_repositories, view))
+    found.extend(judged(view, "G08", "", _driver_correlation, view, found, changed_configs))
     return found
+
+
+def _included(path: str, view: View) -> list[Finding]:
+    """The files a git config includes, when either changed."""
+    return [f for target in include_targets(path, view.text(path)) if target in view.changed or path in view.changed
+            for f in _config_findings(target, view, included_by=path)]
 
 
 def derived_watch(config_text: str | None) -> list[str]:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.treeroots import in_tree
 
@@ -112,25 +113,29 @@ def _unmatched_versions(path: str, before: str, after: str, view: View) -> Findi
                    "the lockfile", "\n".join(unmatched), remedy="restore")
 
 
+def _lockfile(path: str, reader: Callable[[str], Digests], view: View) -> list[Finding]:
+    before, after = view.text(path, "before"), view.text(path)
+    if before is None or after is None:
+        return []
+    try:
+        old, new = reader(before), reader(after)
+        unmatched = _unmatched_versions(path, before, after, view)
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return []  # a lockfile is data for its tool, which reports its own format errors
+    found = [] if unmatched is None else [unmatched]
+    swapped = sorted(artifact for artifact, digest in new.items() if artifact in old and old[artifact] != digest)
+    if swapped:
+        found.append(finding("X05", "high", path, f"checksum changed without a version change: "
+                             f"{', '.join(swapped[:5])}{' ...' if len(swapped) > 5 else ''}",
+                             "\n".join(f"{a}={new[a]}" for a in swapped), remedy="restore"))
+    return found
+
+
 def lockfile_findings(view: View) -> list[Finding]:
+    """Each lockfile judged on its own (isolation): one that fails is a finding there."""
     found = []
     for path in view.changed:
         reader = next((r for pattern, r in _READERS if pattern.search(path)), None)
-        if reader is None or in_tree(path, view):
-            continue
-        before, after = view.text(path, "before"), view.text(path)
-        if before is None or after is None:
-            continue
-        try:
-            old, new = reader(before), reader(after)
-            unmatched = _unmatched_versions(path, before, after, view)
-        except (ValueError, TypeError, AttributeError, RecursionError):
-            continue  # a lockfile is data for its tool, which reports its own format errors
-        if unmatched is not None:
-            found.append(unmatched)
-        swapped = sorted(artifact for artifact, digest in new.items() if artifact in old and old[artifact] != digest)
-        if swapped:
-            found.append(finding("X05", "high", path, f"checksum changed without a version change: "
-                                 f"{', '.join(swapped[:5])}{' ...' if len(swapped) > 5 else ''}",
-                                 "\n".join(f"{a}={new[a]}" for a in swapped), remedy="restore"))
+        if reader is not None and not in_tree(path, view):
+            found.extend(judged(view, "X05/X06", path, _lockfile, path, reader, view))
     return found

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.treeroots import in_tree
 
@@ -108,18 +109,24 @@ def modeline_findings(view: View) -> list[Finding]:
         if new is None or new.kind != "file" or new.size > _BIG or in_tree(path, view) or \
                 ".git" in path.split("/"):
             continue
-        data = view.data(path)
-        if data is None or b"\0" in data[:8192]:
-            continue
-        lines = edge_lines(data)  # modelines sit in the first and last lines: only those are decoded
-        before = view.text(path, "before")  # known for watched files only: then old lines stay quiet
-        vim = vim_modeline(lines)
-        if vim is not None and (before is None or vim[0] not in before):
-            line, why = vim
-            found.append(finding("I12", "high", path, f"a Vim modeline {why}; Vim applies it when the file is "
-                                 f"opened: {line[:120]}", line, remedy="restore"))
-        emacs = emacs_variables("\n".join(lines[:2]), data[-3000:].decode("utf-8", "surrogateescape"))
-        if emacs is not None and (before is None or emacs[0] not in before):
-            found.append(finding("I13", "medium", path, f"Emacs file-local variables set {emacs[1]} (Emacs asks "
-                                 f"before applying them): {emacs[0]}", emacs[0], remedy="restore"))
+        found.extend(judged(view, "I12/I13", path, _modelines, path, view))
+    return found
+
+
+def _modelines(path: str, view: View) -> list[Finding]:
+    data = view.data(path)
+    if data is None or b"\0" in data[:8192]:
+        return []
+    found = []
+    lines = edge_lines(data)  # modelines sit in the first and last lines: only those are decoded
+    before = view.text(path, "before")  # known for watched files only: then old lines stay quiet
+    vim = vim_modeline(lines)
+    if vim is not None and (before is None or vim[0] not in before):
+        line, why = vim
+        found.append(finding("I12", "high", path, f"a Vim modeline {why}; Vim applies it when the file is "
+                             f"opened: {line[:120]}", line, remedy="restore"))
+    emacs = emacs_variables("\n".join(lines[:2]), data[-3000:].decode("utf-8", "surrogateescape"))
+    if emacs is not None and (before is None or emacs[0] not in before):
+        found.append(finding("I13", "medium", path, f"Emacs file-local variables set {emacs[1]} (Emacs asks "
+                             f"before applying them): {emacs[0]}", emacs[0], remedy="restore"))
     return found

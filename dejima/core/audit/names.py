@@ -15,9 +15,11 @@ from collections.abc import Callable
 from functools import partial
 
 from dejima.core.audit.configs import rules_for, rules_for_folded
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.treeroots import in_tree
+from dejima.core.snapshot import SnapshotEntry
 
 # Bidi controls, zero-width and other default-ignorable code points, variation selectors, tags.
 _INVISIBLE_RANGES = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
@@ -112,27 +114,30 @@ def _collision(path: str, name: str, view: View) -> str | None:
     return None
 
 
-def name_findings(view: View) -> list[Finding]:
+def _added_name(path: str, new: SnapshotEntry, view: View) -> list[Finding]:
     found = []
-    for path, change in view.changed.items():
-        if change.what != "added" or change.after is None:
-            continue
-        name = path.rsplit("/", 1)[-1]
-        value = change.after.sha256 or change.after.kind
-        alias = normalize(name)
-        if alias in _GIT_NAMES and name != alias:
-            found.append(finding("G25", "critical", path, f"{name!r} is {alias} on a case-insensitive or Windows "
-                                 "filesystem", value, remedy="restore"))
-        if in_tree(path, view):
-            continue  # a tree's or a cache's names are its tool's (uv's start with '-'); no tool reads config there
-        reason = _odd_name(name) or _collision(path, name, view)
-        if reason == _DASH and view.kind == "home" and _DASHED_BY_ITS_TOOL.fullmatch(path):
-            reason = None
-        normalized = "/".join(normalize(part) for part in path.split("/"))
-        if normalized != path and change.after.kind == "file" and not rules_for(path, view.kind) and \
-                rules_for_folded(normalized, view.kind):
-            found.append(finding("F08", "critical", path, f"the name is {normalized!r} on a case-insensitive "
-                                 "filesystem, a place tools run code from", value, remedy="restore"))
-        elif reason:
-            found.append(finding("F08", "medium", path, f"the name {reason}", value, remedy="restore"))
+    name = path.rsplit("/", 1)[-1]
+    value = new.sha256 or new.kind
+    alias = normalize(name)
+    if alias in _GIT_NAMES and name != alias:
+        found.append(finding("G25", "critical", path, f"{name!r} is {alias} on a case-insensitive or Windows "
+                             "filesystem", value, remedy="restore"))
+    if in_tree(path, view):
+        return found  # a tree's or a cache's names are its tool's (uv's start with '-'); no tool reads config there
+    reason = _odd_name(name) or _collision(path, name, view)
+    if reason == _DASH and view.kind == "home" and _DASHED_BY_ITS_TOOL.fullmatch(path):
+        reason = None
+    normalized = "/".join(normalize(part) for part in path.split("/"))
+    if normalized != path and new.kind == "file" and not rules_for(path, view.kind) and \
+            rules_for_folded(normalized, view.kind):
+        found.append(finding("F08", "critical", path, f"the name is {normalized!r} on a case-insensitive "
+                             "filesystem, a place tools run code from", value, remedy="restore"))
+    elif reason:
+        found.append(finding("F08", "medium", path, f"the name {reason}", value, remedy="restore"))
     return found
+
+
+def name_findings(view: View) -> list[Finding]:
+    """Each new name judged on its own (isolation): one that fails is a finding there."""
+    return [f for path, change in view.changed.items() if change.what == "added" and change.after is not None
+            for f in judged(view, "F08/G25", path, _added_name, path, change.after, view)]

@@ -13,6 +13,7 @@ from dejima.core.audit.environment import environment_findings
 from dejima.core.audit.fallback import fallback_findings, watch_findings
 from dejima.core.audit.files import file_findings
 from dejima.core.audit.git import git_findings
+from dejima.core.audit.isolation import correlated, judged
 from dejima.core.audit.lockfiles import lockfile_findings
 from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import Contents, Finding, View, rank
@@ -67,14 +68,19 @@ def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "wo
     ``listdir(directory)`` the names in a directory now (default: from ``after``); ``candidates``
     as for ``diff``; ``watch``: the paths the session's manifests ask to watch."""
     view = View(before, after, diff(before, after, candidates), contents, kind, listdir)
-    found = [*config_findings(view), *file_findings(view), *name_findings(view), *tree_findings(view),
-             *environment_findings(view)]
+    # Each stage judges each path (tree, file's keys) on its own (isolation.judged); what fails
+    # outside any path is a failure of the whole stage, and the other stages still run.
+    stages: list[tuple[str, Callable[[View], list[Finding]]]] = [
+        ("the catalogue's path rules", config_findings), ("the file rules (F01-F10)", file_findings),
+        ("the name rules (F08, G25)", name_findings), ("the tree rules (B07, B10, B11, M01)", tree_findings),
+        ("the environment rules (E02, E10)", environment_findings)]
     if kind == "workspace":
-        found.extend(git_findings(view))
-        found.extend(lockfile_findings(view))
-        found.extend(modeline_findings(view))
+        stages += [("the git rules (G01-G28, X03, X04)", git_findings), ("the lockfile rules (X05, X06)",
+                                                                          lockfile_findings),
+                   ("the modeline rules (I12, I13)", modeline_findings)]
+    found = [f for name, stage in stages for f in judged(view, name, "", stage, view)]
     # Before the correlations, which may raise it; before the fallback, which a manifest's ask outranks.
-    found.extend(watch_findings(view, found, watch))
-    found = correlate(found, view)
-    found.extend(fallback_findings(view, found))
+    found.extend(judged(view, "X07", "", watch_findings, view, found, watch))
+    found = correlated(view, "the correlations (C3, C4, C8, content)", found, lambda found: correlate(found, view))
+    found.extend(judged(view, "X01/X02", "", fallback_findings, view, found))
     return one_per_path(_deduplicated(found))

@@ -10,6 +10,7 @@ import re
 
 from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings
 from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tampering, python_tampering, recorded
+from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
 from dejima.core.snapshot import Change
@@ -58,21 +59,21 @@ def _build_output(view: View) -> list[Finding]:
 
 
 def _dependencies(view: View) -> list[Finding]:
-    found = []
-    for (_, root), changes in _group(view, DEPENDENCY_KINDS).items():
-        in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
-                    and c.path[len(root) + 1:] not in TOOL_STATE]
-        tampered = in_place + npm_tampering(root, changes, view)
-        paths = sorted({c.path for c in changes})
-        if tampered:
-            found.append(finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: "
-                                 f"{_summary(tampered)}; delete {root} and reinstall on the host",
-                                 changes_value(changes), remedy="reinstall"))
-        else:
-            found.append(finding("B07", "low", root, f"dependency tree rewritten ({len(paths)} entries, e.g. an "
-                                 f"install in the session); reinstall on the host to be sure",
-                                 changes_value(changes), remedy="reinstall"))
-    return found
+    """Each dependency tree judged on its own (isolation): one that fails is a finding there."""
+    return [f for (_, root), changes in _group(view, DEPENDENCY_KINDS).items()
+            for f in judged(view, "B07", root, _dependency_tree, root, changes, view)]
+
+
+def _dependency_tree(root: str, changes: list[Change], view: View) -> list[Finding]:
+    in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
+                and c.path[len(root) + 1:] not in TOOL_STATE]
+    tampered = in_place + npm_tampering(root, changes, view)
+    if tampered:
+        return [finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: {_summary(tampered)}; "
+                        f"delete {root} and reinstall on the host", changes_value(changes), remedy="reinstall")]
+    return [finding("B07", "low", root, f"dependency tree rewritten ({len({c.path for c in changes})} entries, e.g. "
+                    "an install in the session); reinstall on the host to be sure", changes_value(changes),
+                    remedy="reinstall")]
 
 
 def _stray_node_modules(view: View) -> list[Finding]:
@@ -102,36 +103,39 @@ def _environments(view: View) -> list[Finding]:
     later step of issue 32). What no installer writes is high: a file no RECORD lists, a .pth with
     an import line that is none of the installers' own. In the session's home (the workflows put
     uv's and poetry's environments there) only sessions run them, inside the boundary: medium."""
+    return [f for (kind, root), changes in _group(view, PYTHON_KINDS).items()
+            for f in judged(view, "B10", root, _environment, kind, root, changes, view)]
+
+
+def _environment(kind: str, root: str, changes: list[Change], view: View) -> list[Finding]:
     home = view.kind == "home"
     found = []
-    for (kind, root), changes in _group(view, PYTHON_KINDS).items():
-        tampered = (conda_tampering if kind == "conda" else python_tampering)(root, changes, view)
-        record = ENVIRONMENT_RECORDS.get(kind)
-        created = root not in view.before or record is not None and f"{root}/{record}" not in view.before
-        rest = []
-        for change in changes:
-            new = change.after
-            if created or new is None or new.kind != "file" or not _STARTUP.search(change.path) or \
-                    change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or "") or \
-                    recorded(change.path, root, view, kind):  # what a distribution installs: part of its install
-                rest.append(change)
-                continue
-            found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
-                                 f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
-        paths = sorted({c.path for c in rest})
-        where = "" if home else " on the host"
-        what = "install target" if kind == "python-target" else "environment"
-        if tampered:
-            found.append(finding("B10", "medium" if home else "high", root, f"{len(tampered)} change(s) no installer "
-                                 f"makes: {_summary(tampered)}; recreate the {what}{where}",
-                                 changes_value(changes), remedy="reinstall"))
-        elif rest:
-            done = "created in the session" if created else "changed"
-            found.append(finding("B10", "low", root, f"a Python {what} {done} ({len(paths)} entries, e.g. "
-                                 f"{_summary(paths)}): each file matches a RECORD or is the {what}'s own; neither is "
-                                 f"held to the packages or to venv's templates yet: recreate it{where} to be sure",
-                                 changes_value(rest),
-                                 remedy="reinstall"))
+    tampered = (conda_tampering if kind == "conda" else python_tampering)(root, changes, view)
+    record = ENVIRONMENT_RECORDS.get(kind)
+    created = root not in view.before or record is not None and f"{root}/{record}" not in view.before
+    rest = []
+    for change in changes:
+        new = change.after
+        if created or new is None or new.kind != "file" or not _STARTUP.search(change.path) or \
+                change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or "") or \
+                recorded(change.path, root, view, kind):  # what a distribution installs: part of its install
+            rest.append(change)
+            continue
+        found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
+                             f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
+    paths = sorted({c.path for c in rest})
+    where = "" if home else " on the host"
+    what = "install target" if kind == "python-target" else "environment"
+    if tampered:
+        found.append(finding("B10", "medium" if home else "high", root, f"{len(tampered)} change(s) no installer "
+                             f"makes: {_summary(tampered)}; recreate the {what}{where}",
+                             changes_value(changes), remedy="reinstall"))
+    elif rest:
+        done = "created in the session" if created else "changed"
+        found.append(finding("B10", "low", root, f"a Python {what} {done} ({len(paths)} entries, e.g. "
+                             f"{_summary(paths)}): each file matches a RECORD or is the {what}'s own; neither is "
+                             f"held to the packages or to venv's templates yet: recreate it{where} to be sure",
+                             changes_value(rest), remedy="reinstall"))
     return found
 
 
@@ -150,9 +154,10 @@ def _bytecode(view: View) -> list[Finding]:
 
 
 def tree_findings(view: View) -> list[Finding]:
+    """Each tree judged on its own (isolation), and each kind of tree: one that fails is a finding there."""
     if view.kind == "cache":
-        return cache_mount_findings(view)
+        return judged(view, "M01", "", cache_mount_findings, view)
     if view.kind == "home":
-        return [*home_cache_findings(view), *_environments(view)]
-    return [*_dependencies(view), *_stray_node_modules(view), *_environments(view), *_build_output(view),
-            *_bytecode(view)]
+        return [*judged(view, "M01", "", home_cache_findings, view), *_environments(view)]
+    return [*_dependencies(view), *judged(view, "B07", "", _stray_node_modules, view), *_environments(view),
+            *judged(view, "B07", "", _build_output, view), *judged(view, "B11", "", _bytecode, view)]

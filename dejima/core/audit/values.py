@@ -51,7 +51,7 @@ def referenced_changes(value: str, view: View, base_dir: str) -> list[str]:
     """Paths this session created or changed that a config value points at, resolved from the
     config file's directory or the mount root (`${workspaceFolder}`, `./x`, `x/y`)."""
     found = []
-    for token in path_tokens(value):
+    for token in dict.fromkeys(path_tokens(value)):  # each once: a text of one token repeated is one lookup
         token = token.replace("${workspaceFolder}", "").replace("${workspaceRoot}", "").lstrip("/")
         for base in dict.fromkeys((base_dir, "")):
             target = resolve(base, token)

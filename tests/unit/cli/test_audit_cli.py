@@ -76,6 +76,7 @@ def test_list_show_ack_and_the_finding_comes_back_when_the_content_changes(
     assert "+#!/bin/sh" in shown and '+{"version"' in shown
     assert "--- at the start" in shown
     assert main(["ack", *map(str, ids), "--note", "my own hook"]) == ExitStatus.SUCCESS
+    assert capsys.readouterr().out == f"acknowledged {len(ids)} finding(s)\n"
     assert main(["list", "--json"]) == ExitStatus.SUCCESS
     assert records(capsys.readouterr().out) == []
     session(workspace, "s2", lambda r: (r / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\necho\n"))
@@ -89,6 +90,7 @@ def test_restore_puts_back_the_exact_bytes_and_mode_and_removes_what_the_session
     original = (workspace / ".vscode" / "tasks.json").read_bytes()
     ids = session(workspace, "s1", plant)
     assert main(["restore", *map(str, ids)]) == ExitStatus.SUCCESS
+    assert "put back .vscode/tasks.json as it was at the start" in capsys.readouterr().out  # the answer: stdout
     tasks = workspace / ".vscode" / "tasks.json"
     assert tasks.read_bytes() == original and (tasks.stat().st_mode & 0o7777) == 0o640
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
@@ -117,7 +119,7 @@ def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(
 
 
 def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_reinstall(
-        workspace: Path, out: io.StringIO, tmp_path: Path) -> None:
+        workspace: Path, out: io.StringIO, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep").write_text("not the session's\n")
@@ -131,7 +133,7 @@ def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_
 
     [tree] = session(workspace, "s1", install)
     assert main(["restore", str(tree)]) == ExitStatus.SUCCESS
-    assert "removed node_modules, which the session created" in out.getvalue()
+    assert "removed node_modules, which the session created" in capsys.readouterr().out
     assert not (workspace / "node_modules").exists() and (outside / "keep").exists()
     install(workspace)
     [again] = session(workspace, "s2", lambda root: (root / "node_modules" / "left-pad" / "index.js").write_text(
@@ -190,3 +192,17 @@ def test_names_cannot_inject_markup_or_lines(tmp_path: Path, out: io.StringIO, c
     assert "[bold]x\\u000a reviewed: yes" in listing and "[/x] [link=http://e]" in listing
     assert main(["show", *map(str, ids)]) == ExitStatus.SUCCESS
     assert "\n reviewed: yes" not in capsys.readouterr().out
+
+
+def test_listing_only_reviewed_findings_asks_for_no_review(workspace: Path, out: io.StringIO,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    ids = " ".join(map(str, sorted(session(workspace, "s9", plant))))
+    assert main(["list"]) == ExitStatus.SUCCESS
+    assert f"dejima-audit show {ids}; undo: dejima-audit restore {ids}" in out.getvalue()  # the ids to type
+    assert main(["ack", *ids.split(), "--note", "mine"]) == ExitStatus.SUCCESS
+    out.truncate(0)
+    out.seek(0)
+    assert main(["list", "--all"]) == ExitStatus.SUCCESS
+    assert str(workspace) in capsys.readouterr().out  # the reviewed findings are listed
+    assert "every finding listed is reviewed" in out.getvalue()
+    assert "review them" not in out.getvalue() and "dejima-audit ack" not in out.getvalue()

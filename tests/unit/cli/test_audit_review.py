@@ -211,3 +211,27 @@ def test_the_end_of_session_message_names_the_worst_findings(tmp_path: Path) -> 
     assert len(listed) == 5 and ".git/hooks/post-checkout" in text and ".vscode/tasks.json" in text
     assert all(cell_len(line) <= 80 for line in listed)
     assert "dejima-audit ack" in text
+
+
+def test_the_walk_shows_the_remedy_as_the_command_to_type_and_modes_as_chmod_writes_them(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    write(root, "build.sh", "echo built\n", 0o644)
+    exit_audit.start("s3", [exit_audit.Mount("workspace", root)])
+    (root / "build.sh").chmod(0o755)
+    exit_audit.finish("s3", UI(plain_console(io.StringIO())))
+    (finding,) = unreviewed(root).values()
+    term = Terminal("ack")
+    try:
+        first = term.expect(CHOICES)
+        term.type("m")  # no diff to page: the finding's whole record
+        more = term.expect(CHOICES)
+        term.type("q")
+        assert term.close() == 0
+    finally:
+        if term.process.poll() is None:
+            term.process.kill()
+            term.process.wait()
+    assert "made executable (0644 -> 0755)" in first and "0o" not in first + more
+    assert f"remedy: dejima-audit restore {finding.id} puts back the start state" in more
+    assert "restore ID" not in more

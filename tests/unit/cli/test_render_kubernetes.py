@@ -49,8 +49,8 @@ def test_render_kubernetes_needs_the_images_and_says_where(monkeypatch: pytest.M
     settings = write_settings(monkeypatch, tmp_path, '[kubernetes]\nfilter_image = "r.example/f:1"\n')
     assert main([str(workspace(tmp_path)), "--render", "kubernetes"]) == ExitStatus.USAGE
     output = captured.getvalue()
-    assert f"[kubernetes] session_image is not set in {settings}" in output
-    assert "dejima images list" in output
+    assert f"2 [kubernetes] settings are missing in {settings}" in output
+    assert "[kubernetes] session_image: " in output and "dejima images list" in output
 
 
 def test_render_kubernetes_needs_the_clusters_dns(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -58,15 +58,15 @@ def test_violations_table_shows_what_was_sent(err: io.StringIO, capsys: pytest.C
                      {"time": "x", "kind": "connection", "address": "10.0.0.9", "port": 443, "domain": "[/]",
                       "reason": "not allowed"})
     assert main(["violations", "s1"]) == ExitStatus.SUCCESS
-    output = err.getvalue()
+    output = capsys.readouterr().out  # a table is the command's answer: stdout
     assert_clean(output)
+    assert err.getvalue() == ""
     rows = [line for line in output.splitlines() if line.startswith("│")]
     assert len(rows) == 2  # no record made a line of its own
     first = [cell.strip() for cell in rows[0].split("│")[1:-1]]
     assert first[1:] == ["dns", SHOWN, SHOWN]
     second = [cell.strip() for cell in rows[1].split("│")[1:-1]]
     assert second == ["?", "connection", "[/] -> 10.0.0.9:443", "not allowed"]
-    assert capsys.readouterr().out == ""
 
 
 def test_violations_json_is_one_object_per_line(err: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
@@ -104,8 +104,9 @@ def test_sessions_table_and_json(err: io.StringIO, capsys: pytest.CaptureFixture
 
     monkeypatch.setattr("dejima.adapters.runtime.connect", lambda: Labelled(host.scope()))
     assert main(["sessions"]) == ExitStatus.SUCCESS
-    output = err.getvalue()
+    output = capsys.readouterr().out
     assert_clean(output)
+    assert err.getvalue() == ""
     (row,) = [line for line in output.splitlines() if "│" in line and "stale" in line]
     assert [cell.strip() for cell in row.split("│")[1:-1]] == [
         SHOWN, "stale", SHOWN, "1", "filter012345, session01234"]

@@ -185,6 +185,8 @@ def test_ini(text: str, expected: dict[str, str]) -> None:
 @pytest.mark.parametrize(("text", "reason"), [
     ("a = 1\n= no key\n", "invalid INI line 2: '= no key'"),
     ("a = 1\x00\n", "NUL character"),
+    # configparser itself raised AttributeError here (found by test_audit_isolation's fuzz table).
+    ("[x]\nbare\n  continued\n", "an indented line continues a key that has no value"),
 ])
 def test_broken_ini_is_an_error(text: str, reason: str) -> None:
     with pytest.raises(ConfigParseError, match=reason):

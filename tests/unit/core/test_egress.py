@@ -98,6 +98,12 @@ def test_deny_reasons_are_kept() -> None:
     ("fc00::1", "unique-local (private)"), ("::ffff:127.0.0.1", "loopback"), ("64:ff9b::a9fe:a9fe",
                                                                               "link-local (cloud metadata)"),
     ("2002:7f00:1::", "loopback"), ("93.184.216.34", None), ("2606:4700::1111", None),
+    # the stdlib calls these "private"; each is named for what it is (still refused)
+    ("203.0.113.80", "documentation (TEST-NET-3, RFC 5737)"), ("192.0.2.1", "documentation (TEST-NET-1, RFC 5737)"),
+    ("198.51.100.7", "documentation (TEST-NET-2, RFC 5737)"), ("2001:db8::1", "documentation (RFC 3849)"),
+    ("198.18.0.1", "benchmarking (RFC 2544)"), ("0.1.2.3", "this-network (0.0.0.0/8)"),
+    ("240.0.0.1", "reserved (240.0.0.0/4)"), ("255.255.255.255", "broadcast"),
+    ("192.0.0.1", "IETF protocol assignment (192.0.0.0/24)"),
 ])
 def test_address_classes(address: str, klass: str | None) -> None:
     assert address_class(ipaddress.ip_address(address)) == klass

@@ -43,3 +43,19 @@ def test_filter_context_carries_the_filter_and_the_pod_proxy_only() -> None:
     assert "dejima/core/egress.py" in paths  # the same policy code as the launcher's
     assert "dejima/proxy/pod.py" in paths  # a pod's proxy container runs from this image
     assert not any(p.startswith(("dejima/cli/", "dejima/ui/", "dejima/orchestration/")) for p in paths)
+
+
+def test_session_context_carries_the_notice_and_dejima_why_and_the_tag_follows_them() -> None:
+    """What an agent reads in the session (the notice, dejima-why) is in the image, named by its environment,
+    and a change to either gives another tag (so the image is rebuilt)."""
+    tools = packaged.session_tools()
+    recipe = build_session_recipe(packaged.docker_template("session"), "b", "sha256:1", {}, 1234, 99, "alice",
+                                  tools=tools)
+    files = dict(recipe.files)
+    assert files["dejima-why"].startswith(b"#!/usr/bin/python3 -I\n") and b"dejima-allow" in files["notice"]
+    assert "COPY dejima-why /usr/local/bin/dejima-why" in recipe.dockerfile
+    assert "ENV DEJIMA_NOTICE=/etc/dejima/notice" in recipe.dockerfile
+    for name in tools:
+        changed = build_session_recipe(packaged.docker_template("session"), "b", "sha256:1", {}, 1234, 99, "alice",
+                                       tools={**tools, name: tools[name] + b"\n"})
+        assert changed.tag != recipe.tag, name

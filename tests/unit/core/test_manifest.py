@@ -85,7 +85,7 @@ def test_a_full_manifest_parses_into_values() -> None:
      f"{SOURCE}: 'network.deny_reasons.\"x.example\"' is a reason for an entry that is not in deny"),
     (("[[caches]]", "[caches]"), f"{SOURCE}: 'caches' must be an array of tables, written [[caches]], not table"),
     (('description = "an agent"', "description = 1"), f"{SOURCE}: 'description' must be a string"),
-    (("[harness]", "[harness"), f"{SOURCE}: not valid TOML"),
+    (("[harness]", "[harness"), f"{SOURCE}:24:9: not valid TOML"),
 ])
 def test_each_mistake_has_its_message(mutation: tuple[str, str], expected: str) -> None:
     old, new = mutation

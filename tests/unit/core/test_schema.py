@@ -95,9 +95,25 @@ def test_a_missing_required_key_is_named() -> None:
         check_data({}, DOCUMENT, SOURCE, InputError)
 
 
-def test_toml_errors_name_the_file_and_line() -> None:
-    with pytest.raises(InputError, match=f"{SOURCE}: not valid TOML: .*line 1"):
-        parse_toml("name = \n", SOURCE, InputError)
+@pytest.mark.parametrize(("text", "where", "fix"), [
+    ("name = \n", "1:8", "give the key a value"),
+    ("[a]\nname = ", "2:8", "give the key a value"),  # Python's parser says only "at end of document"
+    ('[network]\nallow = ["a",\n\n', "2:14", "a [list]'s ]"),
+    ('[images]\nbase = "x\n', "2:10", "close the string on the line it starts"),
+    ('x = """abc\n', "1:11", "a string's quote"),
+    ("a = 1\na = 2\nb = 3\n", "2:6", "write each key once"),
+    ("[a]\n[a]\n", "2:3", "declare each [table] once"),
+    ("bogus line\n", "1:7", "write key = value"),
+    ('a = "x\x1by"\n', "1:7", "a control character cannot be written as it is"),
+    ("a = 1\r\nb = \r\n", "2:5", "give the key a value"),
+])
+def test_toml_errors_name_the_file_line_and_column_and_the_fix(text: str, where: str, fix: str) -> None:
+    with pytest.raises(InputError) as caught:
+        parse_toml(text, SOURCE, InputError)
+    assert caught.value.message.startswith(f"{SOURCE}:{where}: not valid TOML: ")
+    assert fix in (caught.value.hint or "")
+    line = int(where.split(":")[0])
+    assert f"{line} | {text.splitlines()[line - 1]}" in (caught.value.context or "")  # the line itself, and a caret
 
 
 def test_key_paths_are_written_as_toml_writes_them() -> None:

@@ -33,8 +33,8 @@ def test_comment_only_file_is_an_error() -> None:
 
 def test_invalid_toml_names_file_and_line() -> None:
     exc = error_of("[images\nbase = 1\n")
-    assert exc.message.startswith(f"{SOURCE}: not valid TOML:")
-    assert "line 1" in exc.message
+    assert exc.message.startswith(f"{SOURCE}:1:8: not valid TOML:")
+    assert "close the [table] name with ]" in (exc.hint or "")
 
 
 def test_unknown_key_suggests_the_close_one() -> None:

@@ -20,17 +20,9 @@ from dejima.filter.dns_wire import Question
 from dejima.filter.nft import SetWriter
 from dejima.filter.resolver import PolicyResolver
 from dejima.filter.setbatch import BatchedSets
+from tests.unit.cli.livefilter import RecordingNft
 
 DOCUMENTATION = ipaddress.ip_network("203.0.113.0/24")
-
-
-class RecordingNft:
-    def __init__(self) -> None:
-        self.batches: list[str] = []
-
-    def cmd(self, text: str) -> tuple[int, str, str]:
-        self.batches.append(text)
-        return 0, "", ""
 
 
 async def _forward(question: Question) -> Answer:

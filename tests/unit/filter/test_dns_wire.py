@@ -8,7 +8,7 @@ import struct
 import pytest
 from dnslib import CNAME, EDNS0, MX, QTYPE, RCODE, RR, SOA, SRV, TXT, A, DNSHeader, DNSQuestion, DNSRecord
 
-from dejima.filter import answer, dns_wire, hitcache, query
+from dejima.filter import answer, dns_wire, hitcache, query, why
 from dejima.filter.answer import Rec
 from dejima.filter.dns_wire import BadName, Question
 from dejima.filter.query import Malformed
@@ -121,12 +121,23 @@ def test_a_refusal_carries_the_reason_only_to_edns_clients() -> None:
     found = query.read(packet)
     assert found is not None
     request, _question = found
-    refused = DNSRecord.parse(dns_wire.reply(request, RCODE.REFUSED, ede=(18, "x.test is not on the allow list")))
+    ede = why.ede(why.NOT_ALLOWED, "x.test is not on the allow list")
+    refused = DNSRecord.parse(dns_wire.reply(request, RCODE.REFUSED, ede=ede))
     assert refused.header.rcode == RCODE.REFUSED and refused.header.id == 9 and str(refused.q.qname) == "x.test."
     (opt,) = refused.ar
-    assert opt.rdata[0].code == 15 and opt.rdata[0].data.endswith(b"x.test is not on the allow list")
+    assert opt.rdata[0].code == 15
+    assert opt.rdata[0].data == b"\x00\x12dejima: not-allowed: x.test is not on the allow list"
     request.edns = False
-    assert DNSRecord.parse(dns_wire.reply(request, RCODE.REFUSED, ede=(18, "why"))).ar == []
+    assert DNSRecord.parse(dns_wire.reply(request, RCODE.REFUSED, ede=ede)).ar == []
+
+
+def test_a_refusal_reason_reaches_the_wire_as_printable_ascii_only() -> None:
+    """A deny reason is the user's text (settings, manifests): control characters, non-ASCII and a
+    length past the limit are escaped and cut before they reach any client."""
+    code, text = why.ede(why.DENIED, "evil\x1b]2;owned\x07 caf\u00e9 \u202e" + "x" * 300)
+    assert code == 18 and len(text) == why.EDE_TEXT_LIMIT
+    assert all(0x20 <= byte < 0x7F for byte in text)
+    assert text.startswith(b"dejima: denied: evil\\x1b]2;owned\\x07 caf\\xe9 \\u202exxx")
 
 
 def test_a_hit_reads_back_as_the_answer_it_was_built_from() -> None:

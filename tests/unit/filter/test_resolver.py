@@ -11,9 +11,12 @@ import asyncio
 import ipaddress
 import socket
 import struct
+import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from dnslib import (
@@ -34,6 +37,7 @@ from dnslib import (
 from dnslib.server import BaseResolver, DNSLogger, DNSServer
 
 from dejima.core.egress import parse_policy
+from dejima.filter import why
 from dejima.filter.answer import Answer, parse
 from dejima.filter.dns_upstream import Forwarder
 from dejima.filter.dns_wire import Question
@@ -52,6 +56,9 @@ ZONE: dict[str, list[tuple[str, str, int]]] = {
     "big.example.test": [("TXT", "x" * 250, 300)] * 8,
     "stray.example.test": [("A", "203.0.113.9", 300), ("STRAY", "203.0.113.99", 300)],
     "short.example.test": [("A", "203.0.113.10", 1)],
+    "loop.example.test": [("LOOP", "loop2.example.test", 300)],
+    "servfail.example.test": [("SERVFAIL", "", 0)],
+    "many.example.test": [("A", f"203.0.113.{n}", 300) for n in range(100, 200)],  # over 1232 octets
 }
 
 
@@ -76,6 +83,11 @@ class _Zone(BaseResolver):  # type: ignore[misc]
                 reply.add_answer(RR("elsewhere.example.test", QTYPE.A, rdata=A(value), ttl=ttl))
             elif kind == "TXT" and request.q.qtype == QTYPE.TXT:
                 reply.add_answer(RR(name, QTYPE.TXT, rdata=TXT(value), ttl=ttl))
+            elif kind == "LOOP":  # two names, each an alias of the other
+                reply.add_answer(RR(name, QTYPE.CNAME, rdata=CNAME(value), ttl=ttl))
+                reply.add_answer(RR(value, QTYPE.CNAME, rdata=CNAME(name), ttl=ttl))
+            elif kind == "SERVFAIL":
+                reply.header.rcode = RCODE.SERVFAIL
         if name not in ZONE:
             reply.header.rcode = RCODE.NXDOMAIN
         return reply
@@ -134,7 +146,8 @@ def world(upstream: tuple[int, list[bytes], list[bool]]) -> Iterator[World]:
     spoof.clear()
     policy = parse_policy(["web.example.test", "*.wild.example.test", "alias.example.test",
                            "bad-alias.example.test", "meta.example.test", "txt.example.test:443",
-                           "big.example.test", "stray.example.test", "short.example.test"],
+                           "big.example.test", "stray.example.test", "short.example.test", "loop.example.test",
+                           "servfail.example.test", "many.example.test"],
                           [("evil.example.test", "a test says this host exfiltrates")],
                           answer_networks=(DOCUMENTATION,))
     added: list[tuple[list[str], list[int] | None, int]] = []
@@ -459,11 +472,13 @@ def test_a_name_revoked_while_its_answer_is_on_the_way_is_refused(when: str) -> 
 
     sets = RevokingSets()
     resolver = PolicyResolver(allowed, forward, sets, lambda r: None)
-    reply = DNSRecord.parse(asyncio.run(resolver.answer(question("web.example.test"))))
+    reply = DNSRecord.parse(asyncio.run(resolver.answer(question("web.example.test", edns=True))))
     if when == "never":
         assert addresses(reply) == ["203.0.113.7"] and resolver.learned() == {"203.0.113.7": "web.example.test"}
     else:
         assert reply.header.rcode == RCODE.REFUSED and resolver.learned() == {} and resolver.hits == {}
+        # Revoked before the answer was checked: the name is simply no longer allowed.
+        assert ede_of(reply)[1] == ("revoked" if when == "insert" else "not-allowed")
         assert sets.added == ([] if when == "upstream" else [(["203.0.113.7"], None, 300)])
 
 
@@ -544,3 +559,110 @@ def test_a_hit_revoked_while_its_element_is_refreshed_is_refused() -> None:
     revoke[0] = True
     assert DNSRecord.parse(asyncio.run(resolver.answer(packet))).header.rcode == RCODE.REFUSED
     assert resolver.hits == {} and resolver.quick(packet) is None
+
+
+# --- what dejima-why reads ---------------------------------------------------------------------------
+
+
+def ede_of(reply: DNSRecord) -> tuple[int, str]:
+    """The one Extended DNS Error of ``reply``: its info-code, and the kind its text names."""
+    options = [option for rr in reply.ar if rr.rtype == QTYPE.OPT for option in rr.rdata if option.code == 15]
+    assert len(options) == 1, reply
+    kind, reason = why.read_ede(options[0].data[2:])
+    assert kind is not None, reason
+    return struct.unpack("!H", options[0].data[:2])[0], kind.token
+
+
+def edns_wire(labels: list[bytes], qclass: int) -> bytes:
+    record = DNSRecord.parse(wire(labels, qclass=qclass))
+    record.add_ar(EDNS0(udp_len=4096))
+    return bytes(record.pack())
+
+
+def test_each_kind_of_refusal_carries_an_extended_error_of_its_own(world: World) -> None:
+    """Every way the resolver refuses names its kind (why.KINDS) and that kind's info-code, so dejima-why
+    (and dig) can tell them apart: the revoke's kind is shown by the revoke test above."""
+    cases = [
+        (question("secret.other.test", edns=True), RCODE.REFUSED, "not-allowed"),
+        (question("evil.example.test", edns=True), RCODE.REFUSED, "denied"),
+        (question("q7w8e9r0t1y2u3i4.wild.example.test", edns=True), RCODE.REFUSED, "credential"),
+        (edns_wire([b"web", b"example", b"test"], CLASS.CH), RCODE.FORMERR, "malformed-query"),
+        (question("bad-alias.example.test", edns=True), RCODE.REFUSED, "alias-denied"),
+        (question("meta.example.test", edns=True), RCODE.REFUSED, "answer-denied"),
+        (question("loop.example.test", edns=True), RCODE.REFUSED, "malformed-answer"),
+        (question("servfail.example.test", edns=True), RCODE.SERVFAIL, "upstream-failed"),
+        (question("web.example.test", "AAAA", edns=True), RCODE.NOERROR, "no-ipv6"),
+    ]
+    world.resolver.canaries = ("q7w8e9r0t1y2u3i4",)
+    for packet, rcode, kind in cases:
+        reply = ask(world, packet)
+        assert (reply.header.rcode, ede_of(reply)) == (rcode, (why.KINDS[kind].code, kind)), kind
+    assert {kind for _p, _r, kind in cases} == set(why.KINDS) - {"revoked"}
+    world.spoof.append(True)  # no upstream answer at all: the same kind as its SERVFAIL
+    assert ede_of(ask(world, question("web.example.test", edns=True))) == (why.UPSTREAM_FAILED.code,
+                                                                           "upstream-failed")
+
+
+_watched = threading.local()
+_destinations: list[object] = []
+
+
+def _hook(event: str, args: tuple[object, ...]) -> None:
+    if getattr(_watched, "on", False) and event.startswith("socket."):
+        _destinations.append(args[1] if event in ("socket.connect", "socket.sendto") else event)
+
+
+sys.addaudithook(_hook)  # a hook cannot be removed: it records only this thread, while a test's block runs
+
+
+@contextmanager
+def sockets_recorded() -> Iterator[list[object]]:
+    """What this thread does with sockets: each address connected or sent to, each other socket event."""
+    _destinations.clear()
+    _watched.on = True
+    try:
+        yield _destinations
+    finally:
+        _watched.on = False
+
+
+@pytest.mark.parametrize(("name", "status", "says"), [
+    ("web.example.test", 0, "allowed: web.example.test resolves to 203.0.113.7.\n"),
+    ("secret.other.test", 1, "refused by dejima's policy: secret.other.test is not on this session's allow list."),
+    ("evil.example.test", 1, "refused by dejima's deny list: a test says this host exfiltrates.\n"),
+    ("meta.example.test", 1, "refused by dejima's policy: meta.example.test is allowed, but it resolves only to"),
+    ("servfail.example.test", 3, "servfail.example.test is allowed, but the upstream DNS gave no usable answer"),
+    ("gone.wild.example.test", 3, "gone.wild.example.test is allowed, but it does not exist"),
+])
+def test_dejima_why_asks_the_session_resolver_and_says_why(world: World, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str], name: str,
+                                                            status: int, says: str) -> None:
+    """The command against the filter's real resolver: it talks to the resolver resolv.conf names, nothing else."""
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("nameserver 127.0.0.1\noptions ndots:0\n")
+    with sockets_recorded() as seen:
+        assert why.main([name], str(conf), world.port) == status
+    assert capsys.readouterr().out.startswith(says)
+    assert [s for s in seen if not isinstance(s, str)] == [("127.0.0.1", world.port)]
+
+
+def test_dejima_why_takes_a_truncated_answer_again_over_tcp_from_the_same_resolver(
+        world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("nameserver 127.0.0.1\n")
+    with sockets_recorded() as seen:
+        assert why.main(["many.example.test"], str(conf), world.port) == 0
+    shown = capsys.readouterr().out.split("\n", 1)[0]
+    assert shown.startswith("allowed: many.example.test resolves to 203.0.113.100, ") and shown.count(",") == 99
+    assert [s for s in seen if not isinstance(s, str)] == [("127.0.0.1", world.port)] * 2  # UDP, then TCP
+
+
+def test_dejima_why_sends_nothing_when_resolv_conf_names_another_resolver(
+        world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A resolv.conf the agent points elsewhere (or a host that is no session) gets no packet from it."""
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("nameserver 192.0.2.53\nnameserver 127.0.0.1\n")
+    with sockets_recorded() as seen:
+        assert why.main(["web.example.test"], str(conf), world.port) == 2
+    assert seen == [] and "does not look like a dejima session" in capsys.readouterr().err
+    assert world.seen == []

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -208,12 +209,33 @@ def stuff(proxy: ProxyProcess, megabytes: int, sent: list[int]) -> socket.socket
     return sock
 
 
+def proxy_side_open(proxy_port: int, client_port: int) -> bool:
+    """Whether the proxy still holds its end of the connection from ``client_port`` (/proc/net/tcp)."""
+    wanted = (f"{proxy_port:04X}", f"{client_port:04X}")
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote = line.split()[1:3]
+        if (local.rpartition(":")[2], remote.rpartition(":")[2]) == wanted:
+            return True
+    return False
+
+
+def closed_and_released(proxy: ProxyProcess, sock: socket.socket, timeout: float = 30) -> None:
+    """Close a client connection and wait (bounded) until the proxy has let go of it: until then it
+    still counts against the proxy's connection limit."""
+    client_port = sock.getsockname()[1]
+    sock.close()
+    deadline = time.monotonic() + timeout
+    while proxy_side_open(proxy.port, client_port):
+        assert time.monotonic() < deadline, f"the proxy still holds the closed connection after {timeout} s"
+        time.sleep(0.05)
+
+
 def test_every_connection_of_the_budget_stuffing_a_stalled_upstream_stays_bounded(tmp_path: Path) -> None:
     stalled = socket.create_server(("127.0.0.1", 0), backlog=CONNECTIONS * 2)  # accepts (in the kernel), reads nothing
     url = f"http://127.0.0.1:{stalled.getsockname()[1]}"
     with stalled, proxy_process(url, url, tmp_path) as proxy:
         warm: list[int] = []
-        stuff(proxy, 1, warm).close()
+        closed_and_released(proxy, stuff(proxy, 1, warm))  # else it may still count among the CONNECTIONS
         idle = proxy.measure_from_here()
         sent: list[int] = []
         socks: list[socket.socket] = []

@@ -146,15 +146,21 @@ def symref(world: World, name: str, target: str) -> None:
     git("symbolic-ref", name, target, cwd=world.forge.root / "owner" / "repo.git")
 
 
-def test_a_push_through_a_symbolic_ref_to_the_default_branch_moves_nothing(world: World) -> None:
-    """git's receive-pack moves the target of a symbolic ref: pushing to ``alias`` moves main."""
+def push_to_an_alias_of_main(world: World) -> str:
+    """A commit pushed to ``alias``, a symbolic ref to main on the forge; asserts nothing moved. git's
+    stderr."""
     symref(world, "refs/heads/alias", "refs/heads/main")
     commit(world, "a")
     before = forge_refs(world.forge)
     result = git("push", "origin", "HEAD:refs/heads/alias", cwd=world.clone, env=world.env, check=False)
     world.forge.settled()
     assert result.returncode != 0 and forge_refs(world.forge) == before, result.stderr
-    assert "refs/heads/alias is a symbolic ref to the default branch (main)" in result.stderr
+    return result.stderr
+
+
+def test_a_push_through_a_symbolic_ref_to_the_default_branch_moves_nothing(world: World) -> None:
+    """git's receive-pack moves the target of a symbolic ref: pushing to ``alias`` moves main."""
+    assert "refs/heads/alias is a symbolic ref to the default branch (main)" in push_to_an_alias_of_main(world)
 
 
 def test_a_push_through_a_symbolic_ref_to_another_branch_is_judged_on_its_target(world: World) -> None:
@@ -178,13 +184,7 @@ def test_a_forge_without_v2_cannot_hide_an_alias_of_the_default_branch(old_forge
     """With no way to list symbolic refs, an update whose old value is the default branch's tip may be an
     alias of it: refused, saying why; an update of a branch elsewhere still goes through."""
     world = old_forge
-    symref(world, "refs/heads/alias", "refs/heads/main")
-    commit(world, "a")
-    before = forge_refs(world.forge)
-    result = git("push", "origin", "HEAD:refs/heads/alias", cwd=world.clone, env=world.env, check=False)
-    world.forge.settled()
-    assert result.returncode != 0 and forge_refs(world.forge) == before, result.stderr
-    assert "symbolic" in result.stderr
+    assert "does not say which refs are symbolic (git protocol v0)" in push_to_an_alias_of_main(world)
     git("push", "-q", "origin", "HEAD:refs/heads/feature", cwd=world.clone, env=world.env)
     commit(world, "b")
     result = git("push", "origin", "HEAD:refs/heads/feature", cwd=world.clone, env=world.env, check=False)
@@ -212,3 +212,19 @@ def test_commands_split_across_pieces_are_judged_whole(world: World, size: int) 
     topic = push_body(world, "0" * 40, rev(world, "HEAD"), "refs/heads/topic", "origin/main")
     answer = chunked_push(world.proxy.port, basic(world), topic, size)
     assert b"ok refs/heads/topic" in answer, answer[:400]
+
+
+def test_a_refused_push_closes_the_connection_its_client_asked_to_close(world: World) -> None:
+    """A client that reads to the end (Connection: close) gets the report, then the end of the stream."""
+    import socket
+
+    commit(world, "a")
+    body = push_body(world, rev(world, "origin/main"), rev(world, "HEAD"), "refs/heads/main", "origin/main")
+    head = (f"POST {PUSH} HTTP/1.1\r\nHost: forge\r\n{basic(world)}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", world.proxy.port), timeout=20) as sock:
+        sock.sendall(head.encode() + body)
+        answer = b""
+        while chunk := sock.recv(65536):  # a proxy that kept the connection open times out here
+            answer += chunk
+    assert b"ng refs/heads/main" in answer and b"Connection: close" in answer
