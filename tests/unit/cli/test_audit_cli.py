@@ -125,7 +125,9 @@ def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_
     (outside / "keep").write_text("not the session's\n")
 
     def install(root: Path) -> None:
+        (root / "package.json").write_text("{}")
         (root / "node_modules" / "left-pad").mkdir(parents=True)
+        (root / "node_modules" / ".package-lock.json").write_text("{}")  # npm's record of its install
         (root / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1;\n")
         (root / "node_modules" / "escape").symlink_to(outside)  # removed as a link, never followed
 
