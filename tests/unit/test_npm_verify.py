@@ -46,6 +46,19 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return source / "tinytool-1.0.0.tgz"
 
 
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A package whose postinstall writes a file into itself (as esbuild's and node-gyp's do)."""
+    source = tmp_path_factory.mktemp("builds")
+    (source / "package.json").write_text(json.dumps({
+        "name": "builds", "version": "1.0.0", "main": "index.js",
+        "scripts": {"postinstall": "node -e \"require('fs').writeFileSync('built.js', 'module.exports = 2;')\""}}))
+    (source / "index.js").write_text("module.exports = require('./built.js');\n")
+    subprocess.run(["npm", "pack", "--silent"], cwd=source, check=True, capture_output=True, timeout=120,
+                   env={**os.environ, **_NPM_ENV, "npm_config_cache": str(source.parent / "pack-cache-builds")})
+    return source / "builds-1.0.0.tgz"
+
+
 def project(root: Path, packed: Path) -> tuple[Path, Path]:
     """A workspace whose lockfile pins tinytool (as committed: no node_modules) and a session home
     whose npm cache is empty; returns (workspace, home)."""
@@ -263,3 +276,14 @@ def test_the_tarball_reader_refuses_what_npm_would_not_unpack(tmp_path: Path) ->
     artifact = got[integrity]
     assert not isinstance(artifact, str) and artifact.files == {"index.js": hashlib.sha256(b"x\n").hexdigest()}
     assert "not in the npm cache" in str(got["sha512-" + b64encode(b"\1" * 64).decode()])
+
+
+def test_what_a_recorded_install_script_writes_is_medium_not_high(tmp_path: Path, scripted: Path) -> None:
+    """npm ci runs the package's postinstall, which writes in its directory: not the tarball's, not
+    tampering either (the lockfile records the script): unverifiable, said so."""
+    workspace, home = project(tmp_path, scripted)
+    assert json.loads((workspace / "package-lock.json").read_text())["packages"]["node_modules/builds"][
+        "hasInstallScript"]
+    found = session(workspace, home)
+    assert severities(found) == [("node_modules", "medium")]
+    assert "1 file(s) of node_modules/builds that are not its tarball's, as its install script" in found[0].evidence

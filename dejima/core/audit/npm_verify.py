@@ -138,7 +138,8 @@ class _Check:
     def __init__(self, verdict: NpmVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
-        self.wanted: dict[str, list[tuple[str, str, str | None]]] = {}  # integrity -> (path, in package, sha256)
+        # integrity -> (path, in package, sha256, whether its package runs an install script)
+        self.wanted: dict[str, list[tuple[str, str, str | None, bool]]] = {}
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
 
     def relative(self, path: str) -> str:
@@ -197,7 +198,8 @@ class _Check:
             self.unpinned.setdefault(owner, f"pinned without an integrity (resolved: {resolved})")
         else:
             self.verdict.packages.add(owner)
-            self.wanted.setdefault(integrity, []).append((path, relative[len(owner) + 1:], sha256))
+            scripted = bool(packages[owner].get("hasInstallScript"))
+            self.wanted.setdefault(integrity, []).append((path, relative[len(owner) + 1:], sha256, scripted))
 
     def compare(self) -> None:
         artifacts = self.view.artifacts
@@ -208,14 +210,20 @@ class _Check:
             if isinstance(artifact, str):
                 self.verdict.unverified.append(f"{len(files)} file(s) of {_package_of(files[0][0])}: {artifact}")
                 continue
-            for path, inside, sha256 in files:
+            built: dict[str, int] = {}
+            for path, inside, sha256, scripted in files:
                 expected = artifact.files.get(inside)
-                if expected is None:
-                    self.verdict.problems.append(f"{path}: a file its package's tarball does not hold")
-                elif sha256 != expected:
-                    self.verdict.problems.append(f"{path}: not the content of its package's tarball")
-                else:
+                if expected is not None and sha256 == expected:
                     self.verdict.files += 1
+                elif scripted:  # its install script writes in it (esbuild's binary, node-gyp's build/)
+                    built[_package_of(path)] = built.get(_package_of(path), 0) + 1
+                elif expected is None:
+                    self.verdict.problems.append(f"{path}: a file its package's tarball does not hold")
+                else:
+                    self.verdict.problems.append(f"{path}: not the content of its package's tarball")
+            self.verdict.unverified.extend(f"{count} file(s) of {package} that are not its tarball's, as its install "
+                                           "script (the lockfile records one) may write them"
+                                           for package, count in sorted(built.items()))
 
     def bin_link(self, path: str, kind: str, target: str | None) -> None:
         """``.bin/NAME``: npm's link to the ``bin`` the lockfile records for NAME in that package."""
@@ -270,9 +278,14 @@ def _listed(items: list[str]) -> str:
 
 
 def clean_install(tree: str) -> str:
-    """What reinstalls a tree as its lockfile says, in words (for the finding and restore)."""
+    """What reinstalls a tree as its lockfile says, in words (for the finding)."""
     project = tree.rpartition("/")[0]
     return f"rm -r {tree} && {CLEAN_INSTALL}" + (f" (in {project})" if project else "")
+
+
+def reinstaller(tree: str) -> str | None:
+    """The clean reinstall command of the tool whose tree this is (restore offers it), if known."""
+    return CLEAN_INSTALL if tree == "node_modules" or tree.endswith("/node_modules") else None
 
 
 def npm_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding] | None:
