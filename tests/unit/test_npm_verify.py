@@ -156,6 +156,17 @@ def test_a_bin_link_pointed_at_another_file_of_the_package_is_high(tmp_path: Pat
     assert "not a bin the lockfile records for tinytool" in found[0].evidence
 
 
+def test_the_bin_directory_replaced_by_a_link_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        shutil.rmtree(root / "node_modules/.bin")
+        (root / "node_modules/tinytool/lib/bin").mkdir()
+        (root / "node_modules/.bin").symlink_to("tinytool/lib/bin")
+
+    found = session(*project(tmp_path, packed), change=tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "node_modules/.bin: a symlink where npm makes its .bin directory" in found[0].evidence
+
+
 def test_main_pointed_at_a_planted_file_is_high(tmp_path: Path, packed: Path) -> None:
     def tamper(root: Path) -> None:
         manifest = root / "node_modules/tinytool/package.json"

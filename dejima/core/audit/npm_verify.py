@@ -171,6 +171,8 @@ class _Check:
                 self.verdict.unverified.append(f"{path}: in no package (a tool's own; not verified)")
             else:
                 self.verdict.problems.append(f"{path}: in node_modules, where no package puts a file")
+        elif key.endswith("node_modules/.bin") and relative == key:  # the directory itself, not a directory
+            self.verdict.problems.append(f"{path}: a {new.kind} where npm makes its .bin directory")
         elif key.rpartition("/")[2].startswith(".") or "/.bin/" in f"/{key}/":
             self.verdict.unverified.append(f"{path}: in no package (a tool's own; not verified)")
         elif key not in self.start and key not in self.end:
