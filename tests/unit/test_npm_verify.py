@@ -41,6 +41,8 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (source / "lib").mkdir()
     (source / "lib/util.js").write_text("module.exports = 1;\n")
     (source / "cli.js").write_text("#!/usr/bin/env node\nconsole.log('tiny');\n")
+    (source / "test/fixture/node_modules").mkdir(parents=True)  # a package's own files (resolve's tests)
+    (source / "test/fixture/node_modules/foo.js").write_text("module.exports = 'fixture';\n")
     subprocess.run(["npm", "pack", "--silent"], cwd=source, check=True, capture_output=True, timeout=120,
                    env={**os.environ, **_NPM_ENV, "npm_config_cache": str(source.parent / "pack-cache")})
     return source / "tinytool-1.0.0.tgz"
@@ -105,7 +107,7 @@ def runs_on_host(workspace: Path, script: str) -> str:
 def test_a_clean_install_is_verified_file_by_file(tmp_path: Path, packed: Path) -> None:
     found = session(*project(tmp_path, packed))
     assert severities(found) == [("node_modules", "low")]
-    assert "verified 4 file(s) of 1 package(s) against package-lock.json" in found[0].evidence
+    assert "verified 5 file(s) of 1 package(s) against package-lock.json" in found[0].evidence
 
 
 def test_a_file_rewritten_by_renaming_a_new_one_over_it_is_high(tmp_path: Path, packed: Path) -> None:
@@ -193,6 +195,16 @@ def test_a_package_directory_the_lockfile_does_not_list_is_high(tmp_path: Path, 
     assert "node_modules/extra/index.js: in node_modules/extra, a package the lockfile does not list" in \
         found[0].evidence
     assert "PLANTED" in runs_on_host(workspace, "require('extra')")
+
+
+def test_a_package_planted_inside_another_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        (root / "node_modules/tinytool/node_modules/evil").mkdir(parents=True)
+        (root / "node_modules/tinytool/node_modules/evil/index.js").write_text("console.log('PLANTED');\n")
+
+    found = session(*project(tmp_path, packed), change=tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "tinytool/node_modules/evil/index.js: a file its package's tarball does not hold" in found[0].evidence
 
 
 def test_a_postinstall_added_with_the_lockfile_edited_to_match_is_high(tmp_path: Path, packed: Path) -> None:
@@ -298,3 +310,24 @@ def test_what_a_recorded_install_script_writes_is_medium_not_high(tmp_path: Path
     found = session(workspace, home)
     assert severities(found) == [("node_modules", "medium")]
     assert "1 file(s) of node_modules/builds that are not its tarball's, as its install script" in found[0].evidence
+
+
+def test_the_exit_audit_reads_the_tarballs_from_the_session_homes_npm_cache(tmp_path: Path, packed: Path) -> None:
+    """Through start and finish, as a session runs: the home mount's .npm is where the workflow's
+    npm_config_cache points, and the workspace's tree is verified against what it holds."""
+    import io
+
+    from dejima.adapters.findings import FindingStore
+    from dejima.orchestration import exit_audit
+    from dejima.ui.console import UI, plain_console
+
+    workspace, home = project(tmp_path, packed)
+    states = exit_audit.start("npm-1", [Mount("workspace", workspace), Mount("home", home)])
+    npm(workspace, home / ".npm", "ci")
+    exit_audit.finish("npm-1", UI(plain_console(io.StringIO())), states=states)
+    store = FindingStore()
+    try:
+        [tree] = [s.finding for s in store.findings(str(workspace)) if s.finding.path == "node_modules"]
+    finally:
+        store.close()
+    assert tree.severity == "low" and tree.evidence.startswith("verified 5 file(s) of 1 package(s)")

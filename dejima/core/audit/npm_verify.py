@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dejima.core.audit.caches import changes_value
@@ -79,19 +80,31 @@ def _pin(entry: dict[str, object] | None) -> tuple[object, ...] | None:
     return None if entry is None else tuple(entry.get(key) for key in _PIN)
 
 
-def _package_key(relative: str) -> str | None:
+def _package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
     """``node_modules/a/node_modules/@s/b`` for a path inside that package (relative to the
-    lockfile's directory); None for a path directly in a node_modules directory."""
-    head, marker, rest = relative.rpartition("/node_modules/")
-    if not marker:
-        if not relative.startswith("node_modules/"):
-            return None
-        head, marker, rest = "", "node_modules/", relative[len("node_modules/"):]
-    parts = rest.split("/")
-    size = 2 if parts[0].startswith("@") else 1
-    if len(parts) <= size:
+    lockfile's directory): the outermost package, then each nested ``node_modules/x`` that the
+    lockfile lists (a package's own files may hold a directory called node_modules: resolve's test
+    fixtures); None for a path directly in node_modules."""
+    if not relative.startswith("node_modules/"):
         return None
-    return f"{head}{marker}{'/'.join(parts[:size])}"
+    key, rest = _first_package(relative)
+    if key is None:
+        return None
+    while rest.startswith("node_modules/"):
+        nested, deeper = _first_package(rest)
+        if nested is None or not listed(f"{key}/{nested}"):
+            break
+        key, rest = f"{key}/{nested}", deeper
+    return key
+
+
+def _first_package(relative: str) -> tuple[str | None, str]:
+    """(``node_modules/a`` or ``node_modules/@s/a``, the rest of the path) for a path in it."""
+    parts = relative.split("/")
+    size = 3 if parts[1].startswith("@") else 2
+    if len(parts) <= size:
+        return None, ""
+    return "/".join(parts[:size]), "/".join(parts[size:])
 
 
 def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
@@ -142,6 +155,9 @@ class _Check:
         self.wanted: dict[str, list[tuple[str, str, str | None, bool]]] = {}
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
 
+    def listed(self, key: str) -> bool:
+        return key in self.start or key in self.end
+
     def relative(self, path: str) -> str:
         return path[len(self.base) + 1:] if self.base else path
 
@@ -166,7 +182,7 @@ class _Check:
             self.bin_link(path, new.kind, new.target)
         elif new.kind == "dir":
             return
-        elif (key := _package_key(relative + "/x" if new.kind == "symlink" else relative)) is None:
+        elif (key := _package_key(relative + "/x" if new.kind == "symlink" else relative, self.listed)) is None:
             if name.startswith("."):  # a tool's own directory or file in the tree (.cache, .vite)
                 self.verdict.unverified.append(f"{path}: in no package (a tool's own; not verified)")
             else:
@@ -235,7 +251,7 @@ class _Check:
             return
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
         inside = not target.startswith("/") and (not self.base or resolved.startswith(self.base + "/"))
-        key = _package_key(self.relative(resolved)) if inside else None
+        key = _package_key(self.relative(resolved), self.listed) if inside else None
         entry = self.start.get(key) if key is not None else None
         if key is not None and key in self.end and _pin(self.end[key]) != _pin(entry):
             entry = self.end[key]  # pinned in the session: its bin as the session's lockfile says, and unverified
