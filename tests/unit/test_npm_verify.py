@@ -331,3 +331,47 @@ def test_the_exit_audit_reads_the_tarballs_from_the_session_homes_npm_cache(tmp_
     finally:
         store.close()
     assert tree.severity == "low" and tree.evidence.startswith("verified 5 file(s) of 1 package(s)")
+
+
+def cached(cache: Path, data: bytes) -> str:
+    """``data`` put in an npm cache at its address; its integrity."""
+    import hashlib
+    from base64 import b64encode
+
+    digest = hashlib.sha512(data).digest()
+    hexdigest = digest.hex()
+    entry = cache / f"_cacache/content-v2/sha512/{hexdigest[:2]}/{hexdigest[2:4]}/{hexdigest[4:]}"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_bytes(data)
+    return "sha512-" + b64encode(digest).decode()
+
+
+def test_the_tarball_reader_reads_long_names_as_tar_does_and_refuses_a_broken_header(tmp_path: Path) -> None:
+    """GNU long names and pax paths (names past 100 bytes) read as Python's tarfile reads them; a
+    header whose checksum is wrong makes the tarball unverifiable, not partly verified."""
+    import gzip
+    import hashlib
+    import io
+    import tarfile
+
+    long = "package/" + "d" * 120 + "/" + "f" * 90 + ".js"
+    archives = {}
+    for name, form in (("gnu", tarfile.GNU_FORMAT), ("pax", tarfile.PAX_FORMAT)):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz", format=form) as archive:
+            for path, data in ((long, b"long\n"), ("package/ü.js", b"u\n")):
+                info = tarfile.TarInfo(path)
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+        archives[name] = cached(tmp_path, buffer.getvalue())
+    header = tarfile.TarInfo("package/x.js").tobuf()
+    raw = bytearray(header) + b"\0" * 1024
+    raw[0] ^= 1  # the name changed under its checksum
+    broken = cached(tmp_path, gzip.compress(bytes(raw)))
+    got = tarballs([tmp_path])([*archives.values(), broken])
+    for integrity in archives.values():
+        artifact = got[integrity]
+        assert not isinstance(artifact, str)
+        assert artifact.files == {long.partition("/")[2]: hashlib.sha256(b"long\n").hexdigest(),
+                                  "ü.js": hashlib.sha256(b"u\n").hexdigest()}
+    assert "checksum is wrong" in str(got[broken])
