@@ -151,8 +151,8 @@ class _Check:
     def __init__(self, verdict: NpmVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
-        # integrity -> (path, in package, sha256, whether its package runs an install script)
-        self.wanted: dict[str, list[tuple[str, str, str | None, bool]]] = {}
+        # integrity -> (path, in package, sha256, whether its package runs an install script, package)
+        self.wanted: dict[str, list[tuple[str, str, str | None, bool, str]]] = {}
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
 
     def listed(self, key: str) -> bool:
@@ -215,9 +215,8 @@ class _Check:
             resolved = packages[owner].get("resolved")
             self.unpinned.setdefault(owner, f"pinned without an integrity (resolved: {resolved})")
         else:
-            self.verdict.packages.add(owner)
             scripted = bool(packages[owner].get("hasInstallScript"))
-            self.wanted.setdefault(integrity, []).append((path, relative[len(owner) + 1:], sha256, scripted))
+            self.wanted.setdefault(integrity, []).append((path, relative[len(owner) + 1:], sha256, scripted, owner))
 
     def compare(self) -> None:
         artifacts = self.view.artifacts
@@ -229,10 +228,11 @@ class _Check:
                 self.verdict.unverified.append(f"{len(files)} file(s) of {_package_of(files[0][0])}: {artifact}")
                 continue
             built: dict[str, int] = {}
-            for path, inside, sha256, scripted in files:
+            for path, inside, sha256, scripted, owner in files:
                 expected = artifact.files.get(inside)
                 if expected is not None and sha256 == expected:
                     self.verdict.files += 1
+                    self.verdict.packages.add(owner)
                 elif scripted:  # its install script writes in it (esbuild's binary, node-gyp's build/)
                     built[_package_of(path)] = built.get(_package_of(path), 0) + 1
                 elif expected is None:
