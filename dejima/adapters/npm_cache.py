@@ -54,7 +54,7 @@ def _tarball(caches: list[Path], integrity: str) -> Artifact | str:
     relative = f"_cacache/content-v2/{algorithm}/{digest[:2]}/{digest[2:4]}/{digest[4:]}"
     mismatched = False
     for cache in caches:
-        data = read_file(cache, relative, TARBALL_LIMIT)
+        data = read_file(cache.parent, f"{cache.name}/{relative}", TARBALL_LIMIT)  # a link at .npm not followed
         if data is None:
             continue
         if hashlib.new(algorithm, data).hexdigest() != digest:

@@ -376,3 +376,15 @@ def test_the_tarball_reader_reads_long_names_as_tar_does_and_refuses_a_broken_he
         assert artifact.files == {long.partition("/")[2]: hashlib.sha256(b"long\n").hexdigest(),
                                   "ü.js": hashlib.sha256(b"u\n").hexdigest()}
     assert "checksum is wrong" in str(got[broken])
+
+
+def test_a_session_home_whose_npm_cache_is_a_link_is_not_read_through_it(tmp_path: Path, packed: Path) -> None:
+    """The session can replace its home's .npm with a link (to a cache of its choosing elsewhere):
+    the audit opens no link on its way to a tarball."""
+    workspace, home = project(tmp_path, packed)
+    state = capture(Mount("workspace", workspace))
+    npm(workspace, tmp_path / "elsewhere", "ci")
+    (home / ".npm").symlink_to(tmp_path / "elsewhere")
+    found, _ = audit_mount(state, npm_caches=[home / ".npm"])
+    tree = next(f for f in found if f.rule == "B07")
+    assert tree.severity == "medium" and "its tarball is not in the npm cache" in tree.evidence
