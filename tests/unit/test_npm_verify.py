@@ -49,6 +49,20 @@ def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def packed_v2(packed: Path) -> Path:
+    """tinytool 2.0.0, beside 1.0.0: one workspace package of a project needs it, not hoisted."""
+    source = packed.parent
+    manifest = json.loads((source / "package.json").read_text())
+    (source / "package.json").write_text(json.dumps({**manifest, "version": "2.0.0"}))
+    try:
+        subprocess.run(["npm", "pack", "--silent"], cwd=source, check=True, capture_output=True, timeout=120,
+                       env={**os.environ, **_NPM_ENV, "npm_config_cache": str(source.parent / "pack-cache-v2")})
+    finally:
+        (source / "package.json").write_text(json.dumps(manifest))
+    return source / "tinytool-2.0.0.tgz"
+
+
+@pytest.fixture(scope="module")
 def scripted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A package whose postinstall writes a file into itself (as esbuild's and node-gyp's do)."""
     source = tmp_path_factory.mktemp("builds")
@@ -388,3 +402,36 @@ def test_a_session_home_whose_npm_cache_is_a_link_is_not_read_through_it(tmp_pat
     found, _ = audit_mount(state, npm_caches=[home / ".npm"])
     tree = next(f for f in found if f.rule == "B07")
     assert tree.severity == "medium" and "its tarball is not in the npm cache" in tree.evidence
+
+
+def test_an_npm_workspace_packages_own_tree_is_verified_and_its_link_is_the_lockfiles(
+        tmp_path: Path, packed: Path, packed_v2: Path) -> None:
+    """An npm workspace: packages/a needs tinytool 2 while the root has 1, so npm installs it in
+    packages/a/node_modules (keyed so in the root's lockfile) and links node_modules/a to the
+    workspace package. Both trees verified; a file planted in the nested one is high."""
+    def layout(root: Path) -> tuple[Path, Path]:
+        workspace, home = root / "workspace", root / "home"
+        (workspace / "packages/a").mkdir(parents=True)
+        home.mkdir()
+        for tarball in (packed, packed_v2):
+            shutil.copy(tarball, root / tarball.name)
+        (workspace / "package.json").write_text(json.dumps({
+            "name": "ws", "version": "1.0.0", "workspaces": ["packages/a"],
+            "dependencies": {"tinytool": f"file:../{packed.name}"}}))
+        (workspace / "packages/a/package.json").write_text(json.dumps({
+            "name": "a", "version": "1.0.0", "dependencies": {"tinytool": f"file:../../../{packed_v2.name}"}}))
+        npm(workspace, root / "host-cache", "install")
+        shutil.rmtree(workspace / "node_modules")
+        shutil.rmtree(workspace / "packages/a/node_modules")
+        return workspace, home
+
+    found = session(*layout(tmp_path / "benign"))
+    assert sorted(severities(found)) == [("node_modules", "low"), ("packages/a/node_modules", "low")]
+    nested = next(f for f in found if f.path == "packages/a/node_modules")
+    assert nested.evidence.startswith("verified ") and " file(s) of 1 package(s)" in nested.evidence
+
+    def tamper(root: Path) -> None:
+        (root / "packages/a/node_modules/tinytool/lib/evil.js").write_text("console.log('PLANTED');\n")
+
+    found = session(*layout(tmp_path / "planted"), tamper)
+    assert sorted(severities(found)) == [("node_modules", "low"), ("packages/a/node_modules", "high")]

@@ -84,12 +84,15 @@ def _package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
     """``node_modules/a/node_modules/@s/b`` for a path inside that package (relative to the
     lockfile's directory): the outermost package, then each nested ``node_modules/x`` that the
     lockfile lists (a package's own files may hold a directory called node_modules: resolve's test
-    fixtures); None for a path directly in node_modules."""
-    if not relative.startswith("node_modules/"):
+    fixtures); None for a path directly in node_modules. A workspace package's own tree is keyed
+    from there: ``packages/a/node_modules/b``."""
+    at = 0 if relative.startswith("node_modules/") else relative.find("/node_modules/") + 1
+    if at < 0 or at == 0 and not relative.startswith("node_modules/"):
         return None
-    key, rest = _first_package(relative)
-    if key is None:
+    first, rest = _first_package(relative[at:])
+    if first is None:
         return None
+    key = relative[:at] + first
     while rest.startswith("node_modules/"):
         nested, deeper = _first_package(rest)
         if nested is None or not listed(f"{key}/{nested}"):
