@@ -63,6 +63,22 @@ def packed_v2(packed: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def bundling(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A package that bundles a dependency (its tarball holds node_modules/inner)."""
+    source = tmp_path_factory.mktemp("bundler")
+    (source / "node_modules/inner").mkdir(parents=True)
+    (source / "package.json").write_text(json.dumps({"name": "bundler", "version": "1.0.0", "main": "index.js",
+                                                     "dependencies": {"inner": "1.0.0"},
+                                                     "bundleDependencies": ["inner"]}))
+    (source / "index.js").write_text("module.exports = require('inner');\n")
+    (source / "node_modules/inner/package.json").write_text('{"name": "inner", "version": "1.0.0"}')
+    (source / "node_modules/inner/index.js").write_text("module.exports = 3;\n")
+    subprocess.run(["npm", "pack", "--silent"], cwd=source, check=True, capture_output=True, timeout=120,
+                   env={**os.environ, **_NPM_ENV, "npm_config_cache": str(source.parent / "pack-cache-bundler")})
+    return source / "bundler-1.0.0.tgz"
+
+
+@pytest.fixture(scope="module")
 def scripted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A package whose postinstall writes a file into itself (as esbuild's and node-gyp's do)."""
     source = tmp_path_factory.mktemp("builds")
@@ -435,3 +451,17 @@ def test_an_npm_workspace_packages_own_tree_is_verified_and_its_link_is_the_lock
 
     found = session(*layout(tmp_path / "planted"), tamper)
     assert sorted(severities(found)) == [("node_modules", "low"), ("packages/a/node_modules", "high")]
+
+
+def test_a_bundled_dependency_is_verified_against_the_tarball_that_bundles_it(tmp_path: Path, bundling: Path) -> None:
+    workspace, home = project(tmp_path / "benign", bundling)
+    found = session(workspace, home)
+    assert severities(found) == [("node_modules", "low")]
+    assert found[0].evidence.startswith("verified 4 file(s) of 1 package(s)")
+
+    def tamper(root: Path) -> None:
+        replace_file(root / "node_modules/bundler/node_modules/inner/index.js", "console.log('PLANTED');\n")
+
+    found = session(*project(tmp_path / "planted", bundling), tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "bundler/node_modules/inner/index.js: not the content of its package's tarball" in found[0].evidence
