@@ -465,3 +465,27 @@ def test_a_bundled_dependency_is_verified_against_the_tarball_that_bundles_it(tm
     found = session(*project(tmp_path / "planted", bundling), tamper)
     assert severities(found) == [("node_modules", "high")]
     assert "bundler/node_modules/inner/index.js: not the content of its package's tarball" in found[0].evidence
+
+
+def test_a_package_pinned_in_the_session_is_medium_and_still_held_to_its_new_pin(
+        tmp_path: Path, packed: Path, bundling: Path) -> None:
+    """`npm install` of a new dependency in the session: the lockfile gains its pin, which the
+    session chose (medium, said so); its files are still held to that pin's tarball (high when not)."""
+    def installs(root: Path) -> None:
+        npm(root, root.parent / "home/.npm", "install", f"../{bundling.name}")
+
+    def installs_and_plants(root: Path) -> None:
+        installs(root)
+        (root / "node_modules/bundler/planted.js").write_text("console.log('PLANTED');\n")
+
+    for name, change, severity in (("benign", installs, "medium"), ("planted", installs_and_plants, "high")):
+        workspace, home = project(tmp_path / name, packed)
+        shutil.copy(bundling, tmp_path / name / bundling.name)
+        [tree] = session(workspace, home, change)
+        assert (tree.path, tree.severity) == ("node_modules", severity)
+        if severity == "medium":
+            assert "node_modules/bundler: pinned in the session (its lockfile entry is new or changed)" in \
+                tree.evidence
+            assert tree.evidence.startswith("verified 9 file(s) of 2 package(s)")
+        else:
+            assert "node_modules/bundler/planted.js: a file its package's tarball does not hold" in tree.evidence
