@@ -151,6 +151,9 @@ def _written(change: Change, tree: str) -> bool:
 
 
 class _Check:
+    """One tree's changes against the lockfile's pins at the start (``start``) and at the end
+    (``end``: for what the session pinned itself), the tarballs asked for at once."""
+
     def __init__(self, verdict: NpmVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
