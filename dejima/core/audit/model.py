@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import NamedTuple
 
 from dejima.core.snapshot import Change, Snapshot, SnapshotEntry
 
@@ -74,6 +75,17 @@ def finding(rule: str, severity: str, path: str, evidence: str, value: str | byt
 Contents = Callable[[str, str], "bytes | None"]  # (side "before"/"after", path) -> bytes, None if absent
 
 
+class Artifact(NamedTuple):
+    """What a package's pinned artifact holds (an npm tarball read from the cache, its integrity
+    checked): each regular file's path inside the package and SHA-256 (hex)."""
+
+    files: dict[str, str]
+
+
+# The pinned artifacts asked for at once (npm SRI integrities) -> each one, or why it cannot be had.
+Artifacts = Callable[[list[str]], "dict[str, Artifact | str]"]
+
+
 @dataclass
 class View:
     """The two snapshots of one mount, their difference, and the bytes of the files rules read."""
@@ -87,6 +99,8 @@ class View:
     listdir: Callable[[str], list[str]] | None = None
     _text: dict[tuple[str, str], str | None] = field(default_factory=dict)
     _named: dict[tuple[str, tuple[str, ...]], list[str]] = field(default_factory=dict)
+    # The packages' pinned artifacts (None: none can be had, nothing is verified against them).
+    artifacts: Artifacts | None = None
     memo: dict[str, object] = field(default_factory=dict)  # results one rule computes and another reads
 
     @cached_property

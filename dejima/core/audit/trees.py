@@ -12,6 +12,7 @@ from dejima.core.audit.caches import cache_mount_findings, changes_value, home_c
 from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tampering, python_tampering, recorded
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
+from dejima.core.audit.npm_verify import npm_findings
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
 from dejima.core.snapshot import Change
 
@@ -68,6 +69,8 @@ def _dependency_tree(root: str, changes: list[Change], view: View) -> list[Findi
     in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
                 and c.path[len(root) + 1:] not in TOOL_STATE]
     tampered = in_place + npm_tampering(root, changes, view)
+    if (verified := npm_findings(root, changes, view, tampered)) is not None:  # held to its lockfile's pins
+        return verified
     if tampered:
         return [finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: {_summary(tampered)}; "
                         f"delete {root} and reinstall on the host", changes_value(changes), remedy="reinstall")]

@@ -133,13 +133,15 @@ def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_
 
     [tree] = session(workspace, "s1", install)
     assert main(["restore", str(tree)]) == ExitStatus.SUCCESS
-    assert "removed node_modules, which the session created" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "removed node_modules, which the session created" in said and f"`npm ci` in {workspace}" in said
     assert not (workspace / "node_modules").exists() and (outside / "keep").exists()
     install(workspace)
     [again] = session(workspace, "s2", lambda root: (root / "node_modules" / "left-pad" / "index.js").write_text(
         "module.exports = 2;\n"))
     assert main(["restore", str(again)]) == ExitStatus.FAILURE
     assert "is about a whole tree" in out.getvalue() and (workspace / "node_modules").exists()
+    assert f"then `npm ci` in {workspace}" in out.getvalue()  # the clean reinstall, from the lockfile
 
 
 def test_usage_errors_name_the_fix(workspace: Path, out: io.StringIO) -> None:
