@@ -52,8 +52,8 @@ def wrap(owner: Any, names: str, prefix: str = "") -> None:
 # while the filter starts is timed there, not before main()).
 TIMED = {
     ("dejima.orchestration.start_request", ""): ("resolve_manifests network_facts", "start_request."),
-    ("dejima.orchestration.start", ""): ("check_findings prepare_session run_session read_facts apply_start",
-                                         "start."),
+    ("dejima.orchestration.start", ""): ("review_findings check_findings prepare_session run_session read_facts "
+                                         "apply_start", "start."),
     ("dejima.orchestration.start_plan", ""): ("plan_start build_session_plan", "start_plan."),
     ("dejima.adapters.image_builds", ""): ("resolve_base recipes ensure_image image_needs build_needed", "images."),
     ("dejima.orchestration.steps", ""): ("apply", "steps."),

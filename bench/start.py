@@ -66,6 +66,9 @@ PHASES = {
     f"{M}/start_request.resolve_manifests": "settings and manifests",
     P: "prepare: facts, plan, apply",
     f"{P}/start.read_facts": "  facts (engine, network, images, credential sources; stale sessions removed)",
+    "start.review_findings": "    findings: dead launchers' sessions audited, unreviewed ones checked (with the "
+                             "audit's import)",
+    "start.review_findings/audit.recover": "      audit: recover",
     "images.image_needs": "    image checks",
     "images.image_needs/images.recipes": "      recipes (render, hash; when not remembered)",
     "engine.memory": "    engine memory (docker info)",
@@ -75,7 +78,6 @@ PHASES = {
     S: "the pair's start: filter start || session create, audit start snapshot, session start, ready",
     "prestart.adopt": "  prestarted filter adopted (request compared)",
     "engine.create": "  engine creates (the filter when not prestarted, the session)",
-    "audit.recover": "  audit: recover (with its import)",
     "audit.start": "  audit: start snapshot",
     "engine.start": "  engine start (the filter, when not prestarted)",
     "session._wait_ready": "  filter: ready wait (ruleset applied, verified)",

@@ -36,6 +36,7 @@ class ExitStatus:
     FAILURE = 1  # a management command failed (e.g. doctor found a problem)
     USAGE = 2  # bad input: a flag, a file, an entry (every InputError)
     SESSION_ENDED = 4  # dejima-allow: the session ended before the change reached it (nothing changed in it)
+    UNREVIEWED_FINDINGS = 122  # the start refused: earlier sessions left unreviewed critical findings; nothing started
     DEJIMA_FAILED = 125  # dejima itself failed before or around the session (as `docker run` does)
     COMMAND_NOT_FOUND = 127  # the session's command does not exist in the image
     SIGNALLED = 128  # + N: the launcher or its command ended on signal N (as a shell reports it)

@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import struct
+import threading
 from collections.abc import Generator, Iterator, Mapping
 from typing import IO, Any
 from urllib.parse import quote, urlencode
@@ -243,11 +244,21 @@ class Engine:
         response = self.request("GET", path, params, timeout=None)
         return _closing(response, _demux(response.pieces(), tty))
 
-    def attach(self, container: str, tty: bool = False) -> Frames:
+    def attach(self, container: str, tty: bool = False, stdin: IO[bytes] | None = None) -> Frames:
         """The container's output from its start (logs=1 catches what came before this call),
-        on a hijacked connection: ask before starting the container and nothing is lost."""
-        response = self.request("POST", f"/containers/{quote(container)}/attach",
-                                {"logs": 1, "stream": 1, "stdout": 1, "stderr": 1}, timeout=None, upgrade=True)
+        on a hijacked connection: ask before starting the container and nothing is lost. With
+        ``stdin`` (a container created with its stdin open), what it reads goes to the container's
+        stdin on a thread of its own, then end of file (the write half closed: the engine closes the
+        container's stdin), as `docker run -i` does; the output is read meanwhile, so neither side
+        waits for the other however much there is."""
+        if stdin is not None and self.tls is not None:  # Python's TLS socket cannot close its write half alone
+            raise EngineError("a command's input cannot be forwarded to an engine reached over TLS",
+                              hint="give the input as a file in the workspace, or run dejima where the engine's "
+                              "unix socket is")
+        streams = {"logs": 1, "stream": 1, "stdout": 1, "stderr": 1, "stdin": 1 if stdin is not None else None}
+        response = self.request("POST", f"/containers/{quote(container)}/attach", streams, timeout=None, upgrade=True)
+        if stdin is not None:
+            threading.Thread(target=_copy_in, args=(stdin, response.sock), name="session-input", daemon=True).start()
         # After 101 (or a 200 from older engines) the connection carries the raw stream.
         return _closing(response, _demux(_until_eof(response), tty))
 
@@ -290,6 +301,21 @@ def json_objects(pieces: Iterator[bytes]) -> Iterator[Any]:
             yield value
     if buffer.strip():
         raise EngineError(f"the Docker engine's progress stream ended inside an object: {buffer[:80]!r}")
+
+
+def _copy_in(source: IO[bytes], sock: socket.socket) -> None:
+    """``source`` to the engine as it comes (no framing: stdin is raw bytes), then end of file. A
+    container that ends before reading it all closes the connection: the copy stops there."""
+    read = getattr(source, "read1", source.read)  # what is there, not a full buffer: a pipe's lines as typed
+    try:
+        while piece := read(STREAM_PIECE):
+            sock.sendall(piece)
+    except (OSError, ValueError):  # the container ended (its connection closed), or the source failed
+        pass
+    try:
+        sock.shutdown(socket.SHUT_WR)  # end of file for the command, whichever way the copy ended
+    except OSError:
+        pass
 
 
 def _until_eof(response: Response) -> Iterator[bytes]:

@@ -204,6 +204,31 @@ class Launcher:
     def alive(self) -> bool:
         return self.boot_id == _boot_id() and _start_time(self.pid) == self.start_time
 
+    def signal(self, signum: int) -> bool:
+        """Send ``signum`` to this launcher if it is alive (the same process: its start time checked) and catches
+        it; whether it was sent. Not to one that would die of it (a program running a session off its main thread
+        has no handler of dejima's; a launcher still starting has none yet), nor to another user's that this one
+        may not signal."""
+        if not self.alive() or not _catches(self.pid, signum):
+            return False
+        try:
+            os.kill(self.pid, signum)
+        except OSError:
+            return False
+        return True
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (/proc/PID/status SigCgt, a mask in hex)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
 
 def launcher_alive(token: str) -> bool:
     launcher = Launcher.parse(token)

@@ -55,6 +55,10 @@ def find_base(runtime: Runtime, settings: Settings) -> Base | None:
     return None
 
 
+class _PullFailed(Exception):
+    """Ends the pull's progress step without its "done" line: what happened is said once, after it."""
+
+
 def resolve_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
     """The configured base if present or pullable; else a debootstrapped one, announced."""
     images = settings.images
@@ -62,11 +66,15 @@ def resolve_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
     base = find_base(runtime, settings)
     if base is not None:
         if base.bootstrapped:
-            ui.info(f"using {fallback_tag} (made with debootstrap) because {images.base} is not present; "
-                    f"`docker pull {images.base}` to build on it instead")
+            ui.info(bootstrapped_note(settings))
         return base
-    with ui.step(f"Pulling base image {images.base}"):
-        reason = runtime.pull(images.base)
+    try:
+        with ui.step(f"Pulling base image {images.base}"):
+            reason = runtime.pull(images.base)
+            if reason:
+                raise _PullFailed(reason)
+    except _PullFailed:
+        pass
     if not reason:
         found = runtime.image_id(images.base)
         assert found is not None
@@ -80,6 +88,12 @@ def resolve_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
     ui.warn(f"base image {images.base} cannot be pulled ({reason}); making {fallback_tag} with "
             f"debootstrap from {images.bootstrap_mirror} (set [images] base_fallback = \"none\" to stop instead)")
     return make_bootstrap_base(runtime, settings, ui)
+
+
+def bootstrapped_note(settings: Settings) -> str:
+    images = settings.images
+    return (f"using {bootstrap_base_tag(images.bootstrap_suite)} (made with debootstrap) because {images.base} is "
+            f"not present; `docker pull {images.base}` to build on it instead")
 
 
 def make_bootstrap_base(runtime: Runtime, settings: Settings, ui: Reporter) -> Base:
@@ -147,13 +161,17 @@ def image_needs(runtime: Runtime, settings: Settings, identity: Identity, ui: Re
                 layers: ImageLayers = NO_LAYERS) -> ImageNeeds:
     """The tags a start runs and the recipes of the images the engine lacks. The base must exist
     first (pulled, or made with debootstrap): the recipes hash its id into the tags."""
-    base = resolve_base(runtime, settings, ui)
+    # A base made with debootstrap earlier is said once per image built on it (below), not on every start.
+    found = find_base(runtime, settings)
+    base = found if found is not None else resolve_base(runtime, settings, ui)  # pulled or made: it says so
     key = recipe_inputs_key(base, settings, identity, layers)
     known = TagCache().get(key)
     if known is not None and all(runtime.image_id(tag) for tag in known):
         return ImageNeeds(known)
     filter_recipe, session_recipe = recipes(base, settings, identity, layers)
     missing = tuple(r for r in (filter_recipe, session_recipe) if not runtime.image_id(r.tag))
+    if missing and found is not None and found.bootstrapped:
+        ui.info(bootstrapped_note(settings))
     return ImageNeeds((filter_recipe.tag, session_recipe.tag), missing, key)
 
 

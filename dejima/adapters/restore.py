@@ -24,6 +24,7 @@ from pathlib import Path
 from dejima.adapters.findings import Stored
 from dejima.adapters.nofollow_open import open_directory
 from dejima.adapters.tree_walk import KINDS
+from dejima.core.audit.npm_verify import reinstaller
 from dejima.core.snapshot import mode_text
 from dejima.errors import DiagnosticError
 
@@ -135,7 +136,10 @@ def _remove_tree(stored: Stored, force: bool) -> str:
         kind, sha256, _, _ = _current(fd, path.rsplit("/", 1)[-1])
         _check_unchanged(stored, kind, sha256, force)
         _remove(fd, path.rsplit("/", 1)[-1], kind)
-    return f"removed {path}, which the session created (install it again on the host if the project needs it)"
+    command = reinstaller(path)
+    again = f"`{command}` in {Path(stored.root, path).parent} installs it again from the lockfile" if command else \
+        "install it again on the host if the project needs it"
+    return f"removed {path}, which the session created ({again})"
 
 
 def _check_unchanged(stored: Stored, kind: str | None, sha256: str | None, force: bool) -> None:
@@ -154,8 +158,10 @@ def restore(stored: Stored, force: bool = False) -> str:
         return _remove_tree(stored, force)  # a tree the session made: the start had none
     if state is None or not finding.path or finding.remedy == "reinstall":
         where = f"{stored.root}/{finding.path}".rstrip("/")
+        command = reinstaller(finding.path)
+        then = f"`{command}` in {where.rpartition('/')[0]}" if command else "your installer"
         raise RestoreError(f"finding {stored.id} is about a whole tree ({where})",
-                           hint=f"delete it and reinstall on the host (e.g. rm -r {where}, then your installer)")
+                           hint=f"delete it and reinstall on the host (e.g. rm -r {where}, then {then})")
     if finding.remedy == "review":
         raise RestoreError(f"finding {stored.id} has nothing to put back (rule {finding.rule})",
                            hint="review it, then `dejima-audit ack`")

@@ -195,13 +195,14 @@ class Runtime:
             frames = self.engine.frames(f"{_c(container)}/logs", {"stdout": 1, "stderr": 1})
             return b"".join(data for _, data in frames).decode(errors="replace")
         except APIError as exc:
-            if exc.not_found:
+            if exc.not_found or exc.status == 409:  # gone, or being removed (by `docker rm -f`): its output with it
                 return ""
             raise EngineError(f"cannot read the output of {container[:12]}: {exc.message}") from exc
 
-    def attach(self, container: str) -> Iterator[tuple[bytes | None, bytes | None]]:
-        """(stdout, stderr) pieces of the container's output, from its start (ask before starting it)."""
-        frames = self.engine.attach(container)
+    def attach(self, container: str, stdin: IO[bytes] | None = None) -> Iterator[tuple[bytes | None, bytes | None]]:
+        """(stdout, stderr) pieces of the container's output, from its start (ask before starting it); ``stdin``:
+        what its open stdin reads, then end of file (engine.Engine.attach)."""
+        frames = self.engine.attach(container, stdin=stdin)
         return ((data, None) if stream == STDOUT else (None, data) for stream, data in frames)
 
     def wait(self, container: str, timeout: float | None = None) -> int:
@@ -217,6 +218,16 @@ class Runtime:
         except OSError as exc:
             raise EngineError(f"a command in {container[:12]} did not finish: {_short(exc)}") from exc
         return status, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def wait_removed(self, container: str, timeout: float) -> bool:
+        """Whether the container is removed (by whoever) within ``timeout`` seconds."""
+        try:
+            self.engine.call("POST", f"{_c(container)}/wait", {"condition": "removed"}, timeout=timeout)
+        except APIError as exc:
+            return exc.not_found  # gone already
+        except TimeoutError:
+            return False
+        return True
 
     def inspect(self, container: str) -> dict[str, Any] | None:
         info: dict[str, Any] | None = self._call(f"inspect container {container[:12]}", "GET", f"{_c(container)}/json",
@@ -347,9 +358,9 @@ def create_body(spec: ContainerSpec) -> dict[str, Any]:
         "WorkingDir": spec.working_dir,
         "Hostname": spec.hostname if not joined else None,
         "Tty": spec.tty,
-        "OpenStdin": spec.tty,
-        "StdinOnce": spec.tty,
-        "AttachStdin": spec.tty,
+        "OpenStdin": spec.tty or spec.stdin,
+        "StdinOnce": spec.tty or spec.stdin,  # closed when the attached client closes it: end of file
+        "AttachStdin": spec.tty or spec.stdin,
         "AttachStdout": True,
         "AttachStderr": True,
         "HostConfig": {k: v for k, v in host.items() if v is not None},

@@ -31,6 +31,7 @@ RUN_DIR = "run"  # a session's sockets (control, proxy): mounted into its filter
 GATE = "gate"  # a session's start gate's FIFO: mounted read-only into the session
 RECORDS = "violations.jsonl"  # the filter's and the credential proxy's refusals, one JSON line each
 LEDGER = "ledger.jsonl"  # the requests the credential proxy carried
+WORKSPACE_RECORD = "workspace"  # the session's workspace: the start's record (orchestration/start_plan.py)
 
 
 def new_session_id() -> str:
@@ -44,6 +45,38 @@ def new_session_id() -> str:
                 host.claim(root / session_id)
                 return session_id
     raise SessionError(f"no unused session id in {root}", hint="remove old session directories there")
+
+
+def live_sessions_on(workspace: str, but: str = "") -> tuple[str, ...]:
+    """The sessions on ``workspace`` (as their record says) whose launcher still runs, other than ``but``."""
+    try:
+        directories = sorted(sessions_dir().iterdir())
+    except OSError:
+        return ()
+    found = []
+    for directory in directories:
+        if directory.name == but:
+            continue
+        try:
+            recorded = (directory / WORKSPACE_RECORD).read_text()
+        except OSError:
+            continue
+        if recorded == workspace and host.owner_alive(directory):
+            found.append(directory.name)
+    return tuple(found)
+
+
+def discard_unstarted(session_id: str) -> None:
+    """A start that stopped before its session ran (refused, failed, undone) leaves no state directory: it
+    goes when it holds nothing but its owner (a session that ran keeps its records there)."""
+    directory = sessions_dir() / session_id
+    with host.locked(sessions_dir()):
+        try:
+            names = {p.name for p in directory.iterdir()}
+        except OSError:
+            return
+        if names <= {host.OWNER_FILE}:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def run_dir(session_id: str) -> Path:

@@ -43,7 +43,7 @@ def stop(session_id: str) -> list[str]:
     from dejima.orchestration import manage_sessions
 
     runtime = connect()
-    return manage_sessions.stop_session(runtime, host.scope(), session_id)
+    return manage_sessions.stop_session(runtime, host.scope(), session_id, host.load_settings().session.stop_timeout)
 
 
 def clean(*, everything: bool = False, reporter: Reporter | None = None) -> int:

@@ -31,19 +31,13 @@ class Request:
     ``harness``, ``backend``, ``workflows``, ``forges``: the manifests chosen on top of the detected ones
     (``--harness``...). ``allow``: egress entries added to the settings' (``--allow``); ``allow_special``: the
     overrides that let an entry reach a special place (``--allow-special``); ``dns_upstreams``: the resolvers the
-<<<<<<< HEAD
-    filter forwards to (``--dns-upstream``). ``settings``: a ``Settings`` (``load_settings(path)``); None reads
-    the user's settings file (``$DEJIMA_SETTINGS``, else ``$XDG_CONFIG_HOME/dejima/settings.toml``).
-    Bad values are refused with an ``InputError`` naming the keyword (``allow``, ``as_root=True``); ``spelling``
-    says how errors name the request's options: ``"keywords"`` (the default, for a program) or ``"flags"``
-    (``--allow``, ``--as-root``: the command line, which is one of this API's users, asks for them).
-=======
     filter forwards to (``--dns-upstream``); ``publish``: the session's ports reachable from the host
     (``--publish``, ``3000`` or ``"8080:3000"``, on 127.0.0.1 unless an address is said). ``settings``: a
     ``Settings`` (``load_settings(path)``); None reads the user's settings file (``$DEJIMA_SETTINGS``, else
     ``$XDG_CONFIG_HOME/dejima/settings.toml``).
-    Bad values are refused with the command line's words (``InputError`` naming the flag).
->>>>>>> helper-ports
+    Bad values are refused with an ``InputError`` naming the keyword (``allow``, ``as_root=True``); ``spelling``
+    says how errors name the request's options: ``"keywords"`` (the default, for a program) or ``"flags"``
+    (``--allow``, ``--as-root``: the command line, which is one of this API's users, asks for them).
     """
 
     workspace: str | os.PathLike[str]

@@ -117,19 +117,20 @@ class Session:
             raise UsageError("this session has not started", hint="use it in a `with` block, or call start() first")
         return self._prepared
 
-    def run(self, *, stdout: OutputTarget = None, stderr: OutputTarget = None) -> int:
+    def run(self, *, stdout: OutputTarget = None, stderr: OutputTarget = None, stdin: IO[bytes] | None = None) -> int:
         """Run the command to its end; its stdout and stderr go to ``stdout`` and ``stderr`` as they come (an
-        interactive session's go to this terminal). Returns its exit status. Signals this process gets while
-        ``run`` waits on the main thread are passed to the command (the status is then 128+N)."""
+        interactive session's go to this terminal); it reads ``stdin`` (a binary file, read as the command reads
+        it, then end of file; None: end of file at once, as /dev/null). Returns its exit status. Signals this
+        process gets while ``run`` waits on the main thread are passed to the command (the status is then 128+N)."""
         from dejima.orchestration import start
-        from dejima.orchestration.session import Output
+        from dejima.orchestration.session import Streams
 
         prepared = self._started()
         if self._ran or self._closed:
             raise UsageError("a session runs its command once", hint="make a new Session to run another command")
         self._ran = True
         with _worded(self.request):
-            return start.run_session(prepared, self.reporter, Output(_sink(stdout), _sink(stderr)))
+            return start.run_session(prepared, self.reporter, Streams(_sink(stdout), _sink(stderr), stdin))
 
     def close(self) -> None:
         """Undo a start that never ran (its run directory, gate and record); a session that ran has removed its
@@ -140,17 +141,19 @@ class Session:
         prepared = self._prepared
         if prepared is None or self._ran:
             return
-        from dejima.adapters.session_dirs import clear_run_dir
+        from dejima.adapters.session_dirs import clear_run_dir, discard_unstarted
 
         try:
             if prepared.unwind is not None:
                 prepared.unwind()
         finally:
             clear_run_dir(prepared.plan.session_id)
+            if self._prestarted is None:  # else the prestart's, removed with it by its owner
+                discard_unstarted(prepared.plan.session_id)
 
 
 def run(request: Request, *, stdout: OutputTarget = None, stderr: OutputTarget = None,
-        reporter: Reporter | None = None) -> int:
+        stdin: IO[bytes] | None = None, reporter: Reporter | None = None) -> int:
     """Start a session on ``request``, run its command to its end and clean up; returns the exit status."""
     with Session(request, reporter=reporter) as session:
-        return session.run(stdout=stdout, stderr=stderr)
+        return session.run(stdout=stdout, stderr=stderr, stdin=stdin)

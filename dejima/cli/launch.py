@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from dejima import __version__
 from dejima.cli._run import run_main
@@ -29,6 +29,7 @@ Run a coding agent (or any command) on a real repository inside a guarded contai
 
   dejima PATH                  interactive shell in a session on PATH (a real TTY)
   dejima PATH -- CMD ARGS...   run CMD in a session, stream its output, exit with its status
+                               (a stdin that is not a terminal is CMD's, as `docker run -i`)
 
 What a session gets: the workspace PATH read-write at the same absolute path, a home directory
 kept per project, a private /tmp, your uid:gid (run as root: the workspace owner's, or 0 with
@@ -57,9 +58,10 @@ Management commands (they come first, so a directory named like one needs ./NAME
                                why a broken one is refused (it stops only sessions that use it)
   dejima completion SHELL      a completion script for bash, zsh or fish (subcommands, flags, names)
 
-Exit status: CMD's status (128+N when it ends on signal N); 125 when dejima itself fails
-(DEJIMA_DEBUG=1 adds the traceback of an unexpected error); 127 when CMD does not exist in the
-session image; 2 for bad input (arguments, settings, manifests, entries).
+Exit status: CMD's status (128+N when it ends on signal N; 143 after `dejima stop`); 125 when
+dejima itself fails (DEJIMA_DEBUG=1 adds the traceback of an unexpected error); 127 when CMD does
+not exist in the session image; 122 when unreviewed critical audit findings refuse the start
+(nothing started; --accept-findings); 2 for bad input (arguments, settings, manifests, entries).
 Every --json prints JSON lines: one object per line.
 Settings: $XDG_CONFIG_HOME/dejima/settings.toml (or $DEJIMA_SETTINGS), validated strictly.
 """
@@ -158,6 +160,10 @@ def _start(argv: list[str], ui: UI) -> int:
     ui.quiet = args.quiet
     if args.render:
         return _session(args, command, ui, None)
+    if command is None and not _is_terminal(sys.stdin):  # before anything starts: nothing to leave behind
+        raise UsageError("no terminal: give a command after --",
+                         hint="an interactive session needs a terminal on stdin; dejima PATH -- CMD ARGS... runs "
+                         "CMD without one, with this stdin as its own")
     # First thing, the filter this workspace's last session had (orchestration/prestart.py): the
     # engine starts it while the rest of the launcher is imported and the plan is made.
     from dejima.orchestration import prestart
@@ -168,10 +174,11 @@ def _start(argv: list[str], ui: UI) -> int:
         return _session(args, command, ui, prestarted)
     finally:
         if prestarted is not None:
-            from dejima.adapters.session_dirs import clear_run_dir  # imported by the prestart already
+            from dejima.adapters.session_dirs import clear_run_dir, discard_unstarted  # the prestart's imports
 
             prestarted.discard()  # unless the session adopted it
             clear_run_dir(prestarted.session_id)  # a session that never started leaves no socket either
+            discard_unstarted(prestarted.session_id)  # nor a state directory
 
 
 def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
@@ -189,7 +196,7 @@ def _session(args: argparse.Namespace, command: tuple[str, ...] | None, ui: UI,
         print(api.render(request, ui).text)
         return ExitStatus.SUCCESS
     with api.Session(request, reporter=ui, prestarted=prestarted) as session:
-        status = session.run()
+        status = session.run(stdin=_forwarded_stdin(command))
     gc.freeze()  # the process ends now: its exit need not walk every object it made (~30 ms)
     return status
 
@@ -206,6 +213,20 @@ def _mistyped_command(word: str) -> None:
         raise UsageError(f"{word!r} is neither a command nor a directory here",
                          hint=f"{guess}commands: {', '.join(commands)}; a workspace is a "
                          "directory (a directory named like a command is ./NAME)")
+
+
+def _is_terminal(stream: TextIO | None) -> bool:
+    return stream is not None and stream.isatty()
+
+
+def _forwarded_stdin(command: tuple[str, ...] | None) -> BinaryIO | None:
+    """This process's stdin for a command to read, as `docker run -i` gives it, unless it is a terminal (a
+    terminal's keys stay with this shell, as `docker run` without -i; the command reads end of file). Unbuffered:
+    the copy (on its own thread) takes what is there when it is there, and holds no lock at exit."""
+    if command is None or _is_terminal(sys.stdin):
+        return None
+    raw: BinaryIO | None = getattr(getattr(sys.stdin, "buffer", None), "raw", None)  # None: no stdin, end of file
+    return raw
 
 
 def main(argv: Sequence[str] | None = None) -> int:

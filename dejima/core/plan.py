@@ -121,6 +121,7 @@ class ContainerSpec:
     working_dir: str | None = None
     read_only_rootfs: bool = False
     tty: bool = False
+    stdin: bool = False  # open, fed by whoever attaches first, closed at its end of input (`docker run -i`)
     hostname: str | None = None
     entrypoint: tuple[str, ...] | None = None  # None: the image's
     dns: tuple[str, ...] = ()

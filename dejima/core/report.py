@@ -34,4 +34,5 @@ class Reporter(Protocol):
         """A few lines shown together, before a session starts."""
 
     def step(self, title: str, log: str | None = None) -> AbstractContextManager[Progress]:
-        """A long step (an image build) and its progress; ``log``: the file that keeps its every line."""
+        """A long step (an image build) and its progress; ``log``: the file that keeps its every line. A step
+        left by an exception is not done: the reporter does not say it was."""

@@ -12,7 +12,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from dejima.adapters import host, mount_state
+from dejima.adapters import host, mount_state, npm_cache
 from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
@@ -25,7 +25,7 @@ from dejima.adapters.mount_state import (
     load_snapshot,
     save_snapshot,
 )
-from dejima.adapters.session_dirs import sessions_dir
+from dejima.adapters.session_dirs import live_sessions_on, sessions_dir
 from dejima.adapters.start_contents import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
 from dejima.adapters.tree_walk import (
     WALK_ATTEMPTS,
@@ -80,20 +80,24 @@ def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
                                     f"happened to {shown}: check them by hand, then ack this", "\n".join(unsure))]
 
 
-def audit_mount(state: MountState, session_id: str = "") -> tuple[list[Finding], Snapshot]:
-    """Findings for one mount now (the session must be gone), and the end snapshot."""
-    found, after, _ = _audit_mount(state, session_id)
+def audit_mount(state: MountState, session_id: str = "", npm_caches: list[Path] | None = None,
+                ) -> tuple[list[Finding], Snapshot]:
+    """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``:
+    where the pinned tarballs of its npm trees can be read (default: the host user's own cache)."""
+    found, after, _ = _audit_mount(state, session_id, npm_cache.npm_caches(()) if npm_caches is None else npm_caches)
     return found, after
 
 
-def _audit_mount(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
+def _audit_mount(state: MountState, session_id: str, npm_caches: list[Path]) -> tuple[list[Finding], Snapshot,
+                                                                                        list[str]]:
     # The rules allocate while 200k entries are in memory: a full collection would scan them all.
     state.ready()
     with gc_paused():
-        return _audit_ready(state, session_id)
+        return _audit_ready(state, session_id, npm_caches)
 
 
-def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Snapshot, list[str]]:
+def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path]) -> tuple[list[Finding], Snapshot,
+                                                                                       list[str]]:
     root = state.mount.root
     hashed: dict[str, bytes] = {}
     listed: dict[str, list[str]] = {}
@@ -120,7 +124,7 @@ def _audit_ready(state: MountState, session_id: str) -> tuple[list[Finding], Sna
     from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
 
     return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed,
-                            state.mount.watch)], after, changed
+                            state.mount.watch, npm_cache.tarballs(npm_caches))], after, changed
 
 
 def _import_rules() -> None:
@@ -277,9 +281,11 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
         found = []
         for state in states:  # every start complete before the end walks fork
             state.join()
+        # The session's npm cache is in its home: the pinned tarballs its trees are verified against.
+        caches = npm_cache.npm_caches(s.mount.root for s in states if s.mount.kind == "home")
         for state in states:
             try:
-                mount_findings, after, changed = _audit_mount(state, session_id)
+                mount_findings, after, changed = _audit_mount(state, session_id, caches)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"
@@ -297,18 +303,30 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
 
 
 def _say(session_id: str, ui: SessionReporter, store: FindingStore, workspace: str, found: list[Finding]) -> None:
-    """The closing message: how many changes, and the worst ones not reviewed yet, themselves."""
+    """The closing message: how many changes, and the worst ones not reviewed yet, themselves. A change another
+    session's audit recorded first (sessions sharing the workspace) is that session's to report: it is only
+    counted here, with the session named."""
     shown = [f for f in found if rank(f.severity) >= rank("low")]
     if not shown:
         return
-    worst = max(shown, key=lambda f: SEVERITIES.index(f.severity)).severity
     fingerprints = {f.fingerprint for f in shown}
-    unreviewed = [s for s in store.findings(workspace) if s.finding.fingerprint in fingerprints]
-    reviewed = f"; {len(shown) - len(unreviewed)} reviewed before" if len(unreviewed) < len(shown) else ""
-    ui.warn(f"session {session_id} left {len(shown)} change(s) that can run code later (worst: {worst}{reviewed})"
-            + (":" if unreviewed else ""))
-    ui.findings_left(unreviewed)
-    if unreviewed:
+    pending = [s for s in store.findings(workspace) if s.finding.fingerprint in fingerprints]
+    unreviewed = [s for s in pending if s.session == session_id]
+    theirs = {s.finding.fingerprint: s.session for s in pending if s.session != session_id}
+    own = [f for f in shown if f.fingerprint not in theirs]
+    if own:
+        worst = max(own, key=lambda f: SEVERITIES.index(f.severity)).severity
+        reviewed = f"; {len(own) - len(unreviewed)} reviewed before" if len(unreviewed) < len(own) else ""
+        ui.warn(f"session {session_id} left {len(own)} change(s) that can run code later (worst: {worst}{reviewed})"
+                + (":" if unreviewed else ""))
+        ui.findings_left(unreviewed)
+        still = live_sessions_on(workspace, but=session_id)
+        if still:
+            ui.info(f"session(s) {', '.join(still)} still run on {workspace}: a change listed here may be theirs")
+    if theirs:
+        ui.info(f"session {session_id}: {len(theirs)} more change(s) its audit found were reported by session(s) "
+                f"{', '.join(sorted(set(theirs.values())))} on the same workspace")
+    if unreviewed or theirs:
         ui.info("review them one file at a time: dejima-audit ack")
 
 

@@ -12,7 +12,8 @@
                 remove it; remove the session, then the caller's end-of-session work (the audit)
 
 Signals (SIGINT, SIGTERM, SIGHUP) are forwarded to the command, which gets ``stop_timeout``
-seconds to exit; then everything is removed and dejima exits with 128+N.
+seconds to exit; then everything is removed and dejima exits with 128+N. ``STOP_SIGNAL`` is
+`dejima stop`'s request: the same as SIGTERM, and the launcher says who asked.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
-from typing import TextIO
+from typing import IO, TextIO
 
 from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.host import Launcher, launcher_alive
@@ -44,7 +45,11 @@ from dejima.orchestration.prestart import Prestarted
 from dejima.orchestration.start_plan import CALLERS_STEPS, pair_outline
 from dejima.orchestration.steps import Done, Step, StepGraphError, apply, with_actions
 
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# `dejima stop` asks the session's launcher with a signal of its own (manage_sessions.stop_session): the launcher
+# ends the session as on SIGTERM (the command gets stop_timeout seconds, the records and the audit are kept) and
+# can say why, whoever the stopping user is.
+STOP_SIGNAL = signal.SIGUSR1
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, STOP_SIGNAL)
 FILTER_STOP_SECONDS = 2
 
 
@@ -179,12 +184,14 @@ Sink = Callable[[bytes], None]  # takes each chunk of the command's output as it
 
 
 @dataclass(frozen=True, slots=True)
-class Output:
-    """Where a non-interactive session's output goes: its stdout and its stderr, each a sink (None: the
-    launcher's own stream of the same name)."""
+class Streams:
+    """A non-interactive command's standard streams: ``stdin`` a binary file it reads to its end, then end of
+    file (None: end of file at once, as /dev/null); its stdout and its stderr, each a sink (None: the launcher's
+    own stream of the same name)."""
 
     stdout: Sink | None = None
     stderr: Sink | None = None
+    stdin: IO[bytes] | None = None
 
 
 def _own(stream: TextIO) -> Sink:
@@ -195,7 +202,7 @@ def _own(stream: TextIO) -> Sink:
     return write
 
 
-def _pump(stream: Iterator[tuple[bytes | None, bytes | None]], output: Output = Output()) -> None:
+def _pump(stream: Iterator[tuple[bytes | None, bytes | None]], output: Streams = Streams()) -> None:
     out = output.stdout or _own(sys.stdout)
     err = output.stderr or _own(sys.stderr)
     try:
@@ -208,26 +215,29 @@ def _pump(stream: Iterator[tuple[bytes | None, bytes | None]], output: Output = 
         pass
 
 
-def _start_attached(runtime: Runtime, container: str, output: Output = Output()) -> threading.Thread:
-    """Start the container with its output streamed to ``output`` (attached before the start, so that
-    nothing it prints is lost); returns the thread that copies it."""
-    stream = runtime.attach(container)
-    pump = threading.Thread(target=_pump, args=(stream, output), name="session-output", daemon=True)
+def _start_attached(runtime: Runtime, container: str, streams: Streams = Streams()) -> threading.Thread:
+    """Start the container with its output streamed to ``streams`` (attached before the start, so that
+    nothing it prints is lost) and ``streams.stdin``, if any, fed to its stdin (created open for it:
+    ``pair_steps``); returns the thread that copies the output."""
+    stream = runtime.attach(container, streams.stdin)
+    pump = threading.Thread(target=_pump, args=(stream, streams), name="session-output", daemon=True)
     pump.start()
     runtime.start(container)
     return pump
 
 
-def _run_attached(runtime: Runtime, container: str, stop_timeout: float, pump: threading.Thread) -> int:
+def _run_attached(runtime: Runtime, container: str, stop_timeout: float, pump: threading.Thread,
+                  received: list[int]) -> int:
     try:
         status = runtime.wait(container)
     except Interrupted as interrupted:
+        received.append(interrupted.signum)
         status = _forward(runtime, container, interrupted.signum, stop_timeout)
     pump.join(timeout=stop_timeout)
     return status
 
 
-def _run_interactive(runtime: Runtime, container: str, stop_timeout: float) -> int:
+def _run_interactive(runtime: Runtime, container: str, stop_timeout: float, received: list[int]) -> int:
     cli = shutil.which("docker")
     if cli is None:
         raise EngineError(
@@ -240,6 +250,7 @@ def _run_interactive(runtime: Runtime, container: str, stop_timeout: float) -> i
         process.wait()
         return runtime.wait(container)
     except Interrupted as interrupted:
+        received.append(interrupted.signum)
         status = _forward(runtime, container, interrupted.signum, stop_timeout)
         process.terminate()
         process.wait()
@@ -247,14 +258,20 @@ def _run_interactive(runtime: Runtime, container: str, stop_timeout: float) -> i
 
 
 def _forward(runtime: Runtime, container: str, signum: int, stop_timeout: float) -> int:
-    """Pass a signal to the command; give it stop_timeout seconds; report 128+N either way."""
+    """Pass a signal to the command (`dejima stop`'s as SIGTERM); give it stop_timeout seconds; report 128+N
+    either way."""
+    sent = _as_sent(signum)
     with signals_deferred():
-        runtime.kill(container, signal.Signals(signum).name)
+        runtime.kill(container, signal.Signals(sent).name)
         try:
             runtime.wait(container, timeout=stop_timeout)
         except Exception:  # noqa: BLE001 - it did not exit in time; teardown removes it
             pass
-    return ExitStatus.signalled(signum)
+    return ExitStatus.signalled(sent)
+
+
+def _as_sent(signum: int) -> int:
+    return signal.SIGTERM if signum == STOP_SIGNAL else signum
 
 
 def teardown(runtime: Runtime, containers: list[str],
@@ -333,7 +350,7 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
         on_refusal: Callable[[dict[str, object]], None] | None = None,
         before_session: Mapping[str, Callable[[Done], object]] = {},
         once_session_removed: Callable[[], None] | None = None,
-        prestarted: Prestarted | None = None, output: Output = Output()) -> int:
+        prestarted: Prestarted | None = None, streams: Streams = Streams()) -> int:
     """Run the planned session to its end; returns the exit status dejima should exit with.
     Its start is steps (``pair_steps``): the session's command runs only after the filter reported
     ready (its container may start before, behind the gate). ``before_session``: the caller's actions
@@ -345,26 +362,30 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
     ``on_filter_output`` gets all the filter printed (its violation records), once it has stopped;
     ``on_refusal`` gets each violation record as it happens (the launcher's live notice).
     ``prestarted``: a filter started before the plan existed, used if its request is the plan's.
-    ``output``: where a non-interactive command's output goes (the launcher's own stdout and stderr by default).
+    ``streams``: a non-interactive command's input and where its output goes (none and the launcher's own stdout
+    and stderr by default).
     """
     created: list[str] = []
+    received: list[int] = []  # the signals the launcher got while the command ran
     gate = Gate(plan.gate) if plan.gate is not None else None
     held: list[HeldFifo] = [gate] if gate is not None else []
     with signals_raise():
         try:
             done = apply(pair_steps(runtime, plan, created, held, gate, ready_timeout, before_session,
-                                    prestarted, output)).results
+                                    prestarted, streams)).results
             filter_id, session_id = done["filter"][0], done["session"]
             if on_refusal is not None:
                 _follow_refusals(runtime, filter_id, on_refusal)
             if plan.interactive:
-                status = _run_interactive(runtime, session_id, stop_timeout)
+                status = _run_interactive(runtime, session_id, stop_timeout, received)
             else:
-                status = _run_attached(runtime, session_id, stop_timeout, done["session-start"])
+                status = _run_attached(runtime, session_id, stop_timeout, done["session-start"], received)
+            _say_stopped(ui, plan.session_id, received)
             check_filter_alive(runtime, filter_id)
             return status
         except Interrupted as interrupted:
-            return ExitStatus.signalled(interrupted.signum)
+            _say_stopped(ui, plan.session_id, [interrupted.signum])
+            return ExitStatus.signalled(_as_sent(interrupted.signum))
         finally:
             steps, after = {}, {}
             if created and on_filter_output is not None:  # created[0]: the filter, once it exists
@@ -377,6 +398,11 @@ def run(runtime: Runtime, plan: SessionPlan, ui: Reporter, ready_timeout: float,
             finally:
                 for fifo in held:
                     fifo.close()
+
+
+def _say_stopped(ui: Reporter, session_id: str, received: list[int]) -> None:
+    if STOP_SIGNAL in received:
+        ui.warn(f"session {session_id} stopped (dejima stop)")
 
 
 def _send_configuration(fifo: str, configuration: str) -> HeldFifo:
@@ -402,7 +428,7 @@ def _check_published(runtime: Runtime, filter_id: str, plan: SessionPlan) -> Non
 
 def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: list[HeldFifo], gate: Gate | None,
                ready_timeout: float, before_session: Mapping[str, Callable[[Done], object]] = {},
-               prestarted: Prestarted | None = None, output: Output = Output()) -> list[Step]:
+               prestarted: Prestarted | None = None, streams: Streams = Streams()) -> list[Step]:
     """The container pair's start (orchestration/start_plan.pair_outline: what each step waits for) with
     its actions; ids go to ``created`` and FIFOs to ``held`` as they exist, for the teardown.
     ``before_session``: the caller's actions for ``boundary`` and ``audit-start`` (none: nothing to do)."""
@@ -429,8 +455,14 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
         if plan.filter.ports:  # the card says where each is reachable: the engine must have bound just that
             _check_published(runtime, filter_id, plan)
 
+    # A non-interactive session's stdin is open only with input to feed it (else /dev/null, as `docker run`
+    # without -i): an open stdin nobody feeds would never end.
+    fed = not plan.interactive and streams.stdin is not None
+    session_spec = replace(plan.session, stdin=True) if fed else plan.session
+    session_streams = streams if fed else replace(streams, stdin=None)
+
     def create_session(done: Done) -> str:
-        session_id = runtime.create(plan.session)
+        session_id = runtime.create(session_spec)
         created.append(session_id)
         return session_id
 
@@ -439,7 +471,7 @@ def pair_steps(runtime: Runtime, plan: SessionPlan, created: list[str], held: li
 
     def start_session(done: Done) -> threading.Thread:
         try:
-            return _start_attached(runtime, done["session"], output)
+            return _start_attached(runtime, done["session"], session_streams)
         except EngineError:
             # Behind the gate it starts while the filter applies its ruleset. A filter that failed meanwhile
             # takes the session's start down with it (it cannot join a stopped container): its story is the one.

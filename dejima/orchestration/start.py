@@ -22,7 +22,9 @@ from dejima.adapters import host
 from dejima.adapters.session_dirs import (
     ViolationStore,
     clear_run_dir,
+    discard_unstarted,
     ledger_path,
+    live_sessions_on,
     new_session_id,
     run_dir,
     sessions_dir,
@@ -69,7 +71,6 @@ class Prepared:
     start: StartPlan  # what the start decided (orchestration/start_plan.py)
     settings: Settings
     proxy: SessionProxy | None = None  # the credential routes with their sources, served while the session runs
-    accept_findings: bool = False  # --accept-findings: unreviewed critical findings do not stop the start
     prestarted: Prestarted | None = None  # the filter started before the plan (adopted if it is the plan's)
     # Undoes the start's steps (run directory, gate, record) for a caller that does not run the session after all
     unwind: Callable[[], None] | None = None
@@ -86,10 +87,14 @@ def prepare_session(
     """Read the facts, plan the start, apply the plan's preparation; a failing step undoes what the others did."""
     options = options or Options()
     session_id = prestarted.session_id if prestarted is not None else new_session_id()
-    plan, sources = _planned(workspace, command, resolved, settings, options, ui, runtime, session_id)
-    applied = apply_start(plan, sources, runtime, ui, prestarted)
-    return Prepared(runtime, plan, settings, applied.results["credentials"], options.accept_findings, prestarted,
-                    applied.unwind)
+    try:
+        plan, sources = _planned(workspace, command, resolved, settings, options, ui, runtime, session_id)
+        applied = apply_start(plan, sources, runtime, ui, prestarted)
+    except BaseException:
+        if prestarted is None:  # else the prestart's, removed with it (cli/launch.py)
+            discard_unstarted(session_id)
+        raise
+    return Prepared(runtime, plan, settings, applied.results["credentials"], prestarted, applied.unwind)
 
 
 def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -154,9 +159,11 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         "engine-memory": lambda _: runtime.memory() if runtime is not None else host.memory_total(),
         "network": lambda _: network_facts(settings, runtime, options.upstream_dns),
         "policy": lambda done: check_policy(settings, options, done["network"], source, resolved),
+        "findings": lambda _: review_findings(workspace, options.accept_findings, ui),
         "images": images,
         "credential-sources": credential_sources,
         "git-config": git_config,
+        "other-sessions": lambda _: live_sessions_on(str(request.workspace), but=session_id),
         "stale-sessions": remove_stale,
     }
     previews: dict[str, Callable[[Done], Any]] = {
@@ -167,7 +174,8 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
     read = done["credential-sources"]
     facts = StartFacts(request, identity, source, sessions_dir() / session_id, done["engine-memory"], done["network"],
                        done["images"], done["git-config"],
-                       frozenset(read[0]) if read is not None else None, read[1] if read is not None else ())
+                       frozenset(read[0]) if read is not None else None, read[1] if read is not None else (),
+                       done["other-sessions"])
     return facts, read[0] if read is not None else {}
 
 
@@ -266,6 +274,15 @@ def boundary_line(plan: SessionPlan) -> str:
     )
 
 
+def review_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
+    """Before anything starts: finish the audits of sessions whose launcher died (importing the audit, ~0.1 s),
+    then refuse the start on unreviewed critical findings unless accepted (``check_findings``)."""
+    from dejima.orchestration import exit_audit
+
+    exit_audit.recover(ui)
+    check_findings(workspace, accept, ui)
+
+
 def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
     """Warn about unreviewed findings; refuse to start on unreviewed critical ones unless accepted."""
     from dejima.adapters.findings import FindingStore
@@ -286,6 +303,7 @@ def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
             "(e.g. a git hook or an IDE task that would run on the host)",
             hint="review them with `dejima-audit` and `dejima-audit ack`, or start anyway with --accept-findings",
             reference="unreviewed-findings",
+            exit_code=ExitStatus.UNREVIEWED_FINDINGS,
         )
 
 
@@ -332,14 +350,11 @@ class SessionAudit:
         self.started = self.finished = False
 
     def start(self) -> None:
-        """While the filter starts (the time is free then): import the audit (~0.1 s), finish the
-        audits of sessions whose launcher died, check unreviewed findings (a critical one stops
-        this start), take the start snapshot."""
+        """While the filter starts (the time is free then): take the start snapshot. The audits of sessions
+        whose launcher died and the unreviewed findings were the facts' (``read_facts``), before anything started."""
         from dejima.orchestration import exit_audit
 
         plan = self.prepared.plan
-        exit_audit.recover(self.ui)
-        check_findings(Path(plan.workspace), self.prepared.accept_findings, self.ui)
         self.started = True
         self.states.extend(exit_audit.start(plan.session_id, audited_mounts(plan)))
 
@@ -352,9 +367,9 @@ class SessionAudit:
         exit_audit.finish(self.prepared.plan.session_id, self.ui, states=self.states or None)
 
 
-def run_session(prepared: Prepared, ui: SessionReporter, output: session.Output | None = None) -> int:
-    """Run the prepared session to its end; ``output``: where a non-interactive command's output goes (the
-    launcher's own stdout and stderr by default)."""
+def run_session(prepared: Prepared, ui: SessionReporter, streams: session.Streams | None = None) -> int:
+    """Run the prepared session to its end; ``streams``: a non-interactive command's input and where its output
+    goes (none, and the launcher's own stdout and stderr, by default)."""
     from dejima.orchestration import session
 
     settings = prepared.settings
@@ -372,7 +387,7 @@ def run_session(prepared: Prepared, ui: SessionReporter, output: session.Output 
                 before_session=before_session_actions(prepared.plan, ui, audit),
                 once_session_removed=audit.finish,
                 prestarted=prepared.prestarted,
-                output=output or session.Output(),
+                streams=streams or session.Streams(),
             )
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:

@@ -2,7 +2,8 @@
 then one function with no I/O from those facts to a frozen ``StartPlan`` holding everything a start
 does (``plan_start``); the executor applies it (start.apply_start), ``--render`` prints it.
 
-    facts    engine memory, network facts, policy check, images (tags, or recipes to build),
+    facts    engine memory, network facts, policy check, unreviewed findings (a refusal), images (tags, or
+             recipes to build),
              credential sources (which the host has; read, never kept here), the workspace's git config;
              and, meanwhile, dead sessions' leftover containers removed
     plan     the SessionPlan (both containers, ruleset, filter configuration), the image recipes,
@@ -52,12 +53,17 @@ FACT_STEPS = (
     StepDecl(FACTS, "network", effect=False),
     # The allow list checked against the host's and the engine's addresses before anything changes.
     StepDecl(FACTS, "policy", ("network",), effect=False),
+    # The audits of sessions whose launcher died finished, then the workspace's unreviewed critical findings
+    # refuse the start (unless accepted) before anything is made, pulled or read.
+    StepDecl(FACTS, "findings"),
     # The recipes hash the base image's id: a missing base is pulled or made (debootstrap) here.
-    StepDecl(FACTS, "images", ("policy",)),
+    StepDecl(FACTS, "images", ("policy", "findings")),
     # Which routes the session has depends on which sources the host has: they are read here (the
     # values stay with the launcher, apart from the plan); a render names them and reads none.
-    StepDecl(FACTS, "credential-sources", ("policy",)),
+    StepDecl(FACTS, "credential-sources", ("policy", "findings")),
     StepDecl(FACTS, "git-config", effect=False),
+    # Other sessions on this workspace whose launcher runs: the start says so (both write it).
+    StepDecl(FACTS, "other-sessions", effect=False),
     # Not this session's: containers of sessions whose launcher died, removed (their records kept)
     # while the facts are read, since nothing this session plans depends on them.
     StepDecl(FACTS, "stale-sessions", ("policy",)),
@@ -117,6 +123,7 @@ class StartFacts:
     git_config: str  # the workspace's .git/config: a git route pushes only to its remotes
     credentials_present: frozenset[str] | None = None  # routes whose source the host has; None: not read (render)
     credentials_skipped: tuple[CredentialError, ...] = ()  # the missing sources' errors
+    other_sessions: tuple[str, ...] = ()  # sessions on the same workspace whose launcher runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +155,7 @@ def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Se
                facts: StartFacts) -> StartPlan:
     """The start ``facts`` call for; no I/O (the placeholders are drawn at random here). A policy that does
     not pass is refused by ``build_session_plan`` (the facts' ``policy`` step refused it first)."""
-    notes: list[str] = []
+    notes: list[str] = [_sharing(facts.other_sessions, str(facts.request.workspace))] if facts.other_sessions else []
     proxy = None
     if resolved.has_credentials:
         from dejima.proxy.runner import plan_session_proxy  # the proxy's modules, only for a session with routes
@@ -176,6 +183,12 @@ def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Se
     steps = (*FACT_STEPS, *PREPARATION_STEPS, *pair_outline(session.interactive, session.gate is not None))
     return StartPlan(request, session, facts.identity, facts.images, proxy, harness_connection, (home, *caches),
                      (facts.session_dir / "workspace", str(request.workspace)), tuple(notes), steps)
+
+
+def _sharing(others: tuple[str, ...], workspace: str) -> str:
+    sessions = f"session {others[0]} is" if len(others) == 1 else f"sessions {', '.join(others)} are"
+    return (f"{sessions} running on {workspace} too: they write the same files, and a change is reported by the "
+            "first exit audit that finds it (each summary lists only the findings its own audit recorded)")
 
 
 def _harness_connection(resolved: Resolved, proxy: SessionProxy | None) -> tuple[Connection, list[str]]:

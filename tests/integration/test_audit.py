@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from dejima.adapters.runtime import Runtime
+from dejima.errors import ExitStatus
 from tests.world import User, run_dejima, spawn_dejima, wait_for_line
 
 PLANT_HOOK = "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"
@@ -51,7 +52,7 @@ def test_a_planted_hook_is_found_and_blocks_the_next_start_until_acked(
     assert first.returncode == 0, first.stderr
     assert "change(s) that can run code later (worst: critical)" in first.stderr
     refused = run_dejima(user, scope, "-q", str(workspace), "--", "true")
-    assert refused.returncode == 125 and "unreviewed-findings" in refused.stderr
+    assert refused.returncode == ExitStatus.UNREVIEWED_FINDINGS and "unreviewed-findings" in refused.stderr
     listed = [json.loads(line) for line in
               dejima_audit(user, scope, "list", "--json", "--workspace", str(workspace)).stdout.splitlines()]
     assert [(f["rule"], f["path"]) for f in listed] == [("G01", ".git/hooks/pre-commit")]
@@ -61,7 +62,7 @@ def test_a_planted_hook_is_found_and_blocks_the_next_start_until_acked(
     # The same hook, changed again: a new finding, and the workspace is refused again.
     run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", "echo '# more' >> .git/hooks/pre-commit",
                DEJIMA_SETTINGS=settings)
-    assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == 125
+    assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == ExitStatus.UNREVIEWED_FINDINGS
 
 
 def test_a_session_whose_launcher_was_killed_is_audited_by_the_next_run(
@@ -75,7 +76,7 @@ def test_a_session_whose_launcher_was_killed_is_audited_by_the_next_run(
         proc.wait(timeout=30)
     result = run_dejima(user, scope, str(workspace), "--", "true")
     assert "whose launcher ended before it could" in result.stderr
-    assert result.returncode == 125 and "unreviewed-findings" in result.stderr
+    assert result.returncode == ExitStatus.UNREVIEWED_FINDINGS and "unreviewed-findings" in result.stderr
 
 
 def test_the_session_home_is_audited_too_and_python_writes_no_bytecode(

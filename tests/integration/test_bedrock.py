@@ -18,6 +18,7 @@ import pytest
 from dejima.adapters.runtime import Runtime
 from tests.bedrockfake import DRIP_SECONDS, WORDS, FakeBedrock, fake_bedrock
 from tests.integration.conftest import ENVIRONS, credential_settings, run_agent
+from tests.integration.test_interactive import exit_on_a_terminal
 from tests.world import User, containers_of, run_dejima
 
 REAL_ID = "AKIACANARYHOSTKEY001"
@@ -142,8 +143,9 @@ def test_missing_aws_keys_are_named_and_the_agent_is_not_started_without_them(
     assert with_command.returncode == 0, with_command.stderr
     assert "backends/bedrock.toml credentials route 'aws-sigv4-runtime'" in with_command.stderr
     assert "aws profile dejima-test-none" in with_command.stderr and "starts without that route" in with_command.stderr
-    agent = run_dejima(user, scope, "--harness", "claude-code", "--backend", "bedrock", str(workspace),
-                       DEJIMA_SETTINGS=settings, **no_keys)
-    assert agent.returncode != 0, agent.stderr
-    assert "aws profile dejima-test-none" in agent.stderr and "AWS_ACCESS_KEY_ID" in agent.stderr
+    # On a terminal, as an agent is started (without one the start is refused sooner: no terminal).
+    status, printed = exit_on_a_terminal(user, scope, "--harness", "claude-code", "--backend", "bedrock",
+                                         str(workspace), DEJIMA_SETTINGS=settings, **no_keys)
+    assert status != 0, printed
+    assert b"aws profile dejima-test-none" in printed and b"AWS_ACCESS_KEY_ID" in printed, printed
     assert containers_of(runtime, scope, role=labels.ROLE_SESSION) == []

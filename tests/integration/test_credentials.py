@@ -23,6 +23,7 @@ from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from tests.httpfake import send_json, serving
 from tests.integration.conftest import ENVIRONS, credential_settings, run_agent
+from tests.integration.test_interactive import exit_on_a_terminal
 from tests.world import User, containers_of, parse_json_line, run_dejima
 
 REAL_KEY = "sk-ant-api03-" + "Zq7Vt2Lr9Xc4Nw8Pb1Ks6Hd3Fg5Jm0Yu2Ie7Oa4Ws9Rx1Tc8Vb3Nq6Lp5Kz" + "-canaryAA"
@@ -181,10 +182,11 @@ def test_a_missing_source_is_named_and_the_agent_is_not_started_without_it(
     assert "backends/anthropic.toml" in with_command.stderr and "ANTHROPIC_API_KEY" in with_command.stderr
     assert "starts without that route" in with_command.stderr
     # The agent itself needs its model: no session at all, and the message names the source.
-    agent = run_dejima(user, scope, "--harness", "claude-code", str(workspace), DEJIMA_SETTINGS=settings,
-                       ANTHROPIC_API_KEY="")
-    assert agent.returncode != 0
-    assert "ANTHROPIC_API_KEY" in agent.stderr
+    # On a terminal, as an agent is started (without one the start is refused sooner: no terminal).
+    status, printed = exit_on_a_terminal(user, scope, "--harness", "claude-code", str(workspace),
+                                         DEJIMA_SETTINGS=settings, ANTHROPIC_API_KEY="")
+    assert status != 0
+    assert b"ANTHROPIC_API_KEY" in printed, printed
     assert containers_of(runtime, scope, role=labels.ROLE_SESSION) == []
 
 

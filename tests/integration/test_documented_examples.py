@@ -38,6 +38,13 @@ SKIPPED = {
                                                     "an Anthropic account; test_harness runs it against a fake",
     "dejima images bootstrap": "debootstrap downloads Debian from deb.debian.org (an outside address)",
     "dejima images prune": "removes every image this checkout does not use, other test runs' on this engine too",
+    "dejima ~/repos/project --publish 3000 -- npm run dev": "the plain session image has no npm (the node "
+                                                           "workflow's image is built from outside addresses); "
+                                                           "test_published_ports serves a published port the same way",
+    **dict.fromkeys(("dejima doctor --session SESSION", "dejima doctor --session SESSION --json"),
+                    "probes a documentation address (192.0.2.1) and a foreign resolver by default: tests send "
+                    "nothing outside this host, so test_doctor_session runs it with --refused-address and "
+                    "--foreign-resolver at the test world's decoys"),
 }
 API_EXAMPLE = "docs/api.md: the Python example"
 # As root the example's temporary workspace belongs to root: the session would run as uid 0, which a root

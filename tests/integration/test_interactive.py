@@ -9,6 +9,8 @@ import struct
 import subprocess
 import termios
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dejima.adapters.runtime import Runtime
@@ -43,16 +45,47 @@ def read_until(fd: int, marker: bytes, timeout: float = 60) -> bytes:
     return seen
 
 
-def test_interactive_shell_has_a_tty_that_follows_resizes(runtime: Runtime, images: object, user: User,
-                                                          scope: str, workspace: Path) -> None:
+@contextmanager
+def on_a_terminal(user: User, scope: str, *args: str, rows: int = 24, cols: int = 80,
+                  env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """The real launcher with a new pseudo-terminal as its controlling terminal (stdin, stdout and stderr),
+    ``env`` added to its environment; yields the process and the terminal's master side, to read and type on."""
     master, slave = os.openpty()
-    set_size(master, 30, 100)
+    set_size(master, rows, cols)
     process = subprocess.Popen(
-        ["setsid", "--ctty", *user.command(str(workspace))], stdin=slave, stdout=slave, stderr=slave,
-        env=user.env(scope, TERM="xterm"), cwd=str(REPO), close_fds=True, **user.popen_kwargs(),
+        ["setsid", "--ctty", *user.command(*args)], stdin=slave, stdout=slave, stderr=slave,
+        env=user.env(scope, TERM="xterm", **(env or {})), cwd=str(REPO), close_fds=True, **user.popen_kwargs(),
     )
     os.close(slave)
     try:
+        yield process, master
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+        os.close(master)
+
+
+def exit_on_a_terminal(user: User, scope: str, *args: str, timeout: float = 120, **env: str) -> tuple[int, bytes]:
+    """The launcher run on a terminal of its own until it exits: (its status, what it printed)."""
+    with on_a_terminal(user, scope, *args, env=env) as (process, master):
+        deadline, seen = time.monotonic() + timeout, b""
+        while True:  # until the terminal closes (EIO once the launcher and its children are gone)
+            ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise AssertionError(f"the launcher still runs after {timeout}s; printed {seen[-1500:]!r}")
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return process.wait(timeout=30), seen
+            seen += chunk
+
+
+def test_interactive_shell_has_a_tty_that_follows_resizes(runtime: Runtime, images: object, user: User,
+                                                          scope: str, workspace: Path) -> None:
+    with on_a_terminal(user, scope, str(workspace), rows=30, cols=100) as (process, master):
         # The docker CLI sets the container's terminal size just after it starts, so a command typed
         # at once may still see 0 0: ask until the size arrives (a bounded number of round trips).
         for attempt in range(20):
@@ -68,9 +101,4 @@ def test_interactive_shell_has_a_tty_that_follows_resizes(runtime: Runtime, imag
         assert b"resized to 40x120" in read_until(master, b"resized to")
         os.write(master, b"exit 3\r")
         assert process.wait(timeout=60) == 3
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
-        os.close(master)
     assert containers_of(runtime, scope) == []

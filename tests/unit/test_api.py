@@ -20,7 +20,7 @@ from dejima import api
 from dejima.api.session import _sink
 from dejima.cli.launch import main
 from dejima.errors import ExitStatus
-from dejima.orchestration.session import Output, _pump, signals_raise
+from dejima.orchestration.session import Streams, _pump, signals_raise
 from tests.unit.test_layering import imports_of
 
 ROOT = Path(__file__).parents[2]
@@ -212,9 +212,9 @@ def test_output_reaches_a_callable_a_binary_and_a_text_file() -> None:
     chunks: list[bytes] = []
     binary, text = io.BytesIO(), io.StringIO()
     stream = iter([(b"one ", None), (None, b"caf\xc3"), (b"two", b"\xa9 \xff")])
-    _pump(stream, Output(_sink(chunks.append), _sink(text)))
+    _pump(stream, Streams(_sink(chunks.append), _sink(text)))
     assert chunks == [b"one ", b"two"] and text.getvalue() == "café \ufffd"
-    _pump(iter([(b"x", None), (b"y", None)]), Output(_sink(binary), _sink(chunks.append)))
+    _pump(iter([(b"x", None), (b"y", None)]), Streams(_sink(binary), _sink(chunks.append)))
     assert binary.getvalue() == b"xy"
     with pytest.raises(api.UsageError, match="must be a file or a callable"):
         _sink(42)  # type: ignore[arg-type]

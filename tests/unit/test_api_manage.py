@@ -5,6 +5,10 @@ prints from it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from dejima.core.images import ImageRecipe
 from dejima.core.settings import parse_settings
 from dejima.errors import EngineError, ExitStatus
 from dejima.filter import VIOLATION
+from dejima.orchestration.session import STOP_SIGNAL
 
 GONE = "gone-boot:1:1"  # a launcher token whose launcher is not alive (another boot)
 
@@ -61,6 +66,9 @@ class FakeEngine:
     def logs(self, container: str) -> str:
         return self.logs_.get(container, "")
 
+    def wait_removed(self, container: str, timeout: float) -> bool:
+        return container not in self.containers_  # no launcher here removes anything
+
     def remove(self, container: str) -> None:
         self.removed.append(container)
         self.containers_.pop(container, None)
@@ -88,6 +96,32 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     fake = FakeEngine()
     monkeypatch.setattr("dejima.adapters.runtime.connect", lambda: fake)
     return fake
+
+
+# A live launcher (not this test process): it catches the stop signal as a launcher's session does, says it is
+# ready once it does, and exits 7 when it gets it; else it ends with its input.
+CATCHING = (f"import signal, sys; signal.signal({int(STOP_SIGNAL)}, lambda *_: sys.exit(7)); "
+            "print('ready', flush=True); sys.stdin.read()")
+
+
+@contextmanager
+def live_process(*command: str) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+        for pipe in (process.stdin, process.stdout):
+            assert pipe is not None
+            pipe.close()
+
+
+@pytest.fixture
+def launcher() -> Iterator[subprocess.Popen[bytes]]:
+    with live_process(sys.executable, "-c", CATCHING) as process:
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        yield process
 
 
 @pytest.fixture
@@ -118,11 +152,14 @@ def test_sessions_are_listed_with_their_status(engine: FakeEngine, capsys: pytes
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [s.to_json() for s in found]
 
 
-def test_stop_removes_a_sessions_containers(engine: FakeEngine) -> None:
-    filter_id = engine.add("one", labels.ROLE_FILTER, host.launcher_token())
-    session_id = engine.add("one", labels.ROLE_SESSION, host.launcher_token())
-    other = engine.add("two", labels.ROLE_FILTER, host.launcher_token())
+def test_stop_asks_the_launcher_then_removes_what_is_left(engine: FakeEngine,
+                                                          launcher: subprocess.Popen[bytes]) -> None:
+    token = host.launcher_token(launcher.pid)
+    filter_id = engine.add("one", labels.ROLE_FILTER, token)
+    session_id = engine.add("one", labels.ROLE_SESSION, token)
+    other = engine.add("two", labels.ROLE_FILTER, token)
     assert sorted(api.stop("one")) == sorted([filter_id, session_id])
+    assert launcher.wait(timeout=10) == 7  # asked; this one did not remove its containers:
     assert sorted(engine.removed) == sorted([filter_id, session_id]) and other in engine.containers_
     with pytest.raises(api.UsageError, match="no session 'one'"):
         api.stop("one")
@@ -142,9 +179,18 @@ def test_clean_removes_stale_sessions_and_records_their_refusals(engine: FakeEng
     assert api.clean() == 0  # nothing left to clean
 
 
-def test_clean_everything_stops_running_sessions_too(engine: FakeEngine) -> None:
-    engine.add("live", labels.ROLE_FILTER, host.launcher_token())
-    engine.add("live", labels.ROLE_SESSION, host.launcher_token())
+def test_stop_sends_no_signal_a_launcher_would_die_of(engine: FakeEngine) -> None:
+    """A program running a session off its main thread has no handler of dejima's: its containers are removed,
+    the program is left alone."""
+    with live_process("cat") as process:
+        engine.add("one", labels.ROLE_SESSION, host.launcher_token(process.pid))
+        assert len(api.stop("one")) == 1 and engine.containers_ == {}
+        assert process.poll() is None
+
+
+def test_clean_everything_stops_running_sessions_too(engine: FakeEngine, launcher: subprocess.Popen[bytes]) -> None:
+    engine.add("live", labels.ROLE_FILTER, host.launcher_token(launcher.pid))
+    engine.add("live", labels.ROLE_SESSION, host.launcher_token(launcher.pid))
     engine.add("crashed", labels.ROLE_FILTER, GONE)
     reporter = api.QuietReporter()
     assert api.clean(everything=True, reporter=reporter) == 2

@@ -27,6 +27,7 @@ for package in range(files // 100):
     (directory / "package.json").write_text(f'{{"name": "pkg{package}", "version": "1.0.0"}}')
     for module in range(99):
         (directory / "lib" / f"m{module}.js").write_text(f"module.exports = {module};\\n")
+(root / "node_modules" / ".package-lock.json").write_text("{}")  # npm's record: a tree, not stray code
 started = time.perf_counter()
 found, _ = audit_mount(state)
 peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))

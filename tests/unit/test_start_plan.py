@@ -151,6 +151,13 @@ def test_the_card_and_the_render_name_the_routes_the_proxy_serves_and_no_other(t
         assert "credentials none" in card
 
 
+def test_other_sessions_on_the_workspace_are_named_in_a_note(tmp_path: Path) -> None:
+    facts, resolved = dry_facts(owned(tmp_path), forges=())
+    assert plan_start(None, resolved, host.load_settings(), OPTIONS, facts).notes == ()
+    shared = plan_start(None, resolved, host.load_settings(), OPTIONS, replace(facts, other_sessions=("a1b2c3d4",)))
+    assert shared.notes[0].startswith(f"session a1b2c3d4 is running on {facts.request.workspace} too")
+
+
 def test_a_policy_that_does_not_pass_is_refused_by_the_plan_too(tmp_path: Path) -> None:
     from dejima.errors import DiagnosticError
 
@@ -173,8 +180,8 @@ def test_the_steps_are_declared_for_all_three_parts(tmp_path: Path) -> None:
         mine = declared(plan.steps, part)
         ordered(Step(d.name, lambda _: None, d.needs) for d in mine)  # each part a graph of its own
     assert {d.name for d in declared(plan.steps, PAIR)} >= {"filter", "filter-ready", "audit-start", "open-gate"}
-    # what a render skips: the base pulled or made, the secrets read, leftovers removed
-    assert [d.name for d in FACT_STEPS if d.effect] == ["images", "credential-sources", "stale-sessions"]
+    # what a render skips: dead sessions audited, the base pulled or made, the secrets read, leftovers removed
+    assert [d.name for d in FACT_STEPS if d.effect] == ["findings", "images", "credential-sources", "stale-sessions"]
 
 
 def test_an_executor_refuses_a_step_the_plan_does_not_declare() -> None:

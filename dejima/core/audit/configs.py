@@ -12,6 +12,7 @@ from dejima.core.audit.globs import GlobIndex
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import MOUNT_KINDS, Finding, View, finding, in_dependency_tree
+from dejima.core.audit.treeroots import judged_by_tree
 from dejima.core.audit.values import VALUE_TESTS
 from dejima.core.configfiles import ConfigParseError, parse_config
 from dejima.core.snapshot import Change
@@ -32,21 +33,27 @@ def _index(kind: str, folded: bool = False) -> GlobIndex:
 
 
 def has_own_rules(path: str) -> bool:
-    """Dependency trees and git directories have rules of their own (trees.py, git.py): a
-    package.json deep in node_modules is not the project's."""
-    return in_dependency_tree(path) or ".git" in path.split("/")
+    """Where a session's start keeps no bytes: git directories (git.py's rules read them) and the
+    names dependency trees usually have, thousands of files. A cost bound only: which trees are
+    trees is decided at the end, by what their tools leave (treeroots.py), and a file the start did
+    not keep is judged with every key new."""
+    return in_dependency_tree(path) or _in_git_dir(path)
+
+
+def _in_git_dir(path: str) -> bool:
+    return ".git" in path.split("/")
 
 
 def rules_for(path: str, kind: str = "workspace") -> list[PathRule]:
     index = _index(kind)
-    if not index.may_match(path) or (kind == "workspace" and has_own_rules(path)):
+    if not index.may_match(path) or (kind == "workspace" and _in_git_dir(path)):
         return []
     return [rule for rule in index.lookup(path) if isinstance(rule, PathRule)]
 
 
 def rules_for_folded(path: str, kind: str = "workspace") -> list[PathRule]:
     """Rules a case-folded path matches once the globs are case-folded too (name tricks)."""
-    if kind == "workspace" and has_own_rules(path):
+    if kind == "workspace" and _in_git_dir(path):
         return []
     return [rule for rule in _index(kind, True).lookup(path.casefold()) if isinstance(rule, PathRule)]
 
@@ -54,7 +61,7 @@ def rules_for_folded(path: str, kind: str = "workspace") -> list[PathRule]:
 def kept_by_rules(path: str, kind: str = "workspace") -> bool:
     """Whether the start snapshot keeps this file's bytes: the rules diff them, restore puts them
     back. Rules over a whole language's files (*.go) keep nothing: too many files to read at start."""
-    return any(rule.keep for rule in rules_for(path, kind))
+    return not (kind == "workspace" and has_own_rules(path)) and any(rule.keep for rule in rules_for(path, kind))
 
 
 def _lines(data: bytes, fmt: str) -> dict[str, str]:
@@ -183,6 +190,12 @@ def _apply(rule: PathRule, path: str, change: Change, view: View) -> list[Findin
     return [finding(rule.id, file_severity, path, f"{rule.title}: {change.what}", value, remedy=rule.remedy)]
 
 
+def _tree_judges(path: str, view: View) -> bool:
+    """In the workspace, a recognised dependency tree's files are judged by its own rules (trees.py):
+    a package.json deep in node_modules is not the project's."""
+    return view.kind == "workspace" and judged_by_tree(path, view)
+
+
 def _removed(rule: PathRule, path: str, view: View) -> list[Finding]:
     """A deleted config can lift a deny list (an .npmrc's ignore-scripts...)."""
     return (_key_findings(rule, path, view) or ([], []))[0]
@@ -192,13 +205,15 @@ def config_findings(view: View) -> list[Finding]:
     """Each rule on each path judged on its own (isolation): one that fails is a finding there."""
     found: list[Finding] = []
     for path, change in view.changed.items():
-        if change.after is None:
-            continue
-        for rule in rules_for(path, view.kind):
-            found.extend(judged(view, rule.id, path, _apply, rule, path, change, view))
+        rules = rules_for(path, view.kind) if change.after is not None else []
+        if rules and not _tree_judges(path, view):
+            for rule in rules:
+                found.extend(judged(view, rule.id, path, _apply, rule, path, change, view))
     for change in view.changes:
-        if change.what == "removed":
-            for rule in rules_for(change.path, view.kind):
-                if rule.fmt:
-                    found.extend(judged(view, rule.id, change.path, _removed, rule, change.path, view))
+        if change.what != "removed":
+            continue
+        parsed = [rule for rule in rules_for(change.path, view.kind) if rule.fmt]
+        if parsed and not _tree_judges(change.path, view):
+            for rule in parsed:
+                found.extend(judged(view, rule.id, change.path, _removed, rule, change.path, view))
     return found

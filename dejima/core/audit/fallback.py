@@ -11,7 +11,7 @@ from dejima.core.audit.configs import rules_for
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.manifest_watch import Watch, asked, asked_by, catalogue_knows
 from dejima.core.audit.model import Finding, View, finding
-from dejima.core.audit.trees import in_tree
+from dejima.core.audit.treeroots import in_tree
 from dejima.core.snapshot import Change
 
 _CONFIG_AS_CODE = re.compile(r"^[^/]*(rc|rc\.[^/]+|\.config\.(js|cjs|mjs|ts)|config\.(py|rb))\Z")
@@ -70,7 +70,7 @@ def watch_findings(view: View, found: list[Finding], watch: tuple[Watch, ...]) -
     knows the path (the catalogue's rules are finer: their silence is a verdict)."""
     if view.kind != "workspace" or not watch:
         return []
-    flagged, covered = {f.path for f in found}, asked(watch)
+    flagged, covered = {f.path for f in found}, asked(watch, start=False)
     seen: dict[str, list[tuple[str, str]]] = {}
     for change in view.changes:
         path = change.path

@@ -12,7 +12,7 @@ from dejima.core.audit.configs import rules_for
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding, resolve
 from dejima.core.audit.names import BIDI, invisible_in_text
-from dejima.core.audit.trees import in_tree
+from dejima.core.audit.treeroots import in_tree
 from dejima.core.snapshot import Change, SnapshotEntry, mode_text
 
 # Files whose text is code or config: invisible characters there hide logic from a reviewer (F09).
@@ -23,9 +23,9 @@ _BIG_FILE = 1 << 30
 _DEEP = 64
 
 
-def watched_place(path: str, kind: str) -> bool:
-    """A place a host tool runs code from: a git directory or a catalogue path."""
-    return ".git" in path.split("/") or bool(rules_for(path, kind))
+def watched_place(path: str, view: View) -> bool:
+    """A place a host tool runs code from: a git directory or a catalogue path outside a tree."""
+    return ".git" in path.split("/") or bool(rules_for(path, view.kind)) and not in_tree(path, view)
 
 
 def _link(path: str, change: Change, view: View) -> list[Finding]:
@@ -40,7 +40,7 @@ def _link(path: str, change: Change, view: View) -> list[Finding]:
     if ".git" in target.split("/"):
         found.append(finding("G26", "high", path, f"a link into the git directory ({new.target}): writes through it "
                              "land in .git", value, remedy="restore"))
-    if watched_place(target, view.kind):
+    if watched_place(target, view):
         found.append(finding("F01", "high", path, f"a link to {target}, a place tools run code from", value,
                              remedy="restore"))
     elif change.before is not None and change.before.kind == "dir":
@@ -53,9 +53,9 @@ def _hard_link(path: str, new: SnapshotEntry, view: View, in_a_tree: bool = Fals
     """``in_a_tree``: the path is in a dependency tree, an environment or a package cache, whose
     managers hard-link files among them (uv, pnpm): only a link with a watched place counts there."""
     others = [p for p in view.by_inode.get(new.inode, ()) if p != path]
-    if watched_place(path, view.kind):
+    if watched_place(path, view):
         return []  # reported from the other name, which names both
-    watched = [p for p in others if watched_place(p, view.kind)]
+    watched = [p for p in others if watched_place(p, view)]
     if in_a_tree and not watched:
         return []
     outside = new.nlink - 1 - len(others)

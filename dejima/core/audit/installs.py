@@ -6,16 +6,26 @@ node_modules, against the project's lockfile (package-lock.json, v2/v3 ``package
 - a package with install scripts (preinstall, install, postinstall) that the lockfile does not
   record (npm writes ``hasInstallScript`` for every package that has them), or that the lockfile
   does not know at all;
-- a link that leaves the tree (``.bin`` links point into it; a workspace link is in the lockfile);
+- a link that leaves the tree (``.bin`` links point into it; a workspace link is in the lockfile or
+  names a workspace package; pnpm links into its store, node_modules/.pnpm, another tree of the project);
 - a file directly in node_modules, where no package puts one (``require('x')`` finds x.js there);
 - a file added to a package that was there at the start and was not installed again (its
   package.json unchanged): an install writes a package whole.
 
-Python environments, against each installed distribution's RECORD (path, SHA-256, size):
+Python environments and install targets, against each installed distribution's RECORD (path,
+SHA-256, size):
 - an installed file whose content is not the one its RECORD names (a console script rewritten,
   a line added to a module);
-- a file that no RECORD lists, where an installer writes only what a RECORD lists: a .pth, a
-  module, a script (bytecode, the environment's own files and uv's ``_virtualenv`` excepted).
+- a file that no RECORD lists, anywhere in the tree (a conftest.py beside a planted pyvenv.cfg
+  too), where an installer writes only what a RECORD lists (bytecode and the environment's own
+  files excepted: pyvenv.cfg, activate scripts, interpreter links, uv's ``_virtualenv``);
+- a .pth with an import line other than the installers' own (virtualenv's, setuptools' distutils
+  shim, an editable install's finder), RECORD or not: Python runs it at every start;
+- a link other than the interpreter's (venv, virtualenv and uv make those; a wheel holds none).
+
+conda environments, against their packages' records in conda-meta/*.json (``files``, and the hash
+of each file as installed): a file or link none lists, a listed file whose content is not the
+recorded one, a .pth with an import line of its own.
 
 What they prove: that the tree is not what its manager made from the lockfile and the packages'
 own records. What they cannot: a RECORD is written in the tree too, so an agent that rewrites a
@@ -28,9 +38,11 @@ from __future__ import annotations
 import base64
 import binascii
 import posixpath
+import re
 from collections.abc import Iterable
 
 from dejima.core.audit.model import View
+from dejima.core.audit.treeroots import tree_of, workspace_package
 from dejima.core.snapshot import Change
 
 _INSTALL_SCRIPTS = ("preinstall", "install", "postinstall")
@@ -41,9 +53,23 @@ _INSTALL_SCRIPTS = ("preinstall", "install", "postinstall")
 TOOL_STATE = frozenset({".package-lock.json", ".yarn-integrity", ".yarn-state.yml", ".modules.yaml",
                         ".pnpm-workspace-state.json", ".pnpm-workspace-state-v1.json", ".pnpm/lock.yaml"})
 # In an environment, outside every RECORD: its own files (venv, uv) and bytecode.
+# (Headers and data files under include/ and share/ are a distribution's: its RECORD lists them.)
 _ENVIRONMENT_OWN = ("pyvenv.cfg", "bin/activate", "bin/Activate", "bin/deactivate", "bin/pydoc", "bin/python",
-                    "bin/pypy", "lib64", "include/", "share/", ".gitignore", "CACHEDIR.TAG", ".lock")
-_UV_OWN = ("_virtualenv.pth", "_virtualenv.py")
+                    "bin/pypy", "lib64", ".gitignore", "CACHEDIR.TAG", ".lock", ".tox-info.json", "log/")
+# Anywhere in an environment: uv's and virtualenv's start-up module (its .pth is checked by its content), the
+# files an installer writes beside a RECORD. (virtualenv's seed markers end in .virtualenv.)
+_OWN_NAMES = frozenset({"_virtualenv.py", "_virtualenv.pth", "RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+# The interpreter's names in an environment's bin/ (python, python3, python3.12, pypy3...).
+_INTERPRETER = re.compile(r"bin/(?:python|pypy)[\d.]*")
+# A line Python runs in a .pth (site.py: one that starts with "import" and a space or tab), and the
+# ones installers write: virtualenv's and uv's, setuptools' distutils shim, an editable install's finder.
+_PTH_IMPORT = re.compile(r"\s*import[ \t]")
+_INSTALLERS_PTH = (
+    re.compile(r"import _virtualenv"),
+    re.compile(r"import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os\.environ\.get\(var, '(?:local|stdlib)'\) "
+               r"== 'local'; enabled and __import__\('_distutils_hack'\)\.add_shim\(\);"),
+    re.compile(r"import (__editable___\w+_finder); \1\.install\(\)"),
+)
 
 
 def _lock_packages(view: View, tree: str) -> dict[str, dict[str, object]] | None:
@@ -77,7 +103,7 @@ def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
             continue
         relative = path[len(tree) + 1:]
         if new.kind == "symlink" and new.target is not None and change.what in ("added", "type", "link-target"):
-            found.extend(_link(tree, path, new.target, lock))
+            found.extend(_link(tree, path, new.target, lock, view))
         elif new.kind == "file" and "/" not in relative and not relative.startswith("."):
             found.append(f"{path}: a file in node_modules that no package puts there")
         elif new.kind == "file" and change.what in ("added", "modified") and path.endswith("/package.json") and \
@@ -108,11 +134,14 @@ def _in_kept_package(path: str, view: View) -> bool:
     return manifest is not None and manifest in view.before and manifest not in view.changed
 
 
-def _link(tree: str, path: str, target: str, lock: dict[str, dict[str, object]] | None) -> list[str]:
+def _link(tree: str, path: str, target: str, lock: dict[str, dict[str, object]] | None, view: View) -> list[str]:
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     if not target.startswith("/") and (resolved == tree or resolved.startswith(tree + "/")):
         return []
     project = tree.rpartition("/")[0]
+    inner = tree_of(resolved, view)
+    if not target.startswith("/") and (inner is not None and inner.kind == "npm" or workspace_package(resolved, view)):
+        return []  # into the project's other tree (pnpm's store in node_modules/.pnpm), or a workspace package
     entry = (lock or {}).get(path[len(project) + 1:] if project else path)
     if entry and entry.get("link") and not target.startswith("/") and \
             posixpath.normpath(posixpath.join(project, str(entry.get("resolved", "")))) == resolved:
@@ -142,10 +171,9 @@ def _manifest(tree: str, path: str, view: View, lock: dict[str, dict[str, object
 
 # --- Python environments --------------------------------------------------------------------------
 
-def _record_hashes(view: View, site: str) -> dict[str, str]:
-    """Environment-relative path -> SHA-256 (hex, "" when RECORD gives none) from every RECORD in
-    ``site`` (site-packages), as the end snapshot has them."""
-    environment = site.rsplit("/lib/", 1)[0]
+def _record_hashes(view: View, site: str, tree: str) -> dict[str, str]:
+    """Tree-relative path -> SHA-256 (hex, "" when RECORD gives none) from every RECORD in ``site``
+    (site-packages, or an install target), as the end snapshot has them."""
     hashes: dict[str, str] = {}
     prefix = site + "/"
     for path in view.named("RECORD"):
@@ -154,28 +182,34 @@ def _record_hashes(view: View, site: str) -> dict[str, str]:
         for line in (view.text(path) or "").splitlines():
             name, _, rest = line.partition(",")
             digest, _, _ = rest.partition(",")
+            if site == tree and name.startswith("../../"):
+                # pip --target installs under a home of its own (lib/python, bin) and moves both into
+                # the target: the RECORD still names a script from lib/python, as ../../bin/x.
+                name = name[len("../../"):]
             target = posixpath.normpath(posixpath.join(site, name))
-            if not target.startswith(environment + "/"):
+            if not target.startswith(tree + "/"):
                 continue
             hashes[target] = _hex(digest)
     return hashes
 
 
 def record_hashes(environment: str, view: View) -> dict[str, str]:
-    """Every RECORD line of the environment's site-packages (memoized per audit)."""
+    """Every RECORD line of the environment's site-packages, or of an install target's own
+    ``*.dist-info`` (memoized per audit)."""
     key = f"records:{environment}"
     if key not in view.memo:
-        hashes: dict[str, str] = {}
+        hashes = _record_hashes(view, environment, environment)
         for site in view.named("site-packages"):
             if site.startswith(environment + "/"):
-                hashes.update(_record_hashes(view, site))
+                hashes.update(_record_hashes(view, site, environment))
         view.memo[key] = hashes
     return view.memo[key]  # type: ignore[return-value]
 
 
-def recorded(path: str, environment: str, view: View) -> bool:
-    """Whether a file is, byte for byte, what its distribution's RECORD names."""
-    expected = record_hashes(environment, view).get(path)
+def recorded(path: str, environment: str, view: View, kind: str = "python") -> bool:
+    """Whether a file is, byte for byte, what its distribution's RECORD (or its conda package's
+    record) names."""
+    expected = (conda_files if kind == "conda" else record_hashes)(environment, view).get(path)
     entry = view.entry(path)
     return bool(expected) and entry is not None and entry.sha256 == expected
 
@@ -193,27 +227,126 @@ def _hex(digest: str) -> str:
 def _own(environment: str, path: str) -> bool:
     relative = path[len(environment) + 1:]
     name = relative.rsplit("/", 1)[-1]
-    return relative.startswith(_ENVIRONMENT_OWN) or name in _UV_OWN or name.endswith(".pyc") or \
-        "/__pycache__/" in f"/{relative}" or name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
+    return relative.startswith(_ENVIRONMENT_OWN) or name in _OWN_NAMES or name.endswith((".pyc", ".virtualenv")) \
+        or "/__pycache__/" in f"/{relative}"
+
+
+def _pth_code(path: str, view: View) -> str | None:
+    """Why a .pth runs code no installer writes there: an import line (Python runs it at every
+    start) other than those of virtualenv/uv, setuptools' distutils shim and an editable install's
+    finder. A .pth of path lines only is data."""
+    if not path.endswith(".pth"):
+        return None
+    lines = [line for line in (view.text(path) or "").splitlines() if _PTH_IMPORT.match(line)]
+    unknown = [line for line in lines if not any(shape.fullmatch(line.strip()) for shape in _INSTALLERS_PTH)]
+    return f"{path}: a .pth whose import line runs at every start: {unknown[0].strip()[:120]}" if unknown else None
+
+
+def _home(environment: str, view: View) -> str | None:
+    """The base interpreter's directory, as the environment's pyvenv.cfg names it."""
+    for line in (view.text(f"{environment}/pyvenv.cfg") or "").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            return value.strip().rstrip("/") or None
+    return None
+
+
+def _environment_link(environment: str, change: Change, view: View) -> str | None:
+    """What is wrong with a link in an environment, if anything. venv, virtualenv and uv make only
+    the interpreter's links (to the base interpreter pyvenv.cfg names, or to one beside them) and
+    lib64 -> lib; an installer makes none (a wheel holds no links)."""
+    new = change.after
+    assert new is not None and new.target is not None
+    path, target = change.path, new.target
+    relative = path[len(environment) + 1:]
+    if relative == "lib64" and target == "lib" or change.before is not None and change.what not in (
+            "type", "link-target"):
+        return None
+    if _INTERPRETER.fullmatch(relative) and change.before is None:
+        home = _home(environment, view)
+        if "/" not in target or home is not None and target.startswith("/") and \
+                posixpath.dirname(posixpath.normpath(target)) == home:
+            return None
+        return f"{path}: an interpreter link to {target}, not the base interpreter pyvenv.cfg names (home = {home})"
+    return f"{path}: a link to {target}, which no installer makes"
 
 
 def python_tampering(environment: str, changes: Iterable[Change], view: View) -> list[str]:
-    """What in an environment's changes no installer does, one line each."""
-    changes = [c for c in changes if c.after is not None and c.after.kind == "file"
-               and c.what in ("added", "modified", "type")]
+    """What in an environment's (or install target's) changes no installer does, one line each:
+    a file that is neither the environment's own nor listed by a RECORD, one whose content is not
+    what its RECORD names, a .pth with an import line of its own, a link other than the
+    interpreter's, an interpreter that was there replaced."""
     hashes = record_hashes(environment, view)
-    if not hashes:
-        return []  # no distribution to hold it to (an environment without RECORDs, or none installed)
-    found = []
+    found: list[str] = []
     for change in changes:
         path, new = change.path, change.after
-        assert new is not None
+        if new is None or change.what not in ("added", "modified", "type", "link-target"):
+            continue
+        if new.kind == "symlink" and new.target is not None:
+            wrong = _environment_link(environment, change, view)
+            found.extend([wrong] if wrong else [])
+            continue
+        if new.kind != "file":
+            continue
+        if change.before is not None and _INTERPRETER.fullmatch(path[len(environment) + 1:]):
+            found.append(f"{path}: the environment's interpreter replaced")
+            continue
+        code = _pth_code(path, view)
+        if code is not None:
+            found.append(code)
+            continue
         if _own(environment, path):
             continue
         expected = hashes.get(path)
         if expected is None:
-            if "/site-packages/" in path or path.startswith(f"{environment}/bin/"):
-                found.append(f"{path}: a file that no installed distribution's RECORD lists")
+            found.append(f"{path}: a file that no installed distribution's RECORD lists")
         elif expected and new.sha256 != expected:
             found.append(f"{path}: not the content its distribution's RECORD names")
+    return found
+
+
+# --- conda environments ----------------------------------------------------------------------------
+
+def conda_files(environment: str, view: View) -> dict[str, str]:
+    """Environment-relative path -> SHA-256 as installed ("" when not given) of every file the
+    environment's conda-meta/*.json records list (``files``, and ``paths_data`` with the hash of
+    the file after conda rewrote its prefix), memoized per audit."""
+    key = f"conda:{environment}"
+    if key not in view.memo:
+        files: dict[str, str] = {}
+        for name in view.siblings(f"{environment}/conda-meta"):
+            document = view.json_object(f"{environment}/conda-meta/{name}") if name.endswith(".json") else None
+            if document is None:
+                continue
+            listed = document.get("files")
+            for path in listed if isinstance(listed, list) else ():
+                files.setdefault(f"{environment}/{path}", "")
+            paths = document.get("paths_data")
+            for entry in paths.get("paths", []) if isinstance(paths, dict) else ():
+                if isinstance(entry, dict) and isinstance(entry.get("_path"), str):
+                    files[f"{environment}/{entry['_path']}"] = str(entry.get("sha256_in_prefix") or "")
+        view.memo[key] = files
+    return view.memo[key]  # type: ignore[return-value]
+
+
+def conda_tampering(environment: str, changes: Iterable[Change], view: View) -> list[str]:
+    """What in a conda environment's changes conda does not do: a file or link no package's record
+    lists, one whose content is not the one recorded, a .pth with an import line of its own."""
+    files = conda_files(environment, view)
+    found = []
+    for change in changes:
+        path, new = change.path, change.after
+        relative = path[len(environment) + 1:]
+        if new is None or new.kind not in ("file", "symlink") or change.what not in (
+                "added", "modified", "type", "link-target") or relative.startswith("conda-meta/") or \
+                relative.endswith(".pyc") or "/__pycache__/" in f"/{relative}":
+            continue
+        code = _pth_code(path, view) if new.kind == "file" else None
+        expected = files.get(path)
+        if code is not None:
+            found.append(code)
+        elif expected is None:
+            found.append(f"{path}: a {'link' if new.kind == 'symlink' else 'file'} that no conda package lists")
+        elif expected and new.kind == "file" and new.sha256 != expected:
+            found.append(f"{path}: not the content its conda package records")
     return found

@@ -17,7 +17,8 @@ import tomllib
 from collections.abc import Callable, Iterator
 
 from dejima.core.audit.isolation import judged
-from dejima.core.audit.model import Finding, View, finding, in_dependency_tree
+from dejima.core.audit.model import Finding, View, finding
+from dejima.core.audit.treeroots import in_tree
 
 Digests = dict[str, str]  # "package@version artifact algorithm" -> digest
 
@@ -135,6 +136,6 @@ def lockfile_findings(view: View) -> list[Finding]:
     found = []
     for path in view.changed:
         reader = next((r for pattern, r in _READERS if pattern.search(path)), None)
-        if reader is not None and not in_dependency_tree(path):
+        if reader is not None and not in_tree(path, view):
             found.extend(judged(view, "X05/X06", path, _lockfile, path, reader, view))
     return found

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dejima.core.audit import watched
-from dejima.core.audit.configs import has_own_rules
+from dejima.core.audit.configs import has_own_rules, rules_for
 
 if TYPE_CHECKING:
     from dejima.core.manifest import Manifest
@@ -49,19 +49,25 @@ def watch_of(manifests: Iterable[Manifest]) -> tuple[Watch, ...]:
 
 
 def catalogue_knows(path: str) -> bool:
-    """Whether the catalogue's own rules judge this workspace path: they keep and diff it, or it
-    is in a dependency tree or a git directory, which have rules of their own."""
-    return watched(path, "workspace") or has_own_rules(path)
+    """Whether the catalogue's own rules judge this workspace path: a path rule covers it, or it is
+    in a git directory, which has rules of its own (a tree is asked of the view: treeroots.in_tree)."""
+    return watched(path, "workspace") or bool(rules_for(path)) or _in_git_dir(path)
 
 
-def asked(watch: Sequence[Watch]) -> Callable[[str], bool]:
-    """Whether an entry covers a path, outside dependency trees and git directories. Asked of every
-    file at a session's start, so the entries are folded into one set and one prefix tuple."""
+def asked(watch: Sequence[Watch], start: bool = True) -> Callable[[str], bool]:
+    """Whether an entry covers a path outside git directories and, at a session's ``start`` (whose
+    bytes are kept), outside the names dependency trees usually have (the end asks its view which
+    trees are trees). Asked of every file, so the entries are folded into one set and one prefix tuple."""
     files = frozenset(w.path for w in watch if w.prefix is None)
     prefixes = tuple(prefix for w in watch if (prefix := w.prefix) is not None)
     if not files and not prefixes:
         return lambda path: False
-    return lambda path: (path in files or path.startswith(prefixes)) and not has_own_rules(path)
+    excluded = has_own_rules if start else _in_git_dir
+    return lambda path: (path in files or path.startswith(prefixes)) and not excluded(path)
+
+
+def _in_git_dir(path: str) -> bool:
+    return ".git" in path.split("/")
 
 
 def asked_by(path: str, watch: Sequence[Watch]) -> Watch | None:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import NamedTuple
 
 from dejima.core.snapshot import Change, Snapshot, SnapshotEntry
 
@@ -74,6 +75,17 @@ def finding(rule: str, severity: str, path: str, evidence: str, value: str | byt
 Contents = Callable[[str, str], "bytes | None"]  # (side "before"/"after", path) -> bytes, None if absent
 
 
+class Artifact(NamedTuple):
+    """What a package's pinned artifact holds (an npm tarball read from the cache, its integrity
+    checked): each regular file's path inside the package and SHA-256 (hex)."""
+
+    files: dict[str, str]
+
+
+# The pinned artifacts asked for at once (npm SRI integrities) -> each one, or why it cannot be had.
+Artifacts = Callable[[list[str]], "dict[str, Artifact | str]"]
+
+
 @dataclass
 class View:
     """The two snapshots of one mount, their difference, and the bytes of the files rules read."""
@@ -87,6 +99,8 @@ class View:
     listdir: Callable[[str], list[str]] | None = None
     _text: dict[tuple[str, str], str | None] = field(default_factory=dict)
     _named: dict[tuple[str, tuple[str, ...]], list[str]] = field(default_factory=dict)
+    # The packages' pinned artifacts (None: none can be had, nothing is verified against them).
+    artifacts: Artifacts | None = None
     memo: dict[str, object] = field(default_factory=dict)  # results one rule computes and another reads
 
     @cached_property
@@ -183,14 +197,15 @@ class View:
         return index
 
 
-# Installed dependencies and Python environments: reported whole by trees.py, never file by file.
+# The names installed dependencies and Python environments usually have: where a session's start
+# keeps no bytes (a cost bound). Which directories are trees is decided by treeroots.py, by records.
 _DEPENDENCY_TREE = re.compile(r"(?:^|/)(?:node_modules|vendor|\.pnpm|\.venv|venv|\.tox|\.nox|__pypackages__|"
                               r"site-packages|\.conda)/")
 
 
 def in_dependency_tree(path: str) -> bool:
-    """Under a conventionally named dependency tree or environment (trees.py also finds
-    environments by their pyvenv.cfg)."""
+    """Under a directory named like a dependency tree or environment: a hint for what to skip at a
+    session's start, never a verdict (treeroots.in_tree decides, from the tools' records)."""
     return _DEPENDENCY_TREE.search(path) is not None
 
 

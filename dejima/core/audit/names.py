@@ -18,7 +18,7 @@ from dejima.core.audit.configs import rules_for, rules_for_folded
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import Finding, View, finding
-from dejima.core.audit.trees import in_tree
+from dejima.core.audit.treeroots import in_tree
 from dejima.core.snapshot import SnapshotEntry
 
 # Bidi controls, zero-width and other default-ignorable code points, variation selectors, tags.

@@ -16,7 +16,7 @@ from dejima.core.audit.git import git_findings
 from dejima.core.audit.isolation import correlated, judged
 from dejima.core.audit.lockfiles import lockfile_findings
 from dejima.core.audit.manifest_watch import Watch
-from dejima.core.audit.model import Contents, Finding, View, rank
+from dejima.core.audit.model import Artifacts, Contents, Finding, View, rank
 from dejima.core.audit.modelines import modeline_findings
 from dejima.core.audit.names import name_findings
 from dejima.core.audit.trees import tree_findings
@@ -62,12 +62,13 @@ def _deduplicated(found: list[Finding]) -> list[Finding]:
 
 def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace",
           listdir: Callable[[str], list[str]] | None = None, candidates: list[str] | None = None,
-          watch: tuple[Watch, ...] = ()) -> list[Finding]:
+          watch: tuple[Watch, ...] = (), artifacts: Artifacts | None = None) -> list[Finding]:
     """Findings for the changes from ``before`` to ``after`` (one mount), worst first.
     ``contents(side, path)`` returns a file's bytes at "before" or "after" (None when unknown);
     ``listdir(directory)`` the names in a directory now (default: from ``after``); ``candidates``
-    as for ``diff``; ``watch``: the paths the session's manifests ask to watch."""
-    view = View(before, after, diff(before, after, candidates), contents, kind, listdir)
+    as for ``diff``; ``watch``: the paths the session's manifests ask to watch; ``artifacts``: the
+    packages' pinned artifacts, which dependency trees are verified against."""
+    view = View(before, after, diff(before, after, candidates), contents, kind, listdir, artifacts=artifacts)
     # Each stage judges each path (tree, file's keys) on its own (isolation.judged); what fails
     # outside any path is a failure of the whole stage, and the other stages still run.
     stages: list[tuple[str, Callable[[View], list[Finding]]]] = [

@@ -125,19 +125,23 @@ def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_
     (outside / "keep").write_text("not the session's\n")
 
     def install(root: Path) -> None:
+        (root / "package.json").write_text("{}")
         (root / "node_modules" / "left-pad").mkdir(parents=True)
+        (root / "node_modules" / ".package-lock.json").write_text("{}")  # npm's record of its install
         (root / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1;\n")
         (root / "node_modules" / "escape").symlink_to(outside)  # removed as a link, never followed
 
     [tree] = session(workspace, "s1", install)
     assert main(["restore", str(tree)]) == ExitStatus.SUCCESS
-    assert "removed node_modules, which the session created" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "removed node_modules, which the session created" in said and f"`npm ci` in {workspace}" in said
     assert not (workspace / "node_modules").exists() and (outside / "keep").exists()
     install(workspace)
     [again] = session(workspace, "s2", lambda root: (root / "node_modules" / "left-pad" / "index.js").write_text(
         "module.exports = 2;\n"))
     assert main(["restore", str(again)]) == ExitStatus.FAILURE
     assert "is about a whole tree" in out.getvalue() and (workspace / "node_modules").exists()
+    assert f"then `npm ci` in {workspace}" in out.getvalue()  # the clean reinstall, from the lockfile
 
 
 def test_usage_errors_name_the_fix(workspace: Path, out: io.StringIO) -> None:

@@ -105,13 +105,16 @@ def test_a_path_another_rule_reported_gets_no_second_finding() -> None:
 
 
 def test_dependency_trees_git_directories_and_environments_under_a_watched_directory_are_not_reported() -> None:
+    """Trees as their tools leave them (each with its tool's record); a directory only named like
+    one is ordinary files, watched like any other."""
     start = {"app/package.json": b"{}", "app/env/pyvenv.cfg": b"home = /usr\n", "app/Cargo.toml": b"",
-             "app/x.py": b"1\n"}
-    end = {**start, "app/node_modules/left-pad/index.js": b"module.exports = 1\n",
-           "app/vendor/lib.rb": b"puts 1\n", "app/env/lib/python3.12/site-packages/m.py": b"1\n",
-           "app/.venv/bin/tool": b"#!/bin/sh\n", "app/target/debug/build/out": b"\x7fELF",
-           "app/.git/objects/ab/cdef": b"blob", "app/x.py": b"2\n"}
-    assert [f.path for f in findings(start, end, "app/") if f.rule == "X07"] == ["app/x.py"]
+             "app/go.mod": b"module x\n", "app/x.py": b"1\n"}
+    end = {**start, "app/node_modules/.package-lock.json": b"{}", "app/node_modules/left-pad/index.js": b"1\n",
+           "app/vendor/modules.txt": b"# x\n", "app/vendor/lib.go": b"package x\n",
+           "app/env/lib/python3.12/site-packages/m.py": b"1\n", "app/.venv/pyvenv.cfg": b"home = /usr\n",
+           "app/.venv/bin/python": b"", "app/target/.rustc_info.json": b"{}", "app/target/debug/build/out": b"\x7fELF",
+           "app/.git/objects/ab/cdef": b"blob", "app/x.py": b"2\n", "app/other/vendor/lib.rb": b"puts 1\n"}
+    assert [f.path for f in findings(start, end, "app/") if f.rule == "X07"] == ["app/other/vendor/lib.rb", "app/x.py"]
 
 
 def test_a_watched_file_in_a_dot_directory_is_x07_not_the_fallbacks_low_x01() -> None:

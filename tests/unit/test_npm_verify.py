@@ -1,0 +1,491 @@
+"""An npm tree held to what its lockfile pinned before the session (issue 32): a real `npm ci` of a
+real tarball (packed here, installed offline from a local file, which npm records with its
+integrity and puts in the cache), then each attack an agent makes in node_modules, each beside its
+benign neighbour (the same install untouched), audited through the same code as after a session
+(capture, then audit_mount with the session home's npm cache). Where a test says the host runs
+the planted code, it runs node on the tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dejima.adapters.npm_cache import tarballs
+from dejima.core.audit import Finding
+from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+
+pytestmark = pytest.mark.skipif(shutil.which("npm") is None or shutil.which("node") is None,
+                                reason="needs npm and node")
+
+_NPM_ENV = {"npm_config_audit": "false", "npm_config_fund": "false", "npm_config_update_notifier": "false",
+            "npm_config_loglevel": "error", "npm_config_offline": "true"}
+
+
+def npm(directory: Path, cache: Path, *args: str) -> None:
+    env = {**os.environ, **_NPM_ENV, "npm_config_cache": str(cache)}
+    subprocess.run(["npm", *args], cwd=directory, env=env, check=True, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny package with a main and a bin, packed as npm publishes it."""
+    source = tmp_path_factory.mktemp("tinytool")
+    (source / "package.json").write_text(json.dumps({"name": "tinytool", "version": "1.0.0", "main": "index.js",
+                                                     "bin": {"tinytool": "cli.js"}}))
+    (source / "index.js").write_text("module.exports = 'tiny';\n")
+    (source / "lib").mkdir()
+    (source / "lib/util.js").write_text("module.exports = 1;\n")
+    (source / "cli.js").write_text("#!/usr/bin/env node\nconsole.log('tiny');\n")
+    (source / "test/fixture/node_modules").mkdir(parents=True)  # a package's own files (resolve's tests)
+    (source / "test/fixture/node_modules/foo.js").write_text("module.exports = 'fixture';\n")
+    subprocess.run(["npm", "pack", "--silent"], cwd=source, check=True, capture_output=True, timeout=120,
+                   env={**os.environ, **_NPM_ENV, "npm_config_cache": str(source.parent / "pack-cache")})
+    return source / "tinytool-1.0.0.tgz"
+
+
+@pytest.fixture(scope="module")
+def packed_v2(packed: Path) -> Path:
+    """tinytool 2.0.0, beside 1.0.0: one workspace package of a project needs it, not hoisted."""
+    source = packed.parent
+    manifest = json.loads((source / "package.json").read_text())
+    (source / "package.json").write_text(json.dumps({**manifest, "version": "2.0.0"}))
+    try:
+        subprocess.run(["npm", "pack", "--silent"], cwd=source, check=True, capture_output=True, timeout=120,
+                       env={**os.environ, **_NPM_ENV, "npm_config_cache": str(source.parent / "pack-cache-v2")})
+    finally:
+        (source / "package.json").write_text(json.dumps(manifest))
+    return source / "tinytool-2.0.0.tgz"
+
+
+@pytest.fixture(scope="module")
+def bundling(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A package that bundles a dependency (its tarball holds node_modules/inner)."""
+    source = tmp_path_factory.mktemp("bundler")
+    (source / "node_modules/inner").mkdir(parents=True)
+    (source / "package.json").write_text(json.dumps({"name": "bundler", "version": "1.0.0", "main": "index.js",
+                                                     "dependencies": {"inner": "1.0.0"},
+                                                     "bundleDependencies": ["inner"]}))
+    (source / "index.js").write_text("module.exports = require('inner');\n")
+    (source / "node_modules/inner/package.json").write_text('{"name": "inner", "version": "1.0.0"}')
+    (source / "node_modules/inner/index.js").write_text("module.exports = 3;\n")
+    subprocess.run(["npm", "pack", "--silent"], cwd=source, check=True, capture_output=True, timeout=120,
+                   env={**os.environ, **_NPM_ENV, "npm_config_cache": str(source.parent / "pack-cache-bundler")})
+    return source / "bundler-1.0.0.tgz"
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A package whose postinstall writes a file into itself (as esbuild's and node-gyp's do)."""
+    source = tmp_path_factory.mktemp("builds")
+    (source / "package.json").write_text(json.dumps({
+        "name": "builds", "version": "1.0.0", "main": "index.js",
+        "scripts": {"postinstall": "node -e \"require('fs').writeFileSync('built.js', 'module.exports = 2;')\""}}))
+    (source / "index.js").write_text("module.exports = require('./built.js');\n")
+    subprocess.run(["npm", "pack", "--silent"], cwd=source, check=True, capture_output=True, timeout=120,
+                   env={**os.environ, **_NPM_ENV, "npm_config_cache": str(source.parent / "pack-cache-builds")})
+    return source / "builds-1.0.0.tgz"
+
+
+def project(root: Path, packed: Path) -> tuple[Path, Path]:
+    """A workspace whose lockfile pins tinytool (as committed: no node_modules) and a session home
+    whose npm cache is empty; returns (workspace, home)."""
+    workspace, home = root / "workspace", root / "home"
+    workspace.mkdir(parents=True)
+    home.mkdir()
+    shutil.copy(packed, root / packed.name)
+    (workspace / "package.json").write_text(json.dumps({"name": "ws", "version": "1.0.0"}))
+    npm(workspace, root / "host-cache", "install", f"../{packed.name}")
+    shutil.rmtree(workspace / "node_modules")
+    return workspace, home
+
+
+def session(workspace: Path, home: Path, change: object = None, installed: bool = False) -> list[Finding]:
+    """The session: `npm ci` from the session home's cache (from the local tarball, offline), then
+    ``change``; the tree's findings. ``installed``: the tree was there at the start already."""
+    if installed:
+        npm(workspace, home / ".npm", "ci")
+    state = capture(Mount("workspace", workspace))
+    if not installed:
+        npm(workspace, home / ".npm", "ci")
+    if callable(change):
+        change(workspace)
+    found, _ = audit_mount(state, npm_caches=[home / ".npm"])
+    return [f for f in found if f.path.startswith("node_modules") or f.rule == "B07"]
+
+
+def replace_file(path: Path, text: str) -> None:
+    """A new file renamed over the old (sed -i, an editor): a new inode, the directory changed."""
+    fresh = path.with_name(path.name + ".new")
+    fresh.write_text(text)
+    os.replace(fresh, path)
+
+
+def severities(found: list[Finding]) -> list[tuple[str, str]]:
+    return [(f.path, f.severity) for f in found]
+
+
+def runs_on_host(workspace: Path, script: str) -> str:
+    return subprocess.run(["node", "-e", script], cwd=workspace, check=True, capture_output=True, text=True,
+                          timeout=60).stdout
+
+
+def test_a_clean_install_is_verified_file_by_file(tmp_path: Path, packed: Path) -> None:
+    found = session(*project(tmp_path, packed))
+    assert severities(found) == [("node_modules", "low")]
+    assert "verified 5 file(s) of 1 package(s) against package-lock.json" in found[0].evidence
+
+
+def test_a_file_rewritten_by_renaming_a_new_one_over_it_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        index = root / "node_modules/tinytool/index.js"
+        replace_file(index, index.read_text() + "console.log('PLANTED');\n")
+
+    workspace, home = project(tmp_path, packed)
+    found = session(workspace, home, tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "node_modules/tinytool/index.js: not the content of its package's tarball" in found[0].evidence
+    assert "npm ci" in found[0].evidence
+    assert "PLANTED" in runs_on_host(workspace, "require('tinytool')")
+
+
+def test_a_new_file_required_from_a_package_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        (root / "node_modules/tinytool/lib/evil.js").write_text("console.log('PLANTED');\n")
+        replace_file(root / "node_modules/tinytool/index.js", "require('./lib/evil');\nmodule.exports = 'tiny';\n")
+
+    workspace, home = project(tmp_path, packed)
+    found = session(workspace, home, tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "node_modules/tinytool/lib/evil.js: a file its package's tarball does not hold" in found[0].evidence
+    assert "PLANTED" in runs_on_host(workspace, "require('tinytool')")
+
+
+def test_a_bin_link_replaced_by_a_script_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        link = root / "node_modules/.bin/tinytool"
+        link.unlink()
+        link.write_text("#!/bin/sh\necho PLANTED\n")
+        link.chmod(0o755)
+
+    found = session(*project(tmp_path, packed), change=tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "node_modules/.bin/tinytool: a file where npm makes a link" in found[0].evidence
+
+
+def test_a_bin_link_pointed_at_another_file_of_the_package_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        link = root / "node_modules/.bin/tinytool"
+        link.unlink()
+        link.symlink_to("../tinytool/lib/util.js")
+
+    found = session(*project(tmp_path, packed), change=tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "not a bin the lockfile records for tinytool" in found[0].evidence
+
+
+def test_the_bin_directory_replaced_by_a_link_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        shutil.rmtree(root / "node_modules/.bin")
+        (root / "node_modules/tinytool/lib/bin").mkdir()
+        (root / "node_modules/.bin").symlink_to("tinytool/lib/bin")
+
+    found = session(*project(tmp_path, packed), change=tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "node_modules/.bin: a symlink where npm makes its .bin directory" in found[0].evidence
+
+
+def test_main_pointed_at_a_planted_file_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        manifest = root / "node_modules/tinytool/package.json"
+        document = json.loads(manifest.read_text())
+        (root / "node_modules/tinytool/planted.js").write_text("console.log('PLANTED');\n")
+        replace_file(manifest, json.dumps({**document, "main": "planted.js"}))
+
+    workspace, home = project(tmp_path, packed)
+    found = session(workspace, home, tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "tinytool/package.json: not the content" in found[0].evidence
+    assert "PLANTED" in runs_on_host(workspace, "require('tinytool')")
+
+
+def test_a_package_directory_the_lockfile_does_not_list_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        (root / "node_modules/extra").mkdir()
+        (root / "node_modules/extra/package.json").write_text('{"name": "extra", "version": "1.0.0"}')
+        (root / "node_modules/extra/index.js").write_text("console.log('PLANTED');\n")
+
+    workspace, home = project(tmp_path, packed)
+    found = session(workspace, home, tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "node_modules/extra/index.js: in node_modules/extra, a package the lockfile does not list" in \
+        found[0].evidence
+    assert "PLANTED" in runs_on_host(workspace, "require('extra')")
+
+
+def test_a_package_planted_inside_another_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        (root / "node_modules/tinytool/node_modules/evil").mkdir(parents=True)
+        (root / "node_modules/tinytool/node_modules/evil/index.js").write_text("console.log('PLANTED');\n")
+
+    found = session(*project(tmp_path, packed), change=tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "tinytool/node_modules/evil/index.js: a file its package's tarball does not hold" in found[0].evidence
+
+
+def test_a_postinstall_added_with_the_lockfile_edited_to_match_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        manifest = root / "node_modules/tinytool/package.json"
+        document = json.loads(manifest.read_text())
+        replace_file(manifest, json.dumps({**document, "scripts": {"postinstall": "echo PLANTED"}}))
+        lock = json.loads((root / "package-lock.json").read_text())
+        lock["packages"]["node_modules/tinytool"]["hasInstallScript"] = True
+        replace_file(root / "package-lock.json", json.dumps(lock, indent=2))
+
+    found = session(*project(tmp_path, packed), change=tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "tinytool/package.json: not the content of its package's tarball" in found[0].evidence
+
+
+def test_a_file_rewritten_in_a_tree_installed_before_the_session_is_high(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        index = root / "node_modules/tinytool/index.js"
+        replace_file(index, index.read_text() + "console.log('PLANTED');\n")
+
+    workspace, home = project(tmp_path, packed)
+    assert severities(session(workspace, home, tamper, installed=True)) == [("node_modules", "high")]
+
+
+def test_the_hidden_lockfile_must_say_what_the_lockfile_says(tmp_path: Path, packed: Path) -> None:
+    def tamper(root: Path) -> None:
+        hidden = root / "node_modules/.package-lock.json"
+        document = json.loads(hidden.read_text())
+        document["packages"]["node_modules/tinytool"]["integrity"] = "sha512-" + "A" * 86 + "=="
+        replace_file(hidden, json.dumps(document))
+
+    found = session(*project(tmp_path, packed), change=tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "its entry node_modules/tinytool is not the lockfile's" in found[0].evidence
+
+
+def test_a_tree_without_its_tarball_in_any_cache_is_medium_and_says_so(tmp_path: Path, packed: Path) -> None:
+    workspace, home = project(tmp_path, packed)
+    state = capture(Mount("workspace", workspace))
+    npm(workspace, home / ".npm", "ci")
+    found, _ = audit_mount(state, npm_caches=[tmp_path / "elsewhere"])
+    assert severities([f for f in found if f.rule == "B07"]) == [("node_modules", "medium")]
+    tree = next(f for f in found if f.rule == "B07")
+    assert "its tarball is not in the npm cache" in tree.evidence and "npm ci" in tree.evidence
+    assert tree.evidence.startswith("verified 0 file(s) of 0 package(s)")  # counts only what it verified
+
+
+def test_a_tarball_rewritten_in_the_cache_verifies_nothing(tmp_path: Path, packed: Path) -> None:
+    """The session writes its cache: a tarball there counts only when it hashes to the pin."""
+    workspace, home = project(tmp_path, packed)
+    state = capture(Mount("workspace", workspace))
+    npm(workspace, home / ".npm", "ci")
+    entry = next(p for p in (home / ".npm/_cacache/content-v2").rglob("*") if p.is_file())
+    entry.chmod(0o644)
+    entry.write_bytes(entry.read_bytes() + b"\0")
+    found, _ = audit_mount(state, npm_caches=[home / ".npm"])
+    tree = next(f for f in found if f.rule == "B07")
+    assert tree.severity == "medium" and "does not hash to the lockfile's integrity" in tree.evidence
+
+
+def test_no_lockfile_at_the_start_is_medium(tmp_path: Path, packed: Path) -> None:
+    workspace, home = project(tmp_path, packed)
+    (workspace / "package-lock.json").unlink()
+    state = capture(Mount("workspace", workspace))
+    npm(workspace, home / ".npm", "install", f"../{packed.name}")
+    found, _ = audit_mount(state, npm_caches=[home / ".npm"])
+    tree = next(f for f in found if f.rule == "B07")
+    assert tree.severity == "medium" and "package-lock.json was not there at the session's start" in tree.evidence
+
+
+def test_the_tarball_reader_refuses_what_npm_would_not_unpack(tmp_path: Path) -> None:
+    """Entries outside the package are left out; the reader says why a tarball cannot be had."""
+    import hashlib
+    import io
+    import tarfile
+    from base64 import b64encode
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in (("package/index.js", b"x\n"), ("package/../../escape.js", b"y\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    data = buffer.getvalue()
+    digest = hashlib.sha512(data).digest()
+    integrity = "sha512-" + b64encode(digest).decode()
+    hexdigest = digest.hex()
+    entry = tmp_path / f"_cacache/content-v2/sha512/{hexdigest[:2]}/{hexdigest[2:4]}/{hexdigest[4:]}"
+    entry.parent.mkdir(parents=True)
+    entry.write_bytes(data)
+    got = tarballs([tmp_path])([integrity, "sha512-" + b64encode(b"\1" * 64).decode()])
+    artifact = got[integrity]
+    assert not isinstance(artifact, str) and artifact.files == {"index.js": hashlib.sha256(b"x\n").hexdigest()}
+    assert "not in the npm cache" in str(got["sha512-" + b64encode(b"\1" * 64).decode()])
+
+
+def test_what_a_recorded_install_script_writes_is_medium_not_high(tmp_path: Path, scripted: Path) -> None:
+    """npm ci runs the package's postinstall, which writes in its directory: not the tarball's, not
+    tampering either (the lockfile records the script): unverifiable, said so."""
+    workspace, home = project(tmp_path, scripted)
+    assert json.loads((workspace / "package-lock.json").read_text())["packages"]["node_modules/builds"][
+        "hasInstallScript"]
+    found = session(workspace, home)
+    assert severities(found) == [("node_modules", "medium")]
+    assert "1 file(s) of node_modules/builds that are not its tarball's, as its install script" in found[0].evidence
+
+
+def test_the_exit_audit_reads_the_tarballs_from_the_session_homes_npm_cache(tmp_path: Path, packed: Path) -> None:
+    """Through start and finish, as a session runs: the home mount's .npm is where the workflow's
+    npm_config_cache points, and the workspace's tree is verified against what it holds."""
+    import io
+
+    from dejima.adapters.findings import FindingStore
+    from dejima.orchestration import exit_audit
+    from dejima.ui.console import UI, plain_console
+
+    workspace, home = project(tmp_path, packed)
+    states = exit_audit.start("npm-1", [Mount("workspace", workspace), Mount("home", home)])
+    npm(workspace, home / ".npm", "ci")
+    exit_audit.finish("npm-1", UI(plain_console(io.StringIO())), states=states)
+    store = FindingStore()
+    try:
+        [tree] = [s.finding for s in store.findings(str(workspace)) if s.finding.path == "node_modules"]
+    finally:
+        store.close()
+    assert tree.severity == "low" and tree.evidence.startswith("verified 5 file(s) of 1 package(s)")
+
+
+def cached(cache: Path, data: bytes) -> str:
+    """``data`` put in an npm cache at its address; its integrity."""
+    import hashlib
+    from base64 import b64encode
+
+    digest = hashlib.sha512(data).digest()
+    hexdigest = digest.hex()
+    entry = cache / f"_cacache/content-v2/sha512/{hexdigest[:2]}/{hexdigest[2:4]}/{hexdigest[4:]}"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_bytes(data)
+    return "sha512-" + b64encode(digest).decode()
+
+
+def test_the_tarball_reader_reads_long_names_as_tar_does_and_refuses_a_broken_header(tmp_path: Path) -> None:
+    """GNU long names and pax paths (names past 100 bytes) read as Python's tarfile reads them; a
+    header whose checksum is wrong makes the tarball unverifiable, not partly verified."""
+    import gzip
+    import hashlib
+    import io
+    import tarfile
+
+    long = "package/" + "d" * 120 + "/" + "f" * 90 + ".js"
+    archives = {}
+    for name, form in (("gnu", tarfile.GNU_FORMAT), ("pax", tarfile.PAX_FORMAT)):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz", format=form) as archive:
+            for path, data in ((long, b"long\n"), ("package/ü.js", b"u\n")):
+                info = tarfile.TarInfo(path)
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+        archives[name] = cached(tmp_path, buffer.getvalue())
+    header = tarfile.TarInfo("package/x.js").tobuf()
+    raw = bytearray(header) + b"\0" * 1024
+    raw[0] ^= 1  # the name changed under its checksum
+    broken = cached(tmp_path, gzip.compress(bytes(raw)))
+    got = tarballs([tmp_path])([*archives.values(), broken])
+    for integrity in archives.values():
+        artifact = got[integrity]
+        assert not isinstance(artifact, str)
+        assert artifact.files == {long.partition("/")[2]: hashlib.sha256(b"long\n").hexdigest(),
+                                  "ü.js": hashlib.sha256(b"u\n").hexdigest()}
+    assert "checksum is wrong" in str(got[broken])
+
+
+def test_a_session_home_whose_npm_cache_is_a_link_is_not_read_through_it(tmp_path: Path, packed: Path) -> None:
+    """The session can replace its home's .npm with a link (to a cache of its choosing elsewhere):
+    the audit opens no link on its way to a tarball."""
+    workspace, home = project(tmp_path, packed)
+    state = capture(Mount("workspace", workspace))
+    npm(workspace, tmp_path / "elsewhere", "ci")
+    (home / ".npm").symlink_to(tmp_path / "elsewhere")
+    found, _ = audit_mount(state, npm_caches=[home / ".npm"])
+    tree = next(f for f in found if f.rule == "B07")
+    assert tree.severity == "medium" and "its tarball is not in the npm cache" in tree.evidence
+
+
+def test_an_npm_workspace_packages_own_tree_is_verified_and_its_link_is_the_lockfiles(
+        tmp_path: Path, packed: Path, packed_v2: Path) -> None:
+    """An npm workspace: packages/a needs tinytool 2 while the root has 1, so npm installs it in
+    packages/a/node_modules (keyed so in the root's lockfile) and links node_modules/a to the
+    workspace package. Both trees verified; a file planted in the nested one is high."""
+    def layout(root: Path) -> tuple[Path, Path]:
+        workspace, home = root / "workspace", root / "home"
+        (workspace / "packages/a").mkdir(parents=True)
+        home.mkdir()
+        for tarball in (packed, packed_v2):
+            shutil.copy(tarball, root / tarball.name)
+        (workspace / "package.json").write_text(json.dumps({
+            "name": "ws", "version": "1.0.0", "workspaces": ["packages/a"],
+            "dependencies": {"tinytool": f"file:../{packed.name}"}}))
+        (workspace / "packages/a/package.json").write_text(json.dumps({
+            "name": "a", "version": "1.0.0", "dependencies": {"tinytool": f"file:../../../{packed_v2.name}"}}))
+        npm(workspace, root / "host-cache", "install")
+        shutil.rmtree(workspace / "node_modules")
+        shutil.rmtree(workspace / "packages/a/node_modules")
+        return workspace, home
+
+    found = session(*layout(tmp_path / "benign"))
+    assert sorted(severities(found)) == [("node_modules", "low"), ("packages/a/node_modules", "low")]
+    nested = next(f for f in found if f.path == "packages/a/node_modules")
+    assert nested.evidence.startswith("verified ") and " file(s) of 1 package(s)" in nested.evidence
+
+    def tamper(root: Path) -> None:
+        (root / "packages/a/node_modules/tinytool/lib/evil.js").write_text("console.log('PLANTED');\n")
+
+    found = session(*layout(tmp_path / "planted"), tamper)
+    assert sorted(severities(found)) == [("node_modules", "low"), ("packages/a/node_modules", "high")]
+
+
+def test_a_bundled_dependency_is_verified_against_the_tarball_that_bundles_it(tmp_path: Path, bundling: Path) -> None:
+    workspace, home = project(tmp_path / "benign", bundling)
+    found = session(workspace, home)
+    assert severities(found) == [("node_modules", "low")]
+    assert found[0].evidence.startswith("verified 4 file(s) of 1 package(s)")
+
+    def tamper(root: Path) -> None:
+        replace_file(root / "node_modules/bundler/node_modules/inner/index.js", "console.log('PLANTED');\n")
+
+    found = session(*project(tmp_path / "planted", bundling), tamper)
+    assert severities(found) == [("node_modules", "high")]
+    assert "bundler/node_modules/inner/index.js: not the content of its package's tarball" in found[0].evidence
+
+
+def test_a_package_pinned_in_the_session_is_medium_and_still_held_to_its_new_pin(
+        tmp_path: Path, packed: Path, bundling: Path) -> None:
+    """`npm install` of a new dependency in the session: the lockfile gains its pin, which the
+    session chose (medium, said so); its files are still held to that pin's tarball (high when not)."""
+    def installs(root: Path) -> None:
+        npm(root, root.parent / "home/.npm", "install", f"../{bundling.name}")
+
+    def installs_and_plants(root: Path) -> None:
+        installs(root)
+        (root / "node_modules/bundler/planted.js").write_text("console.log('PLANTED');\n")
+
+    for name, change, severity in (("benign", installs, "medium"), ("planted", installs_and_plants, "high")):
+        workspace, home = project(tmp_path / name, packed)
+        shutil.copy(bundling, tmp_path / name / bundling.name)
+        [tree] = session(workspace, home, change)
+        assert (tree.path, tree.severity) == ("node_modules", severity)
+        if severity == "medium":
+            assert "node_modules/bundler: pinned in the session (its lockfile entry is new or changed)" in \
+                tree.evidence
+            assert tree.evidence.startswith("verified 9 file(s) of 2 package(s)")
+        else:
+            assert "node_modules/bundler/planted.js: a file its package's tarball does not hold" in tree.evidence
