@@ -120,7 +120,10 @@ def _relay_out(relay: RelayEgress | None) -> str:
     if relay is None:
         return ""
     # A redirected packet keeps the output device it was routed to before the nat chain: `oif "lo"` misses it.
-    return (f"\n\t\tip daddr 127.0.0.1 tcp dport {relay.port} accept"
+    # A revoked grant's relayed flows are cut by where they were headed (the conntrack entry's original
+    # destination): their packets' own destination is the relay.
+    return ("\n\t\tct original ip daddr @revoked4 counter goto refuse"
+            f"\n\t\tip daddr 127.0.0.1 tcp dport {relay.port} accept"
             f"\n\t\tmeta mark 0x{RELAY_MARK:08x} ip daddr {relay.proxy} tcp dport {relay.proxy_port} accept")
 
 

@@ -18,21 +18,25 @@ import pytest
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
 from dejima.core.plan import Bind, ContainerSpec
+from dejima.orchestration.selftest import ECHO_PORT
 from tests.conftest import TEST_SCOPE
 from tests.integration.conftest import Images
 from tests.integration.test_egress import resolve, tcp
+from tests.integration.test_grants import RETRY_THEN_HOLD, allow
 from tests.networld import World
-from tests.world import User, run_dejima
+from tests.world import User, run_dejima, spawn_dejima, wait_for_line
 
 PROXY_PORT = 8888
-# CONNECT only to the decoy's 8080: its 8443, which answers a direct connection, must stay closed.
+# CONNECT only to the decoy's 8080 and its echo port: its 8443, which answers a direct connection, must stay
+# closed.
 TINYPROXY_CONF = f"""Port {PROXY_PORT}
 Listen 0.0.0.0
-Timeout 30
+Timeout 60
 LogLevel Info
 MaxClients 20
 Allow 0.0.0.0/0
 ConnectPort 8080
+ConnectPort {ECHO_PORT}
 """
 
 
@@ -127,6 +131,27 @@ def test_the_hosts_https_proxy_is_used_when_the_setting_is_absent_and_said_on_th
     assert allowed["result"] == "connected", allowed
     assert runtime.logs(proxy.container).count("CONNECT web.dejima.test:8080") == before + 1
     assert "from the host's $HTTPS_PROXY)" in stderr
+
+
+def test_a_grant_opens_a_name_through_the_proxy_and_a_revoke_cuts_the_relayed_connection(
+        runtime: Runtime, user: User, scope: str, workspace: Path, world: World, world_dir: Path,
+        proxy: Proxy) -> None:
+    """Live grants behind a proxy: the agent's retries get through once granted (as CONNECT name:port);
+    the revoke cuts the open relayed connection (its packets are headed for the relay, its conntrack
+    entry's original destination is revoked) and a new one is refused."""
+    settings = proxied_settings(world, proxy, world_dir, "proxied-grants", via_setting=True)
+    with spawn_dejima(user, scope, "-q", str(workspace), "--", "python3", "-c", RETRY_THEN_HOLD, "web.dejima.test",
+                      str(ECHO_PORT), "hold", DEJIMA_SETTINGS=str(settings), HTTPS_PROXY="") as proc:
+        wait_for_line(proc.stdout, "denied")
+        granted = allow(user, scope, workspace, "web.dejima.test")
+        assert granted.returncode == 0, granted.stderr
+        wait_for_line(proc.stdout, "connected", timeout=30)
+        assert f"CONNECT web.dejima.test:{ECHO_PORT} HTTP/1.1" in runtime.logs(proxy.container)
+        revoked = allow(user, scope, workspace, "web.dejima.test", "--revoke")
+        assert revoked.returncode == 0, revoked.stderr
+        wait_for_line(proc.stdout, "cut:", timeout=30)
+        assert "refused" in wait_for_line(proc.stdout, "new:", timeout=30)
+        assert proc.wait(timeout=60) == 0
 
 
 def test_without_a_proxy_the_same_port_answers_directly(user: User, scope: str, workspace: Path,

@@ -123,6 +123,8 @@ def test_with_an_upstream_proxy_no_allowed_destination_is_reached_directly() -> 
                           relay=RelayEgress(701, ipaddress.IPv4Address("10.20.0.5"), 3128))
     output = text[text.index("chain output"):text.index("chain input")]
     accepts = [line.strip() for line in output.splitlines() if line.strip().endswith("accept")]
+    # a revoked grant's relayed flows are cut before the relay's port is accepted
+    assert output.index("ct original ip daddr @revoked4 counter goto refuse") < output.index("dport 701 accept")
     assert accepts == [
         'oif "lo" accept',
         "meta mark 0x0000646a ip daddr @upstream4 meta l4proto { 6, 17 } th dport 53 accept",
