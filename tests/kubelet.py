@@ -127,17 +127,7 @@ def start_container(pod: LocalPod, objects: list[dict[str, Any]], marker: str, i
     pod.containers[name] = _checked("run", "-d", "--name", name,
                                     *_container_args(pod, container, pod.volumes, pod.values, resolv),
                                     container["image"], *_arguments(container))
-    logs = subprocess.Popen(["docker", "logs", "-f", name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        from tests.world import wait_for_line
-
-        wait_for_line(logs.stdout, marker, timeout)
-    finally:
-        logs.kill()
-        logs.wait()
-        if logs.stdout is not None:
-            logs.stdout.close()
+    _wait_for_log_line(name, marker, timeout)
     return pod.containers[name]
 
 
@@ -221,20 +211,25 @@ def _checked(*args: str) -> str:
     return result.stdout.decode().strip().splitlines()[-1]
 
 
-def _wait_started(container: str, marker: str, probe: dict[str, Any], timeout: float) -> None:
-    """The kubelet's wait for a sidecar: the container's own ready line first (no polling), then its
-    startup probe, which must pass then; a container that exits first fails the pod."""
+def _wait_for_log_line(container: str, marker: str, timeout: float) -> None:
+    """Follow the container's logs until a line holds ``marker`` (bounded in time)."""
+    from tests.world import wait_for_line
+
     logs = subprocess.Popen(["docker", "logs", "-f", container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
-        from tests.world import wait_for_line
-
         wait_for_line(logs.stdout, marker, timeout)
     finally:
         logs.kill()
         logs.wait()
         if logs.stdout is not None:
             logs.stdout.close()
+
+
+def _wait_started(container: str, marker: str, probe: dict[str, Any], timeout: float) -> None:
+    """The kubelet's wait for a sidecar: the container's own ready line first (no polling), then its
+    startup probe, which must pass then; a container that exits first fails the pod."""
+    _wait_for_log_line(container, marker, timeout)
     result = docker("exec", container, *probe["exec"]["command"])
     assert result.returncode == 0, f"the startup probe failed after the ready line: {result.stdout!r}"
 

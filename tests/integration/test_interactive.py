@@ -28,17 +28,21 @@ def set_size(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
+def _chunk(fd: int, deadline: float, waiting_for: str, seen: bytes) -> bytes:
+    """The terminal's next output (b"" once it closed: EIO when the launcher and its children are gone)."""
+    ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+    if not ready:
+        raise AssertionError(f"{waiting_for} not seen in time; got {seen[-1500:]!r}")
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return b""
+
+
 def read_until(fd: int, marker: bytes, timeout: float = 60) -> bytes:
     deadline, seen = time.monotonic() + timeout, b""
     while marker not in seen:
-        remaining = deadline - time.monotonic()
-        ready, _, _ = select.select([fd], [], [], max(0.0, remaining))
-        if not ready:
-            raise AssertionError(f"{marker!r} not seen within {timeout}s; got {seen[-1500:]!r}")
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            chunk = b""
+        chunk = _chunk(fd, deadline, repr(marker), seen)
         if not chunk:
             raise AssertionError(f"terminal closed before {marker!r}; got {seen[-1500:]!r}")
         seen += chunk
@@ -70,17 +74,9 @@ def exit_on_a_terminal(user: User, scope: str, *args: str, timeout: float = 120,
     """The launcher run on a terminal of its own until it exits: (its status, what it printed)."""
     with on_a_terminal(user, scope, *args, env=env) as (process, master):
         deadline, seen = time.monotonic() + timeout, b""
-        while True:  # until the terminal closes (EIO once the launcher and its children are gone)
-            ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                raise AssertionError(f"the launcher still runs after {timeout}s; printed {seen[-1500:]!r}")
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                return process.wait(timeout=30), seen
+        while chunk := _chunk(master, deadline, "the launcher's exit", seen):
             seen += chunk
+        return process.wait(timeout=30), seen
 
 
 def test_interactive_shell_has_a_tty_that_follows_resizes(runtime: Runtime, images: object, user: User,

@@ -44,7 +44,8 @@ def audit_of(files: int, tmp_path: Path) -> dict[str, object]:
 
 def test_fifty_thousand_new_files_cost_five_times_ten_thousand(tmp_path: Path) -> None:
     small, large = audit_of(10_000, tmp_path), audit_of(50_000, tmp_path)
-    assert small["findings"] == large["findings"] == [["B07", "low", "node_modules"]]
+    # medium: the tree's packages are in no cache, so they cannot be verified (npm_verify)
+    assert small["findings"] == large["findings"] == [["B07", "medium", "node_modules"]]
     ratio = float(large["seconds"]) / float(small["seconds"])  # type: ignore[arg-type]
     assert ratio < 8, f"{large['seconds']:.2f} s for 50k files, {small['seconds']:.2f} s for 10k: {ratio:.1f} ×"
     assert float(large["peak_mib"]) < 256, large["peak_mib"]  # type: ignore[arg-type]

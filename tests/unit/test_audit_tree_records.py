@@ -166,18 +166,22 @@ def test_code_in_a_node_modules_no_package_manager_made_is_high(tmp_path: Path) 
 def test_a_package_installed_in_npms_tree_is_low_and_a_workspace_packages_own_tree_too(tmp_path: Path) -> None:
     """Beside the attack above: npm's tree (its .package-lock.json), and a workspace package's own
     node_modules that the hidden lockfile lists by path, where npm puts what it cannot hoist."""
-    def install(root: Path) -> None:
+    def install(root: Path) -> None:  # npm writes both lockfiles alike
         lock = json.loads((root / "node_modules/.package-lock.json").read_text())
         lock["packages"]["packages/a/node_modules/y"] = {"version": "2.0.0"}
+        lock["packages"]["node_modules/z"] = {"version": "1.0.0"}
         write(root, "node_modules/.package-lock.json", json.dumps(lock))
+        write(root, "package-lock.json", json.dumps(lock))
         write(root, "packages/a/node_modules/y/package.json", '{"name": "y", "version": "2.0.0"}')
         write(root, "packages/a/node_modules/y/index.js", "module.exports = 2;\n")
         write(root, "node_modules/z/package.json", '{"name": "z", "version": "1.0.0"}')
         write(root, "node_modules/z/index.js", "module.exports = 3;\n")
 
     node_project(tmp_path / "repo")
+    # Both trees recognised, each its own finding; medium, not low, since the packages were pinned in
+    # the session without an integrity: nothing to verify them against (npm_verify).
     assert sorted(at_least_low(audited(tmp_path / "repo", install))) == [
-        ("B07", "low", "node_modules"), ("B07", "low", "packages/a/node_modules")]
+        ("B07", "medium", "node_modules"), ("B07", "medium", "packages/a/node_modules")]
 
 
 def pnpm_project(root: Path) -> None:
@@ -224,15 +228,18 @@ def test_a_tree_inside_another_is_judged_on_its_own(tmp_path: Path) -> None:
 
     node_project(tmp_path / "a")
     node_project(tmp_path / "b")
+    # The outer tree is medium either way: its package's tarball is in no cache, so it cannot be verified.
     assert sorted(at_least_low(audited(tmp_path / "a", build(planted=True)))) == [
-        ("B07", "low", "node_modules"), ("B10", "high", "node_modules/x/.venv")]
+        ("B07", "medium", "node_modules"), ("B10", "high", "node_modules/x/.venv")]
     assert sorted(at_least_low(audited(tmp_path / "b", build(planted=False)))) == [
-        ("B07", "low", "node_modules"), ("B10", "low", "node_modules/x/.venv")]
+        ("B07", "medium", "node_modules"), ("B10", "low", "node_modules/x/.venv")]
 
 
-def test_a_real_npm_install_is_one_low_finding_twice(tmp_path: Path) -> None:
+def test_a_real_npm_install_is_one_finding_twice(tmp_path: Path) -> None:
     """`npm install` of a local package, offline (its cache in the test's directory), then again in
-    a second session after the user added another: npm's tree each time, one low finding."""
+    a second session after the user added another: npm's tree each time, one finding, medium: a
+    `file:` dependency carries no integrity, so nothing verifies it (tests/unit/test_npm_verify.py has
+    the verified installs, low)."""
     if shutil.which("npm") is None:
         pytest.skip("npm is not installed")
     repo = tmp_path / "repo"
@@ -247,7 +254,7 @@ def test_a_real_npm_install_is_one_low_finding_twice(tmp_path: Path) -> None:
         write(tmp_path, f"{name}/index.js", "module.exports = 1;\n")
         dependencies[name] = f"file:../{name}"
         write(repo, "package.json", json.dumps({"name": "app", "version": "1.0.0", "dependencies": dependencies}))
-        assert at_least_low(audited(repo, npm_install)) == [("B07", "low", "node_modules")]
+        assert at_least_low(audited(repo, npm_install)) == [("B07", "medium", "node_modules")]
 
 
 # --- a real environment, a real pip install --------------------------------------------------------------
