@@ -17,10 +17,16 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from dejima.adapters.runtime import Runtime
+from dejima.core import labels
+from dejima.core.plan import Bind, ContainerSpec
+from tests.conftest import TEST_SCOPE
+from tests.integration.conftest import Images
 from tests.world import User, run_dejima
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "installs"
@@ -77,3 +83,64 @@ def test_a_real_install_twice_leaves_one_quiet_finding_per_tree(user: User, scop
         assert all(SEVERITIES.index(str(f["severity"])) <= SEVERITIES.index("medium") for f in left), (run, shown)
         trees = [(f["mount"], f["path"]) for f in left]
         assert len(trees) == len(set(trees)) and len(left) <= 2, (run, shown)  # a tree in each of two mounts, at most
+
+
+CORPORATE_PROXY_CONF = """Port 8888
+Listen 0.0.0.0
+Timeout 120
+LogLevel Info
+MaxClients 20
+Allow 0.0.0.0/0
+ConnectPort 443
+"""
+
+
+@pytest.fixture
+def corporate_proxy(runtime: Runtime, images: Images, world_dir: Path) -> Iterator[str]:
+    """tinyproxy (the host's Debian binary) in a container of the test's own on the engine's default network,
+    from where it reaches the registries: the address a session is told to go through."""
+    binary = shutil.which("tinyproxy")
+    assert binary is not None, "tinyproxy is not installed (scripts/setup-machine installs it)"
+    conf = world_dir / "corporate-proxy.conf"
+    conf.write_text(CORPORATE_PROXY_CONF)
+    conf.chmod(0o644)
+    container = runtime.create(ContainerSpec(
+        name=f"dejima-{TEST_SCOPE}-corporate-proxy", image=images.session_root,
+        command=("-d", "-c", "/etc/tinyproxy.conf"), user="0:0",
+        labels={labels.SCOPE: TEST_SCOPE, labels.ROLE: "test-tinyproxy", labels.LAUNCHER: "test"},
+        network_mode="bridge", entrypoint=("/usr/local/bin/tinyproxy",),
+        binds=(Bind(binary, "/usr/local/bin/tinyproxy", read_only=True),
+               Bind(str(conf), "/etc/tinyproxy.conf", read_only=True))))
+    try:
+        runtime.start(container)
+        seen = b""
+        for chunk in runtime.follow_logs(container):  # ends when the container does
+            seen += chunk
+            if b"listening on fd" in seen:
+                break
+        assert b"listening on fd" in seen, seen.decode(errors="replace")
+        yield container
+    finally:
+        runtime.remove(container)
+
+
+def test_a_real_install_behind_a_corporate_proxy_goes_through_it_by_name(
+        runtime: Runtime, user: User, scope: str, workspace: Path, world_dir: Path, corporate_proxy: str) -> None:
+    """npm install in a session whose only way out is the corporate proxy: the filter relays each allowed
+    connection as CONNECT name:443 (the proxy's log names the registry, never an address), and no allowed
+    destination is reached directly (the ruleset accepts none with a proxy: tests/unit/core/test_upstream_proxy)."""
+    host, command = RUNS["npm"]
+    for item in (DATA / "npm").iterdir():
+        (shutil.copytree if item.is_dir() else shutil.copy)(item, workspace / item.name)
+    if os.getuid() == 0:
+        subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace)], check=True)
+    address = runtime.address(corporate_proxy, "bridge")
+    settings = settings_for(world_dir, host)
+    settings.write_text(settings.read_text().replace(
+        "[network]\n", f'[network]\nupstream_proxy = "http://{address}:8888"\n', 1))
+    result = run_dejima(user, scope, str(workspace), "--", "sh", "-c", command, timeout=900,
+                        DEJIMA_SETTINGS=str(settings))
+    assert result.returncode == 0 and "installed" in result.stdout, (result.stdout[-2000:], result.stderr[-3000:])
+    assert f"via proxy http://{address}:8888" in result.stderr
+    log = runtime.logs(corporate_proxy)
+    assert "CONNECT registry.npmjs.org:443" in log, log[-3000:]
