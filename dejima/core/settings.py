@@ -61,7 +61,8 @@ UPSTREAM_URL = checked("URL", lambda v: None if v.startswith(("https://", "http:
                        f"must be an https:// URL, or plain http:// to this host's loopback, not {shown(v)}")
 PEM_PATH = checked("path", lambda v: f"must be an absolute path, not {shown(v)}" if v and not v.startswith("/") else
                    None)
-PROXY_URL = checked("proxy URL", lambda v: proxy_problem(v) if v else None, fix="write it as http://HOST:PORT")
+PROXY_URL = checked("proxy URL", lambda v: proxy_problem(v) if v else None,
+                    fix="write it as http://HOST:PORT, or \"direct\"")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +124,8 @@ class NetworkSettings:
         PROXY_URL, "The corporate HTTP proxy every connection out of a session goes through (`\"http://proxy.corp:3128\"`):"
         " the filter sends each allowed TCP connection as `CONNECT name:port`, the credential proxy its upstreams"
         " likewise; names the policy refuses never reach it. Empty: the host's `HTTPS_PROXY` (then `https_proxy`,"
-        " `HTTP_PROXY`, `http_proxy`) when set at start, else connections go direct. The boundary card says which"
-        " and from where. `NO_PROXY` is not read.", "")
+        " `HTTP_PROXY`, `http_proxy`) when set at start, else connections go direct; `\"direct\"`: direct whatever"
+        " the host's variables say. The boundary card says which and from where. `NO_PROXY` is not read.", "")
     extra_ca: str = key(
         PEM_PATH, "A PEM file of the CA certificates a corporate TLS-inspecting proxy signs with: trusted in sessions"
         " (the session images' store, and the bundle the session's tools are pointed at), by image builds and by the"

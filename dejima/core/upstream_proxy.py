@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from dejima.core.schema import shown
 
 SETTING = "network.upstream_proxy"
+DIRECT = "direct"  # the setting that ignores the host's variables: connections go direct
 ENV_NAMES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")  # read in this order, the first set wins
 DEFAULT_PORT = 80  # an http:// URL's
 
@@ -36,7 +37,9 @@ class UpstreamProxy:
 
 
 def proxy_problem(text: str) -> str | None:
-    """What is wrong with ``text`` as an upstream proxy URL, or None."""
+    """What is wrong with ``text`` as an upstream proxy URL (or "direct"), or None."""
+    if text == DIRECT:
+        return None
     try:
         parts = urlsplit(text)
         port = parts.port
@@ -67,7 +70,10 @@ def parse_proxy(text: str, origin: str) -> UpstreamProxy:
 
 def chosen_proxy(setting: str, environment: Mapping[str, str], settings_source: str) -> UpstreamProxy | None:
     """The setting when it is set, else the first of the host's variables that is; None: connections go
-    direct. Raises ValueError naming where a malformed one came from."""
+    direct (the setting "direct" says so whatever the host's variables hold). Raises ValueError naming where
+    a malformed one came from."""
+    if setting == DIRECT:
+        return None
     if setting:
         where = f"{settings_source} {SETTING}"
         candidates = [(setting, where)]

@@ -113,20 +113,23 @@ def upstream_proxy(settings: Settings, environment: Mapping[str, str] | None = N
     try:
         proxy = chosen_proxy(settings.network.upstream_proxy, variables, str(host.settings_path()))
     except ValueError as exc:
-        raise SettingsError(str(exc), hint="write it as http://HOST:PORT (the setting beats the host's variables)",
+        raise SettingsError(str(exc), hint="write it as http://HOST:PORT (the setting beats the host's variables), "
+                            "or set [network] upstream_proxy = \"direct\" to ignore the host's variables",
                             reference="upstream-proxy") from None
     if proxy is None:
         return None
     address = host.ipv4_address(proxy.host)
     if address is None:
         raise SessionError(f"the upstream proxy {proxy.url} (from {proxy.origin}) has no IPv4 address here",
-                           hint="check the name, or write the proxy's address in [network] upstream_proxy",
+                           hint="check the name, or write the proxy's address in [network] upstream_proxy "
+                                "(\"direct\" there ignores the host's variables)",
                            reference="upstream-proxy")
     if address.is_loopback or address.is_unspecified:
         raise SessionError(f"the upstream proxy {proxy.url} (from {proxy.origin}) is this host's loopback, which "
                            "a session's filter cannot reach (it has a network of its own)",
                            hint="set [network] upstream_proxy to an address the containers reach (the engine "
-                                "gateway's, say, with the proxy listening there)", reference="upstream-proxy")
+                                "gateway's, say, with the proxy listening there), or to \"direct\" if sessions "
+                                "need no proxy", reference="upstream-proxy")
     return replace(proxy, address=address)
 
 

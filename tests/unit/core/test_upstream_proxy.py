@@ -27,6 +27,14 @@ def test_the_setting_beats_the_hosts_variables() -> None:
     assert chosen_proxy("", {}, "s") is None
 
 
+def test_direct_ignores_the_hosts_variables_whatever_they_hold() -> None:
+    """A host whose HTTPS_PROXY the filter cannot use (a local proxy on loopback, an https:// one) can still
+    start sessions: the setting "direct" says connections go direct, and the settings file takes it."""
+    for env in ({"HTTPS_PROXY": "http://127.0.0.1:3128"}, {"https_proxy": "https://proxy.corp"}, {}):
+        assert chosen_proxy("direct", env, "s") is None
+    assert parse_settings('[network]\nupstream_proxy = "direct"\n', "s.toml").network.upstream_proxy == "direct"
+
+
 def test_the_hosts_variables_are_read_in_order() -> None:
     env = {"http_proxy": "http://d:4", "HTTP_PROXY": "http://c:3", "https_proxy": "http://b:2/"}
     found = chosen_proxy("", env, "s")
