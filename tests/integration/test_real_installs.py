@@ -23,10 +23,8 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.runtime import Runtime
-from dejima.core import labels
-from dejima.core.plan import Bind, ContainerSpec
-from tests.conftest import TEST_SCOPE
 from tests.integration.conftest import Images
+from tests.integration.test_upstream_proxy import tinyproxy
 from tests.world import User, run_dejima
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "installs"
@@ -97,31 +95,11 @@ ConnectPort 443
 
 @pytest.fixture
 def corporate_proxy(runtime: Runtime, images: Images, world_dir: Path) -> Iterator[str]:
-    """tinyproxy (the host's Debian binary) in a container of the test's own on the engine's default network,
-    from where it reaches the registries: the address a session is told to go through."""
-    binary = shutil.which("tinyproxy")
-    assert binary is not None, "tinyproxy is not installed (scripts/setup-machine installs it)"
-    conf = world_dir / "corporate-proxy.conf"
-    conf.write_text(CORPORATE_PROXY_CONF)
-    conf.chmod(0o644)
-    container = runtime.create(ContainerSpec(
-        name=f"dejima-{TEST_SCOPE}-corporate-proxy", image=images.session_root,
-        command=("-d", "-c", "/etc/tinyproxy.conf"), user="0:0",
-        labels={labels.SCOPE: TEST_SCOPE, labels.ROLE: "test-tinyproxy", labels.LAUNCHER: "test"},
-        network_mode="bridge", entrypoint=("/usr/local/bin/tinyproxy",),
-        binds=(Bind(binary, "/usr/local/bin/tinyproxy", read_only=True),
-               Bind(str(conf), "/etc/tinyproxy.conf", read_only=True))))
-    try:
-        runtime.start(container)
-        seen = b""
-        for chunk in runtime.follow_logs(container):  # ends when the container does
-            seen += chunk
-            if b"listening on fd" in seen:
-                break
-        assert b"listening on fd" in seen, seen.decode(errors="replace")
+    """tinyproxy on the engine's default network, from where it reaches the registries: the address a
+    session is told to go through."""
+    with tinyproxy(runtime, images.session_root, "bridge", world_dir / "corporate-proxy.conf", CORPORATE_PROXY_CONF,
+                   "corporate-proxy") as container:
         yield container
-    finally:
-        runtime.remove(container)
 
 
 def test_a_real_install_behind_a_corporate_proxy_goes_through_it_by_name(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,22 +47,21 @@ class Proxy:
     address: str
 
 
-@pytest.fixture(scope="module")
-def proxy(runtime: Runtime, images: Images, world: World, world_dir: Path) -> Iterator[Proxy]:
+@contextmanager
+def tinyproxy(runtime: Runtime, image: str, network: str, conf: Path, text: str, name: str,
+              dns: tuple[str, ...] = ()) -> Iterator[str]:
+    """tinyproxy (the host's Debian binary, configured with ``text``) in a container of the test's own on
+    ``network``, once it listens; removed after. Yields the container."""
     binary = shutil.which("tinyproxy")
-    if binary is None:  # under DEJIMA_REQUIRE_DOCKER a skip fails the run (scripts/setup-machine installs it)
-        pytest.skip("tinyproxy is not installed (apt-get install tinyproxy)")
-    conf = world_dir / "tinyproxy.conf"
-    conf.write_text(TINYPROXY_CONF)
+    assert binary is not None, "tinyproxy is not installed (scripts/setup-machine installs it)"
+    conf.write_text(text)
     conf.chmod(0o644)
-    spec = ContainerSpec(
-        name=f"dejima-{TEST_SCOPE}-tinyproxy", image=images.session_root, command=("-d", "-c", "/etc/tinyproxy.conf"),
+    container = runtime.create(ContainerSpec(
+        name=f"dejima-{TEST_SCOPE}-{name}", image=image, command=("-d", "-c", "/etc/tinyproxy.conf"),
         user="0:0", labels={labels.SCOPE: TEST_SCOPE, labels.ROLE: "test-tinyproxy", labels.LAUNCHER: "test"},
-        network_mode=world.network, entrypoint=("/usr/local/bin/tinyproxy",), dns=(world.dns,),
+        network_mode=network, entrypoint=("/usr/local/bin/tinyproxy",), dns=dns,
         binds=(Bind(binary, "/usr/local/bin/tinyproxy", read_only=True),
-               Bind(str(conf), "/etc/tinyproxy.conf", read_only=True)),
-    )
-    container = runtime.create(spec)
+               Bind(str(conf), "/etc/tinyproxy.conf", read_only=True))))
     try:
         runtime.start(container)
         seen = b""
@@ -70,9 +70,16 @@ def proxy(runtime: Runtime, images: Images, world: World, world_dir: Path) -> It
             if b"listening on fd" in seen:
                 break
         assert b"listening on fd" in seen, seen.decode(errors="replace")
-        yield Proxy(container, runtime.address(container, world.network))
+        yield container
     finally:
         runtime.remove(container)
+
+
+@pytest.fixture(scope="module")
+def proxy(runtime: Runtime, images: Images, world: World, world_dir: Path) -> Iterator[Proxy]:
+    with tinyproxy(runtime, images.session_root, world.network, world_dir / "tinyproxy.conf", TINYPROXY_CONF,
+                   "tinyproxy", dns=(world.dns,)) as container:
+        yield Proxy(container, runtime.address(container, world.network))
 
 
 def proxied_settings(world: World, proxy: Proxy, world_dir: Path, name: str, via_setting: bool) -> Path:
