@@ -18,7 +18,7 @@ import os
 import posixpath
 import threading
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from dejima.adapters.start_contents import read_file
@@ -163,31 +163,35 @@ def npm_caches(homes: Iterable[Path]) -> list[Path]:
     return [*found, host] if host not in found else found
 
 
+def in_threads(keys: list[str], read: Callable[[str], Artifact | str], name: str) -> dict[str, Artifact | str]:
+    """``read`` of each key, on as many threads as cores (zlib and hashlib release the GIL on large
+    buffers); a failure makes that one unverifiable, never missing: the finding says why."""
+    got: dict[str, Artifact | str] = {}
+    queue = iter(list(keys))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                key = next(queue, None)
+            if key is None:
+                return
+            try:
+                artifact = read(key)
+            except Exception as error:
+                artifact = f"it cannot be read ({type(error).__name__}: {error})"
+            got[key] = artifact
+
+    workers = [threading.Thread(target=work, name=name, daemon=True)
+               for _ in range(min(len(keys), os.cpu_count() or 2) - 1)]
+    for worker in workers:
+        worker.start()
+    work()  # this thread is one of them
+    for worker in workers:
+        worker.join()
+    return got
+
+
 def tarballs(caches: list[Path]) -> Artifacts:
     """The audit's reader of pinned tarballs (model.Artifacts), from these npm caches."""
-    def read(integrities: list[str]) -> dict[str, Artifact | str]:
-        got: dict[str, Artifact | str] = {}
-        queue = iter(list(integrities))
-        lock = threading.Lock()
-
-        def work() -> None:
-            while True:
-                with lock:
-                    integrity = next(queue, None)
-                if integrity is None:
-                    return
-                try:
-                    artifact: Artifact | str = _tarball(caches, integrity)
-                except Exception as error:  # unverified, never missing: the finding says why
-                    artifact = f"its tarball cannot be read ({type(error).__name__}: {error})"
-                got[integrity] = artifact
-
-        workers = [threading.Thread(target=work, name="npm-tarballs", daemon=True)
-                   for _ in range(min(len(integrities), os.cpu_count() or 2) - 1)]
-        for worker in workers:
-            worker.start()
-        work()  # this thread is one of them
-        for worker in workers:
-            worker.join()
-        return got
-    return read
+    return lambda integrities: in_threads(integrities, lambda integrity: _tarball(caches, integrity), "npm-tarballs")

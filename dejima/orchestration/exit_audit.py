@@ -12,7 +12,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from dejima.adapters import host, mount_state, npm_cache
+from dejima.adapters import host, mount_state, npm_cache, wheel_cache
 from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
@@ -81,23 +81,25 @@ def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
 
 
 def audit_mount(state: MountState, session_id: str = "", npm_caches: list[Path] | None = None,
-                ) -> tuple[list[Finding], Snapshot]:
-    """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``:
-    where the pinned tarballs of its npm trees can be read (default: the host user's own cache)."""
-    found, after, _ = _audit_mount(state, session_id, npm_cache.npm_caches(()) if npm_caches is None else npm_caches)
+                wheel_caches: wheel_cache.WheelCaches | None = None) -> tuple[list[Finding], Snapshot]:
+    """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``,
+    ``wheel_caches``: where the pinned tarballs and wheels of its trees can be read (default: the
+    host user's own caches)."""
+    found, after, _ = _audit_mount(state, session_id, npm_cache.npm_caches(()) if npm_caches is None else npm_caches,
+                                   wheel_cache.python_caches(()) if wheel_caches is None else wheel_caches)
     return found, after
 
 
-def _audit_mount(state: MountState, session_id: str, npm_caches: list[Path]) -> tuple[list[Finding], Snapshot,
-                                                                                        list[str]]:
+def _audit_mount(state: MountState, session_id: str, npm_caches: list[Path], wheel_caches: wheel_cache.WheelCaches,
+                 ) -> tuple[list[Finding], Snapshot, list[str]]:
     # The rules allocate while 200k entries are in memory: a full collection would scan them all.
     state.ready()
     with gc_paused():
-        return _audit_ready(state, session_id, npm_caches)
+        return _audit_ready(state, session_id, npm_caches, wheel_caches)
 
 
-def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path]) -> tuple[list[Finding], Snapshot,
-                                                                                       list[str]]:
+def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path], wheel_caches: wheel_cache.WheelCaches,
+                 ) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
     hashed: dict[str, bytes] = {}
     listed: dict[str, list[str]] = {}
@@ -124,7 +126,8 @@ def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path]) -> 
     from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
 
     return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed,
-                            state.mount.watch, npm_cache.tarballs(npm_caches))], after, changed
+                            state.mount.watch, wheel_cache.wheels(wheel_caches, root, npm_cache.tarballs(npm_caches)))
+             ], after, changed
 
 
 def _import_rules() -> None:
@@ -283,9 +286,11 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
             state.join()
         # The session's npm cache is in its home: the pinned tarballs its trees are verified against.
         caches = npm_cache.npm_caches(s.mount.root for s in states if s.mount.kind == "home")
+        wheels = wheel_cache.python_caches([s.mount.root for s in states if s.mount.kind == "home"],
+                                           [s.mount.root for s in states if s.mount.kind == "cache"])
         for state in states:
             try:
-                mount_findings, after, changed = _audit_mount(state, session_id, caches)
+                mount_findings, after, changed = _audit_mount(state, session_id, caches, wheels)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"

@@ -27,10 +27,9 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from dejima.core.audit.caches import changes_value
-from dejima.core.audit.model import Artifact, Finding, View, finding
+from dejima.core.audit.model import Artifact, Finding, View
+from dejima.core.audit.verdicts import TreeVerdict, verdict_findings
 from dejima.core.snapshot import Change
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
@@ -38,17 +37,7 @@ CLEAN_INSTALL = "npm ci"
 # Another package manager's tree: its layout and state are not npm's (installs.py judges it).
 _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml")
 _PIN = ("version", "resolved", "integrity", "link")
-_LISTED = 10
 _CONTENT = ("added", "modified", "type", "link-target")
-
-
-@dataclass
-class NpmVerdict:
-    lockfile: str
-    problems: list[str] = field(default_factory=list)  # what no install from the lockfile makes
-    unverified: list[str] = field(default_factory=list)  # what cannot be held to a pin, and why
-    files: int = 0
-    packages: set[str] = field(default_factory=set)
 
 
 def _lockfile(tree: str, view: View) -> str | None:
@@ -121,7 +110,7 @@ def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
     return key
 
 
-def verify(tree: str, changes: list[Change], view: View) -> NpmVerdict | None:
+def verify(tree: str, changes: list[Change], view: View) -> TreeVerdict | None:
     """The session's changes in an npm tree held to its lockfile at the start; None when the
     tree is not npm's (pnpm, yarn)."""
     if not tree.endswith("node_modules") or any(f"{tree}/{name}" in view.after or f"{tree}/{name}" in view.before
@@ -130,7 +119,7 @@ def verify(tree: str, changes: list[Change], view: View) -> NpmVerdict | None:
     lockfile = _lockfile(tree, view)
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
         return None  # not npm's, as far as anything says
-    verdict = NpmVerdict(lockfile or "package-lock.json")
+    verdict = TreeVerdict(lockfile or "package-lock.json")
     start = _packages(view.text(lockfile, "before")) if lockfile is not None else None
     if start is None or lockfile is None:
         if any(_written(change, tree) for change in changes):  # else npm only rewrote its own state
@@ -154,7 +143,7 @@ class _Check:
     """One tree's changes against the lockfile's pins at the start (``start``) and at the end
     (``end``: for what the session pinned itself), the tarballs asked for at once."""
 
-    def __init__(self, verdict: NpmVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
+    def __init__(self, verdict: TreeVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
         # integrity -> (path, in package, sha256, whether its package runs an install script, package)
@@ -296,11 +285,6 @@ def _package_of(path: str) -> str:
     return head + marker + "/".join(parts[:2] if parts[0].startswith("@") else parts[:1])
 
 
-def _listed(items: list[str]) -> str:
-    shown = "; ".join(items[:_LISTED])
-    return shown + (f"; and {len(items) - _LISTED} more" if len(items) > _LISTED else "")
-
-
 def clean_install(tree: str) -> str:
     """What reinstalls a tree as its lockfile says, in words (for the finding)."""
     project = tree.rpartition("/")[0]
@@ -318,18 +302,7 @@ def npm_findings(tree: str, changes: list[Change], view: View, tampered: list[st
     verdict = verify(tree, changes, view)
     if verdict is None:
         return None
-    problems = [*tampered, *verdict.problems]
-    remedy = f"on the host: {clean_install(tree)}"
-    verified = f"verified {verdict.files} file(s) of {len(verdict.packages)} package(s) against {verdict.lockfile} " \
-        "as the session's start had it"
-    value = changes_value(changes)
-    if not verdict.unverified and not verdict.files and not any(_written(change, tree) for change in changes):
-        verified = f"npm's tree changed ({len({c.path for c in changes})} entries) with no package file written: " \
-            "nothing to verify"
-    if problems:
-        return [finding("B07", "high", tree, f"{len(problems)} change(s) no install from {verdict.lockfile} makes: "
-                        f"{_listed(problems)}; {remedy}", value, remedy="reinstall")]
-    if verdict.unverified:
-        return [finding("B07", "medium", tree, f"{verified}; {len(verdict.unverified)} not verifiable: "
-                        f"{_listed(verdict.unverified)}; to be sure, {remedy}", value, remedy="reinstall")]
-    return [finding("B07", "low", tree, verified, value, remedy="reinstall")]
+    idle = None if verdict.unverified or verdict.files or any(_written(change, tree) for change in changes) else \
+        f"npm's tree changed ({len({c.path for c in changes})} entries) with no package file written: nothing to verify"
+    return verdict_findings("B07", tree, verdict, [*tampered, *verdict.problems], changes,
+                            f"on the host: {clean_install(tree)}", "package(s)", idle)

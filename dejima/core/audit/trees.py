@@ -13,6 +13,7 @@ from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tamperin
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.npm_verify import npm_findings
+from dejima.core.audit.python_verify import python_findings
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
 from dejima.core.snapshot import Change
 
@@ -126,6 +127,8 @@ def _environment(kind: str, root: str, changes: list[Change], view: View) -> lis
             continue
         found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
                              f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
+    if (verified := python_findings(kind, root, changes, view, tampered)) is not None:  # held to uv.lock's pins
+        return [*found, *verified]
     paths = sorted({c.path for c in rest})
     where = "" if home else " on the host"
     what = "install target" if kind == "python-target" else "environment"

@@ -1,0 +1,335 @@
+"""A Python environment held to what uv.lock pinned before the session (issue 32): a real `uv lock`
+against a package index on loopback (this test's own, serving wheels built here, as PyPI would:
+with the hashes uv records and the cache headers pip keeps bodies by), then a real `uv sync` or pip
+install in the session, then each attack an agent makes in the environment, each beside its benign
+neighbour (the same install untouched), audited through the same code as after a session (capture,
+then audit_mount with the caches given). Each attack rewrites the RECORD to match, as an agent
+that reads installs.py would: what a RECORD says proves nothing. Where a test says the host runs
+the planted code, it runs the environment's python."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dejima.adapters.wheel_cache import WheelCaches
+from dejima.core.audit import Finding
+from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+from tests.wheels import record_hash, wheel
+
+UV = shutil.which("uv", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+pytestmark = pytest.mark.skipif(UV is None, reason="needs uv (the test extras install it)")
+
+SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+TINY = {
+    "tiny/__init__.py": b"VALUE = 1\n",
+    "tiny/cli.py": b"def main():\n    print('tiny')\n",
+    "tiny-1.0.dist-info/entry_points.txt": b"[console_scripts]\ntinytool = tiny.cli:main\n",
+    "tiny-1.0.data/scripts/tinysh": b"#!python\nprint('sh')\n",
+}
+PLANTED = "import sys; sys.stdout.write('planted\\n')\n"
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    """A simple index (PEP 503) of the wheels in ``directory``: each page links its wheels with
+    their hashes, each wheel is sent as immutable (as PyPI's CDN sends them)."""
+
+    directory: Path
+
+    def do_GET(self) -> None:
+        parts = self.path.strip("/").split("/")
+        if parts[0] == "simple" and len(parts) == 2:
+            links = "".join(f'<a href="/files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
+                            f"{w.name}</a>\n" for w in sorted(self.directory.glob(f"{parts[1]}-*.whl")))
+            body, kind = f"<html><body>{links}</body></html>".encode(), "text/html"
+        elif parts[0] == "files" and len(parts) == 2 and (self.directory / parts[1]).is_file():
+            body, kind = (self.directory / parts[1]).read_bytes(), "application/octet-stream"
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "max-age=365000000, immutable, public")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self.send_error(405)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The index's URL: tiny 1.0 (a package, a console script, a ``#!python`` script) and other 2.0."""
+    directory = tmp_path_factory.mktemp("index")
+    wheel(directory, "tiny", "1.0", TINY)
+    wheel(directory, "other", "2.0", {"other.py": b"X = 2\n"})
+    handler = type("Index", (_Index,), {"directory": directory})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+    thread.join(timeout=10)
+    server.server_close()
+
+
+def uv(workspace: Path, cache: Path, *args: str, python: str = sys.executable) -> None:
+    env = {**os.environ, "UV_CACHE_DIR": str(cache), "UV_PYTHON_DOWNLOADS": "never"}
+    assert UV is not None
+    subprocess.run([UV, *args, "--quiet", "--python", python], cwd=workspace, env=env, check=True,
+                   capture_output=True, timeout=120)
+
+
+def project(root: Path, index: str) -> tuple[Path, Path, Path]:
+    """A workspace whose committed uv.lock pins tiny (locked on the host, with the host user's uv
+    cache), a session home whose caches are empty; returns (workspace, home, the host's uv cache)."""
+    workspace, home, host = root / "workspace", root / "home", root / "host-uv"
+    workspace.mkdir(parents=True)
+    home.mkdir()
+    (workspace / "pyproject.toml").write_text(
+        '[project]\nname = "proj"\nversion = "0.1.0"\nrequires-python = ">=3.11"\ndependencies = ["tiny"]\n'
+        f'[tool.uv]\npackage = false\n[[tool.uv.index]]\nname = "here"\nurl = "{index}"\ndefault = true\n')
+    uv(workspace, host, "sync")  # the host user's own install: the host's uv cache holds tiny's archive
+    shutil.rmtree(workspace / ".venv")
+    return workspace, home, host
+
+
+def uv_sync(workspace: Path, home: Path) -> None:
+    uv(workspace, home / ".cache/uv", "sync", "--frozen")
+
+
+def pip_install(index: str) -> Callable[[Path, Path], None]:
+    """`python -m venv --without-pip .venv`, then pip (this Python's) into it, its cache in the home."""
+    def install(workspace: Path, home: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(workspace / ".venv")], check=True)
+        # --trusted-host: pip keeps no http cache for a plain-http index it does not trust.
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(workspace / ".venv/bin/python"), "install",
+                        "-q", "--disable-pip-version-check", "--index-url", index, "--trusted-host", "127.0.0.1",
+                        "tiny"], check=True, capture_output=True, timeout=120,
+                       env={**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_CACHE_DIR": str(home / ".cache/pip")})
+    return install
+
+
+def session(workspace: Path, home: Path, change: Callable[[Path], object] | None = None,
+            install: Callable[[Path, Path], None] = uv_sync, host: Path | None = None,
+            installed: bool = False) -> list[Finding]:
+    """The session: the install, then ``change``; the environment's findings. ``host``: the host
+    user's uv cache; ``installed``: the environment was there at the start already."""
+    if installed:
+        install(workspace, home)
+    state = capture(Mount("workspace", workspace))
+    if not installed:
+        install(workspace, home)
+    if change is not None:
+        change(workspace)
+    caches = WheelCaches(pip=(home / ".cache/pip",), uv=(host,) if host is not None else ())
+    found, _ = audit_mount(state, npm_caches=[], wheel_caches=caches)
+    return [f for f in found if f.path.startswith(".venv")]
+
+
+def severities(found: list[Finding]) -> list[tuple[str, str]]:
+    return [(f.path, f.severity) for f in found]
+
+
+def site(workspace: Path) -> Path:
+    return workspace / ".venv" / SITE
+
+
+def recorded(workspace: Path, path: str, data: bytes | None) -> None:
+    """tiny's RECORD made to agree with ``path`` (site-packages-relative) holding ``data``."""
+    record = site(workspace) / "tiny-1.0.dist-info/RECORD"
+    lines = [line for line in record.read_text().splitlines() if not line.startswith(f"{path},")]
+    if data is not None:
+        lines.append(f"{path},{record_hash(data)},{len(data)}")
+    fresh = record.with_name("RECORD.new")
+    fresh.write_text("\n".join(lines) + "\n")
+    os.replace(fresh, record)
+
+
+def replace_file(path: Path, text: str) -> None:
+    """A new file renamed over the old (sed -i, an editor): a new inode."""
+    fresh = path.with_name(path.name + ".new")
+    fresh.write_text(text)
+    fresh.chmod(path.stat().st_mode)
+    os.replace(fresh, path)
+
+
+def runs_on_host(workspace: Path, *args: str) -> str:
+    return subprocess.run([str(workspace / ".venv/bin/python"), *args], cwd=workspace, check=True,
+                          capture_output=True, text=True, timeout=60).stdout
+
+
+# --- the benign neighbours ---------------------------------------------------------------------------------
+
+def test_a_clean_uv_sync_is_verified_file_by_file(tmp_path: Path, index: str) -> None:
+    workspace, home, host = project(tmp_path, index)
+    found = session(workspace, home, host=host)
+    assert severities(found) == [(".venv", "low")], found[0].evidence
+    assert "verified 7 file(s) of 1 distribution(s) against uv.lock as the session's start had it" in \
+        found[0].evidence
+
+
+def test_a_clean_pip_install_from_the_index_is_verified_with_its_bytecode(tmp_path: Path, index: str) -> None:
+    """pip keeps the wheel's bytes in its http cache; the .pyc it compiles are compiled again here."""
+    workspace, home, _ = project(tmp_path, index)
+    found = session(workspace, home, install=pip_install(index))
+    assert severities(found) == [(".venv", "low")], found[0].evidence
+    assert "verified 9 file(s) of 1 distribution(s) against uv.lock" in found[0].evidence
+
+
+def test_uv_s_own_cache_proves_nothing(tmp_path: Path, index: str) -> None:
+    """The session's uv cache holds unpacked files and uv's record of their hash, both writable by the
+    session: without the host's uv cache or the wheel's bytes, nothing is verified (medium)."""
+    workspace, home, _ = project(tmp_path, index)
+    found = session(workspace, home)
+    assert severities(found) == [(".venv", "medium")]
+    assert "its wheel is in no cache" in found[0].evidence and "rm -r .venv && uv sync --reinstall" in \
+        found[0].evidence
+
+
+def test_a_wheel_rewritten_in_the_session_s_pip_cache_verifies_nothing(tmp_path: Path, index: str) -> None:
+    """The session rewrites a module and the wheel pip cached, to agree: the cached body no longer
+    hashes to uv.lock's hash, so it is not the pinned wheel (unverified, never low)."""
+    workspace, home, _ = project(tmp_path, index)
+
+    def change(workspace: Path) -> None:
+        renamed_over(workspace)
+        tampered = wheel(tmp_path, "tiny", "1.0", {**TINY, "tiny/__init__.py": b"VALUE = 1\n" + PLANTED.encode()})
+        for body in home.glob(".cache/pip/http-v2/**/*.body"):
+            body.write_bytes(tampered.read_bytes())
+
+    found = session(workspace, home, change, install=pip_install(index))
+    assert severities(found) == [(".venv", "medium")]
+    assert "its wheel in the cache does not hash to uv.lock's hash" in found[0].evidence
+
+
+def test_no_lockfile_at_the_start_is_medium(tmp_path: Path, index: str) -> None:
+    workspace, home, host = project(tmp_path, index)
+    (workspace / "uv.lock").rename(tmp_path / "uv.lock")
+    found = session(workspace, home, lambda w: shutil.copy(tmp_path / "uv.lock", w / "uv.lock"),
+                    install=pip_install(index), host=host)
+    assert severities(found) == [(".venv", "medium")]
+    assert "uv.lock was not there at the session's start" in found[0].evidence
+
+
+# --- the attacks -------------------------------------------------------------------------------------------
+
+def appended(workspace: Path) -> None:
+    path = site(workspace) / "tiny/__init__.py"
+    with path.open("a") as file:
+        file.write(PLANTED)
+    recorded(workspace, "tiny/__init__.py", path.read_bytes())
+
+
+def renamed_over(workspace: Path) -> None:
+    path = site(workspace) / "tiny/__init__.py"
+    replace_file(path, "VALUE = 1\n" + PLANTED)
+    recorded(workspace, "tiny/__init__.py", path.read_bytes())
+
+
+def new_file(workspace: Path) -> None:
+    (site(workspace) / "tiny/_extra.py").write_text(PLANTED)
+    replace_file(site(workspace) / "tiny/__init__.py", "VALUE = 1\nfrom tiny import _extra\n")
+    recorded(workspace, "tiny/_extra.py", (site(workspace) / "tiny/_extra.py").read_bytes())
+    recorded(workspace, "tiny/__init__.py", (site(workspace) / "tiny/__init__.py").read_bytes())
+
+
+def new_file_alone(workspace: Path) -> None:
+    """A new module no one imports yet (the next `import tiny.helpers` does)."""
+    (site(workspace) / "tiny/helpers.py").write_text(PLANTED)
+    recorded(workspace, "tiny/helpers.py", (site(workspace) / "tiny/helpers.py").read_bytes())
+
+
+def script_replaced(workspace: Path) -> None:
+    script = workspace / ".venv/bin/tinytool"
+    shebang = script.read_text().partition("\n")[0]
+    replace_file(script, f"{shebang}\n{PLANTED}")
+    recorded(workspace, "../../../bin/tinytool", script.read_bytes())
+
+
+def path_pth(workspace: Path) -> None:
+    """A .pth of a path line only (data, to installs.py), to a directory with a sitecustomize.py:
+    Python imports it at every start."""
+    (workspace / ".venv/lib/extra").mkdir()
+    (workspace / ".venv/lib/extra/sitecustomize.py").write_text(PLANTED)
+    (site(workspace) / "tiny.pth").write_text(f"{workspace / '.venv/lib/extra'}\n")
+    recorded(workspace, "tiny.pth", (site(workspace) / "tiny.pth").read_bytes())
+    recorded(workspace, "../../extra/sitecustomize.py", PLANTED.encode())
+
+
+def unpinned(index: str) -> Callable[[Path], None]:
+    """A distribution the lockfile does not pin, installed by uv itself (its RECORD is uv's)."""
+    def change(workspace: Path) -> None:
+        uv(workspace, workspace.parent / "home/.cache/uv", "pip", "install", "--index-url", index, "other",
+           python=str(workspace / ".venv/bin/python"))
+    return change
+
+
+ATTACKS: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
+    "a line appended": (appended, ("-c", "import tiny")),
+    "a file renamed over": (renamed_over, ("-c", "import tiny")),
+    "a new file imported by a rewritten one": (new_file, ("-c", "import tiny")),
+    "a new file in a package": (new_file_alone, ("-c", "import tiny.helpers")),
+    "an entry-point script replaced": (script_replaced, (".venv/bin/tinytool",)),
+    "a .pth added with a sitecustomize": (path_pth, ("-c", "pass")),
+}
+
+
+@pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
+def test_each_attack_on_a_new_environment_is_high_and_runs_on_the_host(
+        tmp_path: Path, index: str, attack: tuple[Callable[[Path], None], tuple[str, ...]]) -> None:
+    change, command = attack
+    workspace, home, host = project(tmp_path, index)
+    found = session(workspace, home, change, host=host)
+    assert severities(found) == [(".venv", "high")], found
+    assert "planted" in runs_on_host(workspace, *command)
+
+
+@pytest.mark.parametrize("attack", ATTACKS.values(), ids=ATTACKS.keys())
+def test_each_attack_on_an_environment_that_was_there_is_high(
+        tmp_path: Path, index: str, attack: tuple[Callable[[Path], None], tuple[str, ...]]) -> None:
+    change, _ = attack
+    workspace, home, host = project(tmp_path, index)
+    assert severities(session(workspace, home, change, host=host, installed=True)) == [(".venv", "high")]
+
+
+def test_a_distribution_the_lockfile_does_not_pin_is_high(tmp_path: Path, index: str) -> None:
+    workspace, home, host = project(tmp_path, index)
+    found = session(workspace, home, unpinned(index), host=host)
+    assert severities(found) == [(".venv", "high")]
+    assert f"{SITE}/other-2.0.dist-info: a distribution uv.lock does not pin" in found[0].evidence
+    assert runs_on_host(workspace, "-c", "import other; print(other.X)") == "2\n"
+
+
+def test_bytecode_that_is_not_its_source_s_is_high_or_unproven(tmp_path: Path, index: str) -> None:
+    """A .pyc beside a verified source, compiled from other code: Python runs it while its header
+    matches the source's mtime and size. It does not recompile to the same bytes: never verified."""
+    workspace, home, _ = project(tmp_path, index)
+
+    def planted(workspace: Path) -> None:
+        source = site(workspace) / "tiny/cli.py"
+        pyc = site(workspace) / f"tiny/__pycache__/cli.{sys.implementation.cache_tag}.pyc"
+        code = compile("def main():\n    print('planted')\n", str(source), "exec")
+        import importlib._bootstrap_external as external
+        data = external._code_to_timestamp_pyc(code, int(source.stat().st_mtime),  # type: ignore[attr-defined]
+                                               source.stat().st_size)
+        replace_file(pyc, "")
+        pyc.write_bytes(data)
+
+    found = session(workspace, home, planted, install=pip_install(index))
+    assert severities(found) == [(".venv", "medium")]
+    assert "bytecode file(s) that do not recompile" in found[0].evidence
+    assert runs_on_host(workspace, "-c", "import tiny.cli; tiny.cli.main()") == "planted\n"
