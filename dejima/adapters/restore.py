@@ -25,6 +25,7 @@ from dejima.adapters.findings import Stored
 from dejima.adapters.nofollow_open import open_directory
 from dejima.adapters.tree_walk import KINDS
 from dejima.core.audit.npm_verify import reinstaller
+from dejima.core.audit.python_verify import reinstaller as python_reinstaller
 from dejima.core.snapshot import mode_text
 from dejima.errors import DiagnosticError
 
@@ -136,10 +137,17 @@ def _remove_tree(stored: Stored, force: bool) -> str:
         kind, sha256, _, _ = _current(fd, path.rsplit("/", 1)[-1])
         _check_unchanged(stored, kind, sha256, force)
         _remove(fd, path.rsplit("/", 1)[-1], kind)
-    command = reinstaller(path)
+    command = _reinstaller(stored.root, path)
     again = f"`{command}` in {Path(stored.root, path).parent} installs it again from the lockfile" if command else \
         "install it again on the host if the project needs it"
     return f"removed {path}, which the session created ({again})"
+
+
+def _reinstaller(root: str, path: str) -> str | None:
+    """The clean reinstall command of the tool whose tree this is (npm's, or uv's where its
+    project has a uv.lock), if known."""
+    directory = Path(root, path).parent
+    return reinstaller(path) or python_reinstaller(path, lambda name: (directory / name).is_file())
 
 
 def _check_unchanged(stored: Stored, kind: str | None, sha256: str | None, force: bool) -> None:
@@ -158,7 +166,7 @@ def restore(stored: Stored, force: bool = False) -> str:
         return _remove_tree(stored, force)  # a tree the session made: the start had none
     if state is None or not finding.path or finding.remedy == "reinstall":
         where = f"{stored.root}/{finding.path}".rstrip("/")
-        command = reinstaller(finding.path)
+        command = _reinstaller(stored.root, finding.path)
         then = f"`{command}` in {where.rpartition('/')[0]}" if command else "your installer"
         raise RestoreError(f"finding {stored.id} is about a whole tree ({where})",
                            hint=f"delete it and reinstall on the host (e.g. rm -r {where}, then {then})")

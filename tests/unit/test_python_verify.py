@@ -314,22 +314,40 @@ def test_a_distribution_the_lockfile_does_not_pin_is_high(tmp_path: Path, index:
     assert runs_on_host(workspace, "-c", "import other; print(other.X)") == "2\n"
 
 
-def test_bytecode_that_is_not_its_source_s_is_high_or_unproven(tmp_path: Path, index: str) -> None:
-    """A .pyc beside a verified source, compiled from other code: Python runs it while its header
-    matches the source's mtime and size. It does not recompile to the same bytes: never verified."""
-    workspace, home, _ = project(tmp_path, index)
+def planted_bytecode(pyc: Path, source: Path | None) -> None:
+    """Bytecode of the planted code: for ``source`` (its header matches the source's mtime and size,
+    so Python runs it instead), or sourceless (Python imports it as a module)."""
+    import importlib._bootstrap_external as external
+    code = compile("def main():\n    print('planted')\nmain()\n", str(source or pyc), "exec")
+    mtime, size = (int(source.stat().st_mtime), source.stat().st_size) if source is not None else (0, 0)
+    pyc.parent.mkdir(exist_ok=True)
+    pyc.write_bytes(external._code_to_timestamp_pyc(code, mtime, size))  # type: ignore[attr-defined]
 
-    def planted(workspace: Path) -> None:
-        source = site(workspace) / "tiny/cli.py"
-        pyc = site(workspace) / f"tiny/__pycache__/cli.{sys.implementation.cache_tag}.pyc"
-        code = compile("def main():\n    print('planted')\n", str(source), "exec")
-        import importlib._bootstrap_external as external
-        data = external._code_to_timestamp_pyc(code, int(source.stat().st_mtime),  # type: ignore[attr-defined]
-                                               source.stat().st_size)
+
+def cached(workspace: Path) -> None:
+    source = site(workspace) / "tiny/cli.py"
+    pyc = site(workspace) / f"tiny/__pycache__/cli.{sys.implementation.cache_tag}.pyc"
+    if pyc.exists():
         replace_file(pyc, "")
-        pyc.write_bytes(data)
+    planted_bytecode(pyc, source)
 
-    found = session(workspace, home, planted, install=pip_install(index))
+
+@pytest.mark.parametrize("pip", [True, False], ids=["pip compiled it", "uv did not"])
+def test_bytecode_beside_a_verified_source_that_is_not_its_compilation_is_never_verified(
+        tmp_path: Path, index: str, pip: bool) -> None:
+    """Python runs a __pycache__ .pyc while its header matches the source's mtime and size. This
+    one does not recompile to the same bytes: unverified (medium), as bytecode another Python
+    wrote would be, where it was low."""
+    workspace, home, host = project(tmp_path, index)
+    found = session(workspace, home, cached, install=pip_install(index) if pip else uv_sync, host=host)
     assert severities(found) == [(".venv", "medium")]
     assert "bytecode file(s) that do not recompile" in found[0].evidence
-    assert runs_on_host(workspace, "-c", "import tiny.cli; tiny.cli.main()") == "planted\n"
+    assert runs_on_host(workspace, "-c", "import tiny.cli") == "planted\n"
+
+
+def test_sourceless_bytecode_in_a_package_is_high(tmp_path: Path, index: str) -> None:
+    workspace, home, host = project(tmp_path, index)
+    found = session(workspace, home, lambda w: planted_bytecode(site(w) / "tiny/evil.pyc", None), host=host)
+    assert severities(found) == [(".venv", "high")]
+    assert "tiny/evil.pyc: bytecode no distribution installs" in found[0].evidence
+    assert runs_on_host(workspace, "-c", "import tiny.evil") == "planted\n"

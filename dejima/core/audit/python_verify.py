@@ -168,13 +168,27 @@ def _distributions(environment: str, changes: list[Change], view: View) -> tuple
         new = change.after
         if new is None or change.what not in _CONTENT or new.kind == "dir":
             continue
-        info = owners.get(change.path) or next((i for i in infos if change.path.startswith(i + "/")), "")
+        info = owners.get(change.path) or owners.get(_source(change.path)) or \
+            next((i for i in infos if change.path.startswith(i + "/")), "")
         if not info:
             unclaimed.append(change)
             continue
         distribution = found.setdefault(info, infos[info])
         distribution.files.append((change.path, new.sha256 if new.kind == "file" else None))
     return found, unclaimed
+
+
+def _source(path: str) -> str:
+    """The source a ``__pycache__/NAME.TAG.pyc`` is compiled from (``NAME.py`` beside the directory)."""
+    directory, marker, name = path.rpartition("/__pycache__/")
+    return f"{directory}/{name.partition('.')[0]}.py" if marker and name.endswith(".pyc") else ""
+
+
+def _bytecode(environment: str, unclaimed: list[Change]) -> list[str]:
+    """Bytecode no distribution claims: a sourceless ``.pyc`` outside ``__pycache__`` (Python
+    imports it as a module, and no installer writes one a wheel does not hold)."""
+    return [f"{c.path}: bytecode no distribution installs (Python imports it as a module)" for c in unclaimed
+            if c.path.endswith(".pyc") and "/__pycache__/" not in c.path and c.path.startswith(environment + "/")]
 
 
 def verify(kind: str, environment: str, changes: list[Change], view: View) -> tuple[TreeVerdict, bool] | None:
@@ -185,7 +199,7 @@ def verify(kind: str, environment: str, changes: list[Change], view: View) -> tu
         return None
     lockfile = _lockfile(environment, view)
     verdict = TreeVerdict(lockfile or LOCKFILE)
-    distributions, _ = _distributions(environment, changes, view)
+    distributions, unclaimed = _distributions(environment, changes, view)
     directory = (lockfile or "").rpartition("/")[0]
     start = uv_pins(view.text(lockfile, "before"), directory) if lockfile is not None else None
     if start is None or lockfile is None:
@@ -195,6 +209,7 @@ def verify(kind: str, environment: str, changes: list[Change], view: View) -> tu
                 "at the session's start was not kept or cannot be read") + " (a uv.lock committed before the "
                 "session would pin every wheel by its hash)")
         return verdict, False
+    verdict.problems.extend(_bytecode(environment, unclaimed))
     end = uv_pins(view.text(lockfile), directory) if lockfile in view.after else None
     _EnvironmentCheck(verdict, kind, environment, start, end or {}, view).run(distributions)
     return verdict, True
@@ -312,8 +327,7 @@ class _EnvironmentCheck:
     def bytecode(self, distribution: _Distribution, paths: list[str], expected: dict[str, tuple[str, str]]) -> None:
         unproven = []
         for path in paths:
-            directory, _, name = path.rpartition("/__pycache__/")
-            source = f"{directory}/{name.partition('.')[0]}.py"
+            source = _source(path)
             data, code = self.view.data(path), self.view.data(source)
             if source not in expected or code is None or self.view.entry(source) is None or \
                     self.view.entry(source).sha256 != expected[source][1]:  # type: ignore[union-attr]
