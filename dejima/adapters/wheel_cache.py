@@ -37,6 +37,7 @@ from dejima.core.audit.python_verify import normalize, parse_wheel_key
 WHEEL_LIMIT = 256 << 20  # bytes of one wheel, or of one pip cache entry holding it
 UNPACKED_LIMIT = 1 << 30  # bytes of its entries, as their headers declare them (zipfile reads no more)
 ENTRY_LIMIT = 100_000  # entries of one wheel, or files of one uv archive
+SCAN_LIMIT = 2 << 30  # bytes of pip's caches hashed to find wheels pinned with no URL
 _ARCHIVE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -91,29 +92,17 @@ def _cache_key(url: str) -> str:
     return hashlib.sha224(normalized.encode()).hexdigest()
 
 
-def _pip_bodies(cache: Path, url: str) -> Iterable[bytes]:
+def _pip_bodies(cache: Path, url: str) -> list[bytes]:
     key = _cache_key(url)
     relative = "/".join([*key[:5], key])
-    body = read_file(cache, f"http-v2/{relative}.body", WHEEL_LIMIT)
-    if body is not None:
-        yield body
-    legacy = read_file(cache, f"http/{relative}", WHEEL_LIMIT)
-    if legacy is not None and legacy.startswith(b"cc=4,"):
-        try:
-            document, _ = _msgpack(legacy, 5)
-        except (ValueError, IndexError):
-            return
-        response = document.get("response") if isinstance(document, dict) else None
-        content = response.get("body") if isinstance(response, dict) else None
-        if isinstance(content, bytes):
-            yield content
+    return [*_bodies(read_file(cache, f"http-v2/{relative}.body", WHEEL_LIMIT), False),
+            *_bodies(read_file(cache, f"http/{relative}", WHEEL_LIMIT), True)]
 
 
-def _uv_archive(cache: Path, digest: str, filename: str) -> Artifact | None:
-    """The host user's uv archive of a wheel whose recorded hash is ``digest``."""
-    name, _, rest = filename.partition("-")
-    stem = rest[:-len(".whl")] if rest.endswith(".whl") else ""
-    if not stem or "/" in stem or "/" in name:
+def _uv_archive(cache: Path, digest: str, name: str, stem: str = "*") -> Artifact | None:
+    """The host user's uv archive of a wheel (of distribution ``name``; ``stem``: its file name
+    after the name, or any) whose recorded hash is ``digest``."""
+    if not name or not stem or "/" in stem or "/" in name or name.startswith("."):
         return None
     folder = normalize(name)
     pointers = [*cache.glob(f"wheels-v*/*/{folder}/{stem}.http"), *cache.glob(f"wheels-v*/*/*/{folder}/{stem}.http")]
@@ -155,7 +144,44 @@ def _directory_entries(top: Path) -> Artifact | None:
     return Artifact(files, texts)
 
 
-def _wheel(caches: WheelCaches, root: Path | None, digest: str, where: str) -> Artifact | str:
+def _pip_scan(caches: WheelCaches, wanted: set[str]) -> dict[str, bytes]:
+    """The wheels among pip's cached bodies whose SHA-256 is wanted, found by hashing them (a pin
+    with no URL: a requirements file's), within SCAN_LIMIT bytes read."""
+    found: dict[str, bytes] = {}
+    budget = SCAN_LIMIT
+    for cache in caches.pip:
+        for top in (cache / "http-v2", cache / "http"):
+            for directory, names, filenames in os.walk(top, followlinks=False):
+                names[:] = [n for n in names if not os.path.islink(os.path.join(directory, n))]
+                for filename in filenames:
+                    if budget <= 0 or len(found) == len(wanted):
+                        return found
+                    data = read_file(top, Path(directory, filename).relative_to(top).as_posix(), WHEEL_LIMIT)
+                    budget -= len(data or b"")
+                    for body in _bodies(data, top.name == "http"):
+                        if (digest := hashlib.sha256(body).hexdigest()) in wanted:
+                            found[digest] = body
+    return found
+
+
+def _bodies(data: bytes | None, legacy: bool) -> list[bytes]:
+    """The response body a pip cache file holds: itself (http-v2's ``.body``), or inside the msgpack
+    after ``cc=4,`` (http/)."""
+    if data is None or not legacy:
+        return [data] if data is not None and data[:4] == b"PK\x03\x04" else []
+    if not data.startswith(b"cc=4,"):
+        return []
+    try:
+        document, _ = _msgpack(data, 5)
+    except (ValueError, IndexError):
+        return []
+    response = document.get("response") if isinstance(document, dict) else None
+    content = response.get("body") if isinstance(response, dict) else None
+    return [content] if isinstance(content, bytes) else []
+
+
+def _wheel(caches: WheelCaches, root: Path | None, digest: str, where: str,
+           scanned: dict[str, bytes]) -> Artifact | str:
     kind, _, location = where.partition(":")
     candidates: list[bytes] = []
     if kind == "path" and root is not None:
@@ -164,6 +190,8 @@ def _wheel(caches: WheelCaches, root: Path | None, digest: str, where: str) -> A
     elif kind == "url":
         for cache in caches.pip:
             candidates.extend(_pip_bodies(cache, location))
+    elif kind == "name" and digest in scanned:
+        candidates.append(scanned[digest])
     mismatched = False
     for data in candidates:
         if hashlib.sha256(data).hexdigest() == digest:
@@ -172,13 +200,14 @@ def _wheel(caches: WheelCaches, root: Path | None, digest: str, where: str) -> A
             except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
                 return f"its wheel cannot be read ({type(error).__name__}: {error})"
         mismatched = True
-    filename = location.rpartition("/")[2]
+    name, _, stem = location.rpartition("/")[2].partition("-")
     for cache in caches.uv:
-        archive = _uv_archive(cache, digest, filename)
+        archive = _uv_archive(cache, digest, location, "*") if kind == "name" else \
+            _uv_archive(cache, digest, name, stem[:-len(".whl")] if stem.endswith(".whl") else "")
         if archive is not None:
             return archive
     if mismatched:
-        return "its wheel in the cache does not hash to uv.lock's hash"
+        return "its wheel in the cache does not hash to the pinned hash"
     places = ", ".join(str(c) for c in [*caches.pip, *(c / "archive-v0" for c in caches.uv)])
     return f"its wheel is in no cache ({places}; uv's own cache keeps no wheel, only its unpacked files, " \
         "which the session can write: only the host user's counts)"
@@ -190,10 +219,12 @@ def wheels(caches: WheelCaches, root: Path | None, others: Artifacts) -> Artifac
     def read(keys: list[str]) -> dict[str, Artifact | str]:
         mine = {key: parsed for key in keys if (parsed := parse_wheel_key(key)) is not None}
         got = others([key for key in keys if key not in mine]) if len(mine) < len(keys) else {}
+        unlocated = {digest for digest, where in mine.values() if where.startswith("name:")}
+        scanned = _pip_scan(caches, unlocated) if unlocated else {}
 
         def one(key: str) -> Artifact | str:
             digest, where = mine[key]
-            return _wheel(caches, root, digest, where)
+            return _wheel(caches, root, digest, where, scanned)
         got.update(in_threads(list(mine), one, "wheels"))
         return got
     return read

@@ -111,14 +111,15 @@ def uv_sync(workspace: Path, home: Path) -> None:
     uv(workspace, home / ".cache/uv", "sync", "--frozen")
 
 
-def pip_install(index: str) -> Callable[[Path, Path], None]:
-    """`python -m venv --without-pip .venv`, then pip (this Python's) into it, its cache in the home."""
+def pip_install(index: str, *what: str) -> Callable[[Path, Path], None]:
+    """`python -m venv --without-pip .venv`, then pip (this Python's) into it, its cache in the home:
+    tiny, or ``what``."""
     def install(workspace: Path, home: Path) -> None:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(workspace / ".venv")], check=True)
         # --trusted-host: pip keeps no http cache for a plain-http index it does not trust.
         subprocess.run([sys.executable, "-m", "pip", "--python", str(workspace / ".venv/bin/python"), "install",
                         "-q", "--disable-pip-version-check", "--index-url", index, "--trusted-host", "127.0.0.1",
-                        "tiny"], check=True, capture_output=True, timeout=120,
+                        *(what or ["tiny"])], cwd=workspace, check=True, capture_output=True, timeout=120,
                        env={**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_CACHE_DIR": str(home / ".cache/pip")})
     return install
 
@@ -213,7 +214,7 @@ def test_a_wheel_rewritten_in_the_session_s_pip_cache_verifies_nothing(tmp_path:
 
     found = session(workspace, home, change, install=pip_install(index))
     assert severities(found) == [(".venv", "medium")]
-    assert "its wheel in the cache does not hash to uv.lock's hash" in found[0].evidence
+    assert "its wheel in the cache does not hash to the pinned hash" in found[0].evidence
 
 
 def test_no_lockfile_at_the_start_is_medium(tmp_path: Path, index: str) -> None:
@@ -222,7 +223,22 @@ def test_no_lockfile_at_the_start_is_medium(tmp_path: Path, index: str) -> None:
     found = session(workspace, home, lambda w: shutil.copy(tmp_path / "uv.lock", w / "uv.lock"),
                     install=pip_install(index), host=host)
     assert severities(found) == [(".venv", "medium")]
-    assert "uv.lock was not there at the session's start" in found[0].evidence
+    assert "no uv.lock or requirements file with --hash pins was there at the session's start" in \
+        found[0].evidence
+
+
+def test_requirements_with_hashes_pin_a_pip_install(tmp_path: Path, index: str) -> None:
+    """`uv export` (or pip-compile --generate-hashes) at the start, no uv.lock: pip installs with
+    --require-hashes; its wheels have no URL in the pins, and are found in pip's cache by their hash."""
+    workspace, home, host = project(tmp_path, index)
+    uv(workspace, host, "export", "--format", "requirements-txt", "--no-header", "-o", "requirements.txt")
+    (workspace / "uv.lock").unlink()
+    assert "--hash=sha256:" in (workspace / "requirements.txt").read_text()
+    found = session(workspace, home, install=pip_install(index, "--require-hashes", "-r", "requirements.txt"))
+    assert severities(found) == [(".venv", "low")], found[0].evidence
+    assert "verified 9 file(s) of 1 distribution(s) against requirements.txt" in found[0].evidence
+    unpinned = session(*project(tmp_path / "again", index)[:2], install=pip_install(index, "tiny", "other"))
+    assert severities(unpinned) == [(".venv", "high")]
 
 
 # --- the attacks -------------------------------------------------------------------------------------------

@@ -191,26 +191,63 @@ def _bytecode(environment: str, unclaimed: list[Change]) -> list[str]:
             if c.path.endswith(".pyc") and "/__pycache__/" not in c.path and c.path.startswith(environment + "/")]
 
 
+def requirement_pins(text: str | None) -> dict[str, Pin] | None:
+    """name -> pin from a requirements file's ``name==version --hash=sha256:...`` lines (pip's
+    hash-checking mode, ``uv export``, ``pip-compile --generate-hashes``); None when none has a hash."""
+    pins: dict[str, Pin] = {}
+    for line in re.sub(r"\\\r?\n", " ", text or "").splitlines():
+        line = re.sub(r"(?:^|\s)#.*", "", line)
+        match = _REQUIREMENT.match(line)
+        hashes = _HASH.findall(line)
+        if match and hashes:
+            name = normalize(match.group(1))
+            pins[name] = Pin(match.group(2), tuple((h.lower(), f"name:{name}") for h in hashes))
+    return pins or None
+
+
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([^\s;,]+)")
+_HASH = re.compile(r"--hash[=\s]+sha256:([0-9a-fA-F]{64})\b")
+_REQUIREMENTS = re.compile(r"requirements[\w.-]*\.txt")
+
+
+def _lockfiles(environment: str, view: View) -> list[str]:
+    """What pins the environment: a uv.lock beside it or above, else the requirements files beside
+    it (``requirements*.txt`` in its directory: the project's), at the start or the end."""
+    if (lockfile := _lockfile(environment, view)) is not None:
+        return [lockfile]
+    project = environment.rpartition("/")[0]
+    prefix = f"{project}/" if project else ""
+    return sorted(f"{prefix}{name}" for name in view.siblings(project) if _REQUIREMENTS.fullmatch(name))
+
+
+def _pins(lockfiles: list[str], view: View, side: str) -> dict[str, Pin] | None:
+    if len(lockfiles) == 1 and lockfiles[0].rpartition("/")[2] == LOCKFILE:
+        return uv_pins(view.text(lockfiles[0], side), lockfiles[0].rpartition("/")[0])
+    pins: dict[str, Pin] = {}
+    for lockfile in lockfiles:
+        pins.update(requirement_pins(view.text(lockfile, side)) or {})
+    return pins or None
+
+
 def verify(kind: str, environment: str, changes: list[Change], view: View) -> tuple[TreeVerdict, bool] | None:
-    """The session's changes in an environment held to uv.lock at the start, and whether it was
-    there to hold them to; None where nothing is verified this way (conda, the session's home: its
-    lockfile is the workspace's)."""
+    """The session's changes in an environment held to the pins at the start (uv.lock, or
+    requirements files with hashes), and whether there were any; None where nothing is verified
+    this way (conda, the session's home: its lockfile is the workspace's)."""
     if kind not in ("python", "python-target") or view.kind != "workspace":
         return None
-    lockfile = _lockfile(environment, view)
-    verdict = TreeVerdict(lockfile or LOCKFILE)
+    lockfiles = _lockfiles(environment, view)
+    start = _pins(lockfiles, view, "before")
+    pinning = [lockfile for lockfile in lockfiles if lockfile in view.before] if start is not None else lockfiles
+    verdict = TreeVerdict(" and ".join(pinning) or LOCKFILE)
     distributions, unclaimed = _distributions(environment, changes, view)
-    directory = (lockfile or "").rpartition("/")[0]
-    start = uv_pins(view.text(lockfile, "before"), directory) if lockfile is not None else None
-    if start is None or lockfile is None:
+    if start is None:
         if distributions:
-            verdict.unverified.append(f"{verdict.lockfile} " + (
-                "was not there at the session's start" if lockfile is None or lockfile not in view.before else
-                "at the session's start was not kept or cannot be read") + " (a uv.lock committed before the "
-                "session would pin every wheel by its hash)")
+            verdict.unverified.append(f"no {LOCKFILE} or requirements file with --hash pins was there at the "
+                                      "session's start (one committed before the session would pin every wheel "
+                                      "by its hash)")
         return verdict, False
     verdict.problems.extend(_bytecode(environment, unclaimed))
-    end = uv_pins(view.text(lockfile), directory) if lockfile in view.after else None
+    end = _pins(lockfiles, view, "after")
     _EnvironmentCheck(verdict, kind, environment, start, end or {}, view).run(distributions)
     return verdict, True
 
@@ -257,7 +294,7 @@ class _EnvironmentCheck:
         pin = start if end is None or end == start else end
         assert pin is not None
         if pin is end and end != start:
-            self.unpinned.setdefault(info, "pinned in the session (its uv.lock entry is new or changed)")
+            self.unpinned.setdefault(info, "pinned in the session (its pin is new or changed)")
         if pin.version != distribution.version:
             self.verdict.problems.append(f"{info}: version {distribution.version}, where "
                                          f"{self.verdict.lockfile} pins {pin.version}")
@@ -429,8 +466,13 @@ def python_findings(kind: str, environment: str, changes: list[Change], view: Vi
         return None  # nothing held to a pin: installs.py's own finding says what no installer makes
     project = environment.rpartition("/")[0]
     where = f" (in {project})" if project else ""
-    locked = _lockfile(environment, view) is not None
-    remedy = f"on the host: rm -r {environment} && {CLEAN_INSTALL}{where}" if locked else \
-        f"recreate it on the host: python3 -m venv --clear {environment}, then install{where}"
+    if _lockfile(environment, view) is not None:
+        remedy = f"on the host: rm -r {environment} && {CLEAN_INSTALL}{where}"
+    elif pinned:
+        requirements = " ".join(f"-r {path.rpartition('/')[2]}" for path in verdict.lockfile.split(" and "))
+        remedy = f"on the host: python3 -m venv --clear {environment} && {environment}/bin/pip install " \
+            f"--require-hashes {requirements}{where}"
+    else:
+        remedy = f"recreate it on the host: python3 -m venv --clear {environment}, then install{where}"
     return verdict_findings("B10", environment, verdict, [*tampered, *verdict.problems], changes, remedy,
                             "distribution(s)")
