@@ -1,8 +1,9 @@
 """A Python environment or install target verified against what uv.lock pinned before the session
-(research B07, B10; issue 32).
+(research B07, B10; issue 32), or the requirements files beside it with ``--hash`` pins.
 
-``uv.lock`` as the session's start kept it pins each distribution by the SHA-256 of its wheels; a
-wheel counts only when its bytes hash to the pin (the adapter, dejima/adapters/wheel_cache.py,
+``uv.lock`` as the session's start kept it pins each distribution by the SHA-256 of its wheels (a
+hashed requirements file by the SHA-256 of each of its artifacts); a wheel counts only when its
+bytes hash to the pin (the adapter, dejima/adapters/wheel_cache.py,
 checks), or when it is the host user's own uv cache, which the session cannot write, that records
 that hash for the archive it unpacked. An installer writes a wheel's files as the wheel holds them,
 so every file the session wrote in a distribution is compared with the wheel's entry for it:
@@ -11,7 +12,7 @@ so every file the session wrote in a distribution is compared with the wheel's e
   RECORD is written in the tree too), a distribution the lockfile does not pin, an entry-point
   script that is not what pip or uv writes for the entry point the wheel declares, a script whose
   ``#!`` is not the environment's interpreter: each named (high);
-- what cannot be verified: no uv.lock at the start, a distribution pinned anew in the session, a
+- what cannot be verified: no pins at the start, a distribution pinned anew in the session, a
   pin without a hash, a wheel in no cache, the project itself (built from the workspace), the
   seed pip and setuptools that ``python -m venv`` installs, bytecode that does not recompile to
   the same bytes here: said so (medium), with what would verify it.

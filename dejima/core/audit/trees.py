@@ -102,11 +102,12 @@ def _stray_node_modules(view: View) -> list[Finding]:
 
 def _environments(view: View) -> list[Finding]:
     """Python environments and install targets: one finding each, and the start-up files changed in
-    an environment that was there. What an installer writes, as its RECORDs say, is an install: low,
-    since those RECORDs are written in the tree too and nothing here holds them to the wheels yet (a
-    later step of issue 32). What no installer writes is high: a file no RECORD lists, a .pth with
-    an import line that is none of the installers' own. In the session's home (the workflows put
-    uv's and poetry's environments there) only sessions run them, inside the boundary: medium."""
+    an environment that was there. In the workspace, each is held to the wheels its lockfile pinned
+    (python_verify.py). Else what an installer writes, as its RECORDs say, is an install: low, since
+    those RECORDs are written in the tree too. What no installer writes is high: a file no RECORD
+    lists, a .pth with an import line that is none of the installers' own. In the session's home (the
+    workflows put uv's and poetry's environments there) only sessions run them, inside the boundary:
+    medium."""
     return [f for (kind, root), changes in _group(view, PYTHON_KINDS).items()
             for f in judged(view, "B10", root, _environment, kind, root, changes, view)]
 
