@@ -286,6 +286,14 @@ def path_pth(workspace: Path) -> None:
     recorded(workspace, "../../extra/sitecustomize.py", PLANTED.encode())
 
 
+def interpreter_named(workspace: Path) -> None:
+    """A script named like the interpreter's links, which no RECORD lists (installs.py took the name
+    for the environment's own)."""
+    script = workspace / ".venv/bin/python-helper"
+    script.write_text(PLANTED)
+    script.chmod(0o755)
+
+
 def unpinned(index: str) -> Callable[[Path], None]:
     """A distribution the lockfile does not pin, installed by uv itself (its RECORD is uv's)."""
     def change(workspace: Path) -> None:
@@ -301,6 +309,7 @@ ATTACKS: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
     "a new file in a package": (new_file_alone, ("-c", "import tiny.helpers")),
     "an entry-point script replaced": (script_replaced, (".venv/bin/tinytool",)),
     "a .pth added with a sitecustomize": (path_pth, ("-c", "pass")),
+    "a script named like the interpreter": (interpreter_named, (".venv/bin/python-helper",)),
 }
 
 
@@ -367,3 +376,39 @@ def test_sourceless_bytecode_in_a_package_is_high(tmp_path: Path, index: str) ->
     assert severities(found) == [(".venv", "high")]
     assert "tiny/evil.pyc: bytecode no distribution installs" in found[0].evidence
     assert runs_on_host(workspace, "-c", "import tiny.evil") == "planted\n"
+
+
+# --- the pins, read without a tool -------------------------------------------------------------------------
+
+def test_uv_lock_s_forks_pin_each_version_and_requirements_read_continued_lines() -> None:
+    from dejima.core.audit.python_verify import requirement_pins, uv_pins
+    lock = ('version = 1\n[[package]]\nname = "Typing_Extensions"\nversion = "4.0"\nsource = { registry = "x" }\n'
+            'wheels = [{ url = "https://h/t-4.0-py3-none-any.whl", hash = "sha256:' + "a" * 64 + '" }]\n'
+            '[[package]]\nname = "typing-extensions"\nversion = "3.0"\nsource = { registry = "x" }\n'
+            'wheels = [{ path = "t-3.0-py3-none-any.whl", hash = "sha256:' + "b" * 64 + '" }]\n'
+            '[[package]]\nname = "proj"\nversion = "0.1"\nsource = { editable = "." }\n')
+    pins = uv_pins(lock, "sub")
+    assert pins is not None
+    assert pins["typing-extensions==4.0"].wheels == (("a" * 64, "url:https://h/t-4.0-py3-none-any.whl"),)
+    assert pins["typing-extensions==3.0"].wheels == (("b" * 64, "path:sub/x/t-3.0-py3-none-any.whl"),)
+    assert pins["typing-extensions"].version == "4.0" and pins["proj"].local
+    requirements = ("# comment\ntiny==1.0 \\\n    --hash=sha256:" + "C" * 64 + " \\\n    --hash=sha256:" + "d" * 64 +
+                    "\n-r other.txt\nloose>=2\nother[extra]==2.0 ; python_version >= '3' --hash=sha256:" + "e" * 64)
+    pinned = requirement_pins(requirements)
+    assert pinned is not None
+    assert pinned["tiny"].wheels == (("c" * 64, "name:tiny"), ("d" * 64, "name:tiny"))
+    assert pinned["other"].version == "2.0" and "loose" not in pinned
+    assert requirement_pins("tiny==1.0\n") is None  # no hash: no pin
+
+
+def test_pip_s_cache_key_and_uv_s_record() -> None:
+    from dejima.adapters.wheel_cache import _cache_key, _msgpack
+    assert _cache_key("HTTPS://Files.Example/a/b.whl#sha256=x") == hashlib.sha224(
+        b"https://files.example/a/b.whl").hexdigest()
+    record = bytes.fromhex("95b0") + b"J1RmD1mBiU40Tiwp" + bytes.fromhex("9181a6") + b"Sha256" + \
+        bytes.fromhex("d940") + b"2" * 64 + bytes.fromhex("b9") + b"tiny-1.0-py3-none-any.whl" + \
+        bytes.fromhex("00cd064a")
+    assert _msgpack(record, 0)[0] == ["J1RmD1mBiU40Tiwp", [{"Sha256": "2" * 64}], "tiny-1.0-py3-none-any.whl", 0,
+                                      1610]
+    with pytest.raises(ValueError):
+        _msgpack(bytes.fromhex("dc ffff"), 0)  # an array longer than its bytes

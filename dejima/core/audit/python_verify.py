@@ -109,8 +109,15 @@ def uv_pins(text: str | None, directory: str) -> dict[str, Pin] | None:
                 wheels.append((digest[7:], f"path:{where}"))
             else:
                 wheels.append((digest[7:], ""))
-        pins[normalize(package["name"])] = Pin(str(package.get("version", "")), tuple(wheels), local, unhashed)
+        _add(pins, normalize(package["name"]), Pin(str(package.get("version", "")), tuple(wheels), local, unhashed))
     return pins
+
+
+def _add(pins: dict[str, Pin], name: str, pin: Pin) -> None:
+    """A pin by ``name==version`` (uv.lock holds one entry per version a resolution fork needs) and by
+    ``name`` (the first: what a version that is none of them is told against)."""
+    pins[f"{name}=={pin.version}"] = pin
+    pins.setdefault(name, pin)
 
 
 def wheel_key(digest: str, where: str) -> str:
@@ -185,11 +192,34 @@ def _source(path: str) -> str:
     return f"{directory}/{name.partition('.')[0]}.py" if marker and name.endswith(".pyc") else ""
 
 
-def _bytecode(environment: str, unclaimed: list[Change]) -> list[str]:
-    """Bytecode no distribution claims: a sourceless ``.pyc`` outside ``__pycache__`` (Python
-    imports it as a module, and no installer writes one a wheel does not hold)."""
-    return [f"{c.path}: bytecode no distribution installs (Python imports it as a module)" for c in unclaimed
-            if c.path.endswith(".pyc") and "/__pycache__/" not in c.path and c.path.startswith(environment + "/")]
+# What venv, virtualenv, uv and tox write in an environment outside every distribution, exactly
+# (installs.py accepts these names as prefixes; here a bin/python-helper is no interpreter).
+_ENVIRONMENT_FILES = re.compile(
+    r"(?:pyvenv\.cfg|\.gitignore|\.lock|CACHEDIR\.TAG|\.tox-info\.json|log/[^/]+|lib64"
+    r"|bin/(?:activate(?:\.(?:csh|fish|ps1|bat|nu|xsh))?|Activate\.ps1|activate_this\.py|deactivate(?:\.bat|\.nu)?"
+    r"|pydoc(?:\.bat)?|(?:python|pypy)[\d.]*w?)"
+    r"|(?:lib/(?:python|pypy)[\d.]+t?|Lib)/site-packages/(?:_virtualenv\.(?:py|pth)|[^/]+\.virtualenv))")
+
+
+def _unclaimed(kind: str, environment: str, unclaimed: list[Change], verdict: TreeVerdict, view: View) -> None:
+    """The files no distribution claims: the environment's own (venv's, uv's), bytecode of a source
+    here that recompiles to it; a sourceless ``.pyc`` outside ``__pycache__`` (Python imports it as a
+    module) and any other file are what no install makes."""
+    for change in unclaimed:
+        path = change.path
+        relative = path[len(environment) + 1:]
+        source = _source(path)
+        if kind == "python" and _ENVIRONMENT_FILES.fullmatch(relative):
+            continue
+        if source:
+            data, code = view.data(path), view.data(source)
+            if data is None or code is None or not recompiles(data, code, source[len(environment):]):
+                verdict.unverified.append(f"{path}: bytecode of a file no distribution installs, which does not "
+                                          "recompile to the same bytes here: delete it")
+        elif path.endswith(".pyc"):
+            verdict.problems.append(f"{path}: bytecode no distribution installs (Python imports it as a module)")
+        else:
+            verdict.problems.append(f"{path}: a file no distribution installs and no environment tool writes")
 
 
 def requirement_pins(text: str | None) -> dict[str, Pin] | None:
@@ -202,7 +232,7 @@ def requirement_pins(text: str | None) -> dict[str, Pin] | None:
         hashes = _HASH.findall(line)
         if match and hashes:
             name = normalize(match.group(1))
-            pins[name] = Pin(match.group(2), tuple((h.lower(), f"name:{name}") for h in hashes))
+            _add(pins, name, Pin(match.group(2), tuple((h.lower(), f"name:{name}") for h in hashes)))
     return pins or None
 
 
@@ -247,7 +277,7 @@ def verify(kind: str, environment: str, changes: list[Change], view: View) -> tu
                                       "session's start (one committed before the session would pin every wheel "
                                       "by its hash)")
         return verdict, False
-    verdict.problems.extend(_bytecode(environment, unclaimed))
+    _unclaimed(kind, environment, unclaimed, verdict, view)
     end = _pins(lockfiles, view, "after")
     _EnvironmentCheck(verdict, kind, environment, start, end or {}, view).run(distributions)
     return verdict, True
@@ -281,7 +311,8 @@ class _EnvironmentCheck:
     def pin(self, distribution: _Distribution) -> Pin | None:
         """The pin its files are held to (None: they cannot be, and why is noted)."""
         name, info = distribution.name, distribution.info
-        start, end = self.start.get(name), self.end.get(name)
+        pinned = f"{name}=={distribution.version}"
+        start, end = self.start.get(pinned) or self.start.get(name), self.end.get(pinned) or self.end.get(name)
         if start is not None and start.local or end is not None and end.local:
             self.unpinned.setdefault(info, "the project itself, built from the workspace (no hash pins it)")
             return None
@@ -475,5 +506,6 @@ def python_findings(kind: str, environment: str, changes: list[Change], view: Vi
             f"--require-hashes {requirements}{where}"
     else:
         remedy = f"recreate it on the host: python3 -m venv --clear {environment}, then install{where}"
-    return verdict_findings("B10", environment, verdict, [*tampered, *verdict.problems], changes, remedy,
-                            "distribution(s)")
+    named = {line.partition(": ")[0] for line in tampered}  # one line a path: installs.py's, when it has one
+    problems = [*tampered, *(line for line in verdict.problems if line.partition(": ")[0] not in named)]
+    return verdict_findings("B10", environment, verdict, problems, changes, remedy, "distribution(s)")
