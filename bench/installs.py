@@ -107,7 +107,7 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
             hashes.append(hashed)
     found = store.findings(str(root))
     findings = ", ".join(sorted({f"{s.finding.rule} {s.finding.severity} {s.finding.path}" for s in found}))
-    verified = next((s.finding.evidence.partition(";")[0] for s in found if s.finding.rule == "B07"), "")
+    verified = next((s.finding.evidence.partition(";")[0] for s in found if s.finding.rule in ("B07", "B10")), "")
     after = load()
     return [Row(f"audit: end of session after a real {name} install, {files // 1000}k files", "ms", median(audits),
                 median(anchors), "git status --porcelain", 2.0, samples={"dejima": audits, "anchor": anchors},

@@ -18,6 +18,9 @@ leaves the wheel is skipped, as installers refuse it.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import csv
 import hashlib
 import io
 import os
@@ -59,22 +62,46 @@ def python_caches(homes: Iterable[Path], mounts: Iterable[Path] = ()) -> WheelCa
 
 
 def _wheel_entries(data: bytes) -> Artifact:
-    """Each regular entry's SHA-256, and the texts a verification reads (entry_points.txt, a
-    ``.data/scripts`` file whose first line is ``#!python``)."""
+    """Each regular entry's SHA-256 (as the wheel's own RECORD names it: the wheel is the pinned one;
+    an entry RECORD gives no hash for is hashed), and the texts a verification reads."""
     files: dict[str, str] = {}
     texts: dict[str, str] = {}
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         entries = archive.infolist()
         if len(entries) > ENTRY_LIMIT or sum(e.file_size for e in entries) > UNPACKED_LIMIT:
             raise ValueError(f"more than {ENTRY_LIMIT} entries or {UNPACKED_LIMIT >> 20} MiB unpacked")
-        for entry in entries:
-            name = entry.filename
-            if entry.is_dir() or name.startswith("/") or ".." in name.split("/"):
+        names = [e.filename for e in entries if not e.is_dir()]
+        record = next((n for n in names if n.count("/") == 1 and n.endswith(".dist-info/RECORD")), None)
+        recorded = record_digests(archive.read(record)) if record is not None else {}
+        for name in names:
+            if name.startswith("/") or ".." in name.split("/"):
                 continue
-            content = archive.read(entry)
+            if name in recorded and not _textual(name):
+                files[name] = recorded[name]
+                continue
+            content = archive.read(name)
             files[name] = hashlib.sha256(content).hexdigest()
             _keep_text(name, content, texts)
     return Artifact(files, texts)
+
+
+def record_digests(data: bytes) -> dict[str, str]:
+    """path -> SHA-256 (hex) of each line of a wheel's RECORD (``path,sha256=<urlsafe base64>,size``)
+    that gives one."""
+    found: dict[str, str] = {}
+    for row in csv.reader(io.StringIO(data.decode("utf-8", "replace"))):
+        if len(row) >= 2 and row[1].startswith("sha256="):
+            value = row[1][len("sha256="):]
+            try:
+                found[row[0]] = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+            except (binascii.Error, ValueError):
+                continue
+    return found
+
+
+def _textual(name: str) -> bool:
+    """Whether a verification reads this entry whole (so it is read, whatever RECORD says)."""
+    return name.endswith(".dist-info/entry_points.txt") and name.count("/") == 1 or ".data/scripts/" in name
 
 
 def _keep_text(name: str, content: bytes, texts: dict[str, str]) -> None:
@@ -99,14 +126,27 @@ def _pip_bodies(cache: Path, url: str) -> list[bytes]:
             *_bodies(read_file(cache, f"http/{relative}", WHEEL_LIMIT), True)]
 
 
-def _uv_archive(cache: Path, digest: str, name: str, stem: str = "*") -> Artifact | None:
-    """The host user's uv archive of a wheel (of distribution ``name``; ``stem``: its file name
-    after the name, or any) whose recorded hash is ``digest``."""
-    if not name or not stem or "/" in stem or "/" in name or name.startswith("."):
+def _uv_pointers(cache: Path, folder: str) -> list[Path]:
+    """uv's records of the wheels of one distribution: ``wheels-v*/pypi/NAME/*.http`` and
+    ``wheels-v*/index/<hash>/NAME/*.http`` (listed, never globbed: a record's neighbour is a link
+    into archive-v0). Their names are not searched for a wheel's: uv shortens long tags to a hash."""
+    def listed(directory: Path) -> list[str]:
+        try:
+            return sorted(os.listdir(directory)) if stat.S_ISDIR(os.lstat(directory).st_mode) else []
+        except OSError:
+            return []
+
+    indexes = [bucket / "pypi" for bucket in (cache / n for n in listed(cache) if n.startswith("wheels-v"))] + \
+        [bucket / "index" / h for bucket in (cache / n for n in listed(cache) if n.startswith("wheels-v"))
+         for h in listed(bucket / "index")]
+    return [index / folder / name for index in indexes for name in listed(index / folder) if name.endswith(".http")]
+
+
+def _uv_archive(cache: Path, digest: str, name: str) -> Artifact | None:
+    """The host user's uv archive of a wheel of distribution ``name`` whose recorded hash is ``digest``."""
+    if not name or "/" in name or name.startswith("."):
         return None
-    folder = normalize(name)
-    pointers = [*cache.glob(f"wheels-v*/*/{folder}/{stem}.http"), *cache.glob(f"wheels-v*/*/*/{folder}/{stem}.http")]
-    for pointer in pointers:
+    for pointer in _uv_pointers(cache, normalize(name)):
         data = read_file(pointer.parent, pointer.name, 1 << 20)
         try:
             record, _ = _msgpack(data or b"", 0)
@@ -121,26 +161,31 @@ def _uv_archive(cache: Path, digest: str, name: str, stem: str = "*") -> Artifac
 
 
 def _directory_entries(top: Path) -> Artifact | None:
-    """An unpacked archive's regular files (links skipped, never followed), as a wheel's entries."""
+    """An unpacked archive's regular files (links skipped, never followed), as a wheel's entries:
+    with the hashes its RECORD names (uv unpacked the pinned wheel; what RECORD leaves out is hashed)."""
     files: dict[str, str] = {}
     texts: dict[str, str] = {}
     try:
         if not stat.S_ISDIR(os.lstat(top).st_mode):
             return None
+        record = next((f"{name}/RECORD" for name in os.listdir(top) if name.endswith(".dist-info")), None)
     except OSError:
         return None
+    recorded = record_digests(read_file(top, record, WHEEL_LIMIT) or b"") if record is not None else {}
     for directory, names, filenames in os.walk(top, followlinks=False):
+        names[:] = [n for n in names if not os.path.islink(os.path.join(directory, n))]
         for filename in filenames:
-            path = Path(directory, filename)
-            relative = path.relative_to(top).as_posix()
+            relative = Path(directory, filename).relative_to(top).as_posix()
+            if relative in recorded and not _textual(relative):
+                files[relative] = recorded[relative]
+                continue
             content = read_file(top, relative, WHEEL_LIMIT)
             if content is None:
                 continue
             files[relative] = hashlib.sha256(content).hexdigest()
             _keep_text(relative, content, texts)
-            if len(files) > ENTRY_LIMIT:
-                return None
-        names[:] = [n for n in names if not os.path.islink(os.path.join(directory, n))]
+        if len(files) > ENTRY_LIMIT:
+            return None
     return Artifact(files, texts)
 
 
@@ -200,10 +245,9 @@ def _wheel(caches: WheelCaches, root: Path | None, digest: str, where: str,
             except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
                 return f"its wheel cannot be read ({type(error).__name__}: {error})"
         mismatched = True
-    name, _, stem = location.rpartition("/")[2].partition("-")
+    name = location if kind == "name" else location.rpartition("/")[2].partition("-")[0]
     for cache in caches.uv:
-        archive = _uv_archive(cache, digest, location, "*") if kind == "name" else \
-            _uv_archive(cache, digest, name, stem[:-len(".whl")] if stem.endswith(".whl") else "")
+        archive = _uv_archive(cache, digest, name)
         if archive is not None:
             return archive
     if mismatched:

@@ -344,7 +344,7 @@ class _EnvironmentCheck:
             name = path.rpartition("/")[2]
             if path.startswith(distribution.info + "/") and name in _GENERATED:
                 continue
-            if "/__pycache__/" in path and path.endswith(".pyc"):
+            if "/__pycache__/" in path and path.endswith(".pyc") and path not in expected:  # compiled here
                 bytecode.append(path)
                 continue
             if sha256 is None:
@@ -414,22 +414,25 @@ class _EnvironmentCheck:
 def _installed(wheel: Artifact, distribution: _Distribution, environment: str) -> dict[str, tuple[str, str]]:
     """Installed path -> (the wheel's entry, its sha256) of every file a wheel installs: the root
     into site-packages, ``.data/purelib``/``platlib`` too, ``.data/scripts`` into bin/, ``.data/data``
-    into the environment."""
-    data = f"{distribution.info.rpartition('/')[2][:-len('.dist-info')]}.data/"
+    into the environment, ``.data/headers`` into include/site/pythonX.Y/NAME/ (NAME as the
+    installer spells it: the dist-info's, or normalized)."""
+    stem = distribution.info.rpartition("/")[2][:-len(".dist-info")]
+    data = f"{stem}.data/"
+    version = re.search(r"/lib/((?:python|pypy)[\d.]+t?)/site-packages\Z", f"/{distribution.site}")
+    names = {stem.partition("-")[0], distribution.name}
+    headers = [f"{environment}/include/site/{version.group(1)}/{name}" for name in names] if version else []
     found = {}
     for entry, digest in wheel.files.items():
         if entry.startswith(data):
             part, _, rest = entry[len(data):].partition("/")
-            where = {"purelib": distribution.site, "platlib": distribution.site, "scripts": f"{environment}/bin",
-                     "data": environment}.get(part)
-            if where is None or not rest:
-                continue
-            path = f"{where}/{rest}"
+            places = {"purelib": [distribution.site], "platlib": [distribution.site], "headers": headers,
+                      "scripts": [f"{environment}/bin"], "data": [environment]}.get(part, [])
+            paths = [f"{where}/{rest}" for where in places] if rest else []
         else:
-            path = f"{distribution.site}/{entry}"
-        path = posixpath.normpath(path)
-        if path.startswith(environment + "/"):
-            found[path] = (entry, digest)
+            paths = [f"{distribution.site}/{entry}"]
+        for path in map(posixpath.normpath, paths):
+            if path.startswith(environment + "/"):
+                found[path] = (entry, digest)
     return found
 
 
