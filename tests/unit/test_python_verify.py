@@ -191,6 +191,17 @@ def test_a_clean_pip_install_from_the_index_is_verified_with_its_bytecode(tmp_pa
     assert "verified 9 file(s) of 1 distribution(s) against uv.lock" in found[0].evidence
 
 
+def test_scripts_for_an_interpreter_path_with_a_space_are_verified(tmp_path: Path, index: str) -> None:
+    """A path #! cannot hold: uv writes `#!/bin/sh` and an `exec` of the interpreter, for entry points
+    and `#!python` scripts alike. (pip writes its `exec` form for entry points, but rewrites a
+    `#!python` script to a #! with the space in it, which is never accepted: the kernel would run
+    the path's first word.)"""
+    workspace, home, host = project(tmp_path / "my project", index)
+    found = session(workspace, home, host=host)
+    assert (workspace / ".venv/bin/tinytool").read_text().startswith("#!/bin/sh\n" + "'" * 3 + "exec' ")
+    assert severities(found) == [(".venv", "low")], found[0].evidence
+
+
 def test_uv_s_own_cache_proves_nothing(tmp_path: Path, index: str) -> None:
     """The session's uv cache holds unpacked files and uv's record of their hash, both writable by the
     session: without the host's uv cache or the wheel's bytes, nothing is verified (medium)."""

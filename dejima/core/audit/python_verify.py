@@ -48,7 +48,10 @@ _GENERATED = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "
 _SEEDS = frozenset({"pip", "setuptools", "wheel"})
 _CONTENT = ("added", "modified", "type", "link-target")
 _SITE = re.compile(r"(?:^|/)(?:lib/(?:python|pypy)[\d.]+t?|Lib)/site-packages(?=/)")
-_SHEBANG = re.compile(r"#!(/[^\s'\"\\$`;|&<>()*?]*/bin/(?:python|pypy)[\d.]*)\n")
+_SHEBANG = re.compile(r"#!(/[^\s'\"\\$`;|&<>()*?]*/bin/(?:python|pypy)[\d.]*)\n"
+                      # the form pip and uv write for a path too long for #! or with a space in it
+                      r"|#!/bin/sh\n'''exec' (['\"])(/[^'\"\\$`]*/bin/(?:python|pypy)[\d.]*)"
+                      r"\2 \"\$0\" \"\$@\"\n' '''\n")
 _ENTRY = re.compile(r"\s*([\w.]+)\s*:\s*([\w.]+)\s*(?:\[.*\])?\s*")
 # The body of an entry-point script after its #! line, as each installer writes it: pip with
 # distlib's template (pip < 24.1), pip's own, uv's. Filled with module, import name, function.
@@ -374,7 +377,7 @@ class _EnvironmentCheck:
         match = _SHEBANG.match(text)
         if match is None:
             return None
-        interpreter = match.group(1)
+        interpreter = match.group(1) or match.group(3)
         if self.kind == "python" and not posixpath.dirname(interpreter).endswith(f"/{self.environment}/bin") and \
                 posixpath.dirname(interpreter) != f"/{self.environment}/bin":
             return None
