@@ -136,15 +136,12 @@ def parse_wheel_key(key: str) -> tuple[str, str] | None:
 
 
 def _lockfile(environment: str, view: View) -> str | None:
-    """The uv.lock beside the environment or in a directory above, at the start or the end."""
+    """The uv.lock beside the environment (uv's own ``.venv``, a workspace's at its root), at the
+    start or the end. One in a directory above pins another environment: tox's and nox's install
+    what their own configuration names."""
     directory = environment.rpartition("/")[0]
-    while True:
-        path = f"{directory}/{LOCKFILE}" if directory else LOCKFILE
-        if path in view.before or path in view.after:
-            return path
-        if not directory:
-            return None
-        directory = directory.rpartition("/")[0]
+    path = f"{directory}/{LOCKFILE}" if directory else LOCKFILE
+    return path if path in view.before or path in view.after else None
 
 
 @dataclass
@@ -245,8 +242,8 @@ _REQUIREMENTS = re.compile(r"requirements[\w.-]*\.txt")
 
 
 def _lockfiles(environment: str, view: View) -> list[str]:
-    """What pins the environment: a uv.lock beside it or above, else the requirements files beside
-    it (``requirements*.txt`` in its directory: the project's), at the start or the end."""
+    """What pins the environment: a uv.lock beside it, else the requirements files beside it
+    (``requirements*.txt`` in its directory: the project's), at the start or the end."""
     if (lockfile := _lockfile(environment, view)) is not None:
         return [lockfile]
     project = environment.rpartition("/")[0]
