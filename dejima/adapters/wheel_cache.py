@@ -42,7 +42,7 @@ from dejima.core.audit.python_verify import normalize, parse_wheel_key
 WHEEL_LIMIT = 256 << 20  # bytes of one wheel, or of one pip cache entry holding it
 UNPACKED_LIMIT = 1 << 30  # bytes of its entries, as their headers declare them (zipfile reads no more)
 ENTRY_LIMIT = 100_000  # entries of one wheel, or files of one uv archive
-SCAN_LIMIT = 2 << 30  # bytes of pip's caches hashed to find wheels pinned with no URL
+SCAN_LIMIT = 1 << 30  # bytes of pip's caches hashed to find wheels pinned with no URL (the session's first)
 _ARCHIVE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 

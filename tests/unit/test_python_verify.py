@@ -202,6 +202,29 @@ def test_scripts_for_an_interpreter_path_with_a_space_are_verified(tmp_path: Pat
     assert severities(found) == [(".venv", "low")], found[0].evidence
 
 
+def test_the_venv_s_own_pip_keeps_the_wheel_in_its_older_cache_and_writes_distlib_s_scripts(
+        tmp_path: Path, index: str) -> None:
+    """`python -m venv .venv && .venv/bin/pip install`: the pip ensurepip seeds (this Python's
+    bundled one) keeps bodies inside msgpack (http/, as Debian's pip does) and writes distlib's
+    script template. tiny is verified whole; pip and setuptools themselves, which no lockfile pins,
+    are what is left unverified."""
+    workspace, home, host = project(tmp_path, index)
+
+    def install(workspace: Path, home: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", str(workspace / ".venv")], check=True)
+        subprocess.run([str(workspace / ".venv/bin/pip"), "install", "-q", "--disable-pip-version-check",
+                        "--index-url", index, "--trusted-host", "127.0.0.1", "tiny"], cwd=workspace, check=True,
+                       capture_output=True, timeout=120,
+                       env={**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_CACHE_DIR": str(home / ".cache/pip")})
+
+    found = session(workspace, home, install=install, host=host)
+    assert list((home / ".cache/pip").glob("http/*")), "this Python's bundled pip keeps the older cache"
+    assert severities(found) == [(".venv", "medium")]
+    unverifiable = found[0].evidence.partition(" not verifiable: ")[2]
+    assert "tiny-1.0.dist-info" not in unverifiable and "pip as `python -m venv` installs it" in unverifiable
+    assert "import re" in (workspace / ".venv/bin/tinytool").read_text()  # distlib's template
+
+
 def test_uv_s_own_cache_proves_nothing(tmp_path: Path, index: str) -> None:
     """The session's uv cache holds unpacked files and uv's record of their hash, both writable by the
     session: without the host's uv cache or the wheel's bytes, nothing is verified (medium)."""
@@ -250,6 +273,46 @@ def test_requirements_with_hashes_pin_a_pip_install(tmp_path: Path, index: str) 
     assert "verified 9 file(s) of 1 distribution(s) against requirements.txt" in found[0].evidence
     unpinned = session(*project(tmp_path / "again", index)[:2], install=pip_install(index, "tiny", "other"))
     assert severities(unpinned) == [(".venv", "high")]
+
+
+def test_a_pip_install_target_is_held_to_the_requirements_beside_it(tmp_path: Path, index: str) -> None:
+    """`pip install --target vendor --require-hashes -r requirements.txt`: the RECORDs make vendor/ a
+    tree, the requirements beside it pin it; a module rewritten there with its RECORD is high."""
+    workspace, home, host = project(tmp_path, index)
+    uv(workspace, host, "export", "--format", "requirements-txt", "--no-header", "-o", "requirements.txt")
+    (workspace / "uv.lock").unlink()
+
+    def target(workspace: Path, home: Path) -> None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
+                        str(workspace / "vendor"), "--index-url", index, "--trusted-host", "127.0.0.1",
+                        "--require-hashes", "-r", "requirements.txt"], cwd=workspace, check=True,
+                       capture_output=True, timeout=120,
+                       env={**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_CACHE_DIR": str(home / ".cache/pip")})
+
+    def tampered(workspace: Path) -> None:
+        module = workspace / "vendor/tiny/__init__.py"
+        replace_file(module, "VALUE = 1\n" + PLANTED)
+        record = workspace / "vendor/tiny-1.0.dist-info/RECORD"
+        record.write_text("".join(f"tiny/__init__.py,{record_hash(module.read_bytes())},1\n"
+                                  if line.startswith("tiny/__init__.py,") else line + "\n"
+                                  for line in record.read_text().splitlines()))
+
+    def vendored(found: list[Finding]) -> list[tuple[str, str]]:
+        return [(f.path, f.severity) for f in found if f.path.startswith("vendor")]
+
+    def audited(change: Callable[[Path], object] | None) -> list[Finding]:
+        state = capture(Mount("workspace", workspace))
+        target(workspace, home)
+        if change is not None:
+            change(workspace)
+        found, _ = audit_mount(state, npm_caches=[], wheel_caches=WheelCaches(pip=(home / ".cache/pip",)))
+        shutil.rmtree(workspace / "vendor")
+        return found
+
+    clean = audited(None)
+    assert vendored(clean) == [("vendor", "low")], clean
+    assert "against requirements.txt" in next(f for f in clean if f.path == "vendor").evidence
+    assert vendored(audited(tampered)) == [("vendor", "high")]
 
 
 # --- the attacks -------------------------------------------------------------------------------------------
