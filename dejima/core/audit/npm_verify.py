@@ -11,8 +11,9 @@ every file the session wrote in a package is compared with the tarball's entry o
   to a ``bin`` the lockfile records for that package, ``node_modules/.package-lock.json`` entries
   that are not the lockfile's: each named (high);
 - what cannot be verified: no lockfile at the start (or one npm cannot follow), a package pinned
-  anew in the session (its lockfile entry's pin changed: the session chose it), a package pinned
-  without an integrity, a tarball the caches do not hold: said so (medium), with what would
+  anew in the session (its lockfile entry's pin changed: the session chose it; held to the new pin,
+  or, when the new entry pins no tarball or is gone, to the start's), a package pinned without an
+  integrity, a tarball the caches do not hold: said so (medium), with what would
   verify it (a clean install on the host, ``npm ci``).
 
 What it proves: that every file the session wrote in the tree is, byte for byte, the content of
@@ -201,6 +202,14 @@ class _Check:
             self.verdict.problems.append(f"{path}: in {key}, a package the lockfile does not list")
         elif (self.start.get(key) or self.end[key]).get("link"):
             self.workspace_link(path, key, self.start.get(key) or self.end[key], new.kind, new.target, relative)
+        elif self.unpinned_in_session(key):
+            # The start pinned its tarball and the session's lockfile pins none (an integrity
+            # dropped, the entry removed, a git source or another version without one): an edit
+            # that would otherwise leave the files held to nothing. The start's pin holds them.
+            self.unpinned.setdefault(key, "no longer pinned by the lockfile (" + (
+                "its entry removed" if key not in self.end else "pinned without an integrity") +
+                " in the session); its files are held to the start's pin")
+            self.package_file(path, key, relative, new.kind, new.sha256, self.start)
         elif key in self.end and _pin(self.end[key]) != _pin(self.start.get(key)):
             # Pinned by the session itself: held to its new pin (a file that differs is still
             # tampering), but what the pin names is the session's choice (the lockfile's own finding).
@@ -210,6 +219,13 @@ class _Check:
             self.unpinned.setdefault(key, "no longer in the lockfile")
         else:
             self.package_file(path, key, relative, new.kind, new.sha256, self.start)
+
+    def unpinned_in_session(self, key: str) -> bool:
+        """Whether the start pinned ``key``'s tarball (an integrity, its own or its bundler's) and
+        the session's lockfile pins none for it."""
+        if key not in self.start or not self.end or not self.start[_pinned_by(key, self.start)].get("integrity"):
+            return False
+        return key not in self.end or not self.end[_pinned_by(key, self.end)].get("integrity")
 
     def package_file(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
                      packages: dict[str, dict[str, object]]) -> None:
