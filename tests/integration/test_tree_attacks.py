@@ -55,6 +55,10 @@ ATTACKS = {
                          "> packages/site-packages/package.json && "
                          "node -e 'const p = JSON.parse(fs.readFileSync(\"package.json\")); "
                          "p.workspaces = [\"packages/*\"]; fs.writeFileSync(\"package.json\", JSON.stringify(p))'",
+    # A second project (its own lockfile) installed too, and one file there saying yarn made its tree.
+    "disguised": f"cd disguised && {INSTALL} && cd .. && "
+                 "sed -i '1i console.log(\"PLANTED-DISGUISED\");' disguised/node_modules/express/index.js && "
+                 "echo '# yarn' > disguised/node_modules/.yarn-integrity",
 }
 # In a later session, on the tree installed and acknowledged before it.
 LATER = {
@@ -121,6 +125,9 @@ def severity(found: dict[str, object]) -> int:
 @pytest.fixture(scope="module")
 def attacked(images: Images, user: User, world_dir: Path) -> Session:
     workspace = npm_project(world_dir, user, "tree-attacked")
+    shutil.copytree(DATA / "npm", workspace / "disguised")
+    if os.getuid() == 0:
+        subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace / "disguised")], check=True)
     settings = settings_for(world_dir, "registry.npmjs.org")
     script = " && ".join([INSTALL, *ATTACKS.values(), "echo SESSION-DONE"])
     return session(user, workspace, settings, script, set())
@@ -161,6 +168,15 @@ def test_a_package_directory_the_lockfile_does_not_list_is_high_and_runs_on_the_
     assert tree["severity"] == "high" and "node_modules/left-pad/index.js: in node_modules/left-pad, a package the " \
         "lockfile does not list" in str(tree["evidence"]), tree
     assert "PLANTED-UNLISTED" in on_host(attacked.workspace, "node", "-e", "require('left-pad')")
+
+
+def test_a_yarn_marker_planted_in_an_npm_tree_does_not_stop_its_verification(attacked: Session) -> None:
+    """It did: one file, and the rewritten express/index.js was one low finding ("dependency tree
+    rewritten")."""
+    tree = tree_finding(attacked.found, path="disguised/node_modules")
+    assert tree["severity"] == "high" and "disguised/node_modules/express/index.js: not the content of its " \
+        "package's tarball" in str(tree["evidence"]), tree
+    assert "PLANTED-DISGUISED" in on_host(attacked.workspace / "disguised", "node", "-e", "require('express')")
 
 
 @pytest.mark.parametrize("name", ["site-packages", "vendor"])

@@ -546,3 +546,40 @@ def test_a_package_unpinned_in_the_lockfile_with_its_files_untouched_is_medium_a
     assert (tree.path, tree.severity) == ("node_modules", "medium"), tree.evidence
     assert tree.evidence.startswith("verified 1 file(s) of 1 package(s)")
     assert "node_modules/tinytool: no longer pinned by the lockfile (" in tree.evidence
+
+
+@pytest.mark.parametrize("marker", [".yarn-integrity", ".yarn-state.yml", ".modules.yaml", ".pnpm/lock.yaml"])
+@pytest.mark.parametrize("installed", [False, True])
+def test_another_managers_marker_planted_in_an_npm_tree_does_not_stop_its_verification(
+        tmp_path: Path, packed: Path, marker: str, installed: bool) -> None:
+    """One file saying "yarn made this" (or pnpm) in a tree package-lock.json pinned at the start,
+    with no yarn.lock or pnpm-lock.yaml beside it: the tree is still npm's and held to its pins. It
+    was one low finding ("dependency tree rewritten") with index.js rewritten."""
+    def tamper(root: Path) -> None:
+        index = root / "node_modules/tinytool/index.js"
+        replace_file(index, index.read_text() + "console.log('PLANTED');\n")
+        write_marker(root / "node_modules" / marker)
+
+    workspace, home = project(tmp_path, packed)
+    [tree] = session(workspace, home, tamper, installed=installed)
+    assert (tree.path, tree.severity) == ("node_modules", "high"), tree.evidence
+    assert "node_modules/tinytool/index.js: not the content of its package's tarball" in tree.evidence
+
+
+def write_marker(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# written by the package manager\n")
+
+
+@pytest.mark.parametrize(("lockfile", "marker"), [("yarn.lock", ".yarn-integrity"),
+                                                  ("pnpm-lock.yaml", ".modules.yaml")])
+def test_a_tree_of_a_project_that_has_another_managers_lockfile_is_left_to_that_manager(
+        tmp_path: Path, packed: Path, lockfile: str, marker: str) -> None:
+    """The benign neighbour: the project had yarn.lock (or pnpm-lock.yaml) beside package-lock.json at
+    the start, and the session's yarn (pnpm) left its marker: not held to package-lock.json's pins,
+    judged as before (installs.py: low)."""
+    workspace, home = project(tmp_path, packed)
+    (workspace / lockfile).write_text("# the other manager's lockfile\n")
+    [tree] = session(workspace, home, lambda root: write_marker(root / "node_modules" / marker))
+    assert (tree.path, tree.severity) == ("node_modules", "low"), tree.evidence
+    assert "package-lock.json" not in tree.evidence

@@ -20,7 +20,8 @@ What it proves: that every file the session wrote in the tree is, byte for byte,
 the tarball the lockfile pinned before the session. What it cannot: files the session did not
 change are as they were at the start (the audit judges the session, not the tree's past); tools'
 own directories in the tree (``.cache``) hold no package and are only named; pnpm and yarn trees
-are judged by installs.py alone.
+are judged by installs.py alone (a tree is theirs by their state there at the start, or written in
+a project with their lockfile or without npm's: never by one marker written where npm's pinned it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
 CLEAN_INSTALL = "npm ci"
 # Another package manager's tree: its layout and state are not npm's (installs.py judges it).
 _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml")
+_OTHER_LOCKFILES = ("pnpm-lock.yaml", "yarn.lock")
 _PIN = ("version", "resolved", "integrity", "link")
 _LISTED = 10
 _CONTENT = ("added", "modified", "type", "link-target")
@@ -125,10 +127,9 @@ def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
 def verify(tree: str, changes: list[Change], view: View) -> NpmVerdict | None:
     """The session's changes in an npm tree held to its lockfile at the start; None when the
     tree is not npm's (pnpm, yarn)."""
-    if not tree.endswith("node_modules") or any(f"{tree}/{name}" in view.after or f"{tree}/{name}" in view.before
-                                                for name in _OTHER_MANAGERS):
-        return None
     lockfile = _lockfile(tree, view)
+    if not tree.endswith("node_modules") or _other_managers(tree, lockfile, view):
+        return None
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
         return None  # not npm's, as far as anything says
     verdict = NpmVerdict(lockfile or "package-lock.json")
@@ -143,6 +144,21 @@ def verify(tree: str, changes: list[Change], view: View) -> NpmVerdict | None:
     base = lockfile.rpartition("/")[0]
     _Check(verdict, tree, base, start, end or {}, view).run(changes)
     return verdict
+
+
+def _other_managers(tree: str, lockfile: str | None, view: View) -> bool:
+    """Whether pnpm or yarn made the tree: its state there at the start, or written in the session
+    in a project that had no npm lockfile then or had that manager's lockfile beside it. A marker
+    alone, written where package-lock.json pinned the tree, is one file the session can plant to
+    end the verification: it does not."""
+    if any(f"{tree}/{name}" in view.before for name in _OTHER_MANAGERS):
+        return True
+    if not any(f"{tree}/{name}" in view.after for name in _OTHER_MANAGERS):
+        return False
+    if lockfile is None or lockfile not in view.before:
+        return True
+    project = lockfile.rpartition("/")[0]
+    return any((f"{project}/{name}" if project else name) in view.before for name in _OTHER_LOCKFILES)
 
 
 def _written(change: Change, tree: str) -> bool:
