@@ -55,6 +55,10 @@ ATTACKS = {
                          "> packages/site-packages/package.json && "
                          "node -e 'const p = JSON.parse(fs.readFileSync(\"package.json\")); "
                          "p.workspaces = [\"packages/*\"]; fs.writeFileSync(\"package.json\", JSON.stringify(p))'",
+    # A node_modules of its own beside the project's code: require() from src/ finds it first.
+    "shadowing tree": "mkdir -p src/node_modules/express && "
+                      "echo 'console.log(\"PLANTED-SHADOW\"); module.exports = require(\"../../../node_modules/"
+                      "express\");' > src/node_modules/express/index.js",
     # A second project (its own lockfile) installed too, and one file there saying yarn made its tree.
     "disguised": f"cd disguised && {INSTALL} && cd .. && "
                  "sed -i '1i console.log(\"PLANTED-DISGUISED\");' disguised/node_modules/express/index.js && "
@@ -70,6 +74,10 @@ LATER = {
                 "fs.writeFileSync(f, JSON.stringify(l, null, 2))' && "
                 "sed -i '1i console.log(\"PLANTED-INTEGRITY-DROPPED\");' node_modules/cookie/index.js && "
                 "sed -i '1i console.log(\"PLANTED-ENTRY-REMOVED\");' node_modules/etag/index.js",
+    # A package no lockfile lists, whose bin shadows node for every npm script (npm test).
+    "shadow": "mkdir node_modules/nodeshim && printf '#!/bin/sh\\necho PLANTED-SHADOW-NODE\\n' "
+              "> node_modules/nodeshim/cli.js && chmod +x node_modules/nodeshim/cli.js && "
+              "ln -s ../nodeshim/cli.js node_modules/.bin/node",
     "postinstall": "node -e 'const f = \"node_modules/vary/package.json\", p = JSON.parse(fs.readFileSync(f)); "
                    "p.scripts = {postinstall: \"echo PLANTED-POSTINSTALL\"}; fs.writeFileSync(f, JSON.stringify(p))'",
 }
@@ -126,8 +134,11 @@ def severity(found: dict[str, object]) -> int:
 def attacked(images: Images, user: User, world_dir: Path) -> Session:
     workspace = npm_project(world_dir, user, "tree-attacked")
     shutil.copytree(DATA / "npm", workspace / "disguised")
+    (workspace / "src").mkdir()
+    (workspace / "src/app.js").write_text("require('express');\nconsole.log('app');\n")
     if os.getuid() == 0:
-        subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace / "disguised")], check=True)
+        for name in ("disguised", "src"):
+            subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace / name)], check=True)
     settings = settings_for(world_dir, "registry.npmjs.org")
     script = " && ".join([INSTALL, *ATTACKS.values(), "echo SESSION-DONE"])
     return session(user, workspace, settings, script, set())
@@ -177,6 +188,13 @@ def test_a_yarn_marker_planted_in_an_npm_tree_does_not_stop_its_verification(att
     assert tree["severity"] == "high" and "disguised/node_modules/express/index.js: not the content of its " \
         "package's tarball" in str(tree["evidence"]), tree
     assert "PLANTED-DISGUISED" in on_host(attacked.workspace / "disguised", "node", "-e", "require('express')")
+
+
+def test_a_node_modules_of_its_own_under_src_shadowing_the_projects_tree_is_high_and_runs_on_the_host(
+        attacked: Session) -> None:
+    [shadow] = [f for f in attacked.found if str(f["path"]).startswith("src/")]
+    assert (shadow["rule"], shadow["severity"], shadow["path"]) == ("B07", "high", "src/node_modules"), shadow
+    assert "PLANTED-SHADOW" in on_host(attacked.workspace, "node", "src/app.js")
 
 
 @pytest.mark.parametrize("name", ["site-packages", "vendor"])
@@ -282,3 +300,13 @@ def test_a_postinstall_added_with_the_lockfile_edited_to_match_is_high(ordinary:
     tree = tree_finding(ordinary.rewritten.found)
     assert tree["severity"] == "high" and \
         "node_modules/vary/package.json: not the content of its package's tarball" in str(tree["evidence"]), tree
+
+
+def test_a_package_the_lockfile_does_not_list_whose_bin_shadows_node_is_high_and_npm_test_runs_it(
+        ordinary: Ordinary) -> None:
+    tree = tree_finding(ordinary.rewritten.found)
+    evidence = str(tree["evidence"])
+    assert tree["severity"] == "high" and "node_modules/nodeshim/cli.js: in node_modules/nodeshim, a package the " \
+        "lockfile does not list" in evidence and "node_modules/.bin/node: a link to ../nodeshim/cli.js, not a bin " \
+        "the lockfile records for node" in evidence, tree
+    assert "PLANTED-SHADOW-NODE" in on_host(ordinary.rewritten.workspace, "npm", "test")
