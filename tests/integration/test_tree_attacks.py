@@ -59,6 +59,10 @@ ATTACKS = {
     "shadowing tree": "mkdir -p src/node_modules/express && "
                       "echo 'console.log(\"PLANTED-SHADOW\"); module.exports = require(\"../../../node_modules/"
                       "express\");' > src/node_modules/express/index.js",
+    # The same behind a link called node_modules, to a directory of another name.
+    "linked tree": "mkdir -p third_party/nm/express && "
+                   "echo 'console.log(\"PLANTED-LINKED\");' > third_party/nm/express/index.js && "
+                   "ln -s ../third_party/nm tools/node_modules",
     # A second project (its own lockfile) installed too, and one file there saying yarn made its tree.
     "disguised": f"cd disguised && {INSTALL} && cd .. && "
                  "sed -i '1i console.log(\"PLANTED-DISGUISED\");' disguised/node_modules/express/index.js && "
@@ -136,8 +140,10 @@ def attacked(images: Images, user: User, world_dir: Path) -> Session:
     shutil.copytree(DATA / "npm", workspace / "disguised")
     (workspace / "src").mkdir()
     (workspace / "src/app.js").write_text("require('express');\nconsole.log('app');\n")
+    (workspace / "tools").mkdir()
+    (workspace / "tools/build.js").write_text("require('express');\nconsole.log('build');\n")
     if os.getuid() == 0:
-        for name in ("disguised", "src"):
+        for name in ("disguised", "src", "tools"):
             subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(workspace / name)], check=True)
     settings = settings_for(world_dir, "registry.npmjs.org")
     script = " && ".join([INSTALL, *ATTACKS.values(), "echo SESSION-DONE"])
@@ -195,6 +201,14 @@ def test_a_node_modules_of_its_own_under_src_shadowing_the_projects_tree_is_high
     [shadow] = [f for f in attacked.found if str(f["path"]).startswith("src/")]
     assert (shadow["rule"], shadow["severity"], shadow["path"]) == ("B07", "high", "src/node_modules"), shadow
     assert "PLANTED-SHADOW" in on_host(attacked.workspace, "node", "src/app.js")
+
+
+def test_a_link_called_node_modules_to_planted_code_is_high_and_runs_on_the_host(attacked: Session) -> None:
+    """It was no finding at all: the link is no file in a node_modules, and the .js files it points
+    to are in a directory of another name."""
+    [link] = [f for f in attacked.found if f["path"] == "tools/node_modules"]
+    assert (link["rule"], link["severity"]) == ("B07", "high"), link
+    assert "PLANTED-LINKED" in on_host(attacked.workspace, "node", "tools/build.js")
 
 
 @pytest.mark.parametrize("name", ["site-packages", "vendor"])
