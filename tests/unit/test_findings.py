@@ -48,18 +48,26 @@ def test_file_states_are_kept_once_per_content(tmp_path: Path) -> None:
     assert store.get([999]) == []
 
 
-def test_a_database_from_the_first_schema_gains_the_new_columns(tmp_path: Path) -> None:
-    db = tmp_path / "audit.sqlite3"
+# The findings table of schema 1 (later ones added columns, each with a default), with its place for them.
+SCHEMA_1 = """
+    create table findings (id integer primary key, session text not null, workspace text not null,
+        rule text not null, severity text not null, path text not null, key text not null,
+        evidence text not null, fingerprint text not null, created real not null, {}
+        unique (workspace, fingerprint));
+"""
+
+
+def old_database(db: Path, script: str) -> None:
     old = sqlite3.connect(db)
-    old.executescript("""
-        create table findings (id integer primary key, session text not null, workspace text not null,
-            rule text not null, severity text not null, path text not null, key text not null,
-            evidence text not null, fingerprint text not null, created real not null,
-            unique (workspace, fingerprint));
-        insert into findings values (1, 's0', '/w', 'G-hook', 'critical', '.git/hooks/x', '', 'hook', 'fp', 0);
-    """)
+    old.executescript(script)
     old.commit()
     old.close()
+
+
+def test_a_database_from_the_first_schema_gains_the_new_columns(tmp_path: Path) -> None:
+    db = tmp_path / "audit.sqlite3"
+    old_database(db, SCHEMA_1.format("") + """
+        insert into findings values (1, 's0', '/w', 'G-hook', 'critical', '.git/hooks/x', '', 'hook', 'fp', 0);""")
     store = FindingStore(db)
     (stored,) = store.findings("/w")
     assert (stored.finding.rule, stored.finding.remedy, stored.mount) == ("G-hook", "review", "workspace")
@@ -69,16 +77,12 @@ def test_a_database_from_the_first_schema_gains_the_new_columns(tmp_path: Path) 
 
 def test_a_schema_4_database_gains_closing_and_lineage_and_keeps_its_reviews(tmp_path: Path) -> None:
     db = tmp_path / "audit.sqlite3"
-    old = sqlite3.connect(db)
-    old.executescript("""
-        create table findings (id integer primary key, session text not null, workspace text not null,
-            rule text not null, severity text not null, path text not null, key text not null,
-            evidence text not null, fingerprint text not null, created real not null,
-            remedy text not null default 'review', notes text not null default '',
-            mount text not null default 'workspace', root text not null default '',
-            catalogue text not null default '', before_kind text, before_mode integer, before_blob text,
-            after_kind text, after_blob text, after_sha256 text, lines text not null default '[]',
-            before_uid integer, before_gid integer, unique (workspace, fingerprint));
+    old_database(db, SCHEMA_1.format("""
+        remedy text not null default 'review', notes text not null default '',
+        mount text not null default 'workspace', root text not null default '',
+        catalogue text not null default '', before_kind text, before_mode integer, before_blob text,
+        after_kind text, after_blob text, after_sha256 text, lines text not null default '[]',
+        before_uid integer, before_gid integer,""") + """
         create table acks (workspace text not null, fingerprint text not null, time real not null,
             note text not null, primary key (workspace, fingerprint));
         create table blobs (sha256 text primary key, data blob not null);
@@ -91,8 +95,6 @@ def test_a_schema_4_database_gains_closing_and_lineage_and_keeps_its_reviews(tmp
         insert into acks values ('/w', 'fp-acked', 0, 'mine');
         pragma user_version = 4;
     """)
-    old.commit()
-    old.close()
     store = FindingStore(db)
     assert store.db.execute("pragma user_version").fetchone()[0] == 5
     assert [(s.id, s.closed, s.closed_note) for s in store.findings("/w")] == [(1, None, "")]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,22 +26,6 @@ HOOK = ".git/hooks/post-checkout"
 
 def ui() -> UI:
     return UI(plain_console(io.StringIO()))
-
-
-@pytest.fixture
-def out(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
-    buffer = io.StringIO()
-    monkeypatch.setattr("dejima.cli._run.UI", lambda: UI(plain_console(buffer, width=240)))
-    return buffer
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    (root / ".vscode").mkdir()
-    (root / TASKS).write_text('{"version": "2.0.0", "tasks": []}\n')
-    return root
 
 
 def tasks(command: str, label: str = "lint") -> str:
