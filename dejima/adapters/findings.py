@@ -1,13 +1,14 @@
 """The durable record of audit findings, their files' start and end states, and their reviews
 (SQLite, in the state dir).
 
-An acknowledgement binds to a workspace and a finding's fingerprint (rule, path, key, content):
-the same content there stays reviewed; any change to it, or the same file in another workspace, is
-a new, unreviewed finding. A finding belongs to the session whose audit recorded it first; another
-session that finds the same content adds no row and changes none. A finding closes when its cause
-is gone (finding_causes.py says when; `restore` closes it too): closing is no review, and the same
-content back opens it again. The lineage (core/audit/reviewed.py) says what each flagged content
-was judged against. File contents are stored once per hash (blobs), for `show` and `restore`.
+An acknowledgement binds to a workspace, a mount and a finding's fingerprint (rule, path, key,
+content): the same content there stays reviewed; any change to it, or the same file in another
+workspace or mount, is a new, unreviewed finding. A finding belongs to the session whose audit
+recorded it first; another session that finds the same content adds no row and changes none. A
+finding closes when its cause is gone (finding_causes.py says when; `restore` closes it too):
+closing is no review, and the same content found again is open again. The lineage
+(core/audit/reviewed.py) says what each flagged content was judged against. File contents are
+stored once per hash (blobs), for `show` and `restore`.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ create table if not exists findings (
     fingerprint text not null, created real not null
 );
 create table if not exists acks (
-    workspace text not null, fingerprint text not null, time real not null, note text not null,
-    primary key (workspace, fingerprint)
+    workspace text not null, root text not null, fingerprint text not null, time real not null, note text not null,
+    primary key (workspace, root, fingerprint)
 );
 create table if not exists blobs (sha256 text primary key, data blob not null);
 create table if not exists lineage (
@@ -63,7 +64,14 @@ _SELECT = ("select f.id, f.session, f.workspace, f.rule, f.severity, f.path, f.k
            " f.before_kind, f.before_mode, f.before_blob, f.after_kind, f.after_blob, f.after_sha256, f.lines,"
            " f.before_uid, f.before_gid, f.closed, f.closed_note, f.before_sha256, f.after_mode, f.after_uid,"
            " f.after_gid, f.after_target"
-           " from findings f left join acks a on a.workspace = f.workspace and a.fingerprint = f.fingerprint")
+           " from findings f left join acks a on a.workspace = f.workspace and a.root = f.root"
+           " and a.fingerprint = f.fingerprint")
+
+
+def _table(name: str) -> str:
+    """The statement that makes one of SCHEMA's tables."""
+    start = SCHEMA.index(f"create table if not exists {name} ")
+    return SCHEMA[start:SCHEMA.index(");", start) + 2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +142,20 @@ class FindingStore:
         if "unique" in str(table).lower():
             names = ", ".join(row[1] for row in self.db.execute("pragma table_info(findings)"))
             self.db.execute("alter table findings rename to findings_schema_4")
-            self.db.execute(SCHEMA[SCHEMA.index("create table if not exists findings"):SCHEMA.index(");") + 2])
+            self.db.execute(_table("findings"))
             self._add_columns()
             self.db.execute(f"insert into findings ({names}) select {names} from findings_schema_4")
             self.db.execute("drop table findings_schema_4")
-        self.db.execute("create unique index if not exists open_findings on findings (workspace, fingerprint) "
+        if "root" not in {row[1] for row in self.db.execute("pragma table_info(acks)")}:
+            # A review bound to a workspace and content held for every mount: now for the mount of each finding
+            # it covered (one with no finding left covers nothing: its content, found again, is unreviewed).
+            self.db.execute("alter table acks rename to acks_schema_4")
+            self.db.execute(_table("acks"))
+            self.db.execute("insert or ignore into acks (workspace, root, fingerprint, time, note) "
+                            "select a.workspace, f.root, a.fingerprint, a.time, a.note from acks_schema_4 a "
+                            "join findings f on f.workspace = a.workspace and f.fingerprint = a.fingerprint")
+            self.db.execute("drop table acks_schema_4")
+        self.db.execute("create unique index if not exists open_findings on findings (workspace, root, fingerprint) "
                         "where closed is null")
         self.db.execute(f"pragma user_version = {SCHEMA_VERSION}")
 
@@ -263,8 +280,9 @@ class FindingStore:
         """Acknowledge unreviewed findings by id (None: every one, of ``workspace`` if given)."""
         targets = [s for s in self.findings(workspace, include_acked=False) if ids is None or s.id in ids]
         with self.db:
-            self.db.executemany("insert or replace into acks (workspace, fingerprint, time, note) values (?, ?, ?, ?)",
-                                [(s.workspace, s.finding.fingerprint, time.time(), note) for s in targets])
+            self.db.executemany("insert or replace into acks (workspace, root, fingerprint, time, note) "
+                                "values (?, ?, ?, ?, ?)",
+                                [(s.workspace, s.root, s.finding.fingerprint, time.time(), note) for s in targets])
         return targets
 
     def with_states(self, workspace: str) -> list[Stored]:

@@ -192,3 +192,24 @@ def test_two_sessions_interleaved_keep_their_findings_apart(
     write(".git/hooks/pre-commit", "#!/bin/sh\nid\n", 0o755)(workspace)
     exit_audit.finish("c", ui(), states=states_c)
     assert {f["path"]: f["session"] for f in listing(capsys)} == {HOOK: "a", ".git/hooks/pre-commit": "c"}
+
+
+def test_an_acknowledgement_in_the_session_home_covers_nothing_in_the_workspace(
+        workspace: Path, tmp_path: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same setuid file at the same relative path: reviewed where it only runs inside sessions (the
+    per-project home), it is still unreviewed where the host runs it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    mounts = [exit_audit.Mount("workspace", workspace), exit_audit.Mount("home", home)]
+    setuid = write("tool", "#!/bin/sh\nid\n", 0o4755)
+    exit_audit.start("s1", mounts)
+    setuid(home)
+    exit_audit.finish("s1", ui())
+    [in_home] = listing(capsys)
+    assert (in_home["mount"], in_home["rule"], in_home["severity"]) == ("home", "F03", "critical")
+    ack_all(workspace, "a helper of my sessions")
+    exit_audit.start("s2", mounts)
+    setuid(workspace)
+    exit_audit.finish("s2", ui())
+    assert [(f["mount"], f["rule"], f["severity"]) for f in listing(capsys)] == [("workspace", "F03", "critical")]
+    assert not starts(workspace)
