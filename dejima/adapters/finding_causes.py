@@ -26,6 +26,8 @@ from dejima.adapters.tree_walk import KINDS
 _NOT_ONE_PATH = frozenset(("X00", "B11"))
 # The mode bits rules judge: setuid, setgid, sticky, every execute bit, others' write.
 _MODE_BITS = 0o7113
+# A file larger than this is not hashed at every listing: its finding stays as it is (F07's big files).
+_HASH_LIMIT = 64 << 20
 
 
 class PathState(NamedTuple):
@@ -51,6 +53,8 @@ def current(root: str, path: str) -> PathState | None:
         if kind == "symlink":
             target = os.readlink(name, dir_fd=fd)
         elif kind == "file":
+            if info.st_size > _HASH_LIMIT:
+                return None
             sha = _hash(fd, name)
         return PathState(kind, sha, target, info.st_mode, info.st_uid, info.st_gid)
     except FileNotFoundError:
