@@ -157,7 +157,22 @@ class FindingStore:
             self.db.execute("drop table acks_schema_4")
         self.db.execute("create unique index if not exists open_findings on findings (workspace, root, fingerprint) "
                         "where closed is null")
+        self._lineage_of_older_findings()
         self.db.execute(f"pragma user_version = {SCHEMA_VERSION}")
+
+    def _lineage_of_older_findings(self) -> None:
+        """The lineage of the findings an older dejima recorded, oldest first (as their audits would have
+        written it): a file reviewed before this version, changed after it, is judged against its start too."""
+        rows = self.db.execute("select workspace, root, path, before_kind, before_mode, before_blob, before_uid, "
+                               "before_gid, after_kind, after_sha256, after_target from findings where path != '' "
+                               "order by id").fetchall()
+        for workspace, root, path, before_kind, mode, blob, uid, gid, after_kind, after_sha, after_target in rows:
+            before = self.blob(blob)
+            if before_kind == "file" and before is None:
+                continue  # its start was not kept: no baseline to judge against
+            state = FileState(before_kind, mode, before, after_kind, None, after_sha, uid, gid,
+                              after_target=after_target)
+            self._record_lineage(str(workspace), str(root), {str(path): state})
 
     def _add_columns(self) -> None:
         have = {row[1] for row in self.db.execute("pragma table_info(findings)")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,20 @@ def test_an_acknowledged_autorun_task_pointed_at_a_new_command_is_critical_again
     # Judged as a task that runs on folder open, not as "a command changed" (medium, which never blocks).
     assert open_ones(capsys, workspace) == [("I01", "critical", TASKS)]
     assert not starts(workspace)
+
+
+def test_a_task_reviewed_with_an_older_dejima_is_judged_whole_too(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    """A review recorded before the lineage existed: the store's upgrade writes it from the findings."""
+    from dejima.adapters.findings import database_path
+
+    session(workspace, "s1", write(TASKS, tasks("make lint")))
+    ack_all(workspace, "my lint task")
+    old = sqlite3.connect(database_path())  # as a schema-4 database has it: no lineage
+    old.executescript("delete from lineage; pragma user_version = 4;")
+    old.close()
+    session(workspace, "s2", write(TASKS, tasks("make lint; id")))
+    assert open_ones(capsys, workspace) == [("I01", "critical", TASKS)]
 
 
 def test_the_reviewed_task_untouched_relabelled_or_put_back_stays_reviewed(
