@@ -145,7 +145,7 @@ def _ack(args: argparse.Namespace, ui: UI) -> int:
                          hint='say why the change is fine: --note "my own pre-commit hook"; or run '
                               "`dejima-audit ack` alone on a terminal to walk the findings")
     done = api.acknowledge(None if args.all else args.ids, args.note, workspace=args.workspace if args.all else None)
-    ui.answer(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (they were already reviewed)"))
+    ui.answer(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (already reviewed or closed)"))
     return ExitStatus.SUCCESS
 
 
