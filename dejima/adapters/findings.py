@@ -306,6 +306,12 @@ class FindingStore:
         rows = self.db.execute(f"{_SELECT} where f.workspace = ? and f.path != '' order by f.id", (workspace,))
         return [self._stored(row, with_state=True, light=True) for row in rows.fetchall()]
 
+    def unack(self, stored: Stored) -> None:
+        """Withdraw the review of a finding's content (its file was put back)."""
+        with self.db:
+            self.db.execute("delete from acks where workspace = ? and root = ? and fingerprint = ?",
+                            (stored.workspace, stored.root, stored.finding.fingerprint))
+
     def workspaces(self) -> list[str]:
         return [str(w) for (w,) in self.db.execute("select distinct workspace from findings order by workspace")]
 

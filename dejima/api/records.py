@@ -107,7 +107,8 @@ def restore(ids: Sequence[int], *, force: bool = False, note: str = "restored th
             on_restored: Callable[[str], None] | None = None) -> list[str]:
     """Put each finding's file back as it was when its session started (or remove what the session made), never
     following a link, and close the open findings on that file with ``note`` (no review: the same content
-    found again is a finding again). A file changed again since the
+    found again is a finding again; a restored finding that was acknowledged is no longer). A file changed
+    again since the
     audit is refused unless ``force``. Returns what was done, in words, one per file (each also handed to
     ``on_restored`` as it is done)."""
     from dejima.adapters.restore import restore as restore_file
@@ -123,6 +124,8 @@ def restore(ids: Sequence[int], *, force: bool = False, note: str = "restored th
             done_paths.add(where)
             same_path = [s.id for s in store.findings(stored.workspace) if (s.root, s.finding.path) == where]
             store.close_findings(same_path or [stored.id], f"closed: {note}: {said}")
+            if stored.acked:  # the user undoes what they had reviewed: that content is no longer reviewed
+                store.unack(stored)
             done.append(said)
             if on_restored is not None:
                 on_restored(said)

@@ -125,6 +125,16 @@ def test_a_restored_change_planted_again_is_unreviewed_at_its_severity(
     assert not starts(workspace)
 
 
+def test_a_reviewed_hook_the_user_restores_is_no_longer_reviewed(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    session(workspace, "s1", write(HOOK, "#!/bin/sh\nid\n", 0o755))
+    [hook] = listing(capsys)
+    ack_all(workspace, "looked fine")
+    assert main(["restore", str(hook["id"])]) == ExitStatus.SUCCESS  # changed their mind: undone
+    session(workspace, "s2", write(HOOK, "#!/bin/sh\nid\n", 0o755))
+    assert open_ones(capsys, workspace) == [("G01", "critical", HOOK)]
+
+
 def test_a_restored_task_planted_again_in_other_bytes_is_the_new_sessions_finding(
         workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
     session(workspace, "s1", write(TASKS, tasks("id")))
