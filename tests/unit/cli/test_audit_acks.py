@@ -98,6 +98,31 @@ def test_a_task_reviewed_with_an_older_dejima_is_judged_whole_too(
     assert open_ones(capsys, workspace) == [("I01", "critical", TASKS)]
 
 
+def test_the_users_own_autorun_task_pointed_at_a_new_command_is_critical(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    """No review at all: the task was the user's before any session. Its neighbours: a task that does not run
+    by itself, given a new command, stays medium; the auto-run task only relabelled is no finding."""
+    (workspace / TASKS).write_text(json.dumps({"version": "2.0.0", "tasks": [
+        json.loads(tasks("make lint"))["tasks"][0], {"label": "build", "type": "shell", "command": "make"}]}))
+
+    def edit(change: Callable[[list[dict[str, Any]]], object]) -> Callable[[Path], None]:
+        def apply(root: Path) -> None:
+            document = json.loads((root / TASKS).read_text())
+            change(document["tasks"])
+            (root / TASKS).write_text(json.dumps(document))
+        return apply
+
+    session(workspace, "s1", edit(lambda t: t[0].update(label="lint (fast)")))
+    assert open_ones(capsys, workspace) == []
+    session(workspace, "s2", edit(lambda t: t[1].update(command="make all")))
+    assert open_ones(capsys, workspace) == [("I01", "medium", TASKS)]
+    ack_all(workspace, "the build task")
+    session(workspace, "s3", edit(lambda t: t[0].update(command="make lint; id")))
+    [retargeted] = listing(capsys)
+    assert (retargeted["severity"], retargeted["notes"]) == (
+        "critical", ["in tasks.0, which runs by itself: tasks.0.runOptions.runOn = 'folderOpen'"])
+
+
 def test_the_reviewed_task_untouched_relabelled_or_put_back_stays_reviewed(
         workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
     session(workspace, "s1", write(TASKS, tasks("make lint")))
