@@ -129,14 +129,14 @@ def _why_gone(store: FindingStore, stored: Stored, now: PathState, reviewed: lis
     return None
 
 
-def settle(store: FindingStore, workspace: str, but: str = "") -> None:
+def settle(store: FindingStore, workspace: str, but: str = "") -> int:
     """Close the unreviewed findings of ``workspace`` whose cause is gone and open again those whose cause is
-    back (``but``: the session asking, which does not count as one that runs)."""
+    back (``but``: the session asking, which does not count as one that runs); returns how many closed."""
     if not workspace:
-        return
+        return 0
     found = [s for s in store.with_states(workspace) if s.finding.rule not in _NOT_ONE_PATH and s.root]
     if not found:
-        return
+        return 0
     running = bool(live_sessions_on(workspace, but=but))
     reviewed: dict[tuple[str, str], list[Stored]] = {}
     for s in found:
@@ -161,6 +161,7 @@ def settle(store: FindingStore, workspace: str, but: str = "") -> None:
         store.close_findings(ids, note)
     if reopen:
         store.reopen_findings(reopen, "reopened: the content it found is back")
+    return sum(map(len, close.values()))
 
 
 def settle_all(store: FindingStore, workspace: str | None) -> None:

@@ -108,9 +108,8 @@ def restore(ids: Sequence[int], *, force: bool = False, note: str = "restored th
     """Put each finding's file back as it was when its session started (or remove what the session made), never
     following a link, and close the open findings on that file with ``note`` (no review: the same content
     found again is a finding again; a restored finding that was acknowledged is no longer). A file changed
-    again since the
-    audit is refused unless ``force``. Returns what was done, in words, one per file (each also handed to
-    ``on_restored`` as it is done)."""
+    again since the audit is refused unless ``force``. Returns what was done, in words, one per file (each
+    also handed to ``on_restored`` as it is done)."""
     from dejima.adapters.restore import restore as restore_file
 
     done_paths: set[tuple[str, str]] = set()

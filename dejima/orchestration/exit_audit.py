@@ -313,7 +313,9 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)
-    finding_causes.settle(store, workspace, but=session_id)  # what an earlier session left and is gone now
+    closed = finding_causes.settle(store, workspace, but=session_id)  # what earlier sessions left, gone now
+    if closed:
+        ui.info(f"{closed} earlier finding(s) closed: what they found is gone (dejima-audit --all shows them)")
     _say(session_id, ui, store, workspace, found)
     return found
 

@@ -200,6 +200,17 @@ def test_a_finding_whose_cause_is_gone_is_closed_with_a_note_and_reopens_when_it
     assert not starts(workspace)
 
 
+def test_the_next_session_says_what_it_closed(workspace: Path, out: io.StringIO,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    session(workspace, "s1", write(HOOK, "#!/bin/sh\nid\n", 0o755))
+    (workspace / HOOK).unlink()
+    said = io.StringIO()
+    exit_audit.start("s2", [exit_audit.Mount("workspace", workspace)])
+    exit_audit.finish("s2", UI(plain_console(said)))
+    assert "1 earlier finding(s) closed: what they found is gone (dejima-audit --all shows them)" in said.getvalue()
+    assert [f["closed_note"] for f in listing(capsys, "--all")] == ["closed: removed"]
+
+
 def test_closing_changes_nothing_of_a_file_that_is_neither_its_start_nor_its_finding(
         workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
     session(workspace, "s1", write(TASKS, tasks("id")))
