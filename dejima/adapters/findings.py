@@ -129,9 +129,16 @@ class FindingStore:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.db = sqlite3.connect(self.path)
         self.db.executescript(SCHEMA)
-        with self.db:
-            if self.db.execute("pragma user_version").fetchone()[0] < SCHEMA_VERSION:
-                self._migrate()
+        if self._version() < SCHEMA_VERSION:
+            with self.db:
+                # One transaction, taken before the version is read again: a launcher that dies mid-way leaves
+                # the old schema whole, and two launchers upgrading at once upgrade it once.
+                self.db.execute("begin immediate")
+                if self._version() < SCHEMA_VERSION:
+                    self._migrate()
+
+    def _version(self) -> int:
+        return int(self.db.execute("pragma user_version").fetchone()[0])
 
     def _migrate(self) -> None:
         """Brings an older database to this schema: new columns (rows keep their defaults); before schema 5 the

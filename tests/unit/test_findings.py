@@ -1,6 +1,8 @@
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from dejima.adapters.findings import FileState, FindingStore
 from dejima.core.audit import Finding
 
@@ -107,3 +109,21 @@ def test_a_schema_4_database_gains_closing_and_lineage_and_keeps_its_reviews(tmp
     store.close()
     reopened = FindingStore(db)  # opened again: nothing to migrate, nothing lost
     assert [(s.id, s.closed_note) for s in reopened.findings("/w", include_acked=True)][:1] == [(1, "closed: removed")]
+
+
+def test_an_upgrade_that_fails_half_way_leaves_the_old_database_whole(tmp_path: Path) -> None:
+    """A table in the way of the rebuild (left by something else) stops the upgrade after it added columns:
+    all of it is undone, and the findings read as before once the obstacle is gone."""
+    db = tmp_path / "audit.sqlite3"
+    old_database(db, SCHEMA_1.format("") + """
+        insert into findings values (1, 's0', '/w', 'G01', 'critical', '.git/hooks/x', '', 'hook', 'fp', 0);
+        create table findings_schema_4 (x);""")
+    with pytest.raises(sqlite3.OperationalError):
+        FindingStore(db)
+    check = sqlite3.connect(db)
+    columns = {row[1] for row in check.execute("pragma table_info(findings)")}
+    assert "closed" not in columns and check.execute("pragma user_version").fetchone()[0] == 0
+    check.execute("drop table findings_schema_4")
+    check.commit()
+    check.close()
+    assert [s.id for s in FindingStore(db).findings("/w")] == [1]
