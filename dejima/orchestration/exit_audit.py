@@ -10,9 +10,10 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from dejima.adapters import host, mount_state, npm_cache, wheel_cache
+from dejima.adapters import finding_causes, host, mount_state, npm_cache, wheel_cache
 from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
@@ -39,6 +40,7 @@ from dejima.core.audit import SEVERITIES, Finding
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import finding, rank
+from dejima.core.audit.reviewed import Baseline, judged_against
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.orchestration.session_reporter import SessionReporter
 
@@ -91,24 +93,34 @@ def audit_mount(state: MountState, session_id: str = "", npm_caches: list[Path] 
 
 
 def _audit_mount(state: MountState, session_id: str, npm_caches: list[Path], wheel_caches: wheel_cache.WheelCaches,
+                 lineage: Lineage | None = None,
                  ) -> tuple[list[Finding], Snapshot, list[str]]:
     # The rules allocate while 200k entries are in memory: a full collection would scan them all.
     state.ready()
     with gc_paused():
-        return _audit_ready(state, session_id, npm_caches, wheel_caches)
+        return _audit_ready(state, session_id, npm_caches, wheel_caches, lineage)
+
+
+# The paths of a mount with a lineage, and their baselines by (path, content): what an earlier audit flagged.
+Lineage = tuple[set[str], Callable[[str, str], Baseline | None]]
 
 
 def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path], wheel_caches: wheel_cache.WheelCaches,
+                 lineage: Lineage | None,
                  ) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
     hashed: dict[str, bytes] = {}
     listed: dict[str, list[str]] = {}
     after, changed, unsure = _walk_end(state, session_id, hashed, listed)
     read: dict[str, bytes | None] = {**hashed}  # the bytes the walk hashed: not read again
+    # A changed file whose start content an earlier audit flagged is judged against what that audit did.
+    before, kept = state.snapshot, state.kept
+    if lineage is not None and lineage[0]:
+        before, kept = judged_against(before, kept, after, lineage[0].intersection(changed), lineage[1])
 
     def contents(side: str, path: str) -> bytes | None:
         if side == "before":
-            return state.kept.get(path)
+            return kept.get(path)
         if path not in read:
             read[path] = _read(root, after, path, READ_LIMIT)
         return read[path]
@@ -125,7 +137,7 @@ def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path], whe
 
     from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
 
-    return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed,
+    return [*unsure, *audit(before, after, contents, state.mount.kind, listdir, changed,
                             state.mount.watch, wheel_cache.wheels(wheel_caches, root, npm_cache.tarballs(npm_caches)))
              ], after, changed
 
@@ -231,7 +243,9 @@ def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> di
             before_kind=before.kind if before else None, before_mode=before.mode if before else None,
             before=kept, after_kind=now.kind if now else None, after=end,
             after_sha256=now.sha256 if now else None, before_uid=before.uid if before else None,
-            before_gid=before.gid if before else None)
+            before_gid=before.gid if before else None, before_sha256=before.sha256 if before else None,
+            after_mode=now.mode if now else None, after_uid=now.uid if now else None,
+            after_gid=now.gid if now else None, after_target=now.target if now else None)
     return states
 
 
@@ -289,8 +303,11 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
         wheels = wheel_cache.python_caches([s.mount.root for s in states if s.mount.kind == "home"],
                                            [s.mount.root for s in states if s.mount.kind == "cache"])
         for state in states:
+            root = str(state.mount.root)
+            lineage = (store.lineage_paths(workspace, root),
+                       lambda path, content, root=root: store.base_of(workspace, root, path, content))
             try:
-                mount_findings, after, changed = _audit_mount(state, session_id, caches, wheels)
+                mount_findings, after, changed = _audit_mount(state, session_id, caches, wheels, lineage)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"
@@ -303,6 +320,9 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)
+    closed = finding_causes.settle(store, workspace, but=session_id)  # what earlier sessions left, gone now
+    if closed:
+        ui.info(f"{closed} earlier finding(s) closed: what they found is gone (dejima-audit --all shows them)")
     _say(session_id, ui, store, workspace, found)
     return found
 

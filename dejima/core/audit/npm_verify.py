@@ -11,15 +11,17 @@ every file the session wrote in a package is compared with the tarball's entry o
   to a ``bin`` the lockfile records for that package, ``node_modules/.package-lock.json`` entries
   that are not the lockfile's: each named (high);
 - what cannot be verified: no lockfile at the start (or one npm cannot follow), a package pinned
-  anew in the session (its lockfile entry's pin changed: the session chose it), a package pinned
-  without an integrity, a tarball the caches do not hold: said so (medium), with what would
+  anew in the session (its lockfile entry's pin changed: the session chose it; held to the new pin,
+  or, when the new entry pins no tarball or is gone, to the start's), a package pinned without an
+  integrity, a tarball the caches do not hold: said so (medium), with what would
   verify it (a clean install on the host, ``npm ci``).
 
 What it proves: that every file the session wrote in the tree is, byte for byte, the content of
 the tarball the lockfile pinned before the session. What it cannot: files the session did not
 change are as they were at the start (the audit judges the session, not the tree's past); tools'
 own directories in the tree (``.cache``) hold no package and are only named; pnpm and yarn trees
-are judged by installs.py alone.
+are judged by installs.py alone (a tree is theirs by their state there at the start, or written in
+a project with their lockfile or without npm's: never by one marker written where npm's pinned it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
 CLEAN_INSTALL = "npm ci"
 # Another package manager's tree: its layout and state are not npm's (installs.py judges it).
 _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml")
+_OTHER_LOCKFILES = ("pnpm-lock.yaml", "yarn.lock")
 _PIN = ("version", "resolved", "integrity", "link")
 _CONTENT = ("added", "modified", "type", "link-target")
 
@@ -113,10 +116,9 @@ def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
 def verify(tree: str, changes: list[Change], view: View) -> TreeVerdict | None:
     """The session's changes in an npm tree held to its lockfile at the start; None when the
     tree is not npm's (pnpm, yarn)."""
-    if not tree.endswith("node_modules") or any(f"{tree}/{name}" in view.after or f"{tree}/{name}" in view.before
-                                                for name in _OTHER_MANAGERS):
-        return None
     lockfile = _lockfile(tree, view)
+    if not tree.endswith("node_modules") or _other_managers(tree, lockfile, view):
+        return None
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
         return None  # not npm's, as far as anything says
     verdict = TreeVerdict(lockfile or "package-lock.json")
@@ -131,6 +133,21 @@ def verify(tree: str, changes: list[Change], view: View) -> TreeVerdict | None:
     base = lockfile.rpartition("/")[0]
     _Check(verdict, tree, base, start, end or {}, view).run(changes)
     return verdict
+
+
+def _other_managers(tree: str, lockfile: str | None, view: View) -> bool:
+    """Whether pnpm or yarn made the tree: its state there at the start, or written in the session
+    in a project that had no npm lockfile then or had that manager's lockfile beside it. A marker
+    alone, written where package-lock.json pinned the tree, is one file the session can plant to
+    end the verification: it does not."""
+    if any(f"{tree}/{name}" in view.before for name in _OTHER_MANAGERS):
+        return True
+    if not any(f"{tree}/{name}" in view.after for name in _OTHER_MANAGERS):
+        return False
+    if lockfile is None or lockfile not in view.before:
+        return True
+    project = lockfile.rpartition("/")[0]
+    return any((f"{project}/{name}" if project else name) in view.before for name in _OTHER_LOCKFILES)
 
 
 def _written(change: Change, tree: str) -> bool:
@@ -190,6 +207,14 @@ class _Check:
             self.verdict.problems.append(f"{path}: in {key}, a package the lockfile does not list")
         elif (self.start.get(key) or self.end[key]).get("link"):
             self.workspace_link(path, key, self.start.get(key) or self.end[key], new.kind, new.target, relative)
+        elif self.unpinned_in_session(key):
+            # The start pinned its tarball and the session's lockfile pins none (an integrity
+            # dropped, the entry removed, a git source or another version without one): an edit
+            # that would otherwise leave the files held to nothing. The start's pin holds them.
+            self.unpinned.setdefault(key, "no longer pinned by the lockfile (" + (
+                "its entry removed" if key not in self.end else "pinned without an integrity") +
+                " in the session); its files are held to the start's pin")
+            self.package_file(path, key, relative, new.kind, new.sha256, self.start)
         elif key in self.end and _pin(self.end[key]) != _pin(self.start.get(key)):
             # Pinned by the session itself: held to its new pin (a file that differs is still
             # tampering), but what the pin names is the session's choice (the lockfile's own finding).
@@ -199,6 +224,13 @@ class _Check:
             self.unpinned.setdefault(key, "no longer in the lockfile")
         else:
             self.package_file(path, key, relative, new.kind, new.sha256, self.start)
+
+    def unpinned_in_session(self, key: str) -> bool:
+        """Whether the start pinned ``key``'s tarball (an integrity, its own or its bundler's) and
+        the session's lockfile pins none for it."""
+        if key not in self.start or not self.end or not self.start[_pinned_by(key, self.start)].get("integrity"):
+            return False
+        return key not in self.end or not self.end[_pinned_by(key, self.end)].get("integrity")
 
     def package_file(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
                      packages: dict[str, dict[str, object]]) -> None:

@@ -84,9 +84,16 @@ def _stray_node_modules(view: View) -> list[Finding]:
     """Node's require() looks in every directory named node_modules up from the requiring file, made
     by npm or not: code put in one that no package manager made (no record of it, see treeroots.py)
     shadows the project's packages for the code below it, and runs on the host's next `node` or
-    `npm test`. One finding per such directory; the files in it get the ordinary rules too."""
+    `npm test`. One finding per such directory; the files in it get the ordinary rules too. A link
+    called node_modules is one too: require() follows it into a directory of any name."""
     groups: dict[str, list[Change]] = {}
+    links: list[Finding] = []
     for path, change in view.changed.items():
+        if change.after is not None and change.after.kind == "symlink" and \
+                path.rpartition("/")[2] == "node_modules" and not in_tree(path, view):
+            links.append(finding("B07", "high", path, f"a link called node_modules, to {change.after.target}: "
+                                 "require() below it loads what it points to, which no package manager made here; "
+                                 "delete it", changes_value([change]), remedy="restore"))
         if "node_modules/" not in path or change.after is None or change.after.kind == "dir":
             continue
         head, below, _ = ("", "node_modules/", "") if path.startswith("node_modules/") else \
@@ -97,7 +104,7 @@ def _stray_node_modules(view: View) -> list[Finding]:
                     f"(no record of an install beside it: {_summary(sorted(c.path for c in changes))}): require() "
                     "below it loads them instead of the installed packages; delete it", changes_value(changes),
                     remedy="reinstall")
-            for root, changes in groups.items()]
+            for root, changes in groups.items()] + links
 
 
 def _environments(view: View) -> list[Finding]:

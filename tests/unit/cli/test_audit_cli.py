@@ -20,23 +20,6 @@ from dejima.orchestration import exit_audit
 from dejima.ui.console import UI, plain_console
 
 
-@pytest.fixture
-def out(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
-    buffer = io.StringIO()
-    monkeypatch.setattr("dejima.cli._run.UI", lambda: UI(plain_console(buffer, width=240)))
-    return buffer
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    (root / ".vscode").mkdir()
-    (root / ".vscode" / "tasks.json").write_text('{"version": "2.0.0", "tasks": []}\n')
-    (root / ".vscode" / "tasks.json").chmod(0o640)
-    return root
-
-
 def records(text: str) -> list[dict[str, Any]]:  # JSON objects
     """--json prints JSON lines, as `dejima violations --json` does."""
     return [json.loads(line) for line in text.splitlines()]
@@ -94,10 +77,12 @@ def test_restore_puts_back_the_exact_bytes_and_mode_and_removes_what_the_session
     tasks = workspace / ".vscode" / "tasks.json"
     assert tasks.read_bytes() == original and (tasks.stat().st_mode & 0o7777) == 0o640
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
-    assert main(["list", "--json"]) == ExitStatus.SUCCESS  # restored findings count as reviewed
+    assert main(["list", "--json"]) == ExitStatus.SUCCESS  # restored findings are closed (not reviewed)
     assert records(capsys.readouterr().out) == []
     assert main(["list", "--all", "--json"]) == ExitStatus.SUCCESS
-    assert all(f["note"].startswith("restored by dejima-audit restore") for f in records(capsys.readouterr().out))
+    closed = records(capsys.readouterr().out)
+    assert all(f["closed_note"].startswith("closed: restored by dejima-audit restore") and not f["reviewed"]
+               for f in closed)
 
 
 def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(
