@@ -291,7 +291,7 @@ def test_a_venv_with_a_pip_install_is_at_most_medium_and_says_why(ordinary: Ordi
     assert all(severity(f) <= SEVERITIES.index("medium") for f in ordinary.python.found), shown
     assert [f["path"] for f in ordinary.python.found if f["mount"] == "workspace"] == [".venv"], shown
     venv = next(f for f in ordinary.python.found if f["path"] == ".venv")
-    assert "no uv.lock or requirements file with --hash pins was there at the session's start" in venv["evidence"]
+    assert "no uv.lock or requirements file with --hash pins was there at the session's start" in str(venv["evidence"])
 
 
 def test_a_file_rewritten_with_sed_i_in_a_tree_acknowledged_earlier_is_high_and_runs_on_the_host(
