@@ -253,7 +253,7 @@ def _wheel(caches: WheelCaches, root: Path | None, digest: str, where: str,
         if archive is not None:
             return archive
     if mismatched:
-        return "its wheel in the cache does not hash to the pinned hash"
+        return "its wheel does not hash to the pinned hash (rewritten where it was read: a cache, the project)"
     places = ", ".join(str(c) for c in [*caches.pip, *(c / "archive-v0" for c in caches.uv)])
     return f"its wheel is in no cache ({places}; uv's own cache keeps no wheel, only its unpacked files, " \
         "which the session can write: only the host user's counts)"

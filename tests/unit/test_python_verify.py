@@ -225,6 +225,29 @@ def test_the_venv_s_own_pip_keeps_the_wheel_in_its_older_cache_and_writes_distli
     assert "import re" in (workspace / ".venv/bin/tinytool").read_text()  # distlib's template
 
 
+def test_a_wheel_the_project_holds_is_read_where_uv_lock_names_it(tmp_path: Path, index: str) -> None:
+    """`[tool.uv.sources] tiny = { path = "tiny-1.0-py3-none-any.whl" }`: uv.lock pins the wheel in the
+    workspace by its hash, so it verifies with no cache at all (offline); rewritten, it does not."""
+    workspace, home, _ = project(tmp_path, index)
+    wheel(workspace, "tiny", "1.0", TINY)
+    with (workspace / "pyproject.toml").open("a") as file:
+        file.write('[tool.uv.sources]\ntiny = { path = "tiny-1.0-py3-none-any.whl" }\n')
+    uv(workspace, tmp_path / "lock-cache", "lock", "--offline")
+    assert 'source = { path = "tiny-1.0-py3-none-any.whl" }' in (workspace / "uv.lock").read_text()
+    found = session(workspace, home, install=lambda w, h: uv(w, h / ".cache/uv", "sync", "--frozen", "--offline"))
+    assert severities(found) == [(".venv", "low")], found[0].evidence
+
+    def rewritten(workspace: Path) -> None:  # the module and the project's wheel, to agree
+        renamed_over(workspace)
+        wheel(workspace, "tiny", "1.0", {**TINY, "tiny/__init__.py": b"VALUE = 1\n" + PLANTED.encode()})
+
+    shutil.rmtree(workspace / ".venv")
+    again = session(workspace, home, rewritten, install=lambda w, h: uv(w, h / ".cache/uv", "sync", "--frozen",
+                                                                        "--offline"))
+    assert severities(again) == [(".venv", "medium")]
+    assert "its wheel does not hash to the pinned hash" in again[0].evidence
+
+
 def test_uv_s_own_cache_proves_nothing(tmp_path: Path, index: str) -> None:
     """The session's uv cache holds unpacked files and uv's record of their hash, both writable by the
     session: without the host's uv cache or the wheel's bytes, nothing is verified (medium)."""
@@ -248,7 +271,7 @@ def test_a_wheel_rewritten_in_the_session_s_pip_cache_verifies_nothing(tmp_path:
 
     found = session(workspace, home, change, install=pip_install(index))
     assert severities(found) == [(".venv", "medium")]
-    assert "its wheel in the cache does not hash to the pinned hash" in found[0].evidence
+    assert "its wheel does not hash to the pinned hash" in found[0].evidence
 
 
 def test_no_lockfile_at_the_start_is_medium(tmp_path: Path, index: str) -> None:

@@ -110,6 +110,8 @@ def uv_pins(text: str | None, directory: str) -> dict[str, Pin] | None:
             elif isinstance(wheel.get("path"), str) and isinstance(registry := source.get("registry"), str):
                 where = posixpath.normpath(posixpath.join(directory, registry, wheel["path"]))
                 wheels.append((digest[7:], f"path:{where}"))
+            elif isinstance(path := source.get("path"), str) and path.endswith(".whl"):  # a wheel in the project
+                wheels.append((digest[7:], f"path:{posixpath.normpath(posixpath.join(directory, path))}"))
             else:
                 wheels.append((digest[7:], ""))
         _add(pins, normalize(package["name"]), Pin(str(package.get("version", "")), tuple(wheels), local, unhashed))
