@@ -27,10 +27,9 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from dejima.core.audit.caches import changes_value
-from dejima.core.audit.model import Artifact, Finding, View, finding
+from dejima.core.audit.model import Finding, View
+from dejima.core.audit.pinned import Verdict, Wanted, hold, tree_finding
 from dejima.core.snapshot import Change
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
@@ -38,17 +37,7 @@ CLEAN_INSTALL = "npm ci"
 # Another package manager's tree: its layout and state are not npm's (installs.py judges it).
 _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml")
 _PIN = ("version", "resolved", "integrity", "link")
-_LISTED = 10
 _CONTENT = ("added", "modified", "type", "link-target")
-
-
-@dataclass
-class NpmVerdict:
-    lockfile: str
-    problems: list[str] = field(default_factory=list)  # what no install from the lockfile makes
-    unverified: list[str] = field(default_factory=list)  # what cannot be held to a pin, and why
-    files: int = 0
-    packages: set[str] = field(default_factory=set)
 
 
 def _lockfile(tree: str, view: View) -> str | None:
@@ -121,7 +110,7 @@ def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
     return key
 
 
-def verify(tree: str, changes: list[Change], view: View) -> NpmVerdict | None:
+def verify(tree: str, changes: list[Change], view: View) -> Verdict | None:
     """The session's changes in an npm tree held to its lockfile at the start; None when the
     tree is not npm's (pnpm, yarn)."""
     if not tree.endswith("node_modules") or any(f"{tree}/{name}" in view.after or f"{tree}/{name}" in view.before
@@ -130,7 +119,7 @@ def verify(tree: str, changes: list[Change], view: View) -> NpmVerdict | None:
     lockfile = _lockfile(tree, view)
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
         return None  # not npm's, as far as anything says
-    verdict = NpmVerdict(lockfile or "package-lock.json")
+    verdict = Verdict(lockfile or "package-lock.json")
     start = _packages(view.text(lockfile, "before")) if lockfile is not None else None
     if start is None or lockfile is None:
         if any(_written(change, tree) for change in changes):  # else npm only rewrote its own state
@@ -154,11 +143,10 @@ class _Check:
     """One tree's changes against the lockfile's pins at the start (``start``) and at the end
     (``end``: for what the session pinned itself), the tarballs asked for at once."""
 
-    def __init__(self, verdict: NpmVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
+    def __init__(self, verdict: Verdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
-        # integrity -> (path, in package, sha256, whether its package runs an install script, package)
-        self.wanted: dict[str, list[tuple[str, str, str | None, bool, str]]] = {}
+        self.wanted: dict[str, list[Wanted]] = {}  # integrity -> the files its tarball must hold
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
 
     def listed(self, key: str) -> bool:
@@ -173,7 +161,7 @@ class _Check:
                 self.change(change.path, change)
         for key, reason in sorted(self.unpinned.items()):
             self.verdict.unverified.append(f"{self.base + '/' if self.base else ''}{key}: {reason}")
-        self.compare()
+        hold(self.verdict, self.wanted, self.view, "tarball")
 
     def change(self, path: str, change: Change) -> None:
         new = change.after
@@ -221,33 +209,10 @@ class _Check:
             resolved = packages[owner].get("resolved")
             self.unpinned.setdefault(owner, f"pinned without an integrity (resolved: {resolved})")
         else:
-            scripted = bool(packages[owner].get("hasInstallScript"))
-            self.wanted.setdefault(integrity, []).append((path, relative[len(owner) + 1:], sha256, scripted, owner))
-
-    def compare(self) -> None:
-        artifacts = self.view.artifacts
-        got: dict[str, Artifact | str] = artifacts(sorted(self.wanted)) if artifacts is not None and self.wanted \
-            else {}
-        for integrity, files in self.wanted.items():
-            artifact = got.get(integrity, "no npm cache to read it from")
-            if isinstance(artifact, str):
-                self.verdict.unverified.append(f"{len(files)} file(s) of {_package_of(files[0][0])}: {artifact}")
-                continue
-            built: dict[str, int] = {}
-            for path, inside, sha256, scripted, owner in files:
-                expected = artifact.files.get(inside)
-                if expected is not None and sha256 == expected:
-                    self.verdict.files += 1
-                    self.verdict.packages.add(owner)
-                elif scripted:  # its install script writes in it (esbuild's binary, node-gyp's build/)
-                    built[_package_of(path)] = built.get(_package_of(path), 0) + 1
-                elif expected is None:
-                    self.verdict.problems.append(f"{path}: a file its package's tarball does not hold")
-                else:
-                    self.verdict.problems.append(f"{path}: not the content of its package's tarball")
-            self.verdict.unverified.extend(f"{count} file(s) of {package} that are not its tarball's, as its install "
-                                           "script (the lockfile records one) may write them"
-                                           for package, count in sorted(built.items()))
+            scripted = bool(packages[owner].get("hasInstallScript"))  # it writes in its package (esbuild)
+            package = f"{self.base}/{owner}" if self.base else owner
+            self.wanted.setdefault(integrity, []).append(Wanted(path, relative[len(owner) + 1:], sha256, package,
+                                                                scripted))
 
     def bin_link(self, path: str, kind: str, target: str | None) -> None:
         """``.bin/NAME``: npm's link to the ``bin`` the lockfile records for NAME in that package."""
@@ -290,17 +255,6 @@ class _Check:
                 self.verdict.problems.append(f"{path}: its entry {key} is not the lockfile's")
 
 
-def _package_of(path: str) -> str:
-    head, marker, rest = path.rpartition("node_modules/")
-    parts = rest.split("/")
-    return head + marker + "/".join(parts[:2] if parts[0].startswith("@") else parts[:1])
-
-
-def _listed(items: list[str]) -> str:
-    shown = "; ".join(items[:_LISTED])
-    return shown + (f"; and {len(items) - _LISTED} more" if len(items) > _LISTED else "")
-
-
 def clean_install(tree: str) -> str:
     """What reinstalls a tree as its lockfile says, in words (for the finding)."""
     project = tree.rpartition("/")[0]
@@ -318,18 +272,6 @@ def npm_findings(tree: str, changes: list[Change], view: View, tampered: list[st
     verdict = verify(tree, changes, view)
     if verdict is None:
         return None
-    problems = [*tampered, *verdict.problems]
-    remedy = f"on the host: {clean_install(tree)}"
-    verified = f"verified {verdict.files} file(s) of {len(verdict.packages)} package(s) against {verdict.lockfile} " \
-        "as the session's start had it"
-    value = changes_value(changes)
-    if not verdict.unverified and not verdict.files and not any(_written(change, tree) for change in changes):
-        verified = f"npm's tree changed ({len({c.path for c in changes})} entries) with no package file written: " \
-            "nothing to verify"
-    if problems:
-        return [finding("B07", "high", tree, f"{len(problems)} change(s) no install from {verdict.lockfile} makes: "
-                        f"{_listed(problems)}; {remedy}", value, remedy="reinstall")]
-    if verdict.unverified:
-        return [finding("B07", "medium", tree, f"{verified}; {len(verdict.unverified)} not verifiable: "
-                        f"{_listed(verdict.unverified)}; to be sure, {remedy}", value, remedy="reinstall")]
-    return [finding("B07", "low", tree, verified, value, remedy="reinstall")]
+    idle = None if any(_written(change, tree) for change in changes) else \
+        f"npm's tree changed ({len({c.path for c in changes})} entries) with no package file written: nothing to verify"
+    return [tree_finding(tree, verdict, changes, tampered, f"on the host: {clean_install(tree)}", idle=idle)]
