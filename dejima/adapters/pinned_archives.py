@@ -17,7 +17,7 @@ import threading
 import zlib
 from collections.abc import Callable
 
-from dejima.core.audit.model import Artifact
+from dejima.core.audit.model import Artifact, Artifacts
 
 ARCHIVE_LIMIT = 256 << 20  # bytes of one cached archive
 UNPACKED_LIMIT = 512 << 20  # bytes of it inflated (a gzip bomb stops here): held in memory
@@ -138,3 +138,18 @@ def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str) -
     for worker in workers:
         worker.join()
     return got
+
+
+def joined(readers: dict[str, Artifacts]) -> Artifacts:
+    """One reader of every tool's artifacts: each key goes to the reader of the first prefix it starts
+    with (``""``: the rest)."""
+    def read(keys: list[str]) -> dict[str, Artifact | str]:
+        routed: dict[str, list[str]] = {}
+        for key in keys:
+            routed.setdefault(next((p for p in readers if p and key.startswith(p)), ""), []).append(key)
+        got: dict[str, Artifact | str] = {}
+        for prefix, some in routed.items():
+            reader = readers.get(prefix)
+            got.update(reader(some) if reader is not None else dict.fromkeys(some, "no cache to read it from"))
+        return got
+    return read

@@ -12,7 +12,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from dejima.adapters import host, mount_state, npm_cache
+from dejima.adapters import cargo_cache, host, mount_state, npm_cache
 from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
@@ -25,6 +25,7 @@ from dejima.adapters.mount_state import (
     load_snapshot,
     save_snapshot,
 )
+from dejima.adapters.pinned_archives import joined
 from dejima.adapters.session_dirs import live_sessions_on, sessions_dir
 from dejima.adapters.start_contents import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
 from dejima.adapters.tree_walk import (
@@ -35,10 +36,10 @@ from dejima.adapters.tree_walk import (
     complete_start,
     walk_changes,
 )
-from dejima.core.audit import SEVERITIES, Finding
+from dejima.core.audit import SEVERITIES, Finding, cargo_verify
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
-from dejima.core.audit.model import finding, rank
+from dejima.core.audit.model import Artifacts, finding, rank
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.orchestration.session_reporter import SessionReporter
 
@@ -81,23 +82,30 @@ def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
 
 
 def audit_mount(state: MountState, session_id: str = "", npm_caches: list[Path] | None = None,
-                ) -> tuple[list[Finding], Snapshot]:
-    """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``:
-    where the pinned tarballs of its npm trees can be read (default: the host user's own cache)."""
-    found, after, _ = _audit_mount(state, session_id, npm_cache.npm_caches(()) if npm_caches is None else npm_caches)
+                cargo_homes: list[Path] | None = None) -> tuple[list[Finding], Snapshot]:
+    """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``,
+    ``cargo_homes``: where the pinned archives of its trees can be read (default: the host user's own)."""
+    found, after, _ = _audit_mount(state, session_id, _pinned(
+        npm_cache.npm_caches(()) if npm_caches is None else npm_caches,
+        cargo_cache.cargo_homes(()) if cargo_homes is None else cargo_homes))
     return found, after
 
 
-def _audit_mount(state: MountState, session_id: str, npm_caches: list[Path]) -> tuple[list[Finding], Snapshot,
-                                                                                        list[str]]:
+def _pinned(npm_caches: list[Path], cargo_homes: list[Path]) -> Artifacts:
+    """The reader of the packages' pinned archives: npm's tarballs, cargo's crates."""
+    return joined({cargo_verify.CRATE_PREFIX: cargo_cache.crates(cargo_homes), "": npm_cache.tarballs(npm_caches)})
+
+
+def _audit_mount(state: MountState, session_id: str, pinned: Artifacts) -> tuple[list[Finding], Snapshot,
+                                                                                 list[str]]:
     # The rules allocate while 200k entries are in memory: a full collection would scan them all.
     state.ready()
     with gc_paused():
-        return _audit_ready(state, session_id, npm_caches)
+        return _audit_ready(state, session_id, pinned)
 
 
-def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path]) -> tuple[list[Finding], Snapshot,
-                                                                                       list[str]]:
+def _audit_ready(state: MountState, session_id: str, pinned: Artifacts) -> tuple[list[Finding], Snapshot,
+                                                                                list[str]]:
     root = state.mount.root
     hashed: dict[str, bytes] = {}
     listed: dict[str, list[str]] = {}
@@ -124,7 +132,7 @@ def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path]) -> 
     from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
 
     return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed,
-                            state.mount.watch, npm_cache.tarballs(npm_caches))], after, changed
+                            state.mount.watch, pinned)], after, changed
 
 
 def _import_rules() -> None:
@@ -281,11 +289,12 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
         found = []
         for state in states:  # every start complete before the end walks fork
             state.join()
-        # The session's npm cache is in its home: the pinned tarballs its trees are verified against.
-        caches = npm_cache.npm_caches(s.mount.root for s in states if s.mount.kind == "home")
+        # The session's npm cache and cargo home are in its home: the pinned archives its trees are verified against.
+        homes = [s.mount.root for s in states if s.mount.kind == "home"]
+        pinned = _pinned(npm_cache.npm_caches(homes), cargo_cache.cargo_homes(homes))
         for state in states:
             try:
-                mount_findings, after, changed = _audit_mount(state, session_id, caches)
+                mount_findings, after, changed = _audit_mount(state, session_id, pinned)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"

@@ -29,7 +29,7 @@ import posixpath
 from collections.abc import Callable
 
 from dejima.core.audit.model import Finding, View
-from dejima.core.audit.pinned import Verdict, Wanted, hold, tree_finding
+from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, tree_finding
 from dejima.core.snapshot import Change
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
@@ -110,7 +110,7 @@ def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
     return key
 
 
-def verify(tree: str, changes: list[Change], view: View) -> Verdict | None:
+def verify(tree: str, changes: list[Change], view: View) -> TreeVerdict | None:
     """The session's changes in an npm tree held to its lockfile at the start; None when the
     tree is not npm's (pnpm, yarn)."""
     if not tree.endswith("node_modules") or any(f"{tree}/{name}" in view.after or f"{tree}/{name}" in view.before
@@ -119,7 +119,7 @@ def verify(tree: str, changes: list[Change], view: View) -> Verdict | None:
     lockfile = _lockfile(tree, view)
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
         return None  # not npm's, as far as anything says
-    verdict = Verdict(lockfile or "package-lock.json")
+    verdict = TreeVerdict(lockfile or "package-lock.json")
     start = _packages(view.text(lockfile, "before")) if lockfile is not None else None
     if start is None or lockfile is None:
         if any(_written(change, tree) for change in changes):  # else npm only rewrote its own state
@@ -143,7 +143,7 @@ class _Check:
     """One tree's changes against the lockfile's pins at the start (``start``) and at the end
     (``end``: for what the session pinned itself), the tarballs asked for at once."""
 
-    def __init__(self, verdict: Verdict, tree: str, base: str, start: dict[str, dict[str, object]],
+    def __init__(self, verdict: TreeVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
         self.wanted: dict[str, list[Wanted]] = {}  # integrity -> the files its tarball must hold

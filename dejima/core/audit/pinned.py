@@ -21,7 +21,7 @@ _LISTED = 10
 
 
 @dataclass
-class Verdict:
+class TreeVerdict:
     lockfile: str
     problems: list[str] = field(default_factory=list)  # what no install from the lockfile makes
     unverified: list[str] = field(default_factory=list)  # what cannot be held to a pin, and why
@@ -39,7 +39,7 @@ class Wanted(NamedTuple):
     excused: bool = False  # its package's own install script may write it (npm's hasInstallScript)
 
 
-def hold(verdict: Verdict, wanted: dict[str, list[Wanted]], view: View, artifact_name: str) -> None:
+def hold(verdict: TreeVerdict, wanted: dict[str, list[Wanted]], view: View, artifact_name: str) -> None:
     """Each wanted file against its artifact (``wanted``: artifact key -> its files)."""
     reader = view.artifacts
     got: dict[str, Artifact | str] = reader(sorted(wanted)) if reader is not None and wanted else {}
@@ -70,20 +70,21 @@ def listed(items: list[str]) -> str:
     return shown + (f"; and {len(items) - _LISTED} more" if len(items) > _LISTED else "")
 
 
-def tree_finding(tree: str, verdict: Verdict, changes: list[Change], tampered: list[str], remedy: str,
-                 unit: str = "package", idle: str | None = None) -> Finding:
+def tree_finding(tree: str, verdict: TreeVerdict, changes: list[Change], tampered: list[str], remedy: str,
+                 unit: str = "package", idle: str | None = None, lead: str = "") -> Finding:
     """The tree's one finding: high with what differs (``tampered``: what other checks found too),
     medium with what could not be verified, else low with what was. ``idle``: what to say instead
-    when nothing was verified and nothing needed to be (the tool only rewrote its own records)."""
+    when nothing was verified and nothing needed to be (the tool only rewrote its own records);
+    ``lead``: the words the evidence begins with."""
     problems = [*tampered, *verdict.problems]
     verified = f"verified {verdict.files} file(s) of {len(verdict.packages)} {unit}(s) against {verdict.lockfile} " \
         "as the session's start had it"
     value = changes_value(changes)
     if problems:
-        return finding("B07", "high", tree, f"{len(problems)} change(s) no install from {verdict.lockfile} makes: "
-                       f"{listed(problems)}; {remedy}", value, remedy="reinstall")
+        return finding("B07", "high", tree, f"{lead}{len(problems)} change(s) no install from {verdict.lockfile} "
+                       f"makes: {listed(problems)}; {remedy}", value, remedy="reinstall")
     if verdict.unverified:
-        return finding("B07", "medium", tree, f"{verified}; {len(verdict.unverified)} not verifiable: "
+        return finding("B07", "medium", tree, f"{lead}{verified}; {len(verdict.unverified)} not verifiable: "
                        f"{listed(verdict.unverified)}; to be sure, {remedy}", value, remedy="reinstall")
-    return finding("B07", "low", tree, idle if idle is not None and not verdict.files else verified, value,
+    return finding("B07", "low", tree, lead + (idle if idle is not None and not verdict.files else verified), value,
                    remedy="reinstall")
