@@ -22,7 +22,7 @@ from dejima.core.audit.model import Artifact, Artifacts
 _ALGORITHMS = ("sha512", "sha384", "sha256")
 
 
-def _address(integrity: str) -> tuple[str, str] | None:
+def address(integrity: str) -> tuple[str, str] | None:
     """(algorithm, hex digest) of the strongest hash an SRI string names."""
     found: dict[str, str] = {}
     for item in integrity.split():
@@ -38,11 +38,11 @@ def _address(integrity: str) -> tuple[str, str] | None:
     return None
 
 
-def _tarball(caches: list[Path], integrity: str) -> Artifact | str:
-    address = _address(integrity)
-    if address is None:
+def tarball(caches: list[Path], integrity: str) -> Artifact | str:
+    pinned = address(integrity)
+    if pinned is None:
         return f"an integrity dejima cannot check ({integrity[:40]})"
-    algorithm, digest = address
+    algorithm, digest = pinned
     relative = f"_cacache/content-v2/{algorithm}/{digest[:2]}/{digest[2:4]}/{digest[4:]}"
     mismatched = False
     for cache in caches:
@@ -72,4 +72,4 @@ def npm_caches(homes: Iterable[Path]) -> list[Path]:
 
 def tarballs(caches: list[Path]) -> Artifacts:
     """The audit's reader of pinned tarballs (model.Artifacts), from these npm caches."""
-    return lambda integrities: read_all(integrities, lambda integrity: _tarball(caches, integrity), "tarball")
+    return lambda integrities: read_all(integrities, lambda integrity: tarball(caches, integrity), "tarball")

@@ -12,7 +12,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from dejima.adapters import cargo_cache, host, mount_state, npm_cache
+from dejima.adapters import cargo_cache, host, mount_state, npm_cache, yarn_cache
 from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
@@ -36,7 +36,7 @@ from dejima.adapters.tree_walk import (
     complete_start,
     walk_changes,
 )
-from dejima.core.audit import SEVERITIES, Finding, cargo_verify
+from dejima.core.audit import SEVERITIES, Finding, cargo_verify, yarn_verify
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import Artifacts, finding, rank
@@ -82,18 +82,23 @@ def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
 
 
 def audit_mount(state: MountState, session_id: str = "", npm_caches: list[Path] | None = None,
-                cargo_homes: list[Path] | None = None) -> tuple[list[Finding], Snapshot]:
+                cargo_homes: list[Path] | None = None, yarn_caches: list[Path] | None = None,
+                ) -> tuple[list[Finding], Snapshot]:
     """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``,
-    ``cargo_homes``: where the pinned archives of its trees can be read (default: the host user's own)."""
+    ``cargo_homes``, ``yarn_caches``: where the pinned archives of its trees can be read (default:
+    the host user's own)."""
     found, after, _ = _audit_mount(state, session_id, _pinned(
         npm_cache.npm_caches(()) if npm_caches is None else npm_caches,
-        cargo_cache.cargo_homes(()) if cargo_homes is None else cargo_homes))
+        cargo_cache.cargo_homes(()) if cargo_homes is None else cargo_homes,
+        yarn_cache.yarn_caches(()) if yarn_caches is None else yarn_caches))
     return found, after
 
 
-def _pinned(npm_caches: list[Path], cargo_homes: list[Path]) -> Artifacts:
-    """The reader of the packages' pinned archives: npm's tarballs, cargo's crates."""
-    return joined({cargo_verify.CRATE_PREFIX: cargo_cache.crates(cargo_homes), "": npm_cache.tarballs(npm_caches)})
+def _pinned(npm_caches: list[Path], cargo_homes: list[Path], yarn_caches: list[Path]) -> Artifacts:
+    """The reader of the packages' pinned archives: npm's and yarn's tarballs, cargo's crates."""
+    return joined({cargo_verify.CRATE_PREFIX: cargo_cache.crates(cargo_homes),
+                   yarn_verify.YARN_PREFIX: yarn_cache.tarballs(yarn_caches, npm_caches),
+                   "": npm_cache.tarballs(npm_caches)})
 
 
 def _audit_mount(state: MountState, session_id: str, pinned: Artifacts) -> tuple[list[Finding], Snapshot,
@@ -291,7 +296,7 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
             state.join()
         # The session's npm cache and cargo home are in its home: the pinned archives its trees are verified against.
         homes = [s.mount.root for s in states if s.mount.kind == "home"]
-        pinned = _pinned(npm_cache.npm_caches(homes), cargo_cache.cargo_homes(homes))
+        pinned = _pinned(npm_cache.npm_caches(homes), cargo_cache.cargo_homes(homes), yarn_cache.yarn_caches(homes))
         for state in states:
             try:
                 mount_findings, after, changed = _audit_mount(state, session_id, pinned)

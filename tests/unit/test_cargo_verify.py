@@ -15,10 +15,7 @@ import os
 import shutil
 import subprocess
 import tarfile
-import threading
 from collections.abc import Callable, Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -26,6 +23,7 @@ import pytest
 from dejima.adapters.pinned_archives import tar_entries
 from dejima.core.audit import Finding
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+from tests.pinned_trees import replace_file, served, severities
 
 CARGO = shutil.which("cargo") or ("/root/.cargo/bin/cargo" if Path("/root/.cargo/bin/cargo").exists() else None)
 pytestmark = pytest.mark.skipif(CARGO is None, reason="needs cargo")
@@ -33,11 +31,6 @@ LIB = 'pub fn tiny() -> &\'static str { env!("TINY") }\n'
 BUILD = 'fn main() { println!("cargo:rustc-env=TINY=tiny"); }\n'
 VENDORED = ["--config", 'source.crates-io.replace-with="vendored-sources"',
             "--config", 'source.vendored-sources.directory="vendor"']
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -52,24 +45,16 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
     (source / "src/lib.rs").write_text(LIB)
     cargo(source, source / "pack-home", "package", "--allow-dirty", "--no-verify", "--offline")
     crate = source / "target/package/tinycrate-0.1.0.crate"
-    served = tmp_path_factory.mktemp("registry")
-    (served / "ti/ny").mkdir(parents=True)
-    (served / "dl").mkdir()
-    shutil.copy(crate, served / "dl")
+    directory = tmp_path_factory.mktemp("registry")
+    (directory / "ti/ny").mkdir(parents=True)
+    (directory / "dl").mkdir()
+    shutil.copy(crate, directory / "dl")
     checksum = hashlib.sha256(crate.read_bytes()).hexdigest()
-    (served / "ti/ny/tinycrate").write_text(json.dumps({"name": "tinycrate", "vers": "0.1.0", "deps": [],
-                                                        "cksum": checksum, "features": {}, "yanked": False}) + "\n")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(served)))
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    (served / "config.json").write_text(json.dumps({"dl": url + "/dl/{crate}-{version}.crate"}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    (directory / "ti/ny/tinycrate").write_text(json.dumps({"name": "tinycrate", "vers": "0.1.0", "deps": [],
+                                                           "cksum": checksum, "features": {}, "yanked": False}) + "\n")
+    with served(directory) as url:
+        (directory / "config.json").write_text(json.dumps({"dl": url + "/dl/{crate}-{version}.crate"}))
         yield url, crate
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
-        server.server_close()
 
 
 def cargo(directory: Path, home: Path, *args: str) -> str:
@@ -112,15 +97,6 @@ def session(workspace: Path, home: Path, work: Callable[[Path], object], change:
     return [f for f in found if f.path.split("/")[0] in ("vendor", "target")]
 
 
-def severities(found: list[Finding]) -> list[tuple[str, str]]:
-    return [(f.path, f.severity) for f in found]
-
-
-def replace_file(path: Path, text: str) -> None:
-    """A new file renamed over the old (sed -i, an editor): a new inode, the directory changed."""
-    fresh = path.with_name(path.name + ".new")
-    fresh.write_text(text)
-    os.replace(fresh, path)
 
 
 def rewrite_record(crate: Path) -> None:

@@ -33,7 +33,7 @@ import tomllib
 
 from dejima.core.audit.caches import changes_value
 from dejima.core.audit.model import Finding, View, finding
-from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, tree_finding
+from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
 from dejima.core.snapshot import Change
 
 LOCKFILE = "Cargo.lock"
@@ -97,24 +97,13 @@ def _pins(view: View, lockfile: str, side: str) -> _Pins | str:
         return f"{lockfile} is not a lockfile cargo reads ({error})"
 
 
-def _lockfile(tree: str, view: View) -> str:
-    """The Cargo.lock that governs a vendor directory: beside it, or in a directory above (a
-    workspace's lockfile lies at its root); at the start or the end."""
-    directory = tree.rpartition("/")[0]
-    while True:
-        path = f"{directory}/{LOCKFILE}" if directory else LOCKFILE
-        if path in view.before or path in view.after or not directory:
-            return path
-        directory = directory.rpartition("/")[0]
-
-
 def _written(change: Change) -> bool:
     return change.after is not None and change.what in _CONTENT and change.after.kind != "dir"
 
 
 def verify_vendor(tree: str, changes: list[Change], view: View) -> TreeVerdict:
     """The session's changes in a ``cargo vendor`` directory held to Cargo.lock at the start."""
-    lockfile = _lockfile(tree, view)
+    lockfile = lockfile_above(tree, view, (LOCKFILE,)) or LOCKFILE
     verdict = TreeVerdict(lockfile)
     start = _pins(view, lockfile, "before")
     if isinstance(start, str):

@@ -29,7 +29,7 @@ import posixpath
 from collections.abc import Callable
 
 from dejima.core.audit.model import Finding, View
-from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, tree_finding
+from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
 from dejima.core.snapshot import Change
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
@@ -38,20 +38,6 @@ CLEAN_INSTALL = "npm ci"
 _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml")
 _PIN = ("version", "resolved", "integrity", "link")
 _CONTENT = ("added", "modified", "type", "link-target")
-
-
-def _lockfile(tree: str, view: View) -> str | None:
-    """The lockfile that governs a node_modules tree: beside it, or in a directory above (a
-    workspace package's tree follows the root's lockfile); at the start or the end."""
-    directory = tree.rpartition("/")[0]
-    while True:
-        for name in LOCKFILES:
-            path = f"{directory}/{name}" if directory else name
-            if path in view.before or path in view.after:
-                return path
-        if not directory:
-            return None
-        directory = directory.rpartition("/")[0]
 
 
 def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
@@ -69,7 +55,7 @@ def _pin(entry: dict[str, object] | None) -> tuple[object, ...] | None:
     return None if entry is None else tuple(entry.get(key) for key in _PIN)
 
 
-def _package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
+def package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
     """``node_modules/a/node_modules/@s/b`` for a path inside that package (relative to the
     lockfile's directory): the outermost package, then each nested ``node_modules/x`` that the
     lockfile lists (a package's own files may hold a directory called node_modules: resolve's test
@@ -78,19 +64,19 @@ def _package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
     at = 0 if relative.startswith("node_modules/") else relative.find("/node_modules/") + 1
     if at < 0 or at == 0 and not relative.startswith("node_modules/"):
         return None
-    first, rest = _first_package(relative[at:])
+    first, rest = first_package(relative[at:])
     if first is None:
         return None
     key = relative[:at] + first
     while rest.startswith("node_modules/"):
-        nested, deeper = _first_package(rest)
+        nested, deeper = first_package(rest)
         if nested is None or not listed(f"{key}/{nested}"):
             break
         key, rest = f"{key}/{nested}", deeper
     return key
 
 
-def _first_package(relative: str) -> tuple[str | None, str]:
+def first_package(relative: str) -> tuple[str | None, str]:
     """(``node_modules/a`` or ``node_modules/@s/a``, the rest of the path) for a path in it."""
     parts = relative.split("/")
     size = 3 if parts[1].startswith("@") else 2
@@ -116,7 +102,7 @@ def verify(tree: str, changes: list[Change], view: View) -> TreeVerdict | None:
     if not tree.endswith("node_modules") or any(f"{tree}/{name}" in view.after or f"{tree}/{name}" in view.before
                                                 for name in _OTHER_MANAGERS):
         return None
-    lockfile = _lockfile(tree, view)
+    lockfile = lockfile_above(tree, view, LOCKFILES)
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
         return None  # not npm's, as far as anything says
     verdict = TreeVerdict(lockfile or "package-lock.json")
@@ -176,7 +162,7 @@ class _Check:
             self.bin_link(path, new.kind, new.target)
         elif new.kind == "dir":
             return
-        elif (key := _package_key(relative + "/x" if new.kind == "symlink" else relative, self.listed)) is None:
+        elif (key := package_key(relative + "/x" if new.kind == "symlink" else relative, self.listed)) is None:
             if name.startswith("."):  # a tool's own directory or file in the tree (.cache, .vite)
                 self.verdict.unverified.append(f"{path}: in no package (a tool's own; not verified)")
             else:
@@ -222,7 +208,7 @@ class _Check:
             return
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
         inside = not target.startswith("/") and (not self.base or resolved.startswith(self.base + "/"))
-        key = _package_key(self.relative(resolved), self.listed) if inside else None
+        key = package_key(self.relative(resolved), self.listed) if inside else None
         entry = self.start.get(key) if key is not None else None
         if key is not None and key in self.end and _pin(self.end[key]) != _pin(entry):
             entry = self.end[key]  # pinned in the session: its bin as the session's lockfile says, and unverified

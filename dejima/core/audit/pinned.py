@@ -39,6 +39,20 @@ class Wanted(NamedTuple):
     excused: bool = False  # its package's own install script may write it (npm's hasInstallScript)
 
 
+def lockfile_above(tree: str, view: View, names: tuple[str, ...]) -> str | None:
+    """The lockfile that governs a tree: beside it, or in a directory above (a workspace's member
+    follows the root's lockfile); at the start or the end."""
+    directory = tree.rpartition("/")[0]
+    while True:
+        for name in names:
+            path = f"{directory}/{name}" if directory else name
+            if path in view.before or path in view.after:
+                return path
+        if not directory:
+            return None
+        directory = directory.rpartition("/")[0]
+
+
 def hold(verdict: TreeVerdict, wanted: dict[str, list[Wanted]], view: View, artifact_name: str) -> None:
     """Each wanted file against its artifact (``wanted``: artifact key -> its files)."""
     reader = view.artifacts

@@ -15,6 +15,7 @@ from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.npm_verify import npm_findings
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
+from dejima.core.audit.yarn_verify import yarn_findings
 from dejima.core.snapshot import Change
 
 _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/_virtualenv\.py|/bin/activate[^/]*|"
@@ -69,7 +70,10 @@ def _dependency_tree(kind: str, root: str, changes: list[Change], view: View) ->
     if kind == "cargo-vendor":  # held to Cargo.lock's checksums
         return vendor_findings(root, changes, view, in_place)
     tampered = in_place + npm_tampering(root, changes, view)
-    if (verified := npm_findings(root, changes, view, tampered)) is not None:  # held to its lockfile's pins
+    verified = npm_findings(root, changes, view, tampered)  # held to its lockfile's pins
+    if verified is None:
+        verified = yarn_findings(root, changes, view, tampered)
+    if verified is not None:
         return verified
     if tampered:
         return [finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: {_summary(tampered)}; "
