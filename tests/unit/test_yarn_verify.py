@@ -162,3 +162,31 @@ def test_what_cannot_be_verified_is_medium_and_says_why(tmp_path: Path, registry
     yarn(workspace, cache, registry, "install")
     [found] = audit_mount(state, npm_caches=[], yarn_caches=[cache])[0]
     assert found.severity == "medium" and "yarn.lock was not there at the session's start" in found.evidence
+
+
+def test_a_workspace_install_links_its_packages_and_a_link_elsewhere_is_high(tmp_path: Path, registry: str) -> None:
+    """yarn workspaces: node_modules/@me/lib and its bin are links into packages/lib, the project's own."""
+    def workspaces(root: Path) -> tuple[Path, Path]:
+        workspace, cache = root / "workspace", root / "home/.cache/yarn"
+        (workspace / "packages/lib").mkdir(parents=True)
+        (workspace / "package.json").write_text(json.dumps({"name": "ws", "private": True,
+                                                            "workspaces": ["packages/*"]}))
+        (workspace / "packages/lib/package.json").write_text(json.dumps({
+            "name": "@me/lib", "version": "1.0.0", "bin": {"mylib": "cli.js"}, "dependencies": {"tinytool": "1.0.0"}}))
+        (workspace / "packages/lib/cli.js").write_text("#!/usr/bin/env node\n")
+        yarn(workspace, root / "host/.cache/yarn", registry, "install")
+        shutil.rmtree(workspace / "node_modules")
+        return workspace, cache
+
+    found = session(*workspaces(tmp_path / "a"), registry)
+    assert severities(found) == [("node_modules", "low")] and "verified 3 file(s)" in found[0].evidence
+
+    def repoint(root: Path) -> None:
+        (root / "elsewhere").mkdir()
+        (root / "elsewhere/package.json").write_text('{"name": "@me/lib", "version": "1.0.0"}')
+        (root / "node_modules/@me/lib").unlink()
+        (root / "node_modules/@me/lib").symlink_to("../../elsewhere")
+
+    found = session(*workspaces(tmp_path / "b"), registry, repoint)
+    assert severities(found) == [("node_modules", "high")]
+    assert "node_modules/@me/lib: a link where yarn puts a package, not to the workspace package" in found[0].evidence

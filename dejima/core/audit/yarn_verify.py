@@ -30,6 +30,7 @@ from typing import NamedTuple
 from dejima.core.audit.model import Finding, View
 from dejima.core.audit.npm_verify import package_key
 from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
+from dejima.core.audit.treeroots import workspace_package
 from dejima.core.snapshot import Change
 
 LOCKFILE = "yarn.lock"
@@ -147,6 +148,9 @@ class _YarnCheck:
         if inside.startswith(".bin/") and inside.count("/") == 1:
             self.bin_link(path, new.kind, new.target)
             return
+        if new.kind == "symlink" and (linked := package_key(relative + "/x", self.listed)) == relative:
+            self.workspace_link(path, linked, new.target)
+            return
         key = package_key(relative, self.listed)
         if key is None or key.rpartition("/")[2].startswith("."):
             if inside.startswith("."):  # a tool's own (.cache) in the tree
@@ -174,22 +178,38 @@ class _YarnCheck:
             self.wanted.setdefault(yarn_key(name, pin.resolved, pin.integrity), []).append(
                 Wanted(path, path[len(package) + 1:], new.sha256, package, scripted))
 
+    def workspace_link(self, path: str, key: str, target: str | None) -> None:
+        """A link where a package goes: yarn's link to the workspace package of that name."""
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target or ""))
+        manifest = self.view.json_object(f"{resolved}/package.json") or {}
+        if target is None or target.startswith("/") or not workspace_package(resolved, self.view) or \
+                manifest.get("name") != key.rpartition("node_modules/")[2]:
+            self.verdict.problems.append(f"{path}: a link where yarn puts a package, not to the workspace package "
+                                         "of that name")
+
     def bin_link(self, path: str, kind: str, target: str | None) -> None:
-        """``.bin/NAME``: yarn's link to a bin the package it points into declares as NAME."""
+        """``.bin/NAME``: yarn's link to a bin that the package it points into (installed, or one of
+        the project's workspace packages) declares as NAME."""
         name = path.rpartition("/")[2]
         if kind != "symlink" or target is None:
             self.verdict.problems.append(f"{path}: a {kind} where yarn makes a link to a package's bin")
             return
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-        inside = not target.startswith("/") and resolved.startswith(self.tree + "/")
-        relative = resolved[len(self.base) + 1:] if self.base else resolved
-        key = package_key(relative, self.listed) if inside else None
-        manifest = self.view.json_object(f"{self.directory(key)}/package.json") if key is not None else None
+        package: str | None = None
+        if target.startswith("/"):
+            pass
+        elif resolved.startswith(self.tree + "/"):
+            key = package_key(resolved[len(self.base) + 1:] if self.base else resolved, self.listed)
+            package = self.directory(key) if key is not None else None
+        else:  # a workspace package's bin
+            package = self.view.directory_above("workspace-package", resolved.rpartition("/")[0],
+                                                lambda directory: workspace_package(directory, self.view))
+        manifest = self.view.json_object(f"{package}/package.json") if package is not None else None
         bins = manifest.get("bin") if manifest is not None else None
         if isinstance(bins, str) and manifest is not None:
             bins = {str(manifest.get("name", "")).rpartition("/")[2]: bins}
         declared = bins.get(name) if isinstance(bins, dict) else None
-        where = relative[len(key) + 1:] if key is not None else ""
+        where = resolved[len(package) + 1:] if package is not None else ""
         if not isinstance(declared, str) or posixpath.normpath(declared) != posixpath.normpath(where):
             self.verdict.problems.append(f"{path}: a link to {target}, not a bin its package declares as {name}")
 
