@@ -43,6 +43,9 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
                                        'description = "t"\nlicense = "MIT"\n')
     (source / "build.rs").write_text(BUILD)
     (source / "src/lib.rs").write_text(LIB)
+    deep = source / "src" / ("a_directory_name_long_enough" * 4) / "that_the_archive_needs_a_long_name.rs"
+    deep.parent.mkdir()
+    deep.write_text("// past tar's 100 characters of name\n")
     cargo(source, source / "pack-home", "package", "--allow-dirty", "--no-verify", "--offline")
     crate = source / "target/package/tinycrate-0.1.0.crate"
     directory = tmp_path_factory.mktemp("registry")
@@ -119,6 +122,7 @@ def test_a_crates_archive_is_read_as_tarfile_reads_it(registry: tuple[str, Path]
         expected = {m.name.partition("/")[2]: hashlib.sha256(archive.extractfile(m).read()).hexdigest()  # type: ignore[union-attr]
                     for m in archive.getmembers() if m.isfile()}
     assert tar_entries(data) == expected and "build.rs" in expected
+    assert any(len(name) > 100 for name in expected)  # a GNU long-name entry
 
 
 def test_a_clean_vendoring_is_verified_file_by_file_and_the_host_builds_it(
@@ -126,7 +130,7 @@ def test_a_clean_vendoring_is_verified_file_by_file_and_the_host_builds_it(
     workspace, home = project(tmp_path, registry)
     found = session(workspace, home, lambda w: vendor(w, home))
     assert severities(found) == [("vendor", "low")]
-    assert found[0].evidence.startswith("vendored crates: verified 5 file(s) of 1 crate(s) against Cargo.lock")
+    assert found[0].evidence.startswith("vendored crates: verified 6 file(s) of 1 crate(s) against Cargo.lock")
     assert host_build(workspace, tmp_path).strip() == "tiny"
 
 
@@ -183,7 +187,7 @@ def test_an_existing_vendor_tree_rewritten_in_the_session_is_high_and_vendoring_
     workspace, home = project(tmp_path, registry)
     vendor(workspace, home)  # before the session
     again = session(workspace, home, lambda w: vendor(w, home))
-    assert severities(again) == [("vendor", "low")] and "verified 5 file(s)" in again[0].evidence
+    assert severities(again) == [("vendor", "low")] and "verified 6 file(s)" in again[0].evidence
 
     def tamper(root: Path) -> None:
         replace_file(root / "vendor/tinycrate/src/lib.rs", 'pub fn tiny() -> &\'static str { "PLANTED" }\n')
@@ -231,7 +235,7 @@ def test_a_crate_pinned_in_the_session_is_medium_and_still_held_to_its_new_pin(
 
     [found] = session(workspace, home, relock)
     assert found.severity == "medium" and "tinycrate 0.1.0 pinned in the session" in found.evidence
-    assert "verified 5 file(s)" in found.evidence
+    assert "verified 6 file(s)" in found.evidence
     shutil.rmtree(workspace / "vendor")
     lock.write_text(restore.replace(checksum, "ab" * 32))
 
