@@ -22,7 +22,9 @@ import pytest
 
 from dejima.adapters.pinned_archives import tar_entries
 from dejima.core.audit import Finding
+from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+from dejima.ui.console import UI, plain_console
 from tests.pinned_trees import replace_file, served, severities
 
 CARGO = shutil.which("cargo")
@@ -265,3 +267,15 @@ def test_a_real_build_is_medium_naming_cargo_clean_which_removes_a_planted_progr
     assert cargo(workspace, home, "run", "--offline", "--quiet").strip() == "PLANTED"
     cargo(workspace, home, "clean", "--quiet")  # what the finding asks for
     assert cargo(workspace, home, "run", "--offline", "--quiet").strip() == "tiny"
+
+
+def test_the_end_of_a_session_reads_the_crates_from_the_session_homes_cargo_home(
+        tmp_path: Path, registry: tuple[str, Path]) -> None:
+    """Through exit_audit.finish, as the launcher runs it: the home mount's .cargo is where the
+    rust workflow's CARGO_HOME puts the registry cache."""
+    workspace, home = project(tmp_path, registry)
+    exit_audit.start("cargo-session", [Mount("workspace", workspace), Mount("home", home.parent)])
+    vendor(workspace, home)
+    found = exit_audit.finish("cargo-session", UI(plain_console(io.StringIO())))
+    [tree] = [f for f in found if f.path == "vendor"]
+    assert tree.severity == "low" and "verified 6 file(s) of 1 crate(s)" in tree.evidence
