@@ -1,12 +1,8 @@
 """npm's cache (cacache) as the audit's source of pinned tarballs: ``_cacache/content-v2/<algorithm>/
 xx/yy/<rest of the hex digest>``, addressed by the integrity itself. A tarball counts only when its
-bytes hash to the integrity asked for (the session can write the cache); it is read whole into
-memory within a bound, never extracted: each regular entry's bytes are hashed, its path's first
-component stripped (npm unpacks with strip 1, whatever the top directory is called); what cannot
-be read makes the tarball unverifiable, never partly verified.
-
-The tarballs are read on a thread each (both cores: zlib and hashlib release the GIL on large
-buffers); each cached byte is read once, each inflated byte hashed once.
+bytes hash to the integrity asked for (the session can write the cache); it is read as
+pinned_archives.py reads an archive, never extracted: what cannot be read makes the tarball
+unverifiable, never partly verified.
 """
 
 from __future__ import annotations
@@ -15,22 +11,18 @@ import base64
 import binascii
 import hashlib
 import os
-import posixpath
-import threading
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
+from dejima.adapters.pinned_archives import ARCHIVE_LIMIT, read_all, tar_entries
 from dejima.adapters.start_contents import read_file
 from dejima.core.audit.model import Artifact, Artifacts
 
-TARBALL_LIMIT = 256 << 20  # bytes of one cached tarball
-UNPACKED_LIMIT = 512 << 20  # bytes of it inflated (a gzip bomb stops here): held in memory
-ENTRY_LIMIT = 200_000  # entries of one tarball
 _ALGORITHMS = ("sha512", "sha384", "sha256")
 
 
-def _address(integrity: str) -> tuple[str, str] | None:
+def address(integrity: str) -> tuple[str, str] | None:
     """(algorithm, hex digest) of the strongest hash an SRI string names."""
     found: dict[str, str] = {}
     for item in integrity.split():
@@ -46,112 +38,27 @@ def _address(integrity: str) -> tuple[str, str] | None:
     return None
 
 
-def _tarball(caches: list[Path], integrity: str) -> Artifact | str:
-    address = _address(integrity)
-    if address is None:
+def tarball(caches: list[Path], integrity: str) -> Artifact | str:
+    pinned = address(integrity)
+    if pinned is None:
         return f"an integrity dejima cannot check ({integrity[:40]})"
-    algorithm, digest = address
+    algorithm, digest = pinned
     relative = f"_cacache/content-v2/{algorithm}/{digest[:2]}/{digest[2:4]}/{digest[4:]}"
     mismatched = False
     for cache in caches:
-        data = read_file(cache.parent, f"{cache.name}/{relative}", TARBALL_LIMIT)  # a link at .npm not followed
+        data = read_file(cache.parent, f"{cache.name}/{relative}", ARCHIVE_LIMIT)  # a link at .npm not followed
         if data is None:
             continue
         if hashlib.new(algorithm, data).hexdigest() != digest:
             mismatched = True  # rewritten in the cache: not the pinned tarball (the cache rules name it)
             continue
         try:
-            return Artifact(_entries(data))
+            return Artifact(tar_entries(data))
         except (zlib.error, ValueError) as error:
             return f"its tarball cannot be read ({type(error).__name__}: {error})"
     where = ", ".join(str(cache) for cache in caches) or "no npm cache"
     return ("its tarball in the npm cache does not hash to the lockfile's integrity" if mismatched else
             f"its tarball is not in the npm cache ({where})")
-
-
-def _entries(data: bytes) -> dict[str, str]:
-    """path inside the package -> SHA-256 of each regular entry (the last of a repeated path wins,
-    as when unpacked). Inflated in one call and hashed from slices of it (both release the GIL);
-    the headers read here, in the subset npm's tarballs use: ustar (prefix + name), GNU long names,
-    pax paths. A header whose checksum is wrong ends the reading with an error (unverified)."""
-    inflater = zlib.decompressobj(47)  # gzip (or zlib) header, auto-detected
-    raw = inflater.decompress(data, UNPACKED_LIMIT)
-    if inflater.unconsumed_tail:
-        raise ValueError(f"more than {UNPACKED_LIMIT >> 20} MiB unpacked")
-    view = memoryview(raw)
-    files: dict[str, str] = {}
-    offset, count, long_name = 0, 0, None
-    while offset + 512 <= len(raw):
-        header = raw[offset:offset + 512]
-        if header == _ZERO_BLOCK:
-            break
-        count += 1
-        if count > ENTRY_LIMIT:
-            raise ValueError(f"more than {ENTRY_LIMIT} entries")
-        _check(header)
-        size = _number(header[124:136])
-        start = offset + 512
-        if size < 0 or start + size > len(raw):
-            raise ValueError(f"an entry of {size} bytes past the archive's end")
-        offset = start + (size + 511) // 512 * 512
-        kind = header[156:157]
-        if kind in (b"L", b"x"):  # the next entry's name: GNU long name, pax extended header
-            long_name = _long_name(raw[start:start + size], kind)
-            continue
-        name, long_name = long_name or _name(header), None
-        if kind not in (b"0", b"\0", b"7"):
-            continue  # npm writes files and directories only
-        inside = name.lstrip("/").partition("/")[2]  # npm unpacks with strip 1
-        name = posixpath.normpath(inside) if inside else ""
-        if not name or name == "." or name.startswith("../") or name == "..":
-            continue  # outside the package: npm's unpacking refuses it
-        files[name] = hashlib.sha256(view[start:start + size]).hexdigest()
-    return files
-
-
-_ZERO_BLOCK = bytes(512)
-
-
-def _check(header: bytes) -> None:
-    """The header's checksum (its bytes summed, the field itself as spaces; unsigned or signed)."""
-    stored = header[148:156].split(b"\0", 1)[0].strip()
-    rest = header[:148] + b" " * 8 + header[156:]
-    if not stored or int(stored, 8) != sum(rest) and \
-            int(stored, 8) != sum(rest) - 256 * sum(1 for byte in rest if byte > 127):
-        raise ValueError("a tar header whose checksum is wrong")
-
-
-def _number(field: bytes) -> int:
-    """A tar numeric field: octal text, or base-256 when its first byte's high bit is set."""
-    if field[0] & 0x80:
-        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
-    text = field.split(b"\0", 1)[0].strip()
-    return int(text, 8) if text else 0
-
-
-def _name(header: bytes) -> str:
-    name = header[:100].split(b"\0", 1)[0]
-    if header[257:262] == b"ustar":
-        prefix = header[345:500].split(b"\0", 1)[0]
-        name = prefix + b"/" + name if prefix else name
-    return name.decode("utf-8", "replace")  # as npm decodes it
-
-
-def _long_name(data: bytes, kind: bytes) -> str | None:
-    """The name a GNU long-name entry (its data) or a pax header (its ``path`` record) gives."""
-    if kind == b"L":
-        return data.split(b"\0", 1)[0].decode("utf-8", "replace")
-    found, position = None, 0
-    while position < len(data):  # records: "<length> <key>=<value>\n", the length counting all of it
-        digits, space, _ = data[position:position + 20].partition(b" ")
-        if not space or not digits.isdigit() or int(digits) <= len(digits) + 1:
-            raise ValueError("a pax header that cannot be read")
-        record = data[position + len(digits) + 1:position + int(digits)]
-        position += int(digits)
-        key, _, value = record.rstrip(b"\n").partition(b"=")
-        if key == b"path":
-            found = value.decode("utf-8", "replace")
-    return found
 
 
 def npm_caches(homes: Iterable[Path]) -> list[Path]:
@@ -163,35 +70,6 @@ def npm_caches(homes: Iterable[Path]) -> list[Path]:
     return [*found, host] if host not in found else found
 
 
-def in_threads(keys: list[str], read: Callable[[str], Artifact | str], name: str) -> dict[str, Artifact | str]:
-    """``read`` of each key, on as many threads as cores (zlib and hashlib release the GIL on large
-    buffers); a failure makes that one unverifiable, never missing: the finding says why."""
-    got: dict[str, Artifact | str] = {}
-    queue = iter(list(keys))
-    lock = threading.Lock()
-
-    def work() -> None:
-        while True:
-            with lock:
-                key = next(queue, None)
-            if key is None:
-                return
-            try:
-                artifact = read(key)
-            except Exception as error:
-                artifact = f"it cannot be read ({type(error).__name__}: {error})"
-            got[key] = artifact
-
-    workers = [threading.Thread(target=work, name=name, daemon=True)
-               for _ in range(min(len(keys), os.cpu_count() or 2) - 1)]
-    for worker in workers:
-        worker.start()
-    work()  # this thread is one of them
-    for worker in workers:
-        worker.join()
-    return got
-
-
 def tarballs(caches: list[Path]) -> Artifacts:
     """The audit's reader of pinned tarballs (model.Artifacts), from these npm caches."""
-    return lambda integrities: in_threads(integrities, lambda integrity: _tarball(caches, integrity), "npm-tarballs")
+    return lambda integrities: read_all(integrities, lambda integrity: tarball(caches, integrity), "tarball")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from dejima.adapters.npm_cache import in_threads
+from dejima.adapters.pinned_archives import read_all
 from dejima.adapters.start_contents import read_file
 from dejima.core.audit.model import Artifact, Artifacts
 from dejima.core.audit.python_verify import normalize, parse_wheel_key
@@ -259,19 +259,19 @@ def _wheel(caches: WheelCaches, root: Path | None, digest: str, where: str,
         "which the session can write: only the host user's counts)"
 
 
-def wheels(caches: WheelCaches, root: Path | None, others: Artifacts) -> Artifacts:
+def wheels(caches: WheelCaches, root: Path | None) -> Artifacts:
     """The audit's reader of pinned wheels (``wheel_key`` requests), from these caches and the
-    mount at ``root`` (a lockfile's path wheels); every other request goes to ``others`` (npm's)."""
+    mount at ``root`` (a lockfile's path wheels)."""
     def read(keys: list[str]) -> dict[str, Artifact | str]:
         mine = {key: parsed for key in keys if (parsed := parse_wheel_key(key)) is not None}
-        got = others([key for key in keys if key not in mine]) if len(mine) < len(keys) else {}
+        got: dict[str, Artifact | str] = dict.fromkeys([k for k in keys if k not in mine], "not a wheel")
         unlocated = {digest for digest, where in mine.values() if where.startswith("name:")}
         scanned = _pip_scan(caches, unlocated) if unlocated else {}
 
         def one(key: str) -> Artifact | str:
             digest, where = mine[key]
             return _wheel(caches, root, digest, where, scanned)
-        got.update(in_threads(list(mine), one, "wheels"))
+        got.update(read_all(list(mine), one, "wheel"))
         return got
     return read
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from dejima.adapters import finding_causes, host, mount_state, npm_cache, wheel_cache
+from dejima.adapters import cargo_cache, finding_causes, host, mount_state, npm_cache, wheel_cache, yarn_cache
 from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
@@ -26,6 +26,7 @@ from dejima.adapters.mount_state import (
     load_snapshot,
     save_snapshot,
 )
+from dejima.adapters.pinned_archives import joined
 from dejima.adapters.session_dirs import live_sessions_on, sessions_dir
 from dejima.adapters.start_contents import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
 from dejima.adapters.tree_walk import (
@@ -36,10 +37,10 @@ from dejima.adapters.tree_walk import (
     complete_start,
     walk_changes,
 )
-from dejima.core.audit import SEVERITIES, Finding
+from dejima.core.audit import SEVERITIES, Finding, cargo_verify, python_verify, yarn_verify
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
-from dejima.core.audit.model import finding, rank
+from dejima.core.audit.model import Artifacts, finding, rank
 from dejima.core.audit.reviewed import Baseline, judged_against
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.orchestration.session_reporter import SessionReporter
@@ -83,31 +84,40 @@ def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
 
 
 def audit_mount(state: MountState, session_id: str = "", npm_caches: list[Path] | None = None,
+                cargo_homes: list[Path] | None = None, yarn_caches: list[Path] | None = None,
                 wheel_caches: wheel_cache.WheelCaches | None = None) -> tuple[list[Finding], Snapshot]:
     """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``,
-    ``wheel_caches``: where the pinned tarballs and wheels of its trees can be read (default: the
-    host user's own caches)."""
-    found, after, _ = _audit_mount(state, session_id, npm_cache.npm_caches(()) if npm_caches is None else npm_caches,
-                                   wheel_cache.python_caches(()) if wheel_caches is None else wheel_caches)
+    ``cargo_homes``, ``yarn_caches``, ``wheel_caches``: where the pinned archives of its trees can be
+    read (default: the host user's own)."""
+    found, after, _ = _audit_mount(state, session_id, _pinned(
+        npm_cache.npm_caches(()) if npm_caches is None else npm_caches,
+        cargo_cache.cargo_homes(()) if cargo_homes is None else cargo_homes,
+        yarn_cache.yarn_caches(()) if yarn_caches is None else yarn_caches),
+        wheels=wheel_cache.python_caches(()) if wheel_caches is None else wheel_caches)
     return found, after
 
 
-def _audit_mount(state: MountState, session_id: str, npm_caches: list[Path], wheel_caches: wheel_cache.WheelCaches,
-                 lineage: Lineage | None = None,
-                 ) -> tuple[list[Finding], Snapshot, list[str]]:
+def _pinned(npm_caches: list[Path], cargo_homes: list[Path], yarn_caches: list[Path]) -> Artifacts:
+    """The reader of the packages' pinned archives: npm's and yarn's tarballs, cargo's crates."""
+    return joined({cargo_verify.CRATE_PREFIX: cargo_cache.crates(cargo_homes),
+                   yarn_verify.YARN_PREFIX: yarn_cache.tarballs(yarn_caches, npm_caches),
+                   "": npm_cache.tarballs(npm_caches)})
+
+
+def _audit_mount(state: MountState, session_id: str, pinned: Artifacts, lineage: Lineage | None = None,
+                 wheels: wheel_cache.WheelCaches | None = None) -> tuple[list[Finding], Snapshot, list[str]]:
     # The rules allocate while 200k entries are in memory: a full collection would scan them all.
     state.ready()
     with gc_paused():
-        return _audit_ready(state, session_id, npm_caches, wheel_caches, lineage)
+        return _audit_ready(state, session_id, pinned, lineage, wheels or wheel_cache.WheelCaches())
 
 
 # The paths of a mount with a lineage, and their baselines by (path, content): what an earlier audit flagged.
 Lineage = tuple[set[str], Callable[[str, str], Baseline | None]]
 
 
-def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path], wheel_caches: wheel_cache.WheelCaches,
-                 lineage: Lineage | None,
-                 ) -> tuple[list[Finding], Snapshot, list[str]]:
+def _audit_ready(state: MountState, session_id: str, pinned: Artifacts, lineage: Lineage | None,
+                 wheels: wheel_cache.WheelCaches) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
     hashed: dict[str, bytes] = {}
     listed: dict[str, list[str]] = {}
@@ -138,8 +148,8 @@ def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path], whe
     from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
 
     return [*unsure, *audit(before, after, contents, state.mount.kind, listdir, changed,
-                            state.mount.watch, wheel_cache.wheels(wheel_caches, root, npm_cache.tarballs(npm_caches)))
-             ], after, changed
+                            state.mount.watch, joined({python_verify.WHEEL_PREFIX: wheel_cache.wheels(wheels, root),
+                                                       "": pinned}))], after, changed
 
 
 def _import_rules() -> None:
@@ -298,16 +308,17 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
         found = []
         for state in states:  # every start complete before the end walks fork
             state.join()
-        # The session's npm cache is in its home: the pinned tarballs its trees are verified against.
-        caches = npm_cache.npm_caches(s.mount.root for s in states if s.mount.kind == "home")
-        wheels = wheel_cache.python_caches([s.mount.root for s in states if s.mount.kind == "home"],
-                                           [s.mount.root for s in states if s.mount.kind == "cache"])
+        # The session's npm cache and cargo home are in its home: the pinned archives its trees are verified against.
+        homes = [s.mount.root for s in states if s.mount.kind == "home"]
+        pinned = _pinned(npm_cache.npm_caches(homes), cargo_cache.cargo_homes(homes), yarn_cache.yarn_caches(homes))
+        # pip's cache is a cache mount of the Python workflow: any mount may be one.
+        wheels = wheel_cache.python_caches(homes, [s.mount.root for s in states if s.mount.kind == "cache"])
         for state in states:
             root = str(state.mount.root)
             lineage = (store.lineage_paths(workspace, root),
                        lambda path, content, root=root: store.base_of(workspace, root, path, content))
             try:
-                mount_findings, after, changed = _audit_mount(state, session_id, caches, wheels, lineage)
+                mount_findings, after, changed = _audit_mount(state, session_id, pinned, lineage, wheels)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"

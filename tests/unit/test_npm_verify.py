@@ -19,6 +19,7 @@ import pytest
 from dejima.adapters.npm_cache import tarballs
 from dejima.core.audit import Finding
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+from tests.pinned_trees import replace_file, runs_on_host, severities
 
 pytestmark = pytest.mark.skipif(shutil.which("npm") is None or shutil.which("node") is None,
                                 reason="needs npm and node")
@@ -119,20 +120,7 @@ def session(workspace: Path, home: Path, change: object = None, installed: bool 
     return [f for f in found if f.path.startswith("node_modules") or f.rule == "B07"]
 
 
-def replace_file(path: Path, text: str) -> None:
-    """A new file renamed over the old (sed -i, an editor): a new inode, the directory changed."""
-    fresh = path.with_name(path.name + ".new")
-    fresh.write_text(text)
-    os.replace(fresh, path)
 
-
-def severities(found: list[Finding]) -> list[tuple[str, str]]:
-    return [(f.path, f.severity) for f in found]
-
-
-def runs_on_host(workspace: Path, script: str) -> str:
-    return subprocess.run(["node", "-e", script], cwd=workspace, check=True, capture_output=True, text=True,
-                          timeout=60).stdout
 
 
 def test_a_clean_install_is_verified_file_by_file(tmp_path: Path, packed: Path) -> None:

@@ -24,6 +24,7 @@ import pytest
 from dejima.adapters.wheel_cache import WheelCaches
 from dejima.core.audit import Finding
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+from tests.pinned_trees import replace_file, severities
 from tests.wheels import record_hash, wheel
 
 UV = shutil.which("uv", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -141,10 +142,6 @@ def session(workspace: Path, home: Path, change: Callable[[Path], object] | None
     return [f for f in found if f.path.startswith(".venv")]
 
 
-def severities(found: list[Finding]) -> list[tuple[str, str]]:
-    return [(f.path, f.severity) for f in found]
-
-
 def site(workspace: Path) -> Path:
     return workspace / ".venv" / SITE
 
@@ -158,14 +155,6 @@ def recorded(workspace: Path, path: str, data: bytes | None) -> None:
     fresh = record.with_name("RECORD.new")
     fresh.write_text("\n".join(lines) + "\n")
     os.replace(fresh, record)
-
-
-def replace_file(path: Path, text: str) -> None:
-    """A new file renamed over the old (sed -i, an editor): a new inode."""
-    fresh = path.with_name(path.name + ".new")
-    fresh.write_text(text)
-    fresh.chmod(path.stat().st_mode)
-    os.replace(fresh, path)
 
 
 def runs_on_host(workspace: Path, *args: str) -> str:

@@ -30,8 +30,8 @@ import json
 import posixpath
 from collections.abc import Callable
 
-from dejima.core.audit.model import Artifact, Finding, View
-from dejima.core.audit.verdicts import TreeVerdict, verdict_findings
+from dejima.core.audit.model import Finding, View
+from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
 from dejima.core.snapshot import Change
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
@@ -41,20 +41,6 @@ _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml
 _OTHER_LOCKFILES = ("pnpm-lock.yaml", "yarn.lock")
 _PIN = ("version", "resolved", "integrity", "link")
 _CONTENT = ("added", "modified", "type", "link-target")
-
-
-def _lockfile(tree: str, view: View) -> str | None:
-    """The lockfile that governs a node_modules tree: beside it, or in a directory above (a
-    workspace package's tree follows the root's lockfile); at the start or the end."""
-    directory = tree.rpartition("/")[0]
-    while True:
-        for name in LOCKFILES:
-            path = f"{directory}/{name}" if directory else name
-            if path in view.before or path in view.after:
-                return path
-        if not directory:
-            return None
-        directory = directory.rpartition("/")[0]
 
 
 def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
@@ -72,7 +58,7 @@ def _pin(entry: dict[str, object] | None) -> tuple[object, ...] | None:
     return None if entry is None else tuple(entry.get(key) for key in _PIN)
 
 
-def _package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
+def package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
     """``node_modules/a/node_modules/@s/b`` for a path inside that package (relative to the
     lockfile's directory): the outermost package, then each nested ``node_modules/x`` that the
     lockfile lists (a package's own files may hold a directory called node_modules: resolve's test
@@ -81,19 +67,19 @@ def _package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
     at = 0 if relative.startswith("node_modules/") else relative.find("/node_modules/") + 1
     if at < 0 or at == 0 and not relative.startswith("node_modules/"):
         return None
-    first, rest = _first_package(relative[at:])
+    first, rest = first_package(relative[at:])
     if first is None:
         return None
     key = relative[:at] + first
     while rest.startswith("node_modules/"):
-        nested, deeper = _first_package(rest)
+        nested, deeper = first_package(rest)
         if nested is None or not listed(f"{key}/{nested}"):
             break
         key, rest = f"{key}/{nested}", deeper
     return key
 
 
-def _first_package(relative: str) -> tuple[str | None, str]:
+def first_package(relative: str) -> tuple[str | None, str]:
     """(``node_modules/a`` or ``node_modules/@s/a``, the rest of the path) for a path in it."""
     parts = relative.split("/")
     size = 3 if parts[1].startswith("@") else 2
@@ -116,7 +102,7 @@ def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
 def verify(tree: str, changes: list[Change], view: View) -> TreeVerdict | None:
     """The session's changes in an npm tree held to its lockfile at the start; None when the
     tree is not npm's (pnpm, yarn)."""
-    lockfile = _lockfile(tree, view)
+    lockfile = lockfile_above(tree, view, LOCKFILES)
     if not tree.endswith("node_modules") or _other_managers(tree, lockfile, view):
         return None
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
@@ -163,8 +149,7 @@ class _Check:
     def __init__(self, verdict: TreeVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
-        # integrity -> (path, in package, sha256, whether its package runs an install script, package)
-        self.wanted: dict[str, list[tuple[str, str, str | None, bool, str]]] = {}
+        self.wanted: dict[str, list[Wanted]] = {}  # integrity -> the files its tarball must hold
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
 
     def listed(self, key: str) -> bool:
@@ -179,7 +164,7 @@ class _Check:
                 self.change(change.path, change)
         for key, reason in sorted(self.unpinned.items()):
             self.verdict.unverified.append(f"{self.base + '/' if self.base else ''}{key}: {reason}")
-        self.compare()
+        hold(self.verdict, self.wanted, self.view, "tarball")
 
     def change(self, path: str, change: Change) -> None:
         new = change.after
@@ -194,7 +179,7 @@ class _Check:
             self.bin_link(path, new.kind, new.target)
         elif new.kind == "dir":
             return
-        elif (key := _package_key(relative + "/x" if new.kind == "symlink" else relative, self.listed)) is None:
+        elif (key := package_key(relative + "/x" if new.kind == "symlink" else relative, self.listed)) is None:
             if name.startswith("."):  # a tool's own directory or file in the tree (.cache, .vite)
                 self.verdict.unverified.append(f"{path}: in no package (a tool's own; not verified)")
             else:
@@ -242,33 +227,10 @@ class _Check:
             resolved = packages[owner].get("resolved")
             self.unpinned.setdefault(owner, f"pinned without an integrity (resolved: {resolved})")
         else:
-            scripted = bool(packages[owner].get("hasInstallScript"))
-            self.wanted.setdefault(integrity, []).append((path, relative[len(owner) + 1:], sha256, scripted, owner))
-
-    def compare(self) -> None:
-        artifacts = self.view.artifacts
-        got: dict[str, Artifact | str] = artifacts(sorted(self.wanted)) if artifacts is not None and self.wanted \
-            else {}
-        for integrity, files in self.wanted.items():
-            artifact = got.get(integrity, "no npm cache to read it from")
-            if isinstance(artifact, str):
-                self.verdict.unverified.append(f"{len(files)} file(s) of {_package_of(files[0][0])}: {artifact}")
-                continue
-            built: dict[str, int] = {}
-            for path, inside, sha256, scripted, owner in files:
-                expected = artifact.files.get(inside)
-                if expected is not None and sha256 == expected:
-                    self.verdict.files += 1
-                    self.verdict.packages.add(owner)
-                elif scripted:  # its install script writes in it (esbuild's binary, node-gyp's build/)
-                    built[_package_of(path)] = built.get(_package_of(path), 0) + 1
-                elif expected is None:
-                    self.verdict.problems.append(f"{path}: a file its package's tarball does not hold")
-                else:
-                    self.verdict.problems.append(f"{path}: not the content of its package's tarball")
-            self.verdict.unverified.extend(f"{count} file(s) of {package} that are not its tarball's, as its install "
-                                           "script (the lockfile records one) may write them"
-                                           for package, count in sorted(built.items()))
+            scripted = bool(packages[owner].get("hasInstallScript"))  # it writes in its package (esbuild)
+            package = f"{self.base}/{owner}" if self.base else owner
+            self.wanted.setdefault(integrity, []).append(Wanted(path, relative[len(owner) + 1:], sha256, package,
+                                                                scripted))
 
     def bin_link(self, path: str, kind: str, target: str | None) -> None:
         """``.bin/NAME``: npm's link to the ``bin`` the lockfile records for NAME in that package."""
@@ -278,7 +240,7 @@ class _Check:
             return
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
         inside = not target.startswith("/") and (not self.base or resolved.startswith(self.base + "/"))
-        key = _package_key(self.relative(resolved), self.listed) if inside else None
+        key = package_key(self.relative(resolved), self.listed) if inside else None
         entry = self.start.get(key) if key is not None else None
         if key is not None and key in self.end and _pin(self.end[key]) != _pin(entry):
             entry = self.end[key]  # pinned in the session: its bin as the session's lockfile says, and unverified
@@ -311,12 +273,6 @@ class _Check:
                 self.verdict.problems.append(f"{path}: its entry {key} is not the lockfile's")
 
 
-def _package_of(path: str) -> str:
-    head, marker, rest = path.rpartition("node_modules/")
-    parts = rest.split("/")
-    return head + marker + "/".join(parts[:2] if parts[0].startswith("@") else parts[:1])
-
-
 def clean_install(tree: str) -> str:
     """What reinstalls a tree as its lockfile says, in words (for the finding)."""
     project = tree.rpartition("/")[0]
@@ -334,7 +290,6 @@ def npm_findings(tree: str, changes: list[Change], view: View, tampered: list[st
     verdict = verify(tree, changes, view)
     if verdict is None:
         return None
-    idle = None if verdict.unverified or verdict.files or any(_written(change, tree) for change in changes) else \
+    idle = None if any(_written(change, tree) for change in changes) else \
         f"npm's tree changed ({len({c.path for c in changes})} entries) with no package file written: nothing to verify"
-    return verdict_findings("B07", tree, verdict, [*tampered, *verdict.problems], changes,
-                            f"on the host: {clean_install(tree)}", "package(s)", idle)
+    return [tree_finding(tree, verdict, changes, tampered, f"on the host: {clean_install(tree)}", idle=idle)]

@@ -33,11 +33,10 @@ import marshal
 import posixpath
 import re
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dejima.core.audit.model import Artifact, Finding, View
-from dejima.core.audit.verdicts import TreeVerdict, verdict_findings
+from dejima.core.audit.pinned import TreeVerdict, tree_finding
 from dejima.core.snapshot import Change
 
 LOCKFILE = "uv.lock"
@@ -125,9 +124,12 @@ def _add(pins: dict[str, Pin], name: str, pin: Pin) -> None:
     pins.setdefault(name, pin)
 
 
+WHEEL_PREFIX = "wheel "  # the start of every request for a wheel (pinned_archives.joined routes by it)
+
+
 def wheel_key(digest: str, where: str) -> str:
     """What the audit asks the wheel reader for (model.Artifacts): ``wheel <sha256 hex> <where>``."""
-    return f"wheel {digest} {where}".rstrip()
+    return f"{WHEEL_PREFIX}{digest} {where}".rstrip()
 
 
 def parse_wheel_key(key: str) -> tuple[str, str] | None:
@@ -484,10 +486,10 @@ def recompiles(data: bytes, source: bytes, inside: str) -> bool:
     return False
 
 
-def reinstaller(tree: str, beside: Callable[[str], bool]) -> str | None:
-    """The clean reinstall command of an environment whose project has a uv.lock (``beside(name)``:
-    whether the tree's directory holds that file), for restore."""
-    return CLEAN_INSTALL if beside(LOCKFILE) else None
+def reinstaller(tree: str, evidence: str) -> str | None:
+    """The clean reinstall command of an environment whose finding ends with uv's (its project has a
+    uv.lock), for restore."""
+    return CLEAN_INSTALL if re.search(rf"&& {re.escape(CLEAN_INSTALL)}(?: \(in [^)]*\))?\Z", evidence) else None
 
 
 def python_findings(kind: str, environment: str, changes: list[Change], view: View,
@@ -513,4 +515,4 @@ def python_findings(kind: str, environment: str, changes: list[Change], view: Vi
         remedy = f"recreate it on the host: python3 -m venv --clear {environment}, then install{where}"
     named = {line.partition(": ")[0] for line in tampered}  # one line a path: installs.py's, when it has one
     problems = [*tampered, *(line for line in verdict.problems if line.partition(": ")[0] not in named)]
-    return verdict_findings("B10", environment, verdict, problems, changes, remedy, "distribution(s)")
+    return [tree_finding(environment, verdict, changes, problems, remedy, "distribution", rule="B10")]

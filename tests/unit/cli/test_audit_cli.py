@@ -131,8 +131,9 @@ def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_
 
 def test_restore_of_a_python_environment_names_uv_s_clean_reinstall(workspace: Path, out: io.StringIO,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    (workspace / "uv.lock").write_text('version = 1\n[[package]]\nname = "x"\nversion = "1"\n')  # at the start
+
     def install(root: Path) -> None:
-        (root / "uv.lock").write_text("version = 1\n")
         (root / ".venv/lib/python3.11/site-packages").mkdir(parents=True)
         (root / ".venv/pyvenv.cfg").write_text("home = /usr/bin\n")
         (root / ".venv/lib/python3.11/site-packages/x.py").write_text("import os\n")  # no RECORD lists it
@@ -141,6 +142,29 @@ def test_restore_of_a_python_environment_names_uv_s_clean_reinstall(workspace: P
     assert main(["restore", str(tree)]) == ExitStatus.SUCCESS
     said = capsys.readouterr().out
     assert "removed .venv, which the session created" in said and f"`uv sync --reinstall` in {workspace}" in said
+
+
+def test_restore_on_cargos_and_yarns_trees_names_their_clean_commands(workspace: Path, out: io.StringIO) -> None:
+    (workspace / "Cargo.toml").write_text('[package]\nname = "p"\nversion = "0.1.0"\n')
+    (workspace / "package.json").write_text("{}")
+    (workspace / "node_modules/a").mkdir(parents=True)
+    (workspace / "node_modules/.yarn-integrity").write_text("{}")
+    (workspace / "target/debug/.fingerprint/p-0123").mkdir(parents=True)
+    (workspace / "target/.rustc_info.json").write_text("{}")
+    (workspace / "vendor/c").mkdir(parents=True)
+    (workspace / "vendor/c/.cargo-checksum.json").write_text('{"files": {}, "package": null}')
+
+    def build(root: Path) -> None:
+        (root / "target/debug/p").write_text("built\n")
+        (root / "vendor/c/lib.rs").write_text("// vendored\n")
+        (root / "node_modules/a/index.js").write_text("// installed\n")
+
+    ids = session(workspace, "s1", build)
+    for path, command in (("target", "cargo clean"), ("vendor", "cargo vendor"),
+                          ("node_modules", "yarn install --frozen-lockfile")):
+        tree = next(i for i, p in ids.items() if p == path)
+        assert main(["restore", str(tree)]) == ExitStatus.FAILURE
+        assert f"then `{command}` in {workspace}" in out.getvalue(), out.getvalue()
 
 
 def test_usage_errors_name_the_fix(workspace: Path, out: io.StringIO) -> None:
