@@ -174,10 +174,12 @@ def _directory_entries(top: Path) -> Artifact | None:
     except OSError:
         return None
     recorded = record_digests(read_file(top, record, WHEEL_LIMIT) or b"") if record is not None else {}
+    start = len(str(top)) + 1
     for directory, names, filenames in os.walk(top, followlinks=False):
         names[:] = [n for n in names if not os.path.islink(os.path.join(directory, n))]
+        below = directory[start:] + "/" if len(directory) >= start else ""
         for filename in filenames:
-            relative = Path(directory, filename).relative_to(top).as_posix()
+            relative = below + filename
             if relative in recorded and not _textual(relative):
                 files[relative] = recorded[relative]
                 continue

@@ -282,7 +282,8 @@ def verify(kind: str, environment: str, changes: list[Change], view: View) -> tu
                                       "by its hash)")
         return verdict, False
     _unclaimed(kind, environment, unclaimed, verdict, view)
-    end = _pins(lockfiles, view, "after")
+    unchanged = all(view.entry(path) == view.entry(path, "before") for path in lockfiles)
+    end = start if unchanged else _pins(lockfiles, view, "after")
     _EnvironmentCheck(verdict, kind, environment, start, end or {}, view).run(distributions)
     return verdict, True
 
@@ -297,7 +298,7 @@ class _EnvironmentCheck:
     def run(self, distributions: dict[str, _Distribution]) -> None:
         """Each distribution's files held to the wheel its pin names: the wheels of every pinned one
         asked for at once (one of a distribution's wheels is installed: the first found is)."""
-        pinned = [(d, [wheel_key(digest, where) for digest, where in pin.wheels])
+        pinned = [(d, [wheel_key(digest, where) for digest, where in _installable(pin.wheels, self.tags(d))])
                   for d in distributions.values() if (pin := self.pin(d)) is not None]
         keys = sorted({key for _, keys in pinned for key in keys})
         artifacts = self.view.artifacts
@@ -311,6 +312,11 @@ class _EnvironmentCheck:
                 self.unpinned.setdefault(distribution.info, f"{len(distribution.files)} file(s) not verifiable: "
                                          f"{'; '.join(reasons)}")
         self.verdict.unverified.extend(f"{info}: {why}" for info, why in sorted(self.unpinned.items()))
+
+    def tags(self, distribution: _Distribution) -> set[str]:
+        """The tags its installed WHEEL file names (``Tag: cp311-cp311-manylinux_2_17_x86_64``)."""
+        text = self.view.text(f"{distribution.info}/WHEEL") or ""
+        return {line.partition(":")[2].strip() for line in text.splitlines() if line.startswith("Tag:")}
 
     def pin(self, distribution: _Distribution) -> Pin | None:
         """The pin its files are held to (None: they cannot be, and why is noted)."""
@@ -413,6 +419,21 @@ class _EnvironmentCheck:
             self.unpinned.setdefault(f"{distribution.info} bytecode", f"{len(unproven)} bytecode file(s) that do not "
                                      f"recompile to the same bytes with this Python ({unproven[0]}; another "
                                      "Python's, or written otherwise): delete the __pycache__ directories")
+
+
+def _installable(wheels: tuple[tuple[str, str], ...], tags: set[str]) -> list[tuple[str, str]]:
+    """The pinned wheels whose file name's tags (``NAME-VERSION[-BUILD]-PY-ABI-PLATFORM.whl``, each
+    part a dotted set) include one the installed WHEEL file names: the one installed is among them.
+    All of them when that cannot be told (no tags, no file name)."""
+    def expanded(where: str) -> set[str] | None:
+        parts = where.rpartition("/")[2].removesuffix(".whl").split("-")
+        if len(parts) < 5 or not where.endswith(".whl"):
+            return None
+        python, abi, platform = parts[-3:]
+        return {f"{p}-{a}-{f}" for p in python.split(".") for a in abi.split(".") for f in platform.split(".")}
+
+    chosen = [(digest, where) for digest, where in wheels if (named := expanded(where)) is None or named & tags]
+    return chosen if tags and chosen else list(wheels)
 
 
 def _installed(wheel: Artifact, distribution: _Distribution, environment: str) -> dict[str, tuple[str, str]]:
