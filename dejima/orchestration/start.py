@@ -31,11 +31,12 @@ from dejima.adapters.session_dirs import (
 )
 from dejima.core.images import ImageNeeds
 from dejima.core.limits import describe
+from dejima.core.paths import SESSION_HOME
+from dejima.core.placeholders import Draws
 from dejima.core.plan import (
     GATE_ENTRYPOINT,
     PROXY_SOCKET,
     RESOLV_CONF,
-    SESSION_HOME,
     TLS_SOCKET,
     SessionPlan,
     describe_command,
@@ -61,7 +62,7 @@ if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions
     from dejima.adapters.runtime import Runtime
     from dejima.orchestration import exit_audit, session
     from dejima.orchestration.prestart import Prestarted
-    from dejima.proxy.runner import SessionProxy
+    from dejima.proxy.server import ProxyConfig
     from dejima.proxy.sources import CredentialError, CredentialSource
 
 
@@ -70,7 +71,7 @@ class Prepared:
     runtime: Runtime
     start: StartPlan  # what the start decided (orchestration/start_plan.py)
     settings: Settings
-    proxy: SessionProxy | None = None  # the credential routes with their sources, served while the session runs
+    proxy: ProxyConfig | None = None  # the planned routes with their sources, served while the session runs
     prestarted: Prestarted | None = None  # the filter started before the plan (adopted if it is the plan's)
     # Undoes the start's steps (run directory, gate, record) for a caller that does not run the session after all
     unwind: Callable[[], None] | None = None
@@ -173,7 +174,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
     done = apply(with_actions(FACT_STEPS, actions, previews), dry=runtime is None).results
     read = done["credential-sources"]
     facts = StartFacts(request, identity, source, sessions_dir() / session_id, done["engine-memory"], done["network"],
-                       done["images"], done["git-config"],
+                       done["images"], done["git-config"], Draws.fresh(),
                        frozenset(read[0]) if read is not None else None, read[1] if read is not None else (),
                        done["other-sessions"])
     return facts, read[0] if read is not None else {}
@@ -200,18 +201,18 @@ def apply_start(plan: StartPlan, sources: Mapping[str, CredentialSource], runtim
             host.ensure_private_dir(directory, plan.identity)
         host.resolv_conf_file(RESOLV_CONF)
 
-    def credentials(_: Done) -> SessionProxy | None:
-        if plan.proxy is None:
+    def credentials(_: Done) -> ProxyConfig | None:
+        if plan.routes is None:
             return None
-        from dejima.proxy.runner import serve_session_proxy
+        from dejima.proxy.setup import served_config
 
-        return serve_session_proxy(plan.proxy, sources)
+        return served_config(plan.routes, sources)
 
     def credential_files(done: Done) -> None:
-        if done["credentials"] is not None:
+        if plan.routes is not None and done["credentials"] is not None:
             from dejima.proxy.runner import write_home_files
 
-            for note in write_home_files(done["credentials"], home, owner):
+            for note in write_home_files(plan.routes, done["credentials"], home, owner):
                 ui.warn(note)
 
     def harness_settings(_: Done) -> None:
@@ -431,8 +432,8 @@ def _serving(prepared: Prepared) -> AbstractContextManager[object]:
     from dejima.proxy.runner import ProxyThread
 
     sockets = run_dir(prepared.plan.session_id)
-    return ProxyThread(prepared.proxy.prepared.config, sockets / PROXY_SOCKET,
-                       sockets / TLS_SOCKET if prepared.proxy.intercepted else None)
+    return ProxyThread(prepared.proxy, sockets / PROXY_SOCKET,
+                       sockets / TLS_SOCKET if prepared.proxy.interception is not None else None)
 
 
 def ledger_summary(session_id: str) -> str:

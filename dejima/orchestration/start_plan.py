@@ -19,12 +19,13 @@ name without one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dejima.core.connect import Connection, connection, uses_route
 from dejima.core.images import ImageNeeds
+from dejima.core.placeholders import Draws
 from dejima.core.plan import (
     Identity,
     NetworkFacts,
@@ -36,12 +37,12 @@ from dejima.core.plan import (
     unlock_special,
 )
 from dejima.core.resolve import Resolved
+from dejima.core.route_plan import RoutesPlan
 from dejima.core.settings import Settings
 from dejima.orchestration.steps import StepDecl
 
 if TYPE_CHECKING:
     from dejima.orchestration.start_request import Options
-    from dejima.proxy.runner import SessionProxy
     from dejima.proxy.sources import CredentialError
 
 
@@ -121,6 +122,7 @@ class StartFacts:
     network: NetworkFacts
     images: ImageNeeds
     git_config: str  # the workspace's .git/config: a git route pushes only to its remotes
+    draws: Draws  # the session's randomness, drawn first: its placeholders and decoys follow from it
     credentials_present: frozenset[str] | None = None  # routes whose source the host has; None: not read (render)
     credentials_skipped: tuple[CredentialError, ...] = ()  # the missing sources' errors
     other_sessions: tuple[str, ...] = ()  # sessions on the same workspace whose launcher runs
@@ -130,16 +132,20 @@ class StartFacts:
 class StartPlan:
     """Everything a start does, decided before it does any of it."""
 
-    request: SessionRequest  # what the session asked for, its credential variables added (run directory, gate…)
-    session: SessionPlan  # both containers, the ruleset, the filter's configuration, the session's variables
+    request: SessionRequest  # what the session asked for (run directory, gate…)
+    session: SessionPlan  # both containers, the ruleset, the filter's configuration, the routes, the variables
     identity: Identity
     images: ImageNeeds  # the tags both containers name; the recipes of the ones to build
-    proxy: SessionProxy | None  # the credential routes: placeholders drawn, each source named (never a value)
     connection: Connection  # the harness's variables and home settings for its backend
     private_dirs: tuple[Path, ...]  # the session's home and caches, made private to its user
     record: tuple[Path, str]  # (file, text): the session's workspace, as `dejima sessions` reads it
     notes: tuple[str, ...]  # warnings the start shows (routes left out, settings left out)
     steps: tuple[StepDecl, ...]  # facts, preparation, container pair: what each waits for
+
+    @property
+    def routes(self) -> RoutesPlan | None:
+        """The credential routes the proxy will serve: placeholders drawn, each source named (never a value)."""
+        return self.session.routes
 
     def outline(self) -> tuple[tuple[str, str, tuple[str, ...], bool], ...]:
         return tuple((s.part, s.name, s.needs, s.effect) for s in self.steps)
@@ -153,35 +159,30 @@ def check_policy(settings: Settings, options: Options, network: NetworkFacts, so
 
 def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Settings, options: Options,
                facts: StartFacts) -> StartPlan:
-    """The start ``facts`` call for; no I/O (the placeholders are drawn at random here). A policy that does
-    not pass is refused by ``build_session_plan`` (the facts' ``policy`` step refused it first)."""
+    """The start ``facts`` call for; no I/O, and a function of them (the placeholders follow from the facts'
+    draws). A policy that does not pass is refused by ``build_session_plan`` (the facts' ``policy`` step
+    refused it first)."""
     notes: list[str] = [_sharing(facts.other_sessions, str(facts.request.workspace))] if facts.other_sessions else []
-    proxy = None
+    routes = None
     if resolved.has_credentials:
-        from dejima.proxy.runner import plan_session_proxy  # the proxy's modules, only for a session with routes
+        from dejima.proxy.runner import plan_session_routes  # the proxy's modules, only for a session with routes
 
-        proxy = plan_session_proxy(resolved, settings, facts.session_dir, facts.git_config,
-                                   facts.credentials_present, facts.credentials_skipped, facts.network.upstream_proxy)
+        routes = plan_session_routes(resolved, settings, facts.session_dir, facts.git_config, facts.draws,
+                                     facts.credentials_present, facts.network.upstream_proxy)
         notes += [f"{skipped.message}; the session starts without that route" for skipped in facts.credentials_skipped]
-        proxy = proxy if proxy is not None and proxy.routes else None
-    harness_connection, left_out = _harness_connection(resolved, proxy)
+        routes = routes if routes.routes else None
+    harness_connection, left_out = _harness_connection(resolved, routes)
     notes += left_out
     request = facts.request
-    if proxy is not None:
-        request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
-                          intercept=proxy.intercepted)
-    if harness_connection.env:  # after the routes' variables: the harness's own reading of them wins
-        request = replace(request, credential_env=(*request.credential_env, *sorted(harness_connection.env.items())))
+    # One routes plan: the card, the render, the filter's relays and the session's variables read it.
     session = build_session_plan(request, settings, facts.identity, *facts.images.tags, facts.network,
-                                 facts.settings_source, resolved, engine_memory=facts.engine_memory)
-    # The card and the render show the routes that will be served, not every route a manifest declares.
-    served = set(proxy.routes) if proxy is not None else set()
-    session = replace(session, credentials=tuple(view for view in session.credentials if view.route in served))
+                                 facts.settings_source, resolved, engine_memory=facts.engine_memory, routes=routes,
+                                 harness_env=tuple(sorted(harness_connection.env.items())))
     home = Path(request.home_dir)
     caches = tuple(Path(request.cache_root or "") / path.strip("/").replace("/", "__")
                    for path in cache_paths_outside_home(resolved))
     steps = (*FACT_STEPS, *PREPARATION_STEPS, *pair_outline(session.interactive, session.gate is not None))
-    return StartPlan(request, session, facts.identity, facts.images, proxy, harness_connection, (home, *caches),
+    return StartPlan(request, session, facts.identity, facts.images, harness_connection, (home, *caches),
                      (facts.session_dir / "workspace", str(request.workspace)), tuple(notes), steps)
 
 
@@ -191,12 +192,12 @@ def _sharing(others: tuple[str, ...], workspace: str) -> str:
             "first exit audit that finds it (each summary lists only the findings its own audit recorded)")
 
 
-def _harness_connection(resolved: Resolved, proxy: SessionProxy | None) -> tuple[Connection, list[str]]:
+def _harness_connection(resolved: Resolved, routes: RoutesPlan | None) -> tuple[Connection, list[str]]:
     """The harness's settings and variables for this session's backend (core/connect.py), and a note
     when they are left out for want of its route."""
     harness, backend, connect = resolved.harness, resolved.backend, resolved.harness_connect()
     route = backend.credentials[0].name if backend is not None and backend.credentials else None
-    access = proxy.access(route) if proxy is not None and route is not None else None
+    access = routes.access(route) if routes is not None and route is not None else None
     notes = []
     if connect is not None and access is None and uses_route(connect):
         notes.append(f"harness {harness.name} reaches backend {backend.name if backend else '?'} through its "

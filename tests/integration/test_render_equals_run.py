@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
 
 import pytest
 
@@ -19,7 +18,6 @@ from dejima.adapters.runtime import Runtime
 from dejima.core.plan import SessionPlan
 from dejima.orchestration import start, start_request
 from dejima.orchestration.start_plan import StartPlan
-from dejima.proxy.sources import UnreadSource
 from dejima.ui.console import UI
 from dejima.ui.views import format_plan
 
@@ -55,18 +53,17 @@ def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object
     assert prepared.start.outline() == render.outline()
     assert prepared.start.private_dirs == render.private_dirs and prepared.start.connection == render.connection
     assert prepared.start.notes == render.notes == ()
-    assert prepared.start.proxy is not None and render.proxy is not None
+    assert prepared.start.routes is not None and render.routes is not None
 
     def routes(plan: StartPlan) -> list[tuple[str, str, str]]:
-        assert plan.proxy is not None
-        return [(spec.route.name, str(spec.route.upstream), cast(UnreadSource, spec.source).description)
-                for spec in plan.proxy.prepared.config.routes]
+        assert plan.routes is not None
+        return [(planned.name, str(planned.route.upstream), planned.source_shown) for planned in plan.routes.routes]
 
     assert routes(prepared.start) == routes(render) and routes(render)
-    assert all(isinstance(spec.source, UnreadSource) for spec in prepared.start.proxy.prepared.config.routes)
     assert "ghp_" + "r" * 36 not in repr(prepared.start)  # the plan names the source; the value is served apart
-    assert prepared.proxy is not None and not any(
-        isinstance(spec.source, UnreadSource) for spec in prepared.proxy.prepared.config.routes)
+    # The proxy serves the planned routes, each with the source read on the host.
+    assert prepared.proxy is not None and [spec.route.name for spec in prepared.proxy.routes] == list(
+        prepared.start.routes.names)
     gateway = str(runtime.gateway(settings.session.network))
     assert shown(planned, gateway) == shown(rendered, gateway)
 

@@ -6,6 +6,7 @@ plan against a render's is tests/integration/test_render_equals_run.py."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 import threading
@@ -30,16 +31,17 @@ from dejima.orchestration.start_plan import (
     plan_start,
 )
 from dejima.orchestration.steps import Step, StepGraphError, apply, ordered, with_actions
-from dejima.proxy.sources import CredentialError, UnreadSource
+from dejima.proxy.sources import CredentialError
 from dejima.ui.console import UI
 from tests.unit.test_api import owned
 
 OPTIONS = start_request.Options(upstream_dns=("192.0.2.53",))
 
 
-def dry_facts(workspace: Path, forges: tuple[str, ...] = ("github",)) -> tuple[StartFacts, Resolved]:
+def dry_facts(workspace: Path, forges: tuple[str, ...] = ("github",),
+              selection: start_request.Selection | None = None) -> tuple[StartFacts, Resolved]:
     ui = UI(quiet=True)
-    resolved = start_request.resolve_manifests(workspace, start_request.Selection(forges=forges), ui)
+    resolved = start_request.resolve_manifests(workspace, selection or start_request.Selection(forges=forges), ui)
     facts, _sources = start.read_facts(workspace, None, resolved, host.load_settings(), OPTIONS, ui,
                                      None, "render")
     return facts, resolved
@@ -98,7 +100,30 @@ def test_plan_start_does_no_io(tmp_path: Path) -> None:
     with io_recorded() as seen:
         plan = plan_start(None, resolved, settings, OPTIONS, facts)
     assert seen == []
-    assert plan.proxy is not None and plan.request.bridge
+    assert plan.routes is not None and "bridge" in json.loads(plan.session.filter_config)
+
+
+def test_the_plan_is_a_function_of_its_facts(tmp_path: Path) -> None:
+    """The placeholders and decoys follow from the facts' draws: the same facts give an equal plan; other
+    draws give other values and nothing else, so the plan's hash (which leaves drawn values out, as it leaves
+    out the session's id) stays; a route's upstream is in the hash."""
+    from dejima.core.placeholders import Draws
+
+    facts, resolved = dry_facts(owned(tmp_path))
+    settings = host.load_settings()
+    plan = plan_start(None, resolved, settings, OPTIONS, facts)
+    assert plan_start(None, resolved, settings, OPTIONS, facts) == plan
+    assert plan.session.plan_hash == plan_start(None, resolved, settings, OPTIONS, facts).session.plan_hash
+    other = plan_start(None, resolved, settings, OPTIONS, replace(facts, draws=Draws.fresh()))
+    assert other != plan and other.session.plan_hash == plan.session.plan_hash
+    assert plan.routes is not None and other.routes is not None
+    assert sorted(other.session.session.environment) == sorted(plan.session.session.environment)
+    assert other.session.session.environment["GH_TOKEN"] != plan.session.session.environment["GH_TOKEN"]
+    assert replace(other.routes, routes=(), decoys=plan.routes.decoys, environment=()) == replace(
+        plan.routes, routes=(), environment=())
+    elsewhere = replace(settings, credentials=replace(settings.credentials,
+                                                      upstreams={"github-api": "https://gh.example.com"}))
+    assert plan_start(None, resolved, elsewhere, OPTIONS, facts).session.plan_hash != plan.session.plan_hash
 
 
 def test_the_plan_is_frozen_and_names_sources_only(tmp_path: Path) -> None:
@@ -106,12 +131,12 @@ def test_the_plan_is_frozen_and_names_sources_only(tmp_path: Path) -> None:
     plan = plan_start(None, resolved, host.load_settings(), OPTIONS, facts)
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.notes = ("changed",)  # type: ignore[misc]
-    assert plan.proxy is not None
-    specs = plan.proxy.prepared.config.routes
-    assert {spec.route.name for spec in specs} == {"github-api", "github-uploads", "github-git"}
-    assert all(isinstance(spec.source, UnreadSource) for spec in specs)
-    assert plan.proxy.prepared.interception is None  # the session CA is made when applied, never planned
-    assert dict(plan.proxy.prepared.intercepted) and set(plan.request.intercept) == set(plan.proxy.intercepted)
+    assert plan.routes is not None
+    assert set(plan.routes.names) == {"github-api", "github-uploads", "github-git"}
+    assert {planned.source for planned in plan.routes.routes} == {("env", ("GH_TOKEN",))}  # named, never read
+    assert "interception" not in repr(plan)  # the session CA is made when applied, never planned
+    relayed = json.loads(plan.session.filter_config)["intercept"]["names"]
+    assert plan.routes.intercepted and relayed == sorted(plan.routes.intercepted)
     assert plan.private_dirs[0] == Path(plan.request.home_dir)
     assert plan.record == (facts.session_dir / "workspace", str(tmp_path))
 
@@ -122,33 +147,64 @@ def test_a_route_whose_source_the_host_lacks_is_left_out_with_a_note(tmp_path: P
     facts = replace(facts, credentials_present=frozenset({"github-api", "github-uploads"}),
                     credentials_skipped=(missing,))
     plan = plan_start(None, resolved, host.load_settings(), OPTIONS, facts)
-    assert plan.proxy is not None
-    assert [spec.route.name for spec in plan.proxy.prepared.config.routes] == ["github-api", "github-uploads"]
+    assert plan.routes is not None
+    assert plan.routes.names == ("github-api", "github-uploads")
     assert plan.notes == (f"{missing.message}; the session starts without that route",)
     assert not any(name.startswith("GIT_CONFIG") for name in plan.session.session.environment)
     none = plan_start(None, resolved, host.load_settings(), OPTIONS,
                       replace(facts, credentials_present=frozenset()))
-    assert none.proxy is None and not none.request.bridge
+    assert none.routes is None and "bridge" not in json.loads(none.session.filter_config)
 
 
-@pytest.mark.parametrize("present", [None, frozenset(), frozenset({"github-api"}),
-                                     frozenset({"github-api", "github-uploads", "github-git"})])
-def test_the_card_and_the_render_name_the_routes_the_proxy_serves_and_no_other(tmp_path: Path,
-                                                                              present: frozenset[str] | None) -> None:
-    """What the boundary card says of the credential routes comes from the routes planned to run: a route
-    whose source the host lacks is not shown as swapped in by a proxy that will not be there."""
+MANIFESTS = {  # the manifests a session may have, and the routes they declare
+    "a forge": (start_request.Selection(forges=("github",)), ("github-api", "github-uploads", "github-git")),
+    "an agent's backend": (start_request.Selection(harness="claude-code", backend="anthropic"),
+                           ("anthropic-api-key",)),
+    "both": (start_request.Selection(harness="claude-code", backend="anthropic", forges=("github",)),
+             ("anthropic-api-key", "github-api", "github-uploads", "github-git")),
+}
+
+
+@pytest.mark.parametrize("manifests", sorted(MANIFESTS))
+@pytest.mark.parametrize("present", ["not read (render)", "none", "the first", "all"])
+def test_the_card_the_render_the_environment_and_the_proxy_name_the_routes_served_and_no_other(
+        tmp_path: Path, manifests: str, present: str) -> None:
+    """What the boundary card and the render say of the credential routes, the variables the session gets,
+    the filter's relays and canaries, and the routes the proxy serves all come from one routes plan: a route
+    whose source the host lacks is named by none of them (not shown as swapped in by a proxy that will not
+    be there), and every route served is named by all."""
+    from dejima.core.secret import Secret
+    from dejima.proxy.setup import served_config
+    from dejima.proxy.sources import FixedSource
     from dejima.ui.views import boundary_card, format_plan
 
-    facts, resolved = dry_facts(owned(tmp_path))
-    plan = plan_start(None, resolved, host.load_settings(), OPTIONS, replace(facts, credentials_present=present))
-    served = set(plan.proxy.routes) if plan.proxy is not None else set()
-    assert {view.route for view in plan.session.credentials} == served
+    selection, declared = MANIFESTS[manifests]
+    has = {"not read (render)": None, "none": frozenset(), "the first": frozenset(declared[:1]),
+           "all": frozenset(declared)}[present]
+    facts, resolved = dry_facts(owned(tmp_path), selection=selection)
+    plan = plan_start(None, resolved, host.load_settings(), OPTIONS, replace(facts, credentials_present=has))
+    expected = set(declared) if has is None else set(has)
+    sources = {name: FixedSource(name, Secret("real-" + name)) for name in expected}
+    served = {spec.route.name for spec in served_config(plan.routes, sources).routes} if plan.routes else set()
+    assert served == expected  # the proxy serves what the host has a source for
     card, render = "\n".join(boundary_card(plan.session)), format_plan(plan.session)
-    for route in ("github-api", "github-uploads", "github-git"):
-        assert (f"{route}:" in card) == (route in served), card
-        assert (f"{route} " in render) == (route in served), render
+    env = plan.session.session.environment
+    config = json.loads(plan.session.filter_config)
+    by_name = {route.name: route for m in resolved.manifests for route in m.credentials}
+    for name in declared:
+        route, on = by_name[name], name in served
+        assert (f"{name}:" in card) == on, card
+        assert (f"{name} " in render) == on, render
+        if route.placeholder_env:
+            assert (route.placeholder_env in env) == on, sorted(env)
+        if route.base_url_env or route.scheme == "Basic":
+            assert any(f"/r/{name}" in value for value in env.values()) == on, sorted(env)
+        if route.intercept:
+            assert (route.upstream.removeprefix("https://") in config.get("intercept", {}).get("names", [])) == on
+    assert ("bridge" in config) == bool(served) and ("canaries" in config) == bool(served)
     if not served:
-        assert "credentials none" in card
+        assert "credentials none" in card and plan.routes is None
+        assert not any(name.startswith("GIT_CONFIG") for name in env)
 
 
 def test_other_sessions_on_the_workspace_are_named_in_a_note(tmp_path: Path) -> None:
