@@ -207,6 +207,34 @@ def test_the_card_the_render_the_environment_and_the_proxy_name_the_routes_serve
         assert not any(name.startswith("GIT_CONFIG") for name in env)
 
 
+def test_the_engine_is_given_no_secret_the_proxy_serves(tmp_path: Path) -> None:
+    """What the engine gets for both containers (their create requests, what `docker inspect` shows) comes
+    from the plan, which names each source: the secrets the proxy serves, read on the host, are in neither;
+    the session holds the same placeholder the proxy checks."""
+    from dejima.adapters.runtime import create_body
+    from dejima.core.secret import Secret
+    from dejima.proxy.setup import served_config
+    from dejima.proxy.sources import FixedSource
+
+    selection, declared = MANIFESTS["both"]
+    facts, resolved = dry_facts(owned(tmp_path), selection=selection)
+    plan = plan_start(None, resolved, host.load_settings(), OPTIONS, facts)
+    assert plan.routes is not None
+    real = {name: "ghp_" + name.replace("-", "") + "R" * 30 for name in declared}
+    config = served_config(plan.routes, {name: FixedSource(name, Secret(value)) for name, value in real.items()})
+    engine = json.dumps([create_body(plan.session.filter), create_body(plan.session.session),
+                         plan.session.filter_config])
+    for value in real.values():
+        assert value not in engine and value not in repr(plan)
+    served = {spec.route.name: spec for spec in config.routes}
+    env = plan.session.session.environment
+    assert env["ANTHROPIC_API_KEY"] == served["anthropic-api-key"].route.placeholder
+    assert env["GH_TOKEN"] == served["github-api"].route.placeholder
+    import asyncio
+
+    assert asyncio.run(served["github-api"].source.current()).reveal() == real["github-api"]  # the control
+
+
 def test_other_sessions_on_the_workspace_are_named_in_a_note(tmp_path: Path) -> None:
     facts, resolved = dry_facts(owned(tmp_path), forges=())
     assert plan_start(None, resolved, host.load_settings(), OPTIONS, facts).notes == ()
