@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import secrets
 import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,11 +44,7 @@ class Draws:
     """The session's randomness, drawn before its plan: each value is the seed's keyed hash of its
     label (BLAKE2b, 512 bits), written in the value's alphabet; no value tells another or the seed."""
 
-    seed: bytes = field(repr=False)
-
-    @classmethod
-    def fresh(cls) -> Draws:
-        return cls(secrets.token_bytes(32))
+    seed: bytes = field(repr=False)  # drawn by the launcher (adapters/session_dirs.new_draws), with the session's id
 
     def core(self, label: str, length: int = _CORE_LENGTH, alphabet: str = _CORE_ALPHABET) -> str:
         number = int.from_bytes(hashlib.blake2b(label.encode(), key=self.seed, digest_size=64).digest(), "big")

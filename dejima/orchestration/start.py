@@ -25,6 +25,7 @@ from dejima.adapters.session_dirs import (
     discard_unstarted,
     ledger_path,
     live_sessions_on,
+    new_draws,
     new_session_id,
     run_dir,
     sessions_dir,
@@ -32,7 +33,6 @@ from dejima.adapters.session_dirs import (
 from dejima.core.images import ImageNeeds
 from dejima.core.limits import describe
 from dejima.core.paths import SESSION_HOME
-from dejima.core.placeholders import Draws
 from dejima.core.plan import (
     GATE_ENTRYPOINT,
     PROXY_SOCKET,
@@ -174,7 +174,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
     done = apply(with_actions(FACT_STEPS, actions, previews), dry=runtime is None).results
     read = done["credential-sources"]
     facts = StartFacts(request, identity, source, sessions_dir() / session_id, done["engine-memory"], done["network"],
-                       done["images"], done["git-config"], Draws.fresh(),
+                       done["images"], done["git-config"], new_draws(),
                        frozenset(read[0]) if read is not None else None, read[1] if read is not None else (),
                        done["other-sessions"])
     return facts, read[0] if read is not None else {}

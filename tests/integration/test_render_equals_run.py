@@ -1,10 +1,11 @@
 """`dejima PATH --render` prints the plan a start runs: both make it with the same function from the
 host's facts (orchestration/start_plan.py plan_start), the render's facts read dry. With a real
 engine: the plan a real start applies and the rendered one differ only in what only the engine
-knows (the session's id, its images, the engine's gateway) and in the session's random
-placeholders; the steps, the credential routes, the bridge, the intercepted hosts and the session's
-variables are the same. The render changes nothing on the host and reads no secret: its routes'
-sources are named, not read; a start's plan names them too (the values stay apart from it)."""
+knows (the session's id, its images, the engine's gateway) and in the values drawn from the
+session's randomness (its placeholders and decoys, a fact of each); the steps, the credential routes,
+the bridge, the intercepted hosts and the session's variables are the same. The render changes
+nothing on the host and reads no secret: its routes' sources are named, not read; a start's plan
+names them too (the values stay apart from it)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from dejima.ui.views import format_plan
 def shown(plan: SessionPlan, gateway: str) -> list[str]:
     """The render's text with what only a start knows put back to the render's words."""
     text = format_plan(plan).replace(plan.session_id, "render")
-    lines = text.splitlines()[1:]  # the first line holds the plan's hash, which covers the placeholders
+    lines = text.splitlines()[1:]  # the first line holds the plan's hash, which covers the images' tags
     return [line.replace(f", {gateway}/32", "").replace(" (+ the engine gateway, found at start)", "")
             for line in lines]
 

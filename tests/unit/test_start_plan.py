@@ -107,14 +107,14 @@ def test_the_plan_is_a_function_of_its_facts(tmp_path: Path) -> None:
     """The placeholders and decoys follow from the facts' draws: the same facts give an equal plan; other
     draws give other values and nothing else, so the plan's hash (which leaves drawn values out, as it leaves
     out the session's id) stays; a route's upstream is in the hash."""
-    from dejima.core.placeholders import Draws
+    from dejima.adapters.session_dirs import new_draws
 
     facts, resolved = dry_facts(owned(tmp_path))
     settings = host.load_settings()
     plan = plan_start(None, resolved, settings, OPTIONS, facts)
     assert plan_start(None, resolved, settings, OPTIONS, facts) == plan
     assert plan.session.plan_hash == plan_start(None, resolved, settings, OPTIONS, facts).session.plan_hash
-    other = plan_start(None, resolved, settings, OPTIONS, replace(facts, draws=Draws.fresh()))
+    other = plan_start(None, resolved, settings, OPTIONS, replace(facts, draws=new_draws()))
     assert other != plan and other.session.plan_hash == plan.session.plan_hash
     assert plan.routes is not None and other.routes is not None
     assert sorted(other.session.session.environment) == sorted(plan.session.session.environment)

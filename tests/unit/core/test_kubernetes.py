@@ -233,11 +233,11 @@ def test_the_pod_has_the_local_limits_and_mounts() -> None:
 
 
 def test_without_a_proxy_the_routes_variables_stay_out() -> None:
-    from dejima.core.placeholders import Draws
+    from dejima.adapters.session_dirs import new_draws
     from dejima.core.route_plan import declared_routes, plan_routes
 
     plan, target, _ = combinations()["node-claude-code-sandbox"]
-    plan = replace(plan, routes=plan_routes(declared_routes(plan.resolved), Draws.fresh()))  # planned, not served
+    plan = replace(plan, routes=plan_routes(declared_routes(plan.resolved), new_draws()))  # planned, not served
     text = kubernetes_yaml(kubernetes_objects(plan, target))
     assert PLACEHOLDER not in text
     assert "ANTHROPIC_BASE_URL" not in text  # the route's variables go with the route, which the pod lacks

@@ -1,8 +1,9 @@
 """Placeholders look like the real key, are unique per session, and are recognised anywhere, in any case."""
 
+from dejima.adapters.session_dirs import new_draws
 from dejima.core.placeholders import Draws, SecretScanner, make_decoys, make_placeholder
 
-DRAWS = Draws.fresh()
+DRAWS = new_draws()
 
 
 def test_placeholders_are_shaped_like_the_key() -> None:
@@ -37,7 +38,7 @@ def test_the_scanner_names_what_it_finds() -> None:
 def test_the_draws_are_a_fact_each_value_follows_from_the_seed_and_its_label() -> None:
     """The plan is a function of its facts: the same draws give the same values, other draws others, and
     every value is shaped as before (prefix, length, alphabet)."""
-    same, other = Draws(DRAWS.seed), Draws.fresh()
+    same, other = Draws(DRAWS.seed), new_draws()
     assert make_placeholder("api.github.com", "authorization", same, "env GH_TOKEN") == make_placeholder(
         "api.github.com", "authorization", DRAWS, "env GH_TOKEN")
     assert make_placeholder("api.github.com", "authorization", other, "env GH_TOKEN") != make_placeholder(

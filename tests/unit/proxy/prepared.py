@@ -7,8 +7,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dejima.adapters.session_dirs import new_draws
 from dejima.core.manifest import CredentialRoute
-from dejima.core.placeholders import Decoys, Draws
+from dejima.core.placeholders import Decoys
 from dejima.core.pushrules import PushPolicy
 from dejima.core.route_plan import ORIGIN, RoutesPlan, plan_routes
 from dejima.proxy.intercept import Interception
@@ -40,7 +41,7 @@ def plan(routes: Iterable[tuple[CredentialRoute, str]], directory: Path, overrid
          push: Mapping[str, PushPolicy] = {}, present: Iterable[str] | None = None, extra_ca_file: str | None = None,
          origin: str = ORIGIN) -> RoutesPlan:
     """The routes plan as a start makes it (``present`` None: as ``--render``, every route, no source read)."""
-    planned = plan_routes(routes, Draws.fresh(), overrides, push, None if present is None else set(present),
+    planned = plan_routes(routes, new_draws(), overrides, push, None if present is None else set(present),
                           origin=origin)
     return replace(planned, records=str(directory), extra_ca_file=extra_ca_file)
 

@@ -101,8 +101,8 @@ def test_boundary_card_and_render_show_the_proxys_budget() -> None:
     from dataclasses import replace
     from pathlib import PurePosixPath
 
+    from dejima.adapters.session_dirs import new_draws
     from dejima.core.manifest import CredentialRoute
-    from dejima.core.placeholders import Draws
     from dejima.core.plan import Identity, SessionRequest, build_session_plan, proxy_limits
     from dejima.core.route_plan import plan_routes
     from dejima.core.settings import CredentialSettings, Settings
@@ -112,7 +112,7 @@ def test_boundary_card_and_render_show_the_proxys_budget() -> None:
     settings = Settings(credentials=CredentialSettings(proxy_memory="32m", proxy_connections=64))
     route = CredentialRoute("anthropic-api-key", "https://api.anthropic.com", "x-api-key", "raw",
                             ("env", ("ANTHROPIC_API_KEY",)), "ANTHROPIC_API_KEY", base_url_env="ANTHROPIC_BASE_URL")
-    routes = replace(plan_routes([(route, "backends/anthropic.toml")], Draws.fresh()),
+    routes = replace(plan_routes([(route, "backends/anthropic.toml")], new_draws()),
                      limits=proxy_limits(settings))
     plan = build_session_plan(request, settings, Identity(1000, 1000, "u"), "f", "s", routes=routes)
     budget = "proxy budget: holds at most 32 MiB of request data at once, 64 connections"
