@@ -15,8 +15,8 @@ from dejima.errors import UsageError
 
 if TYPE_CHECKING:
     from dejima.core.plan import SessionPlan
+    from dejima.orchestration.executor import Sink
     from dejima.orchestration.prestart import Prestarted
-    from dejima.orchestration.session import Sink
     from dejima.orchestration.session_reporter import SessionReporter as Reporter
     from dejima.orchestration.start import Prepared
 
@@ -123,7 +123,7 @@ class Session:
         it, then end of file; None: end of file at once, as /dev/null). Returns its exit status. Signals this
         process gets while ``run`` waits on the main thread are passed to the command (the status is then 128+N)."""
         from dejima.orchestration import start
-        from dejima.orchestration.session import Streams
+        from dejima.orchestration.executor import Streams
 
         prepared = self._started()
         if self._ran or self._closed:
@@ -144,8 +144,7 @@ class Session:
         from dejima.adapters.session_dirs import clear_run_dir, discard_unstarted
 
         try:
-            if prepared.unwind is not None:
-                prepared.unwind()
+            prepared.executor.unwind()
         finally:
             clear_run_dir(prepared.plan.session_id)
             if self._prestarted is None:  # else the prestart's, removed with it by its owner
