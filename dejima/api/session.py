@@ -65,11 +65,11 @@ class Session:
         with api.Session(api.Request(workspace, ["make", "test"])) as session:
             status = session.run(stdout=sys.stdout, stderr=on_chunk)
 
-    Entering applies the start's steps (stale sessions removed, images built when missing, credentials read,
+    Entering applies the start's preparation (stale sessions removed, images built when missing, credentials read,
     the plan made, the session's run directory, gate and record): ``plan`` and ``session_id`` are known from then
     on, and nothing runs yet. ``run`` starts the container pair, streams the command's output, and returns its
     exit status once both containers are removed and the exit audit is done (128+N when the command ended on
-    signal N). Leaving without ``run`` undoes the start's steps; leaving after it has nothing left to remove.
+    signal N). Leaving without ``run`` undoes what the start applied; leaving after it has nothing left to remove.
     A session runs its command once. ``reporter`` gets what the command line would print (default: kept by a
     ``QuietReporter``, ``reporter.messages``); ``prestarted`` is the command line's filter started before the plan.
     """
@@ -92,7 +92,7 @@ class Session:
         self.close()
 
     def start(self) -> None:
-        """Apply the start's steps (entering the ``with`` block does); a failure undoes what they did."""
+        """Apply the start's preparation (entering the ``with`` block does); a failure undoes what it did."""
         if self._prepared is not None or self._closed:
             raise UsageError("this session was started already", hint="make a new Session for another start")
         from dejima.adapters.runtime import connect

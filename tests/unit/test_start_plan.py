@@ -202,3 +202,37 @@ def test_a_start_plan_is_what_render_returns(tmp_path: Path) -> None:
     rendered = api.render(api.Request(owned(tmp_path), None, forges=["github"], dns_upstreams=["192.0.2.53"]))
     assert isinstance(rendered.start, StartPlan) and rendered.plan is rendered.start.session
     assert rendered.actions == rendered.start.actions
+
+
+GOLDEN = Path(__file__).parents[1] / "golden" / "start_actions"
+SCENARIOS = {  # name -> (forges, harness, command, publish)
+    "command-no-routes": ((), "shell", ("make", "test"), ()),
+    "interactive-github-routes": (("github",), "shell", None, ()),
+    "codex-harness-settings": ((), "codex", ("codex",), ()),
+    "published-port": ((), "shell", ("serve",), ("8080",)),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_the_render_prints_the_plans_actions_as_the_golden_file_says(tmp_path: Path, scenario: str,
+                                                                     update_golden: bool) -> None:
+    """What `--render` prints of the start: plan.actions, each with what it waits for and its undo (host paths,
+    the session's uid and the ruleset's digest written as names: they are this machine's)."""
+    from dejima import api
+
+    forges, harness, command, publish = SCENARIOS[scenario]
+    (tmp_path / "ws").mkdir()
+    workspace = owned(tmp_path / "ws")
+    rendered = api.render(api.Request(workspace, command, harness=harness, forges=list(forges),
+                                      dns_upstreams=["192.0.2.53"], publish=list(publish)))
+    text = rendered.text[rendered.text.index("## Start actions"):]
+    for path, name in ((rendered.start.request.home_dir, "<home>"), (host.state_dir(), "<state>"),
+                       (host.data_dir(), "<data>"), (workspace, "<workspace>")):
+        text = text.replace(str(path), name)
+    digest = next(p.action.digest for p in rendered.actions if p.name == "filter-ready")  # type: ignore[union-attr]
+    text = text.replace(digest, "<digest>").replace(f"(uid {os.getuid() or 4242})", "(uid <session user>)")
+    golden = GOLDEN / f"{scenario}.txt"
+    if update_golden:
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text + "\n")
+    assert text + "\n" == golden.read_text()
