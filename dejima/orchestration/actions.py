@@ -23,11 +23,47 @@ from typing import TYPE_CHECKING, Any
 from dejima.core.images import ImageNeeds
 from dejima.core.plan import ContainerSpec, Identity, SessionPlan
 from dejima.core.publish import Published
+from dejima.core.settings import Settings
 
 if TYPE_CHECKING:
     from dejima.proxy.runner import SessionProxy
 
-PREPARATION, PAIR = "preparation", "the container pair"
+LEFTOVERS, PREPARATION, PAIR = "before the plan (leftovers, the base image)", "preparation", "the container pair"
+
+
+# --- what a start does before its plan: plans of their own, run first ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveLeftover:
+    """A session whose launcher is gone: its filters stopped gently and their output kept as its records, its
+    containers removed, its run directory cleared (its records stay)."""
+
+    session_id: str
+    containers: tuple[str, ...]
+    filters: tuple[str, ...]  # of ``containers``, the filters (stopped gently first)
+
+
+@dataclass(frozen=True, slots=True)
+class ProvideBase:
+    """The base image pulled, or made with debootstrap, as the settings say: the image recipes hash its id, so
+    it must exist before the start's facts can name the images."""
+
+    settings: Settings = field(repr=False)
+
+
+def leftovers_plan(stale: Mapping[str, Sequence[tuple[str, str]]]) -> tuple[Planned, ...]:
+    """The sessions whose launcher is gone (session id -> (container, role)), each removed; nothing to undo."""
+    from dejima.core.labels import ROLE_FILTER
+
+    return tuple(planned(f"leftover-{session_id}", LEFTOVERS, RemoveLeftover(
+        session_id, tuple(c for c, _ in members), tuple(c for c, role in members if role == ROLE_FILTER)))
+        for session_id, members in sorted(stale.items()))
+
+
+def base_plan(settings: Settings) -> tuple[Planned, ...]:
+    """The base image provided, when the engine lacks it (pulled or made: the settings say how)."""
+    return (planned("base", LEFTOVERS, ProvideBase(settings)),)
 
 
 # --- what a start does -------------------------------------------------------------------------------
@@ -195,10 +231,10 @@ class ReleaseGate:
     fifo: str
 
 
-Action = (BuildImages | MakePrivateDir | WriteResolvConf | ServeCredentials | WriteCredentialFiles
-          | MergeHarnessSettings | MakeRunDir | MakeGate | WriteRecord | RememberFilter | ServeProxy | HoldGate
-          | CreateContainer | SendConfiguration | StartContainer | CheckPublished | ShowBoundary | StartAudit
-          | WaitReady | ReleaseGate)
+Action = (RemoveLeftover | ProvideBase | BuildImages | MakePrivateDir | WriteResolvConf | ServeCredentials
+          | WriteCredentialFiles | MergeHarnessSettings | MakeRunDir | MakeGate | WriteRecord | RememberFilter
+          | ServeProxy | HoldGate | CreateContainer | SendConfiguration | StartContainer | CheckPublished
+          | ShowBoundary | StartAudit | WaitReady | ReleaseGate)
 
 
 # --- their undos ---------------------------------------------------------------------------------------
@@ -369,6 +405,10 @@ def with_stdin(action: CreateContainer) -> CreateContainer:
 def described(action: Action) -> str:
     """One line for ``action``, as ``--render`` prints it (values the session could read are not shown)."""
     match action:
+        case RemoveLeftover(session_id=session_id, containers=containers):
+            return f"remove session {session_id}'s containers {', '.join(containers)} (its launcher is gone)"
+        case ProvideBase():
+            return "pull the base image, or make it with debootstrap"
         case BuildImages(needs=needs):
             built = ", ".join(recipe.tag for recipe in needs.to_build)
             return f"build {built}" if built else f"images present: {', '.join(needs.tags)}"

@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, TextIO
 
 from dejima.adapters.fifo import Gate, HeldFifo
 from dejima.adapters.runtime import Runtime
+from dejima.core.labels import SESSION as SESSION_LABEL
 from dejima.core.plan import SessionPlan
 from dejima.errors import EngineError, FilterError, SessionError
 from dejima.filter import FAILED, READY, VIOLATION
@@ -47,10 +48,12 @@ from dejima.orchestration.actions import (
     MakeRunDir,
     MergeHarnessSettings,
     Planned,
+    ProvideBase,
     ReleaseGate,
     RememberFilter,
     RemoveContainer,
     RemoveFile,
+    RemoveLeftover,
     RemoveMadeDir,
     RemoveTree,
     SendConfiguration,
@@ -71,6 +74,7 @@ from dejima.orchestration.background import Background
 from dejima.orchestration.session_reporter import SessionReporter
 
 if TYPE_CHECKING:
+    from dejima.adapters.image_builds import Base
     from dejima.orchestration import exit_audit
     from dejima.orchestration.prestart import Prestarted
     from dejima.proxy.runner import ProxyThread, SessionProxy
@@ -148,7 +152,15 @@ class Boundary:
 
 @dataclass(frozen=True, slots=True)
 class FilterOutput:
+    """All a session's filter printed, once it stopped: its violation records."""
+
+    session_id: str
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeftoverRemoved:
+    session_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +170,7 @@ class FilterRefusal:
     record: Mapping[str, object]
 
 
-Event = Applying | Note | Boundary | FilterOutput | FilterRefusal
+Event = Applying | Note | Boundary | FilterOutput | FilterRefusal | LeftoverRemoved
 
 
 def ignore(_: Event) -> None:
@@ -367,6 +379,7 @@ class Executor:
         self.log: list[list[Planned]] = []  # the batches applied, each in the order its actions finished
         self.ran = False  # the gate released: the session's command ran (undos kept_if_ran are skipped)
         self.containers: dict[str, str] = {}  # name -> id
+        self.sessions: dict[str, str] = {}  # name -> the session it belongs to (its label)
         self.adopted: set[str] = set()
         self.fifos: dict[str, HeldFifo] = {}
         self.made: dict[Path, Path | None] = {}  # a private directory -> the highest directory this start made
@@ -374,6 +387,7 @@ class Executor:
         self.proxy_thread: ProxyThread | None = None
         self.output: threading.Thread | None = None  # copies the session's output
         self.audit: tuple[str, list[exit_audit.MountState]] | None = None
+        self.base: Base | None = None  # the base image provided (ProvideBase)
         self._lock = threading.Lock()
 
     @property
@@ -484,6 +498,20 @@ class Executor:
         from dejima.adapters import host
 
         match action:
+            case RemoveLeftover(session_id=session_id, containers=containers, filters=filters):
+                from dejima.adapters.session_dirs import clear_run_dir
+
+                runtime = self._engine()
+                for container in filters:
+                    self.observe(FilterOutput(session_id, stop_filter_and_read(runtime, container)))
+                for container in containers:
+                    runtime.remove(container)
+                clear_run_dir(session_id)
+                self.observe(LeftoverRemoved(session_id))
+            case ProvideBase(settings=settings):
+                from dejima.adapters.image_builds import resolve_base
+
+                self.base = resolve_base(self._engine(), settings, self.reporter)
             case BuildImages(needs=needs):
                 from dejima.adapters.image_builds import build_needed
 
@@ -576,6 +604,7 @@ class Executor:
             container = runtime.create(with_stdin(action).spec if fed else action.spec)
         with self._lock:
             self.containers[action.name] = container
+            self.sessions[action.name] = action.spec.labels.get(SESSION_LABEL, "")
             if adopted:
                 self.adopted.add(action.name)
 
@@ -610,7 +639,7 @@ class Executor:
             case RemoveContainer(name=name, keep_output=keep):
                 runtime, container = self._engine(), self.container(name)
                 if keep:
-                    self.observe(FilterOutput(stop_filter_and_read(runtime, container)))
+                    self.observe(FilterOutput(self.sessions[name], stop_filter_and_read(runtime, container)))
                 runtime.remove(container)
             case CloseFifo(fifo=fifo, remove_directory=remove_directory):
                 self.fifos.pop(fifo).close(remove_directory)

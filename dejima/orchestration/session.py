@@ -27,23 +27,24 @@ from collections.abc import Callable, Sequence
 
 from dejima.adapters.host import Launcher, launcher_alive
 from dejima.adapters.runtime import Runtime
-from dejima.adapters.session_dirs import clear_run_dir
 from dejima.core import labels
 from dejima.core.plan import SessionPlan
 from dejima.core.report import Reporter
 from dejima.errors import EngineError, ExitStatus, FilterError
 from dejima.filter import READY, VIOLATION
-from dejima.orchestration.actions import Planned, pair_actions
+from dejima.orchestration.actions import Planned, leftovers_plan, pair_actions
 from dejima.orchestration.executor import (
     STOP_SIGNAL,
+    Event,
     Executor,
+    FilterOutput,
     FilterRefusal,
     Interrupted,
+    LeftoverRemoved,
     _wait_ready,
     follow_lines,
     signals_deferred,
     signals_raise,
-    stop_filter_and_read,
 )
 from dejima.orchestration.session_reporter import SessionReporter
 
@@ -218,31 +219,34 @@ def _say_stopped(ui: Reporter, session_id: str, received: list[int]) -> None:
 # --- leftovers -------------------------------------------------------------------------------
 
 
-def stale_sessions(runtime: Runtime, scope: str) -> dict[str, list[str]]:
-    """Session id → container ids, for sessions whose launcher is gone.
+def stale_sessions(runtime: Runtime, scope: str) -> dict[str, list[tuple[str, str]]]:
+    """Session id → its containers (id, role), for sessions whose launcher is gone.
 
     Only containers that carry a launcher token count: helpers labelled otherwise (the test
     world's servers) belong to whoever made them.
     """
-    stale: dict[str, list[str]] = {}
+    stale: dict[str, list[tuple[str, str]]] = {}
     for container in runtime.containers({labels.SCOPE: scope}):
         token = container.labels.get(labels.LAUNCHER, "")
         if Launcher.parse(token) is not None and not launcher_alive(token):
-            stale.setdefault(container.labels.get(labels.SESSION, "?"), []).append(container.id)
+            stale.setdefault(container.labels.get(labels.SESSION, "?"), []).append(
+                (container.id, container.labels.get(labels.ROLE, "")))
     return stale
 
 
-def remove_stale(runtime: Runtime, scope: str, ui: Reporter,
+def remove_stale(runtime: Runtime, scope: str, ui: SessionReporter,
                  on_filter_output: Callable[[str, str], None] | None = None) -> list[str]:
-    """Remove sessions whose launcher is gone, first handing their filters' output to the caller."""
+    """Remove sessions whose launcher is gone (a plan of its own: actions.leftovers_plan), first handing their
+    filters' output to the caller."""
     stale = stale_sessions(runtime, scope)
-    for session_id, containers in sorted(stale.items()):
-        if on_filter_output is not None:
-            for container in containers:
-                info = runtime.inspect(container) or {}
-                if info.get("Config", {}).get("Labels", {}).get(labels.ROLE) == labels.ROLE_FILTER:
-                    on_filter_output(session_id, stop_filter_and_read(runtime, container))
-        teardown(runtime, containers)
-        clear_run_dir(session_id)
-        ui.info(f"removed leftover session {session_id} (its launcher is gone)")
+
+    def observe(event: Event) -> None:
+        match event:
+            case FilterOutput(session_id=session_id, text=text) if on_filter_output is not None:
+                on_filter_output(session_id, text)
+            case LeftoverRemoved(session_id=session_id):
+                ui.info(f"removed leftover session {session_id} (its launcher is gone)")
+
+    if stale:
+        Executor(runtime, ui, observe).run(leftovers_plan(stale))
     return sorted(stale)

@@ -31,6 +31,7 @@ from dejima.core.plan import GATE_ENTRYPOINT, SessionPlan, describe_command
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, ExitStatus, SessionError
+from dejima.orchestration.actions import base_plan
 from dejima.orchestration.executor import Boundary, Event, Executor, FilterOutput, FilterRefusal, Note, Streams
 from dejima.orchestration.manage_sessions import record_stale_violations
 from dejima.orchestration.session_reporter import SessionReporter
@@ -74,7 +75,7 @@ class StartObserver:
             case Boundary(plan=plan):
                 show_boundary(plan, self.ui)
             case FilterOutput(text=text):
-                self.store.append_output(text)
+                self.store.append_output(text)  # its own filter's (a leftover's: session.remove_stale)
             case FilterRefusal(record=record) if self.notify:
                 self._notify(record)
 
@@ -142,10 +143,13 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
                               "render" if runtime is None else host.launcher_token())
 
     def images(_: Done) -> ImageNeeds:
-        from dejima.adapters.image_builds import image_needs
+        from dejima.adapters.image_builds import find_base, image_needs
 
         assert runtime is not None
-        return image_needs(runtime, settings, identity, ui, resolved.image_layers())
+        found = find_base(runtime, settings)
+        if found is None:  # the base first, a plan of its own: the recipes hash its id into the tags
+            Executor(runtime, ui).run(base_plan(settings))
+        return image_needs(runtime, settings, identity, ui, resolved.image_layers(), found)
 
     def credential_sources(_: Done) -> tuple[Mapping[str, CredentialSource], tuple[CredentialError, ...]] | None:
         if not resolved.has_credentials:

@@ -32,7 +32,7 @@ class FakeEngine:
 
     def __init__(self, digest: str) -> None:
         self.digest = digest
-        self.containers: dict[str, dict[str, Any]] = {}
+        self.present: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
@@ -42,12 +42,12 @@ class FakeEngine:
 
     def create(self, spec: ContainerSpec) -> str:
         self._log("create", spec.name)
-        self.containers[spec.name] = {"spec": spec, "running": False}
+        self.present[spec.name] = {"spec": spec, "running": False}
         return spec.name
 
     def start(self, container: str) -> None:
         self._log("start", container)
-        self.containers[container]["running"] = True
+        self.present[container]["running"] = True
 
     def follow_logs(self, container: str) -> Iterator[bytes]:
         yield f"{READY} ruleset={self.digest}\n".encode()
@@ -56,7 +56,7 @@ class FakeEngine:
         return f"{READY} ruleset={self.digest}\n"
 
     def inspect(self, container: str) -> dict[str, Any] | None:
-        found = self.containers.get(container)
+        found = self.present.get(container)
         return None if found is None else {"State": {"Running": found["running"], "ExitCode": 0}}
 
     def attach(self, container: str, stdin: IO[bytes] | None = None) -> Iterator[tuple[bytes | None, bytes | None]]:
@@ -64,11 +64,11 @@ class FakeEngine:
 
     def stop(self, container: str, timeout: int) -> None:
         self._log("stop", container)
-        self.containers[container]["running"] = False
+        self.present[container]["running"] = False
 
     def remove(self, container: str) -> None:
         self._log("remove", container)
-        del self.containers[container]
+        del self.present[container]
 
 
 def planned_start(tmp_path: Path, forges: tuple[str, ...] = ()) -> StartPlan:
@@ -122,9 +122,9 @@ def test_the_executor_applies_the_plans_actions_and_the_teardown_leaves_what_was
     assert all(set(p.needs) <= {q.name for q in applied[:n]} for n, p in enumerate(applied))  # each after its needs
     pair = (plan.session.filter.name, plan.session.session.name)
     assert sorted(engine.calls) == sorted((call, name) for call in ("create", "start") for name in pair)
-    assert executor.ran and set(engine.containers) == {plan.session.filter.name, plan.session.session.name}
+    assert executor.ran and set(engine.present) == {plan.session.filter.name, plan.session.session.name}
     executor.unwind()
-    assert engine.containers == {}
+    assert engine.present == {}
     assert not Path(plan.request.run_dir or "").exists() and not Path(plan.request.gate_dir or "").exists()
     assert plan.record[0].read_text() == str(plan.request.workspace)  # a session that ran keeps its record
     assert Path(plan.request.home_dir).is_dir()  # and its home
@@ -146,7 +146,7 @@ def test_a_failure_at_any_action_leaves_the_engine_and_the_host_as_before_the_st
 
         with pytest.raises(RuntimeError, match=f"injected at {name}"):
             run_start(plan, engine, refuse)
-        assert engine.containers == {}, name
+        assert engine.present == {}, name
         after = host_tree(*roots)
         if k <= names.index("open-gate"):  # the command never ran: nothing is left
             assert after == before, (name, sorted(set(after) ^ set(before)))
@@ -173,4 +173,43 @@ def test_a_signal_while_the_pair_starts_unwinds_the_whole_start(tmp_path: Path) 
 
     with pytest.raises(KeyboardInterrupt):
         run_start(plan, engine, interrupt)
-    assert engine.containers == {} and host_tree(host.state_dir(), host.data_dir()) == before
+    assert engine.present == {} and host_tree(host.state_dir(), host.data_dir()) == before
+
+
+class LeftoverEngine(FakeEngine):
+    """The engine holding a dead launcher's session (another boot's token) and a live one's (this process's)."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+        from dejima.adapters.runtime import ContainerInfo
+        from dejima.core import labels
+
+        dead, alive = "otherboot:1:1", host.launcher_token()
+        self.listed = [ContainerInfo(f"{session}-{role}", f"{session}-{role}", "running",
+                                     {labels.SCOPE: host.scope(), labels.LAUNCHER: token, labels.SESSION: session,
+                                      labels.ROLE: role}, "")
+                       for session, token in (("0dead0", dead), ("a11ve0", alive))
+                       for role in (labels.ROLE_FILTER, labels.ROLE_SESSION)]
+        self.present = {info.id: {"running": True} for info in self.listed}
+
+    def containers(self, label_filter: dict[str, str]) -> list[Any]:
+        return [info for info in self.listed if info.id in self.present]
+
+    def logs(self, container: str) -> str:
+        return 'dejima-violation {"kind": "dns", "domain": "evil.example"}\n'
+
+
+def test_leftovers_are_a_plan_of_their_own_the_executor_applies(tmp_path: Path) -> None:
+    """A dead launcher's session: its containers removed (the filter stopped gently first, its output kept as
+    the session's records), its run directory cleared; a live launcher's session untouched."""
+    from dejima.adapters.session_dirs import read, run_dir
+    from dejima.orchestration import session
+    from dejima.orchestration.manage_sessions import record_stale_violations
+
+    engine = LeftoverEngine()
+    run_dir("0dead0").mkdir(parents=True)
+    removed = session.remove_stale(engine, host.scope(), UI(quiet=True), record_stale_violations)  # type: ignore[arg-type]
+    assert removed == ["0dead0"]
+    assert sorted(engine.present) == ["a11ve0-filter", "a11ve0-session"]
+    assert ("stop", "0dead0-filter") in engine.calls and ("stop", "0dead0-session") not in engine.calls
+    assert [r["domain"] for r in read("0dead0")] == ["evil.example"] and not run_dir("0dead0").exists()
