@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from dejima.core.limits import describe, describe_proxy
 from dejima.core.plan import SessionPlan
 from dejima.core.publish import Published
@@ -67,20 +65,6 @@ def format_plan(plan: SessionPlan) -> str:
         elif spec.environment:  # names only: the values are the plan's, placeholders included, never a secret
             lines.append(f"  env {', '.join(sorted(spec.environment))}")
     lines += ["", "## nft ruleset (applied in the filter, then read back and verified)", plan.ruleset]
-    return "\n".join(lines)
-
-
-def format_steps(outline: Sequence[tuple[str, str, tuple[str, ...], bool]]) -> str:
-    """The steps a start applies (orchestration/steps.py), part by part, each with what it waits for."""
-    lines = ["## Start steps (each runs once what it needs is done; independent ones at once; a render runs",
-             "## the 'plans' ones and only names what the 'applies' ones would do)"]
-    part = ""
-    for where, name, needs, effect in outline:
-        if where != part:
-            part = where
-            lines.append(part)
-        after = f"after {', '.join(needs)}" if needs else ""
-        lines.append(f"  {name:<22} {'applies' if effect else 'plans':<8} {after}".rstrip())
     return "\n".join(lines)
 
 

@@ -23,6 +23,11 @@ from dejima.ui.console import UI
 from dejima.ui.views import format_plan
 
 
+def outline(plan: StartPlan) -> list[tuple[str, str, str, tuple[str, ...], str, tuple[str, ...]]]:
+    """Each action's name, part, kind, needs, undo kind and undo order (the values hold the session's own paths)."""
+    return [(p.name, p.part, type(p.action).__name__, p.needs, type(p.undo).__name__, p.undo_after)
+            for p in plan.actions]
+
 def shown(plan: SessionPlan, gateway: str) -> list[str]:
     """The render's text with what only a start knows put back to the render's words."""
     text = format_plan(plan).replace(plan.session_id, "render")
@@ -50,8 +55,8 @@ def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object
     prepared = start.prepare_session(workspace, None, resolved, settings, runtime, ui, options)
     planned = prepared.plan
     assert type(prepared.start) is type(render) and planned is prepared.start.session
-    # The same steps with the same needs; the same routes, sources, directories, connection and notes.
-    assert prepared.start.outline() == render.outline()
+    # The same actions with the same needs and undos; the same routes, sources, directories, connection and notes.
+    assert outline(prepared.start) == outline(render)
     assert prepared.start.private_dirs == render.private_dirs and prepared.start.connection == render.connection
     assert prepared.start.notes == render.notes == ()
     assert prepared.start.routes is not None and render.routes is not None
@@ -63,7 +68,7 @@ def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object
     assert routes(prepared.start) == routes(render) and routes(render)
     assert "ghp_" + "r" * 36 not in repr(prepared.start)  # the plan names the source; the value is served apart
     # The proxy serves the planned routes, each with the source read on the host.
-    assert prepared.proxy is not None and [spec.route.name for spec in prepared.proxy.routes] == list(
+    assert prepared.executor.proxy is not None and [spec.route.name for spec in prepared.executor.proxy.routes] == list(
         prepared.start.routes.names)
     gateway = str(runtime.gateway(settings.session.network))
     assert shown(planned, gateway) == shown(rendered, gateway)
@@ -82,7 +87,6 @@ def test_render_shows_the_plan_a_start_prepares(runtime: Runtime, images: object
     # The render reads no source: with the secret gone from the host, it shows the same routes.
     monkeypatch.delenv("GH_TOKEN")
     unread = start.render_start(workspace, None, resolved, settings, options, ui).session
-    if prepared.unwind is not None:  # never run: its run directory, gate and record undone
-        prepared.unwind()
+    prepared.executor.unwind()  # never run: its run directory, gate and record undone
     assert relays(unread) == relays(rendered) and sorted(unread.session.environment) == sorted(
         rendered.session.environment)

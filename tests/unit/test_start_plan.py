@@ -1,7 +1,7 @@
 """The start as data (orchestration/start_plan.py): facts read first, then ``plan_start`` with no I/O to a
-frozen ``StartPlan`` holding the whole start and its steps; the executors refuse a step the plan does not
-declare. The facts here are read dry (as ``--render`` reads them), then varied by hand; a real start's
-plan against a render's is tests/integration/test_render_equals_run.py."""
+frozen ``StartPlan`` holding the whole start: its actions, each with its undo (the executor that applies
+them: tests/unit/test_executor.py). The facts here are read dry (as ``--render`` reads them), then varied by
+hand; a real start's plan against a render's is tests/integration/test_render_equals_run.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -20,17 +20,9 @@ import pytest
 from dejima.adapters import host
 from dejima.core.resolve import Resolved
 from dejima.orchestration import start, start_request
-from dejima.orchestration.start_plan import (
-    FACT_STEPS,
-    PAIR,
-    PREPARATION,
-    PREPARATION_STEPS,
-    StartFacts,
-    StartPlan,
-    declared,
-    plan_start,
-)
-from dejima.orchestration.steps import Step, StepGraphError, apply, ordered, with_actions
+from dejima.orchestration.actions import PREPARATION, MakeGate, planned, undo_of
+from dejima.orchestration.executor import StartGraphError, ordered
+from dejima.orchestration.start_plan import StartFacts, StartPlan, plan_start
 from dejima.proxy.sources import CredentialError
 from dejima.ui.console import UI
 from tests.unit.test_api import owned
@@ -255,52 +247,37 @@ def test_a_policy_that_does_not_pass_is_refused_by_the_plan_too(tmp_path: Path) 
         start.read_facts(tmp_path, None, resolved, host.load_settings(), refused, UI(quiet=True), None, "render")
 
 
-def test_the_steps_are_declared_for_all_three_parts(tmp_path: Path) -> None:
+def test_the_actions_are_one_graph_each_with_the_undo_the_plan_derives(tmp_path: Path) -> None:
     facts, resolved = dry_facts(owned(tmp_path))
     plan = plan_start(None, resolved, host.load_settings(), OPTIONS, facts)
-    assert plan.steps[:len(FACT_STEPS)] == FACT_STEPS
-    assert declared(plan.steps, PREPARATION) == PREPARATION_STEPS
-    for part in {step.part for step in plan.steps}:
-        mine = declared(plan.steps, part)
-        ordered(Step(d.name, lambda _: None, d.needs) for d in mine)  # each part a graph of its own
-    assert {d.name for d in declared(plan.steps, PAIR)} >= {"filter", "filter-ready", "audit-start", "open-gate"}
-    # what a render skips: dead sessions audited, the base pulled or made, the secrets read, leftovers removed
-    assert [d.name for d in FACT_STEPS if d.effect] == ["findings", "images", "credential-sources", "stale-sessions"]
+    assert plan.actions == plan.preparation + plan.pair and plan.preparation and plan.pair
+    ordered(plan.actions)  # a graph the executor runs: no name twice, no unknown need, no cycle
+    assert all(set(p.needs) <= {q.name for q in plan.actions[:n]} for n, p in enumerate(plan.actions))  # in order
+    assert all(p.undo == undo_of(p.action) for p in plan.actions)
+    names = [p.name for p in plan.actions]
+    assert {"images", "home", "credentials", "run-directory", "start-gate", "record", "filter", "filter-ready",
+            "audit-start", "open-gate"} <= set(names)
+    assert all(set(p.undo_after) <= set(names) for p in plan.actions)
+    # a start with a prestarted filter: its run directory is the prestart's, made before the plan
+    prestarted = plan_start(None, resolved, host.load_settings(), OPTIONS, replace(facts, prestarted=True))
+    assert "run-directory" not in [p.name for p in prestarted.actions]
 
 
-def test_an_executor_refuses_a_step_the_plan_does_not_declare() -> None:
-    decls = declared(PREPARATION_STEPS, PREPARATION)
-    actions = {d.name: (lambda _: None) for d in decls}
-    with pytest.raises(StepGraphError, match="differ"):
-        with_actions(decls, {**actions, "extra": lambda _: None})
-    without = dict(actions)
-    del without["images"]
-    with pytest.raises(StepGraphError, match="differ"):
-        with_actions(decls, without)
-    ran: list[str] = []
-    def record(name: str) -> Callable[[object], None]:
-        return lambda _: ran.append(name)
-
-    apply(with_actions(decls, {name: record(name) for name in actions}))
-    assert sorted(ran) == sorted(actions)
+def test_plan_start_is_a_function_of_its_facts(tmp_path: Path) -> None:
+    """The same facts, the same actions (the routes' placeholders aside: drawn in plan_start until they are facts)."""
+    facts, resolved = dry_facts(owned(tmp_path), forges=())
+    first, again = (plan_start(None, resolved, host.load_settings(), OPTIONS, facts) for _ in range(2))
+    assert first.actions == again.actions and first == again
 
 
-def test_a_failing_preparation_undoes_what_was_applied_and_starts_nothing_after() -> None:
-    decls = declared(PREPARATION_STEPS, PREPARATION)
-    undone: list[str] = []
-
-    def fail(_: object) -> None:
-        raise RuntimeError("the home files cannot be written")
-
-    def undo(name: str) -> Callable[[object], None]:
-        return lambda _: undone.append(name)
-
-    actions: dict[str, Callable[[object], object]] = {d.name: (lambda _: None) for d in decls}
-    actions["credential-files"] = fail
-    with pytest.raises(RuntimeError, match="cannot be written"):
-        apply(with_actions(decls, actions, undos={d.name: undo(d.name) for d in decls}))
-    assert {"directories", "credentials"} <= set(undone)  # what the failed step needed: undone
-    assert "credential-files" not in undone and "harness-settings" not in undone  # failed; never ran
+def test_the_executor_refuses_a_graph_it_cannot_run() -> None:
+    one = planned("a", PREPARATION, MakeGate(Path("/nonexistent/a")))
+    with pytest.raises(StartGraphError, match="named twice"):
+        ordered([one, one])
+    with pytest.raises(StartGraphError, match="need what no action makes"):
+        ordered([replace(one, needs=("b",))])
+    with pytest.raises(StartGraphError, match="need each other"):
+        ordered([replace(one, needs=("b",)), replace(one, name="b", needs=("a",))])
 
 
 def test_a_start_plan_is_what_render_returns(tmp_path: Path) -> None:
@@ -308,4 +285,38 @@ def test_a_start_plan_is_what_render_returns(tmp_path: Path) -> None:
 
     rendered = api.render(api.Request(owned(tmp_path), None, forges=["github"], dns_upstreams=["192.0.2.53"]))
     assert isinstance(rendered.start, StartPlan) and rendered.plan is rendered.start.session
-    assert rendered.steps == rendered.start.outline()
+    assert rendered.actions == rendered.start.actions
+
+
+GOLDEN = Path(__file__).parents[1] / "golden" / "start_actions"
+SCENARIOS = {  # name -> (forges, harness, command, publish)
+    "command-no-routes": ((), "shell", ("make", "test"), ()),
+    "interactive-github-routes": (("github",), "shell", None, ()),
+    "codex-harness-settings": ((), "codex", ("codex",), ()),
+    "published-port": ((), "shell", ("serve",), ("8080",)),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_the_render_prints_the_plans_actions_as_the_golden_file_says(tmp_path: Path, scenario: str,
+                                                                     update_golden: bool) -> None:
+    """What `--render` prints of the start: plan.actions, each with what it waits for and its undo (host paths,
+    the session's uid and the ruleset's digest written as names: they are this machine's)."""
+    from dejima import api
+
+    forges, harness, command, publish = SCENARIOS[scenario]
+    (tmp_path / "ws").mkdir()
+    workspace = owned(tmp_path / "ws")
+    rendered = api.render(api.Request(workspace, command, harness=harness, forges=list(forges),
+                                      dns_upstreams=["192.0.2.53"], publish=list(publish)))
+    text = rendered.text[rendered.text.index("## Start actions"):]
+    for path, name in ((rendered.start.request.home_dir, "<home>"), (host.state_dir(), "<state>"),
+                       (host.data_dir(), "<data>"), (workspace, "<workspace>")):
+        text = text.replace(str(path), name)
+    digest = next(p.action.digest for p in rendered.actions if p.name == "filter-ready")  # type: ignore[union-attr]
+    text = text.replace(digest, "<digest>").replace(f"(uid {os.getuid() or 4242})", "(uid <session user>)")
+    golden = GOLDEN / f"{scenario}.txt"
+    if update_golden:
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text + "\n")
+    assert text + "\n" == golden.read_text()
