@@ -31,7 +31,7 @@ from dejima.core.manifest import CredentialRoute
 from dejima.core.paths import FILTER_RUN_DIR, PROXY_CONFIG_ENV, PROXY_RECORDS_DIR, PROXY_TRUST_DIR
 from dejima.core.plan import PROXY_SOCKET, TLS_SOCKET
 from dejima.core.pushrules import PushPolicy
-from dejima.core.route_plan import GUARDS_PUSHES, SIGNS, RoutesPlan
+from dejima.core.route_plan import FORWARDS, GUARDS_PUSHES, SIGNS, RoutesPlan
 from dejima.core.sigv4 import AwsSigning, SigningScope
 from dejima.errors import ExitStatus
 from dejima.proxy.aws_source import AwsSource
@@ -117,7 +117,7 @@ def proxy_config(document: Mapping[str, Any], environ: Mapping[str, str], record
         # A signing route's keys: the AWS variables (no profile file in the pod); others: their one variable.
         source: CredentialSource = AwsSource("default", where, {k: v for k, v in environ.items() if k.startswith(
             "AWS_")}, Path("/nonexistent")) if signing else env_source(item["secret"], where, environ)
-        kind = SIGNS if signing else GUARDS_PUSHES if policy is not None else ""
+        kind = SIGNS if signing else GUARDS_PUSHES if policy is not None else FORWARDS  # as plan_routes decides
         specs.append(RouteSpec(route, source, behaviour_for(kind, policy)))
     interception = session_interception(document.get("intercept") or {})
     return ProxyConfig(tuple(specs), records / LEDGER, records / VIOLATIONS,

@@ -57,6 +57,10 @@ def served_config(plan: RoutesPlan, sources: Mapping[str, CredentialSource]) -> 
     """The planned routes as the proxy serves them: each with its source as read on the host (by route
     name), its behaviour, and the session CA made for the intercepted hosts (its key in this process's
     memory only). The only place a planned route meets its secret."""
+    missing = [planned.name for planned in plan.routes if planned.name not in sources]
+    if missing:  # a plan made without reading the sources (a render's) is never served
+        raise CredentialError(f"no source was read for route(s) {', '.join(missing)}",
+                              hint="a start reads the sources before it plans; this is a bug in dejima")
     specs = tuple(RouteSpec(planned.route, sources[planned.name], behaviour_of(planned)) for planned in plan.routes)
     return ProxyConfig(specs, Path(plan.records) / LEDGER, Path(plan.records) / RECORDS, plan.decoys.values(),
                        plan.extra_ca_file, memory_budget=plan.limits.memory, max_connections=plan.limits.connections,

@@ -75,3 +75,13 @@ def test_a_render_names_every_source_and_reads_none(tmp_path: Path) -> None:
     assert planned.names == ("anthropic-api-key", "github-git")
     assert [p.source_shown for p in planned.routes] == ["host env ANTHROPIC_API_KEY", "host env GH_TOKEN"]
     assert planned == replace(planned)  # plain values: a plan compares equal to its copy
+
+
+def test_a_plan_is_served_only_with_a_source_for_each_route(tmp_path: Path) -> None:
+    """A render's plan (every route, no source read) cannot be served: the proxy refuses it, naming the
+    routes, rather than serving a route without its secret."""
+    from dejima.proxy.setup import served_config
+
+    planned = plan([(ANTHROPIC, "backends/anthropic.toml"), (GIT, "forges/github.toml")], tmp_path)
+    with pytest.raises(CredentialError, match="anthropic-api-key, github-git"):
+        served_config(planned, {})
