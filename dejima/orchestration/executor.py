@@ -75,9 +75,9 @@ from dejima.orchestration.session_reporter import SessionReporter
 
 if TYPE_CHECKING:
     from dejima.adapters.image_builds import Base
+    from dejima.core.route_plan import RoutesPlan
     from dejima.orchestration import exit_audit
     from dejima.orchestration.prestart import Prestarted
-    from dejima.core.route_plan import RoutesPlan
     from dejima.proxy.runner import ProxyThread
     from dejima.proxy.server import ProxyConfig
     from dejima.proxy.sources import CredentialSource
@@ -322,7 +322,7 @@ def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
     """Every directory the session can write that outlives it: the workspace (with the paths the
     session's manifests ask the audit to watch), the per-project home, the manifest caches."""
     from dejima.core.audit.manifest_watch import watch_of
-    from dejima.core.plan import SESSION_HOME
+    from dejima.core.paths import SESSION_HOME
     from dejima.orchestration import exit_audit
 
     watch = watch_of(plan.resolved.manifests if plan.resolved is not None else ())
