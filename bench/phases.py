@@ -56,7 +56,6 @@ TIMED = {
                                          "start."),
     ("dejima.orchestration.start_plan", ""): ("plan_start build_session_plan", "start_plan."),
     ("dejima.adapters.image_builds", ""): ("resolve_base recipes ensure_image image_needs build_needed", "images."),
-    ("dejima.orchestration.steps", ""): ("apply", "steps."),
     ("dejima.orchestration.session", ""): ("remove_stale _run_attached check_filter_alive teardown", "session."),
     ("dejima.orchestration.executor", ""): ("_wait_ready _start_attached stop_filter_and_read", "session."),
     ("dejima.orchestration.executor", "Executor"): ("run unwind", "executor."),
