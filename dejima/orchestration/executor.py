@@ -10,7 +10,8 @@ An action that raises stops the run: no further action starts, the running ones 
 whole log is unwound (every applied action's undo, each after its ``undo_after``), then the error is
 raised; a signal's exception in the calling thread is a failure like any other. ``unwind`` runs every
 undo even when one fails (the first failure is raised at the end) and defers further signals meanwhile.
-The observer gets one event per action about to be applied (``Applying``), and what the start tells:
+The observer gets one event per action about to be applied (``Applying``) and per undo ended (``Undone``),
+and what the start tells:
 notes (``Note``), the boundary (``Boundary``), the filter's output once it stopped (``FilterOutput``).
 An observer that raises on ``Applying`` stops the start like a failing action.
 """
@@ -141,6 +142,13 @@ class Applying:
 
 
 @dataclass(frozen=True, slots=True)
+class Undone:
+    """An applied action's undo has ended (raised or not)."""
+
+    planned: Planned
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
     text: str
 
@@ -170,7 +178,7 @@ class FilterRefusal:
     record: Mapping[str, object]
 
 
-Event = Applying | Note | Boundary | FilterOutput | FilterRefusal | LeftoverRemoved
+Event = Applying | Undone | Note | Boundary | FilterOutput | FilterRefusal | LeftoverRemoved
 
 
 def ignore(_: Event) -> None:
@@ -470,6 +478,10 @@ class Executor:
                 assert planned.undo is not None
                 self._undo(planned.undo)
             except BaseException as exc:  # noqa: BLE001 - collected, raised once every undo ran
+                errors.append(exc)
+            try:
+                self.observe(Undone(planned))
+            except BaseException as exc:  # noqa: BLE001 - the teardown goes on; raised at its end
                 errors.append(exc)
             finished.put(planned.name)
 

@@ -19,7 +19,7 @@ from dejima.adapters.session_dirs import sessions_dir
 from dejima.core.plan import RESOLV_CONF, ContainerSpec
 from dejima.filter import READY
 from dejima.orchestration.actions import ReleaseGate, WaitReady
-from dejima.orchestration.executor import Applying, Event, Executor, Streams
+from dejima.orchestration.executor import Applying, Event, Executor, Streams, Undone
 from dejima.orchestration.start_plan import StartPlan, plan_start
 from dejima.ui.console import UI
 from tests.unit.test_api import owned
@@ -213,3 +213,23 @@ def test_leftovers_are_a_plan_of_their_own_the_executor_applies(tmp_path: Path) 
     assert sorted(engine.present) == ["a11ve0-filter", "a11ve0-session"]
     assert ("stop", "0dead0-filter") in engine.calls and ("stop", "0dead0-session") not in engine.calls
     assert [r["domain"] for r in read("0dead0")] == ["evil.example"] and not run_dir("0dead0").exists()
+
+
+def test_the_teardown_does_each_undo_after_the_ones_the_plan_puts_first(tmp_path: Path) -> None:
+    """The pair's undos before the preparation's; within the pair, each after its undo_after (the audit's end
+    once the session's container is gone, the FIFOs and the proxy after the containers)."""
+    plan = planned_start(tmp_path)
+    engine = FakeEngine(digest_of(plan))
+    undone: list[str] = []
+    executor = run_start(plan, engine, lambda event: undone.append(event.planned.name)
+                         if isinstance(event, Undone) else None)
+    executor.unwind()
+    assert sorted(undone) == sorted(p.name for p in plan.actions if p.undo is not None
+                                    and not p.undo.kept_if_ran)
+    for p in plan.actions:
+        for first in p.undo_after:
+            if p.name in undone and first in undone:
+                assert undone.index(first) < undone.index(p.name), (first, p.name)
+    pair = {p.name for p in plan.pair}
+    assert all(name in pair for name in undone[:len(pair & set(undone))])  # the pair's undos come first
+    assert undone.index("session") < undone.index("audit-start")
