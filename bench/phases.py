@@ -74,14 +74,17 @@ def instrument() -> None:
     pending = dict(TIMED)
     original = builtins.__import__
 
+    lock = threading.RLock()  # a start's actions import on threads of their own: each module is wrapped once
+
     def wrap_arrived() -> None:
-        for (module_name, class_name), (names, prefix) in list(pending.items()):
-            owner = sys.modules.get(module_name)
-            if owner is not None and class_name:
-                owner = getattr(owner, class_name, None)
-            if owner is not None and all(hasattr(owner, n) for n in names.split()):  # fully initialised
-                wrap(owner, names, prefix)
-                del pending[(module_name, class_name)]
+        with lock:
+            for (module_name, class_name), (names, prefix) in list(pending.items()):
+                owner = sys.modules.get(module_name)
+                if owner is not None and class_name:
+                    owner = getattr(owner, class_name, None)
+                if owner is not None and all(hasattr(owner, n) for n in names.split()):  # fully initialised
+                    wrap(owner, names, prefix)
+                    del pending[(module_name, class_name)]
 
     def hooked(name: str, *args: Any, **kwargs: Any) -> Any:
         module = original(name, *args, **kwargs)

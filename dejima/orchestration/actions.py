@@ -254,8 +254,9 @@ class RemoveFile:
 
 @dataclass(frozen=True, slots=True)
 class RemoveMadeDir:
-    """The directory removed if this start made it (the highest of its parents it made); kept once the
-    session ran (a home outlives its session)."""
+    """The directory removed if this start made it, and the parents it made with it while they are empty
+    (another start may have made its own beside it since); kept once the session ran (a home outlives its
+    session)."""
 
     path: Path
     kept_if_ran: bool = True

@@ -646,8 +646,16 @@ class Executor:
                 path.unlink(missing_ok=True)
             case RemoveMadeDir(path=path):
                 top = self.made.get(path)
-                if top is not None:
-                    shutil.rmtree(top, ignore_errors=True)
+                if top is not None:  # this start made it: nothing of another's is in it
+                    shutil.rmtree(path, ignore_errors=True)
+                    # The parents it made go only if still empty: another start may have put its own there since.
+                    for parent in path.parents:
+                        if not parent.is_relative_to(top):
+                            break
+                        try:
+                            parent.rmdir()
+                        except OSError:
+                            break
             case RemoveContainer(name=name, keep_output=keep):
                 runtime, container = self._engine(), self.container(name)
                 if keep:

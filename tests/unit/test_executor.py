@@ -233,3 +233,22 @@ def test_the_teardown_does_each_undo_after_the_ones_the_plan_puts_first(tmp_path
     pair = {p.name for p in plan.pair}
     assert all(name in pair for name in undone[:len(pair & set(undone))])  # the pair's undos come first
     assert undone.index("session") < undone.index("audit-start")
+
+
+def test_a_failed_start_removes_only_the_directories_it_made_not_anothers_made_beside_them(tmp_path: Path) -> None:
+    """The first start on this host makes the homes' directory with its home; a second start puts its own home
+    there meanwhile; the first one fails: its home goes, the other's and the directory holding both stay."""
+    plan = planned_start(tmp_path)
+    home = Path(plan.request.home_dir)
+    assert not home.parent.exists()  # this start makes the homes' directory too
+    other = home.parent / "another-start's-home"
+
+    def meanwhile(event: Event) -> None:
+        if isinstance(event, Applying) and event.planned.name == "record":
+            other.mkdir()  # by then the first home exists
+        if isinstance(event, Applying) and event.planned.name == "filter":
+            raise RuntimeError("the engine is gone")
+
+    with pytest.raises(RuntimeError, match="the engine is gone"):
+        run_start(plan, FakeEngine(digest_of(plan)), meanwhile)
+    assert not home.exists() and other.is_dir()
