@@ -58,8 +58,8 @@ def phases(env: Env, workspace: Path, runs: int) -> tuple[dict[str, float], tupl
 
 M, P, R = "main", "main/start.prepare_session", "main/start.run_session"
 S = f"{R}/executor.run"
-# Call path (bench/phases.py) -> the phase it is shown as. A start's steps run on threads of their own
-# (orchestration/steps.py), so what they call is shown without the path of the step that called it.
+# Call path (bench/phases.py) -> the phase it is shown as. A start's actions run on threads of their own
+# (orchestration/executor.py), so what they call is shown without the path of the action that called it.
 PHASES = {
     M: "launcher main(), total",
     f"{M}/prestart.begin": "prestart: the remembered filter's create and start begun",

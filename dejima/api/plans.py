@@ -172,7 +172,6 @@ def render(request: Request, reporter: Reporter | None = None) -> Rendered:
     engine and reads no secret (credential sources are named, not read); the session id is ``render``."""
     from dejima.orchestration import start
     from dejima.orchestration.actions import format_actions
-    from dejima.orchestration.start_plan import FACT_STEPS
     from dejima.ui.views import format_plan
 
     reporter = _quiet(reporter)
@@ -180,9 +179,8 @@ def render(request: Request, reporter: Reporter | None = None) -> Rendered:
         given = _inputs(request, reporter)
         planned = start.render_start(given.workspace, given.command, given.resolved, given.settings, given.options,
                                      reporter)
-    facts = tuple((step.name, step.effect) for step in FACT_STEPS)
     return Rendered(planned.session, planned.actions,
-                    format_plan(planned.session) + "\n\n" + format_actions(planned.actions, facts), planned)
+                    format_plan(planned.session) + "\n\n" + format_actions(planned.actions), planned)
 
 
 def render_kubernetes(request: Request, kind: Literal["Sandbox", "Pod"] = "Sandbox",

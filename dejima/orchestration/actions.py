@@ -254,8 +254,9 @@ class RemoveFile:
 
 @dataclass(frozen=True, slots=True)
 class RemoveMadeDir:
-    """The directory removed if this start made it (the highest of its parents it made); kept once the
-    session ran (a home outlives its session)."""
+    """The directory removed if this start made it, and the parents it made with it while they are empty
+    (another start may have made its own beside it since); kept once the session ran (a home outlives its
+    session)."""
 
     path: Path
     kept_if_ran: bool = True
@@ -470,14 +471,10 @@ def described_undo(undo: Undo) -> str:
             return "finish the exit audit"
 
 
-def format_actions(actions: Sequence[Planned], facts: Sequence[tuple[str, bool]] = ()) -> str:
-    """The start's actions as ``--render`` prints them, part by part: each with what it waits for and its undo;
-    ``facts``: the facts a start reads before its plan (name, whether it changes something or reads a secret)."""
+def format_actions(actions: Sequence[Planned]) -> str:
+    """The start's actions as ``--render`` prints them, part by part: each with what it waits for and its undo."""
     lines = ["## Start actions (each once what it needs is applied, independent ones at once; the teardown, on",
              "## success, failure or a signal, does the applied ones' undos: the pair's, then the preparation's)"]
-    if facts:
-        lines += ["read before the plan (a render reads only the ones marked 'plans')",
-                  *(f"  {name:<22} {'applies' if effect else 'plans'}" for name, effect in facts)]
     part = ""
     for action in actions:
         if action.part != part:

@@ -10,7 +10,8 @@ An action that raises stops the run: no further action starts, the running ones 
 whole log is unwound (every applied action's undo, each after its ``undo_after``), then the error is
 raised; a signal's exception in the calling thread is a failure like any other. ``unwind`` runs every
 undo even when one fails (the first failure is raised at the end) and defers further signals meanwhile.
-The observer gets one event per action about to be applied (``Applying``), and what the start tells:
+The observer gets one event per action about to be applied (``Applying``) and per undo ended (``Undone``),
+and what the start tells:
 notes (``Note``), the boundary (``Boundary``), the filter's output once it stopped (``FilterOutput``).
 An observer that raises on ``Applying`` stops the start like a failing action.
 """
@@ -143,6 +144,13 @@ class Applying:
 
 
 @dataclass(frozen=True, slots=True)
+class Undone:
+    """An applied action's undo has ended (raised or not)."""
+
+    planned: Planned
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
     text: str
 
@@ -172,7 +180,7 @@ class FilterRefusal:
     record: Mapping[str, object]
 
 
-Event = Applying | Note | Boundary | FilterOutput | FilterRefusal | LeftoverRemoved
+Event = Applying | Undone | Note | Boundary | FilterOutput | FilterRefusal | LeftoverRemoved
 
 
 def ignore(_: Event) -> None:
@@ -474,6 +482,10 @@ class Executor:
                 self._undo(planned.undo)
             except BaseException as exc:  # noqa: BLE001 - collected, raised once every undo ran
                 errors.append(exc)
+            try:
+                self.observe(Undone(planned))
+            except BaseException as exc:  # noqa: BLE001 - the teardown goes on; raised at its end
+                errors.append(exc)
             finished.put(planned.name)
 
         while pending:
@@ -637,8 +649,16 @@ class Executor:
                 path.unlink(missing_ok=True)
             case RemoveMadeDir(path=path):
                 top = self.made.get(path)
-                if top is not None:
-                    shutil.rmtree(top, ignore_errors=True)
+                if top is not None:  # this start made it: nothing of another's is in it
+                    shutil.rmtree(path, ignore_errors=True)
+                    # The parents it made go only if still empty: another start may have put its own there since.
+                    for parent in path.parents:
+                        if not parent.is_relative_to(top):
+                            break
+                        try:
+                            parent.rmdir()
+                        except OSError:
+                            break
             case RemoveContainer(name=name, keep_output=keep):
                 runtime, container = self._engine(), self.container(name)
                 if keep:

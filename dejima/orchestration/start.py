@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dejima.adapters import host
 from dejima.adapters.session_dirs import (
@@ -33,17 +33,20 @@ from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, ExitStatus, SessionError
 from dejima.orchestration.actions import base_plan
+from dejima.orchestration.background import Background
 from dejima.orchestration.executor import Boundary, Event, Executor, FilterOutput, FilterRefusal, Note, Streams
 from dejima.orchestration.manage_sessions import record_stale_violations
 from dejima.orchestration.session_reporter import SessionReporter
-from dejima.orchestration.start_plan import FACT_STEPS, StartFacts, StartPlan, check_policy, plan_start
+from dejima.orchestration.start_plan import StartFacts, StartPlan, check_policy, plan_start
 from dejima.orchestration.start_request import Options, network_facts, session_request
-from dejima.orchestration.steps import Done, apply, with_actions
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
     from dejima.orchestration.prestart import Prestarted
-    from dejima.proxy.sources import CredentialError, CredentialSource
+    from dejima.proxy.sources import CredentialSource
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,63 +138,76 @@ def _planned(workspace: Path, command: tuple[str, ...] | None, resolved: Resolve
 def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                options: Options, ui: SessionReporter, runtime: Runtime | None,
                session_id: str) -> tuple[StartFacts, Mapping[str, CredentialSource]]:
-    """What the host and the engine say (start_plan.FACT_STEPS), and the credential sources read, kept
-    apart from the facts. Without ``runtime`` (``--render``) nothing is changed and no secret read: the
-    engine's facts are left out, the images named only, every credential source named."""
+    """What the host and the engine say, and the credential sources read, kept apart from the facts. Without
+    ``runtime`` (``--render``) nothing is changed and no secret read: the engine's facts are left out, the images
+    named only, every credential source named.
+
+    The slow reads run at once (each on a thread: they wait on the engine, the disk or a helper command): the
+    engine's memory, the workspace's git config and the other sessions on it from the start; the policy is
+    checked against the network facts before anything changes; the audits of dead launchers' sessions are
+    finished and the unreviewed findings checked (a refusal) before any image is pulled or checked and any
+    source read; meanwhile the leftovers of dead launchers are removed (a plan of their own). Whatever raises
+    first is raised once every read begun has ended."""
     identity = host.session_identity(workspace, options.as_root)
     source = str(host.settings_path())
     request = session_request(workspace, command, resolved, settings, options, session_id,
                               "render" if runtime is None else host.launcher_token())
+    begun: list[Background[Any]] = []
 
-    def images(_: Done) -> ImageNeeds:
+    def at_once(call: Callable[[], T], name: str) -> Background[T]:
+        begun.append(Background(call, f"fact-{name}"))
+        return begun[-1]
+
+    def images(engine: Runtime) -> ImageNeeds:
         from dejima.adapters.image_builds import find_base, image_needs
 
-        assert runtime is not None
-        found = find_base(runtime, settings)
+        found = find_base(engine, settings)
         if found is None:  # the base first, a plan of its own: the recipes hash its id into the tags
-            Executor(runtime, ui).run(base_plan(settings))
-        return image_needs(runtime, settings, identity, ui, resolved.image_layers(), found)
+            Executor(engine, ui).run(base_plan(settings))
+        return image_needs(engine, settings, identity, ui, resolved.image_layers(), found)
 
-    def credential_sources(_: Done) -> tuple[Mapping[str, CredentialSource], tuple[CredentialError, ...]] | None:
-        if not resolved.has_credentials:
-            return {}, ()
-        from dejima.proxy.runner import read_session_sources
-
-        return read_session_sources(resolved, command)
-
-    def remove_stale(_: Done) -> None:
+    def remove_stale(engine: Runtime) -> None:
         from dejima.orchestration import session as pair
 
-        assert runtime is not None
         with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
-            pair.remove_stale(runtime, host.scope(), ui, record_stale_violations)
+            pair.remove_stale(engine, host.scope(), ui, record_stale_violations)
 
-    def git_config(_: Done) -> str:
+    def git_config() -> str:
         from dejima.adapters.repo import git_config_text
 
         return git_config_text(workspace) if resolved.has_credentials else ""
 
-    actions: dict[str, Callable[[Done], Any]] = {
-        "engine-memory": lambda _: runtime.memory() if runtime is not None else host.memory_total(),
-        "network": lambda _: network_facts(settings, runtime, options.upstream_dns),
-        "policy": lambda done: check_policy(settings, options, done["network"], source, resolved),
-        "findings": lambda _: review_findings(workspace, options.accept_findings, ui, session_id),
-        "images": images,
-        "credential-sources": credential_sources,
-        "git-config": git_config,
-        "other-sessions": lambda _: live_sessions_on(str(request.workspace), but=session_id),
-        "stale-sessions": remove_stale,
-    }
-    previews: dict[str, Callable[[Done], Any]] = {
-        "images": lambda _: ImageNeeds(("<filter image>", "<session image>")),
-        "credential-sources": lambda _: None,
-    }
-    done = apply(with_actions(FACT_STEPS, actions, previews), dry=runtime is None).results
-    read = done["credential-sources"]
-    facts = StartFacts(request, identity, source, sessions_dir() / session_id, done["engine-memory"], done["network"],
-                       done["images"], done["git-config"], new_draws(),
-                       frozenset(read[0]) if read is not None else None, read[1] if read is not None else (),
-                       done["other-sessions"])
+    try:
+        # The engine's slowest answer (~15 ms) first, so that it overlaps the rest.
+        memory = at_once(lambda: runtime.memory() if runtime is not None else host.memory_total(), "engine-memory")
+        git = at_once(git_config, "git-config")
+        others = at_once(lambda: live_sessions_on(str(request.workspace), but=session_id), "other-sessions")
+        findings = at_once(lambda: review_findings(workspace, options.accept_findings, ui, session_id), "findings") \
+            if runtime is not None else None
+        network = network_facts(settings, runtime, options.upstream_dns)
+        check_policy(settings, options, network, source, resolved)
+        if runtime is not None:
+            engine = runtime
+            at_once(lambda: remove_stale(engine), "stale-sessions")
+        if findings is not None:
+            findings.join()
+        needs = at_once(lambda: images(engine), "images") if runtime is not None else None
+        read = None
+        if runtime is not None and resolved.has_credentials:  # here, while the images are checked
+            from dejima.proxy.runner import read_session_sources
+
+            read = read_session_sources(resolved, command)
+        elif runtime is not None:
+            read = {}, ()
+        facts = StartFacts(request, identity, source, sessions_dir() / session_id, memory.join(), network,
+                           needs.join() if needs is not None else ImageNeeds(("<filter image>", "<session image>")),
+                           git.join(), new_draws(), frozenset(read[0]) if read is not None else None,
+                           read[1] if read is not None else (), others.join())
+        for reading in begun:
+            reading.join()  # the leftovers' removal too: what it raised is the start's
+    finally:
+        for reading in begun:
+            reading.wait()
     return facts, read[0] if read is not None else {}
 
 

@@ -11,9 +11,6 @@ applies them (orchestration/executor.py), ``--render`` prints them.
              connection, the private directories, the record, the notes to show, and the actions
     apply    the preparation's actions, then the container pair's, each after what it needs; the
              teardown is the applied log unwound
-
-The facts' steps are declared here as data (steps.StepDecl: name, what it needs, whether it changes
-something); start.read_facts maps each name to its reading.
 """
 
 from __future__ import annotations
@@ -59,36 +56,11 @@ from dejima.orchestration.actions import (
     pair_actions,
     planned,
 )
-from dejima.orchestration.steps import StepDecl
 
 if TYPE_CHECKING:
     from dejima.orchestration.start_request import Options
     from dejima.proxy.sources import CredentialError
 
-
-FACTS = "before the plan (facts, leftovers)"
-
-FACT_STEPS = (
-    # The engine's slowest answer (~15 ms) first, so that it overlaps the rest.
-    StepDecl(FACTS, "engine-memory", effect=False),
-    StepDecl(FACTS, "network", effect=False),
-    # The allow list checked against the host's and the engine's addresses before anything changes.
-    StepDecl(FACTS, "policy", ("network",), effect=False),
-    # The audits of sessions whose launcher died finished, then the workspace's unreviewed critical findings
-    # refuse the start (unless accepted) before anything is made, pulled or read.
-    StepDecl(FACTS, "findings"),
-    # The recipes hash the base image's id: a missing base is pulled or made (debootstrap) here.
-    StepDecl(FACTS, "images", ("policy", "findings")),
-    # Which routes the session has depends on which sources the host has: they are read here (the
-    # values stay with the launcher, apart from the plan); a render names them and reads none.
-    StepDecl(FACTS, "credential-sources", ("policy", "findings")),
-    StepDecl(FACTS, "git-config", effect=False),
-    # Other sessions on this workspace whose launcher runs: the start says so (both write it).
-    StepDecl(FACTS, "other-sessions", effect=False),
-    # Not this session's: containers of sessions whose launcher died, removed (their records kept)
-    # while the facts are read, since nothing this session plans depends on them.
-    StepDecl(FACTS, "stale-sessions", ("policy",)),
-)
 
 @dataclass(frozen=True, slots=True)
 class StartFacts:
@@ -99,7 +71,7 @@ class StartFacts:
     identity: Identity
     settings_source: str  # the settings file, as errors name it
     session_dir: Path  # the session's private records on the host
-    engine_memory: int
+    engine_memory: int | None  # None: the engine did not say (a limit given as a share is then left out)
     network: NetworkFacts
     images: ImageNeeds
     git_config: str  # the workspace's .git/config: a git route pushes only to its remotes

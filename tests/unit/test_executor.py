@@ -19,7 +19,7 @@ from dejima.adapters.session_dirs import sessions_dir
 from dejima.core.plan import RESOLV_CONF, ContainerSpec
 from dejima.filter import READY
 from dejima.orchestration.actions import ReleaseGate, WaitReady
-from dejima.orchestration.executor import Applying, Event, Executor, Streams
+from dejima.orchestration.executor import Applying, Event, Executor, Streams, Undone
 from dejima.orchestration.start_plan import StartPlan, plan_start
 from dejima.ui.console import UI
 from tests.unit.test_api import owned
@@ -213,3 +213,42 @@ def test_leftovers_are_a_plan_of_their_own_the_executor_applies(tmp_path: Path) 
     assert sorted(engine.present) == ["a11ve0-filter", "a11ve0-session"]
     assert ("stop", "0dead0-filter") in engine.calls and ("stop", "0dead0-session") not in engine.calls
     assert [r["domain"] for r in read("0dead0")] == ["evil.example"] and not run_dir("0dead0").exists()
+
+
+def test_the_teardown_does_each_undo_after_the_ones_the_plan_puts_first(tmp_path: Path) -> None:
+    """The pair's undos before the preparation's; within the pair, each after its undo_after (the audit's end
+    once the session's container is gone, the FIFOs and the proxy after the containers)."""
+    plan = planned_start(tmp_path)
+    engine = FakeEngine(digest_of(plan))
+    undone: list[str] = []
+    executor = run_start(plan, engine, lambda event: undone.append(event.planned.name)
+                         if isinstance(event, Undone) else None)
+    executor.unwind()
+    assert sorted(undone) == sorted(p.name for p in plan.actions if p.undo is not None
+                                    and not p.undo.kept_if_ran)
+    for p in plan.actions:
+        for first in p.undo_after:
+            if p.name in undone and first in undone:
+                assert undone.index(first) < undone.index(p.name), (first, p.name)
+    pair = {p.name for p in plan.pair}
+    assert all(name in pair for name in undone[:len(pair & set(undone))])  # the pair's undos come first
+    assert undone.index("session") < undone.index("audit-start")
+
+
+def test_a_failed_start_removes_only_the_directories_it_made_not_anothers_made_beside_them(tmp_path: Path) -> None:
+    """The first start on this host makes the homes' directory with its home; a second start puts its own home
+    there meanwhile; the first one fails: its home goes, the other's and the directory holding both stay."""
+    plan = planned_start(tmp_path)
+    home = Path(plan.request.home_dir)
+    assert not home.parent.exists()  # this start makes the homes' directory too
+    other = home.parent / "another-start's-home"
+
+    def meanwhile(event: Event) -> None:
+        if isinstance(event, Applying) and event.planned.name == "record":
+            other.mkdir()  # by then the first home exists
+        if isinstance(event, Applying) and event.planned.name == "filter":
+            raise RuntimeError("the engine is gone")
+
+    with pytest.raises(RuntimeError, match="the engine is gone"):
+        run_start(plan, FakeEngine(digest_of(plan)), meanwhile)
+    assert not home.exists() and other.is_dir()
