@@ -565,9 +565,13 @@ def test_a_tree_of_a_project_that_has_another_managers_lockfile_is_left_to_that_
         tmp_path: Path, packed: Path, lockfile: str, marker: str) -> None:
     """The benign neighbour: the project had yarn.lock (or pnpm-lock.yaml) beside package-lock.json at
     the start, and the session's yarn (pnpm) left its marker: not held to package-lock.json's pins,
-    judged as before (installs.py: low)."""
+    judged by that manager's rules (pnpm's by installs.py: low; yarn's by yarn_verify, which cannot
+    read this yarn.lock as yarn 1's: medium, saying so)."""
     workspace, home = project(tmp_path, packed)
     (workspace / lockfile).write_text("# the other manager's lockfile\n")
     [tree] = session(workspace, home, lambda root: write_marker(root / "node_modules" / marker))
-    assert (tree.path, tree.severity) == ("node_modules", "low"), tree.evidence
+    expected = "medium" if lockfile == "yarn.lock" else "low"
+    assert (tree.path, tree.severity) == ("node_modules", expected), tree.evidence
+    if lockfile == "yarn.lock":
+        assert tree.evidence.startswith("yarn's tree:") and "is not yarn 1's" in tree.evidence, tree.evidence
     assert "package-lock.json" not in tree.evidence
