@@ -53,5 +53,7 @@ def test_every_workflow_builds_and_tests_a_current_project(images: object, user:
     python = re.search(r"^python 3\.(\d+)", out, re.MULTILINE)
     node = re.search(r"^node (\d+)\.", out, re.MULTILINE)
     assert python and int(python.group(1)) >= 13 and node and int(node.group(1)) >= 20, out
-    worst = re.findall(r"^\s+(critical|high|medium)\s", result.stderr, re.MULTILINE)
-    assert worst == [], result.stderr[-2000:]  # cargo's target/ is one low finding
+    # cargo's target/ is the one finding above low: compiled output verifies against nothing (medium,
+    # naming `cargo clean`); every other toolchain's work is quiet.
+    worst = re.findall(r"^\s+(critical|high|medium)\s+\d+\s+(\S+)", result.stderr, re.MULTILINE)
+    assert worst == [("medium", "rs/target:")], result.stderr[-2000:]
