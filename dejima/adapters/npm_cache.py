@@ -5,8 +5,12 @@ memory within a bound, never extracted: each regular entry's bytes are hashed, i
 component stripped (npm unpacks with strip 1, whatever the top directory is called); what cannot
 be read makes the tarball unverifiable, never partly verified.
 
-The tarballs are read on a thread each (both cores: zlib and hashlib release the GIL on large
-buffers); each cached byte is read once, each inflated byte hashed once.
+What a tarball holds (each entry's path and SHA-256, its manifest) is a function of the bytes its
+integrity pins, so it is kept once read, in the host user's state (``$XDG_STATE_HOME/dejima/audit/
+npm-tarballs/``, never mounted into a session), under the hash it was checked against: the next
+audit of a tree pinning it compares with the manifest instead of inflating the tarball again.
+Tarballs not read before are read by forked processes (both cores: inflating is most of the cost,
+and the parsing is Python's), each taking the next from a shared queue.
 """
 
 from __future__ import annotations
@@ -16,18 +20,25 @@ import binascii
 import hashlib
 import os
 import posixpath
-import threading
+import time
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from dejima.adapters import host
+from dejima.adapters.fork_workers import SnapshotError, collect, fork, stop, workers
 from dejima.adapters.start_contents import read_file
+from dejima.adapters.walk_shares import Queue
 from dejima.core.audit.model import Artifact, Artifacts
+from dejima.core.snapshot import frame, unframe
 
 TARBALL_LIMIT = 256 << 20  # bytes of one cached tarball
 UNPACKED_LIMIT = 512 << 20  # bytes of it inflated (a gzip bomb stops here): held in memory
 ENTRY_LIMIT = 200_000  # entries of one tarball
 _ALGORITHMS = ("sha512", "sha384", "sha256")
+_MANIFEST = b"dejima-npm-manifest 1\n"
+STALE_SECONDS = 30 * 86400  # a manifest no audit used this long is dropped
+FORK_AFTER = 16  # tarballs to read from which they are shared out over processes (a fork costs a few)
 
 
 def _address(integrity: str) -> tuple[str, str] | None:
@@ -46,7 +57,9 @@ def _address(integrity: str) -> tuple[str, str] | None:
     return None
 
 
-def _tarball(caches: list[Path], integrity: str) -> Artifact | str:
+def _tarball(caches: list[Path], integrity: str) -> dict[str, str] | str:
+    """The manifest of the tarball ``integrity`` pins, read from the first cache that holds its
+    bytes; or why there is none."""
     address = _address(integrity)
     if address is None:
         return f"an integrity dejima cannot check ({integrity[:40]})"
@@ -61,7 +74,7 @@ def _tarball(caches: list[Path], integrity: str) -> Artifact | str:
             mismatched = True  # rewritten in the cache: not the pinned tarball (the cache rules name it)
             continue
         try:
-            return Artifact(_entries(data))
+            return _entries(data)
         except (zlib.error, ValueError) as error:
             return f"its tarball cannot be read ({type(error).__name__}: {error})"
     where = ", ".join(str(cache) for cache in caches) or "no npm cache"
@@ -163,31 +176,107 @@ def npm_caches(homes: Iterable[Path]) -> list[Path]:
     return [*found, host] if host not in found else found
 
 
-def tarballs(caches: list[Path]) -> Artifacts:
-    """The audit's reader of pinned tarballs (model.Artifacts), from these npm caches."""
+def manifests_dir() -> Path:
+    return host.state_dir() / "audit" / "npm-tarballs"
+
+
+def tarballs(caches: list[Path], known: Path | None = None) -> Artifacts:
+    """The audit's reader of pinned tarballs (model.Artifacts), from these npm caches; the
+    manifests of those read before from ``known`` (default: ``manifests_dir()``), where those
+    read now are kept."""
     def read(integrities: list[str]) -> dict[str, Artifact | str]:
+        directory = known if known is not None else manifests_dir()
         got: dict[str, Artifact | str] = {}
-        queue = iter(list(integrities))
-        lock = threading.Lock()
-
-        def work() -> None:
-            while True:
-                with lock:
-                    integrity = next(queue, None)
-                if integrity is None:
-                    return
-                try:
-                    artifact: Artifact | str = _tarball(caches, integrity)
-                except Exception as error:  # unverified, never missing: the finding says why
-                    artifact = f"its tarball cannot be read ({type(error).__name__}: {error})"
-                got[integrity] = artifact
-
-        workers = [threading.Thread(target=work, name="npm-tarballs", daemon=True)
-                   for _ in range(min(len(integrities), os.cpu_count() or 2) - 1)]
-        for worker in workers:
-            worker.start()
-        work()  # this thread is one of them
-        for worker in workers:
-            worker.join()
+        unread = []
+        for integrity in dict.fromkeys(integrities):
+            files = _known(directory, integrity)
+            if files is not None:
+                got[integrity] = Artifact(files)
+            else:
+                unread.append(integrity)
+        if unread:
+            read_now = _read_shared(caches, unread)
+            for integrity in unread:
+                result = read_now.get(integrity, "its tarball cannot be read (its reader process failed)")
+                got[integrity] = Artifact(result) if isinstance(result, dict) else result
+            _keep(directory, {i: r for i, r in read_now.items() if isinstance(r, dict)})
         return got
     return read
+
+
+def _manifest_name(integrity: str) -> str | None:
+    address = _address(integrity)
+    return f"{address[0]}-{address[1]}" if address is not None else None
+
+
+def _known(directory: Path, integrity: str) -> dict[str, str] | None:
+    """The manifest kept for ``integrity`` (its use noted: kept for STALE_SECONDS more); None when
+    there is none, or it cannot be read (then the tarball is read again)."""
+    name = _manifest_name(integrity)
+    if name is None:
+        return None
+    path = directory / name
+    try:
+        files = unframe(_MANIFEST, path.read_bytes(), "dejima npm manifest")
+        os.utime(path)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return None
+    return files
+
+
+def _keep(directory: Path, manifests: dict[str, dict[str, str]]) -> None:
+    """Keeps what was read for the next audits, and drops the manifests none used for STALE_SECONDS
+    (best effort: one not kept is read again)."""
+    if not manifests:
+        return
+    try:
+        host.ensure_private_dir(directory)
+        for integrity, files in manifests.items():
+            name = _manifest_name(integrity)
+            if name is not None:
+                host.write_atomically(directory / name, frame(_MANIFEST, files))
+        cutoff = time.time() - STALE_SECONDS
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+    except OSError:
+        pass
+
+
+Manifests = dict[str, "dict[str, str] | str"]  # integrity -> its tarball's manifest, or why there is none
+
+
+def _read_shared(caches: list[Path], integrities: list[str]) -> Manifests:
+    """Each tarball read by whichever process (forked, this one included) takes it first; those a
+    failed process took are left out (unverified, never verified)."""
+    queue: Queue[str] = Queue(integrities)
+    children, got = [], {}
+    try:
+        for _ in range(min(workers(), len(integrities)) - 1 if len(integrities) >= FORK_AFTER else 0):
+            try:
+                children.append(fork(lambda: (_read_taken(caches, queue),)))
+            except OSError:
+                break  # no fork: this process reads what the others would have
+        got.update(_read_taken(caches, queue))
+        while children:
+            try:
+                got.update(collect(children.pop(0))[0])
+            except SnapshotError:
+                continue
+        return got
+    finally:
+        queue.close()
+        stop(children)  # left only by an error
+
+
+def _read_taken(caches: list[Path], queue: Queue[str]) -> Manifests:
+    got: Manifests = {}
+    for integrity in queue.taken():
+        try:
+            got[integrity] = _tarball(caches, integrity)
+        except Exception as error:  # unverified, never missing: the finding says why
+            got[integrity] = f"its tarball cannot be read ({type(error).__name__}: {error})"
+    return got

@@ -35,6 +35,7 @@ from dejima.adapters.tree_walk import (
     complete_start,
     walk_changes,
 )
+from dejima.adapters.walk_shares import shared_out
 from dejima.core.audit import SEVERITIES, Finding
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
@@ -43,6 +44,7 @@ from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.orchestration.session_reporter import SessionReporter
 
 _STATE_VERSION = 2
+SHARE_AFTER = 2000  # changes from which the rule stages are shared out over processes (both cores)
 
 
 def _state_dir(session_id: str) -> Path:
@@ -123,8 +125,9 @@ def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path]) -> 
 
     from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
 
+    share = shared_out if len(changed) >= SHARE_AFTER else None  # a fork costs more than a few rules
     return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed,
-                            state.mount.watch, npm_cache.tarballs(npm_caches))], after, changed
+                            state.mount.watch, npm_cache.tarballs(npm_caches), share)], after, changed
 
 
 def _import_rules() -> None:
