@@ -160,6 +160,7 @@ class _Check:
         # integrity -> (path, in package, sha256, whether its package runs an install script, package)
         self.wanted: dict[str, list[tuple[str, str, str | None, bool, str]]] = {}
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
+        self.anew: dict[str, bool] = {}  # package key -> whether the session pinned it anew (asked per file)
 
     def listed(self, key: str) -> bool:
         return key in self.start or key in self.end
@@ -201,7 +202,7 @@ class _Check:
             self.verdict.problems.append(f"{path}: in {key}, a package the lockfile does not list")
         elif (self.start.get(key) or self.end[key]).get("link"):
             self.workspace_link(path, key, self.start.get(key) or self.end[key], new.kind, new.target, relative)
-        elif key in self.end and _pin(self.end[key]) != _pin(self.start.get(key)):
+        elif key in self.end and self.pinned_anew(key):
             # Pinned by the session itself: held to its new pin (a file that differs is still
             # tampering), but what the pin names is the session's choice (the lockfile's own finding).
             self.unpinned.setdefault(key, "pinned in the session (its lockfile entry is new or changed)")
@@ -210,6 +211,13 @@ class _Check:
             self.unpinned.setdefault(key, "no longer in the lockfile")
         else:
             self.package_file(path, key, relative, new.kind, new.sha256, self.start)
+
+    def pinned_anew(self, key: str) -> bool:
+        """Whether the end's lockfile pins ``key`` (listed there) otherwise than the start's."""
+        anew = self.anew.get(key)
+        if anew is None:
+            anew = self.anew[key] = _pin(self.end[key]) != _pin(self.start.get(key))
+        return anew
 
     def package_file(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
                      packages: dict[str, dict[str, object]]) -> None:
