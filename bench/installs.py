@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import Row, audit_workdir, load, median  # noqa: E402
-from dejima.adapters import npm_cache  # noqa: E402
+from dejima.adapters import pinned_archives  # noqa: E402
 from dejima.adapters.findings import FindingStore  # noqa: E402
 from dejima.adapters.tree_walk import take_snapshot  # noqa: E402
 from dejima.orchestration import exit_audit  # noqa: E402
@@ -110,7 +110,7 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
         exit_audit.finish(f"{name}-{next(sessions)}", UI(plain_console(io.StringIO())), store, states=states)
 
     def end_cold() -> None:  # the first audit of these pins: no tarball read before
-        shutil.rmtree(npm_cache.manifests_dir(), ignore_errors=True)
+        shutil.rmtree(pinned_archives.manifests_dir(), ignore_errors=True)
         end()
 
     tree = INSTALLS[name][1]

@@ -24,7 +24,7 @@ from pathlib import Path
 from dejima.adapters.findings import Stored
 from dejima.adapters.nofollow_open import open_directory
 from dejima.adapters.tree_walk import KINDS
-from dejima.core.audit.npm_verify import reinstaller
+from dejima.core.audit import cargo_verify, npm_verify, yarn_verify
 from dejima.core.snapshot import mode_text
 from dejima.errors import DiagnosticError
 
@@ -136,10 +136,17 @@ def _remove_tree(stored: Stored, force: bool) -> str:
         kind, sha256, _, _ = _current(fd, path.rsplit("/", 1)[-1])
         _check_unchanged(stored, kind, sha256, force)
         _remove(fd, path.rsplit("/", 1)[-1], kind)
-    command = reinstaller(path)
+    command = _reinstaller(stored)
     again = f"`{command}` in {Path(stored.root, path).parent} installs it again from the lockfile" if command else \
         "install it again on the host if the project needs it"
     return f"removed {path}, which the session created ({again})"
+
+
+def _reinstaller(stored: Stored) -> str | None:
+    """The clean reinstall command of the tool whose tree a finding is about, if known."""
+    finding = stored.finding
+    return yarn_verify.reinstaller(finding.path, finding.evidence) or npm_verify.reinstaller(finding.path) or \
+        cargo_verify.reinstaller(finding.path, finding.evidence)
 
 
 def _check_unchanged(stored: Stored, kind: str | None, sha256: str | None, force: bool) -> None:
@@ -158,7 +165,7 @@ def restore(stored: Stored, force: bool = False) -> str:
         return _remove_tree(stored, force)  # a tree the session made: the start had none
     if state is None or not finding.path or finding.remedy == "reinstall":
         where = f"{stored.root}/{finding.path}".rstrip("/")
-        command = reinstaller(finding.path)
+        command = _reinstaller(stored)
         then = f"`{command}` in {where.rpartition('/')[0]}" if command else "your installer"
         raise RestoreError(f"finding {stored.id} is about a whole tree ({where})",
                            hint=f"delete it and reinstall on the host (e.g. rm -r {where}, then {then})")

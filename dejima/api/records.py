@@ -60,12 +60,16 @@ def findings(workspace: str | os.PathLike[str] | None = None, *, reviewed: bool 
              minimum: str = "low") -> list[Finding]:
     """The exit audit's findings (of ``workspace``, or every one), oldest first: the unreviewed ones of severity
     ``minimum`` (info, low, medium, high, critical) or worse, as `dejima-audit list` shows them; ``reviewed``:
-    the acknowledged ones too."""
+    the acknowledged and the closed ones too. A finding whose cause is gone from disk is closed first
+    (finding_causes.settle)."""
     from dejima.core.audit import SEVERITIES, rank
 
     if minimum not in SEVERITIES:
         raise UsageError(f"no severity {minimum!r}", hint=f"one of: {', '.join(SEVERITIES)}")
+    from dejima.adapters.finding_causes import settle_all
+
     with _store() as store:
+        settle_all(store, _workspace(workspace))  # what is gone from disk closes, what is back opens again
         found = store.findings(_workspace(workspace), include_acked=reviewed)
     return [s for s in found if rank(s.finding.severity) >= rank(minimum)]
 
@@ -102,9 +106,10 @@ def acknowledge(ids: Sequence[int] | None, note: str, *, workspace: str | os.Pat
 def restore(ids: Sequence[int], *, force: bool = False, note: str = "restored through dejima.api",
             on_restored: Callable[[str], None] | None = None) -> list[str]:
     """Put each finding's file back as it was when its session started (or remove what the session made), never
-    following a link, and acknowledge the findings on that file with ``note``. A file changed again since the
-    audit is refused unless ``force``. Returns what was done, in words, one per file (each also handed to
-    ``on_restored`` as it is done)."""
+    following a link, and close the open findings on that file with ``note`` (no review: the same content
+    found again is a finding again; a restored finding that was acknowledged is no longer). A file changed
+    again since the audit is refused unless ``force``. Returns what was done, in words, one per file (each
+    also handed to ``on_restored`` as it is done)."""
     from dejima.adapters.restore import restore as restore_file
 
     done_paths: set[tuple[str, str]] = set()
@@ -117,7 +122,9 @@ def restore(ids: Sequence[int], *, force: bool = False, note: str = "restored th
             said = restore_file(stored, force=force)
             done_paths.add(where)
             same_path = [s.id for s in store.findings(stored.workspace) if (s.root, s.finding.path) == where]
-            store.ack(same_path or [stored.id], f"{note}: {said}")
+            store.close_findings(same_path or [stored.id], f"closed: {note}: {said}")
+            if stored.acked:  # the user undoes what they had reviewed: that content is no longer reviewed
+                store.unack(stored)
             done.append(said)
             if on_restored is not None:
                 on_restored(said)

@@ -20,9 +20,12 @@ and direnv files, package-manager and build hooks, CI workflows, setuid bits, de
 out of the tree, name tricks... (`dejima-audit rules` lists them all). The changes found in one
 file are one finding.
 
-An acknowledgement covers that exact content: if the file changes again, the finding comes back.
-`dejima PATH` refuses to start on a workspace with unreviewed critical findings (unless
---accept-findings). Findings are kept in $XDG_STATE_HOME/dejima/audit.sqlite3.
+An acknowledgement covers that exact content: if the file changes again, it is judged afresh, as
+the whole change since it was last unflagged (a reviewed auto-run task given a new command is
+critical again). A finding whose file is removed, back to its start or to acknowledged content is
+closed, with a note; `restore` closes what it puts back (no review: the same change made again is
+a finding again). `dejima PATH` refuses to start on a workspace with unreviewed critical findings
+(unless --accept-findings). Findings are kept in $XDG_STATE_HOME/dejima/audit.sqlite3.
 
   dejima-audit                          unreviewed findings (low and above)
   dejima-audit ack                      on a terminal: walk them one file at a time, worst first
@@ -30,7 +33,7 @@ An acknowledgement covers that exact content: if the file changes again, the fin
   dejima-audit ack ID [ID...] --note "why it is fine"
   dejima-audit ack --all --workspace ~/repos/project --note "reviewed"
   dejima-audit restore ID [ID...]       put the file back as it was at the start (or remove it)
-  dejima-audit list --all --json        every finding, reviewed or not, info included
+  dejima-audit list --all --json        every finding, reviewed, closed or not, info included
   dejima-audit rules                    the rule catalogue
 
 --json prints one JSON object per line (as `dejima violations --json` does).
@@ -38,7 +41,8 @@ An acknowledgement covers that exact content: if the file changes again, the fin
 
 
 def _listing_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    parser.add_argument("--all", action="store_true", dest=f"{prefix}all", help="also reviewed and info findings")
+    parser.add_argument("--all", action="store_true", dest=f"{prefix}all",
+                        help="also reviewed, closed and info findings")
     parser.add_argument("--workspace", dest=f"{prefix}workspace", metavar="PATH",
                         help="only findings of the workspace at PATH (the project directory a session ran on)")
     parser.add_argument("--json", action="store_true", dest=f"{prefix}json", help="print JSON lines (for scripts)")
@@ -106,13 +110,13 @@ def _list(args: argparse.Namespace, ui: UI) -> int:
 
     for line in findings_table(found, width=ui.out.width):  # off a terminal: as wide as the lines are
         ui.out.print(line, crop=False)
-    waiting = [s.id for s in found if not s.acked]
+    waiting = [s.id for s in found if not s.acked and s.closed is None]
     if waiting:  # --all lists reviewed ones too: nothing to say when every one is
         ids = " ".join(map(str, waiting[:3])) + (" ..." if len(waiting) > 3 else "")
         ui.info(f"{len(waiting)} not reviewed: walk them one file at a time with dejima-audit ack; details: "
                 f"dejima-audit show {ids}; undo: dejima-audit restore {ids}")
     else:
-        ui.info("every finding listed is reviewed")
+        ui.info("every finding listed is reviewed or closed")
     return ExitStatus.SUCCESS
 
 
@@ -141,7 +145,7 @@ def _ack(args: argparse.Namespace, ui: UI) -> int:
                          hint='say why the change is fine: --note "my own pre-commit hook"; or run '
                               "`dejima-audit ack` alone on a terminal to walk the findings")
     done = api.acknowledge(None if args.all else args.ids, args.note, workspace=args.workspace if args.all else None)
-    ui.answer(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (they were already reviewed)"))
+    ui.answer(f"acknowledged {len(done)} finding(s)" + ("" if done or args.all else " (already reviewed or closed)"))
     return ExitStatus.SUCCESS
 
 

@@ -136,7 +136,7 @@ class Review:
             self.console.print(Text(f"  not restored: {safe(exc.message)}" + (f" ({safe(exc.hint)})" if exc.hint
                                                                                  else "")))
             return False
-        self.store.ack([s.id for s in group], f"restored by dejima-audit ack: {done}")
+        self.store.close_findings([s.id for s in group], f"closed: restored by dejima-audit ack: {done}")
         self.tally.restored += len(group)
         self.console.print(Text(f"  {safe(done)}"))
         return True

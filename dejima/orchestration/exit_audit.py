@@ -10,9 +10,10 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from dejima.adapters import host, mount_state, npm_cache
+from dejima.adapters import cargo_cache, finding_causes, host, mount_state, npm_cache, yarn_cache
 from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
@@ -25,6 +26,7 @@ from dejima.adapters.mount_state import (
     load_snapshot,
     save_snapshot,
 )
+from dejima.adapters.pinned_archives import joined
 from dejima.adapters.session_dirs import live_sessions_on, sessions_dir
 from dejima.adapters.start_contents import KEEP_LIMIT, READ_LIMIT, hashed_paths, read_file
 from dejima.adapters.tree_walk import (
@@ -36,10 +38,11 @@ from dejima.adapters.tree_walk import (
     walk_changes,
 )
 from dejima.adapters.walk_shares import shared_out
-from dejima.core.audit import SEVERITIES, Finding
+from dejima.core.audit import SEVERITIES, Finding, cargo_verify, yarn_verify
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
-from dejima.core.audit.model import finding, rank
+from dejima.core.audit.model import Artifacts, finding, rank
+from dejima.core.audit.reviewed import Baseline, judged_against
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.orchestration.session_reporter import SessionReporter
 
@@ -83,32 +86,52 @@ def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
 
 
 def audit_mount(state: MountState, session_id: str = "", npm_caches: list[Path] | None = None,
+                cargo_homes: list[Path] | None = None, yarn_caches: list[Path] | None = None,
                 ) -> tuple[list[Finding], Snapshot]:
-    """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``:
-    where the pinned tarballs of its npm trees can be read (default: the host user's own cache)."""
-    found, after, _ = _audit_mount(state, session_id, npm_cache.npm_caches(()) if npm_caches is None else npm_caches)
+    """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``,
+    ``cargo_homes``, ``yarn_caches``: where the pinned archives of its trees can be read (default:
+    the host user's own)."""
+    found, after, _ = _audit_mount(state, session_id, _pinned(
+        npm_cache.npm_caches(()) if npm_caches is None else npm_caches,
+        cargo_cache.cargo_homes(()) if cargo_homes is None else cargo_homes,
+        yarn_cache.yarn_caches(()) if yarn_caches is None else yarn_caches))
     return found, after
 
 
-def _audit_mount(state: MountState, session_id: str, npm_caches: list[Path]) -> tuple[list[Finding], Snapshot,
-                                                                                        list[str]]:
+def _pinned(npm_caches: list[Path], cargo_homes: list[Path], yarn_caches: list[Path]) -> Artifacts:
+    """The reader of the packages' pinned archives: npm's and yarn's tarballs, cargo's crates."""
+    return joined({cargo_verify.CRATE_PREFIX: cargo_cache.crates(cargo_homes),
+                   yarn_verify.YARN_PREFIX: yarn_cache.tarballs(yarn_caches, npm_caches),
+                   "": npm_cache.tarballs(npm_caches)})
+
+
+def _audit_mount(state: MountState, session_id: str, pinned: Artifacts, lineage: Lineage | None = None,
+                 ) -> tuple[list[Finding], Snapshot, list[str]]:
     # The rules allocate while 200k entries are in memory: a full collection would scan them all.
     state.ready()
     with gc_paused():
-        return _audit_ready(state, session_id, npm_caches)
+        return _audit_ready(state, session_id, pinned, lineage)
 
 
-def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path]) -> tuple[list[Finding], Snapshot,
-                                                                                       list[str]]:
+# The paths of a mount with a lineage, and their baselines by (path, content): what an earlier audit flagged.
+Lineage = tuple[set[str], Callable[[str, str], Baseline | None]]
+
+
+def _audit_ready(state: MountState, session_id: str, pinned: Artifacts, lineage: Lineage | None,
+                 ) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
     hashed: dict[str, bytes] = {}
     listed: dict[str, list[str]] = {}
     after, changed, unsure = _walk_end(state, session_id, hashed, listed)
     read: dict[str, bytes | None] = {**hashed}  # the bytes the walk hashed: not read again
+    # A changed file whose start content an earlier audit flagged is judged against what that audit did.
+    before, kept = state.snapshot, state.kept
+    if lineage is not None and lineage[0]:
+        before, kept = judged_against(before, kept, after, lineage[0].intersection(changed), lineage[1])
 
     def contents(side: str, path: str) -> bytes | None:
         if side == "before":
-            return state.kept.get(path)
+            return kept.get(path)
         if path not in read:
             read[path] = _read(root, after, path, READ_LIMIT)
         return read[path]
@@ -126,8 +149,8 @@ def _audit_ready(state: MountState, session_id: str, npm_caches: list[Path]) -> 
     from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
 
     share = shared_out if len(changed) >= SHARE_AFTER else None  # a fork costs more than a few rules
-    return [*unsure, *audit(state.snapshot, after, contents, state.mount.kind, listdir, changed,
-                            state.mount.watch, npm_cache.tarballs(npm_caches), share)], after, changed
+    return [*unsure, *audit(before, after, contents, state.mount.kind, listdir, changed,
+                            state.mount.watch, pinned, share)], after, changed
 
 
 def _import_rules() -> None:
@@ -231,7 +254,9 @@ def _file_states(state: MountState, after: Snapshot, found: list[Finding]) -> di
             before_kind=before.kind if before else None, before_mode=before.mode if before else None,
             before=kept, after_kind=now.kind if now else None, after=end,
             after_sha256=now.sha256 if now else None, before_uid=before.uid if before else None,
-            before_gid=before.gid if before else None)
+            before_gid=before.gid if before else None, before_sha256=before.sha256 if before else None,
+            after_mode=now.mode if now else None, after_uid=now.uid if now else None,
+            after_gid=now.gid if now else None, after_target=now.target if now else None)
     return states
 
 
@@ -284,11 +309,15 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
         found = []
         for state in states:  # every start complete before the end walks fork
             state.join()
-        # The session's npm cache is in its home: the pinned tarballs its trees are verified against.
-        caches = npm_cache.npm_caches(s.mount.root for s in states if s.mount.kind == "home")
+        # The session's npm cache and cargo home are in its home: the pinned archives its trees are verified against.
+        homes = [s.mount.root for s in states if s.mount.kind == "home"]
+        pinned = _pinned(npm_cache.npm_caches(homes), cargo_cache.cargo_homes(homes), yarn_cache.yarn_caches(homes))
         for state in states:
+            root = str(state.mount.root)
+            lineage = (store.lineage_paths(workspace, root),
+                       lambda path, content, root=root: store.base_of(workspace, root, path, content))
             try:
-                mount_findings, after, changed = _audit_mount(state, session_id, caches)
+                mount_findings, after, changed = _audit_mount(state, session_id, pinned, lineage)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"
@@ -301,6 +330,9 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
             store.record(session_id, workspace, state.mount.kind, str(state.mount.root), mount_findings, states_of)
             found.extend(mount_findings)
     shutil.rmtree(directory, ignore_errors=True)
+    closed = finding_causes.settle(store, workspace, but=session_id)  # what earlier sessions left, gone now
+    if closed:
+        ui.info(f"{closed} earlier finding(s) closed: what they found is gone (dejima-audit --all shows them)")
     _say(session_id, ui, store, workspace, found)
     return found
 

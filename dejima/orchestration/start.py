@@ -159,7 +159,7 @@ def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resol
         "engine-memory": lambda _: runtime.memory() if runtime is not None else host.memory_total(),
         "network": lambda _: network_facts(settings, runtime, options.upstream_dns),
         "policy": lambda done: check_policy(settings, options, done["network"], source, resolved),
-        "findings": lambda _: review_findings(workspace, options.accept_findings, ui),
+        "findings": lambda _: review_findings(workspace, options.accept_findings, ui, session_id),
         "images": images,
         "credential-sources": credential_sources,
         "git-config": git_config,
@@ -274,21 +274,24 @@ def boundary_line(plan: SessionPlan) -> str:
     )
 
 
-def review_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
+def review_findings(workspace: Path, accept: bool, ui: SessionReporter, session_id: str = "") -> None:
     """Before anything starts: finish the audits of sessions whose launcher died (importing the audit, ~0.1 s),
     then refuse the start on unreviewed critical findings unless accepted (``check_findings``)."""
     from dejima.orchestration import exit_audit
 
     exit_audit.recover(ui)
-    check_findings(workspace, accept, ui)
+    check_findings(workspace, accept, ui, session_id)
 
 
-def check_findings(workspace: Path, accept: bool, ui: SessionReporter) -> None:
-    """Warn about unreviewed findings; refuse to start on unreviewed critical ones unless accepted."""
+def check_findings(workspace: Path, accept: bool, ui: SessionReporter, session_id: str = "") -> None:
+    """Warn about unreviewed findings; refuse to start on unreviewed critical ones unless accepted. A finding
+    whose cause is gone from disk is closed first (``session_id``: the session starting, not one that runs)."""
+    from dejima.adapters.finding_causes import settle
     from dejima.adapters.findings import FindingStore
 
     store = FindingStore()
     try:
+        settle(store, str(workspace), but=session_id)
         open_findings = store.findings(str(workspace))
     finally:
         store.close()

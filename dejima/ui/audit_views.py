@@ -79,11 +79,13 @@ def summary(stored: Stored) -> str:
     f = stored.finding
     more = sum(1 for line in f.lines if not line.startswith("context: "))
     text = safe(f.evidence) + (f" (+{more} more)" if more else "")
+    if stored.closed is not None:
+        return f"[{safe(stored.closed_note)}] {text}"
     return f"[reviewed] {text}" if stored.acked else text
 
 
 def _group_header(workspace: str, rows: list[Stored], width: int) -> list[Text]:
-    unreviewed = sum(1 for s in rows if not s.acked)
+    unreviewed = sum(1 for s in rows if not s.acked and s.closed is None)
     counts = ", ".join(f"{n} {sev}" for sev in reversed(SEVERITIES)
                        if (n := sum(1 for s in rows if s.finding.severity == sev)))
     rest = f"{len(rows)} finding(s): {counts}" + (f"; {unreviewed} unreviewed" if unreviewed < len(rows) else "")
@@ -126,6 +128,7 @@ def finding_record(stored: Stored) -> dict[str, object]:
     record: dict[str, object] = {
         "id": stored.id, "workspace": stored.workspace, "session": stored.session, "mount": stored.mount,
         "root": stored.root, "reviewed": stored.acked, "note": stored.ack_note, "catalogue": stored.catalogue,
+        "closed": stored.closed is not None, "closed_note": stored.closed_note,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(stored.created)),
         "rule": f.rule, "severity": f.severity, "path": f.path, "key": f.key, "evidence": f.evidence,
         "more": list(f.lines), "remedy": f.remedy, "fingerprint": f.fingerprint, "notes": list(f.notes)}

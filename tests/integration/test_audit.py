@@ -65,6 +65,31 @@ def test_a_planted_hook_is_found_and_blocks_the_next_start_until_acked(
     assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == ExitStatus.UNREVIEWED_FINDINGS
 
 
+def test_a_reviewed_autorun_task_given_a_new_command_blocks_the_start_until_put_back(
+        runtime: Runtime, images: object, user: User, scope: str, workspace: Path) -> None:
+    """Issue 32: an acknowledged task that runs on folder open, pointed at a new command by a later
+    session, is critical again (it was medium: a command changed); put back by hand, it closes."""
+    git_repo(workspace, user)
+    task = ('{"version": "2.0.0", "tasks": [{"label": "lint", "type": "shell", "command": "make lint", '
+            '"runOptions": {"runOn": "folderOpen"}}]}')
+    plant = f"mkdir -p .vscode && printf '%s' '{task}' > .vscode/tasks.json"
+    assert run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", plant).returncode == 0
+    reviewed = (workspace / ".vscode" / "tasks.json").read_bytes()
+    assert dejima_audit(user, scope, "ack", "--all", "--workspace", str(workspace), "--note", "my lint task"
+                        ).returncode == 0
+    repoint = "sed -i 's/make lint/make lint; id/' .vscode/tasks.json"
+    assert run_dejima(user, scope, "-q", str(workspace), "--", "sh", "-c", repoint).returncode == 0
+    refused = run_dejima(user, scope, "-q", str(workspace), "--", "true")
+    assert refused.returncode == ExitStatus.UNREVIEWED_FINDINGS, refused.stderr
+    (workspace / ".vscode" / "tasks.json").write_bytes(reviewed)  # the user undoes it on the host
+    assert run_dejima(user, scope, "-q", str(workspace), "--", "true").returncode == 0
+    listed = [json.loads(line) for line in
+              dejima_audit(user, scope, "list", "--all", "--json", "--workspace", str(workspace)).stdout.splitlines()]
+    [closed] = [f for f in listed if f["closed"]]
+    assert (closed["severity"], closed["closed_note"]) == (
+        "critical", f"closed: restored to its content before session {closed['session']}")
+
+
 def test_a_session_whose_launcher_was_killed_is_audited_by_the_next_run(
         runtime: Runtime, images: object, user: User, scope: str, workspace: Path, world_dir: Path) -> None:
     git_repo(workspace, user)

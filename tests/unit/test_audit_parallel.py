@@ -1,7 +1,7 @@
 """The audit's work shared out over forked processes gives what one process gives: the walk (every
 entry and hash, with links, a FIFO, a socket, an unreadable file, hard links, files rewritten while
 it runs), the rule stages (walk_shares.shared_out: the same findings, in the same order) and the
-npm tarballs (read by forked processes, and kept as manifests for the next audit). Real trees, a
+npm tarballs (pinned_archives.py: read by forked processes, kept as manifests for the next audit). Real trees, a
 real `npm ci` and a real `python -m venv`."""
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from dejima.adapters import fork_workers, npm_cache, walk_shares
+from dejima.adapters import fork_workers, npm_cache, pinned_archives, walk_shares
 from dejima.adapters.tree_walk import take_snapshot, walk_changes
 from dejima.core.audit import Finding
+from dejima.core.audit.model import Artifact
 from dejima.core.audit.rules import StageRunner, audit
 from dejima.core.snapshot import Snapshot, diff
 from dejima.orchestration.exit_audit import Mount, capture
@@ -252,24 +253,29 @@ def test_a_stage_whose_process_fails_is_run_again_here() -> None:
 
 def test_tarballs_read_by_forked_processes_are_what_one_process_reads_and_are_kept(
         tmp_path: Path, packed: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    monkeypatch.setattr(npm_cache, "FORK_AFTER", 2)  # two tarballs are shared out as hundreds are
+    monkeypatch.setattr(pinned_archives, "FORK_AFTER", 2)  # two tarballs are shared out as hundreds are
     workspace, home = project(tmp_path, packed)
     npm(workspace, home / ".npm", "ci")
     integrity = next(iter(v["integrity"] for k, v in _lock(workspace).items() if k))
     unknown = "sha512-" + "A" * 86 + "=="
-    one = {i: npm_cache._tarball([home / ".npm"], i) for i in (integrity, unknown)}
-    kept = tmp_path / "kept"
-    read = npm_cache.tarballs([home / ".npm"], known=kept)
+    one = {i: npm_cache.tarball([home / ".npm"], i) for i in (integrity, unknown)}
+
+    def read(keys: list[str]) -> dict[str, Artifact | str]:
+        return pinned_archives.read_all(keys, lambda key: npm_cache.tarball([home / ".npm"], key), "tarball",
+                                        "npm", known=tmp_path / "kept")
+
     got = read([integrity, unknown])
-    assert {i: a.files if not isinstance(a, str) else a for i, a in got.items()} == one
-    assert isinstance(one[integrity], dict) and "index.js" in one[integrity]
-    assert [p.name for p in kept.iterdir()] == [npm_cache._manifest_name(integrity)]  # what could not be read: not kept
+    assert got == one
+    artifact = one[integrity]
+    assert not isinstance(artifact, str) and "index.js" in artifact.files
+    kept = tmp_path / "kept" / "npm"
+    assert len(list(kept.iterdir())) == 1  # what could not be read: not kept
     assert stat.S_IMODE(kept.stat().st_mode) == 0o700
     shutil.rmtree(home / ".npm")  # the manifest kept is enough: the pinned bytes' content does not change
-    assert npm_cache.tarballs([home / ".npm"], known=kept)([integrity])[integrity] == got[integrity]
-    manifest = kept / str(npm_cache._manifest_name(integrity))
+    assert read([integrity])[integrity] == got[integrity]
+    manifest = next(kept.iterdir())
     manifest.write_bytes(manifest.read_bytes()[:-3])  # damaged: read again, here from no cache at all
-    again = npm_cache.tarballs([home / ".npm"], known=kept)([integrity])[integrity]
+    again = read([integrity])[integrity]
     assert isinstance(again, str) and "not in the npm cache" in again
 
 

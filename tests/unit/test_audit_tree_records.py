@@ -163,6 +163,23 @@ def test_code_in_a_node_modules_no_package_manager_made_is_high(tmp_path: Path) 
         assert ran.stdout.strip() == "planted", "node on the host loads the planted package"
 
 
+@pytest.mark.parametrize("link", ["node_modules", "src/node_modules"])
+def test_a_link_named_node_modules_to_planted_code_is_high(tmp_path: Path, link: str) -> None:
+    """The same code behind a link called node_modules, to a directory with no such name (whose .js
+    files no rule watches): require() follows it. It was no finding at all."""
+    def shadow(root: Path) -> None:
+        write(root, "third_party/nm/x/index.js", "module.exports = 'planted';\n")
+        write(root, "src/app.js", "console.log(require('x'));\n")
+        os.symlink(os.path.relpath(root / "third_party/nm", (root / link).parent), root / link)
+
+    write(tmp_path / "repo", "package.json", json.dumps({"name": "p", "dependencies": {"x": "1.0.0"}}))
+    found = audited(tmp_path / "repo", shadow)
+    assert ("B07", "high", link) in found
+    if shutil.which("node"):
+        ran = subprocess.run(["node", "src/app.js"], cwd=tmp_path / "repo", capture_output=True, text=True, check=True)
+        assert ran.stdout.strip() == "planted", "node on the host loads the planted package"
+
+
 def test_a_package_installed_in_npms_tree_is_low_and_a_workspace_packages_own_tree_too(tmp_path: Path) -> None:
     """Beside the attack above: npm's tree (its .package-lock.json), and a workspace package's own
     node_modules that the hidden lockfile lists by path, where npm puts what it cannot hoist."""

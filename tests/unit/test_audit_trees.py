@@ -303,7 +303,7 @@ def audited_evidence(root: Path, change: Callable[[Path], object]) -> list[str]:
     return [f.evidence for f in found]
 
 
-def test_a_cargo_build_is_one_low_finding(tmp_path: Path) -> None:
+def test_a_cargo_build_is_one_medium_finding_naming_cargo_clean(tmp_path: Path) -> None:
     write(tmp_path, "Cargo.toml", '[package]\nname = "p"\nversion = "0.1.0"\n')
     write(tmp_path, "src/main.rs", "fn main() {}\n")
 
@@ -313,7 +313,13 @@ def test_a_cargo_build_is_one_low_finding(tmp_path: Path) -> None:
         os.link(binary, root / "target/debug/p")
         write(root, "target/debug/.fingerprint/p-0123/bin-p", "abc\n")
 
-    assert audited(tmp_path, "workspace", build) == [("B07", "low", "target")]
+    # No build output can be verified (cargo runs what it finds fresh): medium, test_cargo_verify.py.
+    assert audited(tmp_path, "workspace", build) == [("B07", "medium", "target")]
+    os.unlink(tmp_path / "target/debug/p")  # built again
+    state = capture(Mount("workspace", tmp_path))
+    build(tmp_path)
+    [found] = audit_mount(state)[0]
+    assert found.severity == "medium" and "`cargo clean` on the host" in found.evidence
 
 
 def test_opencodes_project_id_in_git_is_low_and_anything_else_there_is_not(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from dejima.adapters.npm_cache import tarballs
 from dejima.core.audit import Finding
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+from tests.pinned_trees import replace_file, runs_on_host, severities
 
 pytestmark = pytest.mark.skipif(shutil.which("npm") is None or shutil.which("node") is None,
                                 reason="needs npm and node")
@@ -118,20 +120,7 @@ def session(workspace: Path, home: Path, change: object = None, installed: bool 
     return [f for f in found if f.path.startswith("node_modules") or f.rule == "B07"]
 
 
-def replace_file(path: Path, text: str) -> None:
-    """A new file renamed over the old (sed -i, an editor): a new inode, the directory changed."""
-    fresh = path.with_name(path.name + ".new")
-    fresh.write_text(text)
-    os.replace(fresh, path)
 
-
-def severities(found: list[Finding]) -> list[tuple[str, str]]:
-    return [(f.path, f.severity) for f in found]
-
-
-def runs_on_host(workspace: Path, script: str) -> str:
-    return subprocess.run(["node", "-e", script], cwd=workspace, check=True, capture_output=True, text=True,
-                          timeout=60).stdout
 
 
 def test_a_clean_install_is_verified_file_by_file(tmp_path: Path, packed: Path) -> None:
@@ -489,3 +478,100 @@ def test_a_package_pinned_in_the_session_is_medium_and_still_held_to_its_new_pin
             assert tree.evidence.startswith("verified 9 file(s) of 2 package(s)")
         else:
             assert "node_modules/bundler/planted.js: a file its package's tarball does not hold" in tree.evidence
+
+
+def unpin(edit: str) -> Callable[[Path], None]:
+    """The session's lockfile no longer pins tinytool's tarball: its integrity dropped, its entry
+    removed, moved to a git source or to another version, each without an integrity."""
+    def change(root: Path) -> None:
+        lock = json.loads((root / "package-lock.json").read_text())
+        entry = lock["packages"]["node_modules/tinytool"]
+        if edit == "entry removed":
+            del lock["packages"]["node_modules/tinytool"]
+        else:
+            del entry["integrity"]
+        if edit == "moved to git":
+            entry["resolved"] = "git+ssh://git@github.com/x/tinytool.git#" + "0" * 40
+        if edit == "another version":
+            entry["version"] = "1.0.1"
+        replace_file(root / "package-lock.json", json.dumps(lock, indent=2))
+    return change
+
+
+UNPINNED = ["integrity dropped", "entry removed", "moved to git", "another version"]
+
+
+@pytest.mark.parametrize("edit", UNPINNED)
+def test_a_package_unpinned_in_the_lockfile_and_tampered_is_still_held_to_its_start_pin(
+        tmp_path: Path, packed: Path, edit: str) -> None:
+    """A tree installed before the session (acknowledged then): the session edits the lockfile so
+    that nothing pins tinytool's tarball any more, and rewrites its index.js. What the start pinned
+    still holds the files (high), where the edit alone made it "pinned in the session" (medium)."""
+    def tamper(root: Path) -> None:
+        unpin(edit)(root)
+        index = root / "node_modules/tinytool/index.js"
+        replace_file(index, index.read_text() + "console.log('PLANTED');\n")
+
+    workspace, home = project(tmp_path, packed)
+    [tree] = session(workspace, home, tamper, installed=True)
+    assert (tree.path, tree.severity) == ("node_modules", "high"), tree.evidence
+    assert "node_modules/tinytool/index.js: not the content of its package's tarball" in tree.evidence
+    assert "PLANTED" in runs_on_host(workspace, "require('tinytool')")
+
+
+@pytest.mark.parametrize("edit", UNPINNED)
+def test_a_package_unpinned_in_the_lockfile_with_its_files_untouched_is_medium_and_says_so(
+        tmp_path: Path, packed: Path, edit: str) -> None:
+    """The benign neighbour: the same lockfile edit, the tree reinstalled from the start's pin (its
+    files written anew, as they were): verified against the start's pin, and the edit said so."""
+    def reinstall(root: Path) -> None:
+        index = root / "node_modules/tinytool/index.js"
+        replace_file(index, index.read_text())
+        unpin(edit)(root)
+
+    workspace, home = project(tmp_path, packed)
+    [tree] = session(workspace, home, reinstall, installed=True)
+    assert (tree.path, tree.severity) == ("node_modules", "medium"), tree.evidence
+    assert tree.evidence.startswith("verified 1 file(s) of 1 package(s)")
+    assert "node_modules/tinytool: no longer pinned by the lockfile (" in tree.evidence
+
+
+@pytest.mark.parametrize("marker", [".yarn-integrity", ".yarn-state.yml", ".modules.yaml", ".pnpm/lock.yaml"])
+@pytest.mark.parametrize("installed", [False, True])
+def test_another_managers_marker_planted_in_an_npm_tree_does_not_stop_its_verification(
+        tmp_path: Path, packed: Path, marker: str, installed: bool) -> None:
+    """One file saying "yarn made this" (or pnpm) in a tree package-lock.json pinned at the start,
+    with no yarn.lock or pnpm-lock.yaml beside it: the tree is still npm's and held to its pins. It
+    was one low finding ("dependency tree rewritten") with index.js rewritten."""
+    def tamper(root: Path) -> None:
+        index = root / "node_modules/tinytool/index.js"
+        replace_file(index, index.read_text() + "console.log('PLANTED');\n")
+        write_marker(root / "node_modules" / marker)
+
+    workspace, home = project(tmp_path, packed)
+    [tree] = session(workspace, home, tamper, installed=installed)
+    assert (tree.path, tree.severity) == ("node_modules", "high"), tree.evidence
+    assert "node_modules/tinytool/index.js: not the content of its package's tarball" in tree.evidence
+
+
+def write_marker(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# written by the package manager\n")
+
+
+@pytest.mark.parametrize(("lockfile", "marker"), [("yarn.lock", ".yarn-integrity"),
+                                                  ("pnpm-lock.yaml", ".modules.yaml")])
+def test_a_tree_of_a_project_that_has_another_managers_lockfile_is_left_to_that_manager(
+        tmp_path: Path, packed: Path, lockfile: str, marker: str) -> None:
+    """The benign neighbour: the project had yarn.lock (or pnpm-lock.yaml) beside package-lock.json at
+    the start, and the session's yarn (pnpm) left its marker: not held to package-lock.json's pins,
+    judged by that manager's rules (pnpm's by installs.py: low; yarn's by yarn_verify, which cannot
+    read this yarn.lock as yarn 1's: medium, saying so)."""
+    workspace, home = project(tmp_path, packed)
+    (workspace / lockfile).write_text("# the other manager's lockfile\n")
+    [tree] = session(workspace, home, lambda root: write_marker(root / "node_modules" / marker))
+    expected = "medium" if lockfile == "yarn.lock" else "low"
+    assert (tree.path, tree.severity) == ("node_modules", expected), tree.evidence
+    if lockfile == "yarn.lock":
+        assert tree.evidence.startswith("yarn's tree:") and "is not yarn 1's" in tree.evidence, tree.evidence
+    assert "package-lock.json" not in tree.evidence

@@ -31,9 +31,9 @@ from dejima.core.audit.model import (
 __all__ = ["CATALOGUE_VERSION", "MOUNT_KINDS", "SEVERITIES", "Contents", "Finding", "constituents", "derived_watch",
            "rank", "watched"]
 
-# Files the git and lockfile rules read at both ends.
+# Files the git and lockfile rules, and the trees' verification, read at both ends.
 _ANYWHERE = frozenset((".gitmodules", ".lfsconfig", ".gitattributes", ".gitignore", "package-lock.json",
-                       "npm-shrinkwrap.json", "Cargo.lock", "uv.lock", "poetry.lock", "go.sum"))
+                       "npm-shrinkwrap.json", "Cargo.lock", "uv.lock", "poetry.lock", "go.sum", "yarn.lock"))
 _IN_GIT_DIR = frozenset(("config", "config.worktree", "commondir", "gitdir", "exclude", "attributes",
                          "sparse-checkout", "packed-refs"))
 

@@ -19,6 +19,7 @@ from dejima.core.snapshot import Change
 
 _VALUE_LIMIT = 160
 _CONTEXT_SHOWN = 6
+_UNIT = re.compile(r"(.*?\.\d+)\.")  # a key's list item: "tasks.0" of "tasks.0.command"
 _NARROWING = re.compile(r"(?i)(?:^|\.)(?:deny|disabled\w*|exclude\w*|block\w*|ask|ignore-scripts)(?:\.|$)")
 
 
@@ -140,6 +141,7 @@ def _key_findings(rule: PathRule, path: str, view: View) -> tuple[list[Finding],
         title = KEY_RULE_TITLES.get(rule_id, rule.title)
         found.append(finding(rule_id, severity, path, f"{title}: {key} = {_short(value)!r}{was}", value, key,
                              rule.remedy))
+    found = _in_running_units(rule, found, after, view, base_dir)
     for key in before.keys() - after.keys():
         # A deny list that loses an entry widens what runs (an index shift shows as a change above).
         key_rule = _match_key(rule, key, before[key], view, base_dir) if _NARROWING.search(key) else None
@@ -148,6 +150,32 @@ def _key_findings(rule: PathRule, path: str, view: View) -> tuple[list[Finding],
             found.append(finding(rule_id, key_rule.severity, path, f"{rule.title}: {key} removed (was "
                                  f"{_short(before[key])!r})", f"removed:{before[key]}", key, rule.remedy))
     return found, context
+
+
+def _in_running_units(rule: PathRule, found: list[Finding], after: dict[str, str], view: View,
+                      base_dir: str) -> list[Finding]:
+    """A changed key of a list item (one task) that already held a critical key (it runs on folder open) is
+    as critical as a new such item: pointing the user's own auto-run task, or a reviewed one, at a new
+    command is no mere "command changed"."""
+    if not found or not any(k.severity == "critical" for k in rule.keys):
+        return found
+    units: dict[str, tuple[str, str]] = {}  # unit -> the critical key and its value
+    for key, value in after.items():
+        unit = _UNIT.match(key)
+        if unit is not None and unit[1] not in units:
+            key_rule = _match_key(rule, key, value, view, base_dir)
+            if key_rule is not None and key_rule.severity == "critical":
+                units[unit[1]] = (key, value)
+    flagged = {item.key for item in found}  # a trigger that changed too is its own (critical) finding
+    raised = []
+    for item in found:
+        unit = _UNIT.match(item.key)
+        trigger = units.get(unit[1]) if unit is not None else None
+        if unit is not None and trigger is not None and trigger[0] not in flagged and item.severity != "critical":
+            item = replace(item, severity="critical", notes=(
+                *item.notes, f"in {unit[1]}, which runs by itself: {trigger[0]} = {_short(trigger[1])!r}"))
+        raised.append(item)
+    return raised
 
 
 def _with_context(found: list[Finding], context: list[str]) -> list[Finding]:

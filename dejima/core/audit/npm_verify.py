@@ -11,15 +11,17 @@ every file the session wrote in a package is compared with the tarball's entry o
   to a ``bin`` the lockfile records for that package, ``node_modules/.package-lock.json`` entries
   that are not the lockfile's: each named (high);
 - what cannot be verified: no lockfile at the start (or one npm cannot follow), a package pinned
-  anew in the session (its lockfile entry's pin changed: the session chose it), a package pinned
-  without an integrity, a tarball the caches do not hold: said so (medium), with what would
+  anew in the session (its lockfile entry's pin changed: the session chose it; held to the new pin,
+  or, when the new entry pins no tarball or is gone, to the start's), a package pinned without an
+  integrity, a tarball the caches do not hold: said so (medium), with what would
   verify it (a clean install on the host, ``npm ci``).
 
 What it proves: that every file the session wrote in the tree is, byte for byte, the content of
 the tarball the lockfile pinned before the session. What it cannot: files the session did not
 change are as they were at the start (the audit judges the session, not the tree's past); tools'
 own directories in the tree (``.cache``) hold no package and are only named; pnpm and yarn trees
-are judged by installs.py alone.
+are judged by installs.py alone (a tree is theirs by their state there at the start, or written in
+a project with their lockfile or without npm's: never by one marker written where npm's pinned it).
 """
 
 from __future__ import annotations
@@ -27,42 +29,18 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from dejima.core.audit.caches import changes_value
-from dejima.core.audit.model import Artifact, Finding, View, finding
+from dejima.core.audit.model import Finding, View
+from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
 from dejima.core.snapshot import Change
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
 CLEAN_INSTALL = "npm ci"
 # Another package manager's tree: its layout and state are not npm's (installs.py judges it).
 _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml")
+_OTHER_LOCKFILES = ("pnpm-lock.yaml", "yarn.lock")
 _PIN = ("version", "resolved", "integrity", "link")
-_LISTED = 10
 _CONTENT = ("added", "modified", "type", "link-target")
-
-
-@dataclass
-class NpmVerdict:
-    lockfile: str
-    problems: list[str] = field(default_factory=list)  # what no install from the lockfile makes
-    unverified: list[str] = field(default_factory=list)  # what cannot be held to a pin, and why
-    files: int = 0
-    packages: set[str] = field(default_factory=set)
-
-
-def _lockfile(tree: str, view: View) -> str | None:
-    """The lockfile that governs a node_modules tree: beside it, or in a directory above (a
-    workspace package's tree follows the root's lockfile); at the start or the end."""
-    directory = tree.rpartition("/")[0]
-    while True:
-        for name in LOCKFILES:
-            path = f"{directory}/{name}" if directory else name
-            if path in view.before or path in view.after:
-                return path
-        if not directory:
-            return None
-        directory = directory.rpartition("/")[0]
 
 
 def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
@@ -80,7 +58,7 @@ def _pin(entry: dict[str, object] | None) -> tuple[object, ...] | None:
     return None if entry is None else tuple(entry.get(key) for key in _PIN)
 
 
-def _package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
+def package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
     """``node_modules/a/node_modules/@s/b`` for a path inside that package (relative to the
     lockfile's directory): the outermost package, then each nested ``node_modules/x`` that the
     lockfile lists (a package's own files may hold a directory called node_modules: resolve's test
@@ -89,19 +67,19 @@ def _package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
     at = 0 if relative.startswith("node_modules/") else relative.find("/node_modules/") + 1
     if at < 0 or at == 0 and not relative.startswith("node_modules/"):
         return None
-    first, rest = _first_package(relative[at:])
+    first, rest = first_package(relative[at:])
     if first is None:
         return None
     key = relative[:at] + first
     while rest.startswith("node_modules/"):
-        nested, deeper = _first_package(rest)
+        nested, deeper = first_package(rest)
         if nested is None or not listed(f"{key}/{nested}"):
             break
         key, rest = f"{key}/{nested}", deeper
     return key
 
 
-def _first_package(relative: str) -> tuple[str | None, str]:
+def first_package(relative: str) -> tuple[str | None, str]:
     """(``node_modules/a`` or ``node_modules/@s/a``, the rest of the path) for a path in it."""
     parts = relative.split("/")
     size = 3 if parts[1].startswith("@") else 2
@@ -121,16 +99,15 @@ def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
     return key
 
 
-def verify(tree: str, changes: list[Change], view: View) -> NpmVerdict | None:
+def verify(tree: str, changes: list[Change], view: View) -> TreeVerdict | None:
     """The session's changes in an npm tree held to its lockfile at the start; None when the
     tree is not npm's (pnpm, yarn)."""
-    if not tree.endswith("node_modules") or any(f"{tree}/{name}" in view.after or f"{tree}/{name}" in view.before
-                                                for name in _OTHER_MANAGERS):
+    lockfile = lockfile_above(tree, view, LOCKFILES)
+    if not tree.endswith("node_modules") or _other_managers(tree, lockfile, view):
         return None
-    lockfile = _lockfile(tree, view)
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
         return None  # not npm's, as far as anything says
-    verdict = NpmVerdict(lockfile or "package-lock.json")
+    verdict = TreeVerdict(lockfile or "package-lock.json")
     start = _packages(view.text(lockfile, "before")) if lockfile is not None else None
     if start is None or lockfile is None:
         if any(_written(change, tree) for change in changes):  # else npm only rewrote its own state
@@ -144,6 +121,21 @@ def verify(tree: str, changes: list[Change], view: View) -> NpmVerdict | None:
     return verdict
 
 
+def _other_managers(tree: str, lockfile: str | None, view: View) -> bool:
+    """Whether pnpm or yarn made the tree: its state there at the start, or written in the session
+    in a project that had no npm lockfile then or had that manager's lockfile beside it. A marker
+    alone, written where package-lock.json pinned the tree, is one file the session can plant to
+    end the verification: it does not."""
+    if any(f"{tree}/{name}" in view.before for name in _OTHER_MANAGERS):
+        return True
+    if not any(f"{tree}/{name}" in view.after for name in _OTHER_MANAGERS):
+        return False
+    if lockfile is None or lockfile not in view.before:
+        return True
+    project = lockfile.rpartition("/")[0]
+    return any((f"{project}/{name}" if project else name) in view.before for name in _OTHER_LOCKFILES)
+
+
 def _written(change: Change, tree: str) -> bool:
     """Whether a change wrote something in the tree other than npm's record of it."""
     return change.after is not None and change.what in _CONTENT and change.after.kind != "dir" and \
@@ -154,11 +146,10 @@ class _Check:
     """One tree's changes against the lockfile's pins at the start (``start``) and at the end
     (``end``: for what the session pinned itself), the tarballs asked for at once."""
 
-    def __init__(self, verdict: NpmVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
+    def __init__(self, verdict: TreeVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
-        # integrity -> (path, in package, sha256, whether its package runs an install script, package)
-        self.wanted: dict[str, list[tuple[str, str, str | None, bool, str]]] = {}
+        self.wanted: dict[str, list[Wanted]] = {}  # integrity -> the files its tarball must hold
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
         self.anew: dict[str, bool] = {}  # package key -> whether the session pinned it anew (asked per file)
 
@@ -174,7 +165,7 @@ class _Check:
                 self.change(change.path, change)
         for key, reason in sorted(self.unpinned.items()):
             self.verdict.unverified.append(f"{self.base + '/' if self.base else ''}{key}: {reason}")
-        self.compare()
+        hold(self.verdict, self.wanted, self.view, "tarball")
 
     def change(self, path: str, change: Change) -> None:
         new = change.after
@@ -189,7 +180,7 @@ class _Check:
             self.bin_link(path, new.kind, new.target)
         elif new.kind == "dir":
             return
-        elif (key := _package_key(relative + "/x" if new.kind == "symlink" else relative, self.listed)) is None:
+        elif (key := package_key(relative + "/x" if new.kind == "symlink" else relative, self.listed)) is None:
             if name.startswith("."):  # a tool's own directory or file in the tree (.cache, .vite)
                 self.verdict.unverified.append(f"{path}: in no package (a tool's own; not verified)")
             else:
@@ -202,6 +193,14 @@ class _Check:
             self.verdict.problems.append(f"{path}: in {key}, a package the lockfile does not list")
         elif (self.start.get(key) or self.end[key]).get("link"):
             self.workspace_link(path, key, self.start.get(key) or self.end[key], new.kind, new.target, relative)
+        elif self.unpinned_in_session(key):
+            # The start pinned its tarball and the session's lockfile pins none (an integrity
+            # dropped, the entry removed, a git source or another version without one): an edit
+            # that would otherwise leave the files held to nothing. The start's pin holds them.
+            self.unpinned.setdefault(key, "no longer pinned by the lockfile (" + (
+                "its entry removed" if key not in self.end else "pinned without an integrity") +
+                " in the session); its files are held to the start's pin")
+            self.package_file(path, key, relative, new.kind, new.sha256, self.start)
         elif key in self.end and self.pinned_anew(key):
             # Pinned by the session itself: held to its new pin (a file that differs is still
             # tampering), but what the pin names is the session's choice (the lockfile's own finding).
@@ -219,6 +218,13 @@ class _Check:
             anew = self.anew[key] = _pin(self.end[key]) != _pin(self.start.get(key))
         return anew
 
+    def unpinned_in_session(self, key: str) -> bool:
+        """Whether the start pinned ``key``'s tarball (an integrity, its own or its bundler's) and
+        the session's lockfile pins none for it."""
+        if key not in self.start or not self.end or not self.start[_pinned_by(key, self.start)].get("integrity"):
+            return False
+        return key not in self.end or not self.end[_pinned_by(key, self.end)].get("integrity")
+
     def package_file(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
                      packages: dict[str, dict[str, object]]) -> None:
         owner = _pinned_by(key, packages)
@@ -229,33 +235,10 @@ class _Check:
             resolved = packages[owner].get("resolved")
             self.unpinned.setdefault(owner, f"pinned without an integrity (resolved: {resolved})")
         else:
-            scripted = bool(packages[owner].get("hasInstallScript"))
-            self.wanted.setdefault(integrity, []).append((path, relative[len(owner) + 1:], sha256, scripted, owner))
-
-    def compare(self) -> None:
-        artifacts = self.view.artifacts
-        got: dict[str, Artifact | str] = artifacts(sorted(self.wanted)) if artifacts is not None and self.wanted \
-            else {}
-        for integrity, files in self.wanted.items():
-            artifact = got.get(integrity, "no npm cache to read it from")
-            if isinstance(artifact, str):
-                self.verdict.unverified.append(f"{len(files)} file(s) of {_package_of(files[0][0])}: {artifact}")
-                continue
-            built: dict[str, int] = {}
-            for path, inside, sha256, scripted, owner in files:
-                expected = artifact.files.get(inside)
-                if expected is not None and sha256 == expected:
-                    self.verdict.files += 1
-                    self.verdict.packages.add(owner)
-                elif scripted:  # its install script writes in it (esbuild's binary, node-gyp's build/)
-                    built[_package_of(path)] = built.get(_package_of(path), 0) + 1
-                elif expected is None:
-                    self.verdict.problems.append(f"{path}: a file its package's tarball does not hold")
-                else:
-                    self.verdict.problems.append(f"{path}: not the content of its package's tarball")
-            self.verdict.unverified.extend(f"{count} file(s) of {package} that are not its tarball's, as its install "
-                                           "script (the lockfile records one) may write them"
-                                           for package, count in sorted(built.items()))
+            scripted = bool(packages[owner].get("hasInstallScript"))  # it writes in its package (esbuild)
+            package = f"{self.base}/{owner}" if self.base else owner
+            self.wanted.setdefault(integrity, []).append(Wanted(path, relative[len(owner) + 1:], sha256, package,
+                                                                scripted))
 
     def bin_link(self, path: str, kind: str, target: str | None) -> None:
         """``.bin/NAME``: npm's link to the ``bin`` the lockfile records for NAME in that package."""
@@ -265,7 +248,7 @@ class _Check:
             return
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
         inside = not target.startswith("/") and (not self.base or resolved.startswith(self.base + "/"))
-        key = _package_key(self.relative(resolved), self.listed) if inside else None
+        key = package_key(self.relative(resolved), self.listed) if inside else None
         entry = self.start.get(key) if key is not None else None
         if key is not None and key in self.end and _pin(self.end[key]) != _pin(entry):
             entry = self.end[key]  # pinned in the session: its bin as the session's lockfile says, and unverified
@@ -298,17 +281,6 @@ class _Check:
                 self.verdict.problems.append(f"{path}: its entry {key} is not the lockfile's")
 
 
-def _package_of(path: str) -> str:
-    head, marker, rest = path.rpartition("node_modules/")
-    parts = rest.split("/")
-    return head + marker + "/".join(parts[:2] if parts[0].startswith("@") else parts[:1])
-
-
-def _listed(items: list[str]) -> str:
-    shown = "; ".join(items[:_LISTED])
-    return shown + (f"; and {len(items) - _LISTED} more" if len(items) > _LISTED else "")
-
-
 def clean_install(tree: str) -> str:
     """What reinstalls a tree as its lockfile says, in words (for the finding)."""
     project = tree.rpartition("/")[0]
@@ -326,18 +298,6 @@ def npm_findings(tree: str, changes: list[Change], view: View, tampered: list[st
     verdict = verify(tree, changes, view)
     if verdict is None:
         return None
-    problems = [*tampered, *verdict.problems]
-    remedy = f"on the host: {clean_install(tree)}"
-    verified = f"verified {verdict.files} file(s) of {len(verdict.packages)} package(s) against {verdict.lockfile} " \
-        "as the session's start had it"
-    value = changes_value(changes)
-    if not verdict.unverified and not verdict.files and not any(_written(change, tree) for change in changes):
-        verified = f"npm's tree changed ({len({c.path for c in changes})} entries) with no package file written: " \
-            "nothing to verify"
-    if problems:
-        return [finding("B07", "high", tree, f"{len(problems)} change(s) no install from {verdict.lockfile} makes: "
-                        f"{_listed(problems)}; {remedy}", value, remedy="reinstall")]
-    if verdict.unverified:
-        return [finding("B07", "medium", tree, f"{verified}; {len(verdict.unverified)} not verifiable: "
-                        f"{_listed(verdict.unverified)}; to be sure, {remedy}", value, remedy="reinstall")]
-    return [finding("B07", "low", tree, verified, value, remedy="reinstall")]
+    idle = None if any(_written(change, tree) for change in changes) else \
+        f"npm's tree changed ({len({c.path for c in changes})} entries) with no package file written: nothing to verify"
+    return [tree_finding(tree, verdict, changes, tampered, f"on the host: {clean_install(tree)}", idle=idle)]

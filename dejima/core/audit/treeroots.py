@@ -13,6 +13,8 @@ conftest.py, a package.json's scripts, a .pth).
   ``*.dist-info/RECORD`` and is not an environment's site-packages;
 - cargo's build output: a directory beside a Cargo.toml that holds ``.rustc_info.json`` or a
   profile's ``.fingerprint`` (``target/debug/.fingerprint``);
+- ``cargo vendor``'s output: a directory beside a Cargo.toml whose crates each hold a
+  ``.cargo-checksum.json`` (``vendor/serde/.cargo-checksum.json``);
 - ``go mod vendor`` (``vendor/modules.txt`` beside go.mod) and composer (``vendor/composer/installed.json``
   beside composer.json).
 
@@ -36,14 +38,14 @@ NPM_RECORDS = (".package-lock.json", ".modules.yaml", ".yarn-state.yml", ".yarn-
 # (kind, the file its tool leaves in it, the manifest beside it)
 _VENDORED = (("go-vendor", "modules.txt", "go.mod"), ("composer", "composer/installed.json", "composer.json"))
 _YAML_ITEM = re.compile(r"""\s*-\s*['"]?([^'"#\s]+)""")
-DEPENDENCY_KINDS = ("npm", "go-vendor", "composer")
+DEPENDENCY_KINDS = ("npm", "cargo-vendor", "go-vendor", "composer")
 PYTHON_KINDS = ("python", "python-target", "conda")
 # The file an environment's tool writes at its root when it makes it.
 ENVIRONMENT_RECORDS = {"python": "pyvenv.cfg", "conda": "conda-meta/history"}
 
 
 class Tree(NamedTuple):
-    kind: str  # npm, python, python-target, conda, cargo, go-vendor, composer
+    kind: str  # npm, python, python-target, conda, cargo, cargo-vendor, go-vendor, composer
     root: str  # mount-relative directory
 
 
@@ -102,6 +104,8 @@ def _recorded_kind(directory: str, view: View, sides: tuple[str, ...] = ("before
     if exists(_beside(directory, "Cargo.toml")) and (
             exists(f"{directory}/.rustc_info.json") or directory in _holders(view, ".fingerprint", sides)):
         return "cargo"
+    if exists(_beside(directory, "Cargo.toml")) and directory in _holders(view, ".cargo-checksum.json", sides):
+        return "cargo-vendor"
     for kind, record, manifest in _VENDORED:
         if exists(f"{directory}/{record}") and exists(_beside(directory, manifest)):
             return kind

@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 
 from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings
+from dejima.core.audit.cargo_verify import build_output_findings, vendor_findings
 from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tampering, python_tampering, recorded
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.npm_verify import npm_findings
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
+from dejima.core.audit.yarn_verify import yarn_findings
 from dejima.core.snapshot import Change
 
 _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/_virtualenv\.py|/bin/activate[^/]*|"
@@ -52,24 +54,26 @@ def _group(view: View, kinds: tuple[str, ...]) -> dict[Tree, list[Change]]:
 
 def _build_output(view: View) -> list[Finding]:
     """Cargo rewrites its target directory in place at every build and hard-links its outputs: one
-    low finding per directory (cargo may run what is there without building it again)."""
-    return [finding("B07", "low", root, f"build output written in the session ({len({c.path for c in changes})} "
-                    "entries); `cargo clean` on the host before running what it holds", changes_value(changes),
-                    remedy="reinstall")
-            for (_, root), changes in _group(view, ("cargo",)).items()]
+    finding per directory (cargo may run what is there without building it again: cargo_verify.py)."""
+    return [f for (_, root), changes in _group(view, ("cargo",)).items() for f in build_output_findings(root, changes)]
 
 
 def _dependencies(view: View) -> list[Finding]:
     """Each dependency tree judged on its own (isolation): one that fails is a finding there."""
-    return [f for (_, root), changes in _group(view, DEPENDENCY_KINDS).items()
-            for f in judged(view, "B07", root, _dependency_tree, root, changes, view)]
+    return [f for (kind, root), changes in _group(view, DEPENDENCY_KINDS).items()
+            for f in judged(view, "B07", root, _dependency_tree, kind, root, changes, view)]
 
 
-def _dependency_tree(root: str, changes: list[Change], view: View) -> list[Finding]:
+def _dependency_tree(kind: str, root: str, changes: list[Change], view: View) -> list[Finding]:
     in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
                 and c.path[len(root) + 1:] not in TOOL_STATE]
+    if kind == "cargo-vendor":  # held to Cargo.lock's checksums
+        return vendor_findings(root, changes, view, in_place)
     tampered = in_place + npm_tampering(root, changes, view)
-    if (verified := npm_findings(root, changes, view, tampered)) is not None:  # held to its lockfile's pins
+    verified = npm_findings(root, changes, view, tampered)  # held to its lockfile's pins
+    if verified is None:
+        verified = yarn_findings(root, changes, view, tampered)
+    if verified is not None:
         return verified
     if tampered:
         return [finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: {_summary(tampered)}; "
@@ -83,9 +87,16 @@ def _stray_node_modules(view: View) -> list[Finding]:
     """Node's require() looks in every directory named node_modules up from the requiring file, made
     by npm or not: code put in one that no package manager made (no record of it, see treeroots.py)
     shadows the project's packages for the code below it, and runs on the host's next `node` or
-    `npm test`. One finding per such directory; the files in it get the ordinary rules too."""
+    `npm test`. One finding per such directory; the files in it get the ordinary rules too. A link
+    called node_modules is one too: require() follows it into a directory of any name."""
     groups: dict[str, list[Change]] = {}
+    links: list[Finding] = []
     for path, change in view.changed.items():
+        if change.after is not None and change.after.kind == "symlink" and \
+                path.rpartition("/")[2] == "node_modules" and not in_tree(path, view):
+            links.append(finding("B07", "high", path, f"a link called node_modules, to {change.after.target}: "
+                                 "require() below it loads what it points to, which no package manager made here; "
+                                 "delete it", changes_value([change]), remedy="restore"))
         if "node_modules/" not in path or change.after is None or change.after.kind == "dir":
             continue
         head, below, _ = ("", "node_modules/", "") if path.startswith("node_modules/") else \
@@ -96,7 +107,7 @@ def _stray_node_modules(view: View) -> list[Finding]:
                     f"(no record of an install beside it: {_summary(sorted(c.path for c in changes))}): require() "
                     "below it loads them instead of the installed packages; delete it", changes_value(changes),
                     remedy="reinstall")
-            for root, changes in groups.items()]
+            for root, changes in groups.items()] + links
 
 
 def _environments(view: View) -> list[Finding]:

@@ -20,23 +20,6 @@ from dejima.orchestration import exit_audit
 from dejima.ui.console import UI, plain_console
 
 
-@pytest.fixture
-def out(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
-    buffer = io.StringIO()
-    monkeypatch.setattr("dejima.cli._run.UI", lambda: UI(plain_console(buffer, width=240)))
-    return buffer
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    (root / ".vscode").mkdir()
-    (root / ".vscode" / "tasks.json").write_text('{"version": "2.0.0", "tasks": []}\n')
-    (root / ".vscode" / "tasks.json").chmod(0o640)
-    return root
-
-
 def records(text: str) -> list[dict[str, Any]]:  # JSON objects
     """--json prints JSON lines, as `dejima violations --json` does."""
     return [json.loads(line) for line in text.splitlines()]
@@ -94,10 +77,12 @@ def test_restore_puts_back_the_exact_bytes_and_mode_and_removes_what_the_session
     tasks = workspace / ".vscode" / "tasks.json"
     assert tasks.read_bytes() == original and (tasks.stat().st_mode & 0o7777) == 0o640
     assert not (workspace / ".git" / "hooks" / "post-checkout").exists()
-    assert main(["list", "--json"]) == ExitStatus.SUCCESS  # restored findings count as reviewed
+    assert main(["list", "--json"]) == ExitStatus.SUCCESS  # restored findings are closed (not reviewed)
     assert records(capsys.readouterr().out) == []
     assert main(["list", "--all", "--json"]) == ExitStatus.SUCCESS
-    assert all(f["note"].startswith("restored by dejima-audit restore") for f in records(capsys.readouterr().out))
+    closed = records(capsys.readouterr().out)
+    assert all(f["closed_note"].startswith("closed: restored by dejima-audit restore") and not f["reviewed"]
+               for f in closed)
 
 
 def test_restore_refuses_a_file_changed_since_the_audit_and_never_follows_links(
@@ -142,6 +127,29 @@ def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_
     assert main(["restore", str(again)]) == ExitStatus.FAILURE
     assert "is about a whole tree" in out.getvalue() and (workspace / "node_modules").exists()
     assert f"then `npm ci` in {workspace}" in out.getvalue()  # the clean reinstall, from the lockfile
+
+
+def test_restore_on_cargos_and_yarns_trees_names_their_clean_commands(workspace: Path, out: io.StringIO) -> None:
+    (workspace / "Cargo.toml").write_text('[package]\nname = "p"\nversion = "0.1.0"\n')
+    (workspace / "package.json").write_text("{}")
+    (workspace / "node_modules/a").mkdir(parents=True)
+    (workspace / "node_modules/.yarn-integrity").write_text("{}")
+    (workspace / "target/debug/.fingerprint/p-0123").mkdir(parents=True)
+    (workspace / "target/.rustc_info.json").write_text("{}")
+    (workspace / "vendor/c").mkdir(parents=True)
+    (workspace / "vendor/c/.cargo-checksum.json").write_text('{"files": {}, "package": null}')
+
+    def build(root: Path) -> None:
+        (root / "target/debug/p").write_text("built\n")
+        (root / "vendor/c/lib.rs").write_text("// vendored\n")
+        (root / "node_modules/a/index.js").write_text("// installed\n")
+
+    ids = session(workspace, "s1", build)
+    for path, command in (("target", "cargo clean"), ("vendor", "cargo vendor"),
+                          ("node_modules", "yarn install --frozen-lockfile")):
+        tree = next(i for i, p in ids.items() if p == path)
+        assert main(["restore", str(tree)]) == ExitStatus.FAILURE
+        assert f"then `{command}` in {workspace}" in out.getvalue(), out.getvalue()
 
 
 def test_usage_errors_name_the_fix(workspace: Path, out: io.StringIO) -> None:

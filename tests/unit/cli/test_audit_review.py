@@ -148,7 +148,8 @@ def test_ack_walks_each_file_once_worst_first_with_one_note(workspace: Path) -> 
     found = unreviewed(workspace)
     acked = {path: s.ack_note for path, s in found.items() if s.acked}
     assert acked[paths[0]] == acked[paths[1]] == "set up by me for the build"
-    assert acked[paths[2]].startswith("restored by dejima-audit ack")
+    # A restore closes the finding, and is no review: the same content planted again is a finding again.
+    assert paths[2] not in acked and found[paths[2]].closed_note.startswith("closed: restored by dejima-audit ack")
     assert not found[paths[3]].acked and not found[paths[4]].acked  # skipped, and not reached (quit)
     restored = workspace / paths[2]
     assert not restored.exists() or restored.read_text() == "{}\n"

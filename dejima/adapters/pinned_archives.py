@@ -1,0 +1,242 @@
+"""Packages' pinned archives (an npm tarball, a cargo .crate: gzipped tar) read without extracting
+anything: each regular entry's path, its first component stripped (npm unpacks with strip 1;
+a crate's entries lie under ``NAME-VERSION/``), and the SHA-256 of its bytes. Read whole into
+memory within bounds (a gzip bomb stops at UNPACKED_LIMIT); what cannot be read is an error, so
+an archive is verified whole or not at all.
+
+Archives are read by forked processes, one per CPU (inflating is most of the cost, and the
+parsing is Python's: threads shared one core), each taking the next from a shared queue; each
+cached byte is read once, each inflated byte hashed once. What an archive holds (its manifest:
+each entry's path and SHA-256) is a function of the bytes its pin names, so a reader whose keys
+pin them (npm's integrity) keeps it once read, in the host user's state
+(``$XDG_STATE_HOME/dejima/audit/pinned/<reader>/``, never mounted into a session; dropped when
+unused for STALE_SECONDS): the next audit of the same pins inflates nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from dejima.adapters import host
+from dejima.adapters.fork_workers import SnapshotError, collect, fork, stop, workers
+from dejima.adapters.walk_shares import Queue
+from dejima.core.audit.model import Artifact, Artifacts
+from dejima.core.snapshot import frame, unframe
+
+ARCHIVE_LIMIT = 256 << 20  # bytes of one cached archive
+UNPACKED_LIMIT = 512 << 20  # bytes of it inflated (a gzip bomb stops here): held in memory
+ENTRY_LIMIT = 200_000  # entries of one archive
+_MANIFEST = b"dejima-pinned-manifest 1\n"
+STALE_SECONDS = 30 * 86400  # a manifest no audit used this long is dropped
+FORK_AFTER = 16  # archives to read from which they are shared out over processes (a fork costs a few)
+
+
+def tar_entries(data: bytes) -> dict[str, str]:
+    """path inside the package -> SHA-256 of each regular entry (the last of a repeated path wins,
+    as when unpacked). Inflated in one call and hashed from slices of it (both release the GIL);
+    the headers read here, in the subset npm's and cargo's archives use: ustar (prefix + name), GNU long names,
+    pax paths. A header whose checksum is wrong ends the reading with an error (unverified)."""
+    inflater = zlib.decompressobj(47)  # gzip (or zlib) header, auto-detected
+    raw = inflater.decompress(data, UNPACKED_LIMIT)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"more than {UNPACKED_LIMIT >> 20} MiB unpacked")
+    view = memoryview(raw)
+    files: dict[str, str] = {}
+    offset, count, long_name = 0, 0, None
+    while offset + 512 <= len(raw):
+        header = raw[offset:offset + 512]
+        if header == _ZERO_BLOCK:
+            break
+        count += 1
+        if count > ENTRY_LIMIT:
+            raise ValueError(f"more than {ENTRY_LIMIT} entries")
+        _check(header)
+        size = _number(header[124:136])
+        start = offset + 512
+        if size < 0 or start + size > len(raw):
+            raise ValueError(f"an entry of {size} bytes past the archive's end")
+        offset = start + (size + 511) // 512 * 512
+        kind = header[156:157]
+        if kind in (b"L", b"x"):  # the next entry's name: GNU long name, pax extended header
+            long_name = _long_name(raw[start:start + size], kind)
+            continue
+        name, long_name = long_name or _name(header), None
+        if kind not in (b"0", b"\0", b"7"):
+            continue  # npm and cargo write files and directories only
+        inside = name.lstrip("/").partition("/")[2]  # unpacked with strip 1
+        name = posixpath.normpath(inside) if inside else ""
+        if not name or name == "." or name.startswith("../") or name == "..":
+            continue  # outside the package: unpacking refuses it
+        files[name] = hashlib.sha256(view[start:start + size]).hexdigest()
+    return files
+
+
+_ZERO_BLOCK = bytes(512)
+
+
+def _check(header: bytes) -> None:
+    """The header's checksum (its bytes summed, the field itself as spaces; unsigned or signed)."""
+    stored = header[148:156].split(b"\0", 1)[0].strip()
+    rest = header[:148] + b" " * 8 + header[156:]
+    if not stored or int(stored, 8) != sum(rest) and \
+            int(stored, 8) != sum(rest) - 256 * sum(1 for byte in rest if byte > 127):
+        raise ValueError("a tar header whose checksum is wrong")
+
+
+def _number(field: bytes) -> int:
+    """A tar numeric field: octal text, or base-256 when its first byte's high bit is set."""
+    if field[0] & 0x80:
+        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
+    text = field.split(b"\0", 1)[0].strip()
+    return int(text, 8) if text else 0
+
+
+def _name(header: bytes) -> str:
+    name = header[:100].split(b"\0", 1)[0]
+    if header[257:263] == b"ustar\0":  # POSIX: a prefix field (GNU keeps times there)
+        prefix = header[345:500].split(b"\0", 1)[0]
+        name = prefix + b"/" + name if prefix else name
+    return name.decode("utf-8", "replace")  # as npm decodes it
+
+
+def _long_name(data: bytes, kind: bytes) -> str | None:
+    """The name a GNU long-name entry (its data) or a pax header (its ``path`` record) gives."""
+    if kind == b"L":
+        return data.split(b"\0", 1)[0].decode("utf-8", "replace")
+    found, position = None, 0
+    while position < len(data):  # records: "<length> <key>=<value>\n", the length counting all of it
+        digits, space, _ = data[position:position + 20].partition(b" ")
+        if not space or not digits.isdigit() or int(digits) <= len(digits) + 1:
+            raise ValueError("a pax header that cannot be read")
+        record = data[position + len(digits) + 1:position + int(digits)]
+        position += int(digits)
+        key, _, value = record.rstrip(b"\n").partition(b"=")
+        if key == b"path":
+            found = value.decode("utf-8", "replace")
+    return found
+
+
+
+
+def manifests_dir() -> Path:
+    return host.state_dir() / "audit" / "pinned"
+
+
+def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str, kept: str = "",
+             known: Path | None = None) -> dict[str, Artifact | str]:
+    """``one(key)`` for every key, shared out over forked processes; an error reading one is its
+    answer (unverified, never missing: the finding says why). ``kept``: the reader's name, when
+    its keys pin the archives' bytes (``one`` answers an Artifact only for bytes that hash to the
+    pin): what was read is kept under it (in ``known``, default ``manifests_dir()``) and read from
+    there next time."""
+    directory = (known if known is not None else manifests_dir()) / kept if kept else None
+    got: dict[str, Artifact | str] = {}
+    unread = []
+    for key in dict.fromkeys(keys):
+        files = _known(directory, key) if directory is not None else None
+        if files is not None:
+            got[key] = Artifact(files)
+        else:
+            unread.append(key)
+    if unread:
+        read_now = _read_shared(unread, one, what)
+        for key in unread:
+            result = read_now.get(key, f"its {what} cannot be read (its reader process failed)")
+            got[key] = Artifact(result) if isinstance(result, dict) else result
+        if directory is not None:
+            _keep(directory, {k: r for k, r in read_now.items() if isinstance(r, dict)})
+    return got
+
+
+def _manifest_name(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _known(directory: Path, key: str) -> dict[str, str] | None:
+    """The manifest kept for ``key`` (its use noted: kept for STALE_SECONDS more); None when there
+    is none, or it cannot be read (then the archive is read again)."""
+    path = directory / _manifest_name(key)
+    try:
+        files = unframe(_MANIFEST, path.read_bytes(), "dejima pinned manifest")
+        os.utime(path)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return None
+    return files
+
+
+def _keep(directory: Path, manifests: dict[str, dict[str, str]]) -> None:
+    """Keeps what was read for the next audits, and drops the manifests none used for
+    STALE_SECONDS (best effort: one not kept is read again)."""
+    if not manifests:
+        return
+    try:
+        host.ensure_private_dir(directory)
+        for key, files in manifests.items():
+            host.write_atomically(directory / _manifest_name(key), frame(_MANIFEST, files))
+        cutoff = time.time() - STALE_SECONDS
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+    except OSError:
+        pass
+
+
+Manifests = dict[str, "dict[str, str] | str"]  # key -> its archive's manifest, or why there is none
+
+
+def _read_shared(keys: list[str], one: Callable[[str], Artifact | str], what: str) -> Manifests:
+    """Each archive read by whichever process (forked, this one included) takes it first; those a
+    failed process took are left out (unverified, never verified)."""
+    queue: Queue[str] = Queue(keys)
+    children, got = [], {}
+    try:
+        for _ in range(min(workers(), len(keys)) - 1 if len(keys) >= FORK_AFTER else 0):
+            try:
+                children.append(fork(lambda: (_read_taken(queue, one, what),)))
+            except OSError:
+                break  # no fork: this process reads what the others would have
+        got.update(_read_taken(queue, one, what))
+        while children:
+            try:
+                got.update(collect(children.pop(0))[0])
+            except SnapshotError:
+                continue
+        return got
+    finally:
+        queue.close()
+        stop(children)  # left only by an error
+
+
+def _read_taken(queue: Queue[str], one: Callable[[str], Artifact | str], what: str) -> Manifests:
+    got: Manifests = {}
+    for key in queue.taken():
+        try:
+            artifact = one(key)
+            got[key] = artifact if isinstance(artifact, str) else artifact.files  # marshal carries a dict
+        except Exception as error:  # unverified, never missing: the finding says why
+            got[key] = f"its {what} cannot be read ({type(error).__name__}: {error})"
+    return got
+
+
+def joined(readers: dict[str, Artifacts]) -> Artifacts:
+    """One reader of every tool's artifacts: each key goes to the reader of the first prefix it starts
+    with (``""``: the rest)."""
+    def read(keys: list[str]) -> dict[str, Artifact | str]:
+        routed: dict[str, list[str]] = {}
+        for key in keys:
+            routed.setdefault(next((p for p in readers if p and key.startswith(p)), ""), []).append(key)
+        got: dict[str, Artifact | str] = {}
+        for prefix, some in routed.items():
+            reader = readers.get(prefix)
+            got.update(reader(some) if reader is not None else dict.fromkeys(some, "no cache to read it from"))
+        return got
+    return read

@@ -1,0 +1,104 @@
+"""What a dependency tree's verification against its lockfile found, and the one finding that says
+it (issue 32): shared by the verifiers of each tool's trees (npm_verify.py, cargo_verify.py).
+
+Each verifier gathers the files the session wrote in a package (``Wanted``), keyed by the pinned
+artifact that must hold them; ``hold`` asks the artifacts' reader for them all at once and compares
+each file with the artifact's entry of its path. ``tree_finding`` then says it: what differs, each
+named (high); what could not be held to a pin, and why (medium, with what would verify it);
+else the files verified (low).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from dejima.core.audit.caches import changes_value
+from dejima.core.audit.model import Artifact, Finding, View, finding
+from dejima.core.snapshot import Change
+
+_LISTED = 10
+
+
+@dataclass
+class TreeVerdict:
+    lockfile: str
+    problems: list[str] = field(default_factory=list)  # what no install from the lockfile makes
+    unverified: list[str] = field(default_factory=list)  # what cannot be held to a pin, and why
+    files: int = 0
+    packages: set[str] = field(default_factory=set)
+
+
+class Wanted(NamedTuple):
+    """A file the session wrote in a package, to be compared with its pinned artifact's entry."""
+
+    path: str  # mount-relative
+    inside: str  # its path inside the package (the artifact's entry)
+    sha256: str | None
+    package: str  # the package whose artifact holds it, as the findings name it
+    excused: bool = False  # its package's own install script may write it (npm's hasInstallScript)
+
+
+def lockfile_above(tree: str, view: View, names: tuple[str, ...]) -> str | None:
+    """The lockfile that governs a tree: beside it, or in a directory above (a workspace's member
+    follows the root's lockfile); at the start or the end."""
+    directory = tree.rpartition("/")[0]
+    while True:
+        for name in names:
+            path = f"{directory}/{name}" if directory else name
+            if path in view.before or path in view.after:
+                return path
+        if not directory:
+            return None
+        directory = directory.rpartition("/")[0]
+
+
+def hold(verdict: TreeVerdict, wanted: dict[str, list[Wanted]], view: View, artifact_name: str) -> None:
+    """Each wanted file against its artifact (``wanted``: artifact key -> its files)."""
+    reader = view.artifacts
+    got: dict[str, Artifact | str] = reader(sorted(wanted)) if reader is not None and wanted else {}
+    for key, files in wanted.items():
+        artifact = got.get(key, f"no cache to read its {artifact_name} from")
+        if isinstance(artifact, str):
+            verdict.unverified.append(f"{len(files)} file(s) of {files[0].package}: {artifact}")
+            continue
+        built: dict[str, int] = {}
+        for item in files:
+            expected = artifact.files.get(item.inside)
+            if expected is not None and item.sha256 == expected:
+                verdict.files += 1
+                verdict.packages.add(item.package)
+            elif item.excused:
+                built[item.package] = built.get(item.package, 0) + 1
+            elif expected is None:
+                verdict.problems.append(f"{item.path}: a file its package's {artifact_name} does not hold")
+            else:
+                verdict.problems.append(f"{item.path}: not the content of its package's {artifact_name}")
+        verdict.unverified.extend(f"{count} file(s) of {package} that are not its {artifact_name}'s, as its install "
+                                  "script (the lockfile records one) may write them"
+                                  for package, count in sorted(built.items()))
+
+
+def listed(items: list[str]) -> str:
+    shown = "; ".join(items[:_LISTED])
+    return shown + (f"; and {len(items) - _LISTED} more" if len(items) > _LISTED else "")
+
+
+def tree_finding(tree: str, verdict: TreeVerdict, changes: list[Change], tampered: list[str], remedy: str,
+                 unit: str = "package", idle: str | None = None, lead: str = "") -> Finding:
+    """The tree's one finding: high with what differs (``tampered``: what other checks found too),
+    medium with what could not be verified, else low with what was. ``idle``: what to say instead
+    when nothing was verified and nothing needed to be (the tool only rewrote its own records);
+    ``lead``: the words the evidence begins with."""
+    problems = [*tampered, *verdict.problems]
+    verified = f"verified {verdict.files} file(s) of {len(verdict.packages)} {unit}(s) against {verdict.lockfile} " \
+        "as the session's start had it"
+    value = changes_value(changes)
+    if problems:
+        return finding("B07", "high", tree, f"{lead}{len(problems)} change(s) no install from {verdict.lockfile} "
+                       f"makes: {listed(problems)}; {remedy}", value, remedy="reinstall")
+    if verdict.unverified:
+        return finding("B07", "medium", tree, f"{lead}{verified}; {len(verdict.unverified)} not verifiable: "
+                       f"{listed(verdict.unverified)}; to be sure, {remedy}", value, remedy="reinstall")
+    return finding("B07", "low", tree, lead + (idle if idle is not None and not verdict.files else verified), value,
+                   remedy="reinstall")
