@@ -133,7 +133,7 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
     install = median(installs)
     found = store.findings(str(root))
     findings = ", ".join(sorted({f"{s.finding.rule} {s.finding.severity} {s.finding.path}" for s in found}))
-    verified = next((s.finding.evidence.partition(";")[0] for s in found if s.finding.rule == "B07"), "")
+    verified = next((s.finding.evidence.partition(";")[0] for s in found if s.finding.rule in ("B07", "B10")), "")
     after = load()
     walk = f"the walk alone (every file read and hashed, two processes, no rules) {m['walk']:.0f} ms: " \
         f"{m['walk'] / m['hashing']:.2f} × the hashing, {m['walk'] / install:.2f} × the install"

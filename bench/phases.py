@@ -52,13 +52,13 @@ def wrap(owner: Any, names: str, prefix: str = "") -> None:
 # while the filter starts is timed there, not before main()).
 TIMED = {
     ("dejima.orchestration.start_request", ""): ("resolve_manifests network_facts", "start_request."),
-    ("dejima.orchestration.start", ""): ("review_findings check_findings prepare_session run_session read_facts "
-                                         "apply_start", "start."),
+    ("dejima.orchestration.start", ""): ("review_findings check_findings prepare_session run_session read_facts",
+                                         "start."),
     ("dejima.orchestration.start_plan", ""): ("plan_start build_session_plan", "start_plan."),
     ("dejima.adapters.image_builds", ""): ("resolve_base recipes ensure_image image_needs build_needed", "images."),
-    ("dejima.orchestration.steps", ""): ("apply", "steps."),
-    ("dejima.orchestration.session", ""): ("remove_stale _wait_ready _start_attached _run_attached "
-                                           "check_filter_alive teardown stop_filter_and_read", "session."),
+    ("dejima.orchestration.session", ""): ("remove_stale _run_attached check_filter_alive teardown", "session."),
+    ("dejima.orchestration.executor", ""): ("_wait_ready _start_attached stop_filter_and_read", "session."),
+    ("dejima.orchestration.executor", "Executor"): ("run unwind", "executor."),
     ("dejima.orchestration.exit_audit", ""): ("recover start finish", "audit."),
     ("dejima.orchestration.prestart", ""): ("begin", "prestart."),
     ("dejima.orchestration.prestart", "Prestarted"): ("adopt", "prestart."),
@@ -74,14 +74,17 @@ def instrument() -> None:
     pending = dict(TIMED)
     original = builtins.__import__
 
+    lock = threading.RLock()  # a start's actions import on threads of their own: each module is wrapped once
+
     def wrap_arrived() -> None:
-        for (module_name, class_name), (names, prefix) in list(pending.items()):
-            owner = sys.modules.get(module_name)
-            if owner is not None and class_name:
-                owner = getattr(owner, class_name, None)
-            if owner is not None and all(hasattr(owner, n) for n in names.split()):  # fully initialised
-                wrap(owner, names, prefix)
-                del pending[(module_name, class_name)]
+        with lock:
+            for (module_name, class_name), (names, prefix) in list(pending.items()):
+                owner = sys.modules.get(module_name)
+                if owner is not None and class_name:
+                    owner = getattr(owner, class_name, None)
+                if owner is not None and all(hasattr(owner, n) for n in names.split()):  # fully initialised
+                    wrap(owner, names, prefix)
+                    del pending[(module_name, class_name)]
 
     def hooked(name: str, *args: Any, **kwargs: Any) -> Any:
         module = original(name, *args, **kwargs)

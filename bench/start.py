@@ -57,9 +57,9 @@ def phases(env: Env, workspace: Path, runs: int) -> tuple[dict[str, float], tupl
 
 
 M, P, R = "main", "main/start.prepare_session", "main/start.run_session"
-S = f"{R}/steps.apply"
-# Call path (bench/phases.py) -> the phase it is shown as. A start's steps run on threads of their own
-# (orchestration/steps.py), so what they call is shown without the path of the step that called it.
+S = f"{R}/executor.run"
+# Call path (bench/phases.py) -> the phase it is shown as. A start's actions run on threads of their own
+# (orchestration/executor.py), so what they call is shown without the path of the action that called it.
 PHASES = {
     M: "launcher main(), total",
     f"{M}/prestart.begin": "prestart: the remembered filter's create and start begun",
@@ -74,7 +74,7 @@ PHASES = {
     "engine.memory": "    engine memory (docker info)",
     f"{P}/start_plan.plan_start": "  plan (policy, routes, ruleset render)",
     f"{P}/start_plan.plan_start/start_plan.build_session_plan": "    session plan (ruleset render)",
-    f"{P}/start.apply_start": "  apply (images when missing, directories, run directory, gate, record)",
+    f"{P}/executor.run": "  apply (images when missing, directories, run directory, gate, record)",
     S: "the pair's start: filter start || session create, audit start snapshot, session start, ready",
     "prestart.adopt": "  prestarted filter adopted (request compared)",
     "engine.create": "  engine creates (the filter when not prestarted, the session)",
@@ -83,7 +83,7 @@ PHASES = {
     "session._wait_ready": "  filter: ready wait (ruleset applied, verified)",
     "session._start_attached": "  session: start (its command behind the gate)",
     f"{R}/session._run_attached": "session: run, wait",
-    f"{R}/session.teardown": "teardown",
+    f"{R}/executor.unwind": "teardown (the log unwound)",
     "session.stop_filter_and_read": "  filter stop, logs (own thread)",
     "audit.finish": "  audit: end (once the session is removed)",
 }

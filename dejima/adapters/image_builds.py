@@ -158,11 +158,12 @@ def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: Reporter, force: boo
 
 
 def image_needs(runtime: Runtime, settings: Settings, identity: Identity, ui: Reporter,
-                layers: ImageLayers = NO_LAYERS) -> ImageNeeds:
+                layers: ImageLayers = NO_LAYERS, found: Base | None = None) -> ImageNeeds:
     """The tags a start runs and the recipes of the images the engine lacks. The base must exist
-    first (pulled, or made with debootstrap): the recipes hash its id into the tags."""
+    first (pulled, or made with debootstrap): the recipes hash its id into the tags. ``found``: the
+    base the caller found on the engine already (find_base)."""
     # A base made with debootstrap earlier is said once per image built on it (below), not on every start.
-    found = find_base(runtime, settings)
+    found = found if found is not None else find_base(runtime, settings)
     base = found if found is not None else resolve_base(runtime, settings, ui)  # pulled or made: it says so
     key = recipe_inputs_key(base, settings, identity, layers)
     known = TagCache().get(key)

@@ -32,7 +32,7 @@ from dejima.core.snapshot import frame, unframe
 ARCHIVE_LIMIT = 256 << 20  # bytes of one cached archive
 UNPACKED_LIMIT = 512 << 20  # bytes of it inflated (a gzip bomb stops here): held in memory
 ENTRY_LIMIT = 200_000  # entries of one archive
-_MANIFEST = b"dejima-pinned-manifest 1\n"
+_MANIFEST = b"dejima-pinned-manifest 2\n"  # (files, texts)
 STALE_SECONDS = 30 * 86400  # a manifest no audit used this long is dropped
 FORK_AFTER = 16  # archives to read from which they are shared out over processes (a fork costs a few)
 
@@ -139,18 +139,18 @@ def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str, k
     got: dict[str, Artifact | str] = {}
     unread = []
     for key in dict.fromkeys(keys):
-        files = _known(directory, key) if directory is not None else None
-        if files is not None:
-            got[key] = Artifact(files)
+        known_one = _known(directory, key) if directory is not None else None
+        if known_one is not None:
+            got[key] = known_one
         else:
             unread.append(key)
     if unread:
         read_now = _read_shared(unread, one, what)
         for key in unread:
             result = read_now.get(key, f"its {what} cannot be read (its reader process failed)")
-            got[key] = Artifact(result) if isinstance(result, dict) else result
+            got[key] = result if isinstance(result, str) else Artifact(*result)
         if directory is not None:
-            _keep(directory, {k: r for k, r in read_now.items() if isinstance(r, dict)})
+            _keep(directory, {k: r for k, r in read_now.items() if not isinstance(r, str)})
     return got
 
 
@@ -158,29 +158,31 @@ def _manifest_name(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _known(directory: Path, key: str) -> dict[str, str] | None:
+def _known(directory: Path, key: str) -> Artifact | None:
     """The manifest kept for ``key`` (its use noted: kept for STALE_SECONDS more); None when there
     is none, or it cannot be read (then the archive is read again)."""
     path = directory / _manifest_name(key)
     try:
-        files = unframe(_MANIFEST, path.read_bytes(), "dejima pinned manifest")
+        kept = unframe(_MANIFEST, path.read_bytes(), "dejima pinned manifest")
         os.utime(path)
     except (OSError, ValueError):
         return None
-    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+    if not isinstance(kept, tuple) or len(kept) != 2 or not all(
+            isinstance(part, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in part.items())
+            for part in kept if part is not None) or not isinstance(kept[0], dict):
         return None
-    return files
+    return Artifact(*kept)
 
 
-def _keep(directory: Path, manifests: dict[str, dict[str, str]]) -> None:
+def _keep(directory: Path, manifests: dict[str, Carried]) -> None:
     """Keeps what was read for the next audits, and drops the manifests none used for
     STALE_SECONDS (best effort: one not kept is read again)."""
     if not manifests:
         return
     try:
         host.ensure_private_dir(directory)
-        for key, files in manifests.items():
-            host.write_atomically(directory / _manifest_name(key), frame(_MANIFEST, files))
+        for key, carried in manifests.items():
+            host.write_atomically(directory / _manifest_name(key), frame(_MANIFEST, carried))
         cutoff = time.time() - STALE_SECONDS
         with os.scandir(directory) as entries:
             for entry in entries:
@@ -190,7 +192,8 @@ def _keep(directory: Path, manifests: dict[str, dict[str, str]]) -> None:
         pass
 
 
-Manifests = dict[str, "dict[str, str] | str"]  # key -> its archive's manifest, or why there is none
+Carried = tuple[dict[str, str], "dict[str, str] | None"]  # an Artifact's fields, as marshal carries them
+Manifests = dict[str, "Carried | str"]  # key -> its archive's manifest, or why there is none
 
 
 def _read_shared(keys: list[str], one: Callable[[str], Artifact | str], what: str) -> Manifests:
@@ -221,7 +224,7 @@ def _read_taken(queue: Queue[str], one: Callable[[str], Artifact | str], what: s
     for key in queue.taken():
         try:
             artifact = one(key)
-            got[key] = artifact if isinstance(artifact, str) else artifact.files  # marshal carries a dict
+            got[key] = artifact if isinstance(artifact, str) else (artifact.files, artifact.texts)
         except Exception as error:  # unverified, never missing: the finding says why
             got[key] = f"its {what} cannot be read ({type(error).__name__}: {error})"
     return got

@@ -24,7 +24,7 @@ from pathlib import Path
 from dejima.adapters.findings import Stored
 from dejima.adapters.nofollow_open import open_directory
 from dejima.adapters.tree_walk import KINDS
-from dejima.core.audit import cargo_verify, npm_verify, yarn_verify
+from dejima.core.audit import cargo_verify, npm_verify, python_verify, yarn_verify
 from dejima.core.snapshot import mode_text
 from dejima.errors import DiagnosticError
 
@@ -146,7 +146,8 @@ def _reinstaller(stored: Stored) -> str | None:
     """The clean reinstall command of the tool whose tree a finding is about, if known."""
     finding = stored.finding
     return yarn_verify.reinstaller(finding.path, finding.evidence) or npm_verify.reinstaller(finding.path) or \
-        cargo_verify.reinstaller(finding.path, finding.evidence)
+        cargo_verify.reinstaller(finding.path, finding.evidence) or \
+        python_verify.reinstaller(finding.path, finding.evidence)
 
 
 def _check_unchanged(stored: Stored, kind: str | None, sha256: str | None, force: bool) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from dejima.adapters import host
 from dejima.core.floods import count_of
+from dejima.core.placeholders import Draws
 from dejima.errors import SessionError
 from dejima.filter import VIOLATION as PREFIX
 
@@ -45,6 +46,11 @@ def new_session_id() -> str:
                 host.claim(root / session_id)
                 return session_id
     raise SessionError(f"no unused session id in {root}", hint="remove old session directories there")
+
+
+def new_draws() -> Draws:
+    """The session's randomness, drawn before its plan like its id: its placeholders and decoys follow from it."""
+    return Draws(secrets.token_bytes(32))
 
 
 def live_sessions_on(workspace: str, but: str = "") -> tuple[str, ...]:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from dejima.core.plan import SessionPlan
     from dejima.core.resolve import Resolved
     from dejima.core.settings import Settings
+    from dejima.orchestration.actions import Planned
     from dejima.orchestration.session_reporter import SessionReporter as Reporter
     from dejima.orchestration.start_plan import StartPlan
     from dejima.orchestration.start_request import Options
@@ -119,8 +120,8 @@ class Rendered:
     """A session's plan, made by the start's own steps without applying them (``render``)."""
 
     plan: SessionPlan
-    steps: tuple[tuple[str, str, tuple[str, ...], bool], ...]  # (part, step, what it needs, it changes something)
-    text: str  # what `dejima PATH --render` prints: the plan and the start's steps
+    actions: tuple[Planned, ...]  # the start's actions, each with what it needs and its undo (orchestration/actions.py)
+    text: str  # what `dejima PATH --render` prints: the plan and the start's actions
     start: StartPlan  # the whole start as data (its ``session`` is ``plan``): what a real start applies
 
 
@@ -170,15 +171,16 @@ def render(request: Request, reporter: Reporter | None = None) -> Rendered:
     """The plan a start on ``request`` would run, and its text as `dejima PATH --render` prints it. Needs no
     engine and reads no secret (credential sources are named, not read); the session id is ``render``."""
     from dejima.orchestration import start
-    from dejima.ui.views import format_plan, format_steps
+    from dejima.orchestration.actions import format_actions
+    from dejima.ui.views import format_plan
 
     reporter = _quiet(reporter)
     with _worded(request):
         given = _inputs(request, reporter)
         planned = start.render_start(given.workspace, given.command, given.resolved, given.settings, given.options,
                                      reporter)
-    outline = planned.outline()
-    return Rendered(planned.session, outline, format_plan(planned.session) + "\n\n" + format_steps(outline), planned)
+    return Rendered(planned.session, planned.actions,
+                    format_plan(planned.session) + "\n\n" + format_actions(planned.actions), planned)
 
 
 def render_kubernetes(request: Request, kind: Literal["Sandbox", "Pod"] = "Sandbox",

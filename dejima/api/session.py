@@ -15,8 +15,8 @@ from dejima.errors import UsageError
 
 if TYPE_CHECKING:
     from dejima.core.plan import SessionPlan
+    from dejima.orchestration.executor import Sink
     from dejima.orchestration.prestart import Prestarted
-    from dejima.orchestration.session import Sink
     from dejima.orchestration.session_reporter import SessionReporter as Reporter
     from dejima.orchestration.start import Prepared
 
@@ -65,11 +65,11 @@ class Session:
         with api.Session(api.Request(workspace, ["make", "test"])) as session:
             status = session.run(stdout=sys.stdout, stderr=on_chunk)
 
-    Entering applies the start's steps (stale sessions removed, images built when missing, credentials read,
+    Entering applies the start's preparation (stale sessions removed, images built when missing, credentials read,
     the plan made, the session's run directory, gate and record): ``plan`` and ``session_id`` are known from then
     on, and nothing runs yet. ``run`` starts the container pair, streams the command's output, and returns its
     exit status once both containers are removed and the exit audit is done (128+N when the command ended on
-    signal N). Leaving without ``run`` undoes the start's steps; leaving after it has nothing left to remove.
+    signal N). Leaving without ``run`` undoes what the start applied; leaving after it has nothing left to remove.
     A session runs its command once. ``reporter`` gets what the command line would print (default: kept by a
     ``QuietReporter``, ``reporter.messages``); ``prestarted`` is the command line's filter started before the plan.
     """
@@ -92,7 +92,7 @@ class Session:
         self.close()
 
     def start(self) -> None:
-        """Apply the start's steps (entering the ``with`` block does); a failure undoes what they did."""
+        """Apply the start's preparation (entering the ``with`` block does); a failure undoes what it did."""
         if self._prepared is not None or self._closed:
             raise UsageError("this session was started already", hint="make a new Session for another start")
         from dejima.adapters.runtime import connect
@@ -123,7 +123,7 @@ class Session:
         it, then end of file; None: end of file at once, as /dev/null). Returns its exit status. Signals this
         process gets while ``run`` waits on the main thread are passed to the command (the status is then 128+N)."""
         from dejima.orchestration import start
-        from dejima.orchestration.session import Streams
+        from dejima.orchestration.executor import Streams
 
         prepared = self._started()
         if self._ran or self._closed:
@@ -144,8 +144,7 @@ class Session:
         from dejima.adapters.session_dirs import clear_run_dir, discard_unstarted
 
         try:
-            if prepared.unwind is not None:
-                prepared.unwind()
+            prepared.executor.unwind()
         finally:
             clear_run_dir(prepared.plan.session_id)
             if self._prestarted is None:  # else the prestart's, removed with it by its owner

@@ -33,18 +33,18 @@ from typing import Any, Literal
 from dejima.core import labels
 from dejima.core.limits import ContainerLimits
 from dejima.core.paths import (
+    BRIDGE_PORT,
     FILTER_CONFIG_ENV,
     FILTER_RUN_DIR,
     GATE_DIR,
     PROXY_CONFIG_ENV,
     PROXY_RECORDS_DIR,
     PROXY_TRUST_DIR,
+    SESSION_HOME,
     SESSION_TRUST_DIR,
 )
 from dejima.core.plan import (
-    BRIDGE_PORT,
     PROXY_SOCKET,
-    SESSION_HOME,
     TLS_PORT,
     TLS_SOCKET,
     ContainerSpec,
@@ -171,7 +171,7 @@ def kubernetes_objects(plan: SessionPlan, target: KubernetesTarget, proxy: PodPr
     annotations = {labels.WORKSPACE: plan.workspace, PLAN_HASH_ANNOTATION: plan.plan_hash}
     served = proxy.routes if proxy is not None else ()
     carried = [f"served by the pod's proxy: {', '.join(served)}"] if served else []
-    missing = [*left_out, *(c.route for c in plan.credentials if c.route not in served)]
+    missing = [*left_out, *(name for name in (plan.routes.names if plan.routes else ()) if name not in served)]
     if missing:
         carried.append(f"left out: {', '.join(dict.fromkeys(missing))}")
     if carried:

@@ -24,3 +24,5 @@ PROXY_CONFIG_ENV = "DEJIMA_PROXY_CONFIG"
 PROXY_RECORDS_DIR = "/run/dejima-proxy"
 PROXY_TRUST_DIR = "/run/dejima-trust"  # where it writes the session CA, which the session mounts read-only
 SESSION_TRUST_DIR = ".dejima/tls"  # in the session's home: the session CA and the bundle its tools trust
+SESSION_HOME = "/home/dejima"  # the session's $HOME (the per-project home directory is mounted there)
+BRIDGE_PORT = 700  # the filter relays the session's 127.0.0.1:700 to the credential proxy's socket

@@ -5,17 +5,21 @@ A *placeholder* stands in the session for a route's real secret; it is shaped li
 the session. A *decoy* is a fake credential planted in the session (AWS keys in the environment
 and in an ``~/.aws/credentials`` file) that no route accepts: any use of one is a signal.
 
+Every random value is drawn from the session's ``Draws``: a seed drawn once before the start is planned
+(a fact, like the session's id), from which each value follows by its label. So the plan is a function
+of its facts: the same facts, the same placeholders.
+
 ``SecretScanner.find`` recognises any of them in bytes (request heads, DNS names — case-insensitive,
 since DNS folds case), naming the route or decoy, never printing the value.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-import secrets
 import string
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _CORE_ALPHABET = string.ascii_lowercase + string.digits  # survives DNS case folding
 _CORE_LENGTH = 32
@@ -35,8 +39,20 @@ _SHAPES: tuple[tuple[str, str | None, str], ...] = (
 DEFAULT_PREFIX = "dejima-placeholder-"
 
 
-def _core(length: int = _CORE_LENGTH, alphabet: str = _CORE_ALPHABET) -> str:
-    return "".join(secrets.choice(alphabet) for _ in range(length))
+@dataclass(frozen=True, slots=True)
+class Draws:
+    """The session's randomness, drawn before its plan: each value is the seed's keyed hash of its
+    label (BLAKE2b, 512 bits), written in the value's alphabet; no value tells another or the seed."""
+
+    seed: bytes = field(repr=False)  # drawn by the launcher (adapters/session_dirs.new_draws), with the session's id
+
+    def core(self, label: str, length: int = _CORE_LENGTH, alphabet: str = _CORE_ALPHABET) -> str:
+        number = int.from_bytes(hashlib.blake2b(label.encode(), key=self.seed, digest_size=64).digest(), "big")
+        letters = []
+        for _ in range(length):  # 512 bits for at most 40 letters of 62 (238 bits): no letter favoured
+            number, index = divmod(number, len(alphabet))
+            letters.append(alphabet[index])
+        return "".join(letters)
 
 
 def placeholder_prefix(upstream_host: str, header: str) -> str:
@@ -46,9 +62,9 @@ def placeholder_prefix(upstream_host: str, header: str) -> str:
     return DEFAULT_PREFIX
 
 
-def make_placeholder(upstream_host: str, header: str) -> str:
-    """A fresh placeholder for one route of one session."""
-    return placeholder_prefix(upstream_host, header) + _core()
+def make_placeholder(upstream_host: str, header: str, draws: Draws, label: str = "") -> str:
+    """The placeholder of one route of one session (``label``: what it stands for, e.g. its source)."""
+    return placeholder_prefix(upstream_host, header) + draws.core(f"placeholder {label}")
 
 
 _PLACEHOLDER = re.compile("^(" + "|".join(sorted({re.escape(p) for *_, p in _SHAPES} | {re.escape(DEFAULT_PREFIX)}))
@@ -64,10 +80,10 @@ def placeholder_shaped(value: str) -> bool:
 AWS_PLACEHOLDER_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
-def make_aws_placeholders() -> tuple[str, str]:
+def make_aws_placeholders(draws: Draws) -> tuple[str, str]:
     """A key id and a secret key for a session's SigV4 routes, shaped like AWS's, random per session.
     The session's SDK signs with them; the proxy drops that signature and signs with the host's keys."""
-    return "AKIA" + _core(16, _UPPER), _core(40, _MIXED)
+    return "AKIA" + draws.core("aws key id", 16, _UPPER), draws.core("aws secret key", 40, _MIXED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,21 +104,26 @@ _UPPER = string.ascii_uppercase + string.digits
 _MIXED = string.ascii_letters + string.digits
 
 
-def _decoy_value(name: str) -> str:
-    return {
-        "AWS_ACCESS_KEY_ID": lambda: "AKIA" + _core(16, _UPPER),
-        "AWS_SECRET_ACCESS_KEY": lambda: _core(40, _MIXED),
-        "NPM_TOKEN": lambda: "npm_" + _core(36),
-        "HF_TOKEN": lambda: "hf_" + _core(34),
-        "STRIPE_API_KEY": lambda: "sk_live_" + _core(32),
-    }[name]()
+_DECOY_SHAPES = {  # name -> (prefix, length, alphabet)
+    "AWS_ACCESS_KEY_ID": ("AKIA", 16, _UPPER),
+    "AWS_SECRET_ACCESS_KEY": ("", 40, _MIXED),
+    "NPM_TOKEN": ("npm_", 36, _CORE_ALPHABET),
+    "HF_TOKEN": ("hf_", 34, _CORE_ALPHABET),
+    "STRIPE_API_KEY": ("sk_live_", 32, _CORE_ALPHABET),
+}
 
 
-def make_decoys(taken: Iterable[str] = ()) -> Decoys:
+def _decoy_value(name: str, draws: Draws, where: str) -> str:
+    prefix, length, alphabet = _DECOY_SHAPES[name]
+    return prefix + draws.core(f"decoy {where} {name}", length, alphabet)
+
+
+def make_decoys(draws: Draws, taken: Iterable[str] = ()) -> Decoys:
     """Decoys for every name in DECOY_ENV_NAMES that no route uses (``taken``: the placeholder variables)."""
     skip = set(taken)
-    env = {name: _decoy_value(name) for name in DECOY_ENV_NAMES if name not in skip}
-    key_id, secret = _decoy_value("AWS_ACCESS_KEY_ID"), _decoy_value("AWS_SECRET_ACCESS_KEY")
+    env = {name: _decoy_value(name, draws, "env") for name in DECOY_ENV_NAMES if name not in skip}
+    key_id = _decoy_value("AWS_ACCESS_KEY_ID", draws, "file")
+    secret = _decoy_value("AWS_SECRET_ACCESS_KEY", draws, "file")
     text = f"[default]\naws_access_key_id = {key_id}\naws_secret_access_key = {secret}\n"
     where = "~/.aws/credentials"
     return Decoys(env, text, {f"{where} aws_access_key_id": key_id, f"{where} aws_secret_access_key": secret})

@@ -18,6 +18,7 @@ from dejima.core import labels
 from dejima.core.egress import EgressPolicy, IPNetwork, PolicyError, parse_entry, policy_document
 from dejima.core.limits import ContainerLimits, ProxyLimits, is_share, parse_size, resolve_memory
 from dejima.core.paths import (
+    BRIDGE_PORT,
     FILTER_CONFIG_ENV,
     FILTER_CONFIG_FIFO,
     FILTER_CONFIG_FIFO_ENV,
@@ -25,9 +26,11 @@ from dejima.core.paths import (
     GATE_DIR,
     GATE_FIFO,
     GATE_WORD,
+    SESSION_HOME,
 )
 from dejima.core.publish import Published, published_ports
 from dejima.core.resolve import Resolved
+from dejima.core.route_plan import RoutesPlan
 from dejima.core.ruleset import (
     DENY_ALL_EXPECTATION,
     NFLOG_GROUP,
@@ -43,12 +46,10 @@ from dejima.core.special_entries import Unlocked, check_special, special_places
 from dejima.core.upstream_proxy import UpstreamProxy
 from dejima.errors import ExitStatus, UsageError
 
-SESSION_HOME = "/home/dejima"
 RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:0\n"  # the filter's resolver, in the shared namespace
 PRIVILEGED_PORT_FLOOR = 1024  # every filter listener stays below it (the resolver is on 53)
 CONTROL_SOCKET = "control.sock"
 PROXY_SOCKET = "proxy.sock"
-BRIDGE_PORT = 700  # the filter relays 127.0.0.1:700 in the namespace to the proxy's socket
 TLS_SOCKET, TLS_PORT = "tls.sock", 443  # the TLS fallback: intercepted names resolve to 127.0.0.1, relayed here
 RELAY_PORT = 701  # with an upstream proxy, the filter's relay (filter/relay.py): allowed TCP is redirected here
 # The start gate: the session's container starts while the filter applies its ruleset, but its
@@ -151,14 +152,8 @@ class SessionRequest:
     run_dir: PurePosixPath | None = None  # host directory for the filter's sockets (control, proxy)
     gate_dir: PurePosixPath | None = None  # host directory holding the start gate's FIFO (None: no gate)
     control_owner: int = 0  # the launcher's uid: only it may use the control socket
-    bridge: bool = False  # relay the credential proxy's socket into the namespace
     project_allow: tuple[str, ...] = ()  # the user's policy for this workspace (dejima-allow --persist)
     project_source: str = ""  # the file it comes from
-    # What the session gets for its credential routes: placeholders, base URLs through the proxy,
-    # git rewrites, decoys. Never a secret: those stay in the launcher's proxy.
-    credential_env: tuple[tuple[str, str], ...] = ()
-    canaries: tuple[str, ...] = ()  # placeholder and decoy values the resolver refuses to see in a name
-    intercept: tuple[str, ...] = ()  # hosts the proxy's TLS fallback serves (manifests' intercept = true)
     publish: tuple[str, ...] = ()  # --publish values (core/publish.py), added to [session] publish
 
 
@@ -171,36 +166,6 @@ class NetworkFacts:
     host_addresses: tuple[IPNetwork, ...] = ()
     gateway: IPNetwork | None = None  # None without an engine (render mode)
     upstream_proxy: UpstreamProxy | None = None  # with its address: allowed TCP leaves through it
-
-
-@dataclass(frozen=True, slots=True)
-class CredentialView:
-    """A credential route as the user is shown it: where the secret comes from, where it may go."""
-
-    route: str
-    origin: str  # the manifest that declares it
-    source: str  # e.g. "host env ANTHROPIC_API_KEY" (never the value)
-    upstream: str  # after any [credentials] upstreams override
-    placeholder_env: str | None
-    base_url_env: str | None
-    intercept: bool = False  # its host's TLS is answered by the proxy (the session CA)
-
-
-def credential_views(resolved: Resolved | None, upstreams: dict[str, str]) -> tuple[CredentialView, ...]:
-    views: dict[str, CredentialView] = {}
-    for manifest in resolved.manifests if resolved else ():
-        for route in manifest.credentials:
-            how, what = route.source
-            source = f"host {how} {' '.join(what)}" if how != "claude_login" else f"the host's Claude login ({what[0]})"
-            placeholder_env = route.placeholder_env
-            if route.scheme == "aws-sigv4":
-                source = f"the host's AWS keys (profile {what[0]} or AWS_PROFILE), SigV4-signed for {route.aws_service}"
-                placeholder_env = "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY"
-            views.setdefault(route.name, CredentialView(route.name, manifest.source, source,
-                                                        upstreams.get(route.name, route.upstream),
-                                                        placeholder_env, route.base_url_env,
-                                                        route.intercept))
-    return tuple(views.values())
 
 
 def proxy_limits(settings: Settings) -> ProxyLimits:
@@ -220,9 +185,9 @@ class SessionPlan:
     session: ContainerSpec
     resolved: Resolved | None = None
     unlocked: tuple[Unlocked, ...] = ()  # special allow entries let through by an override
-    credentials: tuple[CredentialView, ...] = ()  # the routes, for the card and --render (no values)
-    proxy_limits: ProxyLimits | None = None  # the credential proxy's budget (shown when there are routes)
-    masked: tuple[str, ...] = ()  # per-session placeholders, left out of the plan hash
+    # The credential routes the proxy will serve (core/route_plan.py): the card, --render, the filter's
+    # relays and the session's variables all read them; None: no route.
+    routes: RoutesPlan | None = None
     gate: str | None = None  # host path of the start gate's FIFO; None: the session starts after ready
     filter_config: str = ""  # the filter's configuration (policy, never secrets)
     config_fifo: str | None = None  # host path of the FIFO it goes through; None: in the filter's environment
@@ -253,21 +218,22 @@ def relay_egress(proxy: UpstreamProxy | None) -> RelayEgress | None:
 
 def filter_config(session_id: str, ruleset: str, expectation: RulesetExpectation, policy: EgressPolicy,
                   upstreams: tuple[str, ...], request: SessionRequest | None = None,
-                  relay: RelayEgress | None = None) -> str:
-    """The JSON document the filter process reads from its environment (policy, never secrets)."""
+                  relay: RelayEgress | None = None, routes: RoutesPlan | None = None) -> str:
+    """The JSON document the filter process reads from its environment (policy, never secrets); with
+    ``routes``, the relays into the credential proxy and the values its resolver refuses in a name."""
     sockets: dict[str, object] = {}
     if relay is not None:
         sockets["relay"] = {"port": relay.port, "proxy": str(relay.proxy), "proxy_port": relay.proxy_port,
                             "mark": RELAY_MARK}
-    if request is not None and request.canaries:
-        sockets["canaries"] = sorted({canary_signature(c) for c in request.canaries})
+    if routes is not None and routes.canaries:
+        sockets["canaries"] = sorted({canary_signature(c) for c in routes.canaries})
     if request is not None and request.run_dir is not None:
         sockets["control"] = {"socket": f"{FILTER_RUN_DIR}/{CONTROL_SOCKET}", "owner": request.control_owner}
-        if request.bridge:
+        if routes is not None:
             sockets["bridge"] = {"socket": f"{FILTER_RUN_DIR}/{PROXY_SOCKET}", "port": BRIDGE_PORT}
-            if request.intercept:
+            if routes.intercepted:
                 sockets["intercept"] = {"socket": f"{FILTER_RUN_DIR}/{TLS_SOCKET}", "port": TLS_PORT,
-                                        "names": sorted(request.intercept)}
+                                        "names": sorted(routes.intercepted)}
     return json.dumps(
         {
             **sockets,
@@ -340,7 +306,14 @@ def build_session_plan(
     settings_source: str = "settings",
     resolved: Resolved | None = None,
     engine_memory: int | None = None,
+    routes: RoutesPlan | None = None,
+    harness_env: tuple[tuple[str, str], ...] = (),
 ) -> SessionPlan:
+    """Both containers and the filter's configuration. ``routes``: the credential routes the proxy will
+    serve (None: none, or a render for a place without the proxy); ``harness_env``: the harness's
+    variables for its backend, after the routes' (its own reading of them wins)."""
+    routes = routes if routes is not None and routes.routes else None
+    credential_env = (*(routes.environment if routes is not None else ()), *harness_env)
     policy = build_policy(settings, request.allow, facts, settings_source, resolved, project_entries(request))
     unlocked = unlock_special(policy, settings, request.allow_special, facts, settings_source)
     filter_limits, session_limits = resolve_limits(settings.limits, engine_memory)
@@ -350,7 +323,7 @@ def build_session_plan(
     ruleset = render_ruleset(request.session_id, policy, facts.upstreams,
                              published=tuple(p.session_port for p in published), relay=relay)
     expectation = DENY_ALL_EXPECTATION if relay is None else RELAYED_EXPECTATION
-    config = filter_config(request.session_id, ruleset, expectation, policy, upstreams, request, relay)
+    config = filter_config(request.session_id, ruleset, expectation, policy, upstreams, request, relay, routes)
     filter_name = f"dejima-{request.session_id}-filter"
     interactive = request.command is None
     base_labels = _common_labels(request)
@@ -392,7 +365,7 @@ def build_session_plan(
         # Python writes no bytecode in sessions, so the audit can flag every .pyc as deliberate:
         # Python trusts a .pyc whose header matches its source, whatever its code (research B11).
         "PYTHONDONTWRITEBYTECODE": "1",
-        **dict(request.credential_env),
+        **dict(credential_env),
     }
     if interactive:
         environment["TERM"] = "xterm-256color"
@@ -434,13 +407,11 @@ def build_session_plan(
         session=session_spec,
         resolved=resolved,
         unlocked=unlocked,
-        credentials=credential_views(resolved, settings.credentials.upstreams),
-        proxy_limits=proxy_limits(settings),
-        masked=tuple(v for c in request.canaries for v in (c, canary_signature(c))),
+        routes=routes,
         gate=str(request.gate_dir / GATE_FIFO) if request.gate_dir else None,
         filter_config=config,
         config_fifo=str(request.run_dir / FILTER_CONFIG_FIFO) if request.run_dir is not None else None,
-        credential_env=tuple(dict.fromkeys(name for name, _ in request.credential_env)),
+        credential_env=tuple(dict.fromkeys(name for name, _ in credential_env)),
         upstream_proxy=facts.upstream_proxy,
     )
 
@@ -459,17 +430,39 @@ def _cache_binds(resolved: Resolved | None, cache_root: PurePosixPath | None) ->
 
 
 def plan_hash(plan: SessionPlan) -> str:
-    """Stable hash of everything in the plan except the per-run identifiers."""
-    data = asdict(plan)
+    """Stable hash of everything in the plan except what is drawn per session: its id and launcher, and
+    the values drawn for its routes (core/placeholders.Draws: placeholders, decoys). Those are left out
+    by field, not searched for in the text: the routes keep their names, upstreams, headers and sources,
+    the session's credential variables their names, the filter's configuration everything but its canaries."""
+    data = asdict(replace(plan, filter_config=_undrawn_config(plan.filter_config)))
     for spec in ("filter", "session"):
         data[spec]["labels"] = {
             k: v for k, v in data[spec]["labels"].items() if k not in (labels.SESSION, labels.LAUNCHER)
         }
+    if FILTER_CONFIG_ENV in data["filter"]["environment"]:
+        data["filter"]["environment"][FILTER_CONFIG_ENV] = data["filter_config"]
+    for name in plan.credential_env:
+        data["session"]["environment"][name] = "<drawn>"
+    if data["routes"] is not None:
+        data["routes"]["decoys"] = sorted(plan.routes.decoys.env) if plan.routes is not None else []
+        data["routes"]["environment"] = [name for name, _ in data["routes"]["environment"]]
+        for route in data["routes"]["routes"]:
+            route["route"]["placeholder"] = "<drawn>"
+            if route["route"]["signing"] is not None:
+                route["route"]["signing"]["secret_placeholder"] = "<drawn>"
     data.pop("session_id")
     text = json.dumps(data, sort_keys=True, default=str).replace(plan.session_id, "<session>")
-    for value in sorted(plan.masked, key=len, reverse=True):  # new every session: the plan is the same
-        text = text.replace(value, "<placeholder>")
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _undrawn_config(config: str) -> str:
+    """The filter's configuration without its canaries (the drawn values' signatures): how many it has stays."""
+    if not config:
+        return config
+    document = json.loads(config)
+    if "canaries" in document:
+        document["canaries"] = len(document["canaries"])
+    return json.dumps(document, sort_keys=True)
 
 
 def canary_signature(value: str) -> str:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from dejima.adapters import cargo_cache, finding_causes, host, mount_state, npm_cache, yarn_cache
+from dejima.adapters import cargo_cache, finding_causes, host, mount_state, npm_cache, wheel_cache, yarn_cache
 from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
@@ -38,7 +38,7 @@ from dejima.adapters.tree_walk import (
     walk_changes,
 )
 from dejima.adapters.walk_shares import shared_out
-from dejima.core.audit import SEVERITIES, Finding, cargo_verify, yarn_verify
+from dejima.core.audit import SEVERITIES, Finding, cargo_verify, python_verify, yarn_verify
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import Artifacts, finding, rank
@@ -87,14 +87,15 @@ def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
 
 def audit_mount(state: MountState, session_id: str = "", npm_caches: list[Path] | None = None,
                 cargo_homes: list[Path] | None = None, yarn_caches: list[Path] | None = None,
-                ) -> tuple[list[Finding], Snapshot]:
+                wheel_caches: wheel_cache.WheelCaches | None = None) -> tuple[list[Finding], Snapshot]:
     """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``,
-    ``cargo_homes``, ``yarn_caches``: where the pinned archives of its trees can be read (default:
-    the host user's own)."""
+    ``cargo_homes``, ``yarn_caches``, ``wheel_caches``: where the pinned archives of its trees can be
+    read (default: the host user's own)."""
     found, after, _ = _audit_mount(state, session_id, _pinned(
         npm_cache.npm_caches(()) if npm_caches is None else npm_caches,
         cargo_cache.cargo_homes(()) if cargo_homes is None else cargo_homes,
-        yarn_cache.yarn_caches(()) if yarn_caches is None else yarn_caches))
+        yarn_cache.yarn_caches(()) if yarn_caches is None else yarn_caches),
+        wheels=wheel_cache.python_caches(()) if wheel_caches is None else wheel_caches)
     return found, after
 
 
@@ -106,11 +107,11 @@ def _pinned(npm_caches: list[Path], cargo_homes: list[Path], yarn_caches: list[P
 
 
 def _audit_mount(state: MountState, session_id: str, pinned: Artifacts, lineage: Lineage | None = None,
-                 ) -> tuple[list[Finding], Snapshot, list[str]]:
+                 wheels: wheel_cache.WheelCaches | None = None) -> tuple[list[Finding], Snapshot, list[str]]:
     # The rules allocate while 200k entries are in memory: a full collection would scan them all.
     state.ready()
     with gc_paused():
-        return _audit_ready(state, session_id, pinned, lineage)
+        return _audit_ready(state, session_id, pinned, lineage, wheels or wheel_cache.WheelCaches())
 
 
 # The paths of a mount with a lineage, and their baselines by (path, content): what an earlier audit flagged.
@@ -118,7 +119,7 @@ Lineage = tuple[set[str], Callable[[str, str], Baseline | None]]
 
 
 def _audit_ready(state: MountState, session_id: str, pinned: Artifacts, lineage: Lineage | None,
-                 ) -> tuple[list[Finding], Snapshot, list[str]]:
+                 wheels: wheel_cache.WheelCaches) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
     hashed: dict[str, bytes] = {}
     listed: dict[str, list[str]] = {}
@@ -150,7 +151,8 @@ def _audit_ready(state: MountState, session_id: str, pinned: Artifacts, lineage:
 
     share = shared_out if len(changed) >= SHARE_AFTER else None  # a fork costs more than a few rules
     return [*unsure, *audit(before, after, contents, state.mount.kind, listdir, changed,
-                            state.mount.watch, pinned, share)], after, changed
+                            state.mount.watch, joined({python_verify.WHEEL_PREFIX: wheel_cache.wheels(wheels, root),
+                                                       "": pinned}), share)], after, changed
 
 
 def _import_rules() -> None:
@@ -312,12 +314,14 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
         # The session's npm cache and cargo home are in its home: the pinned archives its trees are verified against.
         homes = [s.mount.root for s in states if s.mount.kind == "home"]
         pinned = _pinned(npm_cache.npm_caches(homes), cargo_cache.cargo_homes(homes), yarn_cache.yarn_caches(homes))
+        # pip's cache is a cache mount of the Python workflow: any mount may be one.
+        wheels = wheel_cache.python_caches(homes, [s.mount.root for s in states if s.mount.kind == "cache"])
         for state in states:
             root = str(state.mount.root)
             lineage = (store.lineage_paths(workspace, root),
                        lambda path, content, root=root: store.base_of(workspace, root, path, content))
             try:
-                mount_findings, after, changed = _audit_mount(state, session_id, pinned, lineage)
+                mount_findings, after, changed = _audit_mount(state, session_id, pinned, lineage, wheels)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"

@@ -28,7 +28,7 @@ from dejima.orchestration.session_reporter import SessionReporter
 from dejima.orchestration.start_request import Options
 
 if TYPE_CHECKING:
-    from dejima.proxy.runner import SessionProxy
+    from dejima.core.route_plan import RoutesPlan
 
 
 def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -55,7 +55,7 @@ def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved
     target = KubernetesTarget(kind, cluster.filter_image, cluster.session_image, cluster.namespace,
                               cluster.workspace_claim, cluster.runtime_class, settings.session.ready_timeout,
                               settings.session.stop_timeout)
-    proxy = _pod_proxy(planned.proxy)
+    proxy = _pod_proxy(planned.routes)
     text = kubernetes_yaml(kubernetes_objects(planned.session, target, proxy, tuple(left_out)))
     if proxy is not None:  # the one object the render does not write: it would hold the secrets
         namespace = f" -n {cluster.namespace}" if cluster.namespace else ""
@@ -66,16 +66,15 @@ def render_kubernetes(workspace: Path, command: tuple[str, ...] | None, resolved
     return text
 
 
-def _pod_proxy(proxy: SessionProxy | None) -> PodProxy | None:
-    if proxy is None:
+def _pod_proxy(routes: RoutesPlan | None) -> PodProxy | None:
+    if routes is None:
         return None
     import json
 
     from dejima.proxy.pod import pod_document, secret_variables
 
-    document = pod_document(proxy.prepared)
-    ports = sorted({spec.route.upstream.port for spec in proxy.prepared.config.routes})
+    document = pod_document(routes)
+    ports = sorted({planned.route.upstream.port for planned in routes.routes})
     needed, optional = secret_variables(document)
-    return PodProxy(json.dumps(document, sort_keys=True), needed, tuple(ports),
-                    tuple(r["name"] for r in document["routes"]), proxy.canaries, tuple(document["intercept"]),
-                    optional)
+    return PodProxy(json.dumps(document, sort_keys=True), needed, tuple(ports), routes.names, routes.canaries,
+                    tuple(routes.intercepted), optional)

@@ -57,17 +57,18 @@ STOP_MARGIN = 30.0  # seconds a launcher gets, past the command's stop_timeout, 
 
 
 def stop_session(runtime: Runtime, scope: str, session_id: str, stop_timeout: float = 5.0) -> list[str]:
-    """Ask the session's launcher to end it (session.STOP_SIGNAL: as SIGTERM, the command gets ``stop_timeout``
+    """Ask the session's launcher to end it (executor.STOP_SIGNAL: as SIGTERM, the command gets ``stop_timeout``
     seconds, the filter's records and the audit are kept, and the launcher says it was stopped) and wait for its
     containers to go; whatever is left then (no launcher, or one this user may not signal) is removed here."""
     found = runtime.containers({labels.SCOPE: scope, labels.SESSION: session_id})
     if not found:
         raise UsageError(f"no session {session_id!r}", hint="`dejima sessions` lists the running ones")
     from dejima.orchestration import session
+    from dejima.orchestration.executor import STOP_SIGNAL
 
     members = [c.id for c in found]
     launcher = host.Launcher.parse(found[0].labels.get(labels.LAUNCHER, ""))
-    if launcher is not None and launcher.signal(session.STOP_SIGNAL):
+    if launcher is not None and launcher.signal(STOP_SIGNAL):
         for container in members:
             if not runtime.wait_removed(container, stop_timeout + STOP_MARGIN):
                 break

@@ -1,68 +1,52 @@
 """Starting a session: read the facts, plan (orchestration/start_plan.py), apply the plan's
 preparation, then run it (filter and session containers, the exit audit around it, the records
-kept after it).
+kept after it). One executor (orchestration/executor.py) applies the plan's actions and unwinds them.
 
     read_facts        what the host and the engine say (the credential sources read, kept apart)
-    prepare_session   facts, plan_start, apply_start: nothing started yet
+    prepare_session   facts, plan_start, the preparation's actions applied: no container yet
     render_start      the same facts read dry and the same plan_start: the plan ``--render`` prints
-    run_session       session.run with the audit's start in the time the filter's start leaves free
-                      and its end once the session's container is gone; summaries at the end
+    run_session       the pair's actions by the same executor, the command run, the log unwound;
+                      summaries at the end
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dejima.adapters import host
 from dejima.adapters.session_dirs import (
     ViolationStore,
-    clear_run_dir,
     discard_unstarted,
     ledger_path,
     live_sessions_on,
+    new_draws,
     new_session_id,
-    run_dir,
     sessions_dir,
 )
 from dejima.core.images import ImageNeeds
 from dejima.core.limits import describe
-from dejima.core.plan import (
-    GATE_ENTRYPOINT,
-    PROXY_SOCKET,
-    RESOLV_CONF,
-    SESSION_HOME,
-    TLS_SOCKET,
-    SessionPlan,
-    describe_command,
-)
+from dejima.core.plan import GATE_ENTRYPOINT, SessionPlan, describe_command
 from dejima.core.resolve import Resolved
 from dejima.core.settings import Settings
 from dejima.errors import EngineError, ExitStatus, SessionError
+from dejima.orchestration.actions import base_plan
+from dejima.orchestration.background import Background
+from dejima.orchestration.executor import Boundary, Event, Executor, FilterOutput, FilterRefusal, Note, Streams
 from dejima.orchestration.manage_sessions import record_stale_violations
 from dejima.orchestration.session_reporter import SessionReporter
-from dejima.orchestration.start_plan import (
-    FACT_STEPS,
-    PREPARATION,
-    StartFacts,
-    StartPlan,
-    check_policy,
-    declared,
-    plan_start,
-)
+from dejima.orchestration.start_plan import StartFacts, StartPlan, check_policy, plan_start
 from dejima.orchestration.start_request import Options, network_facts, session_request
-from dejima.orchestration.steps import Applied, Done, apply, with_actions
 
 if TYPE_CHECKING:  # the audit rules and the proxy are imported by the functions that use them
     from dejima.adapters.runtime import Runtime
-    from dejima.orchestration import exit_audit, session
     from dejima.orchestration.prestart import Prestarted
-    from dejima.proxy.runner import SessionProxy
-    from dejima.proxy.sources import CredentialError, CredentialSource
+    from dejima.proxy.sources import CredentialSource
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,31 +54,62 @@ class Prepared:
     runtime: Runtime
     start: StartPlan  # what the start decided (orchestration/start_plan.py)
     settings: Settings
-    proxy: SessionProxy | None = None  # the credential routes with their sources, served while the session runs
+    executor: Executor  # what it applied so far, and how to unwind it (orchestration/executor.py)
+    observer: StartObserver
     prestarted: Prestarted | None = None  # the filter started before the plan (adopted if it is the plan's)
-    # Undoes the start's steps (run directory, gate, record) for a caller that does not run the session after all
-    unwind: Callable[[], None] | None = None
 
     @property
     def plan(self) -> SessionPlan:
         return self.start.session
 
 
+class StartObserver:
+    """The one observer of a start's executor: what it tells goes to the reporter and the session's records."""
+
+    def __init__(self, plan: SessionPlan, ui: SessionReporter, notify_denials: bool) -> None:
+        self.plan, self.ui = plan, ui
+        self.store = ViolationStore(plan.session_id)
+        self.told: set[str] = set()
+        self.notify = notify_denials and plan.interactive
+
+    def __call__(self, event: Event) -> None:
+        match event:
+            case Note(text=text):
+                self.ui.warn(text)
+            case Boundary(plan=plan):
+                show_boundary(plan, self.ui)
+            case FilterOutput(text=text):
+                self.store.append_output(text)  # its own filter's (a leftover's: session.remove_stale)
+            case FilterRefusal(record=record) if self.notify:
+                self._notify(record)
+
+    def _notify(self, record: Mapping[str, object]) -> None:
+        """Tell the user, once per name, that the session was refused a name it could be granted."""
+        name = str(record.get("domain", ""))
+        if record.get("kind") == "dns" and name and name not in self.told and "not on the allow list" in str(
+                record.get("reason", "")):
+            self.told.add(name)
+            self.ui.notice(f"dejima: {name} was refused; dejima-allow {name} grants it")
+
+
 def prepare_session(
     workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
     runtime: Runtime, ui: SessionReporter, options: Options | None = None, prestarted: Prestarted | None = None,
 ) -> Prepared:
-    """Read the facts, plan the start, apply the plan's preparation; a failing step undoes what the others did."""
+    """Read the facts, plan the start, apply the plan's preparation; a failing action undoes what the others did."""
     options = options or Options()
     session_id = prestarted.session_id if prestarted is not None else new_session_id()
     try:
-        plan, sources = _planned(workspace, command, resolved, settings, options, ui, runtime, session_id)
-        applied = apply_start(plan, sources, runtime, ui, prestarted)
+        plan, sources = _planned(workspace, command, resolved, settings, options, ui, runtime, session_id,
+                                 prestarted is not None)
+        observer = StartObserver(plan.session, ui, settings.session.notify_denials)
+        executor = Executor(runtime, ui, observer, sources=sources, prestarted=prestarted)
+        executor.run(plan.preparation)
     except BaseException:
         if prestarted is None:  # else the prestart's, removed with it (cli/launch.py)
             discard_unstarted(session_id)
         raise
-    return Prepared(runtime, plan, settings, applied.results["credentials"], prestarted, applied.unwind)
+    return Prepared(runtime, plan, settings, executor, observer, prestarted)
 
 
 def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
@@ -109,10 +124,11 @@ def render_start(workspace: Path, command: tuple[str, ...] | None, resolved: Res
 
 def _planned(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
              options: Options, ui: SessionReporter, runtime: Runtime | None,
-             session_id: str) -> tuple[StartPlan, Mapping[str, CredentialSource]]:
+             session_id: str, prestarted: bool = False) -> tuple[StartPlan, Mapping[str, CredentialSource]]:
     """The facts read (dry without ``runtime``), the plan made from them and its notes shown; with the
     credential sources read, for the apply."""
     facts, sources = read_facts(workspace, command, resolved, settings, options, ui, runtime, session_id)
+    facts = replace(facts, prestarted=prestarted)
     plan = plan_start(command, resolved, settings, options, facts)
     for note in plan.notes:
         ui.warn(note)
@@ -122,129 +138,77 @@ def _planned(workspace: Path, command: tuple[str, ...] | None, resolved: Resolve
 def read_facts(workspace: Path, command: tuple[str, ...] | None, resolved: Resolved, settings: Settings,
                options: Options, ui: SessionReporter, runtime: Runtime | None,
                session_id: str) -> tuple[StartFacts, Mapping[str, CredentialSource]]:
-    """What the host and the engine say (start_plan.FACT_STEPS), and the credential sources read, kept
-    apart from the facts. Without ``runtime`` (``--render``) nothing is changed and no secret read: the
-    engine's facts are left out, the images named only, every credential source named."""
+    """What the host and the engine say, and the credential sources read, kept apart from the facts. Without
+    ``runtime`` (``--render``) nothing is changed and no secret read: the engine's facts are left out, the images
+    named only, every credential source named.
+
+    The slow reads run at once (each on a thread: they wait on the engine, the disk or a helper command): the
+    engine's memory, the workspace's git config and the other sessions on it from the start; the policy is
+    checked against the network facts before anything changes; the audits of dead launchers' sessions are
+    finished and the unreviewed findings checked (a refusal) before any image is pulled or checked and any
+    source read; meanwhile the leftovers of dead launchers are removed (a plan of their own). Whatever raises
+    first is raised once every read begun has ended."""
     identity = host.session_identity(workspace, options.as_root)
     source = str(host.settings_path())
     request = session_request(workspace, command, resolved, settings, options, session_id,
                               "render" if runtime is None else host.launcher_token())
+    begun: list[Background[Any]] = []
 
-    def images(_: Done) -> ImageNeeds:
-        from dejima.adapters.image_builds import image_needs
+    def at_once(call: Callable[[], T], name: str) -> Background[T]:
+        begun.append(Background(call, f"fact-{name}"))
+        return begun[-1]
 
-        assert runtime is not None
-        return image_needs(runtime, settings, identity, ui, resolved.image_layers())
+    def images(engine: Runtime) -> ImageNeeds:
+        from dejima.adapters.image_builds import find_base, image_needs
 
-    def credential_sources(_: Done) -> tuple[Mapping[str, CredentialSource], tuple[CredentialError, ...]] | None:
-        if not resolved.has_credentials:
-            return {}, ()
-        from dejima.proxy.runner import read_session_sources
+        found = find_base(engine, settings)
+        if found is None:  # the base first, a plan of its own: the recipes hash its id into the tags
+            Executor(engine, ui).run(base_plan(settings))
+        return image_needs(engine, settings, identity, ui, resolved.image_layers(), found)
 
-        return read_session_sources(resolved, command)
-
-    def remove_stale(_: Done) -> None:
+    def remove_stale(engine: Runtime) -> None:
         from dejima.orchestration import session as pair
 
-        assert runtime is not None
         with host.locked(sessions_dir()):  # launchers starting at once: one of them removes a leftover
-            pair.remove_stale(runtime, host.scope(), ui, record_stale_violations)
+            pair.remove_stale(engine, host.scope(), ui, record_stale_violations)
 
-    def git_config(_: Done) -> str:
+    def git_config() -> str:
         from dejima.adapters.repo import git_config_text
 
         return git_config_text(workspace) if resolved.has_credentials else ""
 
-    actions: dict[str, Callable[[Done], Any]] = {
-        "engine-memory": lambda _: runtime.memory() if runtime is not None else host.memory_total(),
-        "network": lambda _: network_facts(settings, runtime, options.upstream_dns),
-        "policy": lambda done: check_policy(settings, options, done["network"], source, resolved),
-        "findings": lambda _: review_findings(workspace, options.accept_findings, ui, session_id),
-        "images": images,
-        "credential-sources": credential_sources,
-        "git-config": git_config,
-        "other-sessions": lambda _: live_sessions_on(str(request.workspace), but=session_id),
-        "stale-sessions": remove_stale,
-    }
-    previews: dict[str, Callable[[Done], Any]] = {
-        "images": lambda _: ImageNeeds(("<filter image>", "<session image>")),
-        "credential-sources": lambda _: None,
-    }
-    done = apply(with_actions(FACT_STEPS, actions, previews), dry=runtime is None).results
-    read = done["credential-sources"]
-    facts = StartFacts(request, identity, source, sessions_dir() / session_id, done["engine-memory"], done["network"],
-                       done["images"], done["git-config"],
-                       frozenset(read[0]) if read is not None else None, read[1] if read is not None else (),
-                       done["other-sessions"])
+    try:
+        # The engine's slowest answer (~15 ms) first, so that it overlaps the rest.
+        memory = at_once(lambda: runtime.memory() if runtime is not None else host.memory_total(), "engine-memory")
+        git = at_once(git_config, "git-config")
+        others = at_once(lambda: live_sessions_on(str(request.workspace), but=session_id), "other-sessions")
+        findings = at_once(lambda: review_findings(workspace, options.accept_findings, ui, session_id), "findings") \
+            if runtime is not None else None
+        network = network_facts(settings, runtime, options.upstream_dns)
+        check_policy(settings, options, network, source, resolved)
+        if runtime is not None:
+            engine = runtime
+            at_once(lambda: remove_stale(engine), "stale-sessions")
+        if findings is not None:
+            findings.join()
+        needs = at_once(lambda: images(engine), "images") if runtime is not None else None
+        read = None
+        if runtime is not None and resolved.has_credentials:  # here, while the images are checked
+            from dejima.proxy.runner import read_session_sources
+
+            read = read_session_sources(resolved, command)
+        elif runtime is not None:
+            read = {}, ()
+        facts = StartFacts(request, identity, source, sessions_dir() / session_id, memory.join(), network,
+                           needs.join() if needs is not None else ImageNeeds(("<filter image>", "<session image>")),
+                           git.join(), new_draws(), frozenset(read[0]) if read is not None else None,
+                           read[1] if read is not None else (), others.join())
+        for reading in begun:
+            reading.join()  # the leftovers' removal too: what it raised is the start's
+    finally:
+        for reading in begun:
+            reading.wait()
     return facts, read[0] if read is not None else {}
-
-
-def apply_start(plan: StartPlan, sources: Mapping[str, CredentialSource], runtime: Runtime, ui: SessionReporter,
-                prestarted: Prestarted | None) -> Applied:
-    """Apply the plan's preparation (start_plan.PREPARATION_STEPS); ``sources``: the credential sources
-    ``read_facts`` read. A failing step undoes what the others applied."""
-    from dejima.adapters.fifo import make_gate, make_run_dir
-
-    session, request = plan.session, plan.request
-    owner = (plan.identity.uid, plan.identity.gid)
-    home = plan.private_dirs[0]
-    record_file, record_text = plan.record
-
-    def images(_: Done) -> None:
-        from dejima.adapters.image_builds import build_needed
-
-        build_needed(runtime, plan.images, ui)
-
-    def directories(_: Done) -> None:
-        for directory in plan.private_dirs:
-            host.ensure_private_dir(directory, plan.identity)
-        host.resolv_conf_file(RESOLV_CONF)
-
-    def credentials(_: Done) -> SessionProxy | None:
-        if plan.proxy is None:
-            return None
-        from dejima.proxy.runner import serve_session_proxy
-
-        return serve_session_proxy(plan.proxy, sources)
-
-    def credential_files(done: Done) -> None:
-        if done["credentials"] is not None:
-            from dejima.proxy.runner import write_home_files
-
-            for note in write_home_files(done["credentials"], home, owner):
-                ui.warn(note)
-
-    def harness_settings(_: Done) -> None:
-        if plan.connection.files:
-            from dejima.adapters.home_settings import merge_settings
-
-            for note in merge_settings(str(home), plan.connection.files, owner):
-                ui.warn(note)
-
-    def run_directory(_: Done) -> None:
-        if prestarted is None:  # else the prestart made it, its FIFO open to the prestarted filter
-            make_run_dir(Path(request.run_dir or ""))
-
-    def remember_filter(_: Done) -> None:
-        from dejima.adapters.runtime import create_body
-        from dejima.orchestration.prestart import remember
-
-        remember(Path(session.workspace), session.filter.name, create_body(session.filter), session.session_id,
-                 request.launcher)
-
-    actions: dict[str, Callable[[Done], Any]] = {
-        "images": images, "directories": directories, "credentials": credentials,
-        "credential-files": credential_files, "harness-settings": harness_settings, "run-directory": run_directory,
-        "start-gate": lambda _: make_gate(Path(request.gate_dir or "")),
-        "record": lambda _: host.record(record_file.parent, record_file.name, record_text),
-        "remember-filter": remember_filter,
-    }
-    undos: dict[str, Callable[[Any], None]] = {
-        "run-directory": lambda _: clear_run_dir(session.session_id) if prestarted is None else None,
-        "start-gate": lambda _: shutil.rmtree(request.gate_dir or "", ignore_errors=True),
-        "record": lambda _: record_file.unlink(missing_ok=True),
-    }
-    return apply(with_actions(declared(plan.steps, PREPARATION), actions, undos=undos))
 
 
 COMMAND_SHOWN = 120  # characters of the command the one-line summary shows
@@ -310,88 +274,30 @@ def check_findings(workspace: Path, accept: bool, ui: SessionReporter, session_i
         )
 
 
-def audited_mounts(plan: SessionPlan) -> list[exit_audit.Mount]:
-    """Every directory the session can write that outlives it: the workspace (with the paths the
-    session's manifests ask the audit to watch), the per-project home, the manifest caches."""
-    from dejima.core.audit.manifest_watch import watch_of
-    from dejima.orchestration import exit_audit
-
-    watch = watch_of(plan.resolved.manifests if plan.resolved is not None else ())
-    mounts = []
-    for bind in plan.session.binds:
-        if bind.read_only:
-            continue
-        kind = "workspace" if bind.source == plan.workspace else "home" if bind.target == SESSION_HOME else "cache"
-        mounts.append(exit_audit.Mount(kind, Path(bind.source), watch if kind == "workspace" else ()))
-    return mounts
+def show_boundary(plan: SessionPlan, ui: SessionReporter) -> None:
+    """The boundary card (interactive) or line, while the filter starts."""
+    if plan.interactive:
+        ui.boundary(plan)
+    else:
+        ui.info(boundary_line(plan))
+    for port in plan.filter.ports:  # said even with -q, which hides the card and the line
+        if not port.local_only:
+            ui.warn(f"the session's port {port.session_port} is published on {port.host_address}:"
+                    f"{port.host_port} ({port.origin}): other machines can reach it, not only this one")
 
 
-def before_session_actions(plan: SessionPlan, ui: SessionReporter,
-                           audit: SessionAudit | None) -> dict[str, Callable[[Done], object]]:
-    """The start's actions for the pair's ``boundary`` and ``audit-start`` steps, while the filter starts:
-    the boundary line, the audit's start snapshot."""
-    def show_boundary(_: object) -> None:  # rich is imported here, where it costs nothing
-        if plan.interactive:
-            ui.boundary(plan)
-        else:
-            ui.info(boundary_line(plan))
-        for port in plan.filter.ports:  # said even with -q, which hides the card and the line
-            if not port.local_only:
-                ui.warn(f"the session's port {port.session_port} is published on {port.host_address}:"
-                        f"{port.host_port} ({port.origin}): other machines can reach it, not only this one")
-
-    return {"boundary": show_boundary, "audit-start": lambda _: audit.start() if audit is not None else None}
-
-
-class SessionAudit:
-    """The exit audit around one session: its start before the session starts, its end once no
-    process of the session is left (whichever of the two places that call ``finish`` comes first)."""
-
-    def __init__(self, prepared: Prepared, ui: SessionReporter) -> None:
-        self.prepared, self.ui = prepared, ui
-        self.states: list[exit_audit.MountState] = []
-        self.started = self.finished = False
-
-    def start(self) -> None:
-        """While the filter starts (the time is free then): take the start snapshot. The audits of sessions
-        whose launcher died and the unreviewed findings were the facts' (``read_facts``), before anything started."""
-        from dejima.orchestration import exit_audit
-
-        plan = self.prepared.plan
-        self.started = True
-        self.states.extend(exit_audit.start(plan.session_id, audited_mounts(plan)))
-
-    def finish(self) -> None:
-        if not self.started or self.finished:  # no snapshot: the session never started, nothing to audit
-            return
-        from dejima.orchestration import exit_audit
-
-        self.finished = True
-        exit_audit.finish(self.prepared.plan.session_id, self.ui, states=self.states or None)
-
-
-def run_session(prepared: Prepared, ui: SessionReporter, streams: session.Streams | None = None) -> int:
-    """Run the prepared session to its end; ``streams``: a non-interactive command's input and where its output
-    goes (none, and the launcher's own stdout and stderr, by default)."""
+def run_session(prepared: Prepared, ui: SessionReporter, streams: Streams | None = None) -> int:
+    """Run the prepared session to its end: the plan's container pair applied by the executor that applied its
+    preparation, the command run, then the whole log unwound; ``streams``: a non-interactive command's input and
+    where its output goes (none, and the launcher's own stdout and stderr, by default)."""
     from dejima.orchestration import session
 
-    settings = prepared.settings
-    audit = SessionAudit(prepared, ui)
-
-    store = ViolationStore(prepared.plan.session_id)
+    settings, executor = prepared.settings, prepared.executor
+    executor.streams = streams or Streams()
     try:
-        with _serving(prepared):
-            return session.run(
-                prepared.runtime, prepared.plan, ui,
-                ready_timeout=settings.session.ready_timeout,
-                stop_timeout=settings.session.stop_timeout,
-                on_filter_output=store.append_output,
-                on_refusal=_notifier(ui) if prepared.plan.interactive and settings.session.notify_denials else None,
-                before_session=before_session_actions(prepared.plan, ui, audit),
-                once_session_removed=audit.finish,
-                prestarted=prepared.prestarted,
-                streams=streams or session.Streams(),
-            )
+        return session.run(prepared.runtime, prepared.plan, ui, ready_timeout=settings.session.ready_timeout,
+                           stop_timeout=settings.session.stop_timeout, executor=executor,
+                           actions=prepared.start.pair, follow_refusals=prepared.observer.notify)
     except EngineError as exc:
         if "executable file not found" in exc.message or "no such file or directory" in exc.message:
             raise SessionError(  # the gate names a missing command itself; this is its own shell
@@ -403,39 +309,12 @@ def run_session(prepared: Prepared, ui: SessionReporter, streams: session.Stream
             ) from exc
         raise
     finally:
-        clear_run_dir(prepared.plan.session_id)  # its containers and its proxy are gone: so go their sockets
-        audit.finish()  # done already unless the session's container could not be removed
-        summary = store.summary()
+        summary = prepared.observer.store.summary()
         if summary:
             ui.warn(f"session {prepared.plan.session_id}: {summary}; "
                     f"details: dejima violations {prepared.plan.session_id}")
-        if prepared.proxy is not None:
+        if prepared.start.routes is not None:
             ui.info(ledger_summary(prepared.plan.session_id))
-
-
-def _notifier(ui: SessionReporter) -> Callable[[dict[str, object]], None]:
-    """Tell the user, once per name, that the session was refused a name it could be granted."""
-    told: set[str] = set()
-
-    def notify(record: dict[str, object]) -> None:
-        name = str(record.get("domain", ""))
-        if record.get("kind") == "dns" and name and name not in told and "not on the allow list" in str(
-                record.get("reason", "")):
-            told.add(name)
-            ui.notice(f"dejima: {name} was refused; dejima-allow {name} grants it")
-
-    return notify
-
-
-def _serving(prepared: Prepared) -> AbstractContextManager[object]:
-    """The credential proxy, serving on the session's run directory while the block runs."""
-    if prepared.proxy is None:
-        return nullcontext()
-    from dejima.proxy.runner import ProxyThread
-
-    sockets = run_dir(prepared.plan.session_id)
-    return ProxyThread(prepared.proxy.prepared.config, sockets / PROXY_SOCKET,
-                       sockets / TLS_SOCKET if prepared.proxy.intercepted else None)
 
 
 def ledger_summary(session_id: str) -> str:

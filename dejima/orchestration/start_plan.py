@@ -1,31 +1,31 @@
 """The start as data: what the host says (``StartFacts``, read first by adapters: start.read_facts),
 then one function with no I/O from those facts to a frozen ``StartPlan`` holding everything a start
-does (``plan_start``); the executor applies it (start.apply_start), ``--render`` prints it.
+does (``plan_start``): its actions, each with its undo (orchestration/actions.py). The one executor
+applies them (orchestration/executor.py), ``--render`` prints them.
 
     facts    engine memory, network facts, policy check, unreviewed findings (a refusal), images (tags, or
-             recipes to build),
-             credential sources (which the host has; read, never kept here), the workspace's git config;
-             and, meanwhile, dead sessions' leftover containers removed
+             recipes to build), credential sources (which the host has; read, never kept here), the
+             workspace's git config; and, meanwhile, dead sessions' leftover containers removed
     plan     the SessionPlan (both containers, ruleset, filter configuration), the image recipes,
              the credential routes with placeholders and each source *named*, the harness's
-             connection, the private directories, the record, the notes to show, and the steps
-    apply    the preparation's steps, then the container pair's, each after what it needs
-
-The steps of each part are declared here as data (steps.StepDecl: name, what it needs, whether it
-changes something); the executors map each name to its action (steps.with_actions) and refuse a
-name without one.
+             connection, the private directories, the record, the notes to show, and the actions
+    apply    the preparation's actions, then the container pair's, each after what it needs; the
+             teardown is the applied log unwound
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dejima.core.connect import Connection, connection, uses_route
 from dejima.core.images import ImageNeeds
+from dejima.core.placeholders import Draws
 from dejima.core.plan import (
+    PROXY_SOCKET,
+    RESOLV_CONF,
+    TLS_SOCKET,
     Identity,
     NetworkFacts,
     SessionPlan,
@@ -36,76 +36,30 @@ from dejima.core.plan import (
     unlock_special,
 )
 from dejima.core.resolve import Resolved
+from dejima.core.route_plan import RoutesPlan
 from dejima.core.settings import Settings
-from dejima.orchestration.steps import StepDecl
+from dejima.orchestration.actions import (
+    PAIR,
+    PREPARATION,
+    BuildImages,
+    MakeGate,
+    MakePrivateDir,
+    MakeRunDir,
+    MergeHarnessSettings,
+    Planned,
+    RememberFilter,
+    ServeCredentials,
+    ServeProxy,
+    WriteCredentialFiles,
+    WriteRecord,
+    WriteResolvConf,
+    pair_actions,
+    planned,
+)
 
 if TYPE_CHECKING:
     from dejima.orchestration.start_request import Options
-    from dejima.proxy.runner import SessionProxy
     from dejima.proxy.sources import CredentialError
-
-
-FACTS, PREPARATION, PAIR = "before the plan (facts, leftovers)", "preparation", "the container pair"
-
-FACT_STEPS = (
-    # The engine's slowest answer (~15 ms) first, so that it overlaps the rest.
-    StepDecl(FACTS, "engine-memory", effect=False),
-    StepDecl(FACTS, "network", effect=False),
-    # The allow list checked against the host's and the engine's addresses before anything changes.
-    StepDecl(FACTS, "policy", ("network",), effect=False),
-    # The audits of sessions whose launcher died finished, then the workspace's unreviewed critical findings
-    # refuse the start (unless accepted) before anything is made, pulled or read.
-    StepDecl(FACTS, "findings"),
-    # The recipes hash the base image's id: a missing base is pulled or made (debootstrap) here.
-    StepDecl(FACTS, "images", ("policy", "findings")),
-    # Which routes the session has depends on which sources the host has: they are read here (the
-    # values stay with the launcher, apart from the plan); a render names them and reads none.
-    StepDecl(FACTS, "credential-sources", ("policy", "findings")),
-    StepDecl(FACTS, "git-config", effect=False),
-    # Other sessions on this workspace whose launcher runs: the start says so (both write it).
-    StepDecl(FACTS, "other-sessions", effect=False),
-    # Not this session's: containers of sessions whose launcher died, removed (their records kept)
-    # while the facts are read, since nothing this session plans depends on them.
-    StepDecl(FACTS, "stale-sessions", ("policy",)),
-)
-
-PREPARATION_STEPS = (
-    StepDecl(PREPARATION, "images"),
-    StepDecl(PREPARATION, "directories"),
-    StepDecl(PREPARATION, "credentials"),  # the sources handed to the routes, the session CA made
-    StepDecl(PREPARATION, "credential-files", ("credentials", "directories")),
-    StepDecl(PREPARATION, "harness-settings", ("directories", "credential-files")),
-    StepDecl(PREPARATION, "run-directory"),
-    StepDecl(PREPARATION, "start-gate"),
-    StepDecl(PREPARATION, "record"),
-    StepDecl(PREPARATION, "remember-filter", ("images",)),
-)
-
-
-CALLERS_STEPS = ("boundary", "audit-start")  # the pair's steps whose actions the start hands in
-
-
-def pair_outline(interactive: bool, gated: bool) -> tuple[StepDecl, ...]:
-    """The container pair's start. The engine takes most of it to start the filter (its network above
-    all), which then applies and verifies its ruleset; meanwhile the session's container is created
-    (it joins the filter's namespaces only when started), the boundary line shown, the audit's start
-    snapshot taken and, behind the gate, the session started. An interactive session's terminal is
-    handed over only to a session that will run: the CLI starts it once the gate is open."""
-    callers = CALLERS_STEPS
-    steps = [
-        StepDecl(PAIR, "filter"),
-        StepDecl(PAIR, "filter-configuration", ("filter",)),
-        StepDecl(PAIR, "filter-start", ("filter-configuration",)),
-        StepDecl(PAIR, "session", ("filter",)),
-        StepDecl(PAIR, "boundary", ("filter",), effect=False),
-        StepDecl(PAIR, "audit-start", ("boundary", "filter")),
-        StepDecl(PAIR, "filter-ready", ("filter-start",)),
-    ]
-    if not interactive:
-        steps.append(StepDecl(PAIR, "session-start", ("session", *callers, *(() if gated else ("filter-ready",)))))
-    steps.append(StepDecl(PAIR, "open-gate",
-                          ("filter-ready", "session", *callers, *(() if interactive else ("session-start",)))))
-    return tuple(steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,32 +71,43 @@ class StartFacts:
     identity: Identity
     settings_source: str  # the settings file, as errors name it
     session_dir: Path  # the session's private records on the host
-    engine_memory: int
+    engine_memory: int | None  # None: the engine did not say (a limit given as a share is then left out)
     network: NetworkFacts
     images: ImageNeeds
     git_config: str  # the workspace's .git/config: a git route pushes only to its remotes
+    draws: Draws  # the session's randomness, drawn first: its placeholders and decoys follow from it
     credentials_present: frozenset[str] | None = None  # routes whose source the host has; None: not read (render)
     credentials_skipped: tuple[CredentialError, ...] = ()  # the missing sources' errors
     other_sessions: tuple[str, ...] = ()  # sessions on the same workspace whose launcher runs
+    prestarted: bool = False  # a filter started before the plan (orchestration/prestart.py): its run directory made
 
 
 @dataclass(frozen=True, slots=True)
 class StartPlan:
     """Everything a start does, decided before it does any of it."""
 
-    request: SessionRequest  # what the session asked for, its credential variables added (run directory, gate…)
-    session: SessionPlan  # both containers, the ruleset, the filter's configuration, the session's variables
+    request: SessionRequest  # what the session asked for (run directory, gate…)
+    session: SessionPlan  # both containers, the ruleset, the filter's configuration, the routes, the variables
     identity: Identity
     images: ImageNeeds  # the tags both containers name; the recipes of the ones to build
-    proxy: SessionProxy | None  # the credential routes: placeholders drawn, each source named (never a value)
     connection: Connection  # the harness's variables and home settings for its backend
     private_dirs: tuple[Path, ...]  # the session's home and caches, made private to its user
     record: tuple[Path, str]  # (file, text): the session's workspace, as `dejima sessions` reads it
     notes: tuple[str, ...]  # warnings the start shows (routes left out, settings left out)
-    steps: tuple[StepDecl, ...]  # facts, preparation, container pair: what each waits for
+    actions: tuple[Planned, ...]  # the preparation's, then the container pair's: each with its undo
 
-    def outline(self) -> tuple[tuple[str, str, tuple[str, ...], bool], ...]:
-        return tuple((s.part, s.name, s.needs, s.effect) for s in self.steps)
+    @property
+    def routes(self) -> RoutesPlan | None:
+        """The credential routes the proxy will serve: placeholders drawn, each source named (never a value)."""
+        return self.session.routes
+
+    @property
+    def preparation(self) -> tuple[Planned, ...]:
+        return tuple(p for p in self.actions if p.part == PREPARATION)
+
+    @property
+    def pair(self) -> tuple[Planned, ...]:
+        return tuple(p for p in self.actions if p.part == PAIR)
 
 
 def check_policy(settings: Settings, options: Options, network: NetworkFacts, source: str, resolved: Resolved) -> None:
@@ -153,36 +118,68 @@ def check_policy(settings: Settings, options: Options, network: NetworkFacts, so
 
 def plan_start(command: tuple[str, ...] | None, resolved: Resolved, settings: Settings, options: Options,
                facts: StartFacts) -> StartPlan:
-    """The start ``facts`` call for; no I/O (the placeholders are drawn at random here). A policy that does
-    not pass is refused by ``build_session_plan`` (the facts' ``policy`` step refused it first)."""
+    """The start ``facts`` call for; no I/O, and a function of them (the placeholders follow from the facts'
+    draws). A policy that does not pass is refused by ``build_session_plan`` (the facts' ``policy`` step
+    refused it first)."""
     notes: list[str] = [_sharing(facts.other_sessions, str(facts.request.workspace))] if facts.other_sessions else []
-    proxy = None
+    routes = None
     if resolved.has_credentials:
-        from dejima.proxy.runner import plan_session_proxy  # the proxy's modules, only for a session with routes
+        from dejima.proxy.runner import plan_session_routes  # the proxy's modules, only for a session with routes
 
-        proxy = plan_session_proxy(resolved, settings, facts.session_dir, facts.git_config,
-                                   facts.credentials_present, facts.credentials_skipped, facts.network.upstream_proxy)
+        routes = plan_session_routes(resolved, settings, facts.session_dir, facts.git_config, facts.draws,
+                                     facts.credentials_present, facts.network.upstream_proxy)
         notes += [f"{skipped.message}; the session starts without that route" for skipped in facts.credentials_skipped]
-        proxy = proxy if proxy is not None and proxy.routes else None
-    harness_connection, left_out = _harness_connection(resolved, proxy)
+        routes = routes if routes.routes else None
+    harness_connection, left_out = _harness_connection(resolved, routes)
     notes += left_out
     request = facts.request
-    if proxy is not None:
-        request = replace(request, bridge=True, credential_env=proxy.environment, canaries=proxy.canaries,
-                          intercept=proxy.intercepted)
-    if harness_connection.env:  # after the routes' variables: the harness's own reading of them wins
-        request = replace(request, credential_env=(*request.credential_env, *sorted(harness_connection.env.items())))
+    # One routes plan: the card, the render, the filter's relays and the session's variables read it.
     session = build_session_plan(request, settings, facts.identity, *facts.images.tags, facts.network,
-                                 facts.settings_source, resolved, engine_memory=facts.engine_memory)
-    # The card and the render show the routes that will be served, not every route a manifest declares.
-    served = set(proxy.routes) if proxy is not None else set()
-    session = replace(session, credentials=tuple(view for view in session.credentials if view.route in served))
+                                 facts.settings_source, resolved, engine_memory=facts.engine_memory, routes=routes,
+                                 harness_env=tuple(sorted(harness_connection.env.items())))
     home = Path(request.home_dir)
     caches = tuple(Path(request.cache_root or "") / path.strip("/").replace("/", "__")
                    for path in cache_paths_outside_home(resolved))
-    steps = (*FACT_STEPS, *PREPARATION_STEPS, *pair_outline(session.interactive, session.gate is not None))
-    return StartPlan(request, session, facts.identity, facts.images, proxy, harness_connection, (home, *caches),
-                     (facts.session_dir / "workspace", str(request.workspace)), tuple(notes), steps)
+    record = (facts.session_dir / "workspace", str(request.workspace))
+    actions = (*preparation_actions(session, facts, routes, harness_connection, (home, *caches), record),
+               *pair_actions(session, settings.session.ready_timeout, proxy=ServeProxy(
+                   Path(request.run_dir or "") / PROXY_SOCKET,
+                   Path(request.run_dir or "") / TLS_SOCKET if routes.intercepted else None)
+                   if routes is not None else None),
+               # Once the session runs behind it: the next start on this workspace prestarts this filter.
+               planned("remember-filter", PAIR, RememberFilter(Path(session.workspace), session.filter,
+                                                              session.session_id, request.launcher),
+                       ("open-gate",) if session.gate is not None else ("filter-ready",)))
+    return StartPlan(request, session, facts.identity, facts.images, harness_connection, (home, *caches),
+                     record, tuple(notes), actions)
+
+
+def preparation_actions(session: SessionPlan, facts: StartFacts, routes: RoutesPlan | None, harness: Connection,
+                        directories: tuple[Path, ...], record: tuple[Path, str]) -> tuple[Planned, ...]:
+    """What is made before the container pair: images, the private directories, the routes served and
+    their files in the home, the harness's settings, the run directory (unless the prestart made it),
+    the gate, the record."""
+    request, owner = facts.request, facts.identity
+    home, *caches = directories
+    actions = [planned("images", PREPARATION, BuildImages(facts.images)),
+               planned("home", PREPARATION, MakePrivateDir(home, owner)),
+               *(planned(f"cache-{n}", PREPARATION, MakePrivateDir(cache, owner)) for n, cache in enumerate(caches, 1)),
+               planned("resolv-conf", PREPARATION, WriteResolvConf(RESOLV_CONF))]
+    written: tuple[str, ...] = ()
+    if routes is not None:
+        actions += [planned("credentials", PREPARATION, ServeCredentials(routes)),
+                    planned("credential-files", PREPARATION, WriteCredentialFiles(home, owner),
+                            ("credentials", "home"))]
+        written = ("credential-files",)
+    if harness.files:
+        actions.append(planned("harness-settings", PREPARATION, MergeHarnessSettings(home, owner, harness.files),
+                               ("home", *written)))
+    if not facts.prestarted:  # else the prestart made it, its FIFO open to the prestarted filter
+        actions.append(planned("run-directory", PREPARATION, MakeRunDir(Path(request.run_dir or ""))))
+    if request.gate_dir is not None:
+        actions.append(planned("start-gate", PREPARATION, MakeGate(Path(request.gate_dir))))
+    actions.append(planned("record", PREPARATION, WriteRecord(*record)))
+    return tuple(actions)
 
 
 def _sharing(others: tuple[str, ...], workspace: str) -> str:
@@ -191,18 +188,14 @@ def _sharing(others: tuple[str, ...], workspace: str) -> str:
             "first exit audit that finds it (each summary lists only the findings its own audit recorded)")
 
 
-def _harness_connection(resolved: Resolved, proxy: SessionProxy | None) -> tuple[Connection, list[str]]:
+def _harness_connection(resolved: Resolved, routes: RoutesPlan | None) -> tuple[Connection, list[str]]:
     """The harness's settings and variables for this session's backend (core/connect.py), and a note
     when they are left out for want of its route."""
     harness, backend, connect = resolved.harness, resolved.backend, resolved.harness_connect()
     route = backend.credentials[0].name if backend is not None and backend.credentials else None
-    access = proxy.access(route) if proxy is not None and route is not None else None
+    access = routes.access(route) if routes is not None and route is not None else None
     notes = []
     if connect is not None and access is None and uses_route(connect):
         notes.append(f"harness {harness.name} reaches backend {backend.name if backend else '?'} through its "
                      "credential route, which this session does not have: its connection settings are left out")
     return connection(harness.files, connect, *(access or (None, None))), notes
-
-
-def declared(steps: Sequence[StepDecl], part: str) -> tuple[StepDecl, ...]:
-    return tuple(step for step in steps if step.part == part)

@@ -8,7 +8,7 @@ key. It listens on a unix socket in a volume the filter shares and the session d
 filter relays the session's 127.0.0.1:BRIDGE_PORT to it, as locally. Its own connections out are the
 only ones of the pod the filter's ruleset lets reach the routes' ports (by its uid).
 
-    document = pod_document(prepared)        # at render time, from the render's planned routes
+    document = pod_document(routes)          # at render time, from the render's routes plan
     python3 -m dejima.proxy                  # in the pod: $DEJIMA_PROXY_CONFIG, the secrets' variables
 """
 
@@ -31,13 +31,13 @@ from dejima.core.manifest import CredentialRoute
 from dejima.core.paths import FILTER_RUN_DIR, PROXY_CONFIG_ENV, PROXY_RECORDS_DIR, PROXY_TRUST_DIR
 from dejima.core.plan import PROXY_SOCKET, TLS_SOCKET
 from dejima.core.pushrules import PushPolicy
+from dejima.core.route_plan import FORWARDS, GUARDS_PUSHES, SIGNS, RoutesPlan
 from dejima.core.sigv4 import AwsSigning, SigningScope
 from dejima.errors import ExitStatus
 from dejima.proxy.aws_source import AwsSource
-from dejima.proxy.gitpush import GitPushGuard
 from dejima.proxy.routes import RouteSpec
 from dejima.proxy.server import ProxyConfig, ProxyServer
-from dejima.proxy.setup import PreparedProxy, behaviour_for, session_interception
+from dejima.proxy.setup import behaviour_for, session_interception
 from dejima.proxy.sources import CredentialError, CredentialSource, env_source
 
 CONFIG_ENV = PROXY_CONFIG_ENV
@@ -60,16 +60,16 @@ def not_carried(route: CredentialRoute) -> str | None:
     return None
 
 
-def secret_variable(route: CredentialRoute) -> str:
+def secret_variable(name: str, source: tuple[str, tuple[str, ...]]) -> str:
     """The proxy container's variable (and the Kubernetes Secret's key) holding the route's secret: the
     host's own variable when the manifest reads one, so one Secret key serves every route of that
     secret; the AWS secret key for a signing route (with AWS_VARIABLES); else DEJIMA_SECRET_<ROUTE>."""
-    kind, values = route.source
+    kind, values = source
     if kind == "env":
         return values[0]
     if kind == "aws":
         return AWS_VARIABLES[1]
-    return "DEJIMA_SECRET_" + re.sub(r"[^A-Z0-9]", "_", route.name.upper())
+    return "DEJIMA_SECRET_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
 def secret_variables(document: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -79,17 +79,16 @@ def secret_variables(document: Mapping[str, Any]) -> tuple[tuple[str, ...], tupl
     return tuple(needed), AWS_OPTIONAL if signing else ()
 
 
-def pod_document(prepared: PreparedProxy) -> dict[str, Any]:
+def pod_document(plan: RoutesPlan) -> dict[str, Any]:
     """The configuration a pod's proxy starts from: the planned routes with their placeholders, the
     decoys, the limits. Every value here is one the session sees anyway, or policy: no secret."""
     routes = []
-    for spec in prepared.config.routes:
-        route, declared = spec.route, prepared.manifest_routes[spec.route.name]
-        policy = spec.behaviour.policy if isinstance(spec.behaviour, GitPushGuard) else None
-        signing = route.signing
+    for planned in plan.routes:
+        route, policy, signing = planned.route, planned.push, planned.route.signing
         routes.append({
             "name": route.name, "upstream": str(route.upstream), "header": route.header, "scheme": route.scheme,
-            "placeholder": route.placeholder, "username": route.username, "secret": secret_variable(declared),
+            "placeholder": route.placeholder, "username": route.username,
+            "secret": secret_variable(planned.name, planned.source),
             "signing": None if signing is None else {"region": signing.scope.region, "service": signing.scope.service,
                                                      "secret_placeholder": signing.secret_placeholder},
             "push": None if policy is None else {"repositories": list(policy.repositories),
@@ -98,9 +97,8 @@ def pod_document(prepared: PreparedProxy) -> dict[str, Any]:
         })
     # The TLS fallback's hosts: the pod's proxy makes its own session CA when it starts (its key never
     # leaves that process), so the document names the hosts only.
-    intercept = dict(prepared.intercepted)
-    return {"routes": routes, "decoys": dict(sorted(prepared.config.decoys.items())), "intercept": intercept,
-            "memory_budget": prepared.config.memory_budget, "max_connections": prepared.config.max_connections}
+    return {"routes": routes, "decoys": dict(sorted(plan.decoys.values().items())), "intercept": plan.intercepted,
+            "memory_budget": plan.limits.memory, "max_connections": plan.limits.connections}
 
 
 def proxy_config(document: Mapping[str, Any], environ: Mapping[str, str], records: Path) -> ProxyConfig:
@@ -119,7 +117,8 @@ def proxy_config(document: Mapping[str, Any], environ: Mapping[str, str], record
         # A signing route's keys: the AWS variables (no profile file in the pod); others: their one variable.
         source: CredentialSource = AwsSource("default", where, {k: v for k, v in environ.items() if k.startswith(
             "AWS_")}, Path("/nonexistent")) if signing else env_source(item["secret"], where, environ)
-        specs.append(RouteSpec(route, source, behaviour_for(route, policy)))
+        kind = SIGNS if signing else GUARDS_PUSHES if policy is not None else FORWARDS  # as plan_routes decides
+        specs.append(RouteSpec(route, source, behaviour_for(kind, policy)))
     interception = session_interception(document.get("intercept") or {})
     return ProxyConfig(tuple(specs), records / LEDGER, records / VIOLATIONS,
                        dict(document["decoys"]), memory_budget=int(document["memory_budget"]),

@@ -1,10 +1,10 @@
 """A session's credential proxy, from its manifests to a running server in the launcher.
 
     sources, skipped = read_session_sources(resolved, command)   # on the host: the secrets' sources
-    planned = plan_session_proxy(resolved, settings, directory, git_config, sources, skipped)  # no I/O
-    planned.environment                                  # what the session gets instead: placeholders, base URLs
-    ready = serve_session_proxy(planned, sources)        # the sources handed in, the session CA made
-    with ProxyThread(ready.prepared.config, socket_path):   # serving while the session runs
+    plan = plan_session_routes(resolved, settings, directory, git_config, draws, sources)   # no I/O
+    config = served_config(plan, sources)                # the sources handed in, the session CA made
+    write_home_files(plan, config, home)                 # the decoy file, the session CA's trust
+    with ProxyThread(config, socket_path):               # serving while the session runs
         ...
 
 The proxy runs on its own asyncio loop in a thread of the launcher, so its secrets live in the
@@ -17,38 +17,31 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
 from dejima.adapters.home_files import Owner, open_within, read_existing
 from dejima.adapters.home_files import replace as replace_file
 from dejima.adapters.host import read_pem_certificates
+from dejima.core.credentials import RouteError, parse_upstream
 from dejima.core.manifest import CredentialRoute
 from dejima.core.paths import SESSION_TRUST_DIR
-from dejima.core.plan import BRIDGE_PORT, SESSION_HOME, proxy_limits
+from dejima.core.placeholders import Draws
+from dejima.core.plan import proxy_limits
 from dejima.core.pushrules import PushPolicy
 from dejima.core.resolve import Resolved
+from dejima.core.route_plan import BUNDLE_FILE, CA_FILE, RoutesPlan, declared_routes, plan_routes
 from dejima.core.settings import Settings
 from dejima.core.upstream_proxy import UpstreamProxy
 from dejima.proxy.server import ProxyConfig, ProxyServer
-from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, PreparedProxy, plan_routes, read_sources_of, served, session_env
+from dejima.proxy.setup import read_sources_of
 from dejima.proxy.sources import CredentialError, CredentialSource
 
-ORIGIN = f"http://127.0.0.1:{BRIDGE_PORT}"  # the proxy, as the session reaches it through the filter
 TRUST_DIR = SESSION_TRUST_DIR  # in the session's home: the session CA and the bundle its tools trust
 # The host's bundle of system CAs, the first that exists (Debian/Ubuntu, Fedora/RHEL, Alpine/others).
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
-
-
-def session_routes(resolved: Resolved) -> list[tuple[CredentialRoute, str]]:
-    """(route, the manifest that declares it), each route name once (the first manifest wins)."""
-    seen: dict[str, tuple[CredentialRoute, str]] = {}
-    for manifest in resolved.manifests:
-        for route in manifest.credentials:
-            seen.setdefault(route.name, (route, manifest.source))
-    return list(seen.values())
 
 
 def required_routes(resolved: Resolved, command: tuple[str, ...] | None) -> tuple[str, ...]:
@@ -59,43 +52,9 @@ def required_routes(resolved: Resolved, command: tuple[str, ...] | None) -> tupl
     return tuple(r.name for c in resolved.of_kind("backends") for r in c.manifest.credentials)
 
 
-def session_environment(prepared: PreparedProxy) -> dict[str, str]:
-    base_urls = {name: r.base_url_env for name, r in prepared.manifest_routes.items() if r.base_url_env}
-    return session_env(prepared, ORIGIN, base_urls, f"{SESSION_HOME}/{TRUST_DIR}")
-
-
-@dataclass(frozen=True, slots=True)
-class SessionProxy:
-    """A session's credential routes, ready to serve: the config (holding the sources), what the
-    session's environment gets, and the values the resolver must never see in a name."""
-
-    prepared: PreparedProxy
-    environment: tuple[tuple[str, str], ...]
-    canaries: tuple[str, ...]
-
-    @property
-    def routes(self) -> list[str]:
-        return [spec.route.name for spec in self.prepared.config.routes]
-
-    def access(self, route: str) -> tuple[str, str] | None:
-        """(base URL as the session reaches it, placeholder) of ``route``; None if the session lacks it."""
-        from dejima.core.credentials import route_base_url
-
-        for spec in self.prepared.config.routes:
-            if spec.route.name == route:
-                return route_base_url(ORIGIN, route), spec.route.placeholder
-        return None
-
-    @property
-    def intercepted(self) -> tuple[str, ...]:
-        """Hosts the TLS fallback serves: the filter's resolver answers them with its relay."""
-        return tuple(self.prepared.intercepted)
-
-
 def push_policies(routes: Iterable[tuple[CredentialRoute, str]], git_config: str) -> dict[str, PushPolicy]:
     """Git routes (scheme Basic) may push only to this workspace's own remotes on their host."""
     from dejima.adapters.repo import remote_repositories
-    from dejima.core.credentials import parse_upstream
 
     policies = {}
     for route, _origin in routes:
@@ -113,53 +72,39 @@ def read_session_sources(resolved: Resolved, command: tuple[str, ...] | None) ->
     """The sources of the session's routes, read on the host now (helper commands run), by route name;
     a missing one is left out with its error, unless the harness's agent needs it (required_routes),
     which raises CredentialError."""
-    return read_sources_of(session_routes(resolved), required_routes(resolved, command))
+    return read_sources_of(declared_routes(resolved), required_routes(resolved, command))
 
 
-def plan_session_proxy(resolved: Resolved, settings: Settings, session_dir: Path, git_config: str,
-                       present: Collection[str] | None, skipped: tuple[CredentialError, ...] = (),
-                       upstream_proxy: UpstreamProxy | None = None) -> SessionProxy | None:
-    """The session's routes as a start plans them (placeholders, decoys, the session's variables), each
-    source named, never read; None when no manifest declares a route. ``present``: the routes whose
-    source the host has (read_session_sources), None (``--render``): all. ``upstream_proxy``: the corporate
-    proxy its https upstreams are reached through (core/upstream_proxy.py), ``[network] extra_ca`` trusted.
-    No I/O: ``serve_session_proxy`` hands in the sources, ``write_home_files`` writes."""
-    routes = session_routes(resolved)
-    if not routes:
-        return None
+def plan_session_routes(resolved: Resolved, settings: Settings, session_dir: Path, git_config: str, draws: Draws,
+                        present: Collection[str] | None, upstream_proxy: UpstreamProxy | None = None) -> RoutesPlan:
+    """The session's routes as a start plans them (core/route_plan.py: placeholders and decoys from
+    ``draws``, each source named, never read), with the proxy's settings: its budget, its records in
+    ``session_dir``, the extra CAs and ``upstream_proxy`` (the corporate proxy its https upstreams are
+    reached through). ``present``: the routes whose source the host has, None (``--render``): all. No I/O."""
+    routes = declared_routes(resolved)
     credentials = settings.credentials
-    limits = proxy_limits(settings)
-    prepared = plan_routes(routes, session_dir, credentials.upstreams, push_policies(routes, git_config), present,
-                           credentials.extra_ca_file or None, skipped)
-    prepared = replace(prepared, config=replace(
-        prepared.config, memory_budget=limits.memory, max_connections=limits.connections,
-        upstream_proxy=(upstream_proxy.host, upstream_proxy.port) if upstream_proxy is not None else None,
-        upstream_proxy_ca_file=settings.network.extra_ca or None))
-    if not credentials.decoys:
-        from dejima.core.placeholders import Decoys
-
-        prepared = replace(prepared, decoys=Decoys({}, "", {}), config=replace(prepared.config, decoys={}))
-    canaries = tuple(value for spec in prepared.config.routes for value in spec.route.placeholders) + tuple(
-        prepared.decoys.values().values())
-    return SessionProxy(prepared, tuple(sorted(session_environment(prepared).items())), canaries)
+    try:
+        plan = plan_routes(routes, draws, credentials.upstreams, push_policies(routes, git_config), present,
+                           credentials.decoys)
+    except RouteError as exc:
+        raise CredentialError(str(exc), hint="fix the upstream override in settings") from None
+    return replace(plan, records=str(session_dir), limits=proxy_limits(settings),
+                   extra_ca_file=credentials.extra_ca_file or None,
+                   upstream_proxy=(upstream_proxy.host, upstream_proxy.port) if upstream_proxy is not None else None,
+                   upstream_proxy_ca_file=settings.network.extra_ca or None)
 
 
-def serve_session_proxy(proxy: SessionProxy, sources: Mapping[str, CredentialSource]) -> SessionProxy:
-    """The planned routes with the sources read on the host, and the session CA made: ready to serve."""
-    return replace(proxy, prepared=served(proxy.prepared, sources))
-
-
-def write_home_files(proxy: SessionProxy, home: Path, owner: Owner = None) -> list[str]:
+def write_home_files(plan: RoutesPlan, config: ProxyConfig, home: Path, owner: Owner = None) -> list[str]:
     """What the proxy puts in the session's home: the decoy AWS credentials file, and the session CA
     with the bundle its tools trust (when hosts are intercepted). Returns a note for each thing a
     previous session left in the way and that was replaced (dejima.adapters.home_files)."""
-    prepared, notes = proxy.prepared, []
-    if prepared.decoys.aws_credentials_file:
-        notes += _plant_decoy_file(home, prepared.decoys.aws_credentials_file, owner)
-    if prepared.interception is not None:
-        extra = prepared.config.upstream_proxy_ca_file
+    notes: list[str] = []
+    if plan.decoys.aws_credentials_file:
+        notes += _plant_decoy_file(home, plan.decoys.aws_credentials_file, owner)
+    if config.interception is not None:
+        extra = plan.upstream_proxy_ca_file
         extra_pem = b"".join(read_pem_certificates(extra, "network.extra_ca")).decode("ascii") if extra else ""
-        notes += write_trust(home, TRUST_DIR.split("/"), prepared.interception.authority.ca_pem, owner, extra_pem)
+        notes += write_trust(home, TRUST_DIR.split("/"), config.interception.authority.ca_pem, owner, extra_pem)
     return notes
 
 

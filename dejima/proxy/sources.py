@@ -56,21 +56,6 @@ class FixedSource:
         return self._secret
 
 
-class UnreadSource:
-    """A source named, not read: a start's plan names each route's source, never its value (the start
-    hands the sources it read to the proxy apart from the plan; a render reads none)."""
-
-    def __init__(self, source: tuple[str, tuple[str, ...]]) -> None:
-        kind, values = source
-        self.description = " ".join((kind, *values))
-
-    def __repr__(self) -> str:
-        return f"UnreadSource({self.description!r})"
-
-    async def current(self) -> Secret:
-        raise SourceUnavailable(f"{self.description} is read when a session starts, not in a render")
-
-
 def _one_line(text: str, origin: str, description: str, fix: str) -> Secret:
     value = text.strip()
     if not value:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from dejima.core.limits import describe, describe_proxy
 from dejima.core.plan import SessionPlan
 from dejima.core.publish import Published
@@ -40,16 +38,16 @@ def format_plan(plan: SessionPlan) -> str:
     lines.append("IPv6: disabled in the namespace; UDP and ICMP: closed")
     lines += ["", "## Credential routes (the secret stays in dejima's proxy on the host; each source is read when a "
                   "session starts, a route whose source is missing is left out then)"]
-    if not plan.credentials:
-        lines.append("none: no manifest of this session declares one")
-    for c in plan.credentials:
-        lines.append(f"{c.route:<24} {c.source} -> {c.upstream} only; session gets "
-                     f"{c.placeholder_env or 'no variable'} = a placeholder"
-                     + (f", {c.base_url_env} = the proxy" if c.base_url_env else "")
-                     + (", its host's TLS answered by the proxy (session CA)" if c.intercept else "")
-                     + f"  (from {c.origin})")
-    if plan.credentials and plan.proxy_limits is not None:
-        lines.append(f"proxy budget: {describe_proxy(plan.proxy_limits)}")
+    if plan.routes is None:
+        lines.append("none: no manifest of this session declares one, or no route's source is on this host")
+    for r in plan.routes.routes if plan.routes is not None else ():
+        lines.append(f"{r.name:<24} {r.source_shown} -> {r.route.upstream} only; session gets "
+                     f"{r.variables_shown or 'no variable'} = a placeholder"
+                     + (f", {r.base_url_env} = the proxy" if r.base_url_env else "")
+                     + (", its host's TLS answered by the proxy (session CA)" if r.intercept else "")
+                     + f"  (from {r.origin})")
+    if plan.routes is not None:
+        lines.append(f"proxy budget: {describe_proxy(plan.routes.limits)}")
     lines += _harness_lines(plan)
     lines += ["", "## Containers"]
     for spec in (plan.filter, plan.session):
@@ -67,20 +65,6 @@ def format_plan(plan: SessionPlan) -> str:
         elif spec.environment:  # names only: the values are the plan's, placeholders included, never a secret
             lines.append(f"  env {', '.join(sorted(spec.environment))}")
     lines += ["", "## nft ruleset (applied in the filter, then read back and verified)", plan.ruleset]
-    return "\n".join(lines)
-
-
-def format_steps(outline: Sequence[tuple[str, str, tuple[str, ...], bool]]) -> str:
-    """The steps a start applies (orchestration/steps.py), part by part, each with what it waits for."""
-    lines = ["## Start steps (each runs once what it needs is done; independent ones at once; a render runs",
-             "## the 'plans' ones and only names what the 'applies' ones would do)"]
-    part = ""
-    for where, name, needs, effect in outline:
-        if where != part:
-            part = where
-            lines.append(part)
-        after = f"after {', '.join(needs)}" if needs else ""
-        lines.append(f"  {name:<22} {'applies' if effect else 'plans':<8} {after}".rstrip())
     return "\n".join(lines)
 
 
@@ -145,14 +129,13 @@ def _keys(values: object, prefix: str = "") -> list[str]:
 
 
 def _credential_lines(plan: SessionPlan) -> list[str]:
-    if not plan.credentials:
+    if plan.routes is None:
         return ["credentials none: no secret enters the session, and no route to one is set up"]
     lines = ["credentials the session holds placeholders only; dejima's proxy on the host swaps in the secret "
              "toward each route's own upstream"]
-    for c in plan.credentials:
-        lines.append(f"            {c.route}: {c.source} -> {c.upstream}")
-    if plan.proxy_limits is not None:
-        lines.append(f"            proxy budget: {describe_proxy(plan.proxy_limits)}")
+    for r in plan.routes.routes:
+        lines.append(f"            {r.name}: {r.source_shown} -> {r.route.upstream}")
+    lines.append(f"            proxy budget: {describe_proxy(plan.routes.limits)}")
     return lines
 
 

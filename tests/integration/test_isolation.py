@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dejima.adapters.runtime import Runtime
-from dejima.core.paths import GATE_DIR
-from dejima.core.plan import SESSION_HOME
+from dejima.core.paths import GATE_DIR, SESSION_HOME
 from tests.integration.conftest import user_workspace
 from tests.world import User, parse_json_line, run_dejima
 

@@ -20,7 +20,7 @@ from dejima import api
 from dejima.api.session import _sink
 from dejima.cli.launch import main
 from dejima.errors import ExitStatus
-from dejima.orchestration.session import Streams, _pump, signals_raise
+from dejima.orchestration.executor import Streams, _pump, signals_raise
 from tests.unit.test_layering import imports_of
 
 ROOT = Path(__file__).parents[2]
@@ -124,8 +124,8 @@ def test_render_is_the_command_lines_render(tmp_path: Path, capsys: pytest.Captu
     assert [p.canonical for p in rendered.plan.filter.ports] == [f"127.0.0.1:{p if ':' in p else f'{p}:{p}'}"
                                                                  for p in values.get("publish", [])]
     assert rendered.plan.session_id == "render" and rendered.plan.workspace == str(workspace)
-    assert ("preparation", "credentials", (), True) in rendered.steps
-    assert rendered.steps == rendered.start.outline() and rendered.plan is rendered.start.session
+    assert "record" in [action.name for action in rendered.actions]
+    assert rendered.actions == rendered.start.actions and rendered.plan is rendered.start.session
 
 
 def test_the_render_reports_to_the_callers_reporter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,7 @@ from dejima.core.images import ImageRecipe
 from dejima.core.settings import parse_settings
 from dejima.errors import EngineError, ExitStatus
 from dejima.filter import VIOLATION
-from dejima.orchestration.session import STOP_SIGNAL
+from dejima.orchestration.executor import STOP_SIGNAL
 
 GONE = "gone-boot:1:1"  # a launcher token whose launcher is not alive (another boot)
 

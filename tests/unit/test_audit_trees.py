@@ -271,7 +271,7 @@ def test_a_pth_file_no_record_lists_is_found_one_a_record_lists_is_part_of_an_in
     def reinstalled(root: Path) -> None:  # an installer writes the distribution and its RECORD again
         python_environment(root, {**SIX, "six.py": "import sys  # 1.16.1\n"})
 
-    assert env_severity(tmp_path / "b", reinstalled) == {".venv": "low"}  # what an installer writes
+    assert env_severity(tmp_path / "b", reinstalled) == {".venv": "medium"}  # an install no lockfile pins
     assert "no installer makes" not in str(audited_evidence(tmp_path / "c", reinstalled))
 
 
@@ -285,7 +285,7 @@ def test_a_pth_with_an_import_line_of_its_own_is_high_even_when_a_record_lists_i
         python_environment(root, {**SIX, "__editable__.project-0.1.pth": "/work/project/src\n"})
 
     assert env_severity(tmp_path / "a", recorded_hook) == {".venv": "high"}
-    assert env_severity(tmp_path / "b", path_entry) == {".venv": "low"}
+    assert env_severity(tmp_path / "b", path_entry) == {".venv": "medium"}  # no lockfile pins it
 
 
 def test_a_console_script_rewritten_is_found(tmp_path: Path) -> None:

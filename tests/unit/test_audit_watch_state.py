@@ -20,7 +20,7 @@ from dejima.core.plan import Identity, SessionRequest, build_session_plan
 from dejima.core.resolve import Choice, Resolved
 from dejima.core.settings import Settings
 from dejima.orchestration import exit_audit
-from dejima.orchestration.start import audited_mounts
+from dejima.orchestration.executor import audited_mounts
 from dejima.ui.console import UI, plain_console
 from tests.unit.racy import short_racy_window, tick  # noqa: F401 - the fixture applies by being imported
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from dejima.adapters.home_settings import merge_settings
+from dejima.core.route_plan import BUNDLE_FILE, CA_FILE
 from dejima.proxy.runner import DECOY_MARK, _plant_decoy_file, write_trust
-from dejima.proxy.setup import BUNDLE_FILE, CA_FILE
 
 SETTINGS: dict[str, dict[str, Any]] = {
     ".gemini/settings.json": {"security": {"auth": {"selectedType": "gemini-api-key"}}},

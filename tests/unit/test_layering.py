@@ -133,7 +133,7 @@ LAYERS = {
                            frozenset({"os.getuid", "os.link", "os.listdir", "Path.expanduser", "Path.resolve",
                                       "Path.exists", "Path.is_dir", "Path.unlink", "Path.home", "Path.is_symlink",
                                       "Path.mkdir", "Path.write_text", "Path.read_text", "Path.read_bytes",
-                                      "Path.iterdir"})),
+                                      "Path.iterdir", "Path.rmdir"})),
     "ui": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.ui"}), {"rich": ANY}),
     # the public API (dejima/api/): the layers below, and of the terminal UI only the render's text
     "api": Layer(frozenset({"dejima.core", "dejima.errors", "dejima.adapters", "dejima.proxy", "dejima.orchestration",

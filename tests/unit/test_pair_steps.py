@@ -1,60 +1,55 @@
-"""The container pair's start as steps (orchestration/start_plan.py pair_outline, orchestration/session.py
-pair_steps): what each step waits for.
-The graph is data, read without running a step; the steps themselves run against a real engine in
-tests/integration (test_lifecycle, test_fail_closed, test_prestart, test_interactive)."""
+"""The container pair's start as actions (orchestration/actions.py pair_actions): what each waits for and how
+each is undone. The graph is data, read without applying an action; the executor applies them against a fake
+engine in tests/unit/test_executor.py and against a real one in tests/integration (test_lifecycle,
+test_fail_closed, test_prestart, test_interactive)."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
-import pytest
-
-from dejima.orchestration.session import pair_steps
-from dejima.orchestration.start_plan import pair_outline
-from dejima.orchestration.steps import ordered
+from dejima.orchestration.actions import CloseFifo, RemoveContainer, pair_actions
+from dejima.orchestration.executor import ordered
 from tests.unit.core.test_plan import plan
 
-AUDIT = {"audit-start": lambda _: None}
 
-
-def needs(interactive: bool = False, gated: bool = True) -> dict[str, set[str]]:
+def graph(interactive: bool = False, gated: bool = True) -> dict[str, set[str]]:
     planned = plan(command=None) if interactive else plan()
-    gate: Any = object() if gated else None
-    steps = pair_steps(object(), planned, [], [], gate, 30.0, AUDIT)  # type: ignore[arg-type]
-    ordered(steps)  # a graph the executor can run: no cycle, no unknown need
-    graph = {step.name: set(step.needs) for step in steps}
-    # the steps the pair runs are the ones the plan declares, with the same needs
-    assert graph == {d.name: set(d.needs) for d in pair_outline(planned.interactive, gated)}
-    return graph
+    planned = replace(planned, gate="/run/gate/go" if gated else None, config_fifo="/run/config")
+    actions = pair_actions(planned, 30.0)
+    ordered(actions)  # a graph the executor can run: no cycle, no unknown need
+    return {p.name: set(p.needs) for p in actions}
 
 
-def test_the_callers_steps_run_once_the_filter_exists_and_before_the_session_starts() -> None:
-    graph = needs()
-    assert graph["audit-start"] == {"filter", "boundary"}
-    assert {"session", "audit-start"} <= graph["session-start"]
+def test_the_boundary_and_the_audit_start_once_the_filter_exists_and_before_the_session_starts() -> None:
+    needs = graph()
+    assert needs["audit-start"] == {"filter", "boundary"}
+    assert {"session", "audit-start"} <= needs["session-start"]
 
 
 def test_behind_the_gate_the_session_starts_while_the_filter_gets_ready() -> None:
-    graph = needs()
-    assert "filter-ready" not in graph["session-start"]  # overlapping the ruleset's apply and verify
-    assert {"filter-ready", "session-start", "audit-start"} <= graph["open-gate"]  # the command waits for both
-    assert graph["filter-start"] == {"filter-configuration"}  # the configuration is sent before the start
-    assert graph["session"] == {"filter"}  # it names the filter's namespaces
+    needs = graph()
+    assert "filter-ready" not in needs["session-start"]  # overlapping the ruleset's apply and verify
+    assert {"filter-ready", "session-start", "audit-start", "gate"} <= needs["open-gate"]  # the command waits for both
+    assert needs["filter-start"] == {"filter-configuration"}  # the configuration is sent before the start
+    assert needs["session"] == {"filter"}  # it names the filter's namespaces
 
 
 def test_without_a_gate_the_session_starts_only_once_the_filter_is_ready() -> None:
-    assert "filter-ready" in needs(gated=False)["session-start"]
+    needs = graph(gated=False)
+    assert "filter-ready" in needs["session-start"] and "open-gate" not in needs
 
 
 def test_an_interactive_terminal_is_handed_over_only_after_the_gate() -> None:
-    graph = needs(interactive=True)
-    assert "session-start" not in graph  # the docker CLI starts it, once run() has the gate open
-    assert {"filter-ready", "session", "audit-start"} <= graph["open-gate"]
+    needs = graph(interactive=True)
+    assert "session-start" not in needs  # the docker CLI starts it, once run() has the gate open
+    assert {"filter-ready", "session", "audit-start"} <= needs["open-gate"]
 
 
-@pytest.mark.parametrize("name", ["filter", "session", "open-gate", "unknown"])
-def test_a_caller_acts_only_for_its_own_steps(name: str) -> None:
-    from dejima.orchestration.steps import StepGraphError
-
-    with pytest.raises(StepGraphError, match="a caller acts only"):
-        pair_steps(object(), plan(), [], [], object(), 30.0, {name: lambda _: None})  # type: ignore[arg-type]
+def test_the_teardown_removes_both_containers_at_once_and_ends_the_audit_after_the_session() -> None:
+    actions = {p.name: p for p in pair_actions(replace(plan(), gate="/run/gate/go"), 30.0)}
+    assert actions["filter"].undo == RemoveContainer(plan().filter.name, keep_output=True)  # its records kept
+    assert actions["session"].undo == RemoveContainer(plan().session.name)
+    assert actions["filter"].undo_after == actions["session"].undo_after == ()  # at once: the session dies with it
+    assert actions["audit-start"].undo_after == ("session",)  # no process of the session left to write
+    assert isinstance(actions["gate"].undo, CloseFifo) and "session" in actions["gate"].undo_after
+    assert actions["open-gate"].undo is None and actions["filter-ready"].undo is None

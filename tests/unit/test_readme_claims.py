@@ -127,7 +127,7 @@ def test_its_example_settings_are_valid() -> None:
 
 
 def test_the_base_url_it_quotes_is_what_the_anthropic_route_gets() -> None:
-    from dejima.core.plan import BRIDGE_PORT
+    from dejima.core.paths import BRIDGE_PORT
 
     assert f"ANTHROPIC_BASE_URL=http://127.0.0.1:{BRIDGE_PORT}/r/anthropic-api-key" in README
     backend = (ROOT / "backends" / "anthropic.toml").read_text()

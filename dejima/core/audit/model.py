@@ -76,13 +76,16 @@ Contents = Callable[[str, str], "bytes | None"]  # (side "before"/"after", path)
 
 
 class Artifact(NamedTuple):
-    """What a package's pinned artifact holds (an npm tarball read from the cache, its integrity
-    checked): each regular file's path inside the package and SHA-256 (hex)."""
+    """What a package's pinned artifact holds (an npm tarball or a wheel read from a cache, its hash
+    checked): each regular file's path inside the package and SHA-256 (hex); ``texts``: the few
+    entries a verification reads whole (a wheel's entry_points.txt and ``#!python`` scripts)."""
 
     files: dict[str, str]
+    texts: dict[str, str] | None = None
 
 
-# The pinned artifacts asked for at once (npm SRI integrities) -> each one, or why it cannot be had.
+# The pinned artifacts asked for at once (npm SRI integrities, python_verify.wheel_key) -> each one,
+# or why it cannot be had.
 Artifacts = Callable[[list[str]], "dict[str, Artifact | str]"]
 
 

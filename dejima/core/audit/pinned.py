@@ -85,20 +85,20 @@ def listed(items: list[str]) -> str:
 
 
 def tree_finding(tree: str, verdict: TreeVerdict, changes: list[Change], tampered: list[str], remedy: str,
-                 unit: str = "package", idle: str | None = None, lead: str = "") -> Finding:
+                 unit: str = "package", idle: str | None = None, lead: str = "", rule: str = "B07") -> Finding:
     """The tree's one finding: high with what differs (``tampered``: what other checks found too),
     medium with what could not be verified, else low with what was. ``idle``: what to say instead
     when nothing was verified and nothing needed to be (the tool only rewrote its own records);
-    ``lead``: the words the evidence begins with."""
+    ``lead``: the words the evidence begins with; ``rule``: B07, B10 for a Python environment."""
     problems = [*tampered, *verdict.problems]
     verified = f"verified {verdict.files} file(s) of {len(verdict.packages)} {unit}(s) against {verdict.lockfile} " \
         "as the session's start had it"
     value = changes_value(changes)
     if problems:
-        return finding("B07", "high", tree, f"{lead}{len(problems)} change(s) no install from {verdict.lockfile} "
+        return finding(rule, "high", tree, f"{lead}{len(problems)} change(s) no install from {verdict.lockfile} "
                        f"makes: {listed(problems)}; {remedy}", value, remedy="reinstall")
     if verdict.unverified:
-        return finding("B07", "medium", tree, f"{lead}{verified}; {len(verdict.unverified)} not verifiable: "
+        return finding(rule, "medium", tree, f"{lead}{verified}; {len(verdict.unverified)} not verifiable: "
                        f"{listed(verdict.unverified)}; to be sure, {remedy}", value, remedy="reinstall")
-    return finding("B07", "low", tree, lead + (idle if idle is not None and not verdict.files else verified), value,
+    return finding(rule, "low", tree, lead + (idle if idle is not None and not verdict.files else verified), value,
                    remedy="reinstall")

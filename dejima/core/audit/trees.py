@@ -14,6 +14,7 @@ from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tamperin
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
 from dejima.core.audit.npm_verify import npm_findings
+from dejima.core.audit.python_verify import python_findings
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
 from dejima.core.audit.yarn_verify import yarn_findings
 from dejima.core.snapshot import Change
@@ -112,11 +113,12 @@ def _stray_node_modules(view: View) -> list[Finding]:
 
 def _environments(view: View) -> list[Finding]:
     """Python environments and install targets: one finding each, and the start-up files changed in
-    an environment that was there. What an installer writes, as its RECORDs say, is an install: low,
-    since those RECORDs are written in the tree too and nothing here holds them to the wheels yet (a
-    later step of issue 32). What no installer writes is high: a file no RECORD lists, a .pth with
-    an import line that is none of the installers' own. In the session's home (the workflows put
-    uv's and poetry's environments there) only sessions run them, inside the boundary: medium."""
+    an environment that was there. In the workspace, each is held to the wheels its lockfile pinned
+    (python_verify.py). Else what an installer writes, as its RECORDs say, is an install: low, since
+    those RECORDs are written in the tree too. What no installer writes is high: a file no RECORD
+    lists, a .pth with an import line that is none of the installers' own. In the session's home (the
+    workflows put uv's and poetry's environments there) only sessions run them, inside the boundary:
+    medium."""
     return [f for (kind, root), changes in _group(view, PYTHON_KINDS).items()
             for f in judged(view, "B10", root, _environment, kind, root, changes, view)]
 
@@ -137,6 +139,8 @@ def _environment(kind: str, root: str, changes: list[Change], view: View) -> lis
             continue
         found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
                              f"this Python environment ({change.what})", new.sha256 or "", remedy="reinstall"))
+    if (verified := python_findings(kind, root, changes, view, tampered)) is not None:  # held to uv.lock's pins
+        return [*found, *verified]
     paths = sorted({c.path for c in rest})
     where = "" if home else " on the host"
     what = "install target" if kind == "python-target" else "environment"

@@ -129,6 +129,21 @@ def test_restore_removes_a_tree_the_session_made_and_sends_an_existing_one_to_a_
     assert f"then `npm ci` in {workspace}" in out.getvalue()  # the clean reinstall, from the lockfile
 
 
+def test_restore_of_a_python_environment_names_uv_s_clean_reinstall(workspace: Path, out: io.StringIO,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    (workspace / "uv.lock").write_text('version = 1\n[[package]]\nname = "x"\nversion = "1"\n')  # at the start
+
+    def install(root: Path) -> None:
+        (root / ".venv/lib/python3.11/site-packages").mkdir(parents=True)
+        (root / ".venv/pyvenv.cfg").write_text("home = /usr/bin\n")
+        (root / ".venv/lib/python3.11/site-packages/x.py").write_text("import os\n")  # no RECORD lists it
+
+    [tree] = [i for i in session(workspace, "s1", install)]
+    assert main(["restore", str(tree)]) == ExitStatus.SUCCESS
+    said = capsys.readouterr().out
+    assert "removed .venv, which the session created" in said and f"`uv sync --reinstall` in {workspace}" in said
+
+
 def test_restore_on_cargos_and_yarns_trees_names_their_clean_commands(workspace: Path, out: io.StringIO) -> None:
     (workspace / "Cargo.toml").write_text('[package]\nname = "p"\nversion = "0.1.0"\n')
     (workspace / "package.json").write_text("{}")

@@ -274,11 +274,11 @@ def test_render_shows_what_the_harness_is_given_to_reach_its_backend(tmp_path: P
                  "codex"]) == ExitStatus.SUCCESS
     out = capsys.readouterr().out
     assert "env  CODEX_API_KEY = {placeholder}" in out
-    steps = out[out.index("## Start steps"):].splitlines()  # what a start applies, both parts, with their needs
-    assert "before the plan (facts, leftovers)" in steps and "preparation" in steps and "the container pair" in steps
-    # the secrets' sources are read by a start (a render names them), before the plan, apart from it
-    assert any(line.split()[:2] == ["credential-sources", "applies"] for line in steps)
-    assert any(line.split()[:2] == ["policy", "plans"] for line in steps)
-    assert any(line.split()[:3] == ["open-gate", "applies", "after"] and "filter-ready," in line for line in steps)
+    steps = out[out.index("## Start actions"):].splitlines()  # what a start applies, both parts, with their needs
+    assert "preparation" in steps and "the container pair" in steps
+    # the harness's settings merged into the home once it exists and the routes' files are written
+    assert any(line.split()[:1] == ["harness-settings"] for line in steps)
+    gate = steps.index(next(line for line in steps if line.split()[:1] == ["open-gate"]))
+    assert steps[gate + 1].split()[0] == "after" and "filter-ready," in steps[gate + 1]
     assert ("file ~/.codex/config.toml: merged before the session: analytics.enabled, check_for_update_on_startup, "
             "feedback.enabled, openai_base_url, sandbox_mode") in out

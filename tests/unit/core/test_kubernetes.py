@@ -54,8 +54,10 @@ def make_plan(workspace: str = "/home/dev/src/web-app", command: tuple[str, ...]
         home_dir=PurePosixPath("/unused/home"), command=command, launcher="render",
         resolv_conf=PurePosixPath("/unused/resolv.conf"), gate_dir=PurePosixPath("/unused/gate"),
         run_dir=PurePosixPath("/unused/run"))
+    credential_env = request.pop("credential_env", ())  # the variables a proxy's routes would give the session
     return build_session_plan(replace(base, **request), settings or Settings(), IDENTITY, "<filter image>",
-                              "<session image>", FACTS, "settings.toml", resolved, engine_memory=None)
+                              "<session image>", FACTS, "settings.toml", resolved, engine_memory=None,
+                              harness_env=credential_env)
 
 
 PLACEHOLDER = "sk-ant-api03-placeholder0123456789abcdef"
@@ -76,7 +78,7 @@ def combinations() -> dict[str, tuple[SessionPlan, KubernetesTarget, PodProxy | 
         "node-claude-code-sandbox": (
             make_plan("/srv/agents/shop", command=None, harness="claude-code", workflows=("node",),
                       remote_hosts=frozenset({"github.com"}), settings=limits, allow=("pypi.org",),
-                      bridge=True, credential_env=(("ANTHROPIC_BASE_URL", "http://127.0.0.1:700/r/anthropic-api-key"),
+                      credential_env=(("ANTHROPIC_BASE_URL", "http://127.0.0.1:700/r/anthropic-api-key"),
                                                    ("ANTHROPIC_API_KEY", PLACEHOLDER))),
             replace(TARGET, namespace="agents", runtime_class="gvisor"), PROXY),
         "python-pod": (
@@ -231,7 +233,11 @@ def test_the_pod_has_the_local_limits_and_mounts() -> None:
 
 
 def test_without_a_proxy_the_routes_variables_stay_out() -> None:
+    from dejima.adapters.session_dirs import new_draws
+    from dejima.core.route_plan import declared_routes, plan_routes
+
     plan, target, _ = combinations()["node-claude-code-sandbox"]
+    plan = replace(plan, routes=plan_routes(declared_routes(plan.resolved), new_draws()))  # planned, not served
     text = kubernetes_yaml(kubernetes_objects(plan, target))
     assert PLACEHOLDER not in text
     assert "ANTHROPIC_BASE_URL" not in text  # the route's variables go with the route, which the pod lacks

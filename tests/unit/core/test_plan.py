@@ -4,8 +4,8 @@ from pathlib import PurePosixPath
 import pytest
 
 from dejima.core import labels
+from dejima.core.paths import SESSION_HOME
 from dejima.core.plan import (
-    SESSION_HOME,
     Identity,
     SessionPlan,
     SessionRequest,

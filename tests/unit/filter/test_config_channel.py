@@ -12,7 +12,7 @@ import pytest
 from dejima.adapters.fifo import make_run_dir
 from dejima.filter import FAILED
 from dejima.filter.__main__ import CONFIG_ENV, CONFIG_FIFO_ENV, _config_line, _read_config
-from dejima.orchestration.session import _send_configuration
+from dejima.orchestration.executor import _send_configuration
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from dejima.adapters.session_dirs import new_draws
 from dejima.core.credentials import Route, parse_upstream
 from dejima.core.placeholders import make_placeholder
 from dejima.core.secret import Secret
@@ -172,8 +173,8 @@ class LoopThread:
 
 def route(name: str, upstream: str, header: str = "x-api-key", scheme: str = "raw",
           username: str | None = None, manifest_host: str = "api.anthropic.com") -> Route:
-    return Route(name, parse_upstream(upstream, name), header, scheme, make_placeholder(manifest_host, header),
-                 username)
+    return Route(name, parse_upstream(upstream, name), header, scheme,
+                 make_placeholder(manifest_host, header, new_draws()), username)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.session_dirs import new_draws
 from dejima.core.floods import total
 from dejima.core.placeholders import make_decoys
 from dejima.proxy.records import read_records
@@ -29,7 +30,7 @@ def api() -> Iterator[FakeAPI]:
 
 @pytest.fixture
 def proxy(tmp_path: Path, api: FakeAPI) -> Iterator[RunningProxy]:
-    decoys = make_decoys(["ANTHROPIC_API_KEY"]).values()
+    decoys = make_decoys(new_draws(), ["ANTHROPIC_API_KEY"]).values()
     with running_proxy(tmp_path, [RouteSpec(route("anthropic-api-key", api.url), fixed())], decoys=decoys,
                        max_connections=8) as running:
         yield running

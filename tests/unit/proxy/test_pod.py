@@ -19,7 +19,7 @@ from dejima.core.manifest import CredentialRoute
 from dejima.core.pushrules import PushPolicy
 from dejima.proxy.pod import CONFIG_ENV, FAILED, READY, not_carried, pod_document, secret_variable
 from tests.unit.proxy.fakes import REAL_KEY, FakeAPI, fake_api
-from tests.unit.proxy.prepared import prepare
+from tests.unit.proxy.prepared import plan
 from tests.world import wait_for_line
 
 ANTHROPIC = CredentialRoute("anthropic-api-key", "https://api.anthropic.com", "x-api-key", "raw",
@@ -30,10 +30,9 @@ GITHUB_GIT = CredentialRoute("github-git", "https://github.com", "authorization"
 
 def planned(tmp_path: Path, api: FakeAPI) -> dict[str, Any]:
     """The document a render makes: sources named, not read; the upstream overridden to the fake."""
-    prepared = prepare([(ANTHROPIC, "backends/anthropic.toml"), (GITHUB_GIT, "forges/github.toml")], tmp_path,
-                       overrides={"anthropic-api-key": api.url},
-                       push={"github-git": PushPolicy(("me/repo",))}, read_sources=False)
-    return pod_document(prepared)
+    routes = plan([(ANTHROPIC, "backends/anthropic.toml"), (GITHUB_GIT, "forges/github.toml")], tmp_path,
+                  overrides={"anthropic-api-key": api.url}, push={"github-git": PushPolicy(("me/repo",))})
+    return pod_document(routes)
 
 
 @contextmanager
@@ -123,14 +122,12 @@ def test_the_tls_fallback_gets_a_session_ca_made_in_the_pod(tmp_path: Path) -> N
     its certificate where the session reads it, and answers TLS for those hosts on its second socket."""
     import ssl
 
-    prepared = prepare([(GITHUB_API, "forges/github.toml")], tmp_path, read_sources=False)
-    document = pod_document(prepared)
+    document = pod_document(plan([(GITHUB_API, "forges/github.toml")], tmp_path))
     assert document["intercept"] == {"api.github.com": "github-api"}
     assert "PRIVATE KEY" not in json.dumps(document) and "CERTIFICATE" not in json.dumps(document)
     with pod_proxy(tmp_path, document, {"GH_TOKEN": "ghp_" + "y" * 36}) as proxy:
         wait_for_line(proxy.stdout, READY, timeout=30)
         ca = (tmp_path / "trust" / "session-ca.pem").read_text()
-        assert prepared.interception is None  # a render makes no CA: the pod's is its own
         assert ca.startswith("-----BEGIN CERTIFICATE-----")
         assert (tmp_path / "tls.sock").stat().st_mode & 0o777 == 0o666
         context = ssl.create_default_context(cafile=str(tmp_path / "trust" / "session-ca.pem"))
@@ -143,8 +140,8 @@ def test_the_tls_fallback_gets_a_session_ca_made_in_the_pod(tmp_path: Path) -> N
 
 def test_a_secret_read_from_a_file_or_a_command_gets_a_variable_of_its_route() -> None:
     from_file = CredentialRoute("gitlab-api", "https://gitlab.com", "private-token", "raw", ("file", ("~/.gl",)))
-    assert secret_variable(from_file) == "DEJIMA_SECRET_GITLAB_API"
-    assert secret_variable(ANTHROPIC) == "ANTHROPIC_API_KEY"
+    assert secret_variable(from_file.name, from_file.source) == "DEJIMA_SECRET_GITLAB_API"
+    assert secret_variable(ANTHROPIC.name, ANTHROPIC.source) == "ANTHROPIC_API_KEY"
 
 
 def test_a_signing_route_signs_with_the_secrets_aws_keys(tmp_path: Path) -> None:
@@ -158,9 +155,7 @@ def test_a_signing_route_signs_with_the_secrets_aws_keys(tmp_path: Path) -> None
     from tests.unit.proxy.test_signing import MODEL, REAL_ID, REAL_SECRET, REAL_TOKEN, manifest_routes
 
     with fake_bedrock(REAL_ID, REAL_SECRET, REAL_TOKEN) as bedrock:
-        prepared = prepare(manifest_routes("bedrock"), tmp_path, {"aws-sigv4-runtime": bedrock.url},
-                           read_sources=False)
-        document = pod_document(prepared)
+        document = pod_document(plan(manifest_routes("bedrock"), tmp_path, {"aws-sigv4-runtime": bedrock.url}))
         assert secret_variables(document) == (("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), ("AWS_SESSION_TOKEN",))
         runtime = next(r for r in document["routes"] if r["name"] == "aws-sigv4-runtime")
         key_id, secret = runtime["placeholder"], runtime["signing"]["secret_placeholder"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters.session_dirs import new_draws
 from dejima.core.placeholders import make_decoys
 from dejima.proxy.records import read_records
 from dejima.proxy.routes import RouteSpec
@@ -46,7 +47,7 @@ def proxy(tmp_path: Path, api: FakeAPI, ca: tuple[Path, Path, Path]) -> Iterator
     specs = [RouteSpec(route("anthropic-api-key", api.url), fixed()),
              RouteSpec(route("github-api", api.url, "authorization", "Bearer", manifest_host="api.github.com"),
                        fixed(GH_REAL))]
-    decoys = make_decoys(["ANTHROPIC_API_KEY"]).values()
+    decoys = make_decoys(new_draws(), ["ANTHROPIC_API_KEY"]).values()
     with running_proxy(tmp_path, specs, extra_ca_file=str(ca[0]), decoys=decoys, response_timeout=1.0) as running:
         yield running
 
@@ -259,7 +260,7 @@ def test_the_unix_socket_is_private_and_serves(tmp_path: Path, api: FakeAPI, ca:
 
 def test_no_secret_reaches_the_ledger_or_the_violations(tmp_path: Path, api: FakeAPI,
                                                        ca: tuple[Path, Path, Path]) -> None:
-    decoy = make_decoys().values()["AWS_ACCESS_KEY_ID"]
+    decoy = make_decoys(new_draws()).values()["AWS_ACCESS_KEY_ID"]
     with running_proxy(tmp_path, [RouteSpec(route("anthropic-api-key", api.url), fixed())],
                        extra_ca_file=str(ca[0]), decoys={"AWS_ACCESS_KEY_ID": decoy}) as proxy:
         key = placeholder(proxy)

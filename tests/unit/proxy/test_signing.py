@@ -18,11 +18,10 @@ import pytest
 from dejima.core.manifest import CredentialRoute, parse_manifest
 from dejima.proxy.records import read_records
 from dejima.proxy.server import ProxyServer
-from dejima.proxy.setup import PreparedProxy, session_env
 from tests.awsverify import botocore_signature
 from tests.bedrockfake import DRIP_SECONDS, WORDS, FakeBedrock, decode_frames, fake_bedrock
 from tests.unit.proxy.fakes import FakeAPI, LoopThread, fake_api, raw_exchange
-from tests.unit.proxy.prepared import prepare
+from tests.unit.proxy.prepared import Prepared, prepare
 
 ROOT = Path(__file__).resolve().parents[3]
 REAL_ID, REAL_SECRET, REAL_TOKEN = "ASIAHOSTREALKEY00001", "hostSecretKeyThatMustNeverLeaveTheProxy01", "hostToken//+="
@@ -37,11 +36,11 @@ def manifest_routes(name: str) -> list[tuple[CredentialRoute, str]]:
 
 
 class World:
-    def __init__(self, prepared: PreparedProxy, bedrock: FakeBedrock, api: FakeAPI, loop: LoopThread,
+    def __init__(self, prepared: Prepared, bedrock: FakeBedrock, api: FakeAPI, loop: LoopThread,
                  server: ProxyServer) -> None:
         self.prepared, self.bedrock, self.api, self.loop, self.server = prepared, bedrock, api, loop, server
         self.port = server.tcp_port or 0
-        self.env = session_env(prepared, ORIGIN, {"aws-sigv4-runtime": "ANTHROPIC_BEDROCK_BASE_URL"})
+        self.env = prepared.env  # as the session gets it, through the filter's bridge at ORIGIN
 
     def send(self, method: str, path: str, body: bytes, key_id: str, secret: str,
              extra: dict[str, str] | None = None) -> tuple[http.client.HTTPResponse, http.client.HTTPConnection]:

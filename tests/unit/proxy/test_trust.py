@@ -9,9 +9,9 @@ import pytest
 
 from dejima.core.manifest import CredentialRoute
 from dejima.core.plan import TLS_PORT, TLS_SOCKET
+from dejima.core.route_plan import BUNDLE_FILE, CA_FILE, TRUST_VARS
 from dejima.proxy.runner import write_trust
-from dejima.proxy.setup import BUNDLE_FILE, CA_FILE, TRUST_VARS, session_env
-from tests.unit.proxy.prepared import prepare
+from tests.unit.proxy.prepared import plan, prepare
 
 API = CredentialRoute("github-api", "https://api.github.com", "Authorization", "Bearer", ("env", ("GH_TOKEN",)),
                       "GH_TOKEN", intercept=True)
@@ -27,7 +27,7 @@ def test_marked_routes_get_a_session_ca_for_their_manifest_host(tmp_path: Path) 
     assert interception is not None
     assert interception.routes == {"api.github.com": "github-api"}  # the host the tool dials, not the override
     assert interception.authority.hosts == ("api.github.com",)
-    env = session_env(prepared, "http://127.0.0.1:700", trust_dir="/home/dejima/.dejima/tls")
+    env = prepared.env
     for name in TRUST_VARS:
         assert env[name] == f"/home/dejima/.dejima/tls/{BUNDLE_FILE}"
     assert env["NODE_EXTRA_CA_CERTS"] == f"/home/dejima/.dejima/tls/{CA_FILE}"
@@ -37,7 +37,7 @@ def test_marked_routes_get_a_session_ca_for_their_manifest_host(tmp_path: Path) 
 def test_no_marked_route_no_ca_and_no_trust_variables(tmp_path: Path) -> None:
     prepared = prepare([(GIT, "forges/github.toml")], tmp_path, environ=HOST)
     assert prepared.interception is None
-    env = session_env(prepared, "http://127.0.0.1:700", trust_dir="/home/dejima/.dejima/tls")
+    env = prepared.env
     assert not set(TRUST_VARS) & set(env) and "NODE_EXTRA_CA_CERTS" not in env
 
 
@@ -67,7 +67,8 @@ def test_a_link_the_session_left_in_its_home_is_removed_not_followed(tmp_path: P
 
 
 @pytest.mark.parametrize("intercept", [(), ("api.github.com",)])
-def test_the_filter_config_names_the_relay_only_with_intercepted_hosts(intercept: tuple[str, ...]) -> None:
+def test_the_filter_config_names_the_relay_only_with_intercepted_hosts(intercept: tuple[str, ...],
+                                                                       tmp_path: Path) -> None:
     import json
     from pathlib import PurePosixPath
 
@@ -76,8 +77,11 @@ def test_the_filter_config_names_the_relay_only_with_intercepted_hosts(intercept
     from dejima.core.ruleset import DENY_ALL_EXPECTATION
 
     request = SessionRequest("s1", "scope", PurePosixPath("/w"), PurePosixPath("/h"), None, "l",
-                             run_dir=PurePosixPath("/run"), bridge=True, intercept=intercept)
-    config = json.loads(filter_config("s1", "", DENY_ALL_EXPECTATION, parse_policy([], []), (), request))
+                             run_dir=PurePosixPath("/run"))
+    routes = plan([(API if intercept else GIT, "forges/github.toml")], tmp_path)
+    config = json.loads(filter_config("s1", "", DENY_ALL_EXPECTATION, parse_policy([], []), (), request,
+                                      routes=routes))
+    assert config["bridge"]["port"] == 700
     if intercept:
         assert config["intercept"] == {"socket": f"/run/dejima/{TLS_SOCKET}", "port": TLS_PORT,
                                        "names": ["api.github.com"]}

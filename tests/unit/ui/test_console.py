@@ -101,16 +101,20 @@ def test_boundary_card_and_render_show_the_proxys_budget() -> None:
     from dataclasses import replace
     from pathlib import PurePosixPath
 
-    from dejima.core.plan import CredentialView, Identity, SessionRequest, build_session_plan
+    from dejima.adapters.session_dirs import new_draws
+    from dejima.core.manifest import CredentialRoute
+    from dejima.core.plan import Identity, SessionRequest, build_session_plan, proxy_limits
+    from dejima.core.route_plan import plan_routes
     from dejima.core.settings import CredentialSettings, Settings
     from dejima.ui.views import boundary_card, format_plan
 
     request = SessionRequest("abcd1234", "t", PurePosixPath("/w/p"), PurePosixPath("/h"), None, "b:1:2")
     settings = Settings(credentials=CredentialSettings(proxy_memory="32m", proxy_connections=64))
-    plan = build_session_plan(request, settings, Identity(1000, 1000, "u"), "f", "s")
-    plan = replace(plan, credentials=(CredentialView("anthropic-api-key", "backends/anthropic.toml",
-                                                     "host env ANTHROPIC_API_KEY", "https://api.anthropic.com",
-                                                     "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),))
+    route = CredentialRoute("anthropic-api-key", "https://api.anthropic.com", "x-api-key", "raw",
+                            ("env", ("ANTHROPIC_API_KEY",)), "ANTHROPIC_API_KEY", base_url_env="ANTHROPIC_BASE_URL")
+    routes = replace(plan_routes([(route, "backends/anthropic.toml")], new_draws()),
+                     limits=proxy_limits(settings))
+    plan = build_session_plan(request, settings, Identity(1000, 1000, "u"), "f", "s", routes=routes)
     budget = "proxy budget: holds at most 32 MiB of request data at once, 64 connections"
     assert any(line.strip() == budget for line in boundary_card(plan))
     assert budget in format_plan(plan).splitlines()

@@ -1,0 +1,539 @@
+"""A Python environment or install target verified against what uv.lock pinned before the session
+(research B07, B10; issue 32), or the requirements files beside it with ``--hash`` pins.
+
+``uv.lock`` as the session's start kept it pins each distribution by the SHA-256 of its wheels (a
+hashed requirements file by the SHA-256 of each of its artifacts); a wheel counts only when its
+bytes hash to the pin (the adapter, dejima/adapters/wheel_cache.py,
+checks), or when it is the host user's own uv cache, which the session cannot write, that records
+that hash for the archive it unpacked. An installer writes a wheel's files as the wheel holds them,
+so every file the session wrote in a distribution is compared with the wheel's entry for it:
+
+- a file whose content is not the wheel's, a file the wheel does not hold (a RECORD may list it:
+  RECORD is written in the tree too), a distribution the lockfile does not pin, an entry-point
+  script that is not what pip or uv writes for the entry point the wheel declares, a script whose
+  ``#!`` is not the environment's interpreter: each named (high);
+- what cannot be verified: no pins at the start, a distribution pinned anew in the session, a
+  pin without a hash, a wheel in no cache, the project itself (built from the workspace), the
+  seed pip and setuptools that ``python -m venv`` installs, bytecode that does not recompile to
+  the same bytes here: said so (medium), with what would verify it.
+
+What an installer generates is treated as such: RECORD, INSTALLER, REQUESTED, direct_url.json and
+uv_cache.json are data no start runs (not compared); entry-point scripts are rebuilt from the
+wheel's entry_points.txt and compared; ``.data/scripts`` are compared after the ``#!python``
+rewrite; a ``__pycache__/*.pyc`` is compiled again from its verified source with this Python and
+compared byte for byte (another Python's bytecode cannot be: medium). The environment's own files
+(``activate*``, ``pyvenv.cfg``, interpreter links) are judged by installs.py only, not against
+venv's templates (those of the interpreter that made it: the session image's, not dejima's).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import marshal
+import posixpath
+import re
+import tomllib
+from dataclasses import dataclass, field
+
+from dejima.core.audit.model import Artifact, Finding, View
+from dejima.core.audit.pinned import TreeVerdict, tree_finding
+from dejima.core.snapshot import Change
+
+LOCKFILE = "uv.lock"
+CLEAN_INSTALL = "uv sync --reinstall"
+# Written by the installer beside the wheel's own dist-info files: data no start runs.
+_GENERATED = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json"})
+# What `python -m venv` installs itself (ensurepip), pinned by no lockfile.
+_SEEDS = frozenset({"pip", "setuptools", "wheel"})
+_CONTENT = ("added", "modified", "type", "link-target")
+_SITE = re.compile(r"(?:^|/)(?:lib/(?:python|pypy)[\d.]+t?|Lib)/site-packages(?=/)")
+_SHEBANG = re.compile(r"#!(/[^\s'\"\\$`;|&<>()*?]*/bin/(?:python|pypy)[\d.]*)\n"
+                      # the form pip and uv write for a path too long for #! or with a space in it
+                      r"|#!/bin/sh\n'''exec' (['\"])(/[^'\"\\$`]*/bin/(?:python|pypy)[\d.]*)"
+                      r"\2 \"\$0\" \"\$@\"\n' '''\n")
+_ENTRY = re.compile(r"\s*([\w.]+)\s*:\s*([\w.]+)\s*(?:\[.*\])?\s*")
+# The body of an entry-point script after its #! line, as each installer writes it: pip with
+# distlib's template (pip < 24.1), pip's own, uv's. Filled with module, import name, function.
+_SCRIPTS = (
+    "# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module} import {name}\nif __name__ == '__main__':\n"
+    "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit({func}())\n",
+    "import sys\nfrom {module} import {name}\nif __name__ == '__main__':\n"
+    "    sys.argv[0] = sys.argv[0].removesuffix('.exe')\n    sys.exit({func}())\n",
+    "# -*- coding: utf-8 -*-\nimport sys\nfrom {module} import {name}\nif __name__ == \"__main__\":\n"
+    "    if sys.argv[0].endswith(\"-script.pyw\"):\n        sys.argv[0] = sys.argv[0][:-11]\n"
+    "    elif sys.argv[0].endswith(\".exe\"):\n        sys.argv[0] = sys.argv[0][:-4]\n    sys.exit({func}())\n",
+)
+
+
+def normalize(name: str) -> str:
+    """A distribution's name as PEP 503 compares it."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One distribution as a lockfile pins it: version and each wheel's (sha256 hex, where it is:
+    ``url:...`` or ``path:<mount-relative>``); ``local``: the project itself (editable, virtual,
+    a directory), which no hash pins."""
+
+    version: str
+    wheels: tuple[tuple[str, str], ...] = ()
+    local: bool = False
+    unhashed: bool = False  # a wheel or sdist without a hash
+
+
+def uv_pins(text: str | None, directory: str) -> dict[str, Pin] | None:
+    """name -> pin from uv.lock's ``[[package]]`` entries (None when it is not one); ``directory``:
+    the lockfile's, mount-relative (a path wheel is relative to its registry, and it to the lockfile)."""
+    try:
+        document = tomllib.loads(text) if text is not None else None
+    except (tomllib.TOMLDecodeError, RecursionError):
+        return None
+    packages = document.get("package") if isinstance(document, dict) else None
+    if not isinstance(packages, list):
+        return None
+    pins: dict[str, Pin] = {}
+    for package in packages:
+        if not isinstance(package, dict) or not isinstance(package.get("name"), str):
+            continue
+        source: dict[str, object] = package["source"] if isinstance(package.get("source"), dict) else {}
+        local = any(key in source for key in ("editable", "virtual", "directory"))
+        wheels, unhashed = [], False
+        for wheel in package.get("wheels", []) if isinstance(package.get("wheels"), list) else []:
+            digest = str(wheel.get("hash", "")) if isinstance(wheel, dict) else ""
+            if not digest.startswith("sha256:"):
+                unhashed = True
+                continue
+            if isinstance(wheel.get("url"), str):
+                wheels.append((digest[7:], f"url:{wheel['url']}"))
+            elif isinstance(wheel.get("path"), str) and isinstance(registry := source.get("registry"), str):
+                where = posixpath.normpath(posixpath.join(directory, registry, wheel["path"]))
+                wheels.append((digest[7:], f"path:{where}"))
+            elif isinstance(path := source.get("path"), str) and path.endswith(".whl"):  # a wheel in the project
+                wheels.append((digest[7:], f"path:{posixpath.normpath(posixpath.join(directory, path))}"))
+            else:
+                wheels.append((digest[7:], ""))
+        _add(pins, normalize(package["name"]), Pin(str(package.get("version", "")), tuple(wheels), local, unhashed))
+    return pins
+
+
+def _add(pins: dict[str, Pin], name: str, pin: Pin) -> None:
+    """A pin by ``name==version`` (uv.lock holds one entry per version a resolution fork needs) and by
+    ``name`` (the first: what a version that is none of them is told against)."""
+    pins[f"{name}=={pin.version}"] = pin
+    pins.setdefault(name, pin)
+
+
+WHEEL_PREFIX = "wheel "  # the start of every request for a wheel (pinned_archives.joined routes by it)
+
+
+def wheel_key(digest: str, where: str) -> str:
+    """What the audit asks the wheel reader for (model.Artifacts): ``wheel <sha256 hex> <where>``."""
+    return f"{WHEEL_PREFIX}{digest} {where}".rstrip()
+
+
+def parse_wheel_key(key: str) -> tuple[str, str] | None:
+    """(sha256 hex, where) of a ``wheel_key``; None for any other request (npm's integrities)."""
+    kind, _, rest = key.partition(" ")
+    digest, _, where = rest.partition(" ")
+    return (digest, where) if kind == "wheel" and re.fullmatch(r"[0-9a-f]{64}", digest) else None
+
+
+def _lockfile(environment: str, view: View) -> str | None:
+    """The uv.lock beside the environment (uv's own ``.venv``, a workspace's at its root), at the
+    start or the end. One in a directory above pins another environment: tox's and nox's install
+    what their own configuration names."""
+    directory = environment.rpartition("/")[0]
+    path = f"{directory}/{LOCKFILE}" if directory else LOCKFILE
+    return path if path in view.before or path in view.after else None
+
+
+@dataclass
+class _Distribution:
+    name: str
+    version: str
+    site: str  # the site-packages (or install target) its dist-info is in
+    info: str  # its .dist-info directory
+    files: list[tuple[str, str | None]] = field(default_factory=list)  # (path, sha256) the session wrote
+
+
+def _distributions(environment: str, changes: list[Change], view: View) -> tuple[dict[str, _Distribution],
+                                                                                 list[Change]]:
+    """The distributions whose files the session wrote (by the RECORDs at the end, or the
+    dist-info directory a file is in), and the written files none claims."""
+    owners: dict[str, str] = {}  # path -> dist-info directory
+    infos: dict[str, _Distribution] = {}
+    for record in view.named("RECORD"):
+        info = record.rpartition("/")[0]
+        if not record.startswith(environment + "/") or not info.endswith(".dist-info"):
+            continue
+        site = info.rpartition("/")[0]
+        name, _, version = info.rpartition("/")[2][:-len(".dist-info")].partition("-")
+        infos[info] = _Distribution(normalize(name), version, site, info)
+        for line in (view.text(record) or "").splitlines():
+            listed = line.rsplit(",", 2)[0] if line.count(",") >= 2 else line
+            relative = listed[len("../../"):] if site == environment and listed.startswith("../../") else listed
+            owners.setdefault(posixpath.normpath(posixpath.join(site, relative)), info)
+    found: dict[str, _Distribution] = {}
+    unclaimed: list[Change] = []
+    for change in changes:
+        new = change.after
+        if new is None or change.what not in _CONTENT or new.kind == "dir":
+            continue
+        info = owners.get(change.path) or owners.get(_source(change.path)) or \
+            next((i for i in infos if change.path.startswith(i + "/")), "")
+        if not info:
+            unclaimed.append(change)
+            continue
+        distribution = found.setdefault(info, infos[info])
+        distribution.files.append((change.path, new.sha256 if new.kind == "file" else None))
+    return found, unclaimed
+
+
+def _source(path: str) -> str:
+    """The source a ``__pycache__/NAME.TAG.pyc`` is compiled from (``NAME.py`` beside the directory)."""
+    directory, marker, name = path.rpartition("/__pycache__/")
+    return f"{directory}/{name.partition('.')[0]}.py" if marker and name.endswith(".pyc") else ""
+
+
+# What venv, virtualenv, uv and tox write in an environment outside every distribution, exactly
+# (installs.py accepts these names as prefixes; here a bin/python-helper is no interpreter).
+_ENVIRONMENT_FILES = re.compile(
+    r"(?:pyvenv\.cfg|\.gitignore|\.lock|CACHEDIR\.TAG|\.tox-info\.json|log/[^/]+|lib64"
+    r"|bin/(?:activate(?:\.(?:csh|fish|ps1|bat|nu|xsh))?|Activate\.ps1|activate_this\.py|deactivate(?:\.bat|\.nu)?"
+    r"|pydoc(?:\.bat)?|(?:python|pypy)[\d.]*w?)"
+    r"|(?:lib/(?:python|pypy)[\d.]+t?|Lib)/site-packages/(?:_virtualenv\.(?:py|pth)|[^/]+\.virtualenv))")
+
+
+def _unclaimed(kind: str, environment: str, unclaimed: list[Change], verdict: TreeVerdict, view: View) -> None:
+    """The files no distribution claims: the environment's own (venv's, uv's), bytecode of a source
+    here that recompiles to it; a sourceless ``.pyc`` outside ``__pycache__`` (Python imports it as a
+    module) and any other file are what no install makes."""
+    for change in unclaimed:
+        path = change.path
+        relative = path[len(environment) + 1:]
+        source = _source(path)
+        if kind == "python" and _ENVIRONMENT_FILES.fullmatch(relative):
+            continue
+        if source:
+            data, code = view.data(path), view.data(source)
+            if data is None or code is None or not recompiles(data, code, source[len(environment):]):
+                verdict.unverified.append(f"{path}: bytecode of a file no distribution installs, which does not "
+                                          "recompile to the same bytes here: delete it")
+        elif path.endswith(".pyc"):
+            verdict.problems.append(f"{path}: bytecode no distribution installs (Python imports it as a module)")
+        else:
+            verdict.problems.append(f"{path}: a file no distribution installs and no environment tool writes")
+
+
+def requirement_pins(text: str | None) -> dict[str, Pin] | None:
+    """name -> pin from a requirements file's ``name==version --hash=sha256:...`` lines (pip's
+    hash-checking mode, ``uv export``, ``pip-compile --generate-hashes``); None when none has a hash."""
+    pins: dict[str, Pin] = {}
+    for line in re.sub(r"\\\r?\n", " ", text or "").splitlines():
+        line = re.sub(r"(?:^|\s)#.*", "", line)
+        match = _REQUIREMENT.match(line)
+        hashes = _HASH.findall(line)
+        if match and hashes:
+            name = normalize(match.group(1))
+            _add(pins, name, Pin(match.group(2), tuple((h.lower(), f"name:{name}") for h in hashes)))
+    return pins or None
+
+
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([^\s;,]+)")
+_HASH = re.compile(r"--hash[=\s]+sha256:([0-9a-fA-F]{64})\b")
+_REQUIREMENTS = re.compile(r"requirements[\w.-]*\.txt")
+
+
+def _lockfiles(environment: str, view: View) -> list[str]:
+    """What pins the environment: a uv.lock beside it, else the requirements files beside it
+    (``requirements*.txt`` in its directory: the project's), at the start or the end."""
+    if (lockfile := _lockfile(environment, view)) is not None:
+        return [lockfile]
+    project = environment.rpartition("/")[0]
+    prefix = f"{project}/" if project else ""
+    return sorted(f"{prefix}{name}" for name in view.siblings(project) if _REQUIREMENTS.fullmatch(name))
+
+
+def _pins(lockfiles: list[str], view: View, side: str) -> dict[str, Pin] | None:
+    if len(lockfiles) == 1 and lockfiles[0].rpartition("/")[2] == LOCKFILE:
+        return uv_pins(view.text(lockfiles[0], side), lockfiles[0].rpartition("/")[0])
+    pins: dict[str, Pin] = {}
+    for lockfile in lockfiles:
+        pins.update(requirement_pins(view.text(lockfile, side)) or {})
+    return pins or None
+
+
+def verify(kind: str, environment: str, changes: list[Change], view: View) -> tuple[TreeVerdict, bool] | None:
+    """The session's changes in an environment held to the pins at the start (uv.lock, or
+    requirements files with hashes), and whether there were any; None where nothing is verified
+    this way (conda, the session's home: its lockfile is the workspace's)."""
+    if kind not in ("python", "python-target") or view.kind != "workspace":
+        return None
+    lockfiles = _lockfiles(environment, view)
+    start = _pins(lockfiles, view, "before")
+    pinning = [lockfile for lockfile in lockfiles if lockfile in view.before] if start is not None else lockfiles
+    verdict = TreeVerdict(" and ".join(pinning) or LOCKFILE)
+    distributions, unclaimed = _distributions(environment, changes, view)
+    if start is None:
+        if distributions:
+            verdict.unverified.append(f"no {LOCKFILE} or requirements file with --hash pins was there at the "
+                                      "session's start (one committed before the session would pin every wheel "
+                                      "by its hash)")
+        return verdict, False
+    _unclaimed(kind, environment, unclaimed, verdict, view)
+    unchanged = all(view.entry(path) == view.entry(path, "before") for path in lockfiles)
+    end = start if unchanged else _pins(lockfiles, view, "after")
+    _EnvironmentCheck(verdict, kind, environment, start, end or {}, view).run(distributions)
+    return verdict, True
+
+
+class _EnvironmentCheck:
+    def __init__(self, verdict: TreeVerdict, kind: str, environment: str, start: dict[str, Pin],
+                 end: dict[str, Pin], view: View) -> None:
+        self.verdict, self.kind, self.environment, self.start, self.end, self.view = \
+            verdict, kind, environment, start, end, view
+        self.unpinned: dict[str, str] = {}
+
+    def run(self, distributions: dict[str, _Distribution]) -> None:
+        """Each distribution's files held to the wheel its pin names: the wheels of every pinned one
+        asked for at once (one of a distribution's wheels is installed: the first found is)."""
+        pinned = [(d, [wheel_key(digest, where) for digest, where in _installable(pin.wheels, self.tags(d))])
+                  for d in distributions.values() if (pin := self.pin(d)) is not None]
+        keys = sorted({key for _, keys in pinned for key in keys})
+        artifacts = self.view.artifacts
+        got = artifacts(keys) if artifacts is not None and keys else {}
+        for distribution, keys in pinned:
+            found = [artifact for key in keys if isinstance(artifact := got.get(key), Artifact)]
+            if found:
+                self.compare(distribution, found[0])
+            else:
+                reasons = sorted({str(got.get(key, "no wheel cache to read it from")) for key in keys})
+                self.unpinned.setdefault(distribution.info, f"{len(distribution.files)} file(s) not verifiable: "
+                                         f"{'; '.join(reasons)}")
+        self.verdict.unverified.extend(f"{info}: {why}" for info, why in sorted(self.unpinned.items()))
+
+    def tags(self, distribution: _Distribution) -> set[str]:
+        """The tags its installed WHEEL file names (``Tag: cp311-cp311-manylinux_2_17_x86_64``)."""
+        text = self.view.text(f"{distribution.info}/WHEEL") or ""
+        return {line.partition(":")[2].strip() for line in text.splitlines() if line.startswith("Tag:")}
+
+    def pin(self, distribution: _Distribution) -> Pin | None:
+        """The pin its files are held to (None: they cannot be, and why is noted)."""
+        name, info = distribution.name, distribution.info
+        pinned = f"{name}=={distribution.version}"
+        start, end = self.start.get(pinned) or self.start.get(name), self.end.get(pinned) or self.end.get(name)
+        if start is not None and start.local or end is not None and end.local:
+            self.unpinned.setdefault(info, "the project itself, built from the workspace (no hash pins it)")
+            return None
+        if start is None and end is None:
+            if name in _SEEDS:
+                self.unpinned.setdefault(info, f"{name} as `python -m venv` installs it (ensurepip), which no "
+                                               "lockfile pins")
+            else:
+                self.verdict.problems.append(f"{info}: a distribution {self.verdict.lockfile} does not pin")
+            return None
+        pin = start if end is None or end == start else end
+        assert pin is not None
+        if pin is end and end != start:
+            self.unpinned.setdefault(info, "pinned in the session (its pin is new or changed)")
+        if pin.version != distribution.version:
+            self.verdict.problems.append(f"{info}: version {distribution.version}, where "
+                                         f"{self.verdict.lockfile} pins {pin.version}")
+            return None
+        if not pin.wheels:
+            self.unpinned.setdefault(info, "pinned without a wheel hash (an sdist, built in the session)")
+            return None
+        return pin
+
+    def compare(self, distribution: _Distribution, wheel: Artifact) -> None:
+        expected = _installed(wheel, distribution, self.environment)
+        scripts = _entry_points((wheel.texts or {}).get(f"{distribution.info.rpartition('/')[2]}/entry_points.txt"))
+        bytecode = []
+        for path, sha256 in distribution.files:
+            name = path.rpartition("/")[2]
+            if path.startswith(distribution.info + "/") and name in _GENERATED:
+                continue
+            if "/__pycache__/" in path and path.endswith(".pyc") and path not in expected:  # compiled here
+                bytecode.append(path)
+                continue
+            if sha256 is None:
+                self.verdict.problems.append(f"{path}: not a file, where an installer writes the wheel's files")
+            elif path in expected:
+                entry, digest = expected[path]
+                if sha256 == digest or self.rewritten(path, (wheel.texts or {}).get(entry)):
+                    self.verified(distribution)
+                else:
+                    self.verdict.problems.append(f"{path}: not the content of its wheel")
+            elif path.startswith(f"{self.environment}/bin/") and name in scripts:
+                if self.script(path, scripts[name]):
+                    self.verified(distribution)
+                else:
+                    self.verdict.problems.append(f"{path}: not the script pip or uv writes for the entry point "
+                                                 f"{name} = {':'.join(scripts[name])}")
+            else:
+                self.verdict.problems.append(f"{path}: a file its wheel does not hold")
+        self.bytecode(distribution, bytecode, expected)
+
+    def verified(self, distribution: _Distribution) -> None:
+        self.verdict.files += 1
+        self.verdict.packages.add(distribution.info)
+
+    def shebang(self, text: str) -> str | None:
+        """The rest of a script after a #! line naming this environment's interpreter."""
+        match = _SHEBANG.match(text)
+        if match is None:
+            return None
+        interpreter = match.group(1) or match.group(3)
+        if self.kind == "python" and not posixpath.dirname(interpreter).endswith(f"/{self.environment}/bin") and \
+                posixpath.dirname(interpreter) != f"/{self.environment}/bin":
+            return None
+        return text[match.end():]
+
+    def rewritten(self, path: str, original: str | None) -> bool:
+        """A ``.data/scripts`` file whose ``#!python`` the installer rewrote to the interpreter."""
+        if original is None or not original.startswith(("#!python\n", "#!pythonw\n")):
+            return False
+        rest = self.shebang(self.view.text(path) or "")
+        return rest is not None and rest == original.partition("\n")[2]
+
+    def script(self, path: str, entry: tuple[str, str]) -> bool:
+        rest = self.shebang(self.view.text(path) or "")
+        module, attribute = entry
+        values = {"module": module, "name": attribute.split(".")[0], "func": attribute}
+        return rest is not None and any(rest == template.format(**values) for template in _SCRIPTS)
+
+    def bytecode(self, distribution: _Distribution, paths: list[str], expected: dict[str, tuple[str, str]]) -> None:
+        unproven = []
+        for path in paths:
+            source = _source(path)
+            data, code = self.view.data(path), self.view.data(source)
+            if source not in expected or code is None or self.view.entry(source) is None or \
+                    self.view.entry(source).sha256 != expected[source][1]:  # type: ignore[union-attr]
+                self.verdict.problems.append(f"{path}: bytecode whose source is not a file of its wheel")
+            elif data is not None and recompiles(data, code, source[len(self.environment):]):
+                self.verified(distribution)
+            else:
+                unproven.append(path)
+        if unproven:
+            self.unpinned.setdefault(f"{distribution.info} bytecode", f"{len(unproven)} bytecode file(s) that do not "
+                                     f"recompile to the same bytes with this Python ({unproven[0]}; another "
+                                     "Python's, or written otherwise): delete the __pycache__ directories")
+
+
+def _installable(wheels: tuple[tuple[str, str], ...], tags: set[str]) -> list[tuple[str, str]]:
+    """The pinned wheels whose file name's tags (``NAME-VERSION[-BUILD]-PY-ABI-PLATFORM.whl``, each
+    part a dotted set) include one the installed WHEEL file names: the one installed is among them.
+    All of them when that cannot be told (no tags, no file name)."""
+    def expanded(where: str) -> set[str] | None:
+        parts = where.rpartition("/")[2].removesuffix(".whl").split("-")
+        if len(parts) < 5 or not where.endswith(".whl"):
+            return None
+        python, abi, platform = parts[-3:]
+        return {f"{p}-{a}-{f}" for p in python.split(".") for a in abi.split(".") for f in platform.split(".")}
+
+    chosen = [(digest, where) for digest, where in wheels if (named := expanded(where)) is None or named & tags]
+    return chosen if tags and chosen else list(wheels)
+
+
+def _installed(wheel: Artifact, distribution: _Distribution, environment: str) -> dict[str, tuple[str, str]]:
+    """Installed path -> (the wheel's entry, its sha256) of every file a wheel installs: the root
+    into site-packages, ``.data/purelib``/``platlib`` too, ``.data/scripts`` into bin/, ``.data/data``
+    into the environment, ``.data/headers`` into include/site/pythonX.Y/NAME/ (NAME as the
+    installer spells it: the dist-info's, or normalized)."""
+    stem = distribution.info.rpartition("/")[2][:-len(".dist-info")]
+    data = f"{stem}.data/"
+    version = re.search(r"/lib/((?:python|pypy)[\d.]+t?)/site-packages\Z", f"/{distribution.site}")
+    names = {stem.partition("-")[0], distribution.name}
+    headers = [f"{environment}/include/site/{version.group(1)}/{name}" for name in names] if version else []
+    found = {}
+    for entry, digest in wheel.files.items():
+        if entry.startswith(data):
+            part, _, rest = entry[len(data):].partition("/")
+            places = {"purelib": [distribution.site], "platlib": [distribution.site], "headers": headers,
+                      "scripts": [f"{environment}/bin"], "data": [environment]}.get(part, [])
+            paths = [f"{where}/{rest}" for where in places] if rest else []
+        else:
+            paths = [f"{distribution.site}/{entry}"]
+        for path in map(posixpath.normpath, paths):
+            if path.startswith(environment + "/"):
+                found[path] = (entry, digest)
+    return found
+
+
+def _entry_points(text: str | None) -> dict[str, tuple[str, str]]:
+    """Script name -> (module, attribute) of a wheel's console and GUI scripts."""
+    found: dict[str, tuple[str, str]] = {}
+    section = ""
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line.strip("[]").strip()
+        elif "=" in line and section in ("console_scripts", "gui_scripts"):
+            name, _, value = line.partition("=")
+            if match := _ENTRY.fullmatch(value):
+                found[name.strip()] = (match.group(1), match.group(2))
+    return found
+
+
+def recompiles(data: bytes, source: bytes, inside: str) -> bool:
+    """Whether a .pyc is this Python's compilation of ``source`` (checked-hash or timestamp
+    header of this Python's magic, then the marshalled code byte for byte). The code names the
+    source's path where it was compiled (the session's, unknown here): taken from the bytes
+    themselves, where it ends with ``inside`` (the path below the environment)."""
+    if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    body = data[16:]
+    at = body.find(inside.encode("utf-8", "surrogateescape"))
+    if at < 0:
+        return False
+    end = at + len(inside.encode("utf-8", "surrogateescape"))
+    # The string's start: its type (short ASCII: a 1-byte length; ASCII, Unicode, interned: 4 bytes),
+    # FLAG_REF (0x80) or not, then its length.
+    for start in range(at, max(at - 4096, 5) - 1, -1):
+        for size, types in ((1, b"zZ"), (4, b"aAut")):
+            if body[start - size - 1] & 0x7F not in types or \
+                    int.from_bytes(body[start - size:start], "little") != end - start:
+                continue
+            try:  # the name held in a variable, as py_compile holds it: marshal marks what is referenced twice
+                filename = body[start:end].decode("utf-8")
+                code = compile(source, filename, "exec", dont_inherit=True)
+            except (ValueError, UnicodeDecodeError):  # not a name (a null byte): an earlier start may be
+                continue
+            except SyntaxError:
+                return False
+            if marshal.dumps(code) == body:
+                return True
+    return False
+
+
+def reinstaller(tree: str, evidence: str) -> str | None:
+    """The clean reinstall command of an environment whose finding ends with uv's (its project has a
+    uv.lock), for restore."""
+    return CLEAN_INSTALL if re.search(rf"&& {re.escape(CLEAN_INSTALL)}(?: \(in [^)]*\))?\Z", evidence) else None
+
+
+def python_findings(kind: str, environment: str, changes: list[Change], view: View,
+                    tampered: list[str]) -> list[Finding] | None:
+    """One finding for an environment: what it verified against uv.lock, or what differs (with
+    ``tampered``: what installs.py found), or what it could not verify; None where it does not
+    verify (conda, the session's home)."""
+    verified = verify(kind, environment, changes, view)
+    if verified is None:
+        return None
+    verdict, pinned = verified
+    if tampered and not pinned or not (verdict.files or verdict.problems or verdict.unverified):
+        return None  # nothing held to a pin: installs.py's own finding says what no installer makes
+    project = environment.rpartition("/")[0]
+    where = f" (in {project})" if project else ""
+    if _lockfile(environment, view) is not None:
+        remedy = f"on the host: rm -r {environment} && {CLEAN_INSTALL}{where}"
+    elif pinned:
+        requirements = " ".join(f"-r {path.rpartition('/')[2]}" for path in verdict.lockfile.split(" and "))
+        remedy = f"on the host: python3 -m venv --clear {environment} && {environment}/bin/pip install " \
+            f"--require-hashes {requirements}{where}"
+    else:
+        remedy = f"recreate it on the host: python3 -m venv --clear {environment}, then install{where}"
+    named = {line.partition(": ")[0] for line in tampered}  # one line a path: installs.py's, when it has one
+    problems = [*tampered, *(line for line in verdict.problems if line.partition(": ")[0] not in named)]
+    return [tree_finding(environment, verdict, changes, problems, remedy, "distribution", rule="B10")]
