@@ -72,4 +72,5 @@ def npm_caches(homes: Iterable[Path]) -> list[Path]:
 
 def tarballs(caches: list[Path]) -> Artifacts:
     """The audit's reader of pinned tarballs (model.Artifacts), from these npm caches."""
-    return lambda integrities: read_all(integrities, lambda integrity: tarball(caches, integrity), "tarball")
+    # An integrity pins the tarball's bytes: what it holds is kept once read (pinned_archives).
+    return lambda integrities: read_all(integrities, lambda integrity: tarball(caches, integrity), "tarball", "npm")

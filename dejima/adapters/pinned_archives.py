@@ -4,8 +4,13 @@ a crate's entries lie under ``NAME-VERSION/``), and the SHA-256 of its bytes. Re
 memory within bounds (a gzip bomb stops at UNPACKED_LIMIT); what cannot be read is an error, so
 an archive is verified whole or not at all.
 
-Archives are read on a thread each (both cores: zlib and hashlib release the GIL on large
-buffers); each cached byte is read once, each inflated byte hashed once.
+Archives are read by forked processes, one per CPU (inflating is most of the cost, and the
+parsing is Python's: threads shared one core), each taking the next from a shared queue; each
+cached byte is read once, each inflated byte hashed once. What an archive holds (its manifest:
+each entry's path and SHA-256) is a function of the bytes its pin names, so a reader whose keys
+pin them (npm's integrity) keeps it once read, in the host user's state
+(``$XDG_STATE_HOME/dejima/audit/pinned/<reader>/``, never mounted into a session; dropped when
+unused for STALE_SECONDS): the next audit of the same pins inflates nothing.
 """
 
 from __future__ import annotations
@@ -13,15 +18,23 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-import threading
+import time
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
+from dejima.adapters import host
+from dejima.adapters.fork_workers import SnapshotError, collect, fork, stop, workers
+from dejima.adapters.walk_shares import Queue
 from dejima.core.audit.model import Artifact, Artifacts
+from dejima.core.snapshot import frame, unframe
 
 ARCHIVE_LIMIT = 256 << 20  # bytes of one cached archive
 UNPACKED_LIMIT = 512 << 20  # bytes of it inflated (a gzip bomb stops here): held in memory
 ENTRY_LIMIT = 200_000  # entries of one archive
+_MANIFEST = b"dejima-pinned-manifest 2\n"  # (files, texts)
+STALE_SECONDS = 30 * 86400  # a manifest no audit used this long is dropped
+FORK_AFTER = 16  # archives to read from which they are shared out over processes (a fork costs a few)
 
 
 def tar_entries(data: bytes) -> dict[str, str]:
@@ -111,32 +124,109 @@ def _long_name(data: bytes, kind: bytes) -> str | None:
 
 
 
-def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str) -> dict[str, Artifact | str]:
-    """``one(key)`` for every key, on as many threads as there are cores; an error reading one is
-    its answer (unverified, never missing: the finding says why)."""
+def manifests_dir() -> Path:
+    return host.state_dir() / "audit" / "pinned"
+
+
+def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str, kept: str = "",
+             known: Path | None = None) -> dict[str, Artifact | str]:
+    """``one(key)`` for every key, shared out over forked processes; an error reading one is its
+    answer (unverified, never missing: the finding says why). ``kept``: the reader's name, when
+    its keys pin the archives' bytes (``one`` answers an Artifact only for bytes that hash to the
+    pin): what was read is kept under it (in ``known``, default ``manifests_dir()``) and read from
+    there next time."""
+    directory = (known if known is not None else manifests_dir()) / kept if kept else None
     got: dict[str, Artifact | str] = {}
-    queue = iter(list(keys))
-    lock = threading.Lock()
+    unread = []
+    for key in dict.fromkeys(keys):
+        known_one = _known(directory, key) if directory is not None else None
+        if known_one is not None:
+            got[key] = known_one
+        else:
+            unread.append(key)
+    if unread:
+        read_now = _read_shared(unread, one, what)
+        for key in unread:
+            result = read_now.get(key, f"its {what} cannot be read (its reader process failed)")
+            got[key] = result if isinstance(result, str) else Artifact(*result)
+        if directory is not None:
+            _keep(directory, {k: r for k, r in read_now.items() if not isinstance(r, str)})
+    return got
 
-    def work() -> None:
-        while True:
-            with lock:
-                key = next(queue, None)
-            if key is None:
-                return
+
+def _manifest_name(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _known(directory: Path, key: str) -> Artifact | None:
+    """The manifest kept for ``key`` (its use noted: kept for STALE_SECONDS more); None when there
+    is none, or it cannot be read (then the archive is read again)."""
+    path = directory / _manifest_name(key)
+    try:
+        kept = unframe(_MANIFEST, path.read_bytes(), "dejima pinned manifest")
+        os.utime(path)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, tuple) or len(kept) != 2 or not all(
+            isinstance(part, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in part.items())
+            for part in kept if part is not None) or not isinstance(kept[0], dict):
+        return None
+    return Artifact(*kept)
+
+
+def _keep(directory: Path, manifests: dict[str, Carried]) -> None:
+    """Keeps what was read for the next audits, and drops the manifests none used for
+    STALE_SECONDS (best effort: one not kept is read again)."""
+    if not manifests:
+        return
+    try:
+        host.ensure_private_dir(directory)
+        for key, carried in manifests.items():
+            host.write_atomically(directory / _manifest_name(key), frame(_MANIFEST, carried))
+        cutoff = time.time() - STALE_SECONDS
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+    except OSError:
+        pass
+
+
+Carried = tuple[dict[str, str], "dict[str, str] | None"]  # an Artifact's fields, as marshal carries them
+Manifests = dict[str, "Carried | str"]  # key -> its archive's manifest, or why there is none
+
+
+def _read_shared(keys: list[str], one: Callable[[str], Artifact | str], what: str) -> Manifests:
+    """Each archive read by whichever process (forked, this one included) takes it first; those a
+    failed process took are left out (unverified, never verified)."""
+    queue: Queue[str] = Queue(keys)
+    children, got = [], {}
+    try:
+        for _ in range(min(workers(), len(keys)) - 1 if len(keys) >= FORK_AFTER else 0):
             try:
-                artifact: Artifact | str = one(key)
-            except Exception as error:
-                artifact = f"its {what} cannot be read ({type(error).__name__}: {error})"
-            got[key] = artifact
+                children.append(fork(lambda: (_read_taken(queue, one, what),)))
+            except OSError:
+                break  # no fork: this process reads what the others would have
+        got.update(_read_taken(queue, one, what))
+        while children:
+            try:
+                got.update(collect(children.pop(0))[0])
+            except SnapshotError:
+                continue
+        return got
+    finally:
+        queue.close()
+        stop(children)  # left only by an error
 
-    workers = [threading.Thread(target=work, name=f"pinned-{what}", daemon=True)
-               for _ in range(min(len(keys), os.cpu_count() or 2) - 1)]
-    for worker in workers:
-        worker.start()
-    work()  # this thread is one of them
-    for worker in workers:
-        worker.join()
+
+def _read_taken(queue: Queue[str], one: Callable[[str], Artifact | str], what: str) -> Manifests:
+    got: Manifests = {}
+    for key in queue.taken():
+        try:
+            artifact = one(key)
+            got[key] = artifact if isinstance(artifact, str) else (artifact.files, artifact.texts)
+        except Exception as error:  # unverified, never missing: the finding says why
+            got[key] = f"its {what} cannot be read ({type(error).__name__}: {error})"
     return got
 
 

@@ -22,7 +22,7 @@ from typing import TypeVar
 from dejima.adapters.fork_workers import SnapshotError as SnapshotError  # raised here too: callers catch it from here
 from dejima.adapters.fork_workers import gc_paused
 from dejima.adapters.fork_workers import workers as default_workers
-from dejima.adapters.hashed_file import capabilities, hashed_content
+from dejima.adapters.hashed_file import hashed_content
 from dejima.adapters.walk_shares import Digested, Result, Row, Unit, frontier, walk_shares
 from dejima.core.snapshot import Children, Listing, Snapshot, SnapshotEntry, listing_digest, missing, nested_dirs
 
@@ -188,8 +188,7 @@ class _Walk:
                 target = None  # vanished while walking
         elif kind == "file" and (self.checking or self.hash_path(path)):
             keep = self.checking and info.st_size <= SEND_FILE and info.st_size <= self.budget
-            digest, data = hashed_content(name, info.st_size, fd, keep)
-            caps = capabilities(os.path.join(self.root, path))
+            digest, data, caps = hashed_content(name, info.st_size, fd, keep, f"{self.root}/{path}")
             if data is not None:
                 self.contents[path] = data
                 self.budget -= len(data)

@@ -1,15 +1,17 @@
 """How a walk is shared out: the top of the tree walked here until there are directories to deal
 out, each taken in turn (the largest first, by the start's entry counts) by whichever forked
-process (this one included) asks first; each sends back its result."""
+process (this one included) asks first; each sends back its result. The same queue shares out
+other work of the audit (``shared_out``: its rule stages; npm_cache: the tarballs)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+import pickle
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-from dejima.adapters.fork_workers import SnapshotError, collect, fork, stop
+from dejima.adapters.fork_workers import SnapshotError, collect, fork, stop, workers
 from dejima.core.snapshot import Children, Listing
 
 _UNITS_PER_WORKER = 8  # directories to deal per process at least, so one big directory does not idle the rest
@@ -70,15 +72,19 @@ def by_size(units: list[Unit], sizes: dict[str, int] | None) -> list[Unit]:
     return sorted(units, key=lambda unit: sizes.get(unit[0], 0), reverse=True) if sizes else units
 
 
-class Queue:
-    """Units dealt one at a time through a pipe, each to whichever process asks first: one the
+T = TypeVar("T")
+
+
+class Queue(Generic[T]):
+    """Units (of a walk, or any work a forked process can take: npm_cache's tarballs) dealt one
+    at a time through a pipe, each to whichever process asks first: one the
     scheduler starves (another program busy on the machine) takes fewer, and none waits on it.
     Every record is written, and the write end closed, before any process reads; a read of one
     record is atomic (the pipe's lock), so each unit is taken exactly once."""
 
     RECORDS = 1024  # 4 kB of records: they fit in any pipe, written at once
 
-    def __init__(self, units: list[Unit]) -> None:
+    def __init__(self, units: list[T]) -> None:
         self.units = units
         self.step = -(-len(units) // self.RECORDS) or 1  # units per record
         self.read_end, write_end = os.pipe()
@@ -92,7 +98,7 @@ class Queue:
         finally:
             os.close(write_end)
 
-    def taken(self) -> Iterator[Unit]:
+    def taken(self) -> Iterator[T]:
         """The units this process takes, until none is left."""
         while record := os.read(self.read_end, 4):
             if len(record) != 4:
@@ -129,5 +135,33 @@ def walk_shares(front: Share, units: list[Unit], count: int,
         stop(children)  # left only by an error
 
 
-def _take(share: Share, queue: Queue) -> Result:
+def _take(share: Share, queue: Queue[Unit]) -> Result:
     return share.subtrees(queue.taken())
+
+
+def shared_out(tasks: Sequence[Callable[[], T]], count: int | None = None) -> list[T]:
+    """Each task's result, in order: the tasks taken one at a time, in order, by ``count``
+    processes (default: one per CPU), forked children and this one, each child's results carried
+    back pickled. A task whose child failed before it sent them back is run here again: every
+    result is had, and each is what its task returns in one process."""
+    count = min(count or workers(), len(tasks))
+    if count <= 1:
+        return [task() for task in tasks]
+    queue: Queue[int] = Queue(list(range(len(tasks))))
+    children, results = [], {}
+    try:
+        for _ in range(count - 1):
+            try:
+                children.append(fork(lambda: (pickle.dumps({i: tasks[i]() for i in queue.taken()}, 5),)))
+            except OSError:
+                break  # no fork: this process takes what the others would have
+        results = {i: tasks[i]() for i in queue.taken()}
+        while children:
+            try:
+                results.update(pickle.loads(collect(children.pop(0))[0]))  # noqa: S301 - our own child's
+            except SnapshotError:
+                continue  # its tasks are run here, below
+    finally:
+        queue.close()
+        stop(children)  # left only by an error
+    return [results[i] if i in results else tasks[i]() for i in range(len(tasks))]

@@ -37,6 +37,7 @@ from dejima.adapters.tree_walk import (
     complete_start,
     walk_changes,
 )
+from dejima.adapters.walk_shares import shared_out
 from dejima.core.audit import SEVERITIES, Finding, cargo_verify, python_verify, yarn_verify
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
@@ -46,6 +47,7 @@ from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.orchestration.session_reporter import SessionReporter
 
 _STATE_VERSION = 2
+SHARE_AFTER = 2000  # changes from which the rule stages are shared out over processes (both cores)
 
 
 def _state_dir(session_id: str) -> Path:
@@ -147,9 +149,10 @@ def _audit_ready(state: MountState, session_id: str, pinned: Artifacts, lineage:
 
     from dejima.core.audit.rules import audit  # imported during the session (start): ready, or nearly
 
+    share = shared_out if len(changed) >= SHARE_AFTER else None  # a fork costs more than a few rules
     return [*unsure, *audit(before, after, contents, state.mount.kind, listdir, changed,
                             state.mount.watch, joined({python_verify.WHEEL_PREFIX: wheel_cache.wheels(wheels, root),
-                                                       "": pinned}))], after, changed
+                                                       "": pinned}), share)], after, changed
 
 
 def _import_rules() -> None:

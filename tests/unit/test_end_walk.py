@@ -244,7 +244,7 @@ def test_the_end_walk_sends_back_the_bytes_it_hashed(root: Path, workers: int) -
 def test_the_rules_read_what_the_end_walk_sent_back(root: Path, monkeypatch: pytest.MonkeyPatch, other: bool) -> None:
     if other:  # a walk that sent back bytes other than the file's would hide what is in it
         hashed = hashed_content  # what tree_walk calls, replaced there by a wrapper
-        monkeypatch.setattr(walker, "hashed_content", lambda *a: (hashed(*a)[0], b"" if a[3] else None))
+        monkeypatch.setattr(walker, "hashed_content", lambda *a: (hashed(*a)[0], b"" if a[3] else None, None))
     state = exit_audit.start("s1", [Mount("workspace", root)])[0]
     tick()
     write(root, "src/m0/notes.txt", "# vim: set makeprg=./evil:\n")

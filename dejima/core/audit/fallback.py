@@ -30,7 +30,7 @@ def _inert(path: str) -> bool:
 
 def _unlisted(path: str, change: Change, view: View) -> list[Finding]:
     new = change.after
-    if new is None or new.kind == "dir" or ".git" in path.split("/") or _inert(path) or in_tree(path, view) or \
+    if new is None or new.kind == "dir" or in_tree(path, view) or ".git" in path.split("/") or _inert(path) or \
             rules_for(path):
         return []  # the catalogue judged it (a quiet key change is a verdict too)
     value = new.sha256 or new.target or new.kind

@@ -37,7 +37,7 @@ class GitPath:
 
 def split_git(path: str, view: View | None = None) -> GitPath | None:
     """Where a path sits inside a git directory, if it does."""
-    parts = path.split("/")
+    parts = path.split("/") if ".git" in path else ()  # most paths have no .git at all: not split
     if ".git" not in parts:
         return _in_bare_repo(path, view) if view is not None else None
     at = parts.index(".git")

@@ -79,6 +79,7 @@ _NPM_LOCKFILE = re.compile(r"(?:^|/)(?:package-lock|npm-shrinkwrap)\.json\Z")
 _READERS = ((_NPM_LOCKFILE, _npm),
             (re.compile(r"(?:^|/)(?:Cargo|uv|poetry)\.lock\Z"), _toml_packages),
             (re.compile(r"(?:^|/)go\.sum\Z"), _go_sum))
+_ENDINGS = (".json", ".lock", "go.sum")
 
 
 def _npm_versions(text: str) -> dict[str, str]:
@@ -135,6 +136,8 @@ def lockfile_findings(view: View) -> list[Finding]:
     """Each lockfile judged on its own (isolation): one that fails is a finding there."""
     found = []
     for path in view.changed:
+        if not path.endswith(_ENDINGS):  # what every reader's pattern ends with: most paths are none
+            continue
         reader = next((r for pattern, r in _READERS if pattern.search(path)), None)
         if reader is not None and not in_tree(path, view):
             found.extend(judged(view, "X05/X06", path, _lockfile, path, reader, view))

@@ -151,6 +151,7 @@ class _Check:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
         self.wanted: dict[str, list[Wanted]] = {}  # integrity -> the files its tarball must hold
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
+        self.anew: dict[str, bool] = {}  # package key -> whether the session pinned it anew (asked per file)
 
     def listed(self, key: str) -> bool:
         return key in self.start or key in self.end
@@ -200,7 +201,7 @@ class _Check:
                 "its entry removed" if key not in self.end else "pinned without an integrity") +
                 " in the session); its files are held to the start's pin")
             self.package_file(path, key, relative, new.kind, new.sha256, self.start)
-        elif key in self.end and _pin(self.end[key]) != _pin(self.start.get(key)):
+        elif key in self.end and self.pinned_anew(key):
             # Pinned by the session itself: held to its new pin (a file that differs is still
             # tampering), but what the pin names is the session's choice (the lockfile's own finding).
             self.unpinned.setdefault(key, "pinned in the session (its lockfile entry is new or changed)")
@@ -209,6 +210,13 @@ class _Check:
             self.unpinned.setdefault(key, "no longer in the lockfile")
         else:
             self.package_file(path, key, relative, new.kind, new.sha256, self.start)
+
+    def pinned_anew(self, key: str) -> bool:
+        """Whether the end's lockfile pins ``key`` (listed there) otherwise than the start's."""
+        anew = self.anew.get(key)
+        if anew is None:
+            anew = self.anew[key] = _pin(self.end[key]) != _pin(self.start.get(key))
+        return anew
 
     def unpinned_in_session(self, key: str) -> bool:
         """Whether the start pinned ``key``'s tarball (an integrity, its own or its bundler's) and

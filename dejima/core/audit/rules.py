@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from dejima.core.audit.configs import config_findings
 from dejima.core.audit.correlate import correlate
@@ -37,6 +38,10 @@ def _merged(group: list[Finding]) -> Finding:
     return replace(worst, lines=merged + context, notes=notes, fingerprint=digest)
 
 
+def _one_after_another(stages: list[Stage]) -> list[list[Finding]]:
+    return [stage() for stage in stages]
+
+
 def one_per_path(found: list[Finding]) -> list[Finding]:
     """The counting rule: the changes found in one file are one finding (research §4.2 keeps the
     keys as evidence), so a reviewer reads each file once. ``found`` is worst first."""
@@ -60,26 +65,38 @@ def _deduplicated(found: list[Finding]) -> list[Finding]:
     return sorted(best.values(), key=lambda f: (-rank(f.severity), f.path, f.rule, f.key))
 
 
+Stage = Callable[[], list[Finding]]
+# Runs stages, each on its own, and returns what each found, in order (the adapter's shares them
+# out to processes: walk_shares.shared_out); default: one after the other, here.
+StageRunner = Callable[[list[Stage]], list[list[Finding]]]
+_HEAVIEST = "the tree rules (B07, B10, B11, M01)"  # dealt out first: a tree's verification is most of the work
+
+
 def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace",
           listdir: Callable[[str], list[str]] | None = None, candidates: list[str] | None = None,
-          watch: tuple[Watch, ...] = (), artifacts: Artifacts | None = None) -> list[Finding]:
+          watch: tuple[Watch, ...] = (), artifacts: Artifacts | None = None,
+          share: StageRunner | None = None) -> list[Finding]:
     """Findings for the changes from ``before`` to ``after`` (one mount), worst first.
     ``contents(side, path)`` returns a file's bytes at "before" or "after" (None when unknown);
     ``listdir(directory)`` the names in a directory now (default: from ``after``); ``candidates``
     as for ``diff``; ``watch``: the paths the session's manifests ask to watch; ``artifacts``: the
-    packages' pinned artifacts, which dependency trees are verified against."""
+    packages' pinned artifacts, which dependency trees are verified against; ``share``: how the
+    stages, each independent of the others, are run (default: one after the other)."""
     view = View(before, after, diff(before, after, candidates), contents, kind, listdir, artifacts=artifacts)
     # Each stage judges each path (tree, file's keys) on its own (isolation.judged); what fails
     # outside any path is a failure of the whole stage, and the other stages still run.
     stages: list[tuple[str, Callable[[View], list[Finding]]]] = [
         ("the catalogue's path rules", config_findings), ("the file rules (F01-F10)", file_findings),
-        ("the name rules (F08, G25)", name_findings), ("the tree rules (B07, B10, B11, M01)", tree_findings),
+        ("the name rules (F08, G25)", name_findings), (_HEAVIEST, tree_findings),
         ("the environment rules (E02, E10)", environment_findings)]
     if kind == "workspace":
         stages += [("the git rules (G01-G28, X03, X04)", git_findings), ("the lockfile rules (X05, X06)",
                                                                           lockfile_findings),
                    ("the modeline rules (I12, I13)", modeline_findings)]
-    found = [f for name, stage in stages for f in judged(view, name, "", stage, view)]
+    order = sorted(range(len(stages)), key=lambda i: stages[i][0] != _HEAVIEST)
+    ran = (share or _one_after_another)([partial(judged, view, stages[i][0], "", stages[i][1], view) for i in order])
+    by_stage = dict(zip(order, ran, strict=True))
+    found = [f for i in range(len(stages)) for f in by_stage[i]]  # in the stages' order, however they ran
     # Before the correlations, which may raise it; before the fallback, which a manifest's ask outranks.
     found.extend(judged(view, "X07", "", watch_findings, view, found, watch))
     found = correlated(view, "the correlations (C3, C4, C8, content)", found, lambda found: correlate(found, view))

@@ -188,13 +188,16 @@ def _kind(directory: str, view: View) -> str | None:
 
 
 def tree_of(path: str, view: View) -> Tree | None:
-    """The innermost recognised tree a path lies in (below its root)."""
-    root = view.directory_above("tree", path.rpartition("/")[0], lambda directory: _kind(directory, view) is not None)
-    if root is None:
-        return None
-    kind = _kind(root, view)
-    assert kind is not None
-    return Tree(kind, root)
+    """The innermost recognised tree a path lies in (below its root). Asked of each changed path by
+    several rules (a tree of 20k files is asked 160k times): answered once per directory."""
+    memo: dict[str, Tree | None] = view.memo.setdefault("tree-of", {})  # type: ignore[assignment]
+    parent = path.rpartition("/")[0]
+    if parent in memo:
+        return memo[parent]
+    root = view.directory_above("tree", parent, lambda directory: _kind(directory, view) is not None)
+    kind = _kind(root, view) if root is not None else None
+    memo[parent] = found = Tree(kind, root) if kind is not None and root is not None else None
+    return found
 
 
 def in_tree(path: str, view: View) -> bool:

@@ -161,8 +161,8 @@ def _bytecode(view: View) -> list[Finding]:
     """Sessions run with PYTHONDONTWRITEBYTECODE, so Python itself writes no bytecode there: a .pyc
     written in a session was written on purpose, and Python trusts one whose header matches its
     source's mtime and size (research B11)."""
-    written = [c for c in view.changes if c.what in ("added", "modified") and c.after is not None
-               and c.after.kind == "file" and _PYC.search(c.path) and not in_tree(c.path, view)]
+    written = [c for c in view.changes if c.path.endswith(".pyc") and c.what in ("added", "modified") and
+               c.after is not None and c.after.kind == "file" and _PYC.search(c.path) and not in_tree(c.path, view)]
     if not written:
         return []
     paths = sorted(c.path for c in written)
