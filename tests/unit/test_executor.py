@@ -244,9 +244,10 @@ def test_a_failed_start_removes_only_the_directories_it_made_not_anothers_made_b
     other = home.parent / "another-start's-home"
 
     def meanwhile(event: Event) -> None:
-        if isinstance(event, Applying) and event.planned.name == "record":
-            other.mkdir()  # by then the first home exists
         if isinstance(event, Applying) and event.planned.name == "filter":
+            # The pair begins once the whole preparation is done (the preparation's actions run at
+            # once, so only here is the first home sure to exist); then the engine fails.
+            other.mkdir()
             raise RuntimeError("the engine is gone")
 
     with pytest.raises(RuntimeError, match="the engine is gone"):
