@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from dejima.core.audit.model import Finding, View, finding
+from dejima.core.audit.model import Finding, View, finding, first_few
 from dejima.core.snapshot import Change
 
 # (entry pattern under the home; whether files added inside an existing entry count; what uses it).
@@ -114,7 +114,7 @@ def changes_value(changes: list[Change]) -> str:
 
 def _summary(paths: list[str], entry: str) -> str:
     names = [p[len(entry) + 1:] or p.rsplit("/", 1)[-1] for p in paths]
-    return ", ".join(names[:_LISTED]) + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+    return first_few(names, _LISTED)
 
 
 def home_cache_findings(view: View) -> list[Finding]:

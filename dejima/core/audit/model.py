@@ -60,6 +60,12 @@ def constituents(item: Finding) -> list[tuple[str, str]]:
     return found
 
 
+def first_few(items: list[str], limit: int, sep: str = ", ", more: str = " and ") -> str:
+    """The first ``limit`` items joined by ``sep``, and how many more there are: evidence stays short."""
+    rest = len(items) - limit
+    return sep.join(items[:limit]) + (f"{more}{rest} more" if rest > 0 else "")
+
+
 def fingerprint(rule: str, path: str, key: str, value: str | bytes) -> str:
     data = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
     head = "\0".join((rule, path, key)).encode("utf-8", "surrogateescape")

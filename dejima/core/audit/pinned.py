@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from dejima.core.audit.caches import changes_value
-from dejima.core.audit.model import Artifact, Finding, View, finding
+from dejima.core.audit.model import Artifact, Finding, View, finding, first_few
 from dejima.core.snapshot import Change
 
 _LISTED = 10
@@ -80,8 +80,7 @@ def hold(verdict: TreeVerdict, wanted: dict[str, list[Wanted]], view: View, arti
 
 
 def listed(items: list[str]) -> str:
-    shown = "; ".join(items[:_LISTED])
-    return shown + (f"; and {len(items) - _LISTED} more" if len(items) > _LISTED else "")
+    return first_few(items, _LISTED, "; ", "; and ")
 
 
 def tree_finding(tree: str, verdict: TreeVerdict, changes: list[Change], tampered: list[str], remedy: str,

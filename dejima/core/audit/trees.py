@@ -12,7 +12,7 @@ from dejima.core.audit.caches import cache_mount_findings, changes_value, home_c
 from dejima.core.audit.cargo_verify import build_output_findings, vendor_findings
 from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tampering, python_tampering, recorded
 from dejima.core.audit.isolation import judged
-from dejima.core.audit.model import Finding, View, finding
+from dejima.core.audit.model import Finding, View, finding, first_few
 from dejima.core.audit.npm_verify import npm_findings
 from dejima.core.audit.python_verify import python_findings
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
@@ -27,8 +27,7 @@ _LISTED = 5
 
 
 def _summary(paths: list[str]) -> str:
-    shown = ", ".join(paths[:_LISTED])
-    return shown + (f" and {len(paths) - _LISTED} more" if len(paths) > _LISTED else "")
+    return first_few(paths, _LISTED)
 
 
 def _in_place(change: Change, view: View) -> bool:
