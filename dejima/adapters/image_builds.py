@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dejima.adapters import host, packaged
+from dejima.adapters import host, packaged, venv_record
 from dejima.adapters.host import image_cas
 from dejima.adapters.runtime import Runtime
 from dejima.core import labels
@@ -180,6 +180,9 @@ def build_needed(runtime: Runtime, needs: ImageNeeds, ui: Reporter) -> None:
     """Build the images ``needs`` lacks, then remember its tags."""
     for recipe in needs.to_build:
         ensure_image(runtime, recipe, ui, force=True)
+        if recipe.role == "session":  # what its Python environments' own files are, for the exit audit
+            with ui.step("Recording what the session image's python3 -m venv writes"):
+                venv_record.record(runtime, recipe.tag)
     if needs.cache_key:
         TagCache().put(needs.cache_key, needs.tags)
 

@@ -63,7 +63,7 @@ def python_caches(homes: Iterable[Path], mounts: Iterable[Path] = ()) -> WheelCa
     return WheelCaches(tuple(dict.fromkeys(pip)), (Path(os.environ.get("UV_CACHE_DIR") or host / "uv"),))
 
 
-def _wheel_entries(data: bytes) -> Artifact:
+def wheel_entries(data: bytes) -> Artifact:
     """Each regular entry's SHA-256 (as the wheel's own RECORD names it: the wheel is the pinned one;
     an entry RECORD gives no hash for is hashed), and the texts a verification reads."""
     files: dict[str, str] = {}
@@ -245,7 +245,7 @@ def _wheel(caches: WheelCaches, root: Path | None, digest: str, where: str,
     for data in candidates:
         if hashlib.sha256(data).hexdigest() == digest:
             try:
-                return _wheel_entries(data)
+                return wheel_entries(data)
             except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
                 return f"its wheel cannot be read ({type(error).__name__}: {error})"
         mismatched = True

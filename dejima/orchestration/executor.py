@@ -592,9 +592,13 @@ class Executor:
             case ShowBoundary(plan=plan):
                 self.observe(Boundary(plan))
             case StartAudit(plan=plan):
+                from dejima.adapters import venv_record
                 from dejima.orchestration import exit_audit
 
-                states = exit_audit.start(plan.session_id, audited_mounts(plan))
+                # What the image's Python environments' own files are: recorded once per image (at its build,
+                # or here for an image built before), read by the audit at the end.
+                facts = venv_record.record(self._engine(), plan.session.image)
+                states = exit_audit.start(plan.session_id, audited_mounts(plan), facts.image if facts else "")
                 self.audit = (plan.session_id, states)
             case WaitReady(name=name, digest=digest, timeout=timeout):
                 _wait_ready(self._engine(), self.container(name), timeout, digest)

@@ -13,7 +13,16 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from dejima.adapters import cargo_cache, finding_causes, host, mount_state, npm_cache, wheel_cache, yarn_cache
+from dejima.adapters import (
+    cargo_cache,
+    finding_causes,
+    host,
+    mount_state,
+    npm_cache,
+    venv_record,
+    wheel_cache,
+    yarn_cache,
+)
 from dejima.adapters.audit_start import Mount as Mount  # the audit's callers name them from here
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
@@ -43,6 +52,7 @@ from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import Artifacts, finding, rank
 from dejima.core.audit.reviewed import Baseline, judged_against
+from dejima.core.audit.venv_facts import SessionPython, VenvFacts
 from dejima.core.snapshot import Snapshot, apply_delta, changed_paths, compose
 from dejima.orchestration.session_reporter import SessionReporter
 
@@ -87,15 +97,17 @@ def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
 
 def audit_mount(state: MountState, session_id: str = "", npm_caches: list[Path] | None = None,
                 cargo_homes: list[Path] | None = None, yarn_caches: list[Path] | None = None,
-                wheel_caches: wheel_cache.WheelCaches | None = None) -> tuple[list[Finding], Snapshot]:
+                wheel_caches: wheel_cache.WheelCaches | None = None,
+                venvs: VenvFacts | None = None) -> tuple[list[Finding], Snapshot]:
     """Findings for one mount now (the session must be gone), and the end snapshot. ``npm_caches``,
     ``cargo_homes``, ``yarn_caches``, ``wheel_caches``: where the pinned archives of its trees can be
-    read (default: the host user's own)."""
+    read (default: the host user's own); ``venvs``: the session image's record of what its Python
+    environments' own files are (None: not verified)."""
     found, after, _ = _audit_mount(state, session_id, _pinned(
         npm_cache.npm_caches(()) if npm_caches is None else npm_caches,
         cargo_cache.cargo_homes(()) if cargo_homes is None else cargo_homes,
         yarn_cache.yarn_caches(()) if yarn_caches is None else yarn_caches),
-        wheels=wheel_cache.python_caches(()) if wheel_caches is None else wheel_caches)
+        wheels=wheel_cache.python_caches(()) if wheel_caches is None else wheel_caches, venvs=venvs)
     return found, after
 
 
@@ -107,11 +119,14 @@ def _pinned(npm_caches: list[Path], cargo_homes: list[Path], yarn_caches: list[P
 
 
 def _audit_mount(state: MountState, session_id: str, pinned: Artifacts, lineage: Lineage | None = None,
-                 wheels: wheel_cache.WheelCaches | None = None) -> tuple[list[Finding], Snapshot, list[str]]:
+                 wheels: wheel_cache.WheelCaches | None = None,
+                 venvs: VenvFacts | None = None) -> tuple[list[Finding], Snapshot, list[str]]:
     # The rules allocate while 200k entries are in memory: a full collection would scan them all.
     state.ready()
     with gc_paused():
-        return _audit_ready(state, session_id, pinned, lineage, wheels or wheel_cache.WheelCaches())
+        # The workspace is mounted at its own path (executor.audited_mounts): where an environment was.
+        python = SessionPython(venvs, str(state.mount.root))
+        return _audit_ready(state, session_id, pinned, lineage, wheels or wheel_cache.WheelCaches(), python)
 
 
 # The paths of a mount with a lineage, and their baselines by (path, content): what an earlier audit flagged.
@@ -119,7 +134,8 @@ Lineage = tuple[set[str], Callable[[str, str], Baseline | None]]
 
 
 def _audit_ready(state: MountState, session_id: str, pinned: Artifacts, lineage: Lineage | None,
-                 wheels: wheel_cache.WheelCaches) -> tuple[list[Finding], Snapshot, list[str]]:
+                 wheels: wheel_cache.WheelCaches,
+                 python: SessionPython) -> tuple[list[Finding], Snapshot, list[str]]:
     root = state.mount.root
     hashed: dict[str, bytes] = {}
     listed: dict[str, list[str]] = {}
@@ -152,7 +168,7 @@ def _audit_ready(state: MountState, session_id: str, pinned: Artifacts, lineage:
     share = shared_out if len(changed) >= SHARE_AFTER else None  # a fork costs more than a few rules
     return [*unsure, *audit(before, after, contents, state.mount.kind, listdir, changed,
                             state.mount.watch, joined({python_verify.WHEEL_PREFIX: wheel_cache.wheels(wheels, root),
-                                                       "": pinned}), share)], after, changed
+                                                       "": pinned}), share, python)], after, changed
 
 
 def _import_rules() -> None:
@@ -160,9 +176,10 @@ def _import_rules() -> None:
     import dejima.core.audit.rules  # noqa: F401
 
 
-def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
+def start(session_id: str, mounts: list[Mount], image: str = "") -> list[MountState]:
     """Snapshot every writable mount before the session may touch it; the state is also saved, for
-    the next run to audit if this launcher dies."""
+    the next run to audit if this launcher dies. ``image``: the session image's id, whose record of
+    what a Python environment's own files are the audit reads (venv_record.py)."""
     directory = _state_dir(session_id)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     states = []
@@ -183,8 +200,8 @@ def start(session_id: str, mounts: list[Mount]) -> list[MountState]:
             described.append({"kind": mount.kind, "root": str(mount.root), "snapshot": f"{index}.snapshot",
                               "state": f"{index}.state", "watch": [[w.path, w.source] for w in mount.watch],
                               "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
-        host.write_atomically(directory / "state.json",
-                              json.dumps({"version": _STATE_VERSION, "mounts": described}).encode())
+        host.write_atomically(directory / "state.json", json.dumps({"version": _STATE_VERSION, "mounts": described,
+                                                                    "image": image}).encode())
         # The rules (and yaml) are imported while the session runs, not while its filter starts.
         threading.Thread(target=_import_rules, name="audit-rules", daemon=True).start()
     except BaseException:
@@ -218,6 +235,15 @@ def _save_start(directory: Path, index: int, state: MountState) -> None:
     host.write_atomically(directory / f"{index}.state", encode_state(State(start.identity, path, start.delta,
                                                                       start.digests, {**start.extra, **walk}),
                                                                 path.name))
+
+
+def _image(session_id: str) -> str:
+    """The session image's id the start recorded ("" when it recorded none: nothing is verified by it)."""
+    try:
+        image = json.loads((_state_dir(session_id) / "state.json").read_text()).get("image", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return image if isinstance(image, str) else ""
 
 
 def _load(session_id: str) -> list[MountState]:
@@ -316,12 +342,14 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
         pinned = _pinned(npm_cache.npm_caches(homes), cargo_cache.cargo_homes(homes), yarn_cache.yarn_caches(homes))
         # pip's cache is a cache mount of the Python workflow: any mount may be one.
         wheels = wheel_cache.python_caches(homes, [s.mount.root for s in states if s.mount.kind == "cache"])
+        image = _image(session_id)
+        venvs = venv_record.load(image) if image else None
         for state in states:
             root = str(state.mount.root)
             lineage = (store.lineage_paths(workspace, root),
                        lambda path, content, root=root: store.base_of(workspace, root, path, content))
             try:
-                mount_findings, after, changed = _audit_mount(state, session_id, pinned, lineage, wheels)
+                mount_findings, after, changed = _audit_mount(state, session_id, pinned, lineage, wheels, venvs)
                 states_of = _file_states(state, after, mount_findings)
             except Exception as exc:  # any failure: an unaudited mount is a finding, never silence
                 reason = exc.message if isinstance(exc, SnapshotError) else f"{type(exc).__name__}: {exc}"

@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from dejima.core.audit import rank
+from dejima.core.audit.venv_facts import VenvFacts
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+from tests import venvs
 from tests.wheels import record_hash, wheel
 
 Found = list[tuple[str, str, str]]
@@ -33,11 +35,13 @@ def write(root: Path, path: str, text: str) -> Path:
     return target
 
 
-def audited(root: Path, change: Callable[[Path], object]) -> Found:
+def audited(root: Path, change: Callable[[Path], object], facts: VenvFacts | None = None) -> Found:
+    """The findings of a session that made ``change``; ``facts``: the session image's record of
+    what venv writes (None: none, an environment's own files are not verified)."""
     root.mkdir(parents=True, exist_ok=True)
     state = capture(Mount("workspace", root))
     change(root)
-    found, _ = audit_mount(state)
+    found, _ = audit_mount(state, venvs=facts)
     return [(f.rule, f.severity, f.path) for f in found]
 
 
@@ -106,7 +110,8 @@ def test_a_conftest_in_a_tree_pytest_walks_into_is_a_conftest(tmp_path: Path) ->
 
 def test_a_planted_pyvenv_cfg_does_not_hide_a_conftest(tmp_path: Path) -> None:
     """A record can be planted like any file: in what then is an environment, a file no RECORD
-    lists is not what an installer writes. Its neighbour: a real venv made in the session, low."""
+    lists is not what an installer writes. Its neighbour: a real venv made in the session, low
+    (held to the record of what this Python's venv writes)."""
     def planted(root: Path) -> None:
         write(root, "tests/vendor/pyvenv.cfg", "home = /usr/bin\n")
         write(root, "tests/vendor/conftest.py", "import os\n")
@@ -115,7 +120,7 @@ def test_a_planted_pyvenv_cfg_does_not_hide_a_conftest(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "tests/vendor")], check=True)
 
     assert at_least_low(audited(tmp_path / "a", planted)) == [("B10", "high", "tests/vendor")]
-    assert at_least_low(audited(tmp_path / "b", venv)) == [("B10", "low", "tests/vendor")]
+    assert at_least_low(audited(tmp_path / "b", venv, venvs.here())) == [("B10", "low", "tests/vendor")]
 
 
 # --- workspace packages named like trees --------------------------------------------------------------
@@ -244,11 +249,12 @@ def test_a_tree_inside_another_is_judged_on_its_own(tmp_path: Path) -> None:
 
     node_project(tmp_path / "a")
     node_project(tmp_path / "b")
-    # The outer tree is medium either way: its package's tarball is in no cache, so it cannot be verified.
+    # The outer tree is medium either way: its package's tarball is in no cache, so it cannot be verified;
+    # so is the inner one untouched: with no record of the image's venv its own files are not verified.
     assert sorted(at_least_low(audited(tmp_path / "a", build(planted=True)))) == [
         ("B07", "medium", "node_modules"), ("B10", "high", "node_modules/x/.venv")]
     assert sorted(at_least_low(audited(tmp_path / "b", build(planted=False)))) == [
-        ("B07", "medium", "node_modules"), ("B10", "low", "node_modules/x/.venv")]
+        ("B07", "medium", "node_modules"), ("B10", "medium", "node_modules/x/.venv")]
 
 
 def test_a_real_npm_install_is_one_finding_twice(tmp_path: Path) -> None:
@@ -395,8 +401,10 @@ def test_start_up_files_changed_in_an_existing_venv_are_critical(tmp_path: Path,
         write(next((root / ".venv").glob("lib/python3*/site-packages")), "_virtualenv.py", "import os\n")
 
     site = next((root / ".venv").glob("lib/python3*/site-packages")).relative_to(root)
+    # and the environment's own files, which no record of the image's venv verifies here: medium
     assert sorted(at_least_low(audited(root, tamper))) == [
-        ("B10", "critical", ".venv/bin/activate"), ("B10", "critical", f"{site}/_virtualenv.py")]
+        ("B10", "critical", ".venv/bin/activate"), ("B10", "critical", f"{site}/_virtualenv.py"),
+        ("B10", "medium", ".venv")]
 
 
 def test_a_pip_install_target_is_a_tree_and_a_conftest_planted_in_it_is_not_its(tmp_path: Path, tiny: Path) -> None:

@@ -40,6 +40,9 @@ class FakeEngine:
         with self._lock:
             self.calls.append((call, container))
 
+    def image_id(self, ref: str) -> str | None:
+        return None  # no image: the audit has no record of its venv (venv_record.record)
+
     def create(self, spec: ContainerSpec) -> str:
         self._log("create", spec.name)
         self.present[spec.name] = {"spec": spec, "running": False}

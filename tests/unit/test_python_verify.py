@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 from dejima.adapters.wheel_cache import WheelCaches
 from dejima.core.audit import Finding
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
+from tests import venvs
 from tests.pinned_trees import replace_file, severities
 from tests.wheels import record_hash, wheel
 
@@ -138,7 +140,7 @@ def session(workspace: Path, home: Path, change: Callable[[Path], object] | None
     if change is not None:
         change(workspace)
     caches = WheelCaches(pip=(home / ".cache/pip",), uv=(host,) if host is not None else ())
-    found, _ = audit_mount(state, npm_caches=[], wheel_caches=caches)
+    found, _ = audit_mount(state, npm_caches=[], wheel_caches=caches, venvs=venvs.here(UV))
     return [f for f in found if f.path.startswith(".venv")]
 
 
@@ -188,7 +190,10 @@ def test_scripts_for_an_interpreter_path_with_a_space_are_verified(tmp_path: Pat
     workspace, home, host = project(tmp_path / "my project", index)
     found = session(workspace, home, host=host)
     assert (workspace / ".venv/bin/tinytool").read_text().startswith("#!/bin/sh\n" + "'" * 3 + "exec' ")
-    assert severities(found) == [(".venv", "low")], found[0].evidence
+    # The scripts verify; the environment's own files name its path quoted, which the record cannot render.
+    assert severities(found) == [(".venv", "medium")], found[0].evidence
+    assert "verified 7 file(s) of 1 distribution(s)" in found[0].evidence
+    assert found[0].evidence.count(" not verified: ") == 1 and "needs quoting in a shell" in found[0].evidence
 
 
 def test_the_venv_s_own_pip_keeps_the_wheel_in_its_older_cache_and_writes_distlib_s_scripts(
@@ -196,7 +201,8 @@ def test_the_venv_s_own_pip_keeps_the_wheel_in_its_older_cache_and_writes_distli
     """`python -m venv .venv && .venv/bin/pip install`: the pip ensurepip seeds (this Python's
     bundled one) keeps bodies inside msgpack (http/, as Debian's pip does) and writes distlib's
     script template. tiny is verified whole; pip and setuptools themselves, which no lockfile pins,
-    are what is left unverified."""
+    are verified against the wheels ensurepip installed (the record's), the environment's own files
+    against what this Python's venv writes."""
     workspace, home, host = project(tmp_path, index)
 
     def install(workspace: Path, home: Path) -> None:
@@ -208,9 +214,10 @@ def test_the_venv_s_own_pip_keeps_the_wheel_in_its_older_cache_and_writes_distli
 
     found = session(workspace, home, install=install, host=host)
     assert list((home / ".cache/pip").glob("http/*")), "this Python's bundled pip keeps the older cache"
-    assert severities(found) == [(".venv", "medium")]
-    unverifiable = found[0].evidence.partition(" not verifiable: ")[2]
-    assert "tiny-1.0.dist-info" not in unverifiable and "pip as `python -m venv` installs it" in unverifiable
+    assert severities(found) == [(".venv", "low")], found[0].evidence
+    assert "of 3 distribution(s) against uv.lock" in found[0].evidence
+    assert found[0].evidence.startswith(f"its own files (9) are what the session image's python3 -m venv (Python "
+                                        f"{sys.version.split()[0]}) writes; ")
     assert "import re" in (workspace / ".venv/bin/tinytool").read_text()  # distlib's template
 
 
@@ -498,3 +505,95 @@ def test_pip_s_cache_key_and_uv_s_record() -> None:
                                       1610]
     with pytest.raises(ValueError):
         _msgpack(bytes.fromhex("dc ffff"), 0)  # an array longer than its bytes
+
+
+# --- the environment's own files, held to the session image's record (venv_facts.py) -------------------------
+
+def venv_then_pip(index: str) -> Callable[[Path, Path], None]:
+    """`python3 -m venv .venv && .venv/bin/pip install --require-hashes -r requirements.txt`: the
+    environment's own files and its seed pip and setuptools, then tiny pinned by its hash."""
+    def install(workspace: Path, home: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", str(workspace / ".venv")], check=True)
+        subprocess.run([str(workspace / ".venv/bin/pip"), "install", "-q", "--disable-pip-version-check",
+                        "--index-url", index, "--trusted-host", "127.0.0.1", "--require-hashes", "-r",
+                        "requirements.txt"], cwd=workspace, check=True, capture_output=True, timeout=120,
+                       env={**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_CACHE_DIR": str(home / ".cache/pip")})
+    return install
+
+
+def hashed_project(root: Path, index: str) -> tuple[Path, Path, Path]:
+    workspace, home, host = project(root, index)
+    uv(workspace, host, "export", "--format", "requirements-txt", "--no-header", "-o", "requirements.txt")
+    (workspace / "uv.lock").unlink()
+    return workspace, home, host
+
+
+def activate_appended(workspace: Path) -> None:
+    with (workspace / ".venv/bin/activate").open("a") as file:
+        file.write("echo planted\n")
+
+
+def home_changed(workspace: Path) -> None:
+    """pyvenv.cfg's home names the directory whose python runs: one the session wrote."""
+    (workspace / "bin").mkdir()
+    os.symlink("/bin/sh", workspace / "bin/python3")
+    config = workspace / ".venv/pyvenv.cfg"
+    replace_file(config, re.sub(r"(?m)^home = .*$", f"home = {workspace / 'bin'}", config.read_text()))
+
+
+def seed_modified(workspace: Path) -> None:
+    pip = next(site(workspace).glob("pip/__init__.py"))
+    replace_file(pip, pip.read_text() + PLANTED)
+    record = next(site(workspace).glob("pip-*.dist-info/RECORD"))
+    lines = [line for line in record.read_text().splitlines() if not line.startswith("pip/__init__.py,")]
+    record.write_text("\n".join([*lines, f"pip/__init__.py,{record_hash(pip.read_bytes())},"
+                                 f"{len(pip.read_bytes())}"]) + "\n")
+
+
+def test_venv_then_pip_with_hashes_is_verified_own_files_seeds_and_all(tmp_path: Path, index: str) -> None:
+    workspace, home, _ = hashed_project(tmp_path, index)
+    found = session(workspace, home, install=venv_then_pip(index))
+    assert severities(found) == [(".venv", "low")], found[0].evidence
+    assert "are what the session image's python3 -m venv" in found[0].evidence
+    assert "of 3 distribution(s) against requirements.txt" in found[0].evidence
+
+
+OWN_ATTACKS = {
+    "a line appended to bin/activate": (activate_appended, ".venv/bin/activate: not what python3 -m venv"),
+    "pyvenv.cfg's home changed": (home_changed, ".venv/pyvenv.cfg: home = "),
+    "a file of the seed pip modified": (seed_modified, "/site-packages/pip/__init__.py: not the content of its wheel"),
+}
+
+
+@pytest.mark.parametrize("attack", OWN_ATTACKS.values(), ids=OWN_ATTACKS.keys())
+def test_each_change_to_a_venv_s_own_files_or_seeds_is_high_and_named(
+        tmp_path: Path, index: str, attack: tuple[Callable[[Path], None], str]) -> None:
+    change, named = attack
+    workspace, home, _ = hashed_project(tmp_path, index)
+    found = session(workspace, home, change, install=venv_then_pip(index))
+    assert severities(found) == [(".venv", "high")], found[0].evidence
+    assert named in found[0].evidence
+
+
+def test_with_no_record_of_the_image_a_venv_s_own_files_are_medium_never_low(tmp_path: Path, index: str) -> None:
+    """Fail closed: the same benign install audited without the session image's record."""
+    workspace, home, _ = hashed_project(tmp_path, index)
+    state = capture(Mount("workspace", workspace))
+    venv_then_pip(index)(workspace, home)
+    found = [f for f in audit_mount(state, npm_caches=[], wheel_caches=WheelCaches(pip=(home / ".cache/pip",)))[0]
+             if f.path.startswith(".venv")]
+    assert severities(found) == [(".venv", "medium")], found[0].evidence
+    assert "own file(s) (.venv/bin/Activate.ps1, .venv/bin/activate, .venv/bin/activate.csh and" in \
+        found[0].evidence and "record of what its python3 -m venv writes is missing" in found[0].evidence
+    assert "setuptools as `python -m venv` installs it (ensurepip), which no lockfile pins" in found[0].evidence
+
+
+def test_an_environment_made_by_a_tool_the_record_lacks_is_medium_saying_so(tmp_path: Path, index: str) -> None:
+    """uv's environment audited against a record of venv alone: its own files are not verified."""
+    workspace, home, host = project(tmp_path, index)
+    state = capture(Mount("workspace", workspace))
+    uv_sync(workspace, home)
+    found = [f for f in audit_mount(state, npm_caches=[], wheel_caches=WheelCaches(uv=(host,)),
+                                    venvs=venvs.here(None))[0] if f.path.startswith(".venv")]
+    assert severities(found) == [(".venv", "medium")], found[0].evidence
+    assert "made by uv, whose own files the session image's record does not hold" in found[0].evidence

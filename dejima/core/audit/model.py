@@ -111,6 +111,9 @@ class View:
     # The packages' pinned artifacts (None: none can be had, nothing is verified against them).
     artifacts: Artifacts | None = None
     memo: dict[str, object] = field(default_factory=dict)  # results one rule computes and another reads
+    # What the session image's tools write in a Python environment, and where this mount was in the
+    # session (venv_facts.SessionPython; None: nothing is known, own files are not verified).
+    python: object = None
 
     @cached_property
     def changed(self) -> dict[str, Change]:

@@ -35,8 +35,18 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 
-from dejima.core.audit.model import Artifact, Finding, View
+from dejima.core.audit.model import Artifact, Finding, View, first_few
 from dejima.core.audit.pinned import TreeVerdict, tree_finding
+from dejima.core.audit.venv_facts import (
+    SessionPython,
+    Tool,
+    config_problems,
+    parse_config,
+    prompt_of,
+    render,
+    seed,
+    tool_of,
+)
 from dejima.core.snapshot import Change
 
 LOCKFILE = "uv.lock"
@@ -197,23 +207,126 @@ def _source(path: str) -> str:
 
 
 # What venv, virtualenv, uv and tox write in an environment outside every distribution, exactly
-# (installs.py accepts these names as prefixes; here a bin/python-helper is no interpreter).
+# (installs.py accepts these names as prefixes; here a bin/python-helper is no interpreter): accepted
+# by name only where the session image's record cannot say what they hold (said, medium).
 _ENVIRONMENT_FILES = re.compile(
     r"(?:pyvenv\.cfg|\.gitignore|\.lock|CACHEDIR\.TAG|\.tox-info\.json|log/[^/]+|lib64"
     r"|bin/(?:activate(?:\.(?:csh|fish|ps1|bat|nu|xsh))?|Activate\.ps1|activate_this\.py|deactivate(?:\.bat|\.nu)?"
     r"|pydoc(?:\.bat)?|(?:python|pypy)[\d.]*w?)"
     r"|(?:lib/(?:python|pypy)[\d.]+t?|Lib)/site-packages/(?:_virtualenv\.(?:py|pth)|[^/]+\.virtualenv))")
+_INTERPRETER = re.compile(r"(?:python|pypy)[\d.]*")
 
 
-def _unclaimed(kind: str, environment: str, unclaimed: list[Change], verdict: TreeVerdict, view: View) -> None:
-    """The files no distribution claims: the environment's own (venv's, uv's), bytecode of a source
-    here that recompiles to it; a sourceless ``.pyc`` outside ``__pycache__`` (Python imports it as a
-    module) and any other file are what no install makes."""
+class _OwnFiles:
+    """An environment's own files held to what the tool that made it writes, as the session image's
+    record has it (venv_facts.py): pyvenv.cfg's keys, each template rendered for this environment,
+    the interpreter links; and the seed wheels ensurepip installed."""
+
+    def __init__(self, environment: str, verdict: TreeVerdict, view: View) -> None:
+        self.environment, self.verdict, self.view = environment, verdict, view
+        self.tool: Tool | None = None
+        self.checked, self.unchecked, self.seen = 0, [], set()  # type: int, list[str], set[str]
+        python = view.python if isinstance(view.python, SessionPython) else None
+        self.config = f"{environment}/pyvenv.cfg"
+        self.keys, self.wrong = parse_config(view.text(self.config) or "")
+        self.why = ""
+        if python is None or python.facts is None:
+            self.why = "the session image's record of what its python3 -m venv writes is missing (dejima makes " \
+                "it when it builds the image; `dejima images build` makes it for an image built before)"
+            return
+        tool, self.why = tool_of(python.facts, self.keys)
+        if tool is None:
+            return
+        self.problems, other = config_problems(tool, self.keys, self.wrong)
+        self.directory = f"{python.root.rstrip('/')}/{environment}"
+        self.prompt = prompt_of(tool, self.keys)
+        self.templates = tool.prompted if self.prompt is not None else tool.plain
+        if other:
+            self.why = f"{other}, whose own files the session image's record does not hold"
+        elif render("", self.directory, self.prompt) is None:
+            self.why = f"its path ({self.directory}) or prompt needs quoting in a shell, which the session image's " \
+                "record does not say how its tools do"
+        self.tool = tool  # its pyvenv.cfg is the recorded tool's (what differs is named, high)
+
+    def judge(self, change: Change) -> bool:
+        """Whether ``change`` is one of the environment's own files (judged here)."""
+        relative = change.path[len(self.environment) + 1:]
+        new = change.after
+        tool = self.tool
+        if change.path in self.seen:
+            return True
+        self.seen.add(change.path)
+        if tool is None or self.why:
+            if not _ENVIRONMENT_FILES.fullmatch(relative):
+                return False
+            if relative == "pyvenv.cfg" and tool is not None:
+                self.verdict.problems.extend(f"{change.path}: {problem}" for problem in self.problems)
+            self.unchecked.append(change.path)
+            return True
+        if relative == "pyvenv.cfg":
+            self.verdict.problems.extend(f"{change.path}: {problem}" for problem in self.problems)
+            self.checked += not self.problems
+            return True
+        if new is not None and new.kind == "symlink" and relative in tool.links:
+            target = new.target or ""
+            home = tool.config.get("home", "")
+            name = target.removeprefix(f"{home}/") if relative.startswith("bin/") else ""
+            if target == tool.links[relative] or _INTERPRETER.fullmatch(name):
+                self.checked += 1
+            else:
+                self.verdict.problems.append(f"{change.path}: a link to {target[:80]}, where {tool.label} links "
+                                             f"{tool.links[relative]}")
+            return True
+        if relative == ".lock" and tool.name == "uv" and new is not None and new.kind == "file" and not new.size:
+            self.checked += 1  # uv's lock on the environment while it installs: empty
+            return True
+        if relative not in self.templates:
+            return False
+        expected = render(self.templates[relative], self.directory, self.prompt)
+        if new is not None and new.kind == "file" and expected is not None and \
+                self.view.data(change.path) == expected.encode("utf-8", "surrogateescape"):
+            self.checked += 1
+        else:
+            self.verdict.problems.append(f"{change.path}: not what {tool.label} writes in this environment")
+        return True
+
+    def seed(self, distribution: _Distribution) -> tuple[Pin | None, str]:
+        """The pin of a distribution ensurepip installs (the record's seed wheel), or why there is none."""
+        if self.tool is None or self.why:
+            return None, f"{distribution.name} as `python -m venv` installs it (ensurepip), which no lockfile pins " \
+                "and the session image's record cannot verify here (its own files say why)"
+        wheel = seed(self.tool, distribution.name)
+        if wheel is None or wheel.version != distribution.version:
+            return None, f"{distribution.name} {distribution.version}, which no lockfile pins and which is not " \
+                f"the one {self.tool.label} seeds" + (f" ({wheel.version})" if wheel is not None else "")
+        return Pin(wheel.version, ((wheel.sha256, SEED),)), ""
+
+    def seeds(self) -> dict[str, Artifact | str]:
+        tool = self.tool
+        return {wheel_key(s.sha256, SEED): s.artifact for s in tool.seeds} if tool is not None and not self.why else {}
+
+    def close(self) -> str:
+        """What is left unverified, said (medium); the lead of a finding that verified them."""
+        if self.unchecked:
+            self.verdict.unverified.append(f"{len(self.unchecked)} of the environment's own file(s) "
+                                           f"({first_few(sorted(self.unchecked), 3)}) not verified: {self.why}")
+        if self.checked and self.tool is not None:
+            return f"its own files ({self.checked}) are what the session image's {self.tool.label} writes; "
+        return ""
+
+
+SEED = "seed:"  # where a seed wheel is: the session image's record
+
+
+def _unclaimed(kind: str, environment: str, unclaimed: list[Change], verdict: TreeVerdict, view: View,
+               own: _OwnFiles | None) -> None:
+    """The files no distribution claims: the environment's own (``own``: judged there), bytecode of a
+    source here that recompiles to it; a sourceless ``.pyc`` outside ``__pycache__`` (Python imports it
+    as a module) and any other file are what no install makes."""
     for change in unclaimed:
         path = change.path
-        relative = path[len(environment) + 1:]
         source = _source(path)
-        if kind == "python" and _ENVIRONMENT_FILES.fullmatch(relative):
+        if own is not None and own.judge(change):
             continue
         if source:
             data, code = view.data(path), view.data(source)
@@ -264,10 +377,11 @@ def _pins(lockfiles: list[str], view: View, side: str) -> dict[str, Pin] | None:
     return pins or None
 
 
-def verify(kind: str, environment: str, changes: list[Change], view: View) -> tuple[TreeVerdict, bool] | None:
+def verify(kind: str, environment: str, changes: list[Change], view: View) -> tuple[TreeVerdict, bool, str] | None:
     """The session's changes in an environment held to the pins at the start (uv.lock, or
-    requirements files with hashes), and whether there were any; None where nothing is verified
-    this way (conda, the session's home: its lockfile is the workspace's)."""
+    requirements files with hashes), its own files to the session image's record, whether there were
+    pins, and what its own files were found to be; None where nothing is verified this way (conda,
+    the session's home: its lockfile is the workspace's)."""
     if kind not in ("python", "python-target") or view.kind != "workspace":
         return None
     lockfiles = _lockfiles(environment, view)
@@ -275,24 +389,27 @@ def verify(kind: str, environment: str, changes: list[Change], view: View) -> tu
     pinning = [lockfile for lockfile in lockfiles if lockfile in view.before] if start is not None else lockfiles
     verdict = TreeVerdict(" and ".join(pinning) or LOCKFILE)
     distributions, unclaimed = _distributions(environment, changes, view)
+    own = _OwnFiles(environment, verdict, view) if kind == "python" else None
     if start is None:
         if distributions:
             verdict.unverified.append(f"no {LOCKFILE} or requirements file with --hash pins was there at the "
                                       "session's start (one committed before the session would pin every wheel "
                                       "by its hash)")
-        return verdict, False
-    _unclaimed(kind, environment, unclaimed, verdict, view)
+        for change in unclaimed if own is not None else []:  # the rest, what no install makes: installs.py's
+            own.judge(change)  # type: ignore[union-attr]
+        return verdict, False, own.close() if own is not None else ""
+    _unclaimed(kind, environment, unclaimed, verdict, view, own)
     unchanged = all(view.entry(path) == view.entry(path, "before") for path in lockfiles)
     end = start if unchanged else _pins(lockfiles, view, "after")
-    _EnvironmentCheck(verdict, kind, environment, start, end or {}, view).run(distributions)
-    return verdict, True
+    _EnvironmentCheck(verdict, kind, environment, start, end or {}, view, own).run(distributions)
+    return verdict, True, own.close() if own is not None else ""
 
 
 class _EnvironmentCheck:
     def __init__(self, verdict: TreeVerdict, kind: str, environment: str, start: dict[str, Pin],
-                 end: dict[str, Pin], view: View) -> None:
-        self.verdict, self.kind, self.environment, self.start, self.end, self.view = \
-            verdict, kind, environment, start, end, view
+                 end: dict[str, Pin], view: View, own: _OwnFiles | None) -> None:
+        self.verdict, self.kind, self.environment, self.start, self.end, self.view, self.own = \
+            verdict, kind, environment, start, end, view, own
         self.unpinned: dict[str, str] = {}
 
     def run(self, distributions: dict[str, _Distribution]) -> None:
@@ -300,9 +417,10 @@ class _EnvironmentCheck:
         asked for at once (one of a distribution's wheels is installed: the first found is)."""
         pinned = [(d, [wheel_key(digest, where) for digest, where in _installable(pin.wheels, self.tags(d))])
                   for d in distributions.values() if (pin := self.pin(d)) is not None]
-        keys = sorted({key for _, keys in pinned for key in keys})
+        seeds = self.own.seeds() if self.own is not None else {}
+        keys = sorted({key for _, keys in pinned for key in keys} - seeds.keys())
         artifacts = self.view.artifacts
-        got = artifacts(keys) if artifacts is not None and keys else {}
+        got = {**(artifacts(keys) if artifacts is not None and keys else {}), **seeds}
         for distribution, keys in pinned:
             found = [artifact for key in keys if isinstance(artifact := got.get(key), Artifact)]
             if found:
@@ -327,9 +445,13 @@ class _EnvironmentCheck:
             self.unpinned.setdefault(info, "the project itself, built from the workspace (no hash pins it)")
             return None
         if start is None and end is None:
-            if name in _SEEDS:
-                self.unpinned.setdefault(info, f"{name} as `python -m venv` installs it (ensurepip), which no "
-                                               "lockfile pins")
+            if name in _SEEDS and self.own is not None:
+                seeded, why = self.own.seed(distribution)
+                if seeded is not None:
+                    return seeded
+                self.unpinned.setdefault(info, why)
+            elif name in _SEEDS:
+                self.unpinned.setdefault(info, f"{name}, which no lockfile pins")
             else:
                 self.verdict.problems.append(f"{info}: a distribution {self.verdict.lockfile} does not pin")
             return None
@@ -521,8 +643,9 @@ def python_findings(kind: str, environment: str, changes: list[Change], view: Vi
     verified = verify(kind, environment, changes, view)
     if verified is None:
         return None
-    verdict, pinned = verified
-    if tampered and not pinned or not (verdict.files or verdict.problems or verdict.unverified):
+    verdict, pinned, lead = verified
+    if tampered and not pinned and not verdict.problems or \
+            not (verdict.files or verdict.problems or verdict.unverified):
         return None  # nothing held to a pin: installs.py's own finding says what no installer makes
     project = environment.rpartition("/")[0]
     where = f" (in {project})" if project else ""
@@ -536,4 +659,4 @@ def python_findings(kind: str, environment: str, changes: list[Change], view: Vi
         remedy = f"recreate it on the host: python3 -m venv --clear {environment}, then install{where}"
     named = {line.partition(": ")[0] for line in tampered}  # one line a path: installs.py's, when it has one
     problems = [*tampered, *(line for line in verdict.problems if line.partition(": ")[0] not in named)]
-    return [tree_finding(environment, verdict, changes, problems, remedy, "distribution", rule="B10")]
+    return [tree_finding(environment, verdict, changes, problems, remedy, "distribution", lead=lead, rule="B10")]
