@@ -597,3 +597,22 @@ def test_an_environment_made_by_a_tool_the_record_lacks_is_medium_saying_so(tmp_
                                     venvs=venvs.here(None))[0] if f.path.startswith(".venv")]
     assert severities(found) == [(".venv", "medium")], found[0].evidence
     assert "made by uv, whose own files the session image's record does not hold" in found[0].evidence
+
+
+def test_a_venv_no_lockfile_pins_is_low_with_its_own_files_and_seeds_verified(tmp_path: Path, index: str) -> None:
+    """`python3 -m venv .venv` and nothing else: no lockfile, yet every file is the record's (the
+    templates rendered, the seed wheels'); a line appended to its activate there is high all the same."""
+    workspace, home, _ = project(tmp_path, index)
+    (workspace / "uv.lock").unlink()
+
+    def made(workspace: Path, home: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", str(workspace / ".venv")], check=True)
+
+    found = session(workspace, home, install=made)
+    assert severities(found) == [(".venv", "low")], found[0].evidence
+    assert "of 2 distribution(s) against the wheels ensurepip seeds in the session image" in found[0].evidence
+    shutil.rmtree(workspace / ".venv")
+    tampered = session(workspace, home, activate_appended, install=made)
+    assert severities(tampered) == [(".venv", "high")] and ".venv/bin/activate: not what" in tampered[0].evidence
+    assert "planted" in subprocess.run(["sh", "-c", ". .venv/bin/activate"], cwd=workspace, capture_output=True,
+                                       text=True, check=True).stdout  # what the user's `source` runs

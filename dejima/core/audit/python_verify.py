@@ -316,6 +316,7 @@ class _OwnFiles:
 
 
 SEED = "seed:"  # where a seed wheel is: the session image's record
+SEEDED = "the wheels ensurepip seeds in the session image"  # what an environment no lockfile pins is held to
 
 
 def _unclaimed(kind: str, environment: str, unclaimed: list[Change], verdict: TreeVerdict, view: View,
@@ -391,13 +392,19 @@ def verify(kind: str, environment: str, changes: list[Change], view: View) -> tu
     distributions, unclaimed = _distributions(environment, changes, view)
     own = _OwnFiles(environment, verdict, view) if kind == "python" else None
     if start is None:
-        if distributions:
+        # The seeds ensurepip installed are held to the record's wheels all the same; the rest to nothing.
+        seeded = {info: d for info, d in distributions.items() if own is not None and d.name in _SEEDS}
+        if len(seeded) < len(distributions):
             verdict.unverified.append(f"no {LOCKFILE} or requirements file with --hash pins was there at the "
                                       "session's start (one committed before the session would pin every wheel "
                                       "by its hash)")
-        for change in unclaimed if own is not None else []:  # the rest, what no install makes: installs.py's
-            own.judge(change)  # type: ignore[union-attr]
-        return verdict, False, own.close() if own is not None else ""
+        if own is None:
+            return verdict, False, ""
+        for change in unclaimed:  # the rest, what no install makes: installs.py's
+            own.judge(change)
+        verdict.lockfile = SEEDED
+        _EnvironmentCheck(verdict, kind, environment, {}, {}, view, own).run(seeded)
+        return verdict, False, own.close()
     _unclaimed(kind, environment, unclaimed, verdict, view, own)
     unchanged = all(view.entry(path) == view.entry(path, "before") for path in lockfiles)
     end = start if unchanged else _pins(lockfiles, view, "after")
@@ -645,7 +652,7 @@ def python_findings(kind: str, environment: str, changes: list[Change], view: Vi
         return None
     verdict, pinned, lead = verified
     if tampered and not pinned and not verdict.problems or \
-            not (verdict.files or verdict.problems or verdict.unverified):
+            not (verdict.files or verdict.problems or verdict.unverified or lead):
         return None  # nothing held to a pin: installs.py's own finding says what no installer makes
     project = environment.rpartition("/")[0]
     where = f" (in {project})" if project else ""
@@ -659,4 +666,5 @@ def python_findings(kind: str, environment: str, changes: list[Change], view: Vi
         remedy = f"recreate it on the host: python3 -m venv --clear {environment}, then install{where}"
     named = {line.partition(": ")[0] for line in tampered}  # one line a path: installs.py's, when it has one
     problems = [*tampered, *(line for line in verdict.problems if line.partition(": ")[0] not in named)]
-    return [tree_finding(environment, verdict, changes, problems, remedy, "distribution", lead=lead, rule="B10")]
+    return [tree_finding(environment, verdict, changes, problems, remedy, "distribution",
+                         idle="nothing installed in it", lead=lead, rule="B10")]
