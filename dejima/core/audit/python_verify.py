@@ -61,6 +61,7 @@ _SHEBANG = re.compile(r"#!(/[^\s'\"\\$`;|&<>()*?]*/bin/(?:python|pypy)[\d.]*)\n"
                       # the form pip and uv write for a path too long for #! or with a space in it
                       r"|#!/bin/sh\n'''exec' (['\"])(/[^'\"\\$`]*/bin/(?:python|pypy)[\d.]*)"
                       r"\2 \"\$0\" \"\$@\"\n' '''\n")
+_PIP_SCRIPT, _EASY_INSTALL_SCRIPT = re.compile(r"pip\d+(?:\.\d+)?"), re.compile(r"easy_install-\d+\.\d+")
 _ENTRY = re.compile(r"\s*([\w.]+)\s*:\s*([\w.]+)\s*(?:\[.*\])?\s*")
 # The body of an entry-point script after its #! line, as each installer writes it: pip with
 # distlib's template (pip < 24.1), pip's own, uv's. Filled with module, import name, function.
@@ -478,6 +479,11 @@ class _EnvironmentCheck:
     def compare(self, distribution: _Distribution, wheel: Artifact) -> None:
         expected = _installed(wheel, distribution, self.environment)
         scripts = _entry_points((wheel.texts or {}).get(f"{distribution.info.rpartition('/')[2]}/entry_points.txt"))
+        for path, _ in distribution.files:  # pip names these after the Python it installs for, whatever the wheel says
+            name = path.rpartition("/")[2]
+            for versioned, entry in ((_PIP_SCRIPT, "pip"), (_EASY_INSTALL_SCRIPT, "easy_install")):
+                if entry in scripts and versioned.fullmatch(name) and distribution.name in ("pip", "setuptools"):
+                    scripts.setdefault(name, scripts[entry])
         bytecode = []
         for path, sha256 in distribution.files:
             name = path.rpartition("/")[2]
