@@ -154,6 +154,9 @@ def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: Reporter, force: boo
         return recipe.tag
     with logged_step(ui, f"Building the {recipe.role} image {recipe.tag}", f"build-{recipe.role}") as line:
         runtime.build(recipe, line)
+    if recipe.role == labels.ROLE_SESSION:  # what its Python environments' own files are, for the exit audit
+        with ui.step(f"Recording what {recipe.tag}'s python3 -m venv writes"):
+            venv_record.record(runtime, recipe.tag)
     return recipe.tag
 
 
@@ -180,9 +183,6 @@ def build_needed(runtime: Runtime, needs: ImageNeeds, ui: Reporter) -> None:
     """Build the images ``needs`` lacks, then remember its tags."""
     for recipe in needs.to_build:
         ensure_image(runtime, recipe, ui, force=True)
-        if recipe.role == "session":  # what its Python environments' own files are, for the exit audit
-            with ui.step("Recording what the session image's python3 -m venv writes"):
-                venv_record.record(runtime, recipe.tag)
     if needs.cache_key:
         TagCache().put(needs.cache_key, needs.tags)
 
