@@ -616,3 +616,23 @@ def test_a_venv_no_lockfile_pins_is_low_with_its_own_files_and_seeds_verified(tm
     assert severities(tampered) == [(".venv", "high")] and ".venv/bin/activate: not what" in tampered[0].evidence
     assert "planted" in subprocess.run(["sh", "-c", ". .venv/bin/activate"], cwd=workspace, capture_output=True,
                                        text=True, check=True).stdout  # what the user's `source` runs
+
+
+def test_copies_of_the_interpreter_are_medium_and_a_file_no_tool_writes_beside_them_high(
+        tmp_path: Path, index: str) -> None:
+    """`python -m venv --copies`: the interpreter copied where venv makes a link, which the record does
+    not hold (medium, saying so); a `bin/activate.nu` in venv's environment is uv's, not venv's (high)."""
+    workspace, home, _ = project(tmp_path, index)
+    (workspace / "uv.lock").unlink()
+
+    def made(workspace: Path, home: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", "--copies", "--without-pip", str(workspace / ".venv")],
+                       check=True)
+
+    found = session(workspace, home, install=made)
+    assert severities(found) == [(".venv", "medium")], found[0].evidence
+    assert "a copy of the interpreter (python -m venv --copies)" in found[0].evidence
+    shutil.rmtree(workspace / ".venv")
+    planted = session(workspace, home, lambda w: (w / ".venv/bin/activate.nu").write_text(PLANTED), install=made)
+    assert severities(planted) == [(".venv", "high")] and ".venv/bin/activate.nu: a file no distribution" in \
+        planted[0].evidence

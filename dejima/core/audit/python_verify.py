@@ -281,6 +281,10 @@ class _OwnFiles:
         if relative == ".lock" and tool.name == "uv" and new is not None and new.kind == "file" and not new.size:
             self.checked += 1  # uv's lock on the environment while it installs: empty
             return True
+        if new is not None and new.kind == "file" and relative in tool.links:
+            self.verdict.unverified.append(f"{change.path}: a copy of the interpreter (python -m venv --copies), "
+                                           "which the session image's record does not hold")
+            return True
         if relative not in self.templates:
             return False
         expected = render(self.templates[relative], self.directory, self.prompt)
@@ -401,8 +405,7 @@ def verify(kind: str, environment: str, changes: list[Change], view: View) -> tu
                                       "by its hash)")
         if own is None:
             return verdict, False, ""
-        for change in unclaimed:  # the rest, what no install makes: installs.py's
-            own.judge(change)
+        _unclaimed(kind, environment, unclaimed, verdict, view, own)
         verdict.lockfile = SEEDED
         _EnvironmentCheck(verdict, kind, environment, {}, {}, view, own).run(seeded)
         return verdict, False, own.close()
