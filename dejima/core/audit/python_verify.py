@@ -13,17 +13,25 @@ so every file the session wrote in a distribution is compared with the wheel's e
   script that is not what pip or uv writes for the entry point the wheel declares, a script whose
   ``#!`` is not the environment's interpreter: each named (high);
 - what cannot be verified: no pins at the start, a distribution pinned anew in the session, a
-  pin without a hash, a wheel in no cache, the project itself (built from the workspace), the
-  seed pip and setuptools that ``python -m venv`` installs, bytecode that does not recompile to
-  the same bytes here: said so (medium), with what would verify it.
+  pin without a hash, a wheel in no cache, the project itself (built from the workspace),
+  bytecode that does not recompile to the same bytes here: said so (medium), with what would
+  verify it.
 
 What an installer generates is treated as such: RECORD, INSTALLER, REQUESTED, direct_url.json and
 uv_cache.json are data no start runs (not compared); entry-point scripts are rebuilt from the
 wheel's entry_points.txt and compared; ``.data/scripts`` are compared after the ``#!python``
 rewrite; a ``__pycache__/*.pyc`` is compiled again from its verified source with this Python and
-compared byte for byte (another Python's bytecode cannot be: medium). The environment's own files
-(``activate*``, ``pyvenv.cfg``, interpreter links) are judged by installs.py only, not against
-venv's templates (those of the interpreter that made it: the session image's, not dejima's).
+compared byte for byte (another Python's bytecode cannot be: medium).
+
+An environment's own files are held to the session image's record of what its own tools write
+(venv_facts.py, ``View.python``), whatever pins the environment: ``pyvenv.cfg``'s keys (``home``
+decides which Python runs: the image's interpreter's directory, or high), each of ``activate*``,
+``Activate.ps1``, ``.gitignore`` (uv's too) equal to its template rendered for the environment's
+path in the session and its prompt, the interpreter links; the pip and setuptools ``python -m
+venv`` installs (ensurepip) held to the seed wheels the record holds, as any pinned distribution.
+What differs is high, named; no record, a tool or version the record lacks, a path or prompt a
+shell would need quoted, an interpreter copied (``--copies``): medium, saying so. Never accepted by
+name alone where a record could say.
 """
 
 from __future__ import annotations
