@@ -21,7 +21,7 @@ PLANTED = "echo PLANTED-ACTIVATE"
 
 @dataclass(frozen=True)
 class Made:
-    benign: Session  # `python3 -m venv --without-pip .venv`, and one with ensurepip's pip
+    benign: Session  # `python3 -m venv --without-pip .venv`, one with ensurepip's pip, one uv venv makes
     tampered: Session  # the same, then a line appended to its activate
 
 
@@ -30,7 +30,8 @@ def made(images: Images, user: User, world_dir: Path) -> Made:
     settings = settings_for(world_dir, None)
     done = "&& echo SESSION-DONE"
     benign = session(user, user_workspace(world_dir, user, "venv-benign"), settings,
-                     f"python3 -m venv --without-pip .venv && python3 -m venv seeded {done}", set(),
+                     f"python3 -m venv --without-pip .venv && python3 -m venv seeded && uv venv --quiet uvenv {done}",
+                     set(),
                      "--workflow", "python")  # the workflow that brings python3-venv
     tampered = session(user, user_workspace(world_dir, user, "venv-tampered"), settings,
                        f"python3 -m venv --without-pip .venv && echo '{PLANTED}' >> .venv/bin/activate {done}",
@@ -61,3 +62,9 @@ def test_a_line_appended_to_a_venv_s_activate_is_high_and_runs_when_the_user_sou
     assert venv["severity"] == "high" and ".venv/bin/activate: not what python3 -m venv" in str(venv["evidence"]), \
         venv
     assert "PLANTED-ACTIVATE" in on_host(made.tampered.workspace, "sh", "-c", ". .venv/bin/activate")
+
+
+def test_an_environment_uv_venv_makes_in_a_session_is_low_against_the_image_s_uv(made: Made) -> None:
+    uvenv = tree_finding(made.benign.found, path="uvenv")
+    assert uvenv["severity"] == "low", uvenv
+    assert "are what the session image's uv 0." in str(uvenv["evidence"]), uvenv
