@@ -105,7 +105,7 @@ def parse_config(text: str) -> tuple[dict[str, str], list[str]]:
 def _turned_back(text: str, directory: str, name: str, prompt: str) -> str | None:
     """``text`` with the probe's values made markers again (None: one is left, in a form not known)."""
     text = text.replace(directory, _MARKERS[0]).replace(prompt, _MARKERS[2]).replace(name, _MARKERS[1])
-    return None if _PROBE in text else text
+    return None if _PROBE in text.lower() else text
 
 
 def from_probe(image: str, document: object, seeds: dict[str, tuple[str, Artifact]]) -> VenvFacts:
