@@ -24,6 +24,7 @@ import pytest
 
 from dejima.adapters.wheel_cache import WheelCaches
 from dejima.core.audit import Finding
+from dejima.core.audit.python_verify import _unreferenced
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
 from tests import venvs
 from tests.pinned_trees import replace_file, severities
@@ -636,3 +637,32 @@ def test_copies_of_the_interpreter_are_medium_and_a_file_no_tool_writes_beside_t
     planted = session(workspace, home, lambda w: (w / ".venv/bin/activate.nu").write_text(PLANTED), install=made)
     assert severities(planted) == [(".venv", "high")] and ".venv/bin/activate.nu: a file no distribution" in \
         planted[0].evidence
+
+
+def test_marshal_s_reference_flags_interning_and_set_order_are_the_writing_process_s_not_the_code_s() -> None:
+    """What marshal writes for one code object depends on the writing process: an object something
+    else there refers to is flagged for reference (numbering later references differently), a string
+    may be interned, and a set's elements are ordered by those bytes. Compared without them (each
+    reference by the place of what it names), the same code is the same; other values or another
+    sharing of one object are not. (Seen: setuptools' expand.pyc, as ensurepip wrote it, did not
+    recompile to the same bytes in a test process that held other references.)"""
+    def short(text: bytes, flag: int = 0, interned: bool = False) -> bytes:
+        return bytes([(ord("Z") if interned else ord("z")) | flag, len(text)]) + text
+
+    def sequence(kind: bytes, *items: bytes) -> bytes:
+        return kind + len(items).to_bytes(4, "little") + b"".join(items)
+
+    def ref(index: int) -> bytes:
+        return b"r" + index.to_bytes(4, "little")
+
+    flag = 0x80
+    assert _unreferenced(sequence(b"<", short(b"a"), short(b"b"))) == \
+        _unreferenced(sequence(b"<", short(b"b"), short(b"a", flag, interned=True)))
+    # one more object flagged before the referred one: its reference numbered one higher
+    assert _unreferenced(sequence(b"(", short(b"q", flag), short(b"a", flag), ref(1))) == \
+        _unreferenced(sequence(b"(", short(b"q"), short(b"a", flag), ref(0)))
+    assert _unreferenced(sequence(b"(", short(b"q"), short(b"a", flag), ref(0))) != \
+        _unreferenced(sequence(b"(", short(b"q"), short(b"a"), short(b"a")))  # shared, or two objects
+    assert _unreferenced(sequence(b"<", short(b"a"), short(b"b"))) != _unreferenced(sequence(b"<", short(b"a"),
+                                                                                            short(b"c")))
+    assert _unreferenced(sequence(b"(", ref(0))) is None and _unreferenced(b"(\x05\x00\x00\x00") is None

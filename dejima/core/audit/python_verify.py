@@ -40,6 +40,7 @@ import importlib.util
 import marshal
 import posixpath
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 
@@ -624,7 +625,8 @@ def _entry_points(text: str | None) -> dict[str, tuple[str, str]]:
 
 def recompiles(data: bytes, source: bytes, inside: str) -> bool:
     """Whether a .pyc is this Python's compilation of ``source`` (checked-hash or timestamp
-    header of this Python's magic, then the marshalled code byte for byte). The code names the
+    header of this Python's magic, then the marshalled code byte for byte, or but for what the
+    writing process's state decides: marshal's reference flags and numbers, interning). The code names the
     source's path where it was compiled (the session's, unknown here): taken from the bytes
     themselves, where it ends with ``inside`` (the path below the environment)."""
     if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
@@ -634,6 +636,7 @@ def recompiles(data: bytes, source: bytes, inside: str) -> bool:
     if at < 0:
         return False
     end = at + len(inside.encode("utf-8", "surrogateescape"))
+    theirs: list[object] | None = None  # the .pyc's tokens, read once when the bytes differ
     # The string's start: its type (short ASCII: a 1-byte length; ASCII, Unicode, interned: 4 bytes),
     # FLAG_REF (0x80) or not, then its length.
     for start in range(at, max(at - 4096, 5) - 1, -1):
@@ -648,9 +651,98 @@ def recompiles(data: bytes, source: bytes, inside: str) -> bool:
                 continue
             except SyntaxError:
                 return False
-            if marshal.dumps(code) == body:
+            compiled = marshal.dumps(code)
+            if compiled == body:
+                return True
+            theirs = theirs if theirs is not None else _unreferenced(body) or []
+            if theirs and _unreferenced(compiled) == theirs:
                 return True
     return False
+
+
+# marshal's FLAG_REF marks an object that may be referred to again; it is set for an object referred to
+# from elsewhere in the writing process too (an identifier another loaded module uses), so two processes
+# write one code object with different flags and reference numbers. Compared without them: the type
+# bytes, the lengths, the values, and each back-reference by the place of the object it names.
+_FLAG_REF = 0x80
+_FIXED = {**dict.fromkeys(b"0NFTS.", 0), ord("i"): 4, ord("g"): 8, ord("y"): 16}
+_SIZED = {**dict.fromkeys(b"stuaA", 4), **dict.fromkeys(b"zZ", 1)}
+_INTERNED = {ord("t"): ord("u"), ord("A"): ord("a"), ord("Z"): ord("z")}
+_SEQUENCES = {**dict.fromkeys(b"([<>", 4), ord(")"): 1}
+_CODE = (5, 8, 1, 2) if (3, 11) <= sys.version_info[:2] <= (3, 13) else None  # ints, objects, int, objects
+
+
+def _unreferenced(data: bytes) -> list[object] | None:
+    """A marshal stream as tokens with FLAG_REF dropped and each reference made the ordinal of the
+    object it names (None: not a stream this reader knows, or malformed: then nothing is proven)."""
+    tokens: list[object] = []
+    flagged: list[int] = []
+    count = [0]
+
+    def number(at: int, size: int) -> int:
+        if at + size > len(data):
+            raise ValueError("past the end")
+        return int.from_bytes(data[at:at + size], "little", signed=True)
+
+    def one(at: int, depth: int) -> int:
+        if depth > 200 or at >= len(data):
+            raise ValueError("too deep or past the end")
+        kind, flag = data[at] & ~_FLAG_REF, data[at] & _FLAG_REF
+        kind = _INTERNED.get(kind, kind)  # whether a string was interned there: that process's state too
+        ordinal, at = count[0], at + 1
+        count[0] += 1
+        if flag:
+            flagged.append(ordinal)
+        tokens.append(kind)
+        if kind == ord("r"):
+            index = number(at, 4)
+            if not 0 <= index < len(flagged):
+                raise ValueError("a reference to nothing")
+            tokens.append(("ref", flagged[index]))
+            return at + 4
+        if kind in _FIXED:
+            tokens.append(data[at:at + _FIXED[kind]])
+            return at + _FIXED[kind]
+        if kind in _SIZED:
+            size = number(at, _SIZED[kind]) & (0xFF if _SIZED[kind] == 1 else 0xFFFFFFFF)
+            tokens.append(data[at:at + _SIZED[kind] + size])
+            return at + _SIZED[kind] + size
+        if kind == ord("l"):
+            size = abs(number(at, 4)) * 2
+            tokens.append(data[at:at + 4 + size])
+            return at + 4 + size
+        if kind in _SEQUENCES:
+            items = number(at, _SEQUENCES[kind]) & (0xFF if _SEQUENCES[kind] == 1 else 0xFFFFFFFF)
+            tokens.append(items)
+            at += _SEQUENCES[kind]
+            pieces = []
+            for _ in range(items):
+                start = len(tokens)
+                at = one(at, depth + 1)
+                pieces.append(tuple(tokens[start:]))
+            if kind in b"<>":  # a set's order is its writer's string hashes (PYTHONHASHSEED): any order
+                del tokens[len(tokens) - sum(map(len, pieces)):]
+                tokens.extend(sorted(pieces, key=repr))
+            return at
+        if kind == ord("c") and _CODE is not None:
+            ints, objects, more, rest = _CODE
+            tokens.append(data[at:at + 4 * ints])
+            at += 4 * ints
+            for _ in range(objects):
+                at = one(at, depth + 1)
+            tokens.append(data[at:at + 4 * more])
+            at += 4 * more
+            for _ in range(rest):
+                at = one(at, depth + 1)
+            return at
+        raise ValueError(f"type {kind:#x} not read here")
+
+    try:
+        if one(0, 0) != len(data):
+            return None
+    except ValueError:
+        return None
+    return tokens
 
 
 def reinstaller(tree: str, evidence: str) -> str | None:
