@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.pinned_archives import tar_entries
-from dejima.core.audit import Finding, treeroots
+from dejima.core.audit import Finding, cargo_verify, treeroots
 from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
 from dejima.ui.console import UI, plain_console
@@ -300,6 +300,7 @@ def test_a_build_in_the_homes_target_dir_leaves_the_workspace_clean_and_one_low_
     assert severities(in_workspace) == []
     [built] = [f for f in in_home if f.path == ".cargo/target"]
     assert built.severity == "low" and "built in the session's home (CARGO_TARGET_DIR)" in built.evidence
+    assert cargo_verify.reinstaller(built.path, built.evidence) is None  # `cargo clean` on the host cleans not this
     assert not [f for f in in_home if f.path.startswith(".cargo/target/")]  # one finding for the tree
     assert [f.path for f in in_home if f.rule == "B07"] == [".cargo/target"]  # the planted record made no tree
     assert [(f.rule, f.severity) for f in in_home if f.path == ".config/fish/config.fish"] == [("M02", "high")]
