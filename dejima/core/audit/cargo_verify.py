@@ -42,6 +42,7 @@ CRATE_PREFIX = "crate "
 # The evidence of cargo's tree findings begins with these words (restore names the command by them).
 VENDOR_EVIDENCE = "vendored crates: "
 BUILD_EVIDENCE = "cargo's build output: "
+HOME_BUILD_EVIDENCE = "cargo's build output, in the home: "  # the next session's cargo builds it again
 _CONTENT = ("added", "modified", "type", "link-target")
 _LOCK_LIMIT = 4 << 20  # the start keeps no more of a lockfile
 
@@ -195,9 +196,15 @@ def vendor_findings(tree: str, changes: list[Change], view: View, tampered: list
                          lead=VENDOR_EVIDENCE)]
 
 
-def build_output_findings(tree: str, changes: list[Change]) -> list[Finding]:
-    """What the session wrote in cargo's build output: never verifiable (medium)."""
+def build_output_findings(tree: str, changes: list[Change], in_home: bool = False) -> list[Finding]:
+    """What the session wrote in cargo's build output: never verifiable (medium); in the session's
+    home, where the rust workflow has cargo build, only later sessions run it, inside the boundary
+    (low), and the host's cargo builds its own."""
     written = len({change.path for change in changes if _written(change)})
+    if in_home and written:
+        return [finding("B07", "low", tree, f"{HOME_BUILD_EVIDENCE}{written} file(s) built in the session's home "
+                        "(CARGO_TARGET_DIR): only later sessions run them, inside the boundary; the host's cargo "
+                        "builds its own", changes_value(changes), remedy="reinstall")]
     if not written:
         return [finding("B07", "low", tree, f"{BUILD_EVIDENCE}{len({c.path for c in changes})} entries removed or "
                         "changed in mode only, nothing written", changes_value(changes), remedy="reinstall")]

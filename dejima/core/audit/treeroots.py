@@ -12,7 +12,9 @@ conftest.py, a package.json's scripts, a .pth).
 - a Python install target (``pip install --target``, workspace only): a directory that holds
   ``*.dist-info/RECORD`` and is not an environment's site-packages;
 - cargo's build output: a directory beside a Cargo.toml that holds ``.rustc_info.json`` or a
-  profile's ``.fingerprint`` (``target/debug/.fingerprint``);
+  profile's ``.fingerprint`` (``target/debug/.fingerprint``); in the session's home, the one the
+  rust workflow points ``CARGO_TARGET_DIR`` at (``HOME_BUILD_OUTPUT``) when cargo's
+  ``.rustc_info.json`` is in it: a place dejima chose, as the home's package caches are;
 - ``cargo vendor``'s output: a directory beside a Cargo.toml whose crates each hold a
   ``.cargo-checksum.json`` (``vendor/serde/.cargo-checksum.json``);
 - ``go mod vendor`` (``vendor/modules.txt`` beside go.mod) and composer (``vendor/composer/installed.json``
@@ -40,6 +42,8 @@ _VENDORED = (("go-vendor", "modules.txt", "go.mod"), ("composer", "composer/inst
 _YAML_ITEM = re.compile(r"""\s*-\s*['"]?([^'"#\s]+)""")
 DEPENDENCY_KINDS = ("npm", "cargo-vendor", "go-vendor", "composer")
 PYTHON_KINDS = ("python", "python-target", "conda")
+# Where the rust workflow has cargo build (CARGO_TARGET_DIR): the session's home, not the workspace.
+HOME_BUILD_OUTPUT = ".cargo/target"
 # The file an environment's tool writes at its root when it makes it.
 ENVIRONMENT_RECORDS = {"python": "pyvenv.cfg", "conda": "conda-meta/history"}
 
@@ -99,6 +103,8 @@ def _recorded_kind(directory: str, view: View, sides: tuple[str, ...] = ("before
         return "python"
     if exists(f"{directory}/conda-meta/history"):
         return "conda"
+    if view.kind == "home":
+        return "cargo" if directory == HOME_BUILD_OUTPUT and exists(f"{directory}/.rustc_info.json") else None
     if view.kind != "workspace":
         return None
     if exists(_beside(directory, "Cargo.toml")) and (

@@ -55,7 +55,8 @@ def _group(view: View, kinds: tuple[str, ...]) -> dict[Tree, list[Change]]:
 def _build_output(view: View) -> list[Finding]:
     """Cargo rewrites its target directory in place at every build and hard-links its outputs: one
     finding per directory (cargo may run what is there without building it again: cargo_verify.py)."""
-    return [f for (_, root), changes in _group(view, ("cargo",)).items() for f in build_output_findings(root, changes)]
+    return [f for (_, root), changes in _group(view, ("cargo",)).items()
+            for f in build_output_findings(root, changes, in_home=view.kind == "home")]
 
 
 def _dependencies(view: View) -> list[Finding]:
@@ -175,6 +176,7 @@ def tree_findings(view: View) -> list[Finding]:
     if view.kind == "cache":
         return judged(view, "M01", "", cache_mount_findings, view)
     if view.kind == "home":
-        return [*judged(view, "M01", "", home_cache_findings, view), *_environments(view)]
+        return [*judged(view, "M01", "", home_cache_findings, view), *_environments(view),
+                *judged(view, "B07", "", _build_output, view)]
     return [*_dependencies(view), *judged(view, "B07", "", _stray_node_modules, view), *_environments(view),
             *judged(view, "B07", "", _build_output, view), *judged(view, "B11", "", _bytecode, view)]
