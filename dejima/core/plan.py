@@ -365,6 +365,10 @@ def build_session_plan(
         # Python writes no bytecode in sessions, so the audit can flag every .pyc as deliberate:
         # Python trusts a .pyc whose header matches its source, whatever its code (research B11).
         "PYTHONDONTWRITEBYTECODE": "1",
+        # pip compiles what it installs whatever that says, and bytecode the image's Python compiled is
+        # verifiable only where the host's Python is the same release: pip installs leave none
+        # (pip install's --compile option, off; PIP_NO_COMPILE=1 would turn compiling on).
+        "PIP_COMPILE": "0",
         **dict(credential_env),
     }
     if interactive:
