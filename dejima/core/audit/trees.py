@@ -44,11 +44,20 @@ def _in_place(change: Change, view: View) -> bool:
 
 def _group(view: View, kinds: tuple[str, ...]) -> dict[Tree, list[Change]]:
     """The changes inside each recognised tree of these kinds (each change in its innermost tree)."""
-    groups: dict[Tree, list[Change]] = {}
-    for change in view.changes:
-        tree = tree_of(change.path, view)
-        if tree is not None and tree.kind in kinds:
-            groups.setdefault(tree, []).append(change)
+    return {tree: changes for tree, changes in _trees(view).items() if tree.kind in kinds}
+
+
+def _trees(view: View) -> dict[Tree, list[Change]]:
+    """The changes inside each recognised tree, grouped once per audit: the dependency, environment
+    and build-output rules each take their kinds (one pass over an install's 20k changes, not three)."""
+    groups: dict[Tree, list[Change]] | None = view.memo.get("tree-groups")  # type: ignore[assignment]
+    if groups is None:
+        groups = {}
+        for change in view.changes:
+            tree = tree_of(change.path, view)
+            if tree is not None:
+                groups.setdefault(tree, []).append(change)
+        view.memo["tree-groups"] = groups
     return groups
 
 
