@@ -12,6 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dejima.core.audit.git import split_git
+from dejima.core.audit.installs import _package_directory
 from dejima.core.audit.model import Artifact, View
 from dejima.core.audit.names import _GIT_NAMES, _added_name, normalize
 from dejima.core.audit.npm_verify import _Check, package_key, verify
@@ -39,6 +40,8 @@ def test_a_package_key_asked_per_directory_is_the_one_asked_per_path(parts: list
     parent = relative.rpartition("/")[0]
     assert check.key_of(relative, parent, link=False) == package_key(relative, check.listed)
     assert check.key_of(relative, parent, link=True) == package_key(relative + "/x", check.listed)
+    if parent:  # npm_tampering's package of a file, asked once per directory
+        assert _package_directory(f"{parent}/x") == _package_directory(relative)
 
 
 @settings(max_examples=400, deadline=None)

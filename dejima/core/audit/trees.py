@@ -36,10 +36,11 @@ def _in_place(change: Change, view: View) -> bool:
     cannot tell: the filesystem reuses a freed one at once.)"""
     if change.what in ("mode", "owner", "link-target"):
         return True
+    if change.what != "modified":
+        return False
     parent = change.path.rpartition("/")[0]
     old, new = view.before.get(parent), view.after.get(parent)
-    return change.what == "modified" and old is not None and new is not None and \
-        (old.inode, old.ctime_ns) == (new.inode, new.ctime_ns)
+    return old is not None and new is not None and (old.inode, old.ctime_ns) == (new.inode, new.ctime_ns)
 
 
 def _group(view: View, kinds: tuple[str, ...]) -> dict[Tree, list[Change]]:
