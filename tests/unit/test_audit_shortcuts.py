@@ -68,12 +68,13 @@ def test_a_directory_like_a_bare_repository_inside_dot_git_hides_no_path_outside
     in it; a real bare repository elsewhere still holds its paths."""
     after = {p: _entry(p, "dir" if p.count("/") < 1 else "file") for p in (
         ".git", ".git/HEAD", ".git/objects", ".git/refs", "src", "src/main.c")}
-    view = View({}, after, [], _none)
-    assert split_git("src/main.c", view) is None
     bare = {**after, **{p: _entry(p) for p in ("vendor/r/HEAD", "vendor/r/objects", "vendor/r/refs",
                                                "vendor/r/hooks/post-checkout")}}
-    where = split_git("vendor/r/hooks/post-checkout", View({}, bare, [], _none))
-    assert where is not None and (where.gitdir, where.inner) == ("vendor/r", "hooks/post-checkout")
+    for changed in (False, True):  # few changes: each path's directories asked; many: one look at all entries
+        view = View({}, after, diff({}, after) if changed else [], _none)
+        assert split_git("src/main.c", view) is None
+        where = split_git("vendor/r/hooks/post-checkout", View({}, bare, diff({}, bare) if changed else [], _none))
+        assert where is not None and (where.gitdir, where.inner) == ("vendor/r", "hooks/post-checkout")
 
 
 def _npm_tree() -> tuple[Snapshot, Snapshot, dict[str, bytes]]:

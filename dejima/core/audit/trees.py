@@ -45,10 +45,10 @@ def _in_place(change: Change, view: View) -> bool:
 
 def _group(view: View, kinds: tuple[str, ...]) -> dict[Tree, list[Change]]:
     """The changes inside each recognised tree of these kinds (each change in its innermost tree)."""
-    return {tree: changes for tree, changes in _trees(view).items() if tree.kind in kinds}
+    return {tree: changes for tree, changes in tree_groups(view).items() if tree.kind in kinds}
 
 
-def _trees(view: View) -> dict[Tree, list[Change]]:
+def tree_groups(view: View) -> dict[Tree, list[Change]]:
     """The changes inside each recognised tree, grouped once per audit: the dependency, environment
     and build-output rules each take their kinds (one pass over an install's 20k changes, not three)."""
     groups: dict[Tree, list[Change]] | None = view.memo.get("tree-groups")  # type: ignore[assignment]
