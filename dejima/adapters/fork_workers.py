@@ -163,7 +163,7 @@ def fork_behind(work: Callable[[], object]) -> bool:
         code = ExitStatus.FAILURE
         try:
             gc.disable()
-            os.closerange(3, 1 << 16)
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
             work()
             code = ExitStatus.SUCCESS
         finally:
