@@ -152,8 +152,9 @@ def _reaped(pid: int, flags: int) -> bool:
 def fork_behind(work: Callable[[], object]) -> bool:
     """Runs ``work`` in a child no one waits for now (the audit's bookkeeping, off its critical
     path); False when it cannot fork (then the caller does it). The child keeps no descriptor of
-    this process's (one that another process reads to its end must not wait for it too), and its
-    failure is nobody's: what it does must be something that may not get done (a cache)."""
+    this process's, its standard streams on /dev/null (one that another process reads to its end
+    must not wait for it too), and its failure is nobody's: what it does must be something that
+    may not get done (a cache)."""
     reap()
     try:
         pid = os.fork()
@@ -163,6 +164,9 @@ def fork_behind(work: Callable[[], object]) -> bool:
         code = ExitStatus.FAILURE
         try:
             gc.disable()
+            quiet = os.open(os.devnull, os.O_RDWR)  # nor the standard streams: a launcher's caller
+            for standard in (0, 1, 2):  # reading its output to the end must not wait for this child
+                os.dup2(quiet, standard)
             os.closerange(3, os.sysconf("SC_OPEN_MAX"))
             work()
             code = ExitStatus.SUCCESS

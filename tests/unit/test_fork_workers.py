@@ -6,6 +6,8 @@ from __future__ import annotations
 import marshal
 import os
 import select
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,21 @@ def test_only_a_whole_result_is_taken_before_the_child_exits(cut: bool) -> None:
     else:
         assert fork_workers.collect(child) == marshal.loads(data)
     fork_workers.reap()
+
+
+def test_work_left_behind_holds_no_standard_stream_of_its_parent(tmp_path: Path) -> None:
+    """A program that runs the audit and is read to its end (a launcher's output captured) ends
+    when it ends, not when the work it left behind does."""
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    script = ("import sys; from dejima.adapters import fork_workers; "
+              f"fork_workers.fork_behind(lambda: open({str(go)!r}, 'rb').read(1)); print('done')")
+    try:
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
+        assert result.stdout == "done\n"  # read to its end while the child still waits
+    finally:
+        with open(go, "wb") as fifo:  # let the child go, failed or not
+            fifo.write(b"x")
 
 
 def test_work_left_behind_holds_no_descriptor_and_no_one_waits_for_it(tmp_path: Path) -> None:
