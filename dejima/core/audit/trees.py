@@ -36,19 +36,29 @@ def _in_place(change: Change, view: View) -> bool:
     cannot tell: the filesystem reuses a freed one at once.)"""
     if change.what in ("mode", "owner", "link-target"):
         return True
+    if change.what != "modified":
+        return False
     parent = change.path.rpartition("/")[0]
     old, new = view.before.get(parent), view.after.get(parent)
-    return change.what == "modified" and old is not None and new is not None and \
-        (old.inode, old.ctime_ns) == (new.inode, new.ctime_ns)
+    return old is not None and new is not None and (old.inode, old.ctime_ns) == (new.inode, new.ctime_ns)
 
 
 def _group(view: View, kinds: tuple[str, ...]) -> dict[Tree, list[Change]]:
     """The changes inside each recognised tree of these kinds (each change in its innermost tree)."""
-    groups: dict[Tree, list[Change]] = {}
-    for change in view.changes:
-        tree = tree_of(change.path, view)
-        if tree is not None and tree.kind in kinds:
-            groups.setdefault(tree, []).append(change)
+    return {tree: changes for tree, changes in tree_groups(view).items() if tree.kind in kinds}
+
+
+def tree_groups(view: View) -> dict[Tree, list[Change]]:
+    """The changes inside each recognised tree, grouped once per audit: the dependency, environment
+    and build-output rules each take their kinds (one pass over an install's 20k changes, not three)."""
+    groups: dict[Tree, list[Change]] | None = view.memo.get("tree-groups")  # type: ignore[assignment]
+    if groups is None:
+        groups = {}
+        for change in view.changes:
+            tree = tree_of(change.path, view)
+            if tree is not None:
+                groups.setdefault(tree, []).append(change)
+        view.memo["tree-groups"] = groups
     return groups
 
 
