@@ -14,7 +14,7 @@ from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tamperin
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding, first_few
 from dejima.core.audit.npm_verify import npm_findings
-from dejima.core.audit.python_verify import python_findings
+from dejima.core.audit.python_verify import python_findings, rewritten_as_made
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
 from dejima.core.audit.yarn_verify import yarn_findings
 from dejima.core.snapshot import Change
@@ -144,7 +144,8 @@ def _environment(kind: str, root: str, changes: list[Change], view: View) -> lis
         new = change.after
         if created or new is None or new.kind != "file" or not _STARTUP.search(change.path) or \
                 change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or "") or \
-                recorded(change.path, root, view, kind):  # what a distribution installs: part of its install
+                recorded(change.path, root, view, kind) or \
+                kind == "python" and rewritten_as_made(root, change, view):  # part of its install, or as venv made it
             rest.append(change)
             continue
         found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "
