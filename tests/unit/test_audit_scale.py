@@ -43,7 +43,9 @@ def audit_of(files: int, tmp_path: Path) -> dict[str, object]:
 
 
 def test_fifty_thousand_new_files_cost_five_times_ten_thousand(tmp_path: Path) -> None:
-    small, large = audit_of(10_000, tmp_path), audit_of(50_000, tmp_path)
+    # the faster of two runs each: a machine shared with other work slows one run, not both
+    small = min((audit_of(10_000, tmp_path) for _ in range(2)), key=lambda run: float(run["seconds"]))  # type: ignore[arg-type]
+    large = min((audit_of(50_000, tmp_path) for _ in range(2)), key=lambda run: float(run["seconds"]))  # type: ignore[arg-type]
     # medium: the tree's packages are in no cache, so they cannot be verified (npm_verify)
     assert small["findings"] == large["findings"] == [["B07", "medium", "node_modules"]]
     ratio = float(large["seconds"]) / float(small["seconds"])  # type: ignore[arg-type]
