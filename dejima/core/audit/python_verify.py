@@ -14,8 +14,8 @@ so every file the session wrote in a distribution is compared with the wheel's e
   ``#!`` is not the environment's interpreter: each named (high);
 - what cannot be verified: no pins at the start, a distribution pinned anew in the session, a
   pin without a hash, a wheel in no cache, the project itself (built from the workspace),
-  bytecode that does not recompile to the same bytes here: said so (medium), with what would
-  verify it.
+  bytecode that does not recompile to the same bytes here (a seed's: only one the record lacks or
+  that cannot be read): said so (medium), with what would verify it.
 
 What an installer generates is treated as such: RECORD, INSTALLER, REQUESTED, direct_url.json and
 uv_cache.json are data no start runs (not compared); entry-point scripts are rebuilt from the
@@ -28,7 +28,10 @@ An environment's own files are held to the session image's record of what its ow
 decides which Python runs: the image's interpreter's directory, or high), each of ``activate*``,
 ``Activate.ps1``, ``.gitignore`` (uv's too) equal to its template rendered for the environment's
 path in the session and its prompt, the interpreter links; the pip and setuptools ``python -m
-venv`` installs (ensurepip) held to the seed wheels the record holds, as any pinned distribution.
+venv`` installs (ensurepip) held to the seed wheels the record holds, as any pinned distribution,
+and the bytecode ensurepip compiled (no ``PIP_`` variable reaches it) to the record's: each ``.pyc``
+by its path below site-packages as ``bytecode_form`` reads it (read, not loaded: whatever the host's
+Python), equal or high; one the record lacks is compiled again here, one not read is medium.
 What differs is high, named; no record, a tool or version the record lacks, a path or prompt a
 shell would need quoted, an interpreter copied (``--copies``): medium, saying so. Never accepted by
 name alone where a record could say.
