@@ -21,7 +21,9 @@ findings stored) alternated with its anchors on the same tree:
   npm, whose install takes ~20 s): goal 0.25 ×.
 
 Each note gives the walk alone (every file read and hashed on two processes, no rules): what is
-left of the audit when the rules cost nothing, the floor this code can reach.
+left of the audit when the rules cost nothing, the floor this code can reach. The audit leaves
+the tarballs' manifests it keeps to a process it does not wait for (fork_workers.fork_behind):
+that process is waited for after each audit, untimed, so that it does not slow the next side.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import Row, audit_workdir, load, median  # noqa: E402
-from dejima.adapters import pinned_archives  # noqa: E402
+from dejima.adapters import fork_workers, pinned_archives  # noqa: E402
 from dejima.adapters.findings import FindingStore  # noqa: E402
 from dejima.adapters.tree_walk import take_snapshot  # noqa: E402
 from dejima.orchestration import exit_audit  # noqa: E402
@@ -129,6 +131,7 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
     for index in range(runs + 1):  # alternated (the order flipped each round), after a warm-up round
         for side in (list(sides) if index % 2 else list(reversed(sides))):
             took = _timed(sides[side])
+            fork_workers.wait_behind()  # what the audit left to a process of its own, done before the next side
             if index:
                 samples[side].append(took - (dropping[-1] if side == "cold" else 0.0))
     m = {side: median(values) for side, values in samples.items()}

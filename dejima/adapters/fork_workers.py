@@ -128,15 +128,58 @@ def collect(child: Child) -> Any:
 
 
 _unreaped: list[int] = []  # children whose result was taken before they exited
+_behind: list[int] = []  # children doing work no one waits for (``fork_behind``), not yet reaped
 
 
 def reap() -> None:
-    """Waits for the children ``collect`` left (long gone by the next fork)."""
+    """Waits for the children ``collect`` left (long gone by the next fork); reaps those
+    ``fork_behind`` left that are done, without waiting for the others."""
     while _unreaped:
         try:
             os.waitpid(_unreaped.pop(), 0)
         except ChildProcessError:
             pass
+    _behind[:] = [pid for pid in _behind if not _reaped(pid, os.WNOHANG)]
+
+
+def _reaped(pid: int, flags: int) -> bool:
+    try:
+        return os.waitpid(pid, flags)[0] != 0
+    except ChildProcessError:
+        return True  # not ours (any more)
+
+
+def fork_behind(work: Callable[[], object]) -> bool:
+    """Runs ``work`` in a child no one waits for now (the audit's bookkeeping, off its critical
+    path); False when it cannot fork (then the caller does it). The child keeps no descriptor of
+    this process's, its standard streams on /dev/null (one that another process reads to its end
+    must not wait for it too), and its failure is nobody's: what it does must be something that
+    may not get done (a cache)."""
+    reap()
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:
+        code = ExitStatus.FAILURE
+        try:
+            gc.disable()
+            quiet = os.open(os.devnull, os.O_RDWR)  # nor the standard streams: a launcher's caller
+            for standard in (0, 1, 2):  # reading its output to the end must not wait for this child
+                os.dup2(quiet, standard)
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            work()
+            code = ExitStatus.SUCCESS
+        finally:
+            os._exit(code)
+    _behind.append(pid)
+    return True
+
+
+def wait_behind() -> None:
+    """Waits for every child ``fork_behind`` left in this process (tests, benchmarks: what it does, done)."""
+    while _behind:
+        _reaped(_behind.pop(), 0)
 
 
 def stop(children: list[Child]) -> None:

@@ -155,9 +155,18 @@ def ensure_image(runtime: Runtime, recipe: ImageRecipe, ui: Reporter, force: boo
     with logged_step(ui, f"Building the {recipe.role} image {recipe.tag}", f"build-{recipe.role}") as line:
         runtime.build(recipe, line)
     if recipe.role == labels.ROLE_SESSION:  # what its Python environments' own files are, for the exit audit
-        with ui.step(f"Recording what {recipe.tag}'s python3 -m venv writes"):
-            venv_record.record(runtime, recipe.tag)
+        try:
+            with ui.step(f"Recording what {recipe.tag}'s python3 -m venv writes"):
+                if venv_record.record(runtime, recipe.tag) is None:
+                    raise _NotRecorded  # the step is not done: said below
+        except _NotRecorded:
+            ui.warn(f"could not record what {recipe.tag}'s python3 -m venv writes: a Python environment made in "
+                    "its sessions is reported medium (its own files not verified) until a start records it")
     return recipe.tag
+
+
+class _NotRecorded(Exception):
+    """The venv probe of a session image made no record (venv_record.record says why it cannot)."""
 
 
 def image_needs(runtime: Runtime, settings: Settings, identity: Identity, ui: Reporter,

@@ -10,7 +10,8 @@ cached byte is read once, each inflated byte hashed once. What an archive holds 
 each entry's path and SHA-256) is a function of the bytes its pin names, so a reader whose keys
 pin them (npm's integrity) keeps it once read, in the host user's state
 (``$XDG_STATE_HOME/dejima/audit/pinned/<reader>/``, never mounted into a session; dropped when
-unused for STALE_SECONDS): the next audit of the same pins inflates nothing.
+unused for STALE_SECONDS): the next audit of the same pins inflates nothing. The manifests are
+written, and each use noted, by a process the audit does not wait for (fork_workers.fork_behind).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import os
 import posixpath
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from dejima.adapters import host
-from dejima.adapters.fork_workers import SnapshotError, collect, fork, stop, workers
+from dejima.adapters.fork_workers import SnapshotError, collect, fork, fork_behind, stop, workers
 from dejima.adapters.walk_shares import Queue
 from dejima.core.audit.model import Artifact, Artifacts
 from dejima.core.snapshot import frame, unframe
@@ -144,13 +146,20 @@ def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str, k
             got[key] = known_one
         else:
             unread.append(key)
+    fresh: dict[str, Carried] = {}
     if unread:
         read_now = _read_shared(unread, one, what)
         for key in unread:
             result = read_now.get(key, f"its {what} cannot be read (its reader process failed)")
             got[key] = result if isinstance(result, str) else Artifact(*result)
-        if directory is not None:
-            _keep(directory, {k: r for k, r in read_now.items() if not isinstance(r, str)})
+        fresh = {k: r for k, r in read_now.items() if not isinstance(r, str)}
+    used = [k for k in got if k not in fresh and not isinstance(got[k], str)]
+    if directory is not None and (fresh or used):
+        # Written by a process no one waits for: a file per archive costs ~0.2-0.5 ms to make, and
+        # a manifest not kept is only read again next time.
+        keeping = partial(_keep, directory, fresh, used)
+        if not fork_behind(keeping):
+            keeping()
     return got
 
 
@@ -159,12 +168,11 @@ def _manifest_name(key: str) -> str:
 
 
 def _known(directory: Path, key: str) -> Artifact | None:
-    """The manifest kept for ``key`` (its use noted: kept for STALE_SECONDS more); None when there
-    is none, or it cannot be read (then the archive is read again)."""
+    """The manifest kept for ``key`` (``_keep`` notes its use: kept for STALE_SECONDS more); None
+    when there is none, or it cannot be read (then the archive is read again)."""
     path = directory / _manifest_name(key)
     try:
         kept = unframe(_MANIFEST, path.read_bytes(), "dejima pinned manifest")
-        os.utime(path)
     except (OSError, ValueError):
         return None
     if not isinstance(kept, tuple) or len(kept) != 2 or not all(
@@ -174,9 +182,15 @@ def _known(directory: Path, key: str) -> Artifact | None:
     return Artifact(*kept)
 
 
-def _keep(directory: Path, manifests: dict[str, Carried]) -> None:
-    """Keeps what was read for the next audits, and drops the manifests none used for
-    STALE_SECONDS (best effort: one not kept is read again)."""
+def _keep(directory: Path, manifests: dict[str, Carried], used: Sequence[str] = ()) -> None:
+    """Keeps what was read for the next audits, notes the use of those ``used`` (kept for
+    STALE_SECONDS more), and drops the manifests none used for STALE_SECONDS (best effort: one
+    not kept is read again)."""
+    for key in used:
+        try:
+            os.utime(directory / _manifest_name(key))
+        except OSError:
+            pass
     if not manifests:
         return
     try:

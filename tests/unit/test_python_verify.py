@@ -743,3 +743,29 @@ def test_a_pyc_s_recorded_form_leaves_out_where_it_was_and_when_but_not_what_pyt
     assert bytecode_form(made[0], "pkg/__pycache__/other.cpython-311.pyc") != first  # its path names another source
     assert bytecode_form(b"\x00\x00\r\n" + made[0][4:], pyc) is None
     assert bytecode_form(made[0][:-3], pyc) is None
+
+
+def test_venv_made_again_on_an_environment_that_was_there_is_as_venv_makes_it_not_start_up_code_changed(
+        tmp_path: Path, index: str) -> None:
+    """`python3 -m venv .venv` run again (a second session's first step) rewrites activate and
+    pyvenv.cfg with what venv writes: low, no start-up file changed; the same rewrite then a line
+    appended to activate is critical still (it runs at the environment's every start)."""
+    workspace, home, _ = project(tmp_path, index)
+    (workspace / "uv.lock").unlink()
+
+    def made(workspace: Path, home: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(workspace / ".venv")], check=True)
+
+    def again(workspace: Path) -> None:
+        made(workspace, home)
+
+    found = session(workspace, home, again, install=made, installed=True)
+    assert [f.severity for f in found] in ([], ["low"]), [(f.path, f.severity, f.evidence) for f in found]
+
+    def again_and_appended(workspace: Path) -> None:
+        again(workspace)
+        activate_appended(workspace)
+
+    shutil.rmtree(workspace / ".venv")
+    tampered = session(workspace, home, again_and_appended, install=made, installed=True)
+    assert (".venv/bin/activate", "critical") in severities(tampered), tampered

@@ -233,8 +233,9 @@ def config_findings(view: View) -> list[Finding]:
     """Each rule on each path judged on its own (isolation): one that fails is a finding there."""
     found: list[Finding] = []
     for path, change in view.changed.items():
-        rules = rules_for(path, view.kind) if change.after is not None else []
-        if rules and not _tree_judges(path, view):
+        # The tree first: asked once per directory, where the catalogue's globs are tried per path.
+        rules = rules_for(path, view.kind) if change.after is not None and not _tree_judges(path, view) else []
+        if rules:
             for rule in rules:
                 found.extend(judged(view, rule.id, path, _apply, rule, path, change, view))
     for change in view.changes:

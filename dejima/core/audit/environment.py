@@ -78,10 +78,13 @@ def _direnv(view: View) -> list[Finding]:
     return [f for path in _envrcs(view) for f in judged(view, "E02", path, _loaded, path, view)]
 
 
+_TOP_MODULE = re.compile(r"(?:src/)?[^/]+\.py")  # where `python x.py` or src/ layouts import from
+
+
 def _shadowing(view: View) -> list[Finding]:
     found = []
     for path, change in view.changed.items():
-        if change.what != "added" or not re.fullmatch(r"(?:src/)?[^/]+\.py", path):
+        if change.what != "added" or not path.endswith(".py") or not _TOP_MODULE.fullmatch(path):
             continue
         module = path.rsplit("/", 1)[-1][:-3]
         if module in SHADOWED:

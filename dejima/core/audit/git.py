@@ -58,9 +58,28 @@ def _is_bare_repo(directory: str, snapshot: Snapshot) -> bool:
 
 
 def _in_bare_repo(path: str, view: View) -> GitPath | None:
+    if not _bare_repositories(view):
+        return None  # most trees hold none: no walk up the directories of each path
     repository = view.directory_above("bare-repository", path.rpartition("/")[0],
                                       lambda directory: _is_bare_repo(directory, view.after))
     return GitPath(repository, path[len(repository) + 1:]) if repository else None
+
+
+def _bare_repositories(view: View) -> bool:
+    """Whether any directory below the mount's root, outside a .git, may hold a bare repository
+    now (HEAD, objects, refs; asked once per audit). Only paths with no .git component are looked
+    up in one (split_git), so a .git directory, which holds the same, is none of theirs. Looking
+    costs a pass over every entry: worth it only when the changes are a good part of them (an
+    install), else each path's directories are asked (True: may)."""
+    cached = view.memo.get("bare-repositories")
+    if cached is None:
+        cached = view.memo["bare-repositories"] = len(view.changes) * _LOOK_FOR_BARE < len(view.after) or any(
+            _is_bare_repo(directory, view.after) for path in view.named("HEAD")
+            if (directory := path.rpartition("/")[0]) and ".git" not in directory.split("/"))
+    return bool(cached)
+
+
+_LOOK_FOR_BARE = 8  # a pass over every entry costs about what asking the directories of an eighth of them does
 
 
 def _housekeeping(inner: str) -> bool:

@@ -97,6 +97,13 @@ def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
         return []
     lock = _lock_packages(view, tree)
     found = []
+    held: dict[str, bool] = {}
+
+    def kept(directory: str) -> bool:  # asked once per directory: a file's package is its directory's
+        if directory not in held:
+            held[directory] = _in_kept_package(f"{directory}/x", view)
+        return held[directory]
+
     for change in changes:
         new, path = change.after, change.path
         if new is None:
@@ -109,7 +116,7 @@ def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
         elif new.kind == "file" and change.what in ("added", "modified") and path.endswith("/package.json") and \
                 f"{_package_directory(path)}/package.json" == path:  # a package's own, not a test fixture's
             found.extend(_manifest(tree, path, view, lock))
-        elif new.kind == "file" and change.what == "added" and _in_kept_package(path, view):
+        elif new.kind == "file" and change.what == "added" and kept(path.rpartition("/")[0]):
             found.append(f"{path}: a file added to an installed package that was not installed again")
     return found
 

@@ -118,7 +118,8 @@ def _added_name(path: str, new: SnapshotEntry, view: View) -> list[Finding]:
     found = []
     name = path.rsplit("/", 1)[-1]
     value = new.sha256 or new.kind
-    alias = normalize(name)
+    # An ASCII name without "git" in any case normalises to no git name: most names, not normalised.
+    alias = normalize(name) if not name.isascii() or "git" in name.lower() else name
     if alias in _GIT_NAMES and name != alias:
         found.append(finding("G25", "critical", path, f"{name!r} is {alias} on a case-insensitive or Windows "
                              "filesystem", value, remedy="restore"))

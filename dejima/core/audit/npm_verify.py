@@ -152,6 +152,10 @@ class _Check:
         self.wanted: dict[str, list[Wanted]] = {}  # integrity -> the files its tarball must hold
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
         self.anew: dict[str, bool] = {}  # package key -> whether the session pinned it anew (asked per file)
+        # Asked once per directory and per package, not per file (a tree of 20k files holds ~600 packages).
+        self.keys: dict[str, str | None] = {}  # directory (lockfile-relative) -> package_key of what it holds
+        self.governed: dict[str, tuple[dict[str, dict[str, object]] | None, str]] = {}  # key -> governing()
+        self.owners: dict[tuple[str, bool], tuple[str, str, str, bool]] = {}  # (key, the start's pins?) -> owner()
 
     def listed(self, key: str) -> bool:
         return key in self.start or key in self.end
@@ -170,46 +174,81 @@ class _Check:
     def change(self, path: str, change: Change) -> None:
         new = change.after
         assert new is not None
-        inside = path[len(self.tree) + 1:]
         relative = self.relative(path)
-        name = relative.rpartition("/")[2]
-        parent = relative.rpartition("/")[0]
-        if inside == ".package-lock.json":
+        parent, _, name = relative.rpartition("/")
+        if path[len(self.tree) + 1:] == ".package-lock.json":
             self.hidden_lockfile(path)
         elif parent.endswith("node_modules/.bin") or parent == "node_modules/.bin":
             self.bin_link(path, new.kind, new.target)
         elif new.kind == "dir":
             return
-        elif (key := package_key(relative + "/x" if new.kind == "symlink" else relative, self.listed)) is None:
+        elif (key := self.key_of(relative, parent, new.kind == "symlink")) is None:
             if name.startswith("."):  # a tool's own directory or file in the tree (.cache, .vite)
                 self.verdict.unverified.append(f"{path}: in no package (a tool's own; not verified)")
             else:
                 self.verdict.problems.append(f"{path}: in node_modules, where no package puts a file")
         elif key.endswith("node_modules/.bin") and relative == key:  # the directory itself, not a directory
             self.verdict.problems.append(f"{path}: a {new.kind} where npm makes its .bin directory")
-        elif key.rpartition("/")[2].startswith(".") or "/.bin/" in f"/{key}/":
-            self.verdict.unverified.append(f"{path}: in no package (a tool's own; not verified)")
-        elif key not in self.start and key not in self.end:
-            self.verdict.problems.append(f"{path}: in {key}, a package the lockfile does not list")
-        elif (self.start.get(key) or self.end[key]).get("link"):
-            self.workspace_link(path, key, self.start.get(key) or self.end[key], new.kind, new.target, relative)
-        elif self.unpinned_in_session(key):
+        else:
+            self.in_package(path, key, relative, new.kind, new.sha256, new.target)
+
+    def key_of(self, relative: str, parent: str, link: bool) -> str | None:
+        """``package_key`` of a path, asked once per directory: every path deeper than a package's
+        own directory has its directory's key (a package's own directory, or a link in its place,
+        is keyed by itself)."""
+        if link:
+            return package_key(relative + "/x", self.listed)
+        keys = self.keys
+        if parent not in keys:
+            keys[parent] = package_key(f"{parent}/x", self.listed) if parent else None
+        return keys[parent]
+
+    def in_package(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
+                   target: str | None) -> None:
+        """A path inside the package ``key``: held to the pin that governs the package."""
+        how = self.governed.get(key)
+        if how is None:
+            how = self.governed[key] = self.governing(key)
+        pins, reason = how
+        if pins is None:
+            if reason == "unlisted":
+                self.verdict.problems.append(f"{path}: in {key}, a package the lockfile does not list")
+            elif reason == "tool":
+                self.verdict.unverified.append(f"{path}: in no package (a tool's own; not verified)")
+            elif reason == "link":
+                self.workspace_link(path, key, self.start.get(key) or self.end[key], kind, target, relative)
+            else:
+                self.unpinned.setdefault(key, reason)
+            return
+        if reason:
+            self.unpinned.setdefault(key, reason)
+        self.package_file(path, key, relative, kind, sha256, pins)
+
+    def governing(self, key: str) -> tuple[dict[str, dict[str, object]] | None, str]:
+        """Which lockfile's pins hold the files of the package ``key`` (the start's, or the
+        session's for a package it pinned anew), and why it is not verified in full; or no pins,
+        and what is said of each of its files instead (``unlisted``, ``tool``, ``link``, or the
+        reason it is unverified)."""
+        if key.rpartition("/")[2].startswith(".") or "/.bin/" in f"/{key}/":
+            return None, "tool"
+        if key not in self.start and key not in self.end:
+            return None, "unlisted"
+        if (self.start.get(key) or self.end[key]).get("link"):
+            return None, "link"
+        if self.unpinned_in_session(key):
             # The start pinned its tarball and the session's lockfile pins none (an integrity
             # dropped, the entry removed, a git source or another version without one): an edit
             # that would otherwise leave the files held to nothing. The start's pin holds them.
-            self.unpinned.setdefault(key, "no longer pinned by the lockfile (" + (
-                "its entry removed" if key not in self.end else "pinned without an integrity") +
-                " in the session); its files are held to the start's pin")
-            self.package_file(path, key, relative, new.kind, new.sha256, self.start)
-        elif key in self.end and self.pinned_anew(key):
+            return self.start, "no longer pinned by the lockfile (" + (
+                "its entry removed" if key not in self.end else "pinned without an integrity") + \
+                " in the session); its files are held to the start's pin"
+        if key in self.end and self.pinned_anew(key):
             # Pinned by the session itself: held to its new pin (a file that differs is still
             # tampering), but what the pin names is the session's choice (the lockfile's own finding).
-            self.unpinned.setdefault(key, "pinned in the session (its lockfile entry is new or changed)")
-            self.package_file(path, key, relative, new.kind, new.sha256, self.end)
-        elif key not in self.end and self.end:
-            self.unpinned.setdefault(key, "no longer in the lockfile")
-        else:
-            self.package_file(path, key, relative, new.kind, new.sha256, self.start)
+            return self.end, "pinned in the session (its lockfile entry is new or changed)"
+        if key not in self.end and self.end:
+            return None, "no longer in the lockfile"
+        return self.start, ""
 
     def pinned_anew(self, key: str) -> bool:
         """Whether the end's lockfile pins ``key`` (listed there) otherwise than the start's."""
@@ -227,18 +266,27 @@ class _Check:
 
     def package_file(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
                      packages: dict[str, dict[str, object]]) -> None:
-        owner = _pinned_by(key, packages)
-        integrity = packages[owner].get("integrity")
         if kind != "file":
             self.verdict.problems.append(f"{path}: a {kind}, where npm writes the tarball's files only")
-        elif not isinstance(integrity, str) or not integrity:
+            return
+        pinned = self.owners.get((key, packages is self.start))
+        if pinned is None:
+            pinned = self.owners[(key, packages is self.start)] = self.owner(key, packages)
+        owner, integrity, package, scripted = pinned
+        if not integrity:
             resolved = packages[owner].get("resolved")
             self.unpinned.setdefault(owner, f"pinned without an integrity (resolved: {resolved})")
         else:
-            scripted = bool(packages[owner].get("hasInstallScript"))  # it writes in its package (esbuild)
-            package = f"{self.base}/{owner}" if self.base else owner
             self.wanted.setdefault(integrity, []).append(Wanted(path, relative[len(owner) + 1:], sha256, package,
                                                                 scripted))
+
+    def owner(self, key: str, packages: dict[str, dict[str, object]]) -> tuple[str, str, str, bool]:
+        """The package whose tarball holds ``key``'s files, its integrity ("" when it pins none),
+        its name as the findings say it, and whether its install script may write in it (esbuild)."""
+        owner = _pinned_by(key, packages)
+        integrity = packages[owner].get("integrity")
+        return (owner, integrity if isinstance(integrity, str) else "", f"{self.base}/{owner}" if self.base else owner,
+                bool(packages[owner].get("hasInstallScript")))
 
     def bin_link(self, path: str, kind: str, target: str | None) -> None:
         """``.bin/NAME``: npm's link to the ``bin`` the lockfile records for NAME in that package."""

@@ -231,6 +231,18 @@ _ENVIRONMENT_FILES = re.compile(
 _INTERPRETER = re.compile(r"(?:python|pypy)[\d.]*")
 
 
+def rewritten_as_made(environment: str, change: Change, view: View) -> bool:
+    """Whether a start-up file of an environment that was there (``activate*``, ``pyvenv.cfg``) is,
+    after the change, exactly what the session image's tool writes for this environment, as
+    ``python3 -m venv .venv`` run again on it rewrites them: judged with the rest of the
+    environment then, not as start-up code changed."""
+    verdict = TreeVerdict("")
+    own = _OwnFiles(environment, verdict, view)
+    if own.tool is None or own.why:
+        return False
+    return own.judge(change) and own.checked == 1 and not verdict.problems and not verdict.unverified
+
+
 class _OwnFiles:
     """An environment's own files held to what the tool that made it writes, as the session image's
     record has it (venv_facts.py): pyvenv.cfg's keys, each template rendered for this environment,

@@ -20,7 +20,7 @@ from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import Artifacts, Contents, Finding, View, rank
 from dejima.core.audit.modelines import modeline_findings
 from dejima.core.audit.names import name_findings
-from dejima.core.audit.trees import tree_findings
+from dejima.core.audit.trees import tree_findings, tree_groups
 from dejima.core.audit.venv_facts import SessionPython
 from dejima.core.snapshot import Snapshot, diff
 
@@ -73,6 +73,18 @@ StageRunner = Callable[[list[Stage]], list[list[Finding]]]
 _HEAVIEST = "the tree rules (B07, B10, B11, M01)"  # dealt out first: a tree's verification is most of the work
 
 
+def _asked_ahead(view: View) -> None:
+    """What every stage asks of the changed paths (which tree each lies in, the changes by path),
+    answered here before the stages are shared out: each process, and the fallback after them,
+    would otherwise answer it again. A failure here is met again by the stage that asks, and
+    judged there."""
+    try:
+        tree_groups(view)
+        view.changed  # noqa: B018 - a cached property, computed here once
+    except Exception:  # noqa: S110 - judged where it is asked (isolation.judged)
+        pass
+
+
 def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace",
           listdir: Callable[[str], list[str]] | None = None, candidates: list[str] | None = None,
           watch: tuple[Watch, ...] = (), artifacts: Artifacts | None = None,
@@ -97,6 +109,8 @@ def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "wo
                                                                           lockfile_findings),
                    ("the modeline rules (I12, I13)", modeline_findings)]
     order = sorted(range(len(stages)), key=lambda i: stages[i][0] != _HEAVIEST)
+    if share is not None:
+        _asked_ahead(view)
     ran = (share or _one_after_another)([partial(judged, view, stages[i][0], "", stages[i][1], view) for i in order])
     by_stage = dict(zip(order, ran, strict=True))
     found = [f for i in range(len(stages)) for f in by_stage[i]]  # in the stages' order, however they ran

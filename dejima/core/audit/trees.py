@@ -14,7 +14,7 @@ from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tamperin
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding, first_few
 from dejima.core.audit.npm_verify import npm_findings
-from dejima.core.audit.python_verify import python_findings
+from dejima.core.audit.python_verify import python_findings, rewritten_as_made
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
 from dejima.core.audit.yarn_verify import yarn_findings
 from dejima.core.snapshot import Change
@@ -36,19 +36,29 @@ def _in_place(change: Change, view: View) -> bool:
     cannot tell: the filesystem reuses a freed one at once.)"""
     if change.what in ("mode", "owner", "link-target"):
         return True
+    if change.what != "modified":
+        return False
     parent = change.path.rpartition("/")[0]
     old, new = view.before.get(parent), view.after.get(parent)
-    return change.what == "modified" and old is not None and new is not None and \
-        (old.inode, old.ctime_ns) == (new.inode, new.ctime_ns)
+    return old is not None and new is not None and (old.inode, old.ctime_ns) == (new.inode, new.ctime_ns)
 
 
 def _group(view: View, kinds: tuple[str, ...]) -> dict[Tree, list[Change]]:
     """The changes inside each recognised tree of these kinds (each change in its innermost tree)."""
-    groups: dict[Tree, list[Change]] = {}
-    for change in view.changes:
-        tree = tree_of(change.path, view)
-        if tree is not None and tree.kind in kinds:
-            groups.setdefault(tree, []).append(change)
+    return {tree: changes for tree, changes in tree_groups(view).items() if tree.kind in kinds}
+
+
+def tree_groups(view: View) -> dict[Tree, list[Change]]:
+    """The changes inside each recognised tree, grouped once per audit: the dependency, environment
+    and build-output rules each take their kinds (one pass over an install's 20k changes, not three)."""
+    groups: dict[Tree, list[Change]] | None = view.memo.get("tree-groups")  # type: ignore[assignment]
+    if groups is None:
+        groups = {}
+        for change in view.changes:
+            tree = tree_of(change.path, view)
+            if tree is not None:
+                groups.setdefault(tree, []).append(change)
+        view.memo["tree-groups"] = groups
     return groups
 
 
@@ -134,7 +144,8 @@ def _environment(kind: str, root: str, changes: list[Change], view: View) -> lis
         new = change.after
         if created or new is None or new.kind != "file" or not _STARTUP.search(change.path) or \
                 change.path.endswith(".pth") and not _PTH_CODE.search(view.text(change.path) or "") or \
-                recorded(change.path, root, view, kind):  # what a distribution installs: part of its install
+                recorded(change.path, root, view, kind) or \
+                kind == "python" and rewritten_as_made(root, change, view):  # part of its install, or as venv made it
             rest.append(change)
             continue
         found.append(finding("B10", "medium" if home else "critical", change.path, "runs at every start of "

@@ -1,0 +1,146 @@
+"""The rules' shortcuts answer what the long way answers: a question asked once per directory or
+per package (the npm verification's package keys and pins, the trees' grouping, the bare
+repositories) gives, for every path, what asking it of that path gives; a name that cannot
+normalise to a git name is not normalised. Generated paths and names (hypothesis), and a real
+verification of a tree whose packages are each governed otherwise."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from dejima.core.audit.git import split_git
+from dejima.core.audit.installs import _package_directory
+from dejima.core.audit.model import Artifact, View
+from dejima.core.audit.names import _GIT_NAMES, _added_name, normalize
+from dejima.core.audit.npm_verify import _Check, package_key, verify
+from dejima.core.audit.pinned import TreeVerdict
+from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, tree_of
+from dejima.core.audit.trees import _group
+from dejima.core.snapshot import Snapshot, SnapshotEntry, diff
+
+# Path components that steer package_key: node_modules, scopes, .bin, dot-directories, and plain names.
+_PARTS = st.sampled_from(["node_modules", "@s", "@t", "a", "b", ".bin", ".cache", "lib", "x", "package.json"])
+
+
+def _entry(path: str, kind: str = "file", digest: str = "0" * 64, target: str | None = None) -> SnapshotEntry:
+    return SnapshotEntry(path, kind, 0o644, 1000, 1000, 1, 1, 1, 1, 1, digest if kind == "file" else None, target)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PARTS, min_size=1, max_size=9), st.sets(st.lists(_PARTS, min_size=2, max_size=6).map("/".join)))
+@example(["node_modules", "@s"], set())
+@example(["node_modules", "a", "node_modules", "b", "x"], {"node_modules/a/node_modules/b"})
+def test_a_package_key_asked_per_directory_is_the_one_asked_per_path(parts: list[str], listed: set[str]) -> None:
+    relative = "/".join(parts)
+    check = _Check(TreeVerdict("package-lock.json"), "node_modules", "", {k: {} for k in listed}, {}, View({}, {}, [],
+                                                                                                            _none))
+    parent = relative.rpartition("/")[0]
+    assert check.key_of(relative, parent, link=False) == package_key(relative, check.listed)
+    assert check.key_of(relative, parent, link=True) == package_key(relative + "/x", check.listed)
+    if parent:  # npm_tampering's package of a file, asked once per directory
+        assert _package_directory(f"{parent}/x") == _package_directory(relative)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(min_size=1, max_size=12))
+@example("GIT~1")
+@example(".GIT.")
+@example(".Github")
+@example("gitmod~3")
+def test_a_name_left_unnormalised_is_no_git_name(name: str) -> None:
+    shortcut = normalize(name) if not name.isascii() or "git" in name.lower() else name
+    assert (shortcut in _GIT_NAMES and name != shortcut) == (normalize(name) in _GIT_NAMES and name != normalize(name))
+    if "/" not in name:  # the rule itself, on an added file of that name: G25 exactly when the long way says
+        view = View({}, {name: _entry(name)}, [], _none)
+        g25 = any(f.rule == "G25" for f in _added_name(name, _entry(name), view))
+        assert g25 == (normalize(name) in _GIT_NAMES and name != normalize(name))
+
+
+def _none(side: str, path: str) -> bytes | None:
+    return None
+
+
+def test_a_directory_like_a_bare_repository_inside_dot_git_hides_no_path_outside_it() -> None:
+    """A .git directory holds HEAD, objects and refs as a bare repository does: no path outside it is
+    in it; a real bare repository elsewhere still holds its paths."""
+    after = {p: _entry(p, "dir" if p.count("/") < 1 else "file") for p in (
+        ".git", ".git/HEAD", ".git/objects", ".git/refs", "src", "src/main.c")}
+    bare = {**after, **{p: _entry(p) for p in ("vendor/r/HEAD", "vendor/r/objects", "vendor/r/refs",
+                                               "vendor/r/hooks/post-checkout")}}
+    for changed in (False, True):  # few changes: each path's directories asked; many: one look at all entries
+        view = View({}, after, diff({}, after) if changed else [], _none)
+        assert split_git("src/main.c", view) is None
+        where = split_git("vendor/r/hooks/post-checkout", View({}, bare, diff({}, bare) if changed else [], _none))
+        assert where is not None and (where.gitdir, where.inner) == ("vendor/r", "hooks/post-checkout")
+
+
+def _npm_tree() -> tuple[Snapshot, Snapshot, dict[str, bytes]]:
+    """A project whose lockfile pins four packages, each governed otherwise at the end: kept, pinned
+    anew, dropped from the lockfile, and pinned without an integrity; plus one it does not list."""
+    start = {"packages": {"": {"name": "p"},
+                          "node_modules/kept": {"version": "1.0.0", "integrity": "sha512-kept"},
+                          "node_modules/@s/anew": {"version": "1.0.0", "integrity": "sha512-old"},
+                          "node_modules/dropped": {"version": "1.0.0", "integrity": "sha512-dropped"},
+                          "node_modules/loose": {"version": "1.0.0", "resolved": "git+ssh://x"}}}
+    end = json.loads(json.dumps(start))
+    end["packages"]["node_modules/@s/anew"] = {"version": "2.0.0", "integrity": "sha512-new"}
+    del end["packages"]["node_modules/dropped"]
+    texts = {"before": json.dumps(start).encode(), "after": json.dumps(end).encode()}
+    before = {"package.json": _entry("package.json"), "package-lock.json": _entry("package-lock.json", digest="1")}
+    after = {**before, "package-lock.json": _entry("package-lock.json", digest="2"),
+             "node_modules": _entry("node_modules", "dir"),
+             "node_modules/.package-lock.json": _entry("node_modules/.package-lock.json")}
+    for package in ("kept", "@s/anew", "dropped", "loose", "unlisted"):
+        for name in ("index.js", "lib/a.js", "lib/b.js", "package.json"):
+            path = f"node_modules/{package}/{name}"
+            after[path] = _entry(path, digest=("f" if name == "lib/b.js" else "a") * 64)
+    after["node_modules/kept/lib/link"] = _entry("node_modules/kept/lib/link", "symlink", target="../index.js")
+    return before, after, texts
+
+
+def test_an_npm_tree_verified_with_per_package_answers_says_what_per_path_answers_say() -> None:
+    before, after, texts = _npm_tree()
+
+    def contents(side: str, path: str) -> bytes | None:
+        return texts[side] if path == "package-lock.json" else b'{"packages": {}}' if side == "after" else None
+
+    def artifacts(keys: list[str]) -> dict[str, Artifact | str]:
+        return {k: Artifact({"index.js": "a" * 64, "lib/a.js": "a" * 64, "lib/b.js": "a" * 64,
+                             "package.json": "a" * 64}) for k in keys}
+
+    view = View(before, after, diff(before, after), contents, artifacts=artifacts)
+    tree = "node_modules"
+    changes = [c for c in view.changes if c.path.startswith("node_modules/")]
+    verdict = verify(tree, changes, view)
+    assert verdict is not None
+    # What the verification said when it asked each path (main before the shortcuts), in its order.
+    assert (verdict.files, sorted(verdict.packages)) == (9, ["node_modules/@s/anew", "node_modules/dropped",
+                                                             "node_modules/kept"])
+    assert verdict.problems == [
+        "node_modules/kept/lib/link: a symlink, where npm writes the tarball's files only",
+        *(f"node_modules/unlisted/{n}: in node_modules/unlisted, a package the lockfile does not list"
+          for n in ("index.js", "lib/a.js", "lib/b.js", "package.json")),
+        *(f"node_modules/{p}/lib/b.js: not the content of its package's tarball" for p in ("@s/anew", "dropped",
+                                                                                           "kept"))]
+    assert verdict.unverified == [
+        "node_modules/@s/anew: pinned in the session (its lockfile entry is new or changed)",
+        "node_modules/dropped: no longer pinned by the lockfile (its entry removed in the session); its files "
+        "are held to the start's pin",
+        "node_modules/loose: pinned without an integrity (resolved: git+ssh://x)"]
+
+
+def test_the_trees_grouped_once_are_those_each_kind_groups() -> None:
+    before, after, _ = _npm_tree()
+    after.update({p: _entry(p) for p in (".venv/pyvenv.cfg", ".venv/lib/python3.11/site-packages/a.py")})
+    view = View(before, after, diff(before, after), _none)
+    for kinds in (DEPENDENCY_KINDS, PYTHON_KINDS, ("cargo",)):
+        expected: dict[object, list[object]] = {}
+        for change in view.changes:
+            tree = tree_of(change.path, view)
+            if tree is not None and tree.kind in kinds:
+                expected.setdefault(tree, []).append(change)
+        assert _group(view, kinds) == expected
+    assert {t.kind for t in _group(view, DEPENDENCY_KINDS + PYTHON_KINDS)} == {"npm", "python"}
