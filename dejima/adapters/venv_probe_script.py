@@ -1,7 +1,8 @@
 """Run by the session image's own python3 (``python3 -c``, in a throwaway container with no network),
 never imported by dejima: makes environments with the image's ``python3 -m venv`` (and its ``uv venv``,
 when uv is there) at a path and with a prompt of its own, and prints what they hold as one JSON
-line on stdout: every file's text and every link's target, and the wheels ensurepip seeded (base64).
+line on stdout: every file's text and every link's target, and the wheels ensurepip seeded and the
+bytecode it compiled (base64).
 dejima/core/audit/venv_facts.py turns that into the templates the audit compares environments with.
 Python 3.7 syntax: the image's interpreter may be older than dejima's."""
 
@@ -65,6 +66,19 @@ def seeds(top: str) -> list[dict[str, str]]:
     return found
 
 
+def bytecode(top: str) -> dict[str, str]:
+    """The bytecode ensurepip compiled in the environment at ``top`` (path below site-packages ->
+    base64): the host reads what of it the environment's path and the writing process do not decide."""
+    site = [d for d, _, _ in os.walk(top) if d.endswith("site-packages")][0]
+    found = {}
+    for directory, _, filenames in os.walk(site):
+        for name in filenames:
+            if name.endswith(".pyc"):
+                with open(os.path.join(directory, name), "rb") as file:
+                    found[os.path.relpath(os.path.join(directory, name), site)] = base64.b64encode(file.read()).decode()
+    return found
+
+
 def main() -> None:
     work = tempfile.mkdtemp(prefix="dejimavenvdir")
     environment = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=os.path.join(work, "cache"),
@@ -77,13 +91,14 @@ def main() -> None:
     seeded = os.path.join(work, "c", NAME)
     made(venv, seeded, environment)
     tools["venv"]["seeds"] = seeds(seeded)
+    tools["venv"]["bytecode"] = bytecode(seeded)
     uv = shutil.which("uv")
     if uv is not None:
         command = [uv, "venv", "--quiet", "--python", sys.executable]
         tools["uv"] = {"plain": made(command, os.path.join(work, "d", NAME), environment),
                        "prompted": made(command + ["--prompt", PROMPT], os.path.join(work, "e", NAME), environment),
                        "seeds": []}
-    sys.stdout.write(json.dumps({"format": 1, "name": NAME, "prompt": PROMPT, "tools": tools}) + "\n")
+    sys.stdout.write(json.dumps({"format": 2, "name": NAME, "prompt": PROMPT, "tools": tools}) + "\n")
     shutil.rmtree(work, ignore_errors=True)
 
 

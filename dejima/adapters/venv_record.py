@@ -20,6 +20,7 @@ from dejima.adapters.runtime import Runtime
 from dejima.adapters.wheel_cache import wheel_entries
 from dejima.core import labels
 from dejima.core.audit.model import Artifact
+from dejima.core.audit.python_verify import bytecode_form
 from dejima.core.audit.venv_facts import VenvFacts, from_document, from_probe, to_document
 from dejima.core.plan import ContainerSpec
 from dejima.errors import EngineError
@@ -36,10 +37,14 @@ def _path(image_id: str, directory: Path | None) -> Path:
 
 
 def facts_of(image_id: str, output: str) -> VenvFacts:
-    """The facts in the probe script's output (its last line), the seed wheels hashed and read here."""
+    """The facts in the probe script's output (its last line), the seed wheels hashed and read here,
+    the bytecode ensurepip compiled kept as what its path and the writing process do not decide (one
+    not read is not kept: the audit cannot verify it that way)."""
     document = json.loads(output.strip().rpartition("\n")[2])
     seeds: dict[str, tuple[str, Artifact]] = {}
     for made in document.get("tools", {}).values():
+        made["bytecode"] = {path: form for path, data in made.get("bytecode", {}).items()
+                            if (form := bytecode_form(base64.b64decode(data), path)) is not None}
         for seed in made.get("seeds", []):
             data = base64.b64decode(seed["data"])
             seeds[seed["file"]] = (hashlib.sha256(data).hexdigest(), wheel_entries(data))

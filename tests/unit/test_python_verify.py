@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import marshal
 import os
 import re
 import shutil
@@ -23,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters.wheel_cache import WheelCaches
-from dejima.core.audit import Finding
-from dejima.core.audit.python_verify import _unreferenced
+from dejima.core.audit import Finding, python_verify
+from dejima.core.audit.python_verify import _unreferenced, bytecode_form
 from dejima.orchestration.exit_audit import Mount, audit_mount, capture
 from tests import venvs
 from tests.pinned_trees import replace_file, severities
@@ -619,6 +620,58 @@ def test_a_venv_no_lockfile_pins_is_low_with_its_own_files_and_seeds_verified(tm
                                        text=True, check=True).stdout  # what the user's `source` runs
 
 
+def host_python_is_another_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a host whose Python is not the session image's release (3.11 here, 3.13 in the image):
+    no bytecode compiles again to the same bytes, so only the image's record can verify a seed's."""
+    monkeypatch.setattr(python_verify, "recompiles", lambda data, source, inside: False)
+
+
+def venv_alone(tmp_path: Path, index: str) -> tuple[Path, Path, Callable[[Path, Path], None]]:
+    workspace, home, _ = project(tmp_path, index)
+    (workspace / "uv.lock").unlink()
+
+    def made(workspace: Path, home: Path) -> None:
+        subprocess.run([sys.executable, "-m", "venv", str(workspace / ".venv")], check=True)
+    return workspace, home, made
+
+
+def test_a_seed_s_bytecode_is_verified_against_the_record_not_compiled_again_here(
+        tmp_path: Path, index: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ensurepip compiles its seeds (no PIP_ variable reaches it); the record keeps what the image's
+    Python wrote, by path below site-packages, as what neither the environment's path (another
+    here) nor the writing process decides: every .pyc verified without compiling anything again."""
+    host_python_is_another_release(monkeypatch)
+    workspace, home, made = venv_alone(tmp_path, index)
+    found = session(workspace, home, install=made)
+    assert severities(found) == [(".venv", "low")], found[0].evidence
+    verified = re.search(r"verified (\d+) file\(s\) of 2 distribution\(s\) against the wheels ensurepip",
+                         found[0].evidence)
+    bytecode, sources = (len(list(site(workspace).rglob(f"*.{kind}"))) for kind in ("pyc", "py"))
+    assert verified and bytecode > 100 and int(verified.group(1)) >= bytecode + sources, found[0].evidence
+
+
+def test_a_seed_s_bytecode_replaced_by_another_compilation_is_high_named_and_runs_on_the_host(
+        tmp_path: Path, index: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed pip's __init__ bytecode compiled from another source, behind the original header (its
+    mtime and size match the source, so Python runs it): not the record's, high, named."""
+    host_python_is_another_release(monkeypatch)
+    workspace, home, made = venv_alone(tmp_path, index)
+
+    def compiled_otherwise(workspace: Path) -> None:
+        source = site(workspace) / "pip/__init__.py"
+        pyc = site(workspace) / f"pip/__pycache__/__init__.{sys.implementation.cache_tag}.pyc"
+        header = pyc.read_bytes()[:16]
+        code = compile(source.read_text() + PLANTED, str(source), "exec")
+        replace_file(pyc, "")
+        pyc.write_bytes(header + marshal.dumps(code))
+
+    found = session(workspace, home, compiled_otherwise, install=made)
+    assert severities(found) == [(".venv", "high")], found[0].evidence
+    assert f"{SITE}/pip/__pycache__/__init__.{sys.implementation.cache_tag}.pyc: not the bytecode the session " \
+        "image's Python compiled" in found[0].evidence
+    assert runs_on_host(workspace, "-c", "import pip") == "planted\n"
+
+
 def test_copies_of_the_interpreter_are_medium_and_a_file_no_tool_writes_beside_them_high(
         tmp_path: Path, index: str) -> None:
     """`python -m venv --copies`: the interpreter copied where venv makes a link, which the record does
@@ -666,6 +719,30 @@ def test_marshal_s_reference_flags_interning_and_set_order_are_the_writing_proce
     assert _unreferenced(sequence(b"<", short(b"a"), short(b"b"))) != _unreferenced(sequence(b"<", short(b"a"),
                                                                                             short(b"c")))
     assert _unreferenced(sequence(b"(", ref(0))) is None and _unreferenced(b"(\x05\x00\x00\x00") is None
+
+
+def test_a_pyc_s_recorded_form_leaves_out_where_it_was_and_when_but_not_what_python_runs(tmp_path: Path) -> None:
+    """One source compiled in two environments at other paths, at other times: one form; the same
+    code behind an unchecked-hash header (Python runs it without looking at the source), other code,
+    another release's magic, a cut stream: not that form, or none (nothing proven)."""
+    import importlib._bootstrap_external as external
+    text = "import os\nX = {'a', 'b'}\ndef f():\n    return os.sep + 'x'\nclass C:\n    def g(self):\n" \
+        "        return f\n"
+    made = []
+    for place, mtime in (("a/lib/python3/site-packages", 1), ("other/.venv/lib/python3/site-packages", 7)):
+        source = tmp_path / place / "pkg/mod.py"
+        code = compile(text, str(source), "exec")
+        made.append(external._code_to_timestamp_pyc(code, mtime, len(text)))  # type: ignore[attr-defined]
+    pyc = "pkg/__pycache__/mod.cpython-311.pyc"
+    first, second = (bytecode_form(data, pyc) for data in made)
+    assert first is not None and first == second and made[0][16:] != made[1][16:]  # the path differs inside
+    unchecked = made[0][:4] + (1).to_bytes(4, "little") + made[0][8:]
+    other = compile(text.replace("'x'", "'y'"), str(tmp_path / "a/lib/python3/site-packages/pkg/mod.py"), "exec")
+    assert bytecode_form(unchecked, pyc) not in (first, None)
+    assert bytecode_form(made[0][:16] + marshal.dumps(other), pyc) not in (first, None)
+    assert bytecode_form(made[0], "pkg/__pycache__/other.cpython-311.pyc") != first  # its path names another source
+    assert bytecode_form(b"\x00\x00\r\n" + made[0][4:], pyc) is None
+    assert bytecode_form(made[0][:-3], pyc) is None
 
 
 def test_venv_made_again_on_an_environment_that_was_there_is_as_venv_makes_it_not_start_up_code_changed(

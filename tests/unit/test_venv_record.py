@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 from dejima.adapters.venv_record import keep, load
-from dejima.core.audit.venv_facts import from_probe, render
+from dejima.core.audit.venv_facts import FORMAT, from_probe, render
 from tests import venvs
 
 NAME, PROMPT = "dejimavenvname", "dejimavenvprompt"
@@ -29,7 +29,7 @@ def test_the_probe_s_values_become_markers_and_a_form_not_known_leaves_the_tool_
     # a name the tool wrote in a form of its own (upper case): not turned back, so not rendered
     odd = {**made, "plain": listing(f"/tmp/dejimavenvdirx/d/{NAME}", f"NAME={NAME.upper()}\n",
                                     "home = /usr/bin\nuv = 0.1\n")}
-    facts = from_probe("sha256:i", {"format": 1, "name": NAME, "prompt": PROMPT,
+    facts = from_probe("sha256:i", {"format": FORMAT, "name": NAME, "prompt": PROMPT,
                                     "tools": {"venv": made, "uv": odd}}, {})
     [tool] = facts.tools
     assert tool.name == "venv" and tool.quoted_prompt and tool.config == {"home": "/usr/bin", "version": "3.13.5"}
@@ -45,8 +45,11 @@ def test_the_record_is_kept_private_under_the_image_s_id_and_read_back_only_as_w
     assert stat.S_IMODE((tmp_path / "venv").stat().st_mode) == 0o700
     assert load(facts.image, tmp_path / "venv") == facts
     assert load("sha256:other", tmp_path / "venv") is None
+    assert len(facts.tools[0].bytecode) > 100  # ensurepip's bytecode, as what its path does not decide
     path = tmp_path / "venv" / "here.json"
     document = json.loads(path.read_text())
+    path.write_text(json.dumps({**document, "format": 1}))
+    assert load(facts.image, tmp_path / "venv") is None  # a record made before the seeds' bytecode: made again
     document["tools"][0]["plain"] = ["not", "a", "table"]
     path.write_text(json.dumps(document))
     assert load(facts.image, tmp_path / "venv") is None  # unreadable: no record (the audit says so, medium)

@@ -14,8 +14,8 @@ so every file the session wrote in a distribution is compared with the wheel's e
   ``#!`` is not the environment's interpreter: each named (high);
 - what cannot be verified: no pins at the start, a distribution pinned anew in the session, a
   pin without a hash, a wheel in no cache, the project itself (built from the workspace),
-  bytecode that does not recompile to the same bytes here: said so (medium), with what would
-  verify it.
+  bytecode that does not recompile to the same bytes here (a seed's: only one the record lacks or
+  that cannot be read): said so (medium), with what would verify it.
 
 What an installer generates is treated as such: RECORD, INSTALLER, REQUESTED, direct_url.json and
 uv_cache.json are data no start runs (not compared); entry-point scripts are rebuilt from the
@@ -28,7 +28,10 @@ An environment's own files are held to the session image's record of what its ow
 decides which Python runs: the image's interpreter's directory, or high), each of ``activate*``,
 ``Activate.ps1``, ``.gitignore`` (uv's too) equal to its template rendered for the environment's
 path in the session and its prompt, the interpreter links; the pip and setuptools ``python -m
-venv`` installs (ensurepip) held to the seed wheels the record holds, as any pinned distribution.
+venv`` installs (ensurepip) held to the seed wheels the record holds, as any pinned distribution,
+and the bytecode ensurepip compiled (no ``PIP_`` variable reaches it) to the record's: each ``.pyc``
+by its path below site-packages as ``bytecode_form`` reads it (read, not loaded: whatever the host's
+Python), equal or high; one the record lacks is compiled again here, one not read is medium.
 What differs is high, named; no record, a tool or version the record lacks, a path or prompt a
 shell would need quoted, an interpreter copied (``--copies``): medium, saying so. Never accepted by
 name alone where a record could say.
@@ -36,6 +39,7 @@ name alone where a record could say.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import marshal
 import posixpath
@@ -331,6 +335,13 @@ class _OwnFiles:
         tool = self.tool
         return {wheel_key(s.sha256, SEED): s.artifact for s in tool.seeds} if tool is not None and not self.why else {}
 
+    def bytecode(self, wheel: Artifact) -> dict[str, str]:
+        """The record's bytecode (path below site-packages -> bytecode_form) where ``wheel`` is a seed
+        wheel of the record: what the image's Python compiled from that wheel's files; else none."""
+        tool = self.tool
+        seeded = tool is not None and not self.why and any(s.artifact == wheel for s in tool.seeds)
+        return tool.bytecode if tool is not None and seeded else {}
+
     def close(self) -> str:
         """What is left unverified, said (medium); the lead of a finding that verified them."""
         if self.unchecked:
@@ -532,7 +543,7 @@ class _EnvironmentCheck:
                                                  f"{name} = {':'.join(scripts[name])}")
             else:
                 self.verdict.problems.append(f"{path}: a file its wheel does not hold")
-        self.bytecode(distribution, bytecode, expected)
+        self.bytecode(distribution, bytecode, expected, self.own.bytecode(wheel) if self.own is not None else {})
 
     def verified(self, distribution: _Distribution) -> None:
         self.verdict.files += 1
@@ -562,14 +573,27 @@ class _EnvironmentCheck:
         values = {"module": module, "name": attribute.split(".")[0], "func": attribute}
         return rest is not None and any(rest == template.format(**values) for template in _SCRIPTS)
 
-    def bytecode(self, distribution: _Distribution, paths: list[str], expected: dict[str, tuple[str, str]]) -> None:
+    def bytecode(self, distribution: _Distribution, paths: list[str], expected: dict[str, tuple[str, str]],
+                 recorded: dict[str, str]) -> None:
+        """Each .pyc beside a verified source: held to the session image's record where it has one (a
+        seed's: ``recorded``), else compiled again here."""
         unproven = []
         for path in paths:
             source = _source(path)
             data, code = self.view.data(path), self.view.data(source)
+            inside = path[len(distribution.site) + 1:]
             if source not in expected or code is None or self.view.entry(source) is None or \
                     self.view.entry(source).sha256 != expected[source][1]:  # type: ignore[union-attr]
                 self.verdict.problems.append(f"{path}: bytecode whose source is not a file of its wheel")
+            elif inside in recorded:
+                form = bytecode_form(data, inside) if data is not None else None
+                if form == recorded[inside]:
+                    self.verified(distribution)
+                elif form is None:
+                    unproven.append(path)
+                else:
+                    self.verdict.problems.append(f"{path}: not the bytecode the session image's Python compiled "
+                                                 "from its source (the record's)")
             elif data is not None and recompiles(data, code, source[len(self.environment):]):
                 self.verified(distribution)
             else:
@@ -681,12 +705,42 @@ _FIXED = {**dict.fromkeys(b"0NFTS.", 0), ord("i"): 4, ord("g"): 8, ord("y"): 16}
 _SIZED = {**dict.fromkeys(b"stuaA", 4), **dict.fromkeys(b"zZ", 1)}
 _INTERNED = {ord("t"): ord("u"), ord("A"): ord("a"), ord("Z"): ord("z")}
 _SEQUENCES = {**dict.fromkeys(b"([<>", 4), ord(")"): 1}
-_CODE = (5, 8, 1, 2) if (3, 11) <= sys.version_info[:2] <= (3, 13) else None  # ints, objects, int, objects
+Layout = tuple[int, int, int, int]  # a code object's fields: ints, objects, int, objects
+_FILENAME = 5  # co_filename's place among a code object's first objects
 
 
-def _unreferenced(data: bytes) -> list[object] | None:
+def _layout(magic: bytes) -> Layout | None:
+    """How the Python whose bytecode starts with ``magic`` marshals a code object: 3.11 to 3.13 (magic
+    3495 to 3599) alike; None for any other (nothing is proven of it)."""
+    number = int.from_bytes(magic[:2], "little")
+    return (5, 8, 1, 2) if len(magic) == 4 and magic[2:] == b"\r\n" and 3495 <= number < 3600 else None
+
+
+_CODE = _layout(importlib.util.MAGIC_NUMBER) if sys.version_info[:2] <= (3, 13) else None  # this Python's
+
+
+def bytecode_form(data: bytes, path: str) -> str | None:
+    """What a ``.pyc`` holds that neither the environment's path nor the writing process decides, hashed
+    (SHA-256 hex): its magic and flags (timestamp, checked or unchecked hash: whether Python looks at the
+    source at all), and its code as ``_unreferenced`` reads it, with the source's path (each code
+    object's ``co_filename``, which names where the environment was, when it ends with the source's
+    path below site-packages; ``path``: the .pyc's there) a marker. The header's mtime and size (or
+    source hash) are left out: the source is verified on its own. Read, never loaded, so any Python
+    of dejima's computes it for bytecode of any release the reader knows; None for any other or
+    anything malformed (nothing is proven)."""
+    layout = _layout(data[:4])
+    if len(data) < 16 or layout is None:
+        return None
+    source = _source(f"/{path}")  # one in site-packages' own __pycache__ too
+    tokens = _unreferenced(bytes(data[16:]), layout, source.encode("utf-8", "surrogateescape")) if source else None
+    return None if tokens is None else hashlib.sha256(repr((bytes(data[:8]), tokens)).encode()).hexdigest()
+
+
+def _unreferenced(data: bytes, layout: Layout | None = _CODE, filename: bytes | None = None) -> list[object] | None:
     """A marshal stream as tokens with FLAG_REF dropped and each reference made the ordinal of the
-    object it names (None: not a stream this reader knows, or malformed: then nothing is proven)."""
+    object it names (None: not a stream this reader knows, or malformed: then nothing is proven);
+    ``layout``: its code objects' (this Python's by default); ``filename``: a ``co_filename`` that
+    ends with it is a marker."""
     tokens: list[object] = []
     flagged: list[int] = []
     count = [0]
@@ -736,12 +790,17 @@ def _unreferenced(data: bytes) -> list[object] | None:
                 del tokens[len(tokens) - sum(map(len, pieces)):]
                 tokens.extend(sorted(pieces, key=repr))
             return at
-        if kind == ord("c") and _CODE is not None:
-            ints, objects, more, rest = _CODE
+        if kind == ord("c") and layout is not None:
+            ints, objects, more, rest = layout
             tokens.append(data[at:at + 4 * ints])
             at += 4 * ints
-            for _ in range(objects):
+            for place in range(objects):
+                start = len(tokens)
                 at = one(at, depth + 1)
+                if place == _FILENAME and filename is not None and len(tokens) == start + 2 and \
+                        tokens[start] in _SIZED and isinstance(value := tokens[start + 1], bytes) and \
+                        value[_SIZED[tokens[start]]:].endswith(filename):  # type: ignore[index]
+                    tokens[start + 1] = "\0filename\0"
             tokens.append(data[at:at + 4 * more])
             at += 4 * more
             for _ in range(rest):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from dejima.core.audit.model import Artifact
 
-FORMAT = 1
+FORMAT = 2  # 2: the seeds' bytecode (a record of format 1 is made again)
 _MARKERS = ("\0dir\0", "\0name\0", "\0prompt\0")
 _PROBE = "dejimavenv"  # every value the probe chose starts with it: one left over was not turned back
 _SAFE = re.compile(r"[\w@%+=:,./-]+", re.ASCII)  # what shlex.quote leaves as it is
@@ -47,7 +47,9 @@ class Tool:
     """One tool's environments: ``name`` (``venv``, ``uv``); ``config``: the fixed keys of its
     ``pyvenv.cfg`` (home, version, its own version); ``plain``/``prompted``: path inside the
     environment -> template, without and with a ``prompt`` in pyvenv.cfg; ``links``: the links it
-    makes; ``quoted_prompt``: pyvenv.cfg holds the prompt as a Python literal (venv's repr)."""
+    makes; ``quoted_prompt``: pyvenv.cfg holds the prompt as a Python literal (venv's repr);
+    ``bytecode``: each ``.pyc`` ensurepip compiled, by its path below site-packages, as
+    python_verify.bytecode_form reads it (the record of the bytes the image's Python wrote)."""
 
     name: str
     config: dict[str, str]
@@ -56,6 +58,7 @@ class Tool:
     links: dict[str, str]
     quoted_prompt: bool
     seeds: tuple[Seed, ...] = ()
+    bytecode: dict[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -154,7 +157,8 @@ def _tool(tool: str, made: dict[str, object], name: str, prompt: str, seeds: dic
         parts = file.removesuffix(".whl").split("-")
         digest, artifact = seeds[file]
         found.append(Seed(parts[0].lower(), parts[1], digest, artifact))
-    return Tool(tool, config, templates[0], templates[1], links, quoted, tuple(found))
+    bytecode = _strings(made.get("bytecode", {}))
+    return Tool(tool, config, templates[0], templates[1], links, quoted, tuple(found), bytecode)
 
 
 def tool_of(facts: VenvFacts, keys: dict[str, str]) -> tuple[Tool | None, str]:
@@ -221,7 +225,7 @@ def to_document(facts: VenvFacts) -> dict[str, object]:
         {"name": t.name, "config": t.config, "plain": t.plain, "prompted": t.prompted, "links": t.links,
          "quoted_prompt": t.quoted_prompt,
          "seeds": [{"name": s.name, "version": s.version, "sha256": s.sha256, "files": s.artifact.files,
-                    "texts": s.artifact.texts or {}} for s in t.seeds]} for t in facts.tools]}
+                    "texts": s.artifact.texts or {}} for s in t.seeds], "bytecode": t.bytecode} for t in facts.tools]}
 
 
 def from_document(document: object) -> VenvFacts:
@@ -231,7 +235,8 @@ def from_document(document: object) -> VenvFacts:
         tools = tuple(Tool(str(t["name"]), _strings(t["config"]), _strings(t["plain"]), _strings(t["prompted"]),
                            _strings(t["links"]), bool(t["quoted_prompt"]),
                            tuple(Seed(str(s["name"]), str(s["version"]), str(s["sha256"]),
-                                      Artifact(_strings(s["files"]), _strings(s["texts"]))) for s in t["seeds"]))
+                                      Artifact(_strings(s["files"]), _strings(s["texts"]))) for s in t["seeds"]),
+                           _strings(t["bytecode"]))
                       for t in document["tools"])
         return VenvFacts(str(document["image"]), tools, _strings(document["missing"]))
     except (AssertionError, KeyError, TypeError) as error:
