@@ -2,14 +2,17 @@
 """The exit audit after a real dependency install, against `git status`, hashing every file once and
 the install itself, all on the same tree in the same run.
 
-    python -m bench.installs [--runs R]      (bench/run runs it with the others: --only installs)
+    python -m bench.installs [--runs R] [--only npm|uv]      (bench/run runs it with the others: --only installs)
 
 For each committed lockfile (bench/data/installs: npm, 601 packages, ~21k files; uv, 41
 distributions, ~20k files), installs its tree from the registries this machine reaches into a
 fresh git repository (the project committed, its tree ignored, as projects keep them), after the
 audit recorded the repository's start as a session's start does; then times the end audit
 (`exit_audit.finish`: walk, diff, rules, an npm tree verified against its lockfile's tarballs,
-findings stored) alternated with its anchors on the same tree:
+findings stored) alternated with its anchors on the same tree. uv's environment is audited as a
+session's is: its own files (pyvenv.cfg, activate*, the interpreter links) held to the record of
+what the host's python3 and the bench's uv write, made as an image's is (venv_probe_script.py, run
+on the host) and named by each audited session's state; uv syncs with that python3.
 
 - `git status --porcelain --ignored --untracked-files=all`, which lists every file of the tree but
   reads none (no goal; the note gives `git status --porcelain`, which does not look into it);
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -41,8 +45,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import Row, audit_workdir, load, median  # noqa: E402
-from dejima.adapters import fork_workers, pinned_archives  # noqa: E402
+from dejima.adapters import fork_workers, packaged, pinned_archives, venv_record  # noqa: E402
 from dejima.adapters.findings import FindingStore  # noqa: E402
+from dejima.adapters.session_dirs import sessions_dir  # noqa: E402
 from dejima.adapters.tree_walk import take_snapshot  # noqa: E402
 from dejima.orchestration import exit_audit  # noqa: E402
 from dejima.orchestration.exit_audit import Mount, MountState  # noqa: E402
@@ -58,12 +63,40 @@ def _npm(project: Path) -> list[str]:
 
 
 def _uv(project: Path) -> list[str]:
-    """uv from PyPI into a virtualenv of the bench's own (the host need not have it)."""
+    """uv from PyPI into a virtualenv of the bench's own (the host need not have it), syncing with
+    the interpreter the bench's record of the host's environments is made with (_host_record)."""
     tools = project.parent / "uv-tool"
     if not (tools / "bin" / "uv").exists():
         subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
         subprocess.run([str(tools / "bin" / "pip"), "install", "-q", "uv"], check=True)
-    return [str(tools / "bin" / "uv"), "sync", "--quiet", "--frozen"]
+    return [str(tools / "bin" / "uv"), "sync", "--quiet", "--frozen", "--python", _PYTHON]
+
+
+# The host's interpreter stands for the session image's python3: uv syncs with it, and the record of
+# what its `python3 -m venv` and uv write is made with it (as venv_record.py makes an image's).
+_PYTHON = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+HOST_IMAGE = "sha256:" + "0" * 56 + "bench000"  # the id the host's record is kept under
+
+
+def _host_record(work: Path) -> str:
+    """The record of what the host's python3 and the bench's uv write in an environment, made as an
+    image's is (venv_probe_script.py, run here by that interpreter with that uv on PATH, instead of
+    in a container of the image) and kept where the audit reads an image's: a session's audit holds
+    the environment's own files to it, so the bench's audit does what a session's does. The image
+    id it is kept under is the one each audited session's state names (_name_image)."""
+    script = (packaged.PACKAGE_ROOT / "adapters" / "venv_probe_script.py").read_text()
+    env = {**os.environ, "PATH": f"{work / 'uv-tool' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    probed = subprocess.run([_PYTHON, "-c", script], env=env, check=True, capture_output=True, text=True)
+    venv_record.keep(venv_record.facts_of(HOST_IMAGE, probed.stdout))
+    return HOST_IMAGE
+
+
+def _name_image(session_id: str, image: str) -> None:
+    """The session's state names its image, as exit_audit.start writes it (the bench audits with
+    the start's states in memory, under a session id of each round's own)."""
+    directory = sessions_dir() / session_id / "audit"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "state.json").write_text(json.dumps({"image": image}))
 
 
 INSTALLS: dict[str, tuple[Callable[[Path], list[str]], str]] = {"npm": (_npm, "node_modules"), "uv": (_uv, ".venv")}
@@ -108,8 +141,13 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
     listing = [*status, "--ignored", "--untracked-files=all"]
     sessions = iter(range(1_000_000))
 
+    image = _host_record(root.parent) if name == "uv" else ""
+
     def end() -> None:
-        exit_audit.finish(f"{name}-{next(sessions)}", UI(plain_console(io.StringIO())), store, states=states)
+        session = f"{name}-{next(sessions)}"
+        if image:
+            _name_image(session, image)
+        exit_audit.finish(session, UI(plain_console(io.StringIO())), store, states=states)
 
     dropping: list[float] = []  # the removal of the kept manifests, taken out of the cold audit's time
 
@@ -137,8 +175,12 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
     m = {side: median(values) for side, values in samples.items()}
     install = median(installs)
     found = store.findings(str(root))
-    findings = ", ".join(sorted({f"{s.finding.rule} {s.finding.severity} {s.finding.path}" for s in found}))
-    verified = next((s.finding.evidence.partition(";")[0] for s in found if s.finding.rule in ("B07", "B10")), "")
+    # A finding above low is given whole: what it could not verify is the point of the row.
+    findings = ", ".join(sorted({f"{s.finding.rule} {s.finding.severity} {s.finding.path}"
+                                 + (f" ({s.finding.evidence}{''.join(f'; {n}' for n in s.finding.notes)})"
+                                    if s.finding.severity not in ("info", "low") else "") for s in found}))
+    verified = next((part.strip() for s in found if s.finding.rule in ("B07", "B10")
+                     for part in s.finding.evidence.split("; ") if part.startswith("verified ")), "")
     after = load()
     walk = f"the walk alone (every file read and hashed, two processes, no rules) {m['walk']:.0f} ms: " \
         f"{m['walk'] / m['hashing']:.2f} × the hashing, {m['walk'] / install:.2f} × the install"
@@ -170,10 +212,10 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
     return rows
 
 
-def run(runs: int) -> list[Row]:
+def run(runs: int, only: tuple[str, ...] = tuple(INSTALLS)) -> list[Row]:
     rows = []
     with audit_workdir("dejima-installs-bench-") as (work, store):
-        for name in INSTALLS:
+        for name in only:
             before = load()
             try:
                 root, states, files, installs = _installed(name, work, 1 if name == "npm" else runs)
@@ -188,8 +230,9 @@ def run(runs: int) -> list[Row]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", choices=list(INSTALLS), action="append", help="this install only (repeatable)")
     args = parser.parse_args()
-    rows = run(args.runs)
+    rows = run(args.runs, tuple(args.only or INSTALLS))
     for row in rows:
         verdict = "-" if row.ratio is None else _verdict(row.ratio, row.goal) if row.goal is not None \
             else f"{row.ratio:.2f} × (no goal)"
