@@ -16,6 +16,11 @@ Nothing is extracted: a zip is read in memory within bounds (entries, declared s
 leaves the wheel is skipped, as installers refuse it. Once a wheel is the pinned one, its own RECORD
 names its entries' hashes: only what RECORD leaves out, and the few texts the verification reads
 whole, are hashed here (an uv archive of 15k files costs one RECORD read, not 15k).
+
+What was read of a pinned wheel is kept by its pin (pinned_archives.read_all, in the host user's
+state, which no session can write) and read from there by the next audits: the wheel is the pinned
+one or the host user's cache says so, so what it holds does not change; an environment is then held
+to it even when the cache has gone or been rewritten since.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ WHEEL_LIMIT = 256 << 20  # bytes of one wheel, or of one pip cache entry holding
 UNPACKED_LIMIT = 1 << 30  # bytes of its entries, as their headers declare them (zipfile reads no more)
 ENTRY_LIMIT = 100_000  # entries of one wheel, or files of one uv archive
 SCAN_LIMIT = 1 << 30  # bytes of pip's caches hashed to find wheels pinned with no URL (the session's first)
+KEPT = "wheels"  # what the audit read of a pinned wheel is kept under (pinned_archives.read_all)
 _ARCHIVE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -164,7 +170,8 @@ def _uv_archive(cache: Path, digest: str, name: str) -> Artifact | None:
 
 def _directory_entries(top: Path) -> Artifact | None:
     """An unpacked archive's regular files (links skipped, never followed), as a wheel's entries:
-    with the hashes its RECORD names (uv unpacked the pinned wheel; what RECORD leaves out is hashed)."""
+    with the hashes its RECORD names (uv unpacked the pinned wheel; what RECORD leaves out is hashed).
+    Listed with scandir, whose entries say their type: no stat of each directory."""
     files: dict[str, str] = {}
     texts: dict[str, str] = {}
     try:
@@ -174,20 +181,26 @@ def _directory_entries(top: Path) -> Artifact | None:
     except OSError:
         return None
     recorded = record_digests(read_file(top, record, WHEEL_LIMIT) or b"") if record is not None else {}
-    start = len(str(top)) + 1
-    for directory, names, filenames in os.walk(top, followlinks=False):
-        names[:] = [n for n in names if not os.path.islink(os.path.join(directory, n))]
-        below = directory[start:] + "/" if len(directory) >= start else ""
-        for filename in filenames:
-            relative = below + filename
-            if relative in recorded and not _textual(relative):
+    pending = [("", str(top))]
+    while pending:
+        below, directory = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = [(entry.name, entry.path, entry.is_dir(follow_symlinks=False),
+                            entry.is_file(follow_symlinks=False)) for entry in listing]
+        except OSError:
+            continue
+        for name, path, is_directory, is_file in entries:
+            relative = below + name
+            if is_directory:
+                pending.append((relative + "/", path))
+            elif not is_file:
+                continue  # a link, or no file at all
+            elif relative in recorded and not _textual(relative):
                 files[relative] = recorded[relative]
-                continue
-            content = read_file(top, relative, WHEEL_LIMIT)
-            if content is None:
-                continue
-            files[relative] = hashlib.sha256(content).hexdigest()
-            _keep_text(relative, content, texts)
+            elif (content := read_file(top, relative, WHEEL_LIMIT)) is not None:
+                files[relative] = hashlib.sha256(content).hexdigest()
+                _keep_text(relative, content, texts)
         if len(files) > ENTRY_LIMIT:
             return None
     return Artifact(files, texts)
@@ -273,7 +286,7 @@ def wheels(caches: WheelCaches, root: Path | None) -> Artifacts:
         def one(key: str) -> Artifact | str:
             digest, where = mine[key]
             return _wheel(caches, root, digest, where, scanned)
-        got.update(read_all(list(mine), one, "wheel"))
+        got.update(read_all(list(mine), one, "wheel", KEPT))
         return got
     return read
 
