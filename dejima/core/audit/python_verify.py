@@ -48,6 +48,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 
+from dejima.core.audit.installs import joined, record_entries
 from dejima.core.audit.model import Artifact, Finding, View, first_few
 from dejima.core.audit.pinned import TreeVerdict, tree_finding
 from dejima.core.audit.venv_facts import (
@@ -194,10 +195,8 @@ def _distributions(environment: str, changes: list[Change], view: View) -> tuple
         site = info.rpartition("/")[0]
         name, _, version = info.rpartition("/")[2][:-len(".dist-info")].partition("-")
         infos[info] = _Distribution(normalize(name), version, site, info)
-        for line in (view.text(record) or "").splitlines():
-            listed = line.rsplit(",", 2)[0] if line.count(",") >= 2 else line
-            relative = listed[len("../../"):] if site == environment and listed.startswith("../../") else listed
-            owners.setdefault(posixpath.normpath(posixpath.join(site, relative)), info)
+        for path, _ in record_entries(record, site, environment, view):
+            owners.setdefault(path, info)
     found: dict[str, _Distribution] = {}
     unclaimed: list[Change] = []
     for change in changes:
@@ -630,16 +629,17 @@ def _installed(wheel: Artifact, distribution: _Distribution, environment: str) -
     names = {stem.partition("-")[0], distribution.name}
     headers = [f"{environment}/include/site/{version.group(1)}/{name}" for name in names] if version else []
     found = {}
+    inside = environment + "/"
     for entry, digest in wheel.files.items():
         if entry.startswith(data):
             part, _, rest = entry[len(data):].partition("/")
             places = {"purelib": [distribution.site], "platlib": [distribution.site], "headers": headers,
                       "scripts": [f"{environment}/bin"], "data": [environment]}.get(part, [])
-            paths = [f"{where}/{rest}" for where in places] if rest else []
+            paths = [joined(where, rest) for where in places] if rest else []
         else:
-            paths = [f"{distribution.site}/{entry}"]
-        for path in map(posixpath.normpath, paths):
-            if path.startswith(environment + "/"):
+            paths = [joined(distribution.site, entry)]
+        for path in paths:
+            if path.startswith(inside):
                 found[path] = (entry, digest)
     return found
 
