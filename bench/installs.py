@@ -8,7 +8,8 @@ For each committed lockfile (bench/data/installs: npm, 601 packages, ~21k files;
 distributions, ~20k files), installs its tree from the registries this machine reaches into a
 fresh git repository (the project committed, its tree ignored, as projects keep them), after the
 audit recorded the repository's start as a session's start does; then times the end audit
-(`exit_audit.finish`: walk, diff, rules, an npm tree verified against its lockfile's tarballs,
+(`exit_audit.finish`: walk, diff, rules, an npm tree verified against its lockfile's tarballs, an
+uv environment against its lockfile's wheels,
 findings stored) alternated with its anchors on the same tree. uv's environment is audited as a
 session's is: its own files (pyvenv.cfg, activate*, the interpreter links) held to the record of
 what the host's python3 and the bench's uv write, made as an image's is (venv_probe_script.py, run
@@ -20,6 +21,7 @@ on the host) and named by each audited session's state; uv syncs with that pytho
   (`find TREE -type f -print0 | xargs -0 -P 2 sha256sum`, two processes as the audit uses both
   cores): goal 1.5 ×. For npm twice: as an audit finds it when an earlier audit read the pinned
   tarballs (their manifests kept), and cold, every tarball inflated (the manifests dropped first);
+  for uv the same, cold: every pinned wheel's archive in uv's cache listed and its RECORD read;
 - the install itself from a warm cache (`npm ci`, `uv sync`; the median of R installs, one for
   npm, whose install takes ~20 s): goal 0.25 ×.
 
@@ -100,6 +102,9 @@ def _name_image(session_id: str, image: str) -> None:
 
 
 INSTALLS: dict[str, tuple[Callable[[Path], list[str]], str]] = {"npm": (_npm, "node_modules"), "uv": (_uv, ".venv")}
+ARCHIVES = {"npm": "tarballs", "uv": "wheels"}
+READ = {"npm": "tarball read from npm's cache and inflated",
+        "uv": "wheel's archive in uv's cache listed, its RECORD read"}
 
 
 def _installed(name: str, work: Path, runs: int) -> tuple[Path, list[MountState], int, list[float]]:
@@ -157,7 +162,7 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
 
     tree = INSTALLS[name][1]
     hashing = f"find {tree} -type f -print0 | xargs -0 -P 2 -n 500 sha256sum"
-    cold = name == "npm"  # the tree verified against its tarballs (uv's: not yet)
+    cold = True  # the tree verified against its archives, whose manifests the audit keeps
     sides: dict[str, Callable[[], object]] = {
         "status": lambda: subprocess.run(status, check=True, stdout=subprocess.DEVNULL),
         "audit": end,
@@ -195,14 +200,14 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
                 m["audit"], m["hashing"], "sha256sum of every file (2 processes)", 1.5,
                 samples={"dejima": samples["audit"], "anchor": samples["hashing"]},
                 note=f"{verified or 'no tree verified'}"
-                     + ("; the pinned tarballs' manifests kept by an earlier audit" if cold else "")
+                     + (f"; the pinned {ARCHIVES[name]}' manifests kept by an earlier audit" if cold else "")
                      + f"; {walk}", load=[before, after])]
     if cold:
         rows.append(Row(f"audit: end of session after a real {name} install, first audit of its pins, against "
                         "hashing every file once", "ms", m["cold"], m["hashing"],
                         "sha256sum of every file (2 processes)", 1.5,
                         samples={"dejima": samples["cold"], "anchor": samples["hashing"]},
-                        note=f"every pinned tarball read from npm's cache and inflated ({verified}); "
+                        note=f"every pinned {READ[name]} ({verified}); "
                              f"as kept by an earlier audit: {m['audit']:.0f} ms", load=[before, after]))
     rows.append(Row(f"audit: end of session after a real {name} install, against the install itself", "ms",
                     max(m["audit"], m.get("cold", 0.0)), install, f"the install ({name}, warm cache)", 0.25,
