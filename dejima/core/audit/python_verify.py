@@ -512,29 +512,33 @@ class _EnvironmentCheck:
 
     def compare(self, distribution: _Distribution, wheel: Artifact) -> None:
         expected = _installed(wheel, distribution, self.environment)
-        scripts = _entry_points((wheel.texts or {}).get(f"{distribution.info.rpartition('/')[2]}/entry_points.txt"))
-        for path, _ in distribution.files:  # pip names these after the Python it installs for, whatever the wheel says
-            name = path.rpartition("/")[2]
-            for versioned, entry in ((_PIP_SCRIPT, "pip"), (_EASY_INSTALL_SCRIPT, "easy_install")):
-                if entry in scripts and versioned.fullmatch(name) and distribution.name in ("pip", "setuptools"):
-                    scripts.setdefault(name, scripts[entry])
+        texts = wheel.texts or {}
+        scripts = _entry_points(texts.get(f"{distribution.info.rpartition('/')[2]}/entry_points.txt"))
+        if distribution.name in ("pip", "setuptools"):  # pip names these after the Python it installs for
+            for path, _ in distribution.files:
+                name = path.rpartition("/")[2]
+                for versioned, entry in ((_PIP_SCRIPT, "pip"), (_EASY_INSTALL_SCRIPT, "easy_install")):
+                    if entry in scripts and versioned.fullmatch(name):
+                        scripts.setdefault(name, scripts[entry])
         bytecode = []
+        info, scripts_dir = distribution.info + "/", f"{self.environment}/bin/"
+        same = 0  # files whose content is their wheel's entry's: counted, then told once
         for path, sha256 in distribution.files:
-            name = path.rpartition("/")[2]
-            if path.startswith(distribution.info + "/") and name in _GENERATED:
+            if path.startswith(info) and path.rpartition("/")[2] in _GENERATED:
                 continue
-            if "/__pycache__/" in path and path.endswith(".pyc") and path not in expected:  # compiled here
+            wheel_entry = expected.get(path)
+            if wheel_entry is not None and sha256 is not None and sha256 == wheel_entry[1]:
+                same += 1
+            elif "/__pycache__/" in path and path.endswith(".pyc") and wheel_entry is None:  # compiled here
                 bytecode.append(path)
-                continue
-            if sha256 is None:
+            elif sha256 is None:
                 self.verdict.problems.append(f"{path}: not a file, where an installer writes the wheel's files")
-            elif path in expected:
-                entry, digest = expected[path]
-                if sha256 == digest or self.rewritten(path, (wheel.texts or {}).get(entry)):
+            elif wheel_entry is not None:
+                if self.rewritten(path, texts.get(wheel_entry[0])):
                     self.verified(distribution)
                 else:
                     self.verdict.problems.append(f"{path}: not the content of its wheel")
-            elif path.startswith(f"{self.environment}/bin/") and name in scripts:
+            elif path.startswith(scripts_dir) and (name := path.rpartition("/")[2]) in scripts:
                 if self.script(path, scripts[name]):
                     self.verified(distribution)
                 else:
@@ -542,6 +546,9 @@ class _EnvironmentCheck:
                                                  f"{name} = {':'.join(scripts[name])}")
             else:
                 self.verdict.problems.append(f"{path}: a file its wheel does not hold")
+        if same:
+            self.verdict.files += same
+            self.verdict.packages.add(distribution.info)
         self.bytecode(distribution, bytecode, expected, self.own.bytecode(wheel) if self.own is not None else {})
 
     def verified(self, distribution: _Distribution) -> None:
