@@ -107,9 +107,11 @@ READ = {"npm": "tarball read from npm's cache and inflated",
         "uv": "wheel's archive in uv's cache listed, its RECORD read"}
 
 
-def _installed(name: str, work: Path, runs: int) -> tuple[Path, list[MountState], int, list[float]]:
+def _installed(name: str, work: Path, runs: int) -> tuple[Path, list[MountState], int, list[float], list[float]]:
     """A repository with the project committed and its start recorded, then its tree installed
-    (the install timed ``runs`` times from a warm cache: the median is what one costs)."""
+    (the install timed ``runs`` times from a warm cache: the median is what one costs; for uv also
+    as a session's uv makes it, each alternated with one: its cache in the session's home, another
+    mount than the workspace, where link() fails with EXDEV and uv copies every file)."""
     command, tree = INSTALLS[name]
     root = work / name
     shutil.copytree(DATA / name, root)
@@ -122,12 +124,16 @@ def _installed(name: str, work: Path, runs: int) -> tuple[Path, list[MountState]
     env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(root / tree)}
     installing = command(root)
     subprocess.run(installing, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)  # warms the cache
-    installs = []
+    installs, copied = [], []
     for _ in range(runs):
+        if name == "uv":
+            shutil.rmtree(root / tree)
+            copied.append(_timed(lambda: subprocess.run(installing, cwd=root, env={**env, "UV_LINK_MODE": "copy"},
+                                                        check=True, stdout=subprocess.DEVNULL)))
         shutil.rmtree(root / tree)
         installs.append(_timed(lambda: subprocess.run(installing, cwd=root, env=env, check=True,
                                                       stdout=subprocess.DEVNULL)))
-    return root, states, sum(1 for _ in (root / tree).rglob("*")), installs
+    return root, states, sum(1 for _ in (root / tree).rglob("*")), installs, copied
 
 
 def _timed(action: Callable[[], object]) -> float:
@@ -141,7 +147,7 @@ def _verdict(ratio: float, goal: float) -> str:
 
 
 def _measured(name: str, root: Path, states: list[MountState], files: int, runs: int, store: FindingStore,
-              before: float, installs: list[float]) -> list[Row]:
+              before: float, installs: list[float], copied: list[float]) -> list[Row]:
     status = [*GIT, "-C", str(root), "status", "--porcelain"]
     listing = [*status, "--ignored", "--untracked-files=all"]
     sessions = iter(range(1_000_000))
@@ -213,7 +219,10 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
                     max(m["audit"], m.get("cold", 0.0)), install, f"the install ({name}, warm cache)", 0.25,
                     samples={"dejima": samples.get("cold", samples["audit"]), "anchor": installs},
                     note=f"the slower of the audits above; {len(installs)} install(s): "
-                         f"{', '.join(f'{i:.0f}' for i in installs)} ms; {walk}", load=[before, after]))
+                         f"{', '.join(f'{i:.0f}' for i in installs)} ms"
+                         + (f" (hard links from uv's cache; as a session's uv installs, copying every file, "
+                            f"{median(copied):.0f} ms: {max(m['audit'], m.get('cold', 0.0)) / median(copied):.2f} ×)"
+                            if copied else "") + f"; {walk}", load=[before, after]))
     return rows
 
 
@@ -223,12 +232,12 @@ def run(runs: int, only: tuple[str, ...] = tuple(INSTALLS)) -> list[Row]:
         for name in only:
             before = load()
             try:
-                root, states, files, installs = _installed(name, work, 1 if name == "npm" else runs)
+                root, states, files, installs, copied = _installed(name, work, 1 if name == "npm" else runs)
             except (OSError, subprocess.CalledProcessError) as exc:
                 rows.append(Row(f"audit: end of session after a real {name} install", "ms", None, None,
                                 "the install", 0.25, note=f"not measured: the install failed ({exc})"))
                 continue
-            rows.extend(_measured(name, root, states, files, runs, store, before, installs))
+            rows.extend(_measured(name, root, states, files, runs, store, before, installs, copied))
     return rows
 
 
