@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from dejima.adapters.pinned_archives import read_all
+from dejima.adapters.pinned_archives import is_kept, read_all
 from dejima.adapters.start_contents import read_file
 from dejima.core.audit.model import Artifact, Artifacts
 from dejima.core.audit.python_verify import normalize, parse_wheel_key
@@ -280,7 +280,9 @@ def wheels(caches: WheelCaches, root: Path | None) -> Artifacts:
     def read(keys: list[str]) -> dict[str, Artifact | str]:
         mine = {key: parsed for key in keys if (parsed := parse_wheel_key(key)) is not None}
         got: dict[str, Artifact | str] = dict.fromkeys([k for k in keys if k not in mine], "not a wheel")
-        unlocated = {digest for digest, where in mine.values() if where.startswith("name:")}
+        # pinned with no URL and not kept: found by hashing pip's cached bodies (up to SCAN_LIMIT bytes)
+        unlocated = {digest for key, (digest, where) in mine.items() if where.startswith("name:") and
+                     not is_kept(key, KEPT)}
         scanned = _pip_scan(caches, unlocated) if unlocated else {}
 
         def one(key: str) -> Artifact | str:

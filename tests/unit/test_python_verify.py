@@ -322,6 +322,10 @@ def test_requirements_with_hashes_pin_a_pip_install(tmp_path: Path, index: str) 
     found = session(workspace, home, install=pip_install(index, "--require-hashes", "-r", "requirements.txt"))
     assert severities(found) == [(".venv", "low")], found[0].evidence
     assert "verified 9 file(s) of 1 distribution(s) against requirements.txt" in found[0].evidence
+    fork_workers.wait_behind()  # the wheel's manifest is kept: pip's cache is not searched again
+    shutil.rmtree(workspace / ".venv")
+    again = session(workspace, home, install=pip_install(index, "--require-hashes", "-r", "requirements.txt"))
+    assert [(f.severity, f.evidence) for f in again] == [(f.severity, f.evidence) for f in found]
     unpinned = session(*project(tmp_path / "again", index)[:2], install=pip_install(index, "tiny", "other"))
     assert severities(unpinned) == [(".venv", "high")]
 
