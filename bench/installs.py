@@ -2,14 +2,18 @@
 """The exit audit after a real dependency install, against `git status`, hashing every file once and
 the install itself, all on the same tree in the same run.
 
-    python -m bench.installs [--runs R]      (bench/run runs it with the others: --only installs)
+    python -m bench.installs [--runs R] [--only npm|uv]      (bench/run runs it with the others: --only installs)
 
 For each committed lockfile (bench/data/installs: npm, 601 packages, ~21k files; uv, 41
 distributions, ~20k files), installs its tree from the registries this machine reaches into a
 fresh git repository (the project committed, its tree ignored, as projects keep them), after the
 audit recorded the repository's start as a session's start does; then times the end audit
-(`exit_audit.finish`: walk, diff, rules, an npm tree verified against its lockfile's tarballs,
-findings stored) alternated with its anchors on the same tree:
+(`exit_audit.finish`: walk, diff, rules, an npm tree verified against its lockfile's tarballs, an
+uv environment against its lockfile's wheels,
+findings stored) alternated with its anchors on the same tree. uv's environment is audited as a
+session's is: its own files (pyvenv.cfg, activate*, the interpreter links) held to the record of
+what the host's python3 and the bench's uv write, made as an image's is (venv_probe_script.py, run
+on the host) and named by each audited session's state; uv syncs with that python3.
 
 - `git status --porcelain --ignored --untracked-files=all`, which lists every file of the tree but
   reads none (no goal; the note gives `git status --porcelain`, which does not look into it);
@@ -17,6 +21,7 @@ findings stored) alternated with its anchors on the same tree:
   (`find TREE -type f -print0 | xargs -0 -P 2 sha256sum`, two processes as the audit uses both
   cores): goal 1.5 ×. For npm twice: as an audit finds it when an earlier audit read the pinned
   tarballs (their manifests kept), and cold, every tarball inflated (the manifests dropped first);
+  for uv the same, cold: every pinned wheel's archive in uv's cache listed and its RECORD read;
 - the install itself from a warm cache (`npm ci`, `uv sync`; the median of R installs, one for
   npm, whose install takes ~20 s): goal 0.25 ×.
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -41,8 +47,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import Row, audit_workdir, load, median  # noqa: E402
-from dejima.adapters import fork_workers, pinned_archives  # noqa: E402
+from dejima.adapters import fork_workers, packaged, pinned_archives, venv_record  # noqa: E402
 from dejima.adapters.findings import FindingStore  # noqa: E402
+from dejima.adapters.session_dirs import sessions_dir  # noqa: E402
 from dejima.adapters.tree_walk import take_snapshot  # noqa: E402
 from dejima.orchestration import exit_audit  # noqa: E402
 from dejima.orchestration.exit_audit import Mount, MountState  # noqa: E402
@@ -58,20 +65,53 @@ def _npm(project: Path) -> list[str]:
 
 
 def _uv(project: Path) -> list[str]:
-    """uv from PyPI into a virtualenv of the bench's own (the host need not have it)."""
+    """uv from PyPI into a virtualenv of the bench's own (the host need not have it), syncing with
+    the interpreter the bench's record of the host's environments is made with (_host_record)."""
     tools = project.parent / "uv-tool"
     if not (tools / "bin" / "uv").exists():
         subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
         subprocess.run([str(tools / "bin" / "pip"), "install", "-q", "uv"], check=True)
-    return [str(tools / "bin" / "uv"), "sync", "--quiet", "--frozen"]
+    return [str(tools / "bin" / "uv"), "sync", "--quiet", "--frozen", "--python", _PYTHON]
+
+
+# The host's interpreter stands for the session image's python3: uv syncs with it, and the record of
+# what its `python3 -m venv` and uv write is made with it (as venv_record.py makes an image's).
+_PYTHON = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+HOST_IMAGE = "sha256:" + "0" * 56 + "bench000"  # the id the host's record is kept under
+
+
+def _host_record(work: Path) -> str:
+    """The record of what the host's python3 and the bench's uv write in an environment, made as an
+    image's is (venv_probe_script.py, run here by that interpreter with that uv on PATH, instead of
+    in a container of the image) and kept where the audit reads an image's: a session's audit holds
+    the environment's own files to it, so the bench's audit does what a session's does. The image
+    id it is kept under is the one each audited session's state names (_name_image)."""
+    script = (packaged.PACKAGE_ROOT / "adapters" / "venv_probe_script.py").read_text()
+    env = {**os.environ, "PATH": f"{work / 'uv-tool' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    probed = subprocess.run([_PYTHON, "-c", script], env=env, check=True, capture_output=True, text=True)
+    venv_record.keep(venv_record.facts_of(HOST_IMAGE, probed.stdout))
+    return HOST_IMAGE
+
+
+def _name_image(session_id: str, image: str) -> None:
+    """The session's state names its image, as exit_audit.start writes it (the bench audits with
+    the start's states in memory, under a session id of each round's own)."""
+    directory = sessions_dir() / session_id / "audit"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "state.json").write_text(json.dumps({"image": image}))
 
 
 INSTALLS: dict[str, tuple[Callable[[Path], list[str]], str]] = {"npm": (_npm, "node_modules"), "uv": (_uv, ".venv")}
+ARCHIVES = {"npm": "tarballs", "uv": "wheels"}
+READ = {"npm": "tarball read from npm's cache and inflated",
+        "uv": "wheel's archive in uv's cache listed, its RECORD read"}
 
 
-def _installed(name: str, work: Path, runs: int) -> tuple[Path, list[MountState], int, list[float]]:
+def _installed(name: str, work: Path, runs: int) -> tuple[Path, list[MountState], int, list[float], list[float]]:
     """A repository with the project committed and its start recorded, then its tree installed
-    (the install timed ``runs`` times from a warm cache: the median is what one costs)."""
+    (the install timed ``runs`` times from a warm cache: the median is what one costs; for uv also
+    as a session's uv makes it, each alternated with one: its cache in the session's home, another
+    mount than the workspace, where link() fails with EXDEV and uv copies every file)."""
     command, tree = INSTALLS[name]
     root = work / name
     shutil.copytree(DATA / name, root)
@@ -84,12 +124,16 @@ def _installed(name: str, work: Path, runs: int) -> tuple[Path, list[MountState]
     env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(root / tree)}
     installing = command(root)
     subprocess.run(installing, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)  # warms the cache
-    installs = []
+    installs, copied = [], []
     for _ in range(runs):
+        if name == "uv":
+            shutil.rmtree(root / tree)
+            copied.append(_timed(lambda: subprocess.run(installing, cwd=root, env={**env, "UV_LINK_MODE": "copy"},
+                                                        check=True, stdout=subprocess.DEVNULL)))
         shutil.rmtree(root / tree)
         installs.append(_timed(lambda: subprocess.run(installing, cwd=root, env=env, check=True,
                                                       stdout=subprocess.DEVNULL)))
-    return root, states, sum(1 for _ in (root / tree).rglob("*")), installs
+    return root, states, sum(1 for _ in (root / tree).rglob("*")), installs, copied
 
 
 def _timed(action: Callable[[], object]) -> float:
@@ -103,13 +147,18 @@ def _verdict(ratio: float, goal: float) -> str:
 
 
 def _measured(name: str, root: Path, states: list[MountState], files: int, runs: int, store: FindingStore,
-              before: float, installs: list[float]) -> list[Row]:
+              before: float, installs: list[float], copied: list[float]) -> list[Row]:
     status = [*GIT, "-C", str(root), "status", "--porcelain"]
     listing = [*status, "--ignored", "--untracked-files=all"]
     sessions = iter(range(1_000_000))
 
+    image = _host_record(root.parent) if name == "uv" else ""
+
     def end() -> None:
-        exit_audit.finish(f"{name}-{next(sessions)}", UI(plain_console(io.StringIO())), store, states=states)
+        session = f"{name}-{next(sessions)}"
+        if image:
+            _name_image(session, image)
+        exit_audit.finish(session, UI(plain_console(io.StringIO())), store, states=states)
 
     dropping: list[float] = []  # the removal of the kept manifests, taken out of the cold audit's time
 
@@ -119,7 +168,7 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
 
     tree = INSTALLS[name][1]
     hashing = f"find {tree} -type f -print0 | xargs -0 -P 2 -n 500 sha256sum"
-    cold = name == "npm"  # the tree verified against its tarballs (uv's: not yet)
+    cold = True  # the tree verified against its archives, whose manifests the audit keeps
     sides: dict[str, Callable[[], object]] = {
         "status": lambda: subprocess.run(status, check=True, stdout=subprocess.DEVNULL),
         "audit": end,
@@ -137,8 +186,12 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
     m = {side: median(values) for side, values in samples.items()}
     install = median(installs)
     found = store.findings(str(root))
-    findings = ", ".join(sorted({f"{s.finding.rule} {s.finding.severity} {s.finding.path}" for s in found}))
-    verified = next((s.finding.evidence.partition(";")[0] for s in found if s.finding.rule in ("B07", "B10")), "")
+    # A finding above low is given whole: what it could not verify is the point of the row.
+    findings = ", ".join(sorted({f"{s.finding.rule} {s.finding.severity} {s.finding.path}"
+                                 + (f" ({s.finding.evidence}{''.join(f'; {n}' for n in s.finding.notes)})"
+                                    if s.finding.severity not in ("info", "low") else "") for s in found}))
+    verified = next((part.strip() for s in found if s.finding.rule in ("B07", "B10")
+                     for part in s.finding.evidence.split("; ") if part.startswith("verified ")), "")
     after = load()
     walk = f"the walk alone (every file read and hashed, two processes, no rules) {m['walk']:.0f} ms: " \
         f"{m['walk'] / m['hashing']:.2f} × the hashing, {m['walk'] / install:.2f} × the install"
@@ -153,43 +206,47 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
                 m["audit"], m["hashing"], "sha256sum of every file (2 processes)", 1.5,
                 samples={"dejima": samples["audit"], "anchor": samples["hashing"]},
                 note=f"{verified or 'no tree verified'}"
-                     + ("; the pinned tarballs' manifests kept by an earlier audit" if cold else "")
+                     + (f"; the pinned {ARCHIVES[name]}' manifests kept by an earlier audit" if cold else "")
                      + f"; {walk}", load=[before, after])]
     if cold:
         rows.append(Row(f"audit: end of session after a real {name} install, first audit of its pins, against "
                         "hashing every file once", "ms", m["cold"], m["hashing"],
                         "sha256sum of every file (2 processes)", 1.5,
                         samples={"dejima": samples["cold"], "anchor": samples["hashing"]},
-                        note=f"every pinned tarball read from npm's cache and inflated ({verified}); "
+                        note=f"every pinned {READ[name]} ({verified}); "
                              f"as kept by an earlier audit: {m['audit']:.0f} ms", load=[before, after]))
     rows.append(Row(f"audit: end of session after a real {name} install, against the install itself", "ms",
                     max(m["audit"], m.get("cold", 0.0)), install, f"the install ({name}, warm cache)", 0.25,
                     samples={"dejima": samples.get("cold", samples["audit"]), "anchor": installs},
                     note=f"the slower of the audits above; {len(installs)} install(s): "
-                         f"{', '.join(f'{i:.0f}' for i in installs)} ms; {walk}", load=[before, after]))
+                         f"{', '.join(f'{i:.0f}' for i in installs)} ms"
+                         + (f" (hard links from uv's cache; as a session's uv installs, copying every file, "
+                            f"{median(copied):.0f} ms: {max(m['audit'], m.get('cold', 0.0)) / median(copied):.2f} ×)"
+                            if copied else "") + f"; {walk}", load=[before, after]))
     return rows
 
 
-def run(runs: int) -> list[Row]:
+def run(runs: int, only: tuple[str, ...] = tuple(INSTALLS)) -> list[Row]:
     rows = []
     with audit_workdir("dejima-installs-bench-") as (work, store):
-        for name in INSTALLS:
+        for name in only:
             before = load()
             try:
-                root, states, files, installs = _installed(name, work, 1 if name == "npm" else runs)
+                root, states, files, installs, copied = _installed(name, work, 1 if name == "npm" else runs)
             except (OSError, subprocess.CalledProcessError) as exc:
                 rows.append(Row(f"audit: end of session after a real {name} install", "ms", None, None,
                                 "the install", 0.25, note=f"not measured: the install failed ({exc})"))
                 continue
-            rows.extend(_measured(name, root, states, files, runs, store, before, installs))
+            rows.extend(_measured(name, root, states, files, runs, store, before, installs, copied))
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", choices=list(INSTALLS), action="append", help="this install only (repeatable)")
     args = parser.parse_args()
-    rows = run(args.runs)
+    rows = run(args.runs, tuple(args.only or INSTALLS))
     for row in rows:
         verdict = "-" if row.ratio is None else _verdict(row.ratio, row.goal) if row.goal is not None \
             else f"{row.ratio:.2f} × (no goal)"

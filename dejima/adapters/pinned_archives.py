@@ -163,6 +163,12 @@ def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str, k
     return got
 
 
+def is_kept(key: str, kept: str, known: Path | None = None) -> bool:
+    """Whether read_all would read ``key``'s manifest kept under ``kept`` (a readable one is there)
+    rather than the archive: a reader's costly search for an archive is then left out."""
+    return _known((known if known is not None else manifests_dir()) / kept, key) is not None
+
+
 def _manifest_name(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
 

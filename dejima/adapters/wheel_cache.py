@@ -16,6 +16,11 @@ Nothing is extracted: a zip is read in memory within bounds (entries, declared s
 leaves the wheel is skipped, as installers refuse it. Once a wheel is the pinned one, its own RECORD
 names its entries' hashes: only what RECORD leaves out, and the few texts the verification reads
 whole, are hashed here (an uv archive of 15k files costs one RECORD read, not 15k).
+
+What was read of a pinned wheel is kept by its pin (pinned_archives.read_all, in the host user's
+state, which no session can write) and read from there by the next audits: the wheel is the pinned
+one or the host user's cache says so, so what it holds does not change; an environment is then held
+to it even when the cache has gone or been rewritten since.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from dejima.adapters.pinned_archives import read_all
+from dejima.adapters.pinned_archives import is_kept, read_all
 from dejima.adapters.start_contents import read_file
 from dejima.core.audit.model import Artifact, Artifacts
 from dejima.core.audit.python_verify import normalize, parse_wheel_key
@@ -43,6 +48,7 @@ WHEEL_LIMIT = 256 << 20  # bytes of one wheel, or of one pip cache entry holding
 UNPACKED_LIMIT = 1 << 30  # bytes of its entries, as their headers declare them (zipfile reads no more)
 ENTRY_LIMIT = 100_000  # entries of one wheel, or files of one uv archive
 SCAN_LIMIT = 1 << 30  # bytes of pip's caches hashed to find wheels pinned with no URL (the session's first)
+KEPT = "wheels"  # what the audit read of a pinned wheel is kept under (pinned_archives.read_all)
 _ARCHIVE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -164,7 +170,8 @@ def _uv_archive(cache: Path, digest: str, name: str) -> Artifact | None:
 
 def _directory_entries(top: Path) -> Artifact | None:
     """An unpacked archive's regular files (links skipped, never followed), as a wheel's entries:
-    with the hashes its RECORD names (uv unpacked the pinned wheel; what RECORD leaves out is hashed)."""
+    with the hashes its RECORD names (uv unpacked the pinned wheel; what RECORD leaves out is hashed).
+    Listed with scandir, whose entries say their type: no stat of each directory."""
     files: dict[str, str] = {}
     texts: dict[str, str] = {}
     try:
@@ -174,20 +181,26 @@ def _directory_entries(top: Path) -> Artifact | None:
     except OSError:
         return None
     recorded = record_digests(read_file(top, record, WHEEL_LIMIT) or b"") if record is not None else {}
-    start = len(str(top)) + 1
-    for directory, names, filenames in os.walk(top, followlinks=False):
-        names[:] = [n for n in names if not os.path.islink(os.path.join(directory, n))]
-        below = directory[start:] + "/" if len(directory) >= start else ""
-        for filename in filenames:
-            relative = below + filename
-            if relative in recorded and not _textual(relative):
+    pending = [("", str(top))]
+    while pending:
+        below, directory = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = [(entry.name, entry.path, entry.is_dir(follow_symlinks=False),
+                            entry.is_file(follow_symlinks=False)) for entry in listing]
+        except OSError:
+            continue
+        for name, path, is_directory, is_file in entries:
+            relative = below + name
+            if is_directory:
+                pending.append((relative + "/", path))
+            elif not is_file:
+                continue  # a link, or no file at all
+            elif relative in recorded and not _textual(relative):
                 files[relative] = recorded[relative]
-                continue
-            content = read_file(top, relative, WHEEL_LIMIT)
-            if content is None:
-                continue
-            files[relative] = hashlib.sha256(content).hexdigest()
-            _keep_text(relative, content, texts)
+            elif (content := read_file(top, relative, WHEEL_LIMIT)) is not None:
+                files[relative] = hashlib.sha256(content).hexdigest()
+                _keep_text(relative, content, texts)
         if len(files) > ENTRY_LIMIT:
             return None
     return Artifact(files, texts)
@@ -267,13 +280,15 @@ def wheels(caches: WheelCaches, root: Path | None) -> Artifacts:
     def read(keys: list[str]) -> dict[str, Artifact | str]:
         mine = {key: parsed for key in keys if (parsed := parse_wheel_key(key)) is not None}
         got: dict[str, Artifact | str] = dict.fromkeys([k for k in keys if k not in mine], "not a wheel")
-        unlocated = {digest for digest, where in mine.values() if where.startswith("name:")}
+        # pinned with no URL and not kept: found by hashing pip's cached bodies (up to SCAN_LIMIT bytes)
+        unlocated = {digest for key, (digest, where) in mine.items() if where.startswith("name:") and
+                     not is_kept(key, KEPT)}
         scanned = _pip_scan(caches, unlocated) if unlocated else {}
 
         def one(key: str) -> Artifact | str:
             digest, where = mine[key]
             return _wheel(caches, root, digest, where, scanned)
-        got.update(read_all(list(mine), one, "wheel"))
+        got.update(read_all(list(mine), one, "wheel", KEPT))
         return got
     return read
 

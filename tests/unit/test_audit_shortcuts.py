@@ -1,18 +1,21 @@
 """The rules' shortcuts answer what the long way answers: a question asked once per directory or
 per package (the npm verification's package keys and pins, the trees' grouping, the bare
 repositories) gives, for every path, what asking it of that path gives; a name that cannot
-normalise to a git name is not normalised. Generated paths and names (hypothesis), and a real
+normalise to a git name is not normalised; a RECORD's paths joined plainly are what normpath makes, its
+lines what csv reads. Generated paths and names (hypothesis), and a real
 verification of a tree whose packages are each governed otherwise."""
 
 from __future__ import annotations
 
+import csv
 import json
+import posixpath
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dejima.core.audit.git import split_git
-from dejima.core.audit.installs import _package_directory
+from dejima.core.audit.installs import _package_directory, joined, record_entries
 from dejima.core.audit.model import Artifact, View
 from dejima.core.audit.names import _GIT_NAMES, _added_name, normalize
 from dejima.core.audit.npm_verify import _Check, package_key, verify
@@ -144,3 +147,48 @@ def test_the_trees_grouped_once_are_those_each_kind_groups() -> None:
                 expected.setdefault(tree, []).append(change)
         assert _group(view, kinds) == expected
     assert {t.kind for t in _group(view, DEPENDENCY_KINDS + PYTHON_KINDS)} == {"npm", "python"}
+
+
+# Path components that steer normpath: dots, empty parts (doubled slashes), and plain names with a dot in them.
+_PATH_PARTS = st.sampled_from(["", ".", "..", "...", ".a", "a.", "a", "b", "a.b", "..a", "__pycache__", "x,y", '"q'])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_PATH_PARTS, max_size=6).map("/".join), st.sampled_from(["", "lib/site", ".venv/lib/python3.11/site"]))
+@example("", "site")
+@example("/abs/x", "site")
+@example("a/", "site")
+@example("../../bin/x", ".venv/lib/python3.11/site")
+def test_a_path_joined_plainly_is_the_one_normpath_makes(relative: str, directory: str) -> None:
+    assert joined(directory, relative) == posixpath.normpath(posixpath.join(directory, relative))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(_PATH_PARTS, min_size=1, max_size=4).map("/".join),
+                          st.sampled_from(["sha256=AAAA", "", "md5=x"]), st.sampled_from(["12", ""])), max_size=5),
+       st.booleans())
+def test_a_record_s_lines_are_what_csv_reads_joined_as_normpath_joins_them(
+        rows: list[tuple[str, str, str]], target: bool) -> None:
+    """Each RECORD line, as pip and uv write it (csv, a path with a comma or quote in it quoted), read
+    plainly where it can be: the path and hash csv reads, joined below the site."""
+    site = ".venv/lib/python3.11/site-packages"
+    tree = site if target else ".venv"
+    lines = []
+    for row in rows:
+        written = _csv_line(row)
+        lines.append(written)
+    view = View({}, {f"{site}/x-1.dist-info/RECORD": _entry(f"{site}/x-1.dist-info/RECORD")}, [],
+                lambda side, path: "".join(line + "\n" for line in lines).encode())
+    expected = []
+    for path, digest, _ in rows:
+        path = path[len("../../"):] if site == tree and path.startswith("../../") else path
+        expected.append((posixpath.normpath(posixpath.join(site, path)), digest))
+    assert record_entries(f"{site}/x-1.dist-info/RECORD", site, tree, view) == expected
+
+
+def _csv_line(row: tuple[str, str, str]) -> str:
+    import io
+
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(row)
+    return out.getvalue()

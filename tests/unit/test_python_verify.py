@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from dejima.adapters import fork_workers, pinned_archives, wheel_cache
 from dejima.adapters.wheel_cache import WheelCaches
 from dejima.core.audit import Finding, python_verify
 from dejima.core.audit.python_verify import _unreferenced, bytecode_form
@@ -240,10 +241,39 @@ def test_a_wheel_the_project_holds_is_read_where_uv_lock_names_it(tmp_path: Path
         wheel(workspace, "tiny", "1.0", {**TINY, "tiny/__init__.py": b"VALUE = 1\n" + PLANTED.encode()})
 
     shutil.rmtree(workspace / ".venv")
+    shutil.rmtree(pinned_archives.manifests_dir())  # no audit read the pinned wheel before (the next test: one did)
     again = session(workspace, home, rewritten, install=lambda w, h: uv(w, h / ".cache/uv", "sync", "--frozen",
                                                                         "--offline"))
     assert severities(again) == [(".venv", "medium")]
     assert "its wheel does not hash to the pinned hash" in again[0].evidence
+
+
+def test_a_wheel_an_earlier_audit_read_is_kept_and_holds_the_environment_to_it_when_rewritten_or_gone(
+        tmp_path: Path, index: str) -> None:
+    """What an audit read of a pinned wheel is kept, by its pinned hash, in the host user's state (the
+    session cannot write it): the next audit reads it instead of the host's uv cache, with the same
+    verdict; and when the wheel is rewritten to agree with a module planted in the environment, or
+    gone, the environment is still held to the pinned wheel's content (high, named), not unverified."""
+    workspace, home, host = project(tmp_path, index)
+    first = session(workspace, home, host=host)
+    fork_workers.wait_behind()  # the manifests are kept by a process the audit does not wait for
+    kept = list((pinned_archives.manifests_dir() / wheel_cache.KEPT).iterdir())
+    assert len(kept) == 1
+    shutil.rmtree(workspace / ".venv")
+    assert session(workspace, home, host=host) == first  # from the kept manifest: what reading the cache said
+    shutil.rmtree(workspace / ".venv")
+    for archive in (host / "archive-v0").iterdir():  # the host's cache rewritten to agree, then no cache at all
+        for module in archive.glob("tiny/__init__.py"):
+            module.write_text("VALUE = 1\n" + PLANTED)
+    again = session(workspace, home, renamed_over, host=host)
+    assert severities(again) == [(".venv", "high")]
+    assert f".venv/{SITE}/tiny/__init__.py: not the content of its wheel" in again[0].evidence
+    shutil.rmtree(workspace / ".venv")
+    gone = session(workspace, home, renamed_over)
+    assert severities(gone) == [(".venv", "high")], gone[0].evidence
+    kept[0].write_bytes(kept[0].read_bytes()[:-3])  # damaged: read again, here from no cache at all
+    shutil.rmtree(workspace / ".venv")
+    assert "its wheel is in no cache" in session(workspace, home, renamed_over)[0].evidence
 
 
 def test_uv_s_own_cache_proves_nothing(tmp_path: Path, index: str) -> None:
@@ -292,6 +322,10 @@ def test_requirements_with_hashes_pin_a_pip_install(tmp_path: Path, index: str) 
     found = session(workspace, home, install=pip_install(index, "--require-hashes", "-r", "requirements.txt"))
     assert severities(found) == [(".venv", "low")], found[0].evidence
     assert "verified 9 file(s) of 1 distribution(s) against requirements.txt" in found[0].evidence
+    fork_workers.wait_behind()  # the wheel's manifest is kept: pip's cache is not searched again
+    shutil.rmtree(workspace / ".venv")
+    again = session(workspace, home, install=pip_install(index, "--require-hashes", "-r", "requirements.txt"))
+    assert [(f.severity, f.evidence) for f in again] == [(f.severity, f.evidence) for f in found]
     unpinned = session(*project(tmp_path / "again", index)[:2], install=pip_install(index, "tiny", "other"))
     assert severities(unpinned) == [(".venv", "high")]
 

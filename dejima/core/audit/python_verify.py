@@ -48,6 +48,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 
+from dejima.core.audit.installs import joined, record_entries
 from dejima.core.audit.model import Artifact, Finding, View, first_few
 from dejima.core.audit.pinned import TreeVerdict, tree_finding
 from dejima.core.audit.venv_facts import (
@@ -194,10 +195,8 @@ def _distributions(environment: str, changes: list[Change], view: View) -> tuple
         site = info.rpartition("/")[0]
         name, _, version = info.rpartition("/")[2][:-len(".dist-info")].partition("-")
         infos[info] = _Distribution(normalize(name), version, site, info)
-        for line in (view.text(record) or "").splitlines():
-            listed = line.rsplit(",", 2)[0] if line.count(",") >= 2 else line
-            relative = listed[len("../../"):] if site == environment and listed.startswith("../../") else listed
-            owners.setdefault(posixpath.normpath(posixpath.join(site, relative)), info)
+        for path, _ in record_entries(record, site, environment, view):
+            owners.setdefault(path, info)
     found: dict[str, _Distribution] = {}
     unclaimed: list[Change] = []
     for change in changes:
@@ -513,29 +512,33 @@ class _EnvironmentCheck:
 
     def compare(self, distribution: _Distribution, wheel: Artifact) -> None:
         expected = _installed(wheel, distribution, self.environment)
-        scripts = _entry_points((wheel.texts or {}).get(f"{distribution.info.rpartition('/')[2]}/entry_points.txt"))
-        for path, _ in distribution.files:  # pip names these after the Python it installs for, whatever the wheel says
-            name = path.rpartition("/")[2]
-            for versioned, entry in ((_PIP_SCRIPT, "pip"), (_EASY_INSTALL_SCRIPT, "easy_install")):
-                if entry in scripts and versioned.fullmatch(name) and distribution.name in ("pip", "setuptools"):
-                    scripts.setdefault(name, scripts[entry])
+        texts = wheel.texts or {}
+        scripts = _entry_points(texts.get(f"{distribution.info.rpartition('/')[2]}/entry_points.txt"))
+        if distribution.name in ("pip", "setuptools"):  # pip names these after the Python it installs for
+            for path, _ in distribution.files:
+                name = path.rpartition("/")[2]
+                for versioned, entry in ((_PIP_SCRIPT, "pip"), (_EASY_INSTALL_SCRIPT, "easy_install")):
+                    if entry in scripts and versioned.fullmatch(name):
+                        scripts.setdefault(name, scripts[entry])
         bytecode = []
+        info, scripts_dir = distribution.info + "/", f"{self.environment}/bin/"
+        same = 0  # files whose content is their wheel's entry's: counted, then told once
         for path, sha256 in distribution.files:
-            name = path.rpartition("/")[2]
-            if path.startswith(distribution.info + "/") and name in _GENERATED:
+            if path.startswith(info) and path.rpartition("/")[2] in _GENERATED:
                 continue
-            if "/__pycache__/" in path and path.endswith(".pyc") and path not in expected:  # compiled here
+            wheel_entry = expected.get(path)
+            if wheel_entry is not None and sha256 is not None and sha256 == wheel_entry[1]:
+                same += 1
+            elif "/__pycache__/" in path and path.endswith(".pyc") and wheel_entry is None:  # compiled here
                 bytecode.append(path)
-                continue
-            if sha256 is None:
+            elif sha256 is None:
                 self.verdict.problems.append(f"{path}: not a file, where an installer writes the wheel's files")
-            elif path in expected:
-                entry, digest = expected[path]
-                if sha256 == digest or self.rewritten(path, (wheel.texts or {}).get(entry)):
+            elif wheel_entry is not None:
+                if self.rewritten(path, texts.get(wheel_entry[0])):
                     self.verified(distribution)
                 else:
                     self.verdict.problems.append(f"{path}: not the content of its wheel")
-            elif path.startswith(f"{self.environment}/bin/") and name in scripts:
+            elif path.startswith(scripts_dir) and (name := path.rpartition("/")[2]) in scripts:
                 if self.script(path, scripts[name]):
                     self.verified(distribution)
                 else:
@@ -543,6 +546,9 @@ class _EnvironmentCheck:
                                                  f"{name} = {':'.join(scripts[name])}")
             else:
                 self.verdict.problems.append(f"{path}: a file its wheel does not hold")
+        if same:
+            self.verdict.files += same
+            self.verdict.packages.add(distribution.info)
         self.bytecode(distribution, bytecode, expected, self.own.bytecode(wheel) if self.own is not None else {})
 
     def verified(self, distribution: _Distribution) -> None:
@@ -630,16 +636,17 @@ def _installed(wheel: Artifact, distribution: _Distribution, environment: str) -
     names = {stem.partition("-")[0], distribution.name}
     headers = [f"{environment}/include/site/{version.group(1)}/{name}" for name in names] if version else []
     found = {}
+    inside = environment + "/"
     for entry, digest in wheel.files.items():
         if entry.startswith(data):
             part, _, rest = entry[len(data):].partition("/")
             places = {"purelib": [distribution.site], "platlib": [distribution.site], "headers": headers,
                       "scripts": [f"{environment}/bin"], "data": [environment]}.get(part, [])
-            paths = [f"{where}/{rest}" for where in places] if rest else []
+            paths = [joined(where, rest) for where in places] if rest else []
         else:
-            paths = [f"{distribution.site}/{entry}"]
-        for path in map(posixpath.normpath, paths):
-            if path.startswith(environment + "/"):
+            paths = [joined(distribution.site, entry)]
+        for path in paths:
+            if path.startswith(inside):
                 found[path] = (entry, digest)
     return found
 
