@@ -15,11 +15,13 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from dejima.adapters import pinned_archives
 from dejima.adapters.pinned_archives import ARCHIVE_LIMIT, read_all, tar_entries
 from dejima.adapters.start_contents import read_file
 from dejima.core.audit.model import Artifact, Artifacts
 
 _ALGORITHMS = ("sha512", "sha384", "sha256")
+_KEPT = "npm"  # the name the tarballs' manifests are kept under (pinned_archives)
 
 
 def address(integrity: str) -> tuple[str, str] | None:
@@ -73,4 +75,11 @@ def npm_caches(homes: Iterable[Path]) -> list[Path]:
 def tarballs(caches: list[Path]) -> Artifacts:
     """The audit's reader of pinned tarballs (model.Artifacts), from these npm caches."""
     # An integrity pins the tarball's bytes: what it holds is kept once read (pinned_archives).
-    return lambda integrities: read_all(integrities, lambda integrity: tarball(caches, integrity), "tarball", "npm")
+    return lambda integrities: read_all(integrities, lambda integrity: tarball(caches, integrity), "tarball",
+                                           _KEPT)
+
+
+def read_ahead(caches: list[Path], integrities: list[str]) -> int:
+    """The tarballs of these pins read, and their manifests kept, by a process no one waits for (a
+    session's start, for what its lockfiles pin: pinned_archives.read_ahead); its pid (0: none)."""
+    return pinned_archives.read_ahead(integrities, lambda integrity: tarball(caches, integrity), _KEPT)

@@ -12,6 +12,7 @@ pin them (npm's integrity) keeps it once read, in the host user's state
 (``$XDG_STATE_HOME/dejima/audit/pinned/<reader>/``, never mounted into a session; dropped when
 unused for STALE_SECONDS): the next audit of the same pins inflates nothing. The manifests are
 written, and each use noted, by a process the audit does not wait for (fork_workers.fork_behind).
+A session's start reads ahead those its lockfiles pin (``read_ahead``), while the session runs.
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ def _keep(directory: Path, manifests: dict[str, Carried], used: Sequence[str] = 
     try:
         host.ensure_private_dir(directory)
         for key, carried in manifests.items():
-            host.write_atomically(directory / _manifest_name(key), frame(_MANIFEST, carried))
+            _write(directory, key, carried)
         cutoff = time.time() - STALE_SECONDS
         with os.scandir(directory) as entries:
             for entry in entries:
@@ -204,6 +205,35 @@ def _keep(directory: Path, manifests: dict[str, Carried], used: Sequence[str] = 
                     os.unlink(entry.path)
     except OSError:
         pass
+
+
+def _write(directory: Path, key: str, carried: Carried) -> None:
+    host.write_atomically(directory / _manifest_name(key), frame(_MANIFEST, carried))
+
+
+def read_ahead(keys: list[str], one: Callable[[str], Artifact | str], kept: str, known: Path | None = None) -> int:
+    """Reads the archives of ``keys`` whose manifests are not kept under ``kept`` yet (``read_all``'s
+    reader and name), in a process of its own at a low priority that no one waits for, keeping each
+    as soon as it is read: started at a session's start for the pins its lockfiles name, so that
+    the end audit finds them kept instead of inflating them then. What it has not kept by then
+    (not cached, not read yet, stopped) the end audit reads itself; what it keeps is what
+    ``read_all`` would (``one`` answers an Artifact only for bytes that hash to the pin). Its pid
+    (0: none started)."""
+    directory = (known if known is not None else manifests_dir()) / kept
+    unread = [key for key in dict.fromkeys(keys) if not (directory / _manifest_name(key)).exists()]
+
+    def work() -> None:
+        os.nice(10)  # the session starts meanwhile: it comes first
+        host.ensure_private_dir(directory)
+        for key in unread:
+            try:
+                artifact = one(key)
+            except Exception:  # the end audit reads it again, and says why
+                continue
+            if not isinstance(artifact, str):
+                _write(directory, key, (artifact.files, artifact.texts))
+
+    return fork_behind(work) if unread else 0
 
 
 Carried = tuple[dict[str, str], "dict[str, str] | None"]  # an Artifact's fields, as marshal carries them

@@ -54,6 +54,13 @@ def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
     return {str(k): v for k, v in packages.items() if isinstance(v, dict)}
 
 
+def pinned_integrities(text: str | None) -> list[str]:
+    """The integrity of every package a lockfile's text pins (none when it cannot be read):
+    the tarballs a session's start reads ahead for the end audit (exit_audit.read_ahead)."""
+    return [integrity for entry in (_packages(text) or {}).values()
+            if isinstance(integrity := entry.get("integrity"), str)]
+
+
 def _pin(entry: dict[str, object] | None) -> tuple[object, ...] | None:
     return None if entry is None else tuple(entry.get(key) for key in _PIN)
 
