@@ -40,12 +40,31 @@ def address(integrity: str) -> tuple[str, str] | None:
     return None
 
 
+def _content(algorithm: str, digest: str) -> str:
+    """Where cacache keeps the content of this hash, under the cache."""
+    return f"_cacache/content-v2/{algorithm}/{digest[:2]}/{digest[2:4]}/{digest[4:]}"
+
+
+def cached_size(caches: list[Path], integrity: str) -> int:
+    """The size of the first cached file at this integrity's address (0: none): which tarballs
+    are read first (the largest), never what counts as one."""
+    pinned = address(integrity)
+    if pinned is None:
+        return 0
+    for cache in caches:
+        try:
+            return os.stat(cache / _content(*pinned), follow_symlinks=False).st_size
+        except OSError:
+            continue
+    return 0
+
+
 def tarball(caches: list[Path], integrity: str) -> Artifact | str:
     pinned = address(integrity)
     if pinned is None:
         return f"an integrity dejima cannot check ({integrity[:40]})"
     algorithm, digest = pinned
-    relative = f"_cacache/content-v2/{algorithm}/{digest[:2]}/{digest[2:4]}/{digest[4:]}"
+    relative = _content(algorithm, digest)
     mismatched = False
     for cache in caches:
         data = read_file(cache.parent, f"{cache.name}/{relative}", ARCHIVE_LIMIT)  # a link at .npm not followed
@@ -76,7 +95,7 @@ def tarballs(caches: list[Path]) -> Artifacts:
     """The audit's reader of pinned tarballs (model.Artifacts), from these npm caches."""
     # An integrity pins the tarball's bytes: what it holds is kept once read (pinned_archives).
     return lambda integrities: read_all(integrities, lambda integrity: tarball(caches, integrity), "tarball",
-                                           _KEPT)
+                                           _KEPT, size=lambda integrity: cached_size(caches, integrity))
 
 
 def read_ahead(caches: list[Path], integrities: list[str]) -> int:

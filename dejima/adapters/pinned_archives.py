@@ -132,12 +132,14 @@ def manifests_dir() -> Path:
 
 
 def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str, kept: str = "",
-             known: Path | None = None) -> dict[str, Artifact | str]:
+             known: Path | None = None, size: Callable[[str], int] | None = None) -> dict[str, Artifact | str]:
     """``one(key)`` for every key, shared out over forked processes; an error reading one is its
     answer (unverified, never missing: the finding says why). ``kept``: the reader's name, when
     its keys pin the archives' bytes (``one`` answers an Artifact only for bytes that hash to the
     pin): what was read is kept under it (in ``known``, default ``manifests_dir()``) and read from
-    there next time."""
+    there next time. ``size``: a key's archive's size, as far as known (0: not): the largest are
+    read first, so that the processes end at about the same time (npm's typescript is a fifth of
+    a 600-package tree's bytes: read last, one process inflates it while the other waits)."""
     directory = (known if known is not None else manifests_dir()) / kept if kept else None
     got: dict[str, Artifact | str] = {}
     unread = []
@@ -149,7 +151,7 @@ def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str, k
             unread.append(key)
     fresh: dict[str, Carried] = {}
     if unread:
-        read_now = _read_shared(unread, one, what)
+        read_now = _read_shared(sorted(unread, key=size, reverse=True) if size is not None else unread, one, what)
         for key in unread:
             result = read_now.get(key, f"its {what} cannot be read (its reader process failed)")
             got[key] = result if isinstance(result, str) else Artifact(*result)

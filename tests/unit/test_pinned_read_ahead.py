@@ -105,3 +105,20 @@ def test_the_end_audit_stops_a_read_ahead_still_running_and_no_other_process(tmp
         os.write(fd, b"x")
         os.close(fd)
         fork_workers.wait_behind()
+
+
+def test_the_largest_archives_are_read_first_and_what_is_read_is_the_same(tmp_path: Path) -> None:
+    """Ordered by the cached file's size (the processes end together), never answered otherwise."""
+    cache = tmp_path / ".npm"
+    pins = [_cached(cache, _tarball(index)) for index in (3, 900, 40)]  # fewer than FORK_AFTER: read here, in order
+    taken: list[str] = []
+
+    def one(integrity: str) -> Artifact | str:
+        taken.append(integrity)
+        return npm_cache.tarball([cache], integrity)
+
+    sized = pinned_archives.read_all(pins, one, "tarball", size=lambda i: npm_cache.cached_size([cache], i))
+    assert taken == sorted(pins, key=lambda i: npm_cache.cached_size([cache], i), reverse=True) == [pins[1], pins[2],
+                                                                                                    pins[0]]
+    assert sized == pinned_archives.read_all(pins, lambda i: npm_cache.tarball([cache], i), "tarball")
+    assert npm_cache.cached_size([cache], "sha512-" + b64encode(b"absent").decode()) == 0
