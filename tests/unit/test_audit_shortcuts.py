@@ -144,3 +144,19 @@ def test_the_trees_grouped_once_are_those_each_kind_groups() -> None:
                 expected.setdefault(tree, []).append(change)
         assert _group(view, kinds) == expected
     assert {t.kind for t in _group(view, DEPENDENCY_KINDS + PYTHON_KINDS)} == {"npm", "python"}
+
+
+def test_the_fallback_passing_by_the_trees_paths_finds_what_asking_each_path_finds() -> None:
+    from dejima.core.audit.fallback import _unlisted, fallback_findings
+    from dejima.core.audit.isolation import judged
+
+    before, after, _ = _npm_tree()
+    after.update({p: _entry(p) for p in (".tool/settings.txt", "zz.config.mjs", "src/a.js",
+                                         "node_modules/kept/.hidden/x.txt", "lib/node_modules/x/.cfg/y")})
+    view = View(before, after, diff(before, after), _none)
+    found = fallback_findings(view, [])
+    # The long way: every changed path asked (main before the shortcut).
+    assert found == [f for path, change in view.changed.items()
+                     for f in judged(view, "X01/X02", path, _unlisted, path, change, view)]
+    assert {(f.rule, f.path) for f in found} == {("X01", ".tool/settings.txt"), ("X02", "zz.config.mjs"),
+                                                ("X01", "lib/node_modules/x/.cfg/y")}
