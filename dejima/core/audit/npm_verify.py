@@ -165,6 +165,7 @@ class _Check:
         self.keys: dict[str, str | None] = {}  # directory (lockfile-relative) -> package_key of what it holds
         self.governed: dict[str, tuple[dict[str, dict[str, object]] | None, str]] = {}  # key -> governing()
         self.owners: dict[tuple[str, bool], tuple[str, str, str, bool]] = {}  # (key, the start's pins?) -> owner()
+        self.directories: dict[str, tuple[list[Wanted], int, str, bool] | None] = {}  # directory -> held_in_full()
 
     def listed(self, key: str) -> bool:
         return key in self.start or key in self.end
@@ -196,7 +197,13 @@ class _Check:
         """For a directory inside a package whose files are held to the start's pin and nothing
         else is said of them (``change``'s way for a file there, taken once): the list its files
         go to, where a path's part inside the package begins, the package's name and whether its
-        install script may write in it; None for any other directory (each file asked on its own)."""
+        install script may write in it; None for any other directory (each file asked on its own).
+        Answered once per directory (its files come in several runs, cut by its subdirectories')."""
+        if directory not in self.directories:
+            self.directories[directory] = self.directory_held(directory)
+        return self.directories[directory]
+
+    def directory_held(self, directory: str) -> tuple[list[Wanted], int, str, bool] | None:
         if directory == self.tree or not directory.startswith(self.tree + "/"):
             return None  # npm's own record, or files where no package puts one
         parent = self.relative(directory)
