@@ -149,9 +149,9 @@ def _reaped(pid: int, flags: int) -> bool:
         return True  # not ours (any more)
 
 
-def fork_behind(work: Callable[[], object]) -> bool:
+def fork_behind(work: Callable[[], object]) -> int:
     """Runs ``work`` in a child no one waits for now (the audit's bookkeeping, off its critical
-    path); False when it cannot fork (then the caller does it). The child keeps no descriptor of
+    path): its pid, or 0 when it cannot fork (then the caller does it). The child keeps no descriptor of
     this process's, its standard streams on /dev/null (one that another process reads to its end
     must not wait for it too), and its failure is nobody's: what it does must be something that
     may not get done (a cache)."""
@@ -159,7 +159,7 @@ def fork_behind(work: Callable[[], object]) -> bool:
     try:
         pid = os.fork()
     except OSError:
-        return False
+        return 0
     if pid == 0:
         code = ExitStatus.FAILURE
         try:
@@ -173,7 +173,19 @@ def fork_behind(work: Callable[[], object]) -> bool:
         finally:
             os._exit(code)
     _behind.append(pid)
-    return True
+    return pid
+
+
+def stop_behind(pid: int) -> None:
+    """Ends a child ``fork_behind`` left, if it has not been reaped (then the pid is still this
+    process's child: no other process is killed), and reaps it."""
+    if pid in _behind:
+        _behind.remove(pid)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _reaped(pid, 0)
 
 
 def wait_behind() -> None:

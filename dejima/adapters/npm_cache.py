@@ -15,11 +15,13 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from dejima.adapters import pinned_archives
 from dejima.adapters.pinned_archives import ARCHIVE_LIMIT, read_all, tar_entries
 from dejima.adapters.start_contents import read_file
 from dejima.core.audit.model import Artifact, Artifacts
 
 _ALGORITHMS = ("sha512", "sha384", "sha256")
+_KEPT = "npm"  # the name the tarballs' manifests are kept under (pinned_archives)
 
 
 def address(integrity: str) -> tuple[str, str] | None:
@@ -38,12 +40,31 @@ def address(integrity: str) -> tuple[str, str] | None:
     return None
 
 
+def _content(algorithm: str, digest: str) -> str:
+    """Where cacache keeps the content of this hash, under the cache."""
+    return f"_cacache/content-v2/{algorithm}/{digest[:2]}/{digest[2:4]}/{digest[4:]}"
+
+
+def cached_size(caches: list[Path], integrity: str) -> int:
+    """The size of the first cached file at this integrity's address (0: none): which tarballs
+    are read first (the largest), never what counts as one."""
+    pinned = address(integrity)
+    if pinned is None:
+        return 0
+    for cache in caches:
+        try:
+            return os.stat(cache / _content(*pinned), follow_symlinks=False).st_size
+        except OSError:
+            continue
+    return 0
+
+
 def tarball(caches: list[Path], integrity: str) -> Artifact | str:
     pinned = address(integrity)
     if pinned is None:
         return f"an integrity dejima cannot check ({integrity[:40]})"
     algorithm, digest = pinned
-    relative = f"_cacache/content-v2/{algorithm}/{digest[:2]}/{digest[2:4]}/{digest[4:]}"
+    relative = _content(algorithm, digest)
     mismatched = False
     for cache in caches:
         data = read_file(cache.parent, f"{cache.name}/{relative}", ARCHIVE_LIMIT)  # a link at .npm not followed
@@ -73,4 +94,11 @@ def npm_caches(homes: Iterable[Path]) -> list[Path]:
 def tarballs(caches: list[Path]) -> Artifacts:
     """The audit's reader of pinned tarballs (model.Artifacts), from these npm caches."""
     # An integrity pins the tarball's bytes: what it holds is kept once read (pinned_archives).
-    return lambda integrities: read_all(integrities, lambda integrity: tarball(caches, integrity), "tarball", "npm")
+    return lambda integrities: read_all(integrities, lambda integrity: tarball(caches, integrity), "tarball",
+                                           _KEPT, size=lambda integrity: cached_size(caches, integrity))
+
+
+def read_ahead(caches: list[Path], integrities: list[str]) -> int:
+    """The tarballs of these pins read, and their manifests kept, by a process no one waits for (a
+    session's start, for what its lockfiles pin: pinned_archives.read_ahead); its pid (0: none)."""
+    return pinned_archives.read_ahead(integrities, lambda integrity: tarball(caches, integrity), _KEPT)

@@ -27,7 +27,7 @@ from dejima.adapters.audit_start import Mount as Mount  # the audit's callers na
 from dejima.adapters.audit_start import MountState as MountState
 from dejima.adapters.audit_start import capture as capture
 from dejima.adapters.findings import FileState, FindingStore
-from dejima.adapters.fork_workers import gc_paused
+from dejima.adapters.fork_workers import gc_paused, stop_behind
 from dejima.adapters.mount_state import (
     State,
     decode_state,
@@ -47,7 +47,7 @@ from dejima.adapters.tree_walk import (
     walk_changes,
 )
 from dejima.adapters.walk_shares import shared_out
-from dejima.core.audit import SEVERITIES, Finding, cargo_verify, python_verify, yarn_verify
+from dejima.core.audit import SEVERITIES, Finding, cargo_verify, npm_verify, python_verify, yarn_verify
 from dejima.core.audit.git import housekeeping
 from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import Artifacts, finding, rank
@@ -171,6 +171,23 @@ def _audit_ready(state: MountState, session_id: str, pinned: Artifacts, lineage:
                                                        "": pinned}), share, python)], after, changed
 
 
+_reading_ahead: list[int] = []  # the processes read_ahead started, ended by the end audit
+
+
+def read_ahead(states: list[MountState]) -> list[int]:
+    """The pinned tarballs the start's npm lockfiles name (kept with the start), read while the
+    session runs by a process of their own, their manifests kept: the end audit finds them kept
+    instead of inflating them on its critical path (what was not done by then, it does). Which
+    lockfile is read proves nothing: a manifest is kept only for bytes that hash to their pin."""
+    integrities = [integrity for state in states for path, data in state.kept.items()
+                   if path.rpartition("/")[2] in npm_verify.LOCKFILES
+                   for integrity in npm_verify.pinned_integrities(data.decode("utf-8", "replace"))]
+    if not integrities:
+        return []
+    homes = [s.mount.root for s in states if s.mount.kind == "home"]
+    return [pid for pid in (npm_cache.read_ahead(npm_cache.npm_caches(homes), integrities),) if pid]
+
+
 def _import_rules() -> None:
     """The audit's rules (and yaml), imported ahead: the end audit does not wait for them."""
     import dejima.core.audit.rules  # noqa: F401
@@ -202,6 +219,7 @@ def start(session_id: str, mounts: list[Mount], image: str = "") -> list[MountSt
                               "kept": {p: base64.b64encode(b).decode() for p, b in state.kept.items()}})
         host.write_atomically(directory / "state.json", json.dumps({"version": _STATE_VERSION, "mounts": described,
                                                                     "image": image}).encode())
+        _reading_ahead.extend(read_ahead(states))  # forked before any thread of the start's runs
         # The rules (and yaml) are imported while the session runs, not while its filter starts.
         threading.Thread(target=_import_rules, name="audit-rules", daemon=True).start()
     except BaseException:
@@ -337,6 +355,8 @@ def _finish(session_id: str, ui: SessionReporter, store: FindingStore, workspace
         found = []
         for state in states:  # every start complete before the end walks fork
             state.join()
+        while _reading_ahead:  # what it did not read by now, the audit reads: not twice at once
+            stop_behind(_reading_ahead.pop())
         # The session's npm cache and cargo home are in its home: the pinned archives its trees are verified against.
         homes = [s.mount.root for s in states if s.mount.kind == "home"]
         pinned = _pinned(npm_cache.npm_caches(homes), cargo_cache.cargo_homes(homes), yarn_cache.yarn_caches(homes))

@@ -192,3 +192,71 @@ def _csv_line(row: tuple[str, str, str]) -> str:
     out = io.StringIO()
     csv.writer(out, lineterminator="").writerow(row)
     return out.getvalue()
+
+
+def test_the_fallback_passing_by_the_trees_paths_finds_what_asking_each_path_finds() -> None:
+    from dejima.core.audit.fallback import _unlisted, fallback_findings
+    from dejima.core.audit.isolation import judged
+
+    before, after, _ = _npm_tree()
+    after.update({p: _entry(p) for p in (".tool/settings.txt", "zz.config.mjs", "src/a.js",
+                                         "node_modules/kept/.hidden/x.txt", "lib/node_modules/x/.cfg/y")})
+    view = View(before, after, diff(before, after), _none)
+    found = fallback_findings(view, [])
+    # The long way: every changed path asked (main before the shortcut).
+    assert found == [f for path, change in view.changed.items()
+                     for f in judged(view, "X01/X02", path, _unlisted, path, change, view)]
+    assert {(f.rule, f.path) for f in found} == {("X01", ".tool/settings.txt"), ("X02", "zz.config.mjs"),
+                                                ("X01", "lib/node_modules/x/.cfg/y")}
+
+
+class _EachFileAsked(_Check):
+    """The verification asking each file on its own (main before the per-directory shortcut)."""
+
+    def held_in_full(self, directory: str) -> None:
+        return None
+
+
+_PATHS = st.lists(_PARTS, min_size=1, max_size=7).map(lambda parts: "node_modules/" + "/".join(parts))
+_KEYS = st.lists(_PARTS, min_size=1, max_size=5).map(lambda parts: "node_modules/" + "/".join(parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["", "app"]), st.sets(_PATHS, max_size=25), st.dictionaries(_KEYS, st.sampled_from(
+    ["sha512-a", "sha512-b", "", "link", "bundled", "scripted"]), max_size=8),
+    st.dictionaries(_KEYS, st.sampled_from(["sha512-a", "sha512-c", ""]), max_size=3), st.booleans())
+@example("", {"node_modules/a/lib/x", "node_modules/a/x", "node_modules/.bin/a", "node_modules/x"},
+         {"node_modules/a": "sha512-a"}, {}, False)
+@example("app", {"node_modules/a/x", "node_modules/a/node_modules/b/y"}, {"node_modules/a": "sha512-a"},
+         {"node_modules/a": ""}, True)  # the session's lockfile pins no tarball for it: held to the start's, said so
+def test_an_npm_tree_verified_a_directory_at_a_time_says_what_asking_each_file_says(
+        base: str, paths: set[str], start: dict[str, str], anew: dict[str, str], modified: bool) -> None:
+    def entry(pin: str) -> dict[str, object]:
+        return {"version": "1", **({"integrity": pin} if pin.startswith("sha512") else {}),
+                **({"link": True, "resolved": "x"} if pin == "link" else {}), **({"inBundle": True} if pin == "bundled"
+                                                                               else {}),
+                **({"integrity": "sha512-s", "hasInstallScript": True} if pin == "scripted" else {})}
+
+    lock: dict[str, dict[str, object]] = {"": {"name": "p"}, **{key: entry(pin) for key, pin in start.items()}}
+    end: dict[str, dict[str, object]] = {**lock, **{key: entry(pin) for key, pin in anew.items()}}
+    prefix = f"{base}/" if base else ""
+    tree = f"{prefix}node_modules"
+    before = {f"{prefix}package-lock.json": _entry(f"{prefix}package-lock.json", digest="1")}
+    files = {f"{prefix}{p}": _entry(f"{prefix}{p}", digest="a" * 64) for p in paths}
+    after = {**before, f"{prefix}package-lock.json": _entry(f"{prefix}package-lock.json", digest="2"), **files}
+    if modified:  # the same files there at the start, with other content
+        before.update({p: _entry(p, digest="b" * 64) for p in files})
+    texts = {"before": json.dumps({"packages": lock}).encode(), "after": json.dumps({"packages": end}).encode()}
+
+    def contents(side: str, path: str) -> bytes | None:
+        return texts[side] if path == f"{prefix}package-lock.json" else None
+
+    view = View(before, after, diff(before, after), contents)
+    changes = [c for c in view.changes if c.path.startswith(tree + "/")]
+    verdicts = []
+    for kind in (_Check, _EachFileAsked):
+        verdict = TreeVerdict("package-lock.json")
+        check = kind(verdict, tree, base, lock, end, view)
+        check.run(changes)
+        verdicts.append((verdict, check.wanted, check.unpinned))
+    assert verdicts[0] == verdicts[1]

@@ -575,3 +575,42 @@ def test_a_tree_of_a_project_that_has_another_managers_lockfile_is_left_to_that_
     if lockfile == "yarn.lock":
         assert tree.evidence.startswith("yarn's tree:") and "is not yarn 1's" in tree.evidence, tree.evidence
     assert "package-lock.json" not in tree.evidence
+
+
+@pytest.mark.parametrize("tampered", [False, True])
+def test_a_second_sessions_pins_read_ahead_verify_as_the_tarball_does(tmp_path: Path, packed: Path,
+                                                                     tampered: bool) -> None:
+    """The home's cache holds the pinned tarball at the start (a second session): the start reads it
+    ahead and keeps its manifest; the session then rewrites the cached tarball and a file of the
+    package to match it. The end audit holds the file to what the pin names, not to the cache now."""
+    import io
+
+    from dejima.adapters import fork_workers, pinned_archives
+    from dejima.adapters.findings import FindingStore
+    from dejima.orchestration import exit_audit
+    from dejima.ui.console import UI, plain_console
+
+    workspace, home = project(tmp_path, packed)
+    npm(workspace, home / ".npm", "ci")  # the first session's install filled the home's cache
+    shutil.rmtree(workspace / "node_modules")
+    states = exit_audit.start("ahead-1", [Mount("workspace", workspace), Mount("home", home)])
+    fork_workers.wait_behind()  # the session runs meanwhile
+    assert len(list((pinned_archives.manifests_dir() / "npm").iterdir())) == 1
+    npm(workspace, home / ".npm", "ci")
+    if tampered:
+        index = workspace / "node_modules/tinytool/index.js"
+        replace_file(index, index.read_text() + "console.log('PLANTED');\n")
+        for cached in (home / ".npm/_cacache/content-v2").rglob("*"):  # the cache made to agree (it is the session's)
+            if cached.is_file():
+                cached.write_bytes(b"not the pinned tarball")
+    exit_audit.finish("ahead-1", UI(plain_console(io.StringIO())), states=states)
+    store = FindingStore()
+    try:
+        [tree] = [s.finding for s in store.findings(str(workspace)) if s.finding.path == "node_modules"]
+    finally:
+        store.close()
+    if tampered:
+        assert tree.severity == "high"
+        assert "tinytool/index.js: not the content of its package's tarball" in tree.evidence
+    else:
+        assert tree.severity == "low" and tree.evidence.startswith("verified 5 file(s) of 1 package(s)")

@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Callable
+from itertools import groupby
+from operator import attrgetter, itemgetter, methodcaller
 
 from dejima.core.audit.model import Finding, View
 from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
@@ -52,6 +54,13 @@ def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
     if not isinstance(packages, dict):
         return None
     return {str(k): v for k, v in packages.items() if isinstance(v, dict)}
+
+
+def pinned_integrities(text: str | None) -> list[str]:
+    """The integrity of every package a lockfile's text pins (none when it cannot be read):
+    the tarballs a session's start reads ahead for the end audit (exit_audit.read_ahead)."""
+    return [integrity for entry in (_packages(text) or {}).values()
+            if isinstance(integrity := entry.get("integrity"), str)]
 
 
 def _pin(entry: dict[str, object] | None) -> tuple[object, ...] | None:
@@ -156,6 +165,7 @@ class _Check:
         self.keys: dict[str, str | None] = {}  # directory (lockfile-relative) -> package_key of what it holds
         self.governed: dict[str, tuple[dict[str, dict[str, object]] | None, str]] = {}  # key -> governing()
         self.owners: dict[tuple[str, bool], tuple[str, str, str, bool]] = {}  # (key, the start's pins?) -> owner()
+        self.directories: dict[str, tuple[list[Wanted], int, str, bool] | None] = {}  # directory -> held_in_full()
 
     def listed(self, key: str) -> bool:
         return key in self.start or key in self.end
@@ -164,12 +174,57 @@ class _Check:
         return path[len(self.base) + 1:] if self.base else path
 
     def run(self, changes: list[Change]) -> None:
-        for change in changes:
-            if change.after is not None and change.what in _CONTENT:
-                self.change(change.path, change)
+        written = [change for change in changes if change.after is not None and change.what in _CONTENT]
+        # The changes come sorted by path: a run of them in one directory is taken together, and a
+        # file added or modified in a directory of a package held in full to its start pin is
+        # wanted from that pin's tarball at once (what ``change`` would say of it, one step each).
+        parents = map(itemgetter(0), map(methodcaller("rpartition", "/"), map(attrgetter("path"), written)))
+        for directory, run in groupby(zip(parents, written, strict=True), key=itemgetter(0)):
+            held = self.held_in_full(directory)
+            for _, change in run:
+                new = change.after
+                assert new is not None
+                if held is not None and new.kind == "file" and change.what in ("added", "modified"):
+                    wanted, cut, package, scripted = held
+                    wanted.append(Wanted(change.path, change.path[cut:], new.sha256, package, scripted))
+                else:
+                    self.change(change.path, change)
         for key, reason in sorted(self.unpinned.items()):
             self.verdict.unverified.append(f"{self.base + '/' if self.base else ''}{key}: {reason}")
         hold(self.verdict, self.wanted, self.view, "tarball")
+
+    def held_in_full(self, directory: str) -> tuple[list[Wanted], int, str, bool] | None:
+        """For a directory inside a package whose files are held to the start's pin and nothing
+        else is said of them (``change``'s way for a file there, taken once): the list its files
+        go to, where a path's part inside the package begins, the package's name and whether its
+        install script may write in it; None for any other directory (each file asked on its own).
+        Answered once per directory (its files come in several runs, cut by its subdirectories')."""
+        if directory not in self.directories:
+            self.directories[directory] = self.directory_held(directory)
+        return self.directories[directory]
+
+    def directory_held(self, directory: str) -> tuple[list[Wanted], int, str, bool] | None:
+        if directory == self.tree or not directory.startswith(self.tree + "/"):
+            return None  # npm's own record, or files where no package puts one
+        parent = self.relative(directory)
+        if parent.endswith("node_modules/.bin") or parent == "node_modules/.bin":
+            return None
+        key = self.key_of(f"{parent}/x", parent, False)
+        if key is None or key.endswith("node_modules/.bin"):
+            return None
+        how = self.governed.get(key)
+        if how is None:
+            how = self.governed[key] = self.governing(key)
+        if how[0] is not self.start or how[1]:
+            return None
+        pinned = self.owners.get((key, True))
+        if pinned is None:
+            pinned = self.owners[(key, True)] = self.owner(key, self.start)
+        owner, integrity, package, scripted = pinned
+        if not integrity:
+            return None
+        return (self.wanted.setdefault(integrity, []), (len(self.base) + 1 if self.base else 0) + len(owner) + 1,
+                package, scripted)
 
     def change(self, path: str, change: Change) -> None:
         new = change.after

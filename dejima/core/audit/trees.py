@@ -7,6 +7,8 @@ activate) named one by one. Which directories are trees: treeroots.py, by their 
 from __future__ import annotations
 
 import re
+from itertools import groupby
+from operator import attrgetter, itemgetter, methodcaller
 
 from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings
 from dejima.core.audit.cargo_verify import build_output_findings, vendor_findings
@@ -54,10 +56,14 @@ def tree_groups(view: View) -> dict[Tree, list[Change]]:
     groups: dict[Tree, list[Change]] | None = view.memo.get("tree-groups")  # type: ignore[assignment]
     if groups is None:
         groups = {}
-        for change in view.changes:
-            tree = tree_of(change.path, view)
+        # A path's tree is its directory's: asked once per run of changes in one directory (the
+        # changes are sorted by path), each run cut out in C.
+        parents = map(itemgetter(0), map(methodcaller("rpartition", "/"), map(attrgetter("path"), view.changes)))
+        for _, run in groupby(zip(parents, view.changes, strict=True), key=itemgetter(0)):
+            changes = list(map(itemgetter(1), run))
+            tree = tree_of(changes[0].path, view)
             if tree is not None:
-                groups.setdefault(tree, []).append(change)
+                groups.setdefault(tree, []).extend(changes)
         view.memo["tree-groups"] = groups
     return groups
 
