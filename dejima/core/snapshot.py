@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import compress, filterfalse, groupby
-from operator import is_not, itemgetter, methodcaller
+from operator import attrgetter, is_not, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
 # An encoded snapshot: this line, a CRC-32 of the body, then the body: marshal of the entries as
@@ -168,6 +168,35 @@ def nested_dirs(children: Children) -> Children:
         if directory:
             nested.setdefault(directory.rpartition("/")[0], []).append(directory)
     return nested
+
+
+# What the end walk compares of each child of a directory the start listed with no racy child, to
+# trust the directory without its listing digest: the fields of the long way's comparison
+# (tree_walk._Walk._children), which every change to a child moves (ctime cannot be set back).
+START_COLUMNS = ("inode", "ctime_ns", "size")
+# A directory's children at the start: their names as ``joined_names`` joins them, and each of
+# START_COLUMNS as a list, in the snapshot's order.
+StartListing = tuple[str, list[list[int]]]
+
+
+def joined_names(directory: str, names: list[str]) -> str:
+    """The names in ``directory`` as one text, as ``start_listings`` keeps them: each followed by
+    the directory's path ('/' is in no name, so the text is unambiguous), joined in one call."""
+    return f"/{directory}/".join(names) if directory else "/".join(names)
+
+
+def start_listings(snapshot: Snapshot, children: Children, directories: Iterable[str]) -> dict[str, StartListing]:
+    """What each of ``directories`` held in ``snapshot`` (``children``: ``children_of`` it), for
+    the end walk to compare a directory's listing with, child by child (built while a session runs)."""
+    columns = [attrgetter(column) for column in START_COLUMNS]
+    listings: dict[str, StartListing] = {}
+    for directory in directories:
+        paths = children.get(directory, [])
+        entries = list(map(snapshot.__getitem__, paths))
+        # "/".join of the paths is the names joined as ``joined_names`` does, after the first prefix.
+        skip = len(directory) + 1 if directory and paths else 0
+        listings[directory] = ("/".join(paths)[skip:], [list(map(column, entries)) for column in columns])
+    return listings
 
 
 def subtree_sizes(children: Children) -> dict[str, int]:
