@@ -252,15 +252,20 @@ def _stats(fd: int, listing: list[str]) -> tuple[list[str], list[os.stat_result]
 
 
 def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result],
-              children: Children | None = None) -> tuple[Snapshot, list[str]]:
+              children: Children | None = None, regroup: bool = False) -> tuple[Snapshot, list[str]]:
     """``entries``, a copy of ``previous``, updated with what the walk found; and the paths it
     recorded again or removed (every other entry is ``previous``'s own object). ``children``:
-    ``children_of(previous)``, when built already."""
+    ``children_of(previous)``, when built already. ``regroup``: the entries recorded again move
+    to the end, in the order recorded (a start walk records a directory's children together, in
+    its listing's order: kept so, the end compares the directory with its start listing)."""
     listings: list[Listing] = []
     seen = 0
     changed: list[str] = []
     for rows, lists, count, *_ in results:
         paths = list(map(itemgetter(0), rows))
+        if regroup:
+            for path in paths:
+                entries.pop(path, None)
         entries.update(zip(paths, map(SnapshotEntry._make, rows), strict=True))
         changed += paths
         listings += lists
@@ -430,4 +435,4 @@ def complete_start(entries: Snapshot, results: list[Result]) -> tuple[Snapshot, 
         # A child that was a directory and is not walked into any more takes what was below it along.
         gone: list[Listing] = [(row[0], []) for rows, *_ in results for row in rows
                                if row[1] != "dir" and (old := entries.get(row[0])) is not None and old.kind == "dir"]
-        return _assemble(entries, entries, [*results, ([], gone, 0, [], {})])
+        return _assemble(entries, entries, [*results, ([], gone, 0, [], {})], regroup=True)

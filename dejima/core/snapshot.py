@@ -15,7 +15,7 @@ import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import compress, filterfalse, groupby
+from itertools import chain, compress, filterfalse, groupby
 from operator import attrgetter, is_not, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
@@ -233,9 +233,9 @@ def compose(previous: Delta, snapshot: Snapshot, changed: Iterable[str]) -> Delt
     rows = {row[0]: row for row in previous[0]}
     removed = set(previous[1])
     for path in changed:
+        rows.pop(path, None)  # recorded again: after the others, in the order recorded
         entry = snapshot.get(path)
         if entry is None:
-            rows.pop(path, None)
             removed.add(path)
         else:
             rows[path] = tuple(entry)
@@ -246,9 +246,10 @@ def compose(previous: Delta, snapshot: Snapshot, changed: Iterable[str]) -> Delt
 def apply_delta(base: Snapshot, change: Delta) -> Snapshot:
     """``base`` (changed in place) with ``change`` applied."""
     rows, removed = change
-    for path in removed:
+    paths = list(map(itemgetter(0), rows))
+    for path in chain(removed, paths):  # a row after the base's entries, in the delta's order (``compose``)
         base.pop(path, None)
-    base.update(zip(map(itemgetter(0), rows), map(SnapshotEntry._make, rows), strict=True))
+    base.update(zip(paths, map(SnapshotEntry._make, rows), strict=True))
     return base
 
 

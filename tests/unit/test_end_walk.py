@@ -383,3 +383,31 @@ def test_a_start_listing_that_names_other_children_trusts_nothing(root: Path) ->
     after, _ = walker.walk_changes(root, start, workers=1, trusted={d: b"matches nothing" for d in index},
                                    children=index, listings=listings)
     assert changes(start, after) == {("src/m1/f3.py", "added"), ("src/m1/f9.py", "removed")}
+
+
+def test_a_directory_added_to_in_an_earlier_session_is_trusted_by_its_start_listing(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its entries recorded again keep its listing's order, in the start snapshot and in the state
+    # the next start loads (base and delta): the end compares the directory without a digest.
+    made: list[str] = []
+    digest = walker._digest
+
+    def counted(names: list[str], infos: list[os.stat_result]) -> bytes:
+        made.append(",".join(names))
+        return digest(names, infos)
+
+    for session in ("s1", "s2", "s3", "s4"):
+        states = exit_audit.start(session, [Mount("workspace", root)])
+        states[0].join()
+        tick()
+        if session != "s1":
+            monkeypatch.setattr(walker, "_digest", counted)
+            exit_audit.audit_mount(states[0], session)
+            assert made == [], session  # every directory trusted by its start listing
+            monkeypatch.setattr(walker, "_digest", digest)
+        if session in ("s1", "s2"):  # what the next starts find added (s2: to what the delta holds)
+            for n in range(6):
+                write(root, f"src/m1/{session}-{n}.py", f"x = {n}\n")
+            write(root, f"a/b/c/{session}.txt", "later\n")
+        exit_audit.finish(session, quiet(), states=states)
+        tick()
