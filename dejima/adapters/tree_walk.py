@@ -144,8 +144,9 @@ class _Walk:
     def _as_start(self, relative: str, names: list[str], infos: list[os.stat_result]) -> bool:
         """Whether a directory the start listed with no racy child (``trusted``) lists as it did
         then: the same names in the same order, each child's columns the start entry's (a list
-        compared in C, no digest to make); or, where its entries are in another order (added to in
-        an earlier session) or were not prepared, its listing digest the start walk's."""
+        compared in C, no digest to make); or, where the start holds its entries in another order
+        than its listing's (a state kept before starts regrouped them) or none were prepared, its
+        listing digest the start walk's."""
         start = self.at_start.get(relative)
         if start is not None and start[0] == joined_names(relative, names) and \
                 all(list(map(column, infos)) == values for column, values in zip(self.columns, start[1], strict=True)):
