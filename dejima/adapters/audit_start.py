@@ -15,7 +15,7 @@ from dejima.adapters.start_contents import hashed_paths, keep
 from dejima.adapters.tree_walk import SnapshotError, Walked, start_snapshot
 from dejima.core.audit import watched
 from dejima.core.audit.manifest_watch import Watch, asked
-from dejima.core.snapshot import Children, Snapshot, children_of, compose, subtree_sizes
+from dejima.core.snapshot import Children, Snapshot, StartListing, children_of, compose, start_listings, subtree_sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,9 @@ class MountState:
     hashed: list[str] | None = field(default=None, repr=False)
     # A copy of the complete snapshot (and the snapshot it copies): the end walk's to update in place.
     copy: tuple[Snapshot, Snapshot] | None = field(default=None, repr=False)
+    # The children of each directory the start listed with no racy child, as the end walk compares
+    # them (snapshot.start_listings), and the snapshot they are of.
+    listings: tuple[Snapshot, dict[str, StartListing]] | None = field(default=None, repr=False)
 
     def begin(self) -> None:
         """Completes the start snapshot and derives what the end needs from it, on a thread: the
@@ -71,6 +74,13 @@ class MountState:
             self.hashed, children = hashed_paths(self.snapshot), children_of(self.snapshot)
             self.children, self.sizes = children, subtree_sizes(children)
             self.copy = self.snapshot, dict(self.snapshot)
+            if self.start is not None:
+                self.listings = self.snapshot, start_listings(self.snapshot, children, self.start.digests)
+
+    def start_listings(self) -> dict[str, StartListing] | None:
+        """What ``_prepare`` made of the start snapshot for the end walk (None when the snapshot is
+        not the one it was made of any more)."""
+        return self.listings[1] if self.listings is not None and self.listings[0] is self.snapshot else None
 
     def end_entries(self) -> Snapshot | None:
         """The copy of the start snapshot made during the session, for the end walk to update in

@@ -24,7 +24,18 @@ from dejima.adapters.fork_workers import gc_paused
 from dejima.adapters.fork_workers import workers as default_workers
 from dejima.adapters.hashed_file import hashed_content
 from dejima.adapters.walk_shares import Digested, Result, Row, Unit, frontier, walk_shares
-from dejima.core.snapshot import Children, Listing, Snapshot, SnapshotEntry, listing_digest, missing, nested_dirs
+from dejima.core import snapshot as snapshots
+from dejima.core.snapshot import (
+    Children,
+    Listing,
+    Snapshot,
+    SnapshotEntry,
+    StartListing,
+    joined_names,
+    listing_digest,
+    missing,
+    nested_dirs,
+)
 
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
@@ -41,6 +52,7 @@ SEND_FILE, SEND_TOTAL = 256 << 10, 8 << 20
 # What a listing digest covers of each child, besides its name: ctime moves with any change to the
 # inode (content, mode, owner, links, xattrs, times) and cannot be set back from user space.
 _STAT_KEY = attrgetter("st_mode", "st_ino", "st_dev", "st_ctime_ns", "st_mtime_ns", "st_size")
+_STAT_FIELDS = {"inode": "st_ino", "ctime_ns": "st_ctime_ns", "size": "st_size"}  # a SnapshotEntry's, lstat's
 
 
 class InconsistentWalk(SnapshotError):
@@ -60,16 +72,21 @@ class _Walk:
     At the end of a session (``previous``, the start snapshot): the entries that differ from it,
     new and changed files hashed, and the listings of changed directories; a directory whose
     listing digest is the one the start walk took (``trusted``) holds the start's children, each
-    unchanged, and is not compared child by child. At the start
+    unchanged, and is not compared child by child: it lists the names the start's entries name, and
+    each child's inode, ctime and size are theirs (``listings``, where prepared during the session:
+    the long way's comparison, one list per field), or else its listing digest is the start's. At the start
     (``digests``, those a previous walk left; empty for a full walk): each directory's listing
     digest; a directory whose digest is known is trusted as it was, any other is recorded in full
     (watched files hashed) with its listing and new digest."""
 
     def __init__(self, root: str, device: int, previous: Snapshot | None, hash_path: Callable[[str], bool],
                  list_all: bool = False, digests: dict[str, bytes] | None = None, racy_after: int = 0,
-                 trusted: dict[str, bytes] | None = None, nested: Children | None = None) -> None:
+                 trusted: dict[str, bytes] | None = None, nested: Children | None = None,
+                 listings: dict[str, StartListing] | None = None) -> None:
         self.root, self.device, self.hash_path = root, device, hash_path
         self.trusted = trusted or {}
+        self.at_start = listings or {}  # the start's listings (``listings`` is what this walk sends back)
+        self.columns = [attrgetter(_STAT_FIELDS[column]) for column in snapshots.START_COLUMNS]
         # ``nested_dirs`` of ``previous``: a trusted directory's subdirectories to walk, without a look at each child.
         self.nested = nested
         # Every directory's listing sent back, not only those whose ctime moved: a walk that found
@@ -91,7 +108,7 @@ class _Walk:
 
     def fresh(self) -> _Walk:
         return _Walk(self.root, self.device, self.previous if self.checking else None, self.hash_path,
-                     self.list_all, self.digests, self.racy_after, self.trusted, self.nested)
+                     self.list_all, self.digests, self.racy_after, self.trusted, self.nested, self.at_start)
 
     def result(self) -> Result:
         return self.rows, self.listings, self.seen, self.digested, self.contents
@@ -117,13 +134,24 @@ class _Walk:
             if self.digests is not None:
                 return self._digested(relative, fd, names, infos)
             # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
-            if opened and not listed and relative in self.trusted and \
-                    self.trusted[relative] == _digest(names, infos):
+            if opened and not listed and relative in self.trusted and self._as_start(relative, names, infos):
                 return self._unchanged(relative, names, infos)
             return self._children(relative, fd, names, infos, listed, len(listing))
         finally:
             if fd >= 0:
                 os.close(fd)
+
+    def _as_start(self, relative: str, names: list[str], infos: list[os.stat_result]) -> bool:
+        """Whether a directory the start listed with no racy child (``trusted``) lists as it did
+        then: the same names in the same order, each child's columns the start entry's (a list
+        compared in C, no digest to make); or, where the start holds its entries in another order
+        than its listing's (a state kept before starts regrouped them) or none were prepared, its
+        listing digest the start walk's."""
+        start = self.at_start.get(relative)
+        if start is not None and start[0] == joined_names(relative, names) and \
+                all(list(map(column, infos)) == values for column, values in zip(self.columns, start[1], strict=True)):
+            return True
+        return self.trusted[relative] == _digest(names, infos)
 
     def _unchanged(self, relative: str, names: list[str], infos: list[os.stat_result]) -> list[Unit]:
         """An end walk's directory that lists as the start walk saw it: every child the start's
@@ -225,15 +253,20 @@ def _stats(fd: int, listing: list[str]) -> tuple[list[str], list[os.stat_result]
 
 
 def _assemble(previous: Snapshot | None, entries: Snapshot, results: list[Result],
-              children: Children | None = None) -> tuple[Snapshot, list[str]]:
+              children: Children | None = None, regroup: bool = False) -> tuple[Snapshot, list[str]]:
     """``entries``, a copy of ``previous``, updated with what the walk found; and the paths it
     recorded again or removed (every other entry is ``previous``'s own object). ``children``:
-    ``children_of(previous)``, when built already."""
+    ``children_of(previous)``, when built already. ``regroup``: the entries recorded again move
+    to the end, in the order recorded (a start walk records a directory's children together, in
+    its listing's order: kept so, the end compares the directory with its start listing)."""
     listings: list[Listing] = []
     seen = 0
     changed: list[str] = []
     for rows, lists, count, *_ in results:
         paths = list(map(itemgetter(0), rows))
+        if regroup:
+            for path in paths:
+                entries.pop(path, None)
         entries.update(zip(paths, map(SnapshotEntry._make, rows), strict=True))
         changed += paths
         listings += lists
@@ -255,13 +288,15 @@ def _walk_once(root: Path, previous: Snapshot | None, hash_path: Callable[[str],
                list_all: bool, trusted: dict[str, bytes] | None,
                children: Children | None, sizes: dict[str, int] | None,
                entries: Snapshot | None, contents: dict[str, bytes] | None,
-               listed: dict[str, list[str]] | None) -> tuple[Snapshot, list[str]]:
+               listed: dict[str, list[str]] | None,
+               listings: dict[str, StartListing] | None = None) -> tuple[Snapshot, list[str]]:
     with gc_paused():
         # Copied before the fork: its reference counts are written now, not page by page after it.
         if entries is None:
             entries = dict(previous) if previous else {}  # unchanged entries stay the same objects
         nested = nested_dirs(children) if children is not None and trusted else None
-        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted, nested=nested)
+        front = _Walk(str(root), os.stat(root).st_dev, previous, hash_path, list_all, trusted=trusted, nested=nested,
+                      listings=listings if trusted else None)
         units = frontier(front, count, children, sizes)
         shares, _ = walk_shares(front, units, min(count, len(units)) if units else 1, sizes=sizes)
         results = [front.result(), *shares]
@@ -289,7 +324,8 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
                  children: Children | None = None, sizes: dict[str, int] | None = None,
                  entries: Snapshot | None = None,
                  contents: dict[str, bytes] | None = None,
-                 listed: dict[str, list[str]] | None = None) -> tuple[Snapshot, list[str]]:
+                 listed: dict[str, list[str]] | None = None,
+                 listings: dict[str, StartListing] | None = None) -> tuple[Snapshot, list[str]]:
     """Every entry under ``root`` (itself excluded), keyed by its relative path.
 
     Regular files are hashed when ``hash_path`` says so, or when ``previous`` (the start snapshot)
@@ -306,7 +342,9 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
     updates in place (otherwise it copies ``previous`` itself); ``contents``: filled with the bytes
     of the new and changed files the walk hashed (SEND_FILE, SEND_TOTAL), the very bytes hashed;
     ``listed``: with the names in each directory the walk listed (those it held that changed; an
-    empty list for one it could not open or would not enter).
+    empty list for one it could not open or would not enter); ``listings``: ``start_listings`` of
+    ``previous`` for the directories of ``trusted``, by which those that list as they did are
+    trusted without their digest.
 
     A walk that does not add up (the host wrote there while the start walk ran, e.g. git's own
     gc) is done again, listing every directory and comparing every child; InconsistentWalk names
@@ -318,7 +356,7 @@ def walk_changes(root: Path, previous: Snapshot | None = None, hash_path: Callab
                                                trusted=trusted if attempt == 0 and previous else None,
                                                children=children, sizes=sizes,
                                                entries=entries if attempt == 0 else None, contents=contents,
-                                               listed=listed))
+                                               listed=listed, listings=listings))
 
 
 def _retried(walk: Callable[[int], T]) -> T:
@@ -398,4 +436,4 @@ def complete_start(entries: Snapshot, results: list[Result]) -> tuple[Snapshot, 
         # A child that was a directory and is not walked into any more takes what was below it along.
         gone: list[Listing] = [(row[0], []) for rows, *_ in results for row in rows
                                if row[1] != "dir" and (old := entries.get(row[0])) is not None and old.kind == "dir"]
-        return _assemble(entries, entries, [*results, ([], gone, 0, [], {})])
+        return _assemble(entries, entries, [*results, ([], gone, 0, [], {})], regroup=True)

@@ -15,8 +15,8 @@ import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import compress, filterfalse, groupby
-from operator import is_not, itemgetter, methodcaller
+from itertools import chain, compress, filterfalse, groupby
+from operator import attrgetter, is_not, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
 # An encoded snapshot: this line, a CRC-32 of the body, then the body: marshal of the entries as
@@ -170,6 +170,35 @@ def nested_dirs(children: Children) -> Children:
     return nested
 
 
+# What the end walk compares of each child of a directory the start listed with no racy child, to
+# trust the directory without its listing digest: the fields of the long way's comparison
+# (tree_walk._Walk._children), which every change to a child moves (ctime cannot be set back).
+START_COLUMNS = ("inode", "ctime_ns", "size")
+# A directory's children at the start: their names as ``joined_names`` joins them, and each of
+# START_COLUMNS as a list, in the snapshot's order.
+StartListing = tuple[str, list[list[int]]]
+
+
+def joined_names(directory: str, names: list[str]) -> str:
+    """The names in ``directory`` as one text, as ``start_listings`` keeps them: each followed by
+    the directory's path ('/' is in no name, so the text is unambiguous), joined in one call."""
+    return f"/{directory}/".join(names) if directory else "/".join(names)
+
+
+def start_listings(snapshot: Snapshot, children: Children, directories: Iterable[str]) -> dict[str, StartListing]:
+    """What each of ``directories`` held in ``snapshot`` (``children``: ``children_of`` it), for
+    the end walk to compare a directory's listing with, child by child (built while a session runs)."""
+    columns = [attrgetter(column) for column in START_COLUMNS]
+    listings: dict[str, StartListing] = {}
+    for directory in directories:
+        paths = children.get(directory, [])
+        entries = list(map(snapshot.__getitem__, paths))
+        # "/".join of the paths is the names joined as ``joined_names`` does, after the first prefix.
+        skip = len(directory) + 1 if directory and paths else 0
+        listings[directory] = ("/".join(paths)[skip:], [list(map(column, entries)) for column in columns])
+    return listings
+
+
 def subtree_sizes(children: Children) -> dict[str, int]:
     """How many entries each directory of ``children`` holds, at any depth (the end walk deals its
     directories out to processes by these)."""
@@ -204,9 +233,9 @@ def compose(previous: Delta, snapshot: Snapshot, changed: Iterable[str]) -> Delt
     rows = {row[0]: row for row in previous[0]}
     removed = set(previous[1])
     for path in changed:
+        rows.pop(path, None)  # recorded again: after the others, in the order recorded
         entry = snapshot.get(path)
         if entry is None:
-            rows.pop(path, None)
             removed.add(path)
         else:
             rows[path] = tuple(entry)
@@ -217,9 +246,10 @@ def compose(previous: Delta, snapshot: Snapshot, changed: Iterable[str]) -> Delt
 def apply_delta(base: Snapshot, change: Delta) -> Snapshot:
     """``base`` (changed in place) with ``change`` applied."""
     rows, removed = change
-    for path in removed:
+    paths = list(map(itemgetter(0), rows))
+    for path in chain(removed, paths):  # a row after the base's entries, in the delta's order (``compose``)
         base.pop(path, None)
-    base.update(zip(map(itemgetter(0), rows), map(SnapshotEntry._make, rows), strict=True))
+    base.update(zip(paths, map(SnapshotEntry._make, rows), strict=True))
     return base
 
 

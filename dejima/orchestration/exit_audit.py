@@ -81,7 +81,7 @@ def _walk_end(state: MountState, session_id: str, contents: dict[str, bytes],
         trusted = state.start.digests if state.start is not None else None
         return *walk_changes(state.mount.root, previous=state.snapshot, trusted=trusted, children=state.children,
                              sizes=state.sizes, entries=state.end_entries(), contents=contents,
-                             listed=listed), []
+                             listed=listed, listings=state.start_listings()), []
     except InconsistentWalk as exc:
         after, unsure = exc.snapshot, [p for p in exc.paths if not housekeeping(p)]
         for path in exc.paths:

@@ -260,3 +260,21 @@ def test_an_npm_tree_verified_a_directory_at_a_time_says_what_asking_each_file_s
         check.run(changes)
         verdicts.append((verdict, check.wanted, check.unpinned))
     assert verdicts[0] == verdicts[1]
+
+
+_NAME_PARTS = st.sampled_from(["RECORD", "xRECORD", "RECORD.bak", "HEAD", "a", "x.dist-info", "é", "\udcff"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_NAME_PARTS, min_size=1, max_size=4).map("/".join), unique=True),
+       st.lists(st.sampled_from(["RECORD", "HEAD", "a", "RECORD.bak"]), min_size=1, max_size=3).map(tuple))
+@example(["RECORD", "a/RECORD", "xRECORD", "a/xRECORD/RECORD"], ("RECORD",))
+@example(["HEAD", "a/RECORD", "RECORD/HEAD"], ("RECORD", "HEAD", "RECORD"))
+def test_paths_named_found_in_the_joined_paths_are_those_each_path_tested_gives(
+        paths: list[str], names: tuple[str, ...]) -> None:
+    # model.View.named searches one text of every path in C: the paths, in order, of a test of each.
+    snapshot = {path: _entry(path) for path in paths}
+    view = View(dict(reversed(snapshot.items())), snapshot, [], _none)
+    for side, entries in (("after", snapshot), ("before", view.before)):
+        suffixes = tuple(f"/{n}" for n in names)
+        assert view.named(*names, side=side) == [p for p in entries if p.endswith(suffixes) or p in names]

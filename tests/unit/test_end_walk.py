@@ -9,6 +9,7 @@ import hashlib
 import io
 import os
 import shutil
+from collections.abc import Callable
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from dejima.adapters import tree_walk as walker
 from dejima.adapters import walk_shares
 from dejima.adapters.hashed_file import hashed_content
+from dejima.core import snapshot
 from dejima.core.snapshot import Snapshot, children_of, diff, missing, nested_dirs, subtree_sizes
 from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount
@@ -273,3 +275,139 @@ def test_the_rules_see_a_directory_as_the_end_walk_listed_it(
     found, _ = exit_audit.audit_mount(state, "s1")
     assert any(f.rule == "F08" and f.path == "src/m0/F0.py" for f in found) is not partial
     exit_audit.finish("s1", quiet(), states=[state])
+
+
+def _same_size_rewrite(root: Path) -> None:
+    """A file rewritten in place with its size and mtime as they were: only its ctime moves."""
+    target = root / "src/m1/f3.py"
+    before = os.stat(target)
+    target.write_text("x = 99\n")
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def _replaced_by_a_directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+SESSION_ACTS: dict[str, Callable[[Path], object]] = {
+    "rewrite, size and mtime kept": _same_size_rewrite,
+    "renamed over another": lambda root: os.replace(root / "src/m1/f0.py", root / "src/m1/f1.py"),
+    "added": lambda root: write(root, "src/m2/new.py", "x = 1\n"),
+    "removed": lambda root: (root / "a/b/f1.txt").unlink(),
+    "mode": lambda root: os.chmod(root / "src/m0/f2.py", 0o755),
+    "hard link elsewhere": lambda root: os.link(root / "src/m0/f4.py", root / "a/linked.py"),
+    "replaced by a directory": lambda root: _replaced_by_a_directory(root / "src/m2/f0.py"),
+}
+
+
+@pytest.mark.parametrize("act", SESSION_ACTS)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_directory_trusted_by_its_start_listing_is_what_the_long_way_finds(
+        root: Path, act: str, workers: int) -> None:
+    # The start's entries of each directory's children (names, inode, ctime, size) stand in for the
+    # listing digest: whatever the session did, the end is the walk that compares every child.
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    state.join()
+    listings = state.start_listings()
+    assert state.start is not None and listings is not None and "src/m1" in listings
+    tick()
+    SESSION_ACTS[act](root)
+    after, _ = walker.walk_changes(root, state.snapshot, workers=workers, trusted=state.start.digests,
+                                   children=state.children, listings=listings)
+    assert after == walker.take_snapshot(root, previous=state.snapshot, workers=workers)
+    assert changes(state.snapshot, after)
+    exit_audit.finish("s1", quiet(), states=[state])
+
+
+def test_the_start_listings_trust_without_a_digest(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A digest is made only of a directory whose listing is not the start's any more.
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    state.join()
+    assert state.start is not None
+    tick()
+    write(root, "src/m2/new.py", "x = 1\n")
+    made: list[str] = []
+    digest = walker._digest
+
+    def counted(names: list[str], infos: list[os.stat_result]) -> bytes:
+        made.append(",".join(names))
+        return digest(names, infos)
+
+    monkeypatch.setattr(walker, "_digest", counted)
+    for listings in (state.start_listings(), None):
+        made.clear()
+        after, _ = walker.walk_changes(root, state.snapshot, workers=1, trusted=state.start.digests,
+                                       children=state.children, listings=listings)
+        assert changes(state.snapshot, after) == {("src/m2/new.py", "added")}
+        if listings:
+            # src's: its child m2 moved (src/m2 itself, its entry changed, is listed without one)
+            assert len(made) == 1 and sorted(made[0].split(",")) == ["m0", "m1", "m2"]
+        else:
+            assert len(made) >= 10  # each directory the walk went into but the root (always listed)
+    exit_audit.finish("s1", quiet(), states=[state])
+
+
+@pytest.mark.parametrize("naive", [False, True], ids=["ctime", "control: ctime left out of the listing"])
+def test_a_rewrite_with_size_and_mtime_kept_is_found_through_the_start_listing(
+        root: Path, monkeypatch: pytest.MonkeyPatch, naive: bool) -> None:
+    if naive:  # what a comparison without ctime (forgeable from inside: mtime, size) would let through
+        monkeypatch.setattr(snapshot, "START_COLUMNS", ("inode", "size"))
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    state.join()
+    tick()
+    _same_size_rewrite(root)
+    _, after = exit_audit.audit_mount(state, "s1")
+    assert (("src/m1/f3.py", "modified") in changes(state.snapshot, after)) is not naive
+    exit_audit.finish("s1", quiet(), states=[state])
+
+
+def test_start_listings_join_names_as_the_end_walk_does(root: Path) -> None:
+    before = walker.take_snapshot(root)
+    index = children_of(before)
+    listings = snapshot.start_listings(before, index, ["", "src", DEEP, "src/m1"])
+    for directory, (names, columns) in listings.items():
+        children = [path.rpartition("/")[2] for path in index[directory]]
+        assert names == snapshot.joined_names(directory, children)
+        assert columns[1] == [before[path].ctime_ns for path in index[directory]]
+    assert snapshot.start_listings({}, {}, ["empty"]) == {"empty": ("", [[], [], []])}
+
+
+def test_a_start_listing_that_names_other_children_trusts_nothing(root: Path) -> None:
+    # The start held src/m1/f9.py where the disk holds f3.py, every value the same: the names decide.
+    disk = walker.take_snapshot(root)
+    start = {("src/m1/f9.py" if path == "src/m1/f3.py" else path):
+             (entry._replace(path="src/m1/f9.py") if path == "src/m1/f3.py" else entry) for path, entry in disk.items()}
+    index = children_of(start)
+    listings = snapshot.start_listings(start, index, index)
+    after, _ = walker.walk_changes(root, start, workers=1, trusted={d: b"matches nothing" for d in index},
+                                   children=index, listings=listings)
+    assert changes(start, after) == {("src/m1/f3.py", "added"), ("src/m1/f9.py", "removed")}
+
+
+def test_a_directory_added_to_in_an_earlier_session_is_trusted_by_its_start_listing(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its entries recorded again keep its listing's order, in the start snapshot and in the state
+    # the next start loads (base and delta): the end compares the directory without a digest.
+    made: list[str] = []
+    digest = walker._digest
+
+    def counted(names: list[str], infos: list[os.stat_result]) -> bytes:
+        made.append(",".join(names))
+        return digest(names, infos)
+
+    for session in ("s1", "s2", "s3", "s4"):
+        states = exit_audit.start(session, [Mount("workspace", root)])
+        states[0].join()
+        tick()
+        if session != "s1":
+            monkeypatch.setattr(walker, "_digest", counted)
+            exit_audit.audit_mount(states[0], session)
+            assert made == [], session  # every directory trusted by its start listing
+            monkeypatch.setattr(walker, "_digest", digest)
+        if session in ("s1", "s2"):  # what the next starts find added (s2: to what the delta holds)
+            for n in range(6):
+                write(root, f"src/m1/{session}-{n}.py", f"x = {n}\n")
+            write(root, f"a/b/c/{session}.txt", "later\n")
+        exit_audit.finish(session, quiet(), states=states)
+        tick()

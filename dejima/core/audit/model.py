@@ -95,6 +95,21 @@ class Artifact(NamedTuple):
 Artifacts = Callable[[list[str]], "dict[str, Artifact | str]"]
 
 
+def _named_in(joined: str, names: tuple[str, ...]) -> list[str]:
+    """The paths of ``joined`` (``View._joined``) whose last component is one of ``names``, in order:
+    each found by ``str.find`` (C) where the name ends a path after a '/' or a NUL."""
+    found: list[tuple[int, str]] = []
+    for name in set(names):
+        needle = name + "\0"
+        at = joined.find(needle, 1)
+        while at >= 0:
+            if joined[at - 1] in "/\0":
+                start = joined.rfind("\0", 0, at) + 1
+                found.append((start, joined[start:at + len(name)]))
+            at = joined.find(needle, at + 1)
+    return [path for _, path in sorted(found)]
+
+
 @dataclass
 class View:
     """The two snapshots of one mount, their difference, and the bytes of the files rules read."""
@@ -178,13 +193,23 @@ class View:
         return [line for line in after.splitlines() if line not in before]
 
     def named(self, *names: str, side: str = "after") -> list[str]:
-        """Paths whose last component is one of ``names`` (one C-level test per path, cached)."""
+        """Paths whose last component is one of ``names``, in the snapshot's order (cached)."""
         key = (side, names)
         if key not in self._named:
-            suffixes = tuple(f"/{n}" for n in names)
-            self._named[key] = [p for p in (self.after if side == "after" else self.before)
-                                if p.endswith(suffixes) or p in names]
+            snapshot = self.after if side == "after" else self.before
+            if any("/" in n or "\0" in n or not n for n in names):  # no last component: the long way
+                suffixes = tuple(f"/{n}" for n in names)
+                self._named[key] = [p for p in snapshot if p.endswith(suffixes) or p in names]
+            else:
+                self._named[key] = _named_in(self._joined(side, snapshot), names)
         return self._named[key]
+
+    def _joined(self, side: str, snapshot: Snapshot) -> str:
+        """Every path of a side, each between NULs (in no path): searched in C for any name."""
+        key = f"joined:{side}"
+        if key not in self.memo:
+            self.memo[key] = "\0" + "\0".join(snapshot) + "\0"
+        return self.memo[key]  # type: ignore[return-value]
 
     def siblings(self, directory: str) -> list[str]:
         """The names in a directory at the end."""
