@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import signal
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -38,6 +39,9 @@ ENTRY_LIMIT = 200_000  # entries of one archive
 _MANIFEST = b"dejima-pinned-manifest 2\n"  # (files, texts)
 STALE_SECONDS = 30 * 86400  # a manifest no audit used this long is dropped
 FORK_AFTER = 16  # archives to read from which they are shared out over processes (a fork costs a few)
+# A read ahead ends itself after this long: one whose launcher died (no end audit stops it) or that
+# hangs is not left running for ever; what it did not keep, the end audit reads.
+READ_AHEAD_SECONDS = 3600
 
 
 def tar_entries(data: bytes) -> dict[str, str]:
@@ -219,18 +223,21 @@ def _write(directory: Path, key: str, carried: Carried) -> None:
     host.write_atomically(directory / _manifest_name(key), frame(_MANIFEST, carried))
 
 
-def read_ahead(keys: list[str], one: Callable[[str], Artifact | str], kept: str, known: Path | None = None) -> int:
+def read_ahead(keys: list[str], one: Callable[[str], Artifact | str], kept: str, known: Path | None = None,
+               limit: int = READ_AHEAD_SECONDS) -> int:
     """Reads the archives of ``keys`` whose manifests are not kept under ``kept`` yet (``read_all``'s
     reader and name), in a process of its own at a low priority that no one waits for, keeping each
     as soon as it is read: started at a session's start for the pins its lockfiles name, so that
     the end audit finds them kept instead of inflating them then. What it has not kept by then
     (not cached, not read yet, stopped) the end audit reads itself; what it keeps is what
-    ``read_all`` would (``one`` answers an Artifact only for bytes that hash to the pin). Its pid
-    (0: none started)."""
+    ``read_all`` would (``one`` answers an Artifact only for bytes that hash to the pin). It ends
+    itself after ``limit`` seconds (SIGALRM's default action). Its pid (0: none started)."""
     directory = (known if known is not None else manifests_dir()) / kept
     unread = [key for key in dict.fromkeys(keys) if not (directory / _manifest_name(key)).exists()]
 
     def work() -> None:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(limit)
         os.nice(10)  # the session starts meanwhile: it comes first
         host.ensure_private_dir(directory)
         for key in unread:

@@ -8,7 +8,9 @@ import hashlib
 import io
 import json
 import os
+import signal
 import tarfile
+import threading
 from base64 import b64encode
 from pathlib import Path
 
@@ -122,3 +124,33 @@ def test_the_largest_archives_are_read_first_and_what_is_read_is_the_same(tmp_pa
                                                                                                     pins[0]]
     assert sized == pinned_archives.read_all(pins, lambda i: npm_cache.tarball([cache], i), "tarball")
     assert npm_cache.cached_size([cache], "sha512-" + b64encode(b"absent").decode()) == 0
+
+
+def test_a_read_ahead_no_end_audit_stops_ends_itself_after_its_limit(tmp_path: Path) -> None:
+    """A launcher that died leaves no one to stop it: a read ahead stuck on an archive ends by its own
+    alarm, killed by SIGALRM, having kept nothing."""
+    stuck = tmp_path / "stuck"
+    os.mkfifo(stuck)
+
+    def one(key: str) -> Artifact | str:
+        with open(stuck, "rb") as never_written:  # blocks: no writer opens it
+            never_written.read(1)
+        return "unreachable"
+
+    pid = pinned_archives.read_ahead(["k"], one, "npm", known=tmp_path / "kept", limit=1)
+    assert pid
+    status: list[int] = []
+    waiter = threading.Thread(target=lambda: status.append(os.waitpid(pid, 0)[1]), daemon=True)
+    waiter.start()
+    waiter.join(timeout=60)
+    try:
+        assert status, "the read ahead was still running a minute after its one-second limit"
+        assert os.WIFSIGNALED(status[0]) and os.WTERMSIG(status[0]) == signal.SIGALRM
+        assert not (tmp_path / "kept" / "npm").exists() or not any((tmp_path / "kept" / "npm").iterdir())
+    finally:
+        if not status:  # let a child left by a failure go
+            fd = os.open(stuck, os.O_RDWR | os.O_NONBLOCK)
+            os.write(fd, b"x")
+            os.close(fd)
+            waiter.join(timeout=60)
+        fork_workers._behind.remove(pid)
