@@ -29,12 +29,10 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Callable
-from itertools import groupby
-from operator import attrgetter, itemgetter, methodcaller
 
 from dejima.core.audit.model import Finding, View
 from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
-from dejima.core.snapshot import Change
+from dejima.core.snapshot import Change, by_directory
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
 CLEAN_INSTALL = "npm ci"
@@ -178,10 +176,9 @@ class _Check:
         # The changes come sorted by path: a run of them in one directory is taken together, and a
         # file added or modified in a directory of a package held in full to its start pin is
         # wanted from that pin's tarball at once (what ``change`` would say of it, one step each).
-        parents = map(itemgetter(0), map(methodcaller("rpartition", "/"), map(attrgetter("path"), written)))
-        for directory, run in groupby(zip(parents, written, strict=True), key=itemgetter(0)):
+        for directory, run in by_directory(written):
             held = self.held_in_full(directory)
-            for _, change in run:
+            for change in run:
                 new = change.after
                 assert new is not None
                 if held is not None and new.kind == "file" and change.what in ("added", "modified"):
@@ -207,20 +204,15 @@ class _Check:
         if directory == self.tree or not directory.startswith(self.tree + "/"):
             return None  # npm's own record, or files where no package puts one
         parent = self.relative(directory)
-        if parent.endswith("node_modules/.bin") or parent == "node_modules/.bin":
+        if parent.endswith("node_modules/.bin"):
             return None
         key = self.key_of(f"{parent}/x", parent, False)
         if key is None or key.endswith("node_modules/.bin"):
             return None
-        how = self.governed.get(key)
-        if how is None:
-            how = self.governed[key] = self.governing(key)
+        how = self.governing(key)
         if how[0] is not self.start or how[1]:
             return None
-        pinned = self.owners.get((key, True))
-        if pinned is None:
-            pinned = self.owners[(key, True)] = self.owner(key, self.start)
-        owner, integrity, package, scripted = pinned
+        owner, integrity, package, scripted = self.owner(key, self.start)
         if not integrity:
             return None
         return (self.wanted.setdefault(integrity, []), (len(self.base) + 1 if self.base else 0) + len(owner) + 1,
@@ -233,7 +225,7 @@ class _Check:
         parent, _, name = relative.rpartition("/")
         if path[len(self.tree) + 1:] == ".package-lock.json":
             self.hidden_lockfile(path)
-        elif parent.endswith("node_modules/.bin") or parent == "node_modules/.bin":
+        elif parent.endswith("node_modules/.bin"):
             self.bin_link(path, new.kind, new.target)
         elif new.kind == "dir":
             return
@@ -261,10 +253,7 @@ class _Check:
     def in_package(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
                    target: str | None) -> None:
         """A path inside the package ``key``: held to the pin that governs the package."""
-        how = self.governed.get(key)
-        if how is None:
-            how = self.governed[key] = self.governing(key)
-        pins, reason = how
+        pins, reason = self.governing(key)
         if pins is None:
             if reason == "unlisted":
                 self.verdict.problems.append(f"{path}: in {key}, a package the lockfile does not list")
@@ -280,6 +269,13 @@ class _Check:
         self.package_file(path, key, relative, kind, sha256, pins)
 
     def governing(self, key: str) -> tuple[dict[str, dict[str, object]] | None, str]:
+        """``_governing``, answered once per package."""
+        how = self.governed.get(key)
+        if how is None:
+            how = self.governed[key] = self._governing(key)
+        return how
+
+    def _governing(self, key: str) -> tuple[dict[str, dict[str, object]] | None, str]:
         """Which lockfile's pins hold the files of the package ``key`` (the start's, or the
         session's for a package it pinned anew), and why it is not verified in full; or no pins,
         and what is said of each of its files instead (``unlisted``, ``tool``, ``link``, or the
@@ -324,10 +320,7 @@ class _Check:
         if kind != "file":
             self.verdict.problems.append(f"{path}: a {kind}, where npm writes the tarball's files only")
             return
-        pinned = self.owners.get((key, packages is self.start))
-        if pinned is None:
-            pinned = self.owners[(key, packages is self.start)] = self.owner(key, packages)
-        owner, integrity, package, scripted = pinned
+        owner, integrity, package, scripted = self.owner(key, packages)
         if not integrity:
             resolved = packages[owner].get("resolved")
             self.unpinned.setdefault(owner, f"pinned without an integrity (resolved: {resolved})")
@@ -336,6 +329,13 @@ class _Check:
                                                                 scripted))
 
     def owner(self, key: str, packages: dict[str, dict[str, object]]) -> tuple[str, str, str, bool]:
+        """``_owner``, answered once per package and lockfile."""
+        pinned = self.owners.get((key, packages is self.start))
+        if pinned is None:
+            pinned = self.owners[(key, packages is self.start)] = self._owner(key, packages)
+        return pinned
+
+    def _owner(self, key: str, packages: dict[str, dict[str, object]]) -> tuple[str, str, str, bool]:
         """The package whose tarball holds ``key``'s files, its integrity ("" when it pins none),
         its name as the findings say it, and whether its install script may write in it (esbuild)."""
         owner = _pinned_by(key, packages)

@@ -7,8 +7,6 @@ activate) named one by one. Which directories are trees: treeroots.py, by their 
 from __future__ import annotations
 
 import re
-from itertools import groupby
-from operator import attrgetter, itemgetter, methodcaller
 
 from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings
 from dejima.core.audit.cargo_verify import build_output_findings, vendor_findings
@@ -19,7 +17,7 @@ from dejima.core.audit.npm_verify import npm_findings
 from dejima.core.audit.python_verify import python_findings, rewritten_as_made
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
 from dejima.core.audit.yarn_verify import yarn_findings
-from dejima.core.snapshot import Change
+from dejima.core.snapshot import Change, by_directory
 
 _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/_virtualenv\.py|/bin/activate[^/]*|"
                       r"/pyvenv\.cfg|/pip\.conf)\Z")
@@ -56,11 +54,8 @@ def tree_groups(view: View) -> dict[Tree, list[Change]]:
     groups: dict[Tree, list[Change]] | None = view.memo.get("tree-groups")  # type: ignore[assignment]
     if groups is None:
         groups = {}
-        # A path's tree is its directory's: asked once per run of changes in one directory (the
-        # changes are sorted by path), each run cut out in C.
-        parents = map(itemgetter(0), map(methodcaller("rpartition", "/"), map(attrgetter("path"), view.changes)))
-        for _, run in groupby(zip(parents, view.changes, strict=True), key=itemgetter(0)):
-            changes = list(map(itemgetter(1), run))
+        # A path's tree is its directory's: asked once per run of changes in one directory.
+        for _, changes in by_directory(view.changes):
             tree = tree_of(changes[0].path, view)
             if tree is not None:
                 groups.setdefault(tree, []).extend(changes)
