@@ -79,6 +79,16 @@ def bytecode(top: str) -> dict[str, str]:
     return found
 
 
+def _has_ensurepip() -> bool:
+    """Whether this python3's venv can seed pip (the record then has no seeds: a seeded environment
+    in its sessions is not verified, rather than every start probing again for one it cannot make)."""
+    try:
+        import ensurepip  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
 def main() -> None:
     work = tempfile.mkdtemp(prefix="dejimavenvdir")
     environment = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=os.path.join(work, "cache"),
@@ -88,10 +98,13 @@ def main() -> None:
     tools["venv"] = {"plain": made(venv + ["--without-pip"], os.path.join(work, "a", NAME), environment),
                      "prompted": made(venv + ["--without-pip", "--prompt", PROMPT], os.path.join(work, "b", NAME),
                                       environment)}
-    seeded = os.path.join(work, "c", NAME)
-    made(venv, seeded, environment)
-    tools["venv"]["seeds"] = seeds(seeded)
-    tools["venv"]["bytecode"] = bytecode(seeded)
+    if _has_ensurepip():
+        seeded = os.path.join(work, "c", NAME)
+        made(venv, seeded, environment)
+        tools["venv"]["seeds"] = seeds(seeded)
+        tools["venv"]["bytecode"] = bytecode(seeded)
+    else:  # Debian's python3 without python3-venv: its venv makes environments without pip only
+        tools["venv"]["seeds"], tools["venv"]["bytecode"] = [], {}
     uv = shutil.which("uv")
     if uv is not None:
         command = [uv, "venv", "--quiet", "--python", sys.executable]

@@ -53,3 +53,16 @@ def test_the_record_is_kept_private_under_the_image_s_id_and_read_back_only_as_w
     document["tools"][0]["plain"] = ["not", "a", "table"]
     path.write_text(json.dumps(document))
     assert load(facts.image, tmp_path / "venv") is None  # unreadable: no record (the audit says so, medium)
+
+
+def test_a_python_without_ensurepip_is_recorded_with_its_environments_own_files_and_no_seeds(tmp_path: Path) -> None:
+    """Debian's python3 without python3-venv (a node-only session image): its venv makes environments
+    without pip only. The probe records those rather than failing, so no start probes again."""
+    shadow = tmp_path / "shadow" / "ensurepip"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'ensurepip'\")\n")
+    facts = venvs.probed({"PYTHONPATH": str(tmp_path / "shadow")})
+    [tool] = [tool for tool in facts.tools if tool.name == "venv"]
+    [full] = [tool for tool in venvs.here().tools if tool.name == "venv"]  # the same python3, with ensurepip
+    assert (tool.plain, tool.prompted, tool.links, tool.config) == (full.plain, full.prompted, full.links, full.config)
+    assert tool.plain and full.seeds and not tool.seeds and not tool.bytecode
