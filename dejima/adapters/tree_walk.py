@@ -110,6 +110,11 @@ class _Walk:
         return _Walk(self.root, self.device, self.previous if self.checking else None, self.hash_path,
                      self.list_all, self.digests, self.racy_after, self.trusted, self.nested, self.at_start)
 
+    def new_directories(self) -> dict[str, int]:
+        """The directories this share recorded that the start did not hold, each with its link count."""
+        get = self.previous.get  # a row: SnapshotEntry's fields (path, kind, ..., nlink 7th)
+        return {row[0]: row[6] for row in self.rows if row[1] == "dir" and get(row[0]) is None} if self.checking else {}
+
     def result(self) -> Result:
         return self.rows, self.listings, self.seen, self.digested, self.contents
 

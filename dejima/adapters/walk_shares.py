@@ -31,6 +31,8 @@ class Share(Protocol):
 
     def directory(self, relative: str, listed: bool) -> list[Unit]: ...
 
+    def new_directories(self) -> dict[str, int]: ...
+
     def fresh(self) -> Share: ...
 
     def subtrees(self, units: Iterable[Unit]) -> Result: ...
@@ -45,7 +47,25 @@ def frontier(front: Share, count: int, children: Children | None = None,
         units.extend(front.directory(*units.pop(0)))
     if count > 1 and children and sizes:
         _split_heavy(front, units, count, children, sizes)
+    if count > 1 and front.checking:
+        _split_new(front, units, count)
     return units
+
+
+def _split_new(front: Share, units: list[Unit], count: int) -> None:
+    """Walks here the new directory with the most subdirectories, its subdirectories dealt out
+    instead, until there are enough new ones for a fair share (at most _SPLITS walked here). Every
+    file of a new directory is read and hashed, the end walk's costly part, and the start has no
+    size for it: an environment installed in the session (``.venv/lib/python3.X/site-packages``
+    under three directories of a few entries) dealt as one unit was walked by one process alone."""
+    for _ in range(_SPLITS):
+        new = front.new_directories()  # each with its link count: 2 + its subdirectories
+        dealt = [unit for unit in units if unit[0] in new]
+        widest = max(dealt, key=lambda unit: new[unit[0]], default=None)
+        if widest is None or len(dealt) >= count * _UNITS_PER_WORKER or new[widest[0]] <= 2:
+            return  # none left, enough of them, or the widest has no subdirectory to deal out
+        units.remove(widest)
+        units.extend(front.directory(*widest))
 
 
 def _split_heavy(front: Share, units: list[Unit], count: int, children: Children,

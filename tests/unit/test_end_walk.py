@@ -187,6 +187,30 @@ def test_the_walk_is_dealt_out_by_entries(tmp_path: Path) -> None:
     assert after == before and changed == []
 
 
+def test_a_tree_installed_in_the_session_is_dealt_out_by_its_widest_new_directory(tmp_path: Path) -> None:
+    # An environment installed in the session: its packages under three directories of a few
+    # entries, and old directories enough for a fair share besides. Dealt as the unit ".venv", one
+    # process would read and hash every new file; dealt by site-packages' packages, both share them.
+    for n in range(20):
+        write(tmp_path, f"src/m{n}/f.py", "x")
+    before = walker.take_snapshot(tmp_path)
+    site = ".venv/lib/python3.11/site-packages"
+    write(tmp_path, ".venv/pyvenv.cfg", "home = /usr/bin\n")
+    write(tmp_path, ".venv/bin/python", "")
+    for n in range(30):
+        for m in range(3):
+            write(tmp_path, f"{site}/pkg{n}/mod{m}.py", "x = 1\n")
+    children = children_of(before)
+    sizes = subtree_sizes(children)
+    front = walker._Walk(str(tmp_path), os.stat(tmp_path).st_dev, before, lambda path: True)
+    units = {u[0] for u in walk_shares.frontier(front, 2, children, sizes)}
+    assert {f"{site}/pkg{n}" for n in range(30)} <= units
+    assert not units & {".venv", ".venv/lib", ".venv/lib/python3.11", site}
+    after, changed = walker.walk_changes(tmp_path, before, workers=2, children=children, sizes=sizes)
+    alone, changed_alone = walker.walk_changes(tmp_path, before, workers=1)
+    assert after == alone and sorted(changed) == sorted(changed_alone) and f"{site}/pkg29/mod2.py" in after
+
+
 @pytest.mark.parametrize("count", [5, walk_shares.Queue.RECORDS * 3 + 1])
 def test_each_unit_is_taken_once_by_whichever_process_asks(count: int) -> None:
     units = [(f"d{n}", n % 2 == 0) for n in range(count)]
