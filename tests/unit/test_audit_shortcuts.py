@@ -14,6 +14,7 @@ import posixpath
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from dejima.core.audit import files
 from dejima.core.audit.git import split_git
 from dejima.core.audit.installs import _package_directory, joined, record_entries
 from dejima.core.audit.model import Artifact, View
@@ -22,7 +23,7 @@ from dejima.core.audit.npm_verify import _Check, package_key, verify
 from dejima.core.audit.pinned import TreeVerdict
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, tree_of
 from dejima.core.audit.trees import _group
-from dejima.core.snapshot import Snapshot, SnapshotEntry, diff
+from dejima.core.snapshot import Change, Snapshot, SnapshotEntry, diff
 
 # Path components that steer package_key: node_modules, scopes, .bin, dot-directories, and plain names.
 _PARTS = st.sampled_from(["node_modules", "@s", "@t", "a", "b", ".bin", ".cache", "lib", "x", "package.json"])
@@ -278,3 +279,38 @@ def test_paths_named_found_in_the_joined_paths_are_those_each_path_tested_gives(
     for side, entries in (("after", snapshot), ("before", view.before)):
         suffixes = tuple(f"/{n}" for n in names)
         assert view.named(*names, side=side) == [p for p in entries if p.endswith(suffixes) or p in names]
+
+
+_KINDS = ["file", "dir", "symlink", "fifo", "socket", "char", "block"]
+_WHATS = ["added", "removed", "modified", "mode", "type", "link-target", "owner", "nlink"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(_KINDS), st.sampled_from(_KINDS), st.sampled_from(_WHATS), st.sampled_from([None, False, True]),
+       st.integers(0, 0o7777), st.integers(0, 0o7777), st.booleans())
+def test_an_entry_the_privilege_rules_are_not_asked_of_is_one_they_find_nothing_in(
+        kind: str, old_kind: str, what: str, caps: bool | None, mode: int, old_mode: int, had: bool) -> None:
+    # files.file_findings asks _privilege only of an entry with capabilities, setuid/setgid bits or a
+    # special kind: any other it would find nothing in.
+    new = SnapshotEntry("a", kind, mode, 1000, 1000, 1, 1, 1, 1, 1, None, None, caps)
+    old = SnapshotEntry("a", old_kind, old_mode, 1000, 1000, 1, 1, 1, 1, 1) if had else None
+    if not (new.caps or new.privileged_bits or new.kind in files._SPECIAL):
+        assert files._privilege("a", Change("a", what, old, new)) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["node_modules/a/x.js", "node_modules/a/y.js", ".git/hooks/pre-commit",
+                                 ".vscode/tasks.json", "src/x.py", ".envrc"]), unique=True),
+       st.sampled_from(["node_modules/a/x.js", ".venv/lib/x.py"]), st.integers(1, 4))
+def test_a_tree_file_whose_other_names_are_outside_the_mount_is_what_the_long_way_finds(
+        others: list[str], path: str, nlink: int) -> None:
+    # files._hard_link returns at once for a tree's file no other name of which is in the mount (a
+    # hard link from uv's cache): what the rest of it finds then is nothing either.
+    entries = {p: SnapshotEntry(p, "file", 0o644, 1000, 1000, 1, nlink + len(others), 7 if p in others or p == path
+                                else 8, 1, 1, "0" * 64) for p in {*others, path}}
+    view = View({}, entries, [], _none)
+    found = files._hard_link(path, entries[path], view, in_a_tree=True)
+    if not [p for p in others if p != path]:
+        assert found == []
+    watched = [p for p in others if p != path and files.watched_place(p, view)]
+    assert bool(found) == bool(watched)

@@ -19,6 +19,7 @@ from dejima.core.snapshot import Change, SnapshotEntry, mode_text
 _CODE = re.compile(r"\.(py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonc|toml|ya?ml|ini|cfg|conf|sh|bash|zsh|fish|ps1|"
                    r"rb|go|rs|java|kt|kts|scala|c|h|cc|cpp|hpp|cs|php|pl|lua|swift|sql|gradle|tf|nix|mk|"
                    r"env|envrc|properties|xml)\Z|(^|/)(Makefile|Dockerfile|Jenkinsfile|\.envrc)\Z")
+_SPECIAL = frozenset(("char", "block", "fifo", "socket"))
 _BIG_FILE = 1 << 30
 _DEEP = 64
 
@@ -53,6 +54,8 @@ def _hard_link(path: str, new: SnapshotEntry, view: View, in_a_tree: bool = Fals
     """``in_a_tree``: the path is in a dependency tree, an environment or a package cache, whose
     managers hard-link files among them (uv, pnpm): only a link with a watched place counts there."""
     others = [p for p in view.by_inode.get(new.inode, ()) if p != path]
+    if in_a_tree and not others:
+        return []  # its other names are outside the mount (uv's cache): no watched place among them
     if watched_place(path, view):
         return []  # reported from the other name, which names both
     watched = [p for p in others if watched_place(p, view)]
@@ -145,7 +148,8 @@ def file_findings(view: View) -> list[Finding]:
         path, new = change.path, change.after
         if new is None:
             continue
-        found.extend(judged(view, "F03/F04", path, _privilege, path, change))
+        if new.caps or new.privileged_bits or new.kind in _SPECIAL:  # what _privilege finds anything in
+            found.extend(judged(view, "F03/F04", path, _privilege, path, change))
         linked = change.before is None or change.before.nlink < new.nlink or change.what in ("added", "type")
         hard_linked = new.kind == "file" and new.nlink > 1 and linked and not path.startswith(".git/objects/")
         if in_tree(path, view):
