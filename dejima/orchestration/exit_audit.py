@@ -188,9 +188,14 @@ def read_ahead(states: list[MountState]) -> list[int]:
     return [pid for pid in (npm_cache.read_ahead(npm_cache.npm_caches(homes), integrities),) if pid]
 
 
-def _import_rules() -> None:
-    """The audit's rules (and yaml), imported ahead: the end audit does not wait for them."""
+def _import_rules(states: list[MountState]) -> None:
+    """The audit's rules (and yaml) imported ahead, and the start's uv.lock files parsed (the
+    parser keeps them): the end audit does not wait for them."""
     import dejima.core.audit.rules  # noqa: F401
+    for state in states:
+        for path, data in state.kept.items():
+            if path.rpartition("/")[2] == python_verify.LOCKFILE:
+                python_verify.uv_pins(data.decode("utf-8", "surrogateescape"), path.rpartition("/")[0])
 
 
 def start(session_id: str, mounts: list[Mount], image: str = "") -> list[MountState]:
@@ -221,7 +226,7 @@ def start(session_id: str, mounts: list[Mount], image: str = "") -> list[MountSt
                                                                     "image": image}).encode())
         _reading_ahead.extend(read_ahead(states))  # forked before any thread of the start's runs
         # The rules (and yaml) are imported while the session runs, not while its filter starts.
-        threading.Thread(target=_import_rules, name="audit-rules", daemon=True).start()
+        threading.Thread(target=_import_rules, args=(states,), name="audit-rules", daemon=True).start()
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)  # no session starts without its start state
         raise

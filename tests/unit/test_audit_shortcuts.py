@@ -7,6 +7,8 @@ verification of a tree whose packages are each governed otherwise."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import csv
 import json
 import posixpath
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 
 from dejima.core.audit import files
 from dejima.core.audit.git import split_git
-from dejima.core.audit.installs import _package_directory, joined, record_entries
+from dejima.core.audit.installs import _hex, _package_directory, joined, record_entries
 from dejima.core.audit.model import Artifact, View
 from dejima.core.audit.names import _GIT_NAMES, _added_name, normalize
 from dejima.core.audit.npm_verify import _Check, package_key, verify
@@ -314,3 +316,19 @@ def test_a_tree_file_whose_other_names_are_outside_the_mount_is_what_the_long_wa
         assert found == []
     watched = [p for p in others if p != path and files.watched_place(p, view)]
     assert bool(found) == bool(watched)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.binary(min_size=32, max_size=32).map(lambda b: base64.urlsafe_b64encode(b).decode().rstrip("=")),
+                 st.text(alphabet="AZaz09-_+/=é \n", max_size=48)),
+       st.sampled_from(["sha256=", "sha512=", "", "sha256"]))
+@example("47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU", "sha256=")
+def test_a_record_hash_read_in_hex_is_what_urlsafe_b64decode_reads(value: str, algorithm: str) -> None:
+    # installs._hex decodes with binascii directly: base64's wrappers cost more than the decoding.
+    digest = algorithm + value
+    try:
+        expected = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex() \
+            if algorithm == "sha256=" and value else ""
+    except (binascii.Error, ValueError):
+        expected = ""
+    assert _hex(digest) == expected

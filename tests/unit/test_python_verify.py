@@ -803,3 +803,27 @@ def test_venv_made_again_on_an_environment_that_was_there_is_as_venv_makes_it_no
     shutil.rmtree(workspace / ".venv")
     tampered = session(workspace, home, again_and_appended, install=made, installed=True)
     assert (".venv/bin/activate", "critical") in severities(tampered), tampered
+
+
+def test_the_starts_uv_lock_is_parsed_while_the_session_runs_and_each_caller_gets_its_own_pins(
+        tmp_path: Path) -> None:
+    # exit_audit.start's rules thread parses the start's uv.lock: the end audit, in its forked
+    # stages too, finds it parsed. What a caller does to the pins it got leaves the next caller's whole.
+    from dejima.orchestration import exit_audit
+    lock = ('version = 1\n[[package]]\nname = "six"\nversion = "1.16.0"\n'
+            'source = { registry = "https://pypi.org/simple" }\n'
+            'wheels = [{ url = "https://files.example/six.whl", hash = "sha256:' + "a" * 64 + '" }]\n')
+    (tmp_path / "uv.lock").write_text(lock)
+    python_verify._PARSED.clear()
+    states = exit_audit.start("parsed-ahead", [Mount("workspace", tmp_path)])
+    for state in states:
+        state.join()
+    assert "uv.lock" in states[0].kept
+    python_verify._PARSED.clear()
+    exit_audit._import_rules(states)  # what the start's thread runs
+    assert list(python_verify._PARSED) == [(lock, "")]
+    pins = python_verify.uv_pins(lock, "")
+    assert pins is not None and pins["six"].version == "1.16.0"
+    pins.clear()
+    assert python_verify.uv_pins(lock, "") == python_verify._uv_pins(lock, "") != {}
+    assert python_verify.uv_pins("not toml [", "") is None and python_verify.uv_pins(None, "") is None
