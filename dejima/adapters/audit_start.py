@@ -76,6 +76,20 @@ class MountState:
             self.copy = self.snapshot, dict(self.snapshot)
             if self.start is not None:
                 self.listings = self.snapshot, start_listings(self.snapshot, children, self.start.digests)
+                if mount_state.oversized(self.start.delta, self.snapshot):
+                    self._compact(self.start)
+
+    def _compact(self, start: State) -> None:
+        """The start snapshot written as a base while the session runs, its delta emptied: the end
+        keeps it for the next start (mount_state.remember) instead of writing it then (~100 ms at
+        100k entries, on the end's path). The session's own start state, its base and delta, stays
+        as saved (a launcher that dies is audited from it)."""
+        path = start.base.with_name(f"{start.base.stem}.base.snapshot")
+        try:
+            mount_state.save_snapshot(path, self.snapshot)
+        except OSError:
+            return  # written at the end, as before
+        start.base, start.delta = path, ([], [])
 
     def start_listings(self) -> dict[str, StartListing] | None:
         """What ``_prepare`` made of the start snapshot for the end walk (None when the snapshot is

@@ -155,6 +155,12 @@ def new_base(mine: MountIdentity, snapshot: Snapshot) -> Path:
     return path
 
 
+def oversized(delta: Delta, snapshot: Snapshot) -> bool:
+    """Whether a start's delta is past what a new base replaces (1/COMPACT_RATIO of the entries,
+    and COMPACT_MIN): the start after many changes on the host (a branch switched)."""
+    return len(delta[0]) + len(delta[1]) > max(COMPACT_MIN, len(snapshot) // COMPACT_RATIO)
+
+
 def remember(state: State, snapshot: Snapshot, changed_dirs: set[str]) -> None:
     """Keeps ``state`` (the session's start) for the next start, without the digests of
     ``changed_dirs``: what the session changed there is walked again. Compacts a large delta
@@ -164,7 +170,7 @@ def remember(state: State, snapshot: Snapshot, changed_dirs: set[str]) -> None:
     digests = {d: v for d, v in state.digests.items()  # nor those of directories that are gone
                if d not in changed_dirs and (not d or getattr(snapshot.get(d), "kind", None) == "dir")}
     base, change = state.base, state.delta
-    if len(change[0]) + len(change[1]) > max(COMPACT_MIN, len(snapshot) // COMPACT_RATIO):
+    if oversized(change, snapshot):  # not made one during the session (audit_start.MountState)
         base, change = new_base(state.identity, snapshot), ([], [])
     elif base.parent != directory:  # the session's own copy: linked in beside the mount's state
         kept = directory / f"base-{secrets.token_hex(8)}.snapshot"

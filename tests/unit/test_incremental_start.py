@@ -221,6 +221,30 @@ def test_a_large_delta_is_folded_into_a_new_base(root: Path, monkeypatch: pytest
     starts_alike(root)
 
 
+def test_a_large_delta_is_made_a_base_while_the_session_runs(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The host changed many files between sessions (a branch switched): the start's delta is past
+    # what a new base replaces. The base is written during the session, not on the end's path.
+    monkeypatch.setattr(mount_state, "COMPACT_MIN", 5)
+    session(root, "s1")
+    def rewrite(r: Path) -> None:
+        for n in range(6):
+            write(r, f"src/m2/p1/f{n}.py", "changed\n")
+
+    session(root, "s2", rewrite)
+    states = exit_audit.start("s3", [Mount("workspace", root)])
+    for state in states:
+        state.join()
+    start, snapshot = states[0].start, states[0].snapshot
+    assert start is not None and start.delta == ([], []) and start.base.name.endswith(".base.snapshot")
+    assert mount_state.load_snapshot(start.base) == snapshot
+    assert exit_audit._load("s3")[0].snapshot == snapshot  # what a launcher that died leaves is whole
+    tick()
+    exit_audit.finish("s3", UI(plain_console(io.StringIO())), states=states)
+    recalled = mount_state.recall("workspace", root)
+    assert recalled is not None and recalled.delta == ([], []) and mount_state.load_snapshot(recalled.base) == snapshot
+    starts_alike(root)
+
+
 def test_listing_digests_cover_every_name_and_value_even_past_64_bits() -> None:
     digest = listing_digest(["a", "b"], [1, 2, 3, 4])
     assert digest == listing_digest(["a", "b"], [1, 2, 3, 4])
