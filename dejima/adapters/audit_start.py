@@ -15,7 +15,16 @@ from dejima.adapters.start_contents import hashed_paths, keep
 from dejima.adapters.tree_walk import SnapshotError, Walked, start_snapshot
 from dejima.core.audit import watched
 from dejima.core.audit.manifest_watch import Watch, asked
-from dejima.core.snapshot import Children, Snapshot, StartListing, children_of, compose, start_listings, subtree_sizes
+from dejima.core.snapshot import (
+    Children,
+    Snapshot,
+    StartListing,
+    children_of,
+    compose,
+    joined_paths,
+    start_listings,
+    subtree_sizes,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +56,8 @@ class MountState:
     # The children of each directory the start listed with no racy child, as the end walk compares
     # them (snapshot.start_listings), and the snapshot they are of.
     listings: tuple[Snapshot, dict[str, StartListing]] | None = field(default=None, repr=False)
+    # Every path of the start snapshot between NULs (snapshot.joined_paths), and the snapshot it is of.
+    paths: tuple[Snapshot, str] | None = field(default=None, repr=False)
 
     def begin(self) -> None:
         """Completes the start snapshot and derives what the end needs from it, on a thread: the
@@ -74,6 +85,7 @@ class MountState:
             self.hashed, children = hashed_paths(self.snapshot), children_of(self.snapshot)
             self.children, self.sizes = children, subtree_sizes(children)
             self.copy = self.snapshot, dict(self.snapshot)
+            self.paths = self.snapshot, joined_paths(self.snapshot)
             if self.start is not None:
                 self.listings = self.snapshot, start_listings(self.snapshot, children, self.start.digests)
                 if mount_state.oversized(self.start.delta, self.snapshot):
@@ -95,6 +107,10 @@ class MountState:
         """What ``_prepare`` made of the start snapshot for the end walk (None when the snapshot is
         not the one it was made of any more)."""
         return self.listings[1] if self.listings is not None and self.listings[0] is self.snapshot else None
+
+    def joined_paths(self, snapshot: Snapshot) -> str | None:
+        """What ``_prepare`` joined of the start snapshot's paths, if ``snapshot`` is the one it joined."""
+        return self.paths[1] if self.paths is not None and self.paths[0] is snapshot else None
 
     def end_entries(self) -> Snapshot | None:
         """The copy of the start snapshot made during the session, for the end walk to update in

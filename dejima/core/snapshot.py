@@ -113,6 +113,12 @@ def by_directory(changes: list[Change]) -> Iterator[tuple[str, list[Change]]]:
         yield directory, list(map(itemgetter(1), run))
 
 
+def joined_paths(snapshot: Snapshot) -> str:
+    """Every path of ``snapshot`` between NULs (in no path): searched in C for any last component
+    (audit.model.View.named)."""
+    return "\0" + "\0".join(snapshot) + "\0"
+
+
 def diff(before: Snapshot, after: Snapshot, candidates: Iterable[str] | None = None) -> list[Change]:
     """Every difference between two snapshots of one mount, sorted by path. ``candidates``: the
     only paths that can differ, when the walk that made ``after`` says so (all others are

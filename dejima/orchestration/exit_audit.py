@@ -168,7 +168,8 @@ def _audit_ready(state: MountState, session_id: str, pinned: Artifacts, lineage:
     share = shared_out if len(changed) >= SHARE_AFTER else None  # a fork costs more than a few rules
     return [*unsure, *audit(before, after, contents, state.mount.kind, listdir, changed,
                             state.mount.watch, joined({python_verify.WHEEL_PREFIX: wheel_cache.wheels(wheels, root),
-                                                       "": pinned}), share, python)], after, changed
+                                                       "": pinned}), share, python,
+                            state.joined_paths(before))], after, changed
 
 
 _reading_ahead: list[int] = []  # the processes read_ahead started, ended by the end audit

@@ -275,12 +275,32 @@ _NAME_PARTS = st.sampled_from(["RECORD", "xRECORD", "RECORD.bak", "HEAD", "a", "
 @example(["HEAD", "a/RECORD", "RECORD/HEAD"], ("RECORD", "HEAD", "RECORD"))
 def test_paths_named_found_in_the_joined_paths_are_those_each_path_tested_gives(
         paths: list[str], names: tuple[str, ...]) -> None:
-    # model.View.named searches one text of every path in C: the paths, in order, of a test of each.
+    # model.View.named searches one text of every path in C: the paths, sorted, of a test of each.
     snapshot = {path: _entry(path) for path in paths}
     view = View(dict(reversed(snapshot.items())), snapshot, [], _none)
     for side, entries in (("after", snapshot), ("before", view.before)):
         suffixes = tuple(f"/{n}" for n in names)
-        assert view.named(*names, side=side) == [p for p in entries if p.endswith(suffixes) or p in names]
+        assert view.named(*names, side=side) == sorted(p for p in entries if p.endswith(suffixes) or p in names)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_NAME_PARTS, min_size=1, max_size=3).map("/".join), unique=True),
+       st.lists(st.lists(_NAME_PARTS, min_size=1, max_size=3).map("/".join), unique=True),
+       st.lists(st.sampled_from(["RECORD", "HEAD", "a", "RECORD.bak"]), min_size=1, max_size=3).map(tuple),
+       st.booleans())
+@example(["a/RECORD", "RECORD"], ["RECORD", "b/RECORD"], ("RECORD",), True)
+def test_paths_named_at_the_end_from_the_starts_and_the_changes_are_those_of_the_end_itself(
+        start: list[str], end: list[str], names: tuple[str, ...], ahead: bool) -> None:
+    # What the end names, from what the start named less the removed plus the added (the diff is
+    # complete: rules.audit makes it), and from the start's paths joined while the session ran.
+    from dejima.core.snapshot import joined_paths
+    before = {path: _entry(path) for path in start}
+    after = {path: _entry(path, digest="1" * 64) for path in end}
+    derived = View(before, after, diff(before, after), _none, complete=True,
+                   before_paths=joined_paths(before) if ahead else None)
+    long_way = View(before, after, diff(before, after), _none)
+    for side in ("after", "before"):
+        assert derived.named(*names, side=side) == long_way.named(*names, side=side)
 
 
 _KINDS = ["file", "dir", "symlink", "fifo", "socket", "char", "block"]

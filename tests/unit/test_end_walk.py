@@ -224,6 +224,13 @@ def test_each_unit_is_taken_once_by_whichever_process_asks(count: int) -> None:
     assert sorted(taken) == sorted(units)
 
 
+def test_the_start_paths_joined_during_the_session_are_given_for_that_snapshot_only(root: Path) -> None:
+    state = exit_audit.start("s1", [Mount("workspace", root)])[0]
+    state.join()
+    assert state.joined_paths(state.snapshot) == snapshot.joined_paths(state.snapshot)
+    assert state.joined_paths(dict(state.snapshot)) is None  # another snapshot (an earlier audit's baselines)
+
+
 def test_the_copy_made_during_the_session_is_updated_by_one_end_walk_only(root: Path) -> None:
     state = exit_audit.start("s1", [Mount("workspace", root)])[0]
     state.join()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import NamedTuple
 
-from dejima.core.snapshot import Change, Snapshot, SnapshotEntry
+from dejima.core.snapshot import Change, Snapshot, SnapshotEntry, joined_paths
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 
@@ -129,6 +129,11 @@ class View:
     # What the session image's tools write in a Python environment, and where this mount was in the
     # session (venv_facts.SessionPython; None: nothing is known, own files are not verified).
     python: object = None
+    # ``changes`` are every difference between the sides (rules.audit diffs them itself): what the
+    # end names is what the start named, less what was removed, plus what was added.
+    complete: bool = False
+    # joined_paths(before), when made ahead (while the session ran).
+    before_paths: str | None = None
 
     @cached_property
     def changed(self) -> dict[str, Change]:
@@ -193,22 +198,29 @@ class View:
         return [line for line in after.splitlines() if line not in before]
 
     def named(self, *names: str, side: str = "after") -> list[str]:
-        """Paths whose last component is one of ``names``, in the snapshot's order (cached)."""
+        """Paths whose last component is one of ``names``, sorted (cached)."""
         key = (side, names)
         if key not in self._named:
             snapshot = self.after if side == "after" else self.before
             if any("/" in n or "\0" in n or not n for n in names):  # no last component: the long way
                 suffixes = tuple(f"/{n}" for n in names)
-                self._named[key] = [p for p in snapshot if p.endswith(suffixes) or p in names]
+                found = [p for p in snapshot if p.endswith(suffixes) or p in names]
+            elif side == "after" and self.complete:  # no pass over the end's paths
+                after, wanted = self.after, set(names)
+                found = [p for p in self.named(*names, side="before") if p in after] + [
+                    c.path for c in self.changes if c.what == "added" and c.path.rpartition("/")[2] in wanted]
             else:
-                self._named[key] = _named_in(self._joined(side, snapshot), names)
+                found = _named_in(self._joined(side, snapshot), names)
+            self._named[key] = sorted(found)
         return self._named[key]
 
     def _joined(self, side: str, snapshot: Snapshot) -> str:
-        """Every path of a side, each between NULs (in no path): searched in C for any name."""
+        """Every path of a side, each between NULs: searched in C for any name."""
+        if side == "before" and self.before_paths is not None:
+            return self.before_paths
         key = f"joined:{side}"
         if key not in self.memo:
-            self.memo[key] = "\0" + "\0".join(snapshot) + "\0"
+            self.memo[key] = joined_paths(snapshot)
         return self.memo[key]  # type: ignore[return-value]
 
     def siblings(self, directory: str) -> list[str]:

@@ -88,16 +88,18 @@ def _asked_ahead(view: View) -> None:
 def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace",
           listdir: Callable[[str], list[str]] | None = None, candidates: list[str] | None = None,
           watch: tuple[Watch, ...] = (), artifacts: Artifacts | None = None,
-          share: StageRunner | None = None, python: SessionPython | None = None) -> list[Finding]:
+          share: StageRunner | None = None, python: SessionPython | None = None,
+          before_paths: str | None = None) -> list[Finding]:
     """Findings for the changes from ``before`` to ``after`` (one mount), worst first.
     ``contents(side, path)`` returns a file's bytes at "before" or "after" (None when unknown);
     ``listdir(directory)`` the names in a directory now (default: from ``after``); ``candidates``
     as for ``diff``; ``watch``: the paths the session's manifests ask to watch; ``artifacts``: the
     packages' pinned artifacts, which dependency trees are verified against; ``share``: how the
     stages, each independent of the others, are run (default: one after the other); ``python``: what
-    the session image's tools write in a Python environment, and where the mount was in the session."""
+    the session image's tools write in a Python environment, and where the mount was in the session;
+    ``before_paths``: ``snapshot.joined_paths(before)``, when made ahead."""
     view = View(before, after, diff(before, after, candidates), contents, kind, listdir, artifacts=artifacts,
-                python=python)
+                python=python, complete=True, before_paths=before_paths)
     # Each stage judges each path (tree, file's keys) on its own (isolation.judged); what fails
     # outside any path is a failure of the whole stage, and the other stages still run.
     stages: list[tuple[str, Callable[[View], list[Finding]]]] = [
