@@ -109,8 +109,9 @@ def _check(header: bytes) -> None:
     """The header's checksum (its bytes summed, the field itself as spaces; unsigned or signed)."""
     stored = header[148:156].split(b"\0", 1)[0].strip()
     rest = header[:148] + b" " * 8 + header[156:]
-    if not stored or int(stored, 8) != sum(rest) and \
-            int(stored, 8) != sum(rest) - 256 * sum(1 for byte in rest if byte > 127):
+    total = sum(rest.translate(None, b"\0"))  # zeros add nothing: most of a header, summed in half the time
+    if not stored or int(stored, 8) != total and \
+            int(stored, 8) != total - 256 * sum(1 for byte in rest if byte > 127):
         raise ValueError("a tar header whose checksum is wrong")
 
 
