@@ -22,7 +22,7 @@ from dejima.core.audit.npm_verify import _Check, package_key, verify
 from dejima.core.audit.pinned import TreeVerdict
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, tree_of
 from dejima.core.audit.trees import _group
-from dejima.core.snapshot import Snapshot, SnapshotEntry, diff
+from dejima.core.snapshot import Change, Snapshot, SnapshotEntry, diff
 
 # Path components that steer package_key: node_modules, scopes, .bin, dot-directories, and plain names.
 _PARTS = st.sampled_from(["node_modules", "@s", "@t", "a", "b", ".bin", ".cache", "lib", "x", "package.json"])
@@ -278,3 +278,79 @@ def test_paths_named_found_in_the_joined_paths_are_those_each_path_tested_gives(
     for side, entries in (("after", snapshot), ("before", view.before)):
         suffixes = tuple(f"/{n}" for n in names)
         assert view.named(*names, side=side) == [p for p in entries if p.endswith(suffixes) or p in names]
+
+
+# Files that make a directory a tree (or would, beside its manifest), names the rules single out
+# (a conftest.py, git names, a name that normalises, a lockfile, a .pyc, a config), and plain ones.
+_TREE_FILES = ["package.json", "node_modules/.package-lock.json", ".venv/pyvenv.cfg", "vendor/modules.txt", "go.mod",
+               "Cargo.toml", "target/.rustc_info.json", ".npm/_cacache/index", ".cache/pip/x"]
+_SPOT_PARTS = st.sampled_from(["node_modules", ".venv", "vendor", "target", ".npm", ".cache", "pip", "a", "lib",
+                               "conftest.py", ".GIT", "Gité", "é.py", "x.js", "package-lock.json", "y.pyc",
+                               ".vscode", "settings.json", "-rf", "A.js", ".git", "hooks", "pre-commit"])
+_ENTRIES = st.tuples(st.sampled_from(["file", "file", "file", "dir", "symlink", "fifo"]),
+                     st.sampled_from([0o644, 0o755, 0o4755, 0o666]), st.sampled_from([1, 2]), st.booleans())
+
+
+def _spot(path: str, shape: tuple[str, int, int, bool], inode: int) -> SnapshotEntry:
+    kind, mode, nlink, caps = shape
+    return SnapshotEntry(path, kind, mode, 1000, 1000, 10, nlink if kind == "file" else 1, inode, 1, 1,
+                         ("b" * 64 if kind == "file" else None), "../a" if kind == "symlink" else None,
+                         caps if kind == "file" else None)
+
+
+@settings(max_examples=250, deadline=None)
+@given(st.sets(st.sampled_from(_TREE_FILES)), st.sets(st.sampled_from(_TREE_FILES)),
+       st.dictionaries(st.lists(_SPOT_PARTS, min_size=1, max_size=5).map("/".join), _ENTRIES, max_size=14),
+       st.sampled_from(["workspace", "home", "cache"]))
+@example({"package.json", "node_modules/.package-lock.json"}, set(),
+         {"node_modules/a/conftest.py": ("file", 0o644, 1, False), "vendor/Gité": ("file", 0o4755, 2, True),
+          "node_modules/a/.GIT": ("file", 0o644, 1, False)}, "workspace")
+@example({"vendor/modules.txt", "go.mod"}, set(), {"vendor/a/conftest.py": ("file", 0o644, 1, False)}, "workspace")
+def test_the_rules_told_each_changed_path_s_tree_once_find_what_asking_each_path_finds(
+        start: set[str], end: set[str], spots: dict[str, tuple[str, int, int, bool]], kind: str) -> None:
+    """Every rule stage, and the fallback, on a mount whose changed paths' trees are told once per
+    directory (treeroots.changed_in_tree) and passed by where a rule says nothing of a tree's path,
+    finds what it finds when each path is asked on its own (none told: every rule the long way)."""
+    from dejima.core.audit.configs import config_findings
+    from dejima.core.audit.environment import environment_findings
+    from dejima.core.audit.fallback import fallback_findings
+    from dejima.core.audit.files import file_findings
+    from dejima.core.audit.git import git_findings
+    from dejima.core.audit.lockfiles import lockfile_findings
+    from dejima.core.audit.modelines import modeline_findings
+    from dejima.core.audit.names import name_findings
+    from dejima.core.audit.trees import tree_findings
+
+    before = {p: _spot(p, ("file", 0o644, 1, False), 1) for p in start}
+    after = {p: _spot(p, ("file", 0o644, 1, False), 1) for p in end | start}
+    for index, (path, shape) in enumerate(sorted(spots.items())):
+        after[path] = _spot(path, shape, 100 + index % 3)
+    for snapshot in (before, after):  # every directory above an entry is one
+        for path in list(snapshot):
+            parts = path.split("/")
+            for cut in range(1, len(parts)):
+                directory = "/".join(parts[:cut])
+                if snapshot.get(directory, _spot("", ("dir", 0, 0, False), 0)).kind == "dir":
+                    snapshot[directory] = _spot(directory, ("dir", 0o755, 1, False), 2)
+
+    def contents(side: str, path: str) -> bytes | None:
+        return b'{"packages": {"": {}}}' if path.endswith(".json") else b"x = 1\n# vim: set makeprg=x:\n"
+
+    for stage in (config_findings, file_findings, name_findings, tree_findings, environment_findings, git_findings,
+                  lockfile_findings, modeline_findings, lambda view: fallback_findings(view, [])):
+        told = View(before, after, diff(before, after), contents, kind)
+        each = View(before, after, diff(before, after), contents, kind, memo={"in-tree": {}})  # none told
+        assert stage(told) == stage(each)
+        assert each.memo["in-tree"] == {}
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ENTRIES, st.sampled_from(["file", "dir", "symlink", "fifo", "socket", "char", "block"]),
+       st.sampled_from(["added", "modified", "mode", "type", "owner"]), st.booleans())
+def test_an_entry_passed_by_as_unprivileged_is_one_the_privilege_rules_find_nothing_in(
+        shape: tuple[str, int, int, bool], kind: str, what: str, before: bool) -> None:
+    from dejima.core.audit.files import _privilege, may_be_privileged
+
+    new = _spot("x", (kind, *shape[1:]), 1)._replace(caps=shape[3] if kind == "file" else None)
+    old = _spot("x", ("file", 0o644, 1, False), 1) if before else None
+    assert may_be_privileged(new) or _privilege("x", Change("x", what, old, new)) == []

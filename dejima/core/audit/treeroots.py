@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 from dejima.core.audit.caches import in_package_cache
 from dejima.core.audit.model import View
+from dejima.core.snapshot import Change, by_directory
 
 NPM_RECORDS = (".package-lock.json", ".modules.yaml", ".yarn-state.yml", ".yarn-integrity")
 # (kind, the file its tool leaves in it, the manifest beside it)
@@ -208,7 +209,55 @@ def tree_of(path: str, view: View) -> Tree | None:
 
 def in_tree(path: str, view: View) -> bool:
     """Inside a recognised tree or a package cache: their own rules judge it (trees.py, caches.py)."""
-    return in_package_cache(path, view.kind) or tree_of(path, view) is not None
+    answer = changed_in_tree(view).get(path)
+    return answer if answer is not None else in_package_cache(path, view.kind) or tree_of(path, view) is not None
+
+
+_IN_TREE = "in-tree"  # View.memo: in_tree of each changed path, where it could be told (changed_in_tree)
+
+
+def changed_in_tree(view: View) -> dict[str, bool]:
+    """``in_tree`` of each changed path, told once per run of changes in one directory (a path's
+    tree is its directory's; a package cache is asked of each path where one can be a part of the
+    mount: the home), as ``sort_changes`` sorts them. The rules that pass by a tree's paths look
+    them up here instead of asking each; a path missing is asked on its own (its directory's tree
+    could not be told, and fails again where asked, judged there)."""
+    answers: dict[str, bool] | None = view.memo.get(_IN_TREE)  # type: ignore[assignment]
+    if answers is None:
+        try:
+            sort_changes(view)
+        except Exception:  # noqa: S110 - its directory's paths are asked on their own, and fail there
+            pass
+        answers = view.memo.setdefault(_IN_TREE, {})  # type: ignore[assignment]
+    return answers  # type: ignore[return-value]
+
+
+def sort_changes(view: View) -> dict[Tree, list[Change]]:
+    """The changes inside each recognised tree (each in its innermost), and ``changed_in_tree``'s
+    answers, found in one pass over the changes, each run of them in one directory asked its tree
+    once (cut out in C). Raises what telling a directory's tree raised, first, once every other
+    directory was told (its paths are left out of the answers)."""
+    groups: dict[Tree, list[Change]] = {}
+    answers: dict[str, bool] = {}
+    failure: Exception | None = None
+    caches = view.kind == "cache"
+    paths = (lambda run: [change.path for change in run]) if view.kind != "home" else None
+    for _, run in by_directory(view.changes):
+        try:
+            tree = tree_of(run[0].path, view)
+        except Exception as error:  # noqa: BLE001 - raised below, once the others are told
+            failure = failure or error
+            continue
+        if tree is not None:
+            groups.setdefault(tree, []).extend(run)
+        if paths is not None:
+            answers.update(dict.fromkeys(paths(run), caches or tree is not None))
+        else:
+            answers.update((c.path, tree is not None or in_package_cache(c.path, view.kind)) for c in run)
+    view.memo.setdefault(_IN_TREE, answers)  # told once: what was told stands
+    if failure is not None:
+        raise failure
+    return groups
 
 
 # Trees pytest does not walk into by default: node_modules (norecursedirs) and environments (by their

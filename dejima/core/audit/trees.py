@@ -15,9 +15,16 @@ from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding, first_few
 from dejima.core.audit.npm_verify import npm_findings
 from dejima.core.audit.python_verify import python_findings, rewritten_as_made
-from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
+from dejima.core.audit.treeroots import (
+    DEPENDENCY_KINDS,
+    ENVIRONMENT_RECORDS,
+    PYTHON_KINDS,
+    Tree,
+    in_tree,
+    sort_changes,
+)
 from dejima.core.audit.yarn_verify import yarn_findings
-from dejima.core.snapshot import Change, by_directory
+from dejima.core.snapshot import Change
 
 _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/_virtualenv\.py|/bin/activate[^/]*|"
                       r"/pyvenv\.cfg|/pip\.conf)\Z")
@@ -53,13 +60,7 @@ def tree_groups(view: View) -> dict[Tree, list[Change]]:
     and build-output rules each take their kinds (one pass over an install's 20k changes, not three)."""
     groups: dict[Tree, list[Change]] | None = view.memo.get("tree-groups")  # type: ignore[assignment]
     if groups is None:
-        groups = {}
-        # A path's tree is its directory's: asked once per run of changes in one directory.
-        for _, changes in by_directory(view.changes):
-            tree = tree_of(changes[0].path, view)
-            if tree is not None:
-                groups.setdefault(tree, []).extend(changes)
-        view.memo["tree-groups"] = groups
+        groups = view.memo["tree-groups"] = sort_changes(view)
     return groups
 
 
