@@ -354,3 +354,29 @@ def test_an_entry_passed_by_as_unprivileged_is_one_the_privilege_rules_find_noth
     new = _spot("x", (kind, *shape[1:]), 1)._replace(caps=shape[3] if kind == "file" else None)
     old = _spot("x", ("file", 0o644, 1, False), 1) if before else None
     assert may_be_privileged(new) or _privilege("x", Change("x", what, old, new)) == []
+
+
+_GIT_PARTS = st.sampled_from([".git", "a.git", ".gitmodules", "modules", "worktrees", "hooks", "HEAD", "objects",
+                              "refs", "config", "packed-refs", "index", "a", "x"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_GIT_PARTS, min_size=1, max_size=6).map("/".join),
+       st.sets(st.lists(_GIT_PARTS, min_size=1, max_size=4).map("/".join), max_size=6),
+       st.sampled_from([None, "", "hooks", "a/hooks"]), st.integers(0, 40))
+@example("a/x", {"a/HEAD", "a/objects", "a/refs"}, None, 0)
+@example("hooks/x", set(), "hooks", 0)
+def test_a_path_the_git_rules_pass_by_is_in_no_git_directory_and_under_no_hooks_path(
+        path: str, others: set[str], hooks: str | None, padding: int) -> None:
+    """git_findings passes by a path without ".git" (when the mount may hold no bare repository
+    and no hooks path is set), the configs' and other loops each path without ".git": split_git
+    finds no git directory for any such path, and the hooks rule has none to judge."""
+    from dejima.core.audit.git import _TOP_CONFIGS, _is_config, _passed_by
+
+    after = {p: _entry(p) for p in {path, *others, *(f"pad/{n}" for n in range(padding))}}
+    view = View({}, after, diff({}, after), _none)
+    if _passed_by(path, view, hooks):
+        assert split_git(path, view) is None and not (hooks and path.startswith(hooks + "/"))
+    if ".git" not in path:
+        assert split_git(path) is None and _is_config(path) == (path in _TOP_CONFIGS)
+    assert path.endswith("/.git") == (path.rsplit("/", 1)[-1] == ".git" and path != ".git")
