@@ -178,12 +178,17 @@ class _Check:
         # wanted from that pin's tarball at once (what ``change`` would say of it, one step each).
         for directory, run in by_directory(written):
             held = self.held_in_full(directory)
+            if held is None:
+                for change in run:
+                    self.change(change.path, change)
+                continue
+            wanted, cut, package, scripted = held
             for change in run:
                 new = change.after
                 assert new is not None
-                if held is not None and new.kind == "file" and change.what in ("added", "modified"):
-                    wanted, cut, package, scripted = held
-                    wanted.append(Wanted(change.path, change.path[cut:], new.sha256, package, scripted))
+                if new.kind == "file" and change.what in ("added", "modified"):
+                    path = change.path
+                    wanted.append(Wanted(path, path[cut:], new.sha256, package, scripted))
                 else:
                     self.change(change.path, change)
         for key, reason in sorted(self.unpinned.items()):

@@ -20,6 +20,7 @@ from dejima.core.audit.treeroots import (
     ENVIRONMENT_RECORDS,
     PYTHON_KINDS,
     Tree,
+    changed_in_tree,
     in_tree,
     sort_changes,
 )
@@ -104,7 +105,10 @@ def _stray_node_modules(view: View) -> list[Finding]:
     called node_modules is one too: require() follows it into a directory of any name."""
     groups: dict[str, list[Change]] = {}
     links: list[Finding] = []
+    known = changed_in_tree(view)
     for path, change in view.changed.items():
+        if known.get(path):
+            continue  # in a tree (told once per directory): neither rule below judges it
         if change.after is not None and change.after.kind == "symlink" and \
                 path.rpartition("/")[2] == "node_modules" and not in_tree(path, view):
             links.append(finding("B07", "high", path, f"a link called node_modules, to {change.after.target}: "
