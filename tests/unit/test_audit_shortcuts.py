@@ -10,7 +10,9 @@ from __future__ import annotations
 import csv
 import json
 import posixpath
+from collections.abc import Callable
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +22,7 @@ from dejima.core.audit.model import Artifact, View
 from dejima.core.audit.names import _GIT_NAMES, _added_name, normalize
 from dejima.core.audit.npm_verify import _Check, package_key, verify
 from dejima.core.audit.pinned import TreeVerdict
-from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, tree_of
+from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, changed_in_tree, tree_of
 from dejima.core.audit.trees import _group
 from dejima.core.snapshot import Change, Snapshot, SnapshotEntry, diff
 
@@ -311,16 +313,6 @@ def test_the_rules_told_each_changed_path_s_tree_once_find_what_asking_each_path
     """Every rule stage, and the fallback, on a mount whose changed paths' trees are told once per
     directory (treeroots.changed_in_tree) and passed by where a rule says nothing of a tree's path,
     finds what it finds when each path is asked on its own (none told: every rule the long way)."""
-    from dejima.core.audit.configs import config_findings
-    from dejima.core.audit.environment import environment_findings
-    from dejima.core.audit.fallback import fallback_findings
-    from dejima.core.audit.files import file_findings
-    from dejima.core.audit.git import git_findings
-    from dejima.core.audit.lockfiles import lockfile_findings
-    from dejima.core.audit.modelines import modeline_findings
-    from dejima.core.audit.names import name_findings
-    from dejima.core.audit.trees import tree_findings
-
     before = {p: _spot(p, ("file", 0o644, 1, False), 1) for p in start}
     after = {p: _spot(p, ("file", 0o644, 1, False), 1) for p in end | start}
     for index, (path, shape) in enumerate(sorted(spots.items())):
@@ -336,12 +328,55 @@ def test_the_rules_told_each_changed_path_s_tree_once_find_what_asking_each_path
     def contents(side: str, path: str) -> bytes | None:
         return b'{"packages": {"": {}}}' if path.endswith(".json") else b"x = 1\n# vim: set makeprg=x:\n"
 
+    _each_stage_as_asked_path_by_path(before, after, contents, kind)
+
+
+def _each_stage_as_asked_path_by_path(before: Snapshot, after: Snapshot, contents: Callable[[str, str], bytes | None],
+                                      kind: str) -> None:
+    from dejima.core.audit.configs import config_findings
+    from dejima.core.audit.environment import environment_findings
+    from dejima.core.audit.fallback import fallback_findings
+    from dejima.core.audit.files import file_findings
+    from dejima.core.audit.git import git_findings
+    from dejima.core.audit.isolation import judged
+    from dejima.core.audit.lockfiles import lockfile_findings
+    from dejima.core.audit.modelines import modeline_findings
+    from dejima.core.audit.names import name_findings
+    from dejima.core.audit.trees import tree_findings
+
     for stage in (config_findings, file_findings, name_findings, tree_findings, environment_findings, git_findings,
                   lockfile_findings, modeline_findings, lambda view: fallback_findings(view, [])):
         told = View(before, after, diff(before, after), contents, kind)
         each = View(before, after, diff(before, after), contents, kind, memo={"in-tree": {}})  # none told
-        assert stage(told) == stage(each)
+        assert judged(told, "stage", "", stage, told) == judged(each, "stage", "", stage, each)
         assert each.memo["in-tree"] == {}
+
+
+def test_a_directory_whose_tree_cannot_be_told_fails_where_asking_each_path_fails() -> None:
+    """A workspace package's node_modules whose project's npm record cannot be read (its reader
+    fails): its paths are asked on their own, each rule failing where it fails the long way; the
+    other directories' paths are told as ever."""
+    paths = ["package.json", "node_modules/.package-lock.json", "node_modules/a/index.js",
+             "packages/p/node_modules/x/conftest.py", "packages/p/node_modules/x/.GIT", "src/conftest.py"]
+    after = {p: _entry(p) for p in paths}
+    for path in ("node_modules", "node_modules/a", "packages", "packages/p", "packages/p/node_modules",
+                 "packages/p/node_modules/x", "src"):
+        after[path] = _entry(path, "dir")
+
+    def contents(side: str, path: str) -> bytes | None:
+        if path == "node_modules/.package-lock.json":
+            raise OSError("unreadable")
+        return b"{}"
+
+    view = View({}, after, diff({}, after), contents)
+    assert changed_in_tree(view).get("node_modules/a/index.js") is True
+    assert "packages/p/node_modules/x/conftest.py" not in changed_in_tree(view)
+    _each_stage_as_asked_path_by_path({}, after, contents, "workspace")
+    # The trees are not grouped without it: the tree rules fail with what failed (judged as a stage's failure).
+    from dejima.core.audit.trees import tree_findings
+
+    with pytest.raises(OSError, match="unreadable"):
+        tree_findings(view)
 
 
 @settings(max_examples=300, deadline=None)

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
+from itertools import groupby, repeat
+from operator import attrgetter, is_not, itemgetter, methodcaller
 from typing import NamedTuple
 
 from dejima.core.audit.caches import in_package_cache
 from dejima.core.audit.model import View
-from dejima.core.snapshot import Change, by_directory
+from dejima.core.snapshot import Change
 
 NPM_RECORDS = (".package-lock.json", ".modules.yaml", ".yarn-state.yml", ".yarn-integrity")
 # (kind, the file its tool leaves in it, the manifest beside it)
@@ -213,6 +215,7 @@ def in_tree(path: str, view: View) -> bool:
     return answer if answer is not None else in_package_cache(path, view.kind) or tree_of(path, view) is not None
 
 
+_UNTOLD = Tree("", "")  # a directory whose tree could not be told (sort_changes)
 _IN_TREE = "in-tree"  # View.memo: in_tree of each changed path, where it could be told (changed_in_tree)
 
 
@@ -234,26 +237,36 @@ def changed_in_tree(view: View) -> dict[str, bool]:
 
 def sort_changes(view: View) -> dict[Tree, list[Change]]:
     """The changes inside each recognised tree (each in its innermost), and ``changed_in_tree``'s
-    answers, found in one pass over the changes, each run of them in one directory asked its tree
-    once (cut out in C). Raises what telling a directory's tree raised, first, once every other
+    answers, found in one pass over the changes: each directory that holds one is asked its tree
+    once (a path's tree is its directory's), the changes' directories cut out and looked up in C.
+    Raises what telling a directory's tree raised, first in the changes' order, once every other
     directory was told (its paths are left out of the answers)."""
-    groups: dict[Tree, list[Change]] = {}
-    answers: dict[str, bool] = {}
+    paths = list(map(attrgetter("path"), view.changes))
+    parents = list(map(itemgetter(0), map(methodcaller("rpartition", "/"), paths)))
+    trees: dict[str, Tree | None] = {}
     failure: Exception | None = None
-    caches = view.kind == "cache"
-    paths = (lambda run: [change.path for change in run]) if view.kind != "home" else None
-    for _, run in by_directory(view.changes):
+    for directory in dict.fromkeys(parents):  # each once, in the changes' order
         try:
-            tree = tree_of(run[0].path, view)
+            trees[directory] = tree_of(f"{directory}/x" if directory else "x", view)
         except Exception as error:  # noqa: BLE001 - raised below, once the others are told
             failure = failure or error
-            continue
-        if tree is not None:
-            groups.setdefault(tree, []).extend(run)
-        if paths is not None:
-            answers.update(dict.fromkeys(paths(run), caches or tree is not None))
-        else:
-            answers.update((c.path, tree is not None or in_package_cache(c.path, view.kind)) for c in run)
+    of_change = list(map(trees.get, parents, repeat(_UNTOLD)))
+    groups: dict[Tree, list[Change]] = {}
+    for tree, run in groupby(zip(of_change, view.changes, strict=True), key=itemgetter(0)):  # a tree's come together
+        if tree is not None and tree is not _UNTOLD:
+            groups.setdefault(tree, []).extend(map(itemgetter(1), run))
+    if view.kind == "home":  # a package cache is a part of the home: asked of each path
+        told = [(path, tree is not None or in_package_cache(path, view.kind))
+                for path, tree in zip(paths, of_change, strict=True) if tree is not _UNTOLD]
+        answers = dict(told)
+    else:
+        # A cache mount is a package cache throughout.
+        answers = dict.fromkeys(paths, True) if view.kind == "cache" else \
+            dict(zip(paths, map(is_not, of_change, repeat(None)), strict=True))
+        if failure is not None:  # the paths of a directory not told are asked on their own
+            for path, tree in zip(paths, of_change, strict=True):
+                if tree is _UNTOLD:
+                    answers.pop(path, None)
     view.memo.setdefault(_IN_TREE, answers)  # told once: what was told stands
     if failure is not None:
         raise failure
