@@ -415,3 +415,17 @@ def test_a_path_the_git_rules_pass_by_is_in_no_git_directory_and_under_no_hooks_
     if ".git" not in path:
         assert split_git(path) is None and _is_config(path) == (path in _TOP_CONFIGS)
     assert path.endswith("/.git") == (path.rsplit("/", 1)[-1] == ".git" and path != ".git")
+
+
+@given(st.sampled_from(["added", "removed", "modified", "mode", "type", "link-target", "owner", "nlink"]),
+       st.booleans(), st.booleans())
+def test_a_change_the_tree_rules_do_not_ask_is_none_in_place(what: str, same_parent: bool, before: bool) -> None:
+    """_dependency_tree asks _in_place only of what it can call in place (_IN_PLACE): any other
+    change is never in place, whatever its directory did."""
+    from dejima.core.audit.trees import _IN_PLACE, _in_place
+
+    parent = _entry("d", "dir")
+    after = {"d": parent if same_parent else parent._replace(ctime_ns=2), "d/x": _entry("d/x")}
+    view = View({"d": parent, **({"d/x": _entry("d/x")} if before else {})}, after, [], _none)
+    change = Change("d/x", what, _entry("d/x") if before else None, _entry("d/x"))
+    assert what in _IN_PLACE or not _in_place(change, view)

@@ -41,6 +41,7 @@ _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml
 _OTHER_LOCKFILES = ("pnpm-lock.yaml", "yarn.lock")
 _PIN = ("version", "resolved", "integrity", "link")
 _CONTENT = ("added", "modified", "type", "link-target")
+_wanted = tuple.__new__  # a Wanted of all its fields, without its __new__'s frame (one per file of a held package)
 
 
 def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
@@ -188,7 +189,7 @@ class _Check:
                 assert new is not None
                 if new.kind == "file" and change.what in ("added", "modified"):
                     path = change.path
-                    wanted.append(Wanted(path, path[cut:], new.sha256, package, scripted))
+                    wanted.append(_wanted(Wanted, (path, path[cut:], new.sha256, package, scripted)))
                 else:
                     self.change(change.path, change)
         for key, reason in sorted(self.unpinned.items()):

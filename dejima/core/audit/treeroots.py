@@ -68,7 +68,7 @@ def _beside(directory: str, name: str) -> str:
 def _holders(view: View, name: str, sides: tuple[str, ...] = ("before", "after")) -> frozenset[str]:
     """The directories two levels above each path named ``name`` (target/ for target/debug/.fingerprint,
     vendor/ for vendor/x.dist-info/RECORD), in these snapshots."""
-    key = f"holders:{name}:{sides}"
+    key = f"holders:{name}:{'/'.join(sides)}"
     if key not in view.memo:
         view.memo[key] = frozenset(path.rsplit("/", 2)[0] for side in sides for path in view.named(name, side=side)
                                    if path.count("/") >= 2 and (name != "RECORD" or
@@ -99,8 +99,10 @@ def _recognise(directory: str, view: View) -> str | None:
 
 def _recorded_kind(directory: str, view: View, sides: tuple[str, ...] = ("before", "after")) -> str | None:
     """The kind of tree whose tool's record the directory holds, in these snapshots."""
-    def exists(path: str) -> bool:
-        return any(path in (view.before if side == "before" else view.after) for side in sides)
+    first, second = (view.before if side == "before" else view.after for side in (sides[0], sides[-1]))
+
+    def exists(path: str) -> bool:  # asked of every directory of a tree: no generator per test
+        return path in first or path in second
 
     if exists(f"{directory}/pyvenv.cfg"):
         return "python"
@@ -110,10 +112,10 @@ def _recorded_kind(directory: str, view: View, sides: tuple[str, ...] = ("before
         return "cargo" if directory == HOME_BUILD_OUTPUT and exists(f"{directory}/.rustc_info.json") else None
     if view.kind != "workspace":
         return None
-    if exists(_beside(directory, "Cargo.toml")) and (
-            exists(f"{directory}/.rustc_info.json") or directory in _holders(view, ".fingerprint", sides)):
+    cargo = exists(_beside(directory, "Cargo.toml"))
+    if cargo and (exists(f"{directory}/.rustc_info.json") or directory in _holders(view, ".fingerprint", sides)):
         return "cargo"
-    if exists(_beside(directory, "Cargo.toml")) and directory in _holders(view, ".cargo-checksum.json", sides):
+    if cargo and directory in _holders(view, ".cargo-checksum.json", sides):
         return "cargo-vendor"
     for kind, record, manifest in _VENDORED:
         if exists(f"{directory}/{record}") and exists(_beside(directory, manifest)):

@@ -38,6 +38,9 @@ def _summary(paths: list[str]) -> str:
     return first_few(paths, _LISTED)
 
 
+_IN_PLACE = ("mode", "owner", "link-target", "modified")  # what _in_place can say is in place (no "added")
+
+
 def _in_place(change: Change, view: View) -> bool:
     """Modified where it lies rather than installed anew: a reinstall creates files, which changes
     their directory; a tamperer rewrites a file and leaves its directory as it was. (Inode numbers
@@ -79,8 +82,8 @@ def _dependencies(view: View) -> list[Finding]:
 
 
 def _dependency_tree(kind: str, root: str, changes: list[Change], view: View) -> list[Finding]:
-    in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
-                and c.path[len(root) + 1:] not in TOOL_STATE]
+    in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if c.what in _IN_PLACE
+                and _in_place(c, view) and c.path[len(root) + 1:] not in TOOL_STATE]
     if kind == "cargo-vendor":  # held to Cargo.lock's checksums
         return vendor_findings(root, changes, view, in_place)
     tampered = in_place + npm_tampering(root, changes, view)
