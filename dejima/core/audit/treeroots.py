@@ -222,7 +222,7 @@ _IN_TREE = "in-tree"  # View.memo: in_tree of each changed path, where it could 
 
 
 def changed_in_tree(view: View) -> dict[str, bool]:
-    """``in_tree`` of each changed path, told once per run of changes in one directory (a path's
+    """``in_tree`` of each changed path, told once per directory that holds a change (a path's
     tree is its directory's; a package cache is asked of each path where one can be a part of the
     mount: the home), as ``sort_changes`` sorts them. The rules that pass by a tree's paths look
     them up here instead of asking each; a path missing is asked on its own (its directory's tree
