@@ -12,7 +12,9 @@ import binascii
 import csv
 import json
 import posixpath
+from collections.abc import Callable
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +25,7 @@ from dejima.core.audit.model import Artifact, View
 from dejima.core.audit.names import _GIT_NAMES, _added_name, normalize
 from dejima.core.audit.npm_verify import _Check, package_key, verify
 from dejima.core.audit.pinned import TreeVerdict
-from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, tree_of
+from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, changed_in_tree, tree_of
 from dejima.core.audit.trees import _group
 from dejima.core.snapshot import Change, Snapshot, SnapshotEntry, diff
 
@@ -303,23 +305,6 @@ def test_paths_named_at_the_end_from_the_starts_and_the_changes_are_those_of_the
         assert derived.named(*names, side=side) == long_way.named(*names, side=side)
 
 
-_KINDS = ["file", "dir", "symlink", "fifo", "socket", "char", "block"]
-_WHATS = ["added", "removed", "modified", "mode", "type", "link-target", "owner", "nlink"]
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.sampled_from(_KINDS), st.sampled_from(_KINDS), st.sampled_from(_WHATS), st.sampled_from([None, False, True]),
-       st.integers(0, 0o7777), st.integers(0, 0o7777), st.booleans())
-def test_an_entry_the_privilege_rules_are_not_asked_of_is_one_they_find_nothing_in(
-        kind: str, old_kind: str, what: str, caps: bool | None, mode: int, old_mode: int, had: bool) -> None:
-    # files.file_findings asks _privilege only of an entry with capabilities, setuid/setgid bits or a
-    # special kind: any other it would find nothing in.
-    new = SnapshotEntry("a", kind, mode, 1000, 1000, 1, 1, 1, 1, 1, None, None, caps)
-    old = SnapshotEntry("a", old_kind, old_mode, 1000, 1000, 1, 1, 1, 1, 1) if had else None
-    if not (new.caps or new.privileged_bits or new.kind in files._SPECIAL):
-        assert files._privilege("a", Change("a", what, old, new)) == []
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(["node_modules/a/x.js", "node_modules/a/y.js", ".git/hooks/pre-commit",
                                  ".vscode/tasks.json", "src/x.py", ".envrc"]), unique=True),
@@ -354,3 +339,152 @@ def test_a_record_hash_read_in_hex_is_what_urlsafe_b64decode_reads(value: str, a
     except (binascii.Error, ValueError):
         expected = ""
     assert _hex(digest) == expected
+
+
+# Files that make a directory a tree (or would, beside its manifest), names the rules single out
+# (a conftest.py, git names, a name that normalises, a lockfile, a .pyc, a config), and plain ones.
+_TREE_FILES = ["package.json", "node_modules/.package-lock.json", ".venv/pyvenv.cfg", "vendor/modules.txt", "go.mod",
+               "Cargo.toml", "target/.rustc_info.json", ".npm/_cacache/index", ".cache/pip/x"]
+_SPOT_PARTS = st.sampled_from(["node_modules", ".venv", "vendor", "target", ".npm", ".cache", "pip", "a", "lib",
+                               "conftest.py", ".GIT", "Gité", "é.py", "x.js", "package-lock.json", "y.pyc",
+                               ".vscode", "settings.json", "-rf", "A.js", ".git", "hooks", "pre-commit"])
+_ENTRIES = st.tuples(st.sampled_from(["file", "file", "file", "dir", "symlink", "fifo"]),
+                     st.sampled_from([0o644, 0o755, 0o4755, 0o666]), st.sampled_from([1, 2]), st.booleans())
+
+
+def _spot(path: str, shape: tuple[str, int, int, bool], inode: int) -> SnapshotEntry:
+    kind, mode, nlink, caps = shape
+    return SnapshotEntry(path, kind, mode, 1000, 1000, 10, nlink if kind == "file" else 1, inode, 1, 1,
+                         ("b" * 64 if kind == "file" else None), "../a" if kind == "symlink" else None,
+                         caps if kind == "file" else None)
+
+
+@settings(max_examples=250, deadline=None)
+@given(st.sets(st.sampled_from(_TREE_FILES)), st.sets(st.sampled_from(_TREE_FILES)),
+       st.dictionaries(st.lists(_SPOT_PARTS, min_size=1, max_size=5).map("/".join), _ENTRIES, max_size=14),
+       st.sampled_from(["workspace", "home", "cache"]))
+@example({"package.json", "node_modules/.package-lock.json"}, set(),
+         {"node_modules/a/conftest.py": ("file", 0o644, 1, False), "vendor/Gité": ("file", 0o4755, 2, True),
+          "node_modules/a/.GIT": ("file", 0o644, 1, False)}, "workspace")
+@example({"vendor/modules.txt", "go.mod"}, set(), {"vendor/a/conftest.py": ("file", 0o644, 1, False)}, "workspace")
+def test_the_rules_told_each_changed_path_s_tree_once_find_what_asking_each_path_finds(
+        start: set[str], end: set[str], spots: dict[str, tuple[str, int, int, bool]], kind: str) -> None:
+    """Every rule stage, and the fallback, on a mount whose changed paths' trees are told once per
+    directory (treeroots.changed_in_tree) and passed by where a rule says nothing of a tree's path,
+    finds what it finds when each path is asked on its own (none told: every rule the long way)."""
+    before = {p: _spot(p, ("file", 0o644, 1, False), 1) for p in start}
+    after = {p: _spot(p, ("file", 0o644, 1, False), 1) for p in end | start}
+    for index, (path, shape) in enumerate(sorted(spots.items())):
+        after[path] = _spot(path, shape, 100 + index % 3)
+    for snapshot in (before, after):  # every directory above an entry is one
+        for path in list(snapshot):
+            parts = path.split("/")
+            for cut in range(1, len(parts)):
+                directory = "/".join(parts[:cut])
+                if snapshot.get(directory, _spot("", ("dir", 0, 0, False), 0)).kind == "dir":
+                    snapshot[directory] = _spot(directory, ("dir", 0o755, 1, False), 2)
+
+    def contents(side: str, path: str) -> bytes | None:
+        return b'{"packages": {"": {}}}' if path.endswith(".json") else b"x = 1\n# vim: set makeprg=x:\n"
+
+    _each_stage_as_asked_path_by_path(before, after, contents, kind)
+
+
+def _each_stage_as_asked_path_by_path(before: Snapshot, after: Snapshot, contents: Callable[[str, str], bytes | None],
+                                      kind: str) -> None:
+    from dejima.core.audit.configs import config_findings
+    from dejima.core.audit.environment import environment_findings
+    from dejima.core.audit.fallback import fallback_findings
+    from dejima.core.audit.files import file_findings
+    from dejima.core.audit.git import git_findings
+    from dejima.core.audit.isolation import judged
+    from dejima.core.audit.lockfiles import lockfile_findings
+    from dejima.core.audit.modelines import modeline_findings
+    from dejima.core.audit.names import name_findings
+    from dejima.core.audit.trees import tree_findings
+
+    for stage in (config_findings, file_findings, name_findings, tree_findings, environment_findings, git_findings,
+                  lockfile_findings, modeline_findings, lambda view: fallback_findings(view, [])):
+        told = View(before, after, diff(before, after), contents, kind)
+        each = View(before, after, diff(before, after), contents, kind, memo={"in-tree": {}})  # none told
+        assert judged(told, "stage", "", stage, told) == judged(each, "stage", "", stage, each)
+        assert each.memo["in-tree"] == {}
+
+
+def test_a_directory_whose_tree_cannot_be_told_fails_where_asking_each_path_fails() -> None:
+    """A workspace package's node_modules whose project's npm record cannot be read (its reader
+    fails): its paths are asked on their own, each rule failing where it fails the long way; the
+    other directories' paths are told as ever."""
+    paths = ["package.json", "node_modules/.package-lock.json", "node_modules/a/index.js",
+             "packages/p/node_modules/x/conftest.py", "packages/p/node_modules/x/.GIT", "src/conftest.py"]
+    after = {p: _entry(p) for p in paths}
+    for path in ("node_modules", "node_modules/a", "packages", "packages/p", "packages/p/node_modules",
+                 "packages/p/node_modules/x", "src"):
+        after[path] = _entry(path, "dir")
+
+    def contents(side: str, path: str) -> bytes | None:
+        if path == "node_modules/.package-lock.json":
+            raise OSError("unreadable")
+        return b"{}"
+
+    view = View({}, after, diff({}, after), contents)
+    assert changed_in_tree(view).get("node_modules/a/index.js") is True
+    assert "packages/p/node_modules/x/conftest.py" not in changed_in_tree(view)
+    _each_stage_as_asked_path_by_path({}, after, contents, "workspace")
+    # The trees are not grouped without it: the tree rules fail with what failed (judged as a stage's failure).
+    from dejima.core.audit.trees import tree_findings
+
+    with pytest.raises(OSError, match="unreadable"):
+        tree_findings(view)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ENTRIES, st.sampled_from(["file", "dir", "symlink", "fifo", "socket", "char", "block"]),
+       st.sampled_from(["added", "modified", "mode", "type", "owner"]), st.booleans())
+def test_an_entry_passed_by_as_unprivileged_is_one_the_privilege_rules_find_nothing_in(
+        shape: tuple[str, int, int, bool], kind: str, what: str, before: bool) -> None:
+    from dejima.core.audit.files import _privilege, may_be_privileged
+
+    new = _spot("x", (kind, *shape[1:]), 1)._replace(caps=shape[3] if kind == "file" else None)
+    old = _spot("x", ("file", 0o644, 1, False), 1) if before else None
+    assert may_be_privileged(new) or _privilege("x", Change("x", what, old, new)) == []
+
+
+_GIT_PARTS = st.sampled_from([".git", "a.git", ".gitmodules", "modules", "worktrees", "hooks", "HEAD", "objects",
+                              "refs", "config", "packed-refs", "index", "a", "x"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_GIT_PARTS, min_size=1, max_size=6).map("/".join),
+       st.sets(st.lists(_GIT_PARTS, min_size=1, max_size=4).map("/".join), max_size=6),
+       st.sampled_from([None, "", "hooks", "a/hooks"]), st.integers(0, 40))
+@example("a/x", {"a/HEAD", "a/objects", "a/refs"}, None, 0)
+@example("hooks/x", set(), "hooks", 0)
+def test_a_path_the_git_rules_pass_by_is_in_no_git_directory_and_under_no_hooks_path(
+        path: str, others: set[str], hooks: str | None, padding: int) -> None:
+    """git_findings passes by a path without ".git" (when the mount may hold no bare repository
+    and no hooks path is set), the configs' and other loops each path without ".git": split_git
+    finds no git directory for any such path, and the hooks rule has none to judge."""
+    from dejima.core.audit.git import _TOP_CONFIGS, _is_config, _passed_by
+
+    after = {p: _entry(p) for p in {path, *others, *(f"pad/{n}" for n in range(padding))}}
+    view = View({}, after, diff({}, after), _none)
+    if _passed_by(path, view, hooks):
+        assert split_git(path, view) is None and not (hooks and path.startswith(hooks + "/"))
+    if ".git" not in path:
+        assert split_git(path) is None and _is_config(path) == (path in _TOP_CONFIGS)
+    assert path.endswith("/.git") == (path.rsplit("/", 1)[-1] == ".git" and path != ".git")
+
+
+@given(st.sampled_from(["added", "removed", "modified", "mode", "type", "link-target", "owner", "nlink"]),
+       st.booleans(), st.booleans())
+def test_a_change_the_tree_rules_do_not_ask_is_none_in_place(what: str, same_parent: bool, before: bool) -> None:
+    """_dependency_tree asks _in_place only of what it can call in place (_IN_PLACE): any other
+    change is never in place, whatever its directory did."""
+    from dejima.core.audit.trees import _IN_PLACE, _in_place
+
+    parent = _entry("d", "dir")
+    after = {"d": parent if same_parent else parent._replace(ctime_ns=2), "d/x": _entry("d/x")}
+    view = View({"d": parent, **({"d/x": _entry("d/x")} if before else {})}, after, [], _none)
+    change = Change("d/x", what, _entry("d/x") if before else None, _entry("d/x"))
+    assert what in _IN_PLACE or not _in_place(change, view)

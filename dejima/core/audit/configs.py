@@ -12,7 +12,7 @@ from dejima.core.audit.globs import GlobIndex
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import MOUNT_KINDS, Finding, View, finding, in_dependency_tree
-from dejima.core.audit.treeroots import judged_by_tree
+from dejima.core.audit.treeroots import changed_in_tree, judged_by_tree
 from dejima.core.audit.values import VALUE_TESTS
 from dejima.core.configfiles import ConfigParseError, parse_config
 from dejima.core.snapshot import Change
@@ -232,7 +232,11 @@ def _removed(rule: PathRule, path: str, view: View) -> list[Finding]:
 def config_findings(view: View) -> list[Finding]:
     """Each rule on each path judged on its own (isolation): one that fails is a finding there."""
     found: list[Finding] = []
+    # A tree's paths, told once per directory, are its own rules' (but a conftest.py: judged_by_tree).
+    known = changed_in_tree(view) if view.kind == "workspace" else {}
     for path, change in view.changed.items():
+        if known.get(path) and not path.endswith("/conftest.py"):
+            continue
         # The tree first: asked once per directory, where the catalogue's globs are tried per path.
         rules = rules_for(path, view.kind) if change.after is not None and not _tree_judges(path, view) else []
         if rules:

@@ -12,14 +12,13 @@ from dejima.core.audit.configs import rules_for
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding, resolve
 from dejima.core.audit.names import BIDI, invisible_in_text
-from dejima.core.audit.treeroots import in_tree
+from dejima.core.audit.treeroots import changed_in_tree, in_tree
 from dejima.core.snapshot import Change, SnapshotEntry, mode_text
 
 # Files whose text is code or config: invisible characters there hide logic from a reviewer (F09).
 _CODE = re.compile(r"\.(py|pyi|js|mjs|cjs|ts|tsx|jsx|json|jsonc|toml|ya?ml|ini|cfg|conf|sh|bash|zsh|fish|ps1|"
                    r"rb|go|rs|java|kt|kts|scala|c|h|cc|cpp|hpp|cs|php|pl|lua|swift|sql|gradle|tf|nix|mk|"
                    r"env|envrc|properties|xml)\Z|(^|/)(Makefile|Dockerfile|Jenkinsfile|\.envrc)\Z")
-_SPECIAL = frozenset(("char", "block", "fifo", "socket"))
 _BIG_FILE = 1 << 30
 _DEEP = 64
 
@@ -140,19 +139,30 @@ def _content(path: str, change: Change, view: View) -> list[Finding]:
     return found
 
 
+def may_be_privileged(new: SnapshotEntry) -> bool:
+    """Whether ``_privilege`` can find anything in an entry: what it reports needs one of these
+    (a plain file, directory or link without setuid, setgid or capabilities holds none)."""
+    return bool(new.caps) or new.kind not in _PLAIN_KINDS or new.kind == "file" and bool(new.privileged_bits)
+
+
+_PLAIN_KINDS = ("file", "dir", "symlink")
+
+
 def file_findings(view: View) -> list[Finding]:
     """Each rule on each changed entry judged on its own (isolation): one that fails is a finding there."""
     found: list[Finding] = []
     deep_reported = False
+    known = changed_in_tree(view)  # a tree's paths are told once per directory
     for change in view.changes:
         path, new = change.path, change.after
         if new is None:
             continue
-        if new.caps or new.privileged_bits or new.kind in _SPECIAL:  # what _privilege finds anything in
+        if may_be_privileged(new):
             found.extend(judged(view, "F03/F04", path, _privilege, path, change))
         linked = change.before is None or change.before.nlink < new.nlink or change.what in ("added", "type")
         hard_linked = new.kind == "file" and new.nlink > 1 and linked and not path.startswith(".git/objects/")
-        if in_tree(path, view):
+        inside = known.get(path)
+        if inside if inside is not None else in_tree(path, view):
             # Reported whole, to reinstall (trees.py, caches.py); a hard link with a watched place is still ours.
             if hard_linked:
                 found.extend(judged(view, "F02", path, _hard_link, path, new, view, in_a_tree=True))

@@ -52,9 +52,15 @@ def split_git(path: str, view: View | None = None) -> GitPath | None:
     return GitPath(gitdir, "/".join(rest))
 
 
+def _passed_by(path: str, view: View, hooks: str | None) -> bool:
+    """Whether a path is, on its face, in no git directory (``split_git`` finds none: no ".git" in
+    it, and no bare repository in the mount) and under no hooks path: most paths, not split."""
+    return ".git" not in path and not hooks and not _bare_repositories(view)
+
+
 def _is_bare_repo(directory: str, snapshot: Snapshot) -> bool:
     prefix = f"{directory}/" if directory else ""
-    return all(f"{prefix}{name}" in snapshot for name in ("HEAD", "objects", "refs"))
+    return f"{prefix}HEAD" in snapshot and f"{prefix}objects" in snapshot and f"{prefix}refs" in snapshot
 
 
 def _in_bare_repo(path: str, view: View) -> GitPath | None:
@@ -222,7 +228,7 @@ def _inner_findings(path: str, where: GitPath, view: View) -> list[Finding]:
 def _replace_refs(view: View) -> list[Finding]:
     found = []
     for path in view.changed:
-        where = split_git(path)
+        where = split_git(path) if ".git" in path else None  # none without it: most paths not split
         if where is not None and where.inner == "packed-refs":
             new = [line for line in view.new_lines(path) if " refs/replace/" in line]
             if new:
@@ -291,13 +297,12 @@ def _nested_repositories(view: View) -> list[Finding]:
         new = change.after
         if new is None or change.what not in ("added", "type"):
             continue
-        name = path.rsplit("/", 1)[-1]
-        if name == ".git" and path != ".git" and split_git(path.rpartition("/")[0] + "/x") is None:
+        if path.endswith("/.git") and split_git(path.rpartition("/")[0] + "/x") is None:
             config = view.entry(f"{path}/config")
             found.append(finding("G24", "critical", path, f"a nested git repository ({new.kind}): its hooks and "
                                  "config run when a shell or IDE enters it",
                                  f"{new.kind}:{new.sha256 or (config.sha256 if config else '')}", remedy="restore"))
-        elif new.kind == "dir" and ".git" not in path.split("/") and _is_bare_repo(path, view.after) and \
+        elif new.kind == "dir" and _is_bare_repo(path, view.after) and ".git" not in path.split("/") and \
                 not _is_bare_repo(path, view.before):
             found.append(finding("G24", "critical", path, "a bare git repository inside the tree", "bare",
                                  remedy="restore"))
@@ -317,7 +322,7 @@ def index_hidden(view: View) -> dict[str, str]:
         return cached
     hidden: dict[str, str] = {}
     for path, change in view.changed.items():
-        where = split_git(path)
+        where = split_git(path) if ".git" in path else None  # none without it: most paths not split
         if where is None or where.inner != "index" or where.gitdir.rsplit("/", 1)[-1] != ".git" or \
                 change.after is None:
             continue
@@ -386,7 +391,9 @@ def _enabled_files(found: list[Finding], view: View) -> list[Finding]:
 
 def git_findings(view: View) -> list[Finding]:
     found: list[Finding] = []
-    changed_configs = {p for p, c in view.changed.items() if c.after is not None and _is_config(p)}
+    # A config's path holds ".git" (split_git) or is one of the top ones: most paths are not asked.
+    changed_configs = {p for p, c in view.changed.items() if c.after is not None and (".git" in p or p in _TOP_CONFIGS)
+                       and _is_config(p)}
     # Includes: a changed config's, and the top config's (its unchanged include may name a changed file).
     including = changed_configs | {p for p in (".git/config", ".git/config.worktree") if p in view.after}
     for path in sorted(including):
@@ -401,7 +408,7 @@ def git_findings(view: View) -> list[Finding]:
                              f"{kind}:{(new.sha256 or new.target or '') if new else ''}", remedy="restore"))
     hooks = _hooks_path(view)
     for path, change in view.changed.items():
-        if change.after is None:
+        if change.after is None or _passed_by(path, view, hooks):
             continue
         where = split_git(path, view)
         if where is not None and path not in changed_configs:

@@ -104,19 +104,24 @@ def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
             held[directory] = _in_kept_package(f"{directory}/x", view)
         return held[directory]
 
+    inside = len(tree) + 1
     for change in changes:
         new, path = change.after, change.path
         if new is None:
             continue
-        relative = path[len(tree) + 1:]
-        if new.kind == "symlink" and new.target is not None and change.what in ("added", "type", "link-target"):
-            found.extend(_link(tree, path, new.target, lock, view))
-        elif new.kind == "file" and "/" not in relative and not relative.startswith("."):
+        if new.kind == "symlink":
+            if new.target is not None and change.what in ("added", "type", "link-target"):
+                found.extend(_link(tree, path, new.target, lock, view))
+            continue
+        if new.kind != "file":
+            continue  # a directory, or a special file (the file rules' F04)
+        relative = path[inside:]
+        if "/" not in relative and not relative.startswith("."):
             found.append(f"{path}: a file in node_modules that no package puts there")
-        elif new.kind == "file" and change.what in ("added", "modified") and path.endswith("/package.json") and \
+        elif change.what in ("added", "modified") and path.endswith("/package.json") and \
                 f"{_package_directory(path)}/package.json" == path:  # a package's own, not a test fixture's
             found.extend(_manifest(tree, path, view, lock))
-        elif new.kind == "file" and change.what == "added" and kept(path.rpartition("/")[0]):
+        elif change.what == "added" and kept(path.rpartition("/")[0]):
             found.append(f"{path}: a file added to an installed package that was not installed again")
     return found
 

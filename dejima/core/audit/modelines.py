@@ -12,7 +12,7 @@ import re
 
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
-from dejima.core.audit.treeroots import in_tree
+from dejima.core.audit.treeroots import changed_in_tree, in_tree
 
 _EDGE = 5  # Vim's default 'modelines': lines read at each end of the file
 _BIG = 64 << 20  # larger files are not read at all (the rules' read limit)
@@ -104,9 +104,10 @@ def modeline_findings(view: View) -> list[Finding]:
     if view.kind != "workspace":
         return []
     found = []
+    known = changed_in_tree(view)  # a tree's paths, told once per directory
     for path, change in view.changed.items():
         new = change.after
-        if new is None or new.kind != "file" or new.size > _BIG or in_tree(path, view) or \
+        if new is None or new.kind != "file" or new.size > _BIG or known.get(path) or in_tree(path, view) or \
                 ".git" in path.split("/"):
             continue
         found.extend(judged(view, "I12/I13", path, _modelines, path, view))

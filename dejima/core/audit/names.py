@@ -18,7 +18,7 @@ from dejima.core.audit.configs import rules_for, rules_for_folded
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.linear import PatternSet, encoded
 from dejima.core.audit.model import Finding, View, finding
-from dejima.core.audit.treeroots import in_tree
+from dejima.core.audit.treeroots import changed_in_tree, in_tree
 from dejima.core.snapshot import SnapshotEntry
 
 # Bidi controls, zero-width and other default-ignorable code points, variation selectors, tags.
@@ -119,7 +119,7 @@ def _added_name(path: str, new: SnapshotEntry, view: View) -> list[Finding]:
     name = path.rsplit("/", 1)[-1]
     value = new.sha256 or new.kind
     # An ASCII name without "git" in any case normalises to no git name: most names, not normalised.
-    alias = normalize(name) if not name.isascii() or "git" in name.lower() else name
+    alias = name if _plain(name) else normalize(name)
     if alias in _GIT_NAMES and name != alias:
         found.append(finding("G25", "critical", path, f"{name!r} is {alias} on a case-insensitive or Windows "
                              "filesystem", value, remedy="restore"))
@@ -139,6 +139,14 @@ def _added_name(path: str, new: SnapshotEntry, view: View) -> list[Finding]:
 
 
 def name_findings(view: View) -> list[Finding]:
-    """Each new name judged on its own (isolation): one that fails is a finding there."""
+    """Each new name judged on its own (isolation): one that fails is a finding there. A tree's
+    name that cannot normalise to a git name is passed by: ``_added_name`` says nothing of it."""
+    known = changed_in_tree(view)
     return [f for path, change in view.changed.items() if change.what == "added" and change.after is not None
+            and not (known.get(path) and _plain(path.rpartition("/")[2]))
             for f in judged(view, "F08/G25", path, _added_name, path, change.after, view)]
+
+
+def _plain(name: str) -> bool:
+    """A name ``normalize`` is not asked of: no git name (an ASCII name without "git" in any case)."""
+    return name.isascii() and "git" not in name.lower()

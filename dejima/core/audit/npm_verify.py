@@ -41,6 +41,7 @@ _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml
 _OTHER_LOCKFILES = ("pnpm-lock.yaml", "yarn.lock")
 _PIN = ("version", "resolved", "integrity", "link")
 _CONTENT = ("added", "modified", "type", "link-target")
+_wanted = tuple.__new__  # a Wanted of all its fields, without its __new__'s frame (one per file of a held package)
 
 
 def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
@@ -178,12 +179,17 @@ class _Check:
         # wanted from that pin's tarball at once (what ``change`` would say of it, one step each).
         for directory, run in by_directory(written):
             held = self.held_in_full(directory)
+            if held is None:
+                for change in run:
+                    self.change(change.path, change)
+                continue
+            wanted, cut, package, scripted = held
             for change in run:
                 new = change.after
                 assert new is not None
-                if held is not None and new.kind == "file" and change.what in ("added", "modified"):
-                    wanted, cut, package, scripted = held
-                    wanted.append(Wanted(change.path, change.path[cut:], new.sha256, package, scripted))
+                if new.kind == "file" and change.what in ("added", "modified"):
+                    path = change.path
+                    wanted.append(_wanted(Wanted, (path, path[cut:], new.sha256, package, scripted)))
                 else:
                     self.change(change.path, change)
         for key, reason in sorted(self.unpinned.items()):

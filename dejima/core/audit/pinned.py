@@ -63,17 +63,19 @@ def hold(verdict: TreeVerdict, wanted: dict[str, list[Wanted]], view: View, arti
             verdict.unverified.append(f"{len(files)} file(s) of {files[0].package}: {artifact}")
             continue
         built: dict[str, int] = {}
-        for item in files:
-            expected = artifact.files.get(item.inside)
-            if expected is not None and item.sha256 == expected:
-                verdict.files += 1
-                verdict.packages.add(item.package)
-            elif item.excused:
-                built[item.package] = built.get(item.package, 0) + 1
+        entries, verified, packages = artifact.files, 0, verdict.packages
+        for path, inside, sha256, package, excused in files:  # unpacked at once: read per file
+            expected = entries.get(inside)
+            if expected is not None and sha256 == expected:
+                verified += 1
+                packages.add(package)
+            elif excused:
+                built[package] = built.get(package, 0) + 1
             elif expected is None:
-                verdict.problems.append(f"{item.path}: a file its package's {artifact_name} does not hold")
+                verdict.problems.append(f"{path}: a file its package's {artifact_name} does not hold")
             else:
-                verdict.problems.append(f"{item.path}: not the content of its package's {artifact_name}")
+                verdict.problems.append(f"{path}: not the content of its package's {artifact_name}")
+        verdict.files += verified
         verdict.unverified.extend(f"{count} file(s) of {package} that are not its {artifact_name}'s, as its install "
                                   "script (the lockfile records one) may write them"
                                   for package, count in sorted(built.items()))

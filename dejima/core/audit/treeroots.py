@@ -31,10 +31,13 @@ from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
+from itertools import groupby, repeat
+from operator import attrgetter, is_not, itemgetter, methodcaller
 from typing import NamedTuple
 
 from dejima.core.audit.caches import in_package_cache
 from dejima.core.audit.model import View
+from dejima.core.snapshot import Change
 
 NPM_RECORDS = (".package-lock.json", ".modules.yaml", ".yarn-state.yml", ".yarn-integrity")
 # (kind, the file its tool leaves in it, the manifest beside it)
@@ -65,7 +68,7 @@ def _beside(directory: str, name: str) -> str:
 def _holders(view: View, name: str, sides: tuple[str, ...] = ("before", "after")) -> frozenset[str]:
     """The directories two levels above each path named ``name`` (target/ for target/debug/.fingerprint,
     vendor/ for vendor/x.dist-info/RECORD), in these snapshots."""
-    key = f"holders:{name}:{sides}"
+    key = f"holders:{name}:{'/'.join(sides)}"
     if key not in view.memo:
         view.memo[key] = frozenset(path.rsplit("/", 2)[0] for side in sides for path in view.named(name, side=side)
                                    if path.count("/") >= 2 and (name != "RECORD" or
@@ -96,8 +99,10 @@ def _recognise(directory: str, view: View) -> str | None:
 
 def _recorded_kind(directory: str, view: View, sides: tuple[str, ...] = ("before", "after")) -> str | None:
     """The kind of tree whose tool's record the directory holds, in these snapshots."""
-    def exists(path: str) -> bool:
-        return any(path in (view.before if side == "before" else view.after) for side in sides)
+    first, second = (view.before if side == "before" else view.after for side in (sides[0], sides[-1]))
+
+    def exists(path: str) -> bool:  # asked of every directory of a tree: no generator per test
+        return path in first or path in second
 
     if exists(f"{directory}/pyvenv.cfg"):
         return "python"
@@ -107,10 +112,10 @@ def _recorded_kind(directory: str, view: View, sides: tuple[str, ...] = ("before
         return "cargo" if directory == HOME_BUILD_OUTPUT and exists(f"{directory}/.rustc_info.json") else None
     if view.kind != "workspace":
         return None
-    if exists(_beside(directory, "Cargo.toml")) and (
-            exists(f"{directory}/.rustc_info.json") or directory in _holders(view, ".fingerprint", sides)):
+    cargo = exists(_beside(directory, "Cargo.toml"))
+    if cargo and (exists(f"{directory}/.rustc_info.json") or directory in _holders(view, ".fingerprint", sides)):
         return "cargo"
-    if exists(_beside(directory, "Cargo.toml")) and directory in _holders(view, ".cargo-checksum.json", sides):
+    if cargo and directory in _holders(view, ".cargo-checksum.json", sides):
         return "cargo-vendor"
     for kind, record, manifest in _VENDORED:
         if exists(f"{directory}/{record}") and exists(_beside(directory, manifest)):
@@ -208,7 +213,66 @@ def tree_of(path: str, view: View) -> Tree | None:
 
 def in_tree(path: str, view: View) -> bool:
     """Inside a recognised tree or a package cache: their own rules judge it (trees.py, caches.py)."""
-    return in_package_cache(path, view.kind) or tree_of(path, view) is not None
+    answer = changed_in_tree(view).get(path)
+    return answer if answer is not None else in_package_cache(path, view.kind) or tree_of(path, view) is not None
+
+
+_UNTOLD = Tree("", "")  # a directory whose tree could not be told (sort_changes)
+_IN_TREE = "in-tree"  # View.memo: in_tree of each changed path, where it could be told (changed_in_tree)
+
+
+def changed_in_tree(view: View) -> dict[str, bool]:
+    """``in_tree`` of each changed path, told once per directory that holds a change (a path's
+    tree is its directory's; a package cache is asked of each path where one can be a part of the
+    mount: the home), as ``sort_changes`` sorts them. The rules that pass by a tree's paths look
+    them up here instead of asking each; a path missing is asked on its own (its directory's tree
+    could not be told, and fails again where asked, judged there)."""
+    answers: dict[str, bool] | None = view.memo.get(_IN_TREE)  # type: ignore[assignment]
+    if answers is None:
+        try:
+            sort_changes(view)
+        except Exception:  # noqa: S110 - its directory's paths are asked on their own, and fail there
+            pass
+        answers = view.memo.setdefault(_IN_TREE, {})  # type: ignore[assignment]
+    return answers  # type: ignore[return-value]
+
+
+def sort_changes(view: View) -> dict[Tree, list[Change]]:
+    """The changes inside each recognised tree (each in its innermost), and ``changed_in_tree``'s
+    answers, found in one pass over the changes: each directory that holds one is asked its tree
+    once (a path's tree is its directory's), the changes' directories cut out and looked up in C.
+    Raises what telling a directory's tree raised, first in the changes' order, once every other
+    directory was told (its paths are left out of the answers)."""
+    paths = list(map(attrgetter("path"), view.changes))
+    parents = list(map(itemgetter(0), map(methodcaller("rpartition", "/"), paths)))
+    trees: dict[str, Tree | None] = {}
+    failure: Exception | None = None
+    for directory in dict.fromkeys(parents):  # each once, in the changes' order
+        try:
+            trees[directory] = tree_of(f"{directory}/x" if directory else "x", view)
+        except Exception as error:  # noqa: BLE001 - raised below, once the others are told
+            failure = failure or error
+    of_change = list(map(trees.get, parents, repeat(_UNTOLD)))
+    groups: dict[Tree, list[Change]] = {}
+    for tree, run in groupby(zip(of_change, view.changes, strict=True), key=itemgetter(0)):  # a tree's come together
+        if tree is not None and tree is not _UNTOLD:
+            groups.setdefault(tree, []).extend(map(itemgetter(1), run))
+    if view.kind == "home":  # a package cache is a part of the home: asked of each path
+        told = [(path, tree is not None or in_package_cache(path, view.kind))
+                for path, tree in zip(paths, of_change, strict=True) if tree is not _UNTOLD]
+        answers = dict(told)
+    else:
+        # A cache mount is a package cache throughout.
+        answers = dict.fromkeys(paths, True) if view.kind == "cache" else \
+            dict(zip(paths, map(is_not, of_change, repeat(None)), strict=True))
+        if failure is not None:  # the paths of a directory not told are asked on their own
+            for path, tree in zip(paths, of_change, strict=True):
+                if tree is _UNTOLD:
+                    answers.pop(path, None)
+    view.memo.setdefault(_IN_TREE, answers)  # told once: what was told stands
+    if failure is not None:
+        raise failure
+    return groups
 
 
 # Trees pytest does not walk into by default: node_modules (norecursedirs) and environments (by their

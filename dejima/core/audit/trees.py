@@ -15,9 +15,17 @@ from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding, first_few
 from dejima.core.audit.npm_verify import npm_findings
 from dejima.core.audit.python_verify import python_findings, rewritten_as_made
-from dejima.core.audit.treeroots import DEPENDENCY_KINDS, ENVIRONMENT_RECORDS, PYTHON_KINDS, Tree, in_tree, tree_of
+from dejima.core.audit.treeroots import (
+    DEPENDENCY_KINDS,
+    ENVIRONMENT_RECORDS,
+    PYTHON_KINDS,
+    Tree,
+    changed_in_tree,
+    in_tree,
+    sort_changes,
+)
 from dejima.core.audit.yarn_verify import yarn_findings
-from dejima.core.snapshot import Change, by_directory
+from dejima.core.snapshot import Change
 
 _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/_virtualenv\.py|/bin/activate[^/]*|"
                       r"/pyvenv\.cfg|/pip\.conf)\Z")
@@ -28,6 +36,9 @@ _LISTED = 5
 
 def _summary(paths: list[str]) -> str:
     return first_few(paths, _LISTED)
+
+
+_IN_PLACE = ("mode", "owner", "link-target", "modified")  # what _in_place can say is in place (no "added")
 
 
 def _in_place(change: Change, view: View) -> bool:
@@ -53,13 +64,7 @@ def tree_groups(view: View) -> dict[Tree, list[Change]]:
     and build-output rules each take their kinds (one pass over an install's 20k changes, not three)."""
     groups: dict[Tree, list[Change]] | None = view.memo.get("tree-groups")  # type: ignore[assignment]
     if groups is None:
-        groups = {}
-        # A path's tree is its directory's: asked once per run of changes in one directory.
-        for _, changes in by_directory(view.changes):
-            tree = tree_of(changes[0].path, view)
-            if tree is not None:
-                groups.setdefault(tree, []).extend(changes)
-        view.memo["tree-groups"] = groups
+        groups = view.memo["tree-groups"] = sort_changes(view)
     return groups
 
 
@@ -77,8 +82,8 @@ def _dependencies(view: View) -> list[Finding]:
 
 
 def _dependency_tree(kind: str, root: str, changes: list[Change], view: View) -> list[Finding]:
-    in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if _in_place(c, view)
-                and c.path[len(root) + 1:] not in TOOL_STATE]
+    in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if c.what in _IN_PLACE
+                and _in_place(c, view) and c.path[len(root) + 1:] not in TOOL_STATE]
     if kind == "cargo-vendor":  # held to Cargo.lock's checksums
         return vendor_findings(root, changes, view, in_place)
     tampered = in_place + npm_tampering(root, changes, view)
@@ -103,7 +108,10 @@ def _stray_node_modules(view: View) -> list[Finding]:
     called node_modules is one too: require() follows it into a directory of any name."""
     groups: dict[str, list[Change]] = {}
     links: list[Finding] = []
+    known = changed_in_tree(view)
     for path, change in view.changed.items():
+        if known.get(path):
+            continue  # in a tree (told once per directory): neither rule below judges it
         if change.after is not None and change.after.kind == "symlink" and \
                 path.rpartition("/")[2] == "node_modules" and not in_tree(path, view):
             links.append(finding("B07", "high", path, f"a link called node_modules, to {change.after.target}: "
