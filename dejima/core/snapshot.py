@@ -113,10 +113,10 @@ def by_directory(changes: list[Change]) -> Iterator[tuple[str, list[Change]]]:
         yield directory, list(map(itemgetter(1), run))
 
 
-def joined_paths(snapshot: Snapshot) -> str:
-    """Every path of ``snapshot`` between NULs (in no path): searched in C for any last component
+def joined_paths(paths: Iterable[str]) -> str:
+    """Every path (of a snapshot) between NULs (in no path): searched in C for any last component
     (audit.model.View.named)."""
-    return "\0" + "\0".join(snapshot) + "\0"
+    return "\0" + "\0".join(paths) + "\0"
 
 
 def diff(before: Snapshot, after: Snapshot, candidates: Iterable[str] | None = None) -> list[Change]:
