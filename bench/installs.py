@@ -205,7 +205,11 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
     verified = next((part.strip() for s in found if s.finding.rule in ("B07", "B10")
                      for part in s.finding.evidence.split("; ") if part.startswith("verified ")), "")
     after = load()
-    session_install = median(copied) if copied else install  # what a session's install costs (see below)
+    # The goals are against the install as a session makes it: a session's uv copies every file (its
+    # cache is a mount of its own, link() fails with EXDEV). The host's hard-linking install, which
+    # reads no file, is given in the note: no audit that reads the tree can be a quarter of it.
+    anchor, how = (copied, "as a session's uv makes it: copying from its cache") if copied else (installs, "")
+    session_install = median(anchor)
     walk = f"the walk alone (every file read and hashed, two processes, no rules) {m['walk']:.0f} ms: " \
         f"{m['walk'] / m['hashing']:.2f} × the hashing, {m['walk'] / session_install:.2f} × the install"
     # No goal against git: it lists the tree's files, reads none of them (the goals are the next rows').
@@ -236,11 +240,7 @@ def _measured(name: str, root: Path, states: list[MountState], files: int, runs:
                     note=f"every pinned {READ[name]} by the end audit ({ARCHIVES[name]} not in the cache at the "
                          "start, pins the session chose, or a session too short to read them)",
                     load=[before, after]))
-    # The goal is against the install as a session makes it: a session's uv copies every file (its
-    # cache is a mount of its own, link() fails with EXDEV). The host's hard-linking install, which
-    # reads no file, is given in the note: no audit that reads the tree can be a quarter of it.
     slower = max(m["audit"], m["unread"])
-    anchor, how = (copied, "as a session's uv makes it: copying from its cache") if copied else (installs, "")
     rows.append(Row(f"audit: end of session after a real {name} install, against the install itself", "ms",
                     slower, session_install, f"the install ({name}, warm cache{', ' + how if how else ''})", 0.25,
                     samples={"dejima": samples["unread"], "anchor": anchor},

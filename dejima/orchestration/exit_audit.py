@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dejima.adapters import (
@@ -180,9 +180,8 @@ def read_ahead(states: list[MountState]) -> list[int]:
     session runs by a process of their own, their manifests kept: the end audit finds them kept
     instead of inflating them on its critical path (what was not done by then, it does). Which
     lockfile is read proves nothing: a manifest is kept only for bytes that hash to their pin."""
-    integrities = [integrity for state in states for path, data in state.kept.items()
-                   if path.rpartition("/")[2] in npm_verify.LOCKFILES
-                   for integrity in npm_verify.pinned_integrities(data.decode("utf-8", "replace"))]
+    integrities = [integrity for _, text in _kept_lockfiles(states, npm_verify.LOCKFILES)
+                   for integrity in npm_verify.pinned_integrities(text)]
     if not integrities:
         return []
     homes = [s.mount.root for s in states if s.mount.kind == "home"]
@@ -193,10 +192,16 @@ def _import_rules(states: list[MountState]) -> None:
     """The audit's rules (and yaml) imported ahead, and the start's uv.lock files parsed (the
     parser keeps them): the end audit does not wait for them."""
     import dejima.core.audit.rules  # noqa: F401
+    for path, text in _kept_lockfiles(states, (python_verify.LOCKFILE,)):
+        python_verify.uv_pins(text, path.rpartition("/")[0])
+
+
+def _kept_lockfiles(states: list[MountState], names: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    """Each file named one of ``names`` the start kept, and its text as the audit reads it (View.text)."""
     for state in states:
         for path, data in state.kept.items():
-            if path.rpartition("/")[2] == python_verify.LOCKFILE:
-                python_verify.uv_pins(data.decode("utf-8", "surrogateescape"), path.rpartition("/")[0])
+            if path.rpartition("/")[2] in names:
+                yield path, data.decode("utf-8", "surrogateescape")
 
 
 def start(session_id: str, mounts: list[Mount], image: str = "") -> list[MountState]:

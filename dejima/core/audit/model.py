@@ -96,18 +96,18 @@ Artifacts = Callable[[list[str]], "dict[str, Artifact | str]"]
 
 
 def _named_in(joined: str, names: tuple[str, ...]) -> list[str]:
-    """The paths of ``joined`` (``View._joined``) whose last component is one of ``names``, in order:
-    each found by ``str.find`` (C) where the name ends a path after a '/' or a NUL."""
-    found: list[tuple[int, str]] = []
+    """The paths of ``joined`` (``View._joined``) whose last component is one of ``names``, in no
+    order (``View.named`` sorts them): each found by ``str.find`` (C) where the name ends a path
+    after a '/' or a NUL."""
+    found: list[str] = []
     for name in set(names):
         needle = name + "\0"
         at = joined.find(needle, 1)
         while at >= 0:
             if joined[at - 1] in "/\0":
-                start = joined.rfind("\0", 0, at) + 1
-                found.append((start, joined[start:at + len(name)]))
+                found.append(joined[joined.rfind("\0", 0, at) + 1:at + len(name)])
             at = joined.find(needle, at + 1)
-    return [path for _, path in sorted(found)]
+    return found
 
 
 @dataclass
