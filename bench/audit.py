@@ -35,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import Row, audit_workdir, load, median  # noqa: E402
+from dejima.adapters import tree_walk  # noqa: E402
 from dejima.adapters.findings import FindingStore  # noqa: E402
 from dejima.adapters.mount_state import load_snapshot  # noqa: E402
 from dejima.core.snapshot import diff  # noqa: E402
@@ -160,6 +161,7 @@ def _run(work: Path, store: FindingStore, files: int, runs: int) -> list[Row]:
     loaded = load_alone(next((work / "state").rglob("base-*.snapshot")), runs)
     tree = f"{files} files, {size / 1e6:.0f} MB + .git (packed)"
     loads, unit, anchor_name = [before, load()], "ms", "git status --porcelain"
+    walk = "walked with its C part" if tree_walk.NATIVE else "walked in Python (the C part is not built: slower)"
     return [
         Row(f"audit: start snapshot, {files // 1000}k files", dejima=median(untouched[1]),
             anchor=median(untouched[0]), goal=1.5, samples={"dejima": untouched[1], "anchor": untouched[0]},
@@ -168,7 +170,7 @@ def _run(work: Path, store: FindingStore, files: int, runs: int) -> list[Row]:
                  f"the session (~{loaded:.0f} ms of one core)", unit=unit, anchor_name=anchor_name, load=loads),
         Row(f"audit: end of session, untouched, {files // 1000}k files", dejima=median(untouched[4]),
             anchor=median(untouched[3]), goal=1.0, samples={"dejima": untouched[4], "anchor": untouched[3]},
-            note="findings stored, state kept; mission: ≤ 2 ×; issue 14: ≤ 1 ×", unit=unit,
+            note=f"findings stored, state kept; {walk}; mission: ≤ 2 ×; issue 14: ≤ 1 ×", unit=unit,
             anchor_name=anchor_name, load=loads),
         Row(f"audit: end of session, {3 * TOUCHED} changed, {files // 1000}k files", dejima=median(touched[1]),
             anchor=median(touched[0]), goal=1.0, samples={"dejima": touched[1], "anchor": touched[0]},

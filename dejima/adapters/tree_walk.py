@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from dejima.adapters.fork_workers import SnapshotError as SnapshotError  # raised here too: callers catch it from here
 from dejima.adapters.fork_workers import gc_paused
@@ -37,6 +37,18 @@ from dejima.core.snapshot import (
     nested_dirs,
 )
 
+# The C part (_stat_compare.c), built with dejima where a compiler was (setup.py): the trusted
+# directories' comparison, and lstat without os.stat_result's float times. Without it the walk does
+# both in Python, ~1.5 x slower on a large tree; `dejima doctor` says which one runs.
+_same_stats: Callable[[int, list[str], tuple[str, ...], list[list[int]]], bool] | None
+_lstat_all: Callable[[int, list[str]], tuple[list[str], Sequence[ChildStat]]] | None
+try:
+    from dejima.adapters._stat_compare import lstat_all as _lstat_all
+    from dejima.adapters._stat_compare import same_stats as _same_stats
+except ImportError:
+    _same_stats = _lstat_all = None
+NATIVE = _same_stats is not None
+
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # the mount itself may be reached through a link
@@ -53,6 +65,30 @@ SEND_FILE, SEND_TOTAL = 256 << 10, 8 << 20
 # inode (content, mode, owner, links, xattrs, times) and cannot be set back from user space.
 _STAT_KEY = attrgetter("st_mode", "st_ino", "st_dev", "st_ctime_ns", "st_mtime_ns", "st_size")
 _STAT_FIELDS = {"inode": "st_ino", "ctime_ns": "st_ctime_ns", "size": "st_size"}  # a SnapshotEntry's, lstat's
+
+
+class ChildStat(Protocol):
+    """What the walk reads of a child's lstat: os.stat_result's fields of these names (the C
+    part's Stat has only these)."""
+
+    @property
+    def st_mode(self) -> int: ...
+    @property
+    def st_ino(self) -> int: ...
+    @property
+    def st_dev(self) -> int: ...
+    @property
+    def st_nlink(self) -> int: ...
+    @property
+    def st_uid(self) -> int: ...
+    @property
+    def st_gid(self) -> int: ...
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
+    @property
+    def st_ctime_ns(self) -> int: ...
 
 
 class InconsistentWalk(SnapshotError):
@@ -86,7 +122,8 @@ class _Walk:
         self.root, self.device, self.hash_path = root, device, hash_path
         self.trusted = trusted or {}
         self.at_start = listings or {}  # the start's listings (``listings`` is what this walk sends back)
-        self.columns = [attrgetter(_STAT_FIELDS[column]) for column in snapshots.START_COLUMNS]
+        self.column_names = snapshots.START_COLUMNS
+        self.columns = [attrgetter(_STAT_FIELDS[column]) for column in self.column_names]
         # ``nested_dirs`` of ``previous``: a trusted directory's subdirectories to walk, without a look at each child.
         self.nested = nested
         # Every directory's listing sent back, not only those whose ctime moved: a walk that found
@@ -135,18 +172,29 @@ class _Walk:
         except OSError:
             listing, listed = [], self.checking  # what it held is out of view: count it as gone
         try:
+            # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
+            trusted = opened and not listed and relative in self.trusted
+            if trusted and self.nested is not None and self._as_listed(relative, fd, listing):
+                return self._unchanged(relative, listing, None)
             names, infos = _stats(fd, listing)
             if self.digests is not None:
                 return self._digested(relative, fd, names, infos)
-            # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
-            if opened and not listed and relative in self.trusted and self._as_start(relative, names, infos):
+            if trusted and self._as_start(relative, names, infos):
                 return self._unchanged(relative, names, infos)
             return self._children(relative, fd, names, infos, listed, len(listing))
         finally:
             if fd >= 0:
                 os.close(fd)
 
-    def _as_start(self, relative: str, names: list[str], infos: list[os.stat_result]) -> bool:
+    def _as_listed(self, relative: str, fd: int, listing: list[str]) -> bool:
+        """``_as_start`` asked in C, before any child is lstat'ed in Python (the walk's cost on a
+        large tree): the start's names, in the same order, each child's columns the start entry's.
+        Any other answer, or no C part, is the long way's to give."""
+        start = self.at_start.get(relative)
+        return _same_stats is not None and start is not None and start[0] == joined_names(relative, listing) \
+            and _same_stats(fd, listing, self.column_names, start[1])
+
+    def _as_start(self, relative: str, names: list[str], infos: Sequence[ChildStat]) -> bool:
         """Whether a directory the start listed with no racy child (``trusted``) lists as it did
         then: the same names in the same order, each child's columns the start entry's (a list
         compared in C, no digest to make); or, where the start holds its entries in another order
@@ -158,19 +206,20 @@ class _Walk:
             return True
         return self.trusted[relative] == _digest(names, infos)
 
-    def _unchanged(self, relative: str, names: list[str], infos: list[os.stat_result]) -> list[Unit]:
+    def _unchanged(self, relative: str, names: list[str], infos: Sequence[ChildStat] | None) -> list[Unit]:
         """An end walk's directory that lists as the start walk saw it: every child the start's
-        own object, the subdirectories walked in turn."""
+        own object, the subdirectories walked in turn (``infos``: None when ``nested`` names them)."""
         self.seen += len(names)
         if self.list_all:
             self.listings.append((relative, names))
         if self.nested is not None:  # the same children as then: those that held entries then
             return [(path, False) for path in self.nested.get(relative, ())]
+        assert infos is not None
         prefix, device = relative + "/" if relative else "", self.device
         return [(prefix + name, False) for name, info in zip(names, infos, strict=True)
                 if stat.S_ISDIR(info.st_mode) and info.st_dev == device]
 
-    def _children(self, relative: str, fd: int, names: list[str], infos: list[os.stat_result],
+    def _children(self, relative: str, fd: int, names: list[str], infos: Sequence[ChildStat],
                   listed: bool, listed_count: int) -> list[Unit]:
         """Each child compared with the start's entry (``listed_count``: how many the directory
         listed, those gone before their lstat included)."""
@@ -191,7 +240,7 @@ class _Walk:
             self.listings.append((relative, names))
         return subdirs
 
-    def _digested(self, relative: str, fd: int, names: list[str], infos: list[os.stat_result]) -> list[Unit]:
+    def _digested(self, relative: str, fd: int, names: list[str], infos: Sequence[ChildStat]) -> list[Unit]:
         """A start walk's directory: trusted as the previous walk recorded it when its digest is
         the same (no child added, removed or changed: each would move a ctime, an inode or a name);
         otherwise every child recorded, with the listing and the new digest."""
@@ -210,7 +259,7 @@ class _Walk:
         self.digested.append((relative, None if racy else digest))
         return subdirs
 
-    def _record(self, path: str, name: str, fd: int, info: os.stat_result, old: SnapshotEntry | None) -> bool:
+    def _record(self, path: str, name: str, fd: int, info: ChildStat, old: SnapshotEntry | None) -> bool:
         """Adds a new or changed entry; returns whether to walk into it."""
         kind = KINDS.get(stat.S_IFMT(info.st_mode), "other")
         digest = target = caps = None
@@ -235,14 +284,16 @@ class _Walk:
         return descend
 
 
-def _digest(names: list[str], infos: list[os.stat_result]) -> bytes:
+def _digest(names: list[str], infos: Sequence[ChildStat]) -> bytes:
     """The listing digest of a directory's children (what the start walk keeps, the end compares)."""
     return listing_digest(names, list(chain.from_iterable(map(_STAT_KEY, infos))))
 
 
-def _stats(fd: int, listing: list[str]) -> tuple[list[str], list[os.stat_result]]:
+def _stats(fd: int, listing: list[str]) -> tuple[list[str], Sequence[ChildStat]]:
     """The names and lstat results of the children listed (in the directory open as ``fd``) that
-    are still there. os.listdir and os.lstat: no DirEntry object per child."""
+    are still there. os.listdir and lstat: no DirEntry object per child."""
+    if _lstat_all is not None:
+        return _lstat_all(fd, listing)
     lstat = os.lstat
     try:
         return listing, [lstat(name, dir_fd=fd) for name in listing]

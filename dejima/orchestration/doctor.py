@@ -1,6 +1,7 @@
 """`dejima doctor`: is this machine able to hold the boundary, and does it hold?
 
-Checks, in order, each stopping the ones after it when it fails: the engine answers; the images a
+Checks, in order, each stopping the ones after it when it fails: the engine answers (and which
+walk the exit audit runs, said either way); the images a
 start on the project would use are present (or built with --build: orchestration/project_images.py);
 a decoy answers an unfiltered container; nftables works in a filter container; and a real session
 cannot reach that decoy. Traffic goes only to the decoy.
@@ -13,7 +14,7 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from dejima.adapters import host
+from dejima.adapters import host, tree_walk
 from dejima.adapters.image_builds import ensure_image
 from dejima.adapters.runtime import Runtime, connect
 from dejima.core.plan import Identity, SessionPlan, SessionRequest, build_session_plan
@@ -97,6 +98,16 @@ def _image_check(runtime: Runtime, settings: Settings, ui: SessionReporter, buil
         return Check("images", False, exc.message), None
 
 
+def walk_check() -> Check:
+    """Which walk the exit audit runs: with its C part, or (installed where no C compiler was) in
+    Python, slower on a large tree. Both find the same; only the time differs, so it passes either way."""
+    if tree_walk.NATIVE:
+        return Check("exit audit walk", True, "with its C part (dejima/adapters/_stat_compare.c)")
+    return Check("exit audit walk", True, "in Python: the C part was not built when dejima was installed (no C "
+                 "compiler or Python headers), so the end of a session on a large tree takes ~1.5 x longer; "
+                 "install gcc and python3-dev, then reinstall dejima")
+
+
 def run_doctor(settings: Settings, ui: SessionReporter, build: bool, directory: Path | None = None,
                harness: str = "shell") -> list[Check]:
     try:
@@ -108,6 +119,7 @@ def run_doctor(settings: Settings, ui: SessionReporter, build: bool, directory: 
     cli = shutil.which("docker")
     checks.append(Check("docker CLI (interactive sessions)", cli is not None,
                         cli or "not on PATH: only `dejima PATH -- CMD` works"))
+    checks.append(walk_check())
     image_check, images = _image_check(runtime, settings, ui, build, directory, harness)
     checks.append(image_check)
     if images is not None:

@@ -16,8 +16,9 @@ def test_doctor_passes_on_a_working_machine(runtime: Runtime, images: object, us
     result = run_dejima(user, scope, "doctor", str(workspace), "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     checks = {c["check"]: c for c in map(json.loads, result.stdout.splitlines())}
-    for name in ("engine", "images", "decoy reachable without dejima", "nftables in a namespace",
+    for name in ("engine", "exit audit walk", "images", "decoy reachable without dejima", "nftables in a namespace",
                  "session has no egress"):
         assert checks[name]["ok"], checks[name]
     assert "TCP blocked" in checks["session has no egress"]["detail"]
+    assert "with its C part" in checks["exit audit walk"]["detail"]  # the suite runs where dejima is built
     assert containers_of(runtime, scope) == []

@@ -25,6 +25,7 @@ from dejima.orchestration import exit_audit
 from dejima.orchestration.exit_audit import Mount, MountState
 from dejima.ui.console import UI, plain_console
 from tests.unit.racy import short_racy_window, tick  # noqa: F401 - the fixture applies by being imported
+from tests.unit.walk_parts import either_walk_part  # noqa: F401 - each test runs with and without the C part
 
 HOOK = ".git/hooks/pre-commit"
 

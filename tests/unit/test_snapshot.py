@@ -14,6 +14,7 @@ import pytest
 from dejima.adapters.mount_state import load_snapshot, save_snapshot
 from dejima.adapters.tree_walk import InconsistentWalk, SnapshotError, take_snapshot
 from dejima.core.snapshot import Change, SnapshotEntry, diff
+from tests.unit.walk_parts import either_walk_part  # noqa: F401 - each test runs with and without the C part
 
 
 def whats(changes: list[Change]) -> set[tuple[str, str]]:
