@@ -40,14 +40,14 @@ from dejima.core.snapshot import (
 # The C part (_stat_compare.c), built with dejima where a compiler was (setup.py): the trusted
 # directories' comparison, and lstat without os.stat_result's float times. Without it the walk does
 # both in Python, ~1.5 x slower on a large tree; `dejima doctor` says which one runs.
-_same_stats: Callable[[int, list[str], tuple[str, ...], list[list[int]]], bool] | None
+_same_directory: Callable[[int, str, str, tuple[str, ...], list[list[int]]], bool] | None
 _lstat_all: Callable[[int, list[str]], tuple[list[str], Sequence[ChildStat]]] | None
 try:
     from dejima.adapters._stat_compare import lstat_all as _lstat_all
-    from dejima.adapters._stat_compare import same_stats as _same_stats
+    from dejima.adapters._stat_compare import same_directory as _same_directory
 except ImportError:
-    _same_stats = _lstat_all = None
-NATIVE = _same_stats is not None
+    _same_directory = _lstat_all = None
+NATIVE = _same_directory is not None
 
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", stat.S_IFIFO: "fifo",
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "char", stat.S_IFBLK: "block"}
@@ -165,34 +165,36 @@ class _Walk:
     def directory(self, relative: str, listed: bool) -> list[Unit]:
         """Records one directory's children; returns the subdirectories to walk, each with whether
         its listing is needed to find what was removed from it."""
-        fd, opened = -1, False
-        try:  # children are lstat'ed relative to the directory's fd: a shorter lookup, and no links
-            fd = os.open(os.path.join(self.root, relative), _DIR_FLAGS) if relative else os.open(self.root, _ROOT)
-            listing, opened = os.listdir(fd), True
-        except OSError:
-            listing, listed = [], self.checking  # what it held is out of view: count it as gone
+        fd = -1
         try:
-            # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
-            trusted = opened and not listed and relative in self.trusted
-            if trusted and self.nested is not None and self._as_listed(relative, fd, listing):
-                return self._unchanged(relative, listing, None)
+            try:  # children are lstat'ed relative to the directory's fd: a shorter lookup, and no links
+                fd = os.open(os.path.join(self.root, relative), _DIR_FLAGS) if relative else os.open(self.root, _ROOT)
+                # Its own entry changed (``listed``): a child was added, removed or renamed; no digest to try.
+                if not listed and self._as_listed(relative, fd):
+                    self.seen += len(self.at_start[relative][1][0])
+                    return self._nested(relative)
+                listing, opened = os.listdir(fd), True
+            except OSError:
+                listing, opened, listed = [], False, self.checking  # what it held is out of view: count it as gone
             names, infos = _stats(fd, listing)
             if self.digests is not None:
                 return self._digested(relative, fd, names, infos)
-            if trusted and self._as_start(relative, names, infos):
+            if opened and not listed and relative in self.trusted and self._as_start(relative, names, infos):
                 return self._unchanged(relative, names, infos)
             return self._children(relative, fd, names, infos, listed, len(listing))
         finally:
             if fd >= 0:
                 os.close(fd)
 
-    def _as_listed(self, relative: str, fd: int, listing: list[str]) -> bool:
-        """``_as_start`` asked in C, before any child is lstat'ed in Python (the walk's cost on a
-        large tree): the start's names, in the same order, each child's columns the start entry's.
-        Any other answer, or no C part, is the long way's to give."""
+    def _as_listed(self, relative: str, fd: int) -> bool:
+        """``_as_start`` asked in C, before the directory is listed or any child lstat'ed in Python
+        (the walk's cost on a large tree): it reads the directory and compares the start's names,
+        in their order, and each child's columns with the start entry's. Any other answer, or no C
+        part, is the long way's to give."""
         start = self.at_start.get(relative)
-        return _same_stats is not None and start is not None and start[0] == joined_names(relative, listing) \
-            and _same_stats(fd, listing, self.column_names, start[1])
+        return _same_directory is not None and start is not None and self.nested is not None \
+            and not self.list_all and relative in self.trusted \
+            and _same_directory(fd, start[0], f"/{relative}/" if relative else "/", self.column_names, start[1])
 
     def _as_start(self, relative: str, names: list[str], infos: Sequence[ChildStat]) -> bool:
         """Whether a directory the start listed with no racy child (``trusted``) lists as it did
@@ -206,18 +208,23 @@ class _Walk:
             return True
         return self.trusted[relative] == _digest(names, infos)
 
-    def _unchanged(self, relative: str, names: list[str], infos: Sequence[ChildStat] | None) -> list[Unit]:
+    def _unchanged(self, relative: str, names: list[str], infos: Sequence[ChildStat]) -> list[Unit]:
         """An end walk's directory that lists as the start walk saw it: every child the start's
-        own object, the subdirectories walked in turn (``infos``: None when ``nested`` names them)."""
+        own object, the subdirectories walked in turn."""
         self.seen += len(names)
         if self.list_all:
             self.listings.append((relative, names))
-        if self.nested is not None:  # the same children as then: those that held entries then
-            return [(path, False) for path in self.nested.get(relative, ())]
-        assert infos is not None
+        if self.nested is not None:
+            return self._nested(relative)
         prefix, device = relative + "/" if relative else "", self.device
         return [(prefix + name, False) for name, info in zip(names, infos, strict=True)
                 if stat.S_ISDIR(info.st_mode) and info.st_dev == device]
+
+    def _nested(self, relative: str) -> list[Unit]:
+        """A trusted directory's subdirectories to walk: the same children as at the start, so
+        those that held entries then (``nested``)."""
+        assert self.nested is not None
+        return [(path, False) for path in self.nested.get(relative, ())]
 
     def _children(self, relative: str, fd: int, names: list[str], infos: Sequence[ChildStat],
                   listed: bool, listed_count: int) -> list[Unit]:

@@ -1,7 +1,8 @@
-"""The walk's C part (dejima/adapters/_stat_compare.c) answers what os.lstat answers: each field
-of ``lstat_all`` is os.lstat's, for every kind of entry and name; ``same_stats`` is True exactly
-when each child's columns are those given, and False on anything it cannot compare exactly. Real
-entries in a temporary directory; os.lstat is the reference."""
+"""The walk's C part (dejima/adapters/_stat_compare.c) answers what os.listdir and os.lstat
+answer: each field of ``lstat_all`` is os.lstat's, for every kind of entry and name;
+``same_directory`` is True exactly when the directory lists the start's names in their order and
+each child's columns are those given, and False on anything it cannot compare exactly. Real
+entries in a temporary directory; os.listdir and os.lstat are the reference."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from dejima.adapters import tree_walk
-from dejima.adapters._stat_compare import lstat_all, same_stats  # not built: this module fails to load, red
-from dejima.core.snapshot import START_COLUMNS
+from dejima.adapters._stat_compare import lstat_all, same_directory  # not built: this module fails to load, red
+from dejima.core.snapshot import START_COLUMNS, joined_names
 
 FIELDS = ("st_mode", "st_ino", "st_dev", "st_nlink", "st_uid", "st_gid", "st_size", "st_mtime_ns", "st_ctime_ns")
 COLUMNS = {"inode": "st_ino", "ctime_ns": "st_ctime_ns", "mtime_ns": "st_mtime_ns", "size": "st_size",
@@ -91,54 +92,102 @@ def values_of(fd: int, names: list[str], columns: tuple[str, ...]) -> list[list[
 ALL_COLUMNS = tuple(COLUMNS)
 
 
-def test_same_stats_is_true_for_the_columns_os_lstat_gives(directory: tuple[int, Path]) -> None:
+def start_of(fd: int, directory: str, columns: tuple[str, ...] = START_COLUMNS) -> tuple[str, str, list[list[int]]]:
+    """What the walk passes for a directory: the start's names as joined_names joins them (listing
+    order), the separator, and the columns' values."""
+    names = os.listdir(fd)
+    return joined_names(directory, names), f"/{directory}/" if directory else "/", values_of(fd, names, columns)
+
+
+def test_same_directory_is_true_for_the_listing_and_columns_os_gives(directory: tuple[int, Path]) -> None:
     fd, _ = directory
-    names = sorted(n for n in os.listdir(fd) if not n.startswith("far"))
-    assert same_stats(fd, names, START_COLUMNS, values_of(fd, names, START_COLUMNS))
-    assert same_stats(fd, names, ALL_COLUMNS, values_of(fd, names, ALL_COLUMNS))
-    assert same_stats(fd, [], START_COLUMNS, [[], [], []])
+    for name in ("", "src", "a/b c/d"):  # the separator holds the directory's path; names hold no '/'
+        joined, separator, values = start_of(fd, name)
+        assert same_directory(fd, joined, separator, START_COLUMNS, values)
+        assert os.listdir(fd) == joined.split(separator)  # the descriptor is left as it was found
+    joined, separator, values = start_of(fd, "src", ALL_COLUMNS[:2] + ("size", "nlink", "uid", "gid"))
+    assert same_directory(fd, joined, separator, ALL_COLUMNS[:2] + ("size", "nlink", "uid", "gid"), values)
+
+
+def test_same_directory_of_an_empty_directory(tmp_path: Path) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert same_directory(fd, "", "/d/", START_COLUMNS, [[], [], []])
+        assert not same_directory(fd, "x", "/d/", START_COLUMNS, [[1], [1], [1]])
+        (tmp_path / "x").write_text("")
+        assert not same_directory(fd, "", "/d/", START_COLUMNS, [[], [], []])
+    finally:
+        os.close(fd)
+
+
+def test_same_directory_is_false_when_a_name_differs_in_any_way(directory: tuple[int, Path]) -> None:
+    fd, _ = directory
+    joined, separator, values = start_of(fd, "d")
+    names = joined.split(separator)
+    assert same_directory(fd, joined, separator, START_COLUMNS, values)
+    others = [
+        names[1:] + names[:1],  # the same names in another order
+        names[:-1],  # one fewer (and one fewer value per column below)
+        [*names, "extra"],  # one more
+        [names[0] + "x", *names[1:]],  # a longer name
+        [names[0][:-1], *names[1:]],  # a shorter name
+        [names[0].upper(), *names[1:]],
+    ]
+    for other in others:
+        columns = [column[:len(other)] + [0] * (len(other) - len(column)) for column in values]
+        assert not same_directory(fd, separator.join(other), separator, START_COLUMNS, columns), other
+    # text that is not names joined by the separator
+    for text in (joined + separator, separator + joined, joined.replace(separator, "/x/", 1), joined + "/"):
+        assert not same_directory(fd, text, separator, START_COLUMNS, values), text
+    assert not same_directory(fd, joined, "/e/", START_COLUMNS, values)
 
 
 @pytest.mark.parametrize("column", ALL_COLUMNS)
-def test_same_stats_is_false_when_any_one_value_differs(directory: tuple[int, Path], column: str) -> None:
+def test_same_directory_is_false_when_any_one_value_differs(directory: tuple[int, Path], column: str) -> None:
     fd, _ = directory
-    names = sorted(n for n in os.listdir(fd) if not n.startswith("far"))
+    joined, separator, values = start_of(fd, "d", ALL_COLUMNS)
+    names = joined.split(separator)
     for index in (0, len(names) // 2, len(names) - 1):
-        values = values_of(fd, names, ALL_COLUMNS)
-        values[ALL_COLUMNS.index(column)][index] += 1
-        assert not same_stats(fd, names, ALL_COLUMNS, values), (column, names[index])
+        if column == "mtime_ns" and names[index].startswith("far"):
+            continue  # beyond a long long: never equal (below)
+        changed = [list(v) for v in values]
+        changed[ALL_COLUMNS.index(column)][index] += 1
+        assert not same_directory(fd, joined, separator, ALL_COLUMNS, changed), (column, names[index])
 
 
-def test_same_stats_is_false_on_what_it_cannot_compare_exactly(directory: tuple[int, Path]) -> None:
+def test_same_directory_is_false_on_what_it_cannot_compare_exactly(directory: tuple[int, Path]) -> None:
     fd, _ = directory
-    names = ["file", "dir"]
-    good = values_of(fd, names, START_COLUMNS)
-    assert same_stats(fd, names, START_COLUMNS, good)
-    assert not same_stats(fd, ["file", "gone"], START_COLUMNS, good)  # a child gone
-    assert not same_stats(fd, ["file", "d\x00ir"], START_COLUMNS, good)  # a name the kernel would cut short
-    assert not same_stats(fd, names, START_COLUMNS, [column[:1] for column in good])  # not one value per child
-    assert not same_stats(fd, names, START_COLUMNS, [[-1, *column[1:]] if i == 0 else column  # no inode is negative
-                                                     for i, column in enumerate(good)])
-    assert not same_stats(fd, names, START_COLUMNS, [[2**64 + v for v in column] for column in good])  # too large
-    # mtimes beyond a long long of nanoseconds: the long way (Python's integers) compares them
-    far = ["far future", "far past"]
-    assert not same_stats(fd, far, ("mtime_ns",), values_of(fd, far, ("mtime_ns",)))
-    assert same_stats(fd, far, ("inode", "size"), values_of(fd, far, ("inode", "size")))
+    joined, separator, values = start_of(fd, "d")
+    assert same_directory(fd, joined, separator, START_COLUMNS, values)
+    assert not same_directory(fd, joined, separator, START_COLUMNS, [column[:-1] for column in values])
+    assert not same_directory(fd, joined, separator, START_COLUMNS, [[-1, *values[0][1:]], *values[1:]])
+    assert not same_directory(fd, joined, separator, START_COLUMNS, [[2**64 + v for v in c] for c in values])
+    # mtimes beyond a long long of nanoseconds (set by the session): the long way compares them exactly
+    joined, separator, mtimes = start_of(fd, "d", ("mtime_ns",))
+    assert not same_directory(fd, joined, separator, ("mtime_ns",), mtimes)
+    os.utime("far future", ns=(0, 0), dir_fd=fd)
+    os.utime("far past", ns=(0, 0), dir_fd=fd)
+    joined, separator, mtimes = start_of(fd, "d", ("mtime_ns",))
+    assert same_directory(fd, joined, separator, ("mtime_ns",), mtimes)
 
 
-def test_same_stats_refuses_what_is_not_its_arguments(directory: tuple[int, Path]) -> None:
+def test_same_directory_refuses_what_is_not_its_arguments(directory: tuple[int, Path]) -> None:
     fd, _ = directory
-    good = values_of(fd, ["file"], START_COLUMNS)
+    joined, separator, values = start_of(fd, "d")
     with pytest.raises(ValueError, match="column"):
-        same_stats(fd, ["file"], ("mode",), [[0]])
+        same_directory(fd, joined, separator, ("mode",), values[:1])
     with pytest.raises(ValueError, match="one list of values per column"):
-        same_stats(fd, ["file"], START_COLUMNS, good[:2])
+        same_directory(fd, joined, separator, START_COLUMNS, values[:2])
+    with pytest.raises(ValueError, match="separator"):
+        same_directory(fd, joined, "d", START_COLUMNS, values)
     with pytest.raises(TypeError):
-        same_stats(fd, ["file"], START_COLUMNS, [[str(v) for v in column] for column in good])  # type: ignore[misc]
+        same_directory(fd, joined, separator, START_COLUMNS, [[str(v) for v in c] for c in values])  # type: ignore[misc]
     with pytest.raises(TypeError):
-        same_stats(fd, ["file"], list(START_COLUMNS), good)  # type: ignore[arg-type]
+        same_directory(fd, joined, separator, list(START_COLUMNS), values)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        same_stats(fd, [b"file"], START_COLUMNS, good)  # type: ignore[list-item]
+        same_directory(fd, os.fsencode(joined), separator, START_COLUMNS, values)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        same_directory(-1, joined, separator, START_COLUMNS, values)
 
 
 @pytest.mark.parametrize("built", [True, False])

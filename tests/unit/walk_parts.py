@@ -15,6 +15,6 @@ def either_walk_part(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     if request.param == "C":
         assert tree_walk.NATIVE, "the walk's C part is not built: scripts/setup-venv builds it (gcc, Python's headers)"
     else:
-        monkeypatch.setattr(tree_walk, "_same_stats", None)
+        monkeypatch.setattr(tree_walk, "_same_directory", None)
         monkeypatch.setattr(tree_walk, "_lstat_all", None)
     return str(request.param)
