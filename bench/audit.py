@@ -12,7 +12,9 @@ files, start state saved) when the previous session's audit left its state (the 
 first start, which walks in full, is noted; the entries the start trusts are loaded while the
 session runs, untimed here as there); the end as `exit_audit.finish` does it (snapshot,
 diff and rules, findings written to the store, state kept for the next start) on an untouched tree,
-and again after modifying, adding and removing files, whose changes must be exactly what was done.
+and again after modifying, adding and removing files, whose changes must be exactly what was done
+(one start ended R + 1 times: the copy of its entries that a session makes while it runs, and the
+end consumes, is made again before each, untimed).
 """
 
 from __future__ import annotations
@@ -150,6 +152,9 @@ def _run(work: Path, store: FindingStore, files: int, runs: int) -> list[Row]:
     expected = modify(root, files)
 
     def changed(marks: Marks) -> None:
+        for state in captured:  # one start ended again and again: what each session's end finds made, made again
+            state.copy_for_end()
+        marks[0] = time.perf_counter()
         git_status(root, marks)
         end_session(f"c{next(sessions)}", captured, store, marks)
 

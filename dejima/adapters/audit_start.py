@@ -84,7 +84,7 @@ class MountState:
         if self.failure is None:
             self.hashed, children = hashed_paths(self.snapshot), children_of(self.snapshot)
             self.children, self.sizes = children, subtree_sizes(children)
-            self.copy = self.snapshot, dict(self.snapshot)
+            self.copy_for_end()
             self.paths = self.snapshot, joined_paths(self.snapshot)
             if self.start is not None:
                 self.listings = self.snapshot, start_listings(self.snapshot, children, self.start.digests)
@@ -111,6 +111,11 @@ class MountState:
     def joined_paths(self, snapshot: Snapshot) -> str | None:
         """What ``_prepare`` joined of the start snapshot's paths, if ``snapshot`` is the one it joined."""
         return self.paths[1] if self.paths is not None and self.paths[0] is snapshot else None
+
+    def copy_for_end(self) -> None:
+        """Copies the start snapshot for the end walk to update in place (``end_entries``), while
+        the session runs: ~7 ms at 100k entries that the end does not spend then."""
+        self.copy = self.snapshot, dict(self.snapshot)
 
     def end_entries(self) -> Snapshot | None:
         """The copy of the start snapshot made during the session, for the end walk to update in

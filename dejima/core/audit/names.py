@@ -78,7 +78,8 @@ def _odd_name(name: str) -> str | None:
     return None
 
 
-Forms = tuple[list[str], Counter[str], Counter[str]]
+# A directory's names, and how many have each case-folded and each NFC form (None: no two share one).
+Forms = tuple[list[str], "Counter[str] | None", "Counter[str] | None"]
 
 # Claude Code names each project's folder in its home after the project's path, '/' written '-'.
 _DASHED_BY_ITS_TOOL = re.compile(r"\.claude/projects/-[A-Za-z0-9._-]*")
@@ -86,17 +87,24 @@ _DASHED_BY_ITS_TOOL = re.compile(r"\.claude/projects/-[A-Za-z0-9._-]*")
 
 def _sibling_forms(parent: str, view: View) -> Forms:
     """A directory's names, and how many of them have each case-folded and each NFC form, counted
-    once per directory (in C: a directory can hold many thousands)."""
+    once per directory (in C: a directory can hold many thousands). Most directories hold no two
+    names of one form, found on their names joined: ASCII text is its own NFC form, and folded
+    names all distinct share no folded form."""
     cached = view.memo.get(f"siblings:{parent}")
     if cached is None:
         siblings = view.siblings(parent)
-        cached = view.memo[f"siblings:{parent}"] = (siblings, Counter(map(str.casefold, siblings)),
-                                                    Counter(map(partial(unicodedata.normalize, "NFC"), siblings)))
+        joined = "/".join(siblings)  # no name holds '/'
+        folded = joined.casefold().split("/")
+        cached = view.memo[f"siblings:{parent}"] = (
+            siblings, Counter(folded) if len(set(folded)) != len(folded) else None,
+            None if joined.isascii() else Counter(map(partial(unicodedata.normalize, "NFC"), siblings)))
     return cached  # type: ignore[return-value]
 
 
-def _other(name: str, siblings: list[str], form: Callable[[str], str], counted: Counter[str]) -> str | None:
+def _other(name: str, siblings: list[str], form: Callable[[str], str], counted: Counter[str] | None) -> str | None:
     """Another sibling with ``name``'s form (looked for only when the counts say there is one)."""
+    if counted is None:
+        return None
     target = form(name)
     if counted[target] <= (1 if name in siblings else 0):
         return None
