@@ -177,9 +177,9 @@ def _venv(workspace: Path) -> None:
     (site / "evil.pth").write_text("import os; os.system('id')\n")  # no installer writes this
 
 
-@pytest.mark.parametrize("tampered", [False, True], ids=["clean install", "tampered"])
+@pytest.mark.parametrize("tampered", ["", "modified", "planted"], ids=["clean install", "tampered", "planted"])
 def test_the_rule_stages_shared_out_find_what_one_process_finds(tmp_path: Path, packed: Path,  # noqa: F811
-                                                               tampered: bool) -> None:
+                                                               tampered: str) -> None:
     workspace, home = project(tmp_path, packed)
     (workspace / "tests").mkdir()
     state = capture(Mount("workspace", workspace))
@@ -189,8 +189,10 @@ def test_the_rule_stages_shared_out_find_what_one_process_finds(tmp_path: Path, 
     (workspace / "tests" / "conftest.py").write_text("import os\n")
     (workspace / ".vscode").mkdir()
     (workspace / ".vscode" / "tasks.json").write_text('{"tasks": [{"runOptions": {"runOn": "folderOpen"}}]}')
-    if tampered:
+    if tampered == "modified":  # found by the verification (tree_judgements)
         (workspace / "node_modules" / "tinytool" / "index.js").write_text("require('child_process');\n")
+    if tampered == "planted":  # found by the checks beside it (tree_tampering), which the stages run apart
+        (workspace / "node_modules" / "evil.js").write_text("require('child_process');\n")
     after = take_snapshot(workspace, previous=state.snapshot, workers=1)
 
     def contents(side: str, path: str) -> bytes | None:
@@ -207,7 +209,10 @@ def test_the_rule_stages_shared_out_find_what_one_process_finds(tmp_path: Path, 
 
     alone = findings()
     assert {(f.rule, f.path) for f in alone} >= {("B07", "node_modules"), ("B09", "tests/conftest.py")}
-    assert any(f.rule == "B07" and f.severity == ("high" if tampered else "low") for f in alone)
+    tree = next(f for f in alone if f.rule == "B07" and f.path == "node_modules")
+    assert tree.severity == ("high" if tampered else "low"), tree
+    assert ("node_modules/evil.js: a file in node_modules that no package puts there" in tree.evidence) is \
+        (tampered == "planted")
     assert findings(partial(walk_shares.shared_out, count=2)) == alone
     assert findings(partial(walk_shares.shared_out, count=3)) == alone
 

@@ -33,7 +33,7 @@ import tomllib
 
 from dejima.core.audit.caches import changes_value
 from dejima.core.audit.model import Finding, View, finding
-from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
+from dejima.core.audit.pinned import TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
 from dejima.core.snapshot import Change
 
 LOCKFILE = "Cargo.lock"
@@ -186,14 +186,20 @@ def _revendor(tree: str) -> str:
     return f"on the host: rm -r {tree} && cargo vendor" + (f" (in {project})" if project else "")
 
 
-def vendor_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding]:
-    """One finding for a ``cargo vendor`` directory: what it verified, what differs (with
-    ``tampered``, what the other checks found), or what it could not verify."""
+def vendor_judgement(tree: str, changes: list[Change], view: View) -> TreeJudgement:
+    """A ``cargo vendor`` directory verified against Cargo.lock, its one finding waiting for what the
+    other checks find (``TreeJudgement.finding``)."""
     verdict = verify_vendor(tree, changes, view)
     idle = None if any(_written(change) for change in changes) else \
         f"the tree changed ({len({c.path for c in changes})} entries) with no file written: nothing to verify"
-    return [tree_finding(tree, verdict, changes, tampered, _revendor(tree), unit="crate", idle=idle,
-                         lead=VENDOR_EVIDENCE)]
+    return TreeJudgement(tree, verdict, changes_value(changes), _revendor(tree), unit="crate", idle=idle,
+                         lead=VENDOR_EVIDENCE)
+
+
+def vendor_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding]:
+    """One finding for a ``cargo vendor`` directory: what it verified, what differs (with
+    ``tampered``, what the other checks found), or what it could not verify."""
+    return [vendor_judgement(tree, changes, view).finding(tampered)]
 
 
 def build_output_findings(tree: str, changes: list[Change], in_home: bool = False) -> list[Finding]:

@@ -30,8 +30,9 @@ import json
 import posixpath
 from collections.abc import Callable
 
+from dejima.core.audit.caches import changes_value
 from dejima.core.audit.model import Finding, View
-from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
+from dejima.core.audit.pinned import TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
 from dejima.core.snapshot import Change, by_directory
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
@@ -401,12 +402,19 @@ def reinstaller(tree: str) -> str | None:
     return CLEAN_INSTALL if tree == "node_modules" or tree.endswith("/node_modules") else None
 
 
-def npm_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding] | None:
-    """One finding for an npm tree: what it verified, or what differs (with ``tampered``, what the
-    other checks found), or what it could not verify; None when the tree is not npm's."""
+def npm_judgement(tree: str, changes: list[Change], view: View) -> TreeJudgement | None:
+    """An npm tree verified against its lockfile, its one finding waiting for what the other checks
+    find (``TreeJudgement.finding``); None when the tree is not npm's."""
     verdict = verify(tree, changes, view)
     if verdict is None:
         return None
     idle = None if any(_written(change, tree) for change in changes) else \
         f"npm's tree changed ({len({c.path for c in changes})} entries) with no package file written: nothing to verify"
-    return [tree_finding(tree, verdict, changes, tampered, f"on the host: {clean_install(tree)}", idle=idle)]
+    return TreeJudgement(tree, verdict, changes_value(changes), f"on the host: {clean_install(tree)}", idle=idle)
+
+
+def npm_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding] | None:
+    """One finding for an npm tree: what it verified, or what differs (with ``tampered``, what the
+    other checks found), or what it could not verify; None when the tree is not npm's."""
+    judgement = npm_judgement(tree, changes, view)
+    return None if judgement is None else [judgement.finding(tampered)]

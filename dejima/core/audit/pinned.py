@@ -85,21 +85,40 @@ def listed(items: list[str]) -> str:
     return first_few(items, _LISTED, "; ", "; and ")
 
 
+@dataclass(frozen=True)
+class TreeJudgement:
+    """A tree's verdict and how its one finding says it, before the lines of the checks beside
+    the verification are known (``finding``): the rule stages may run those on another process."""
+
+    tree: str
+    verdict: TreeVerdict
+    value: str  # changes_value of the tree's changes
+    remedy: str
+    unit: str = "package"
+    idle: str | None = None
+    lead: str = ""
+    rule: str = "B07"
+
+    def finding(self, tampered: list[str]) -> Finding:
+        """The tree's one finding: high with what differs (``tampered``: what other checks found
+        too), medium with what could not be verified, else low with what was."""
+        verdict, tree, rule, lead = self.verdict, self.tree, self.rule, self.lead
+        problems = [*tampered, *verdict.problems]
+        verified = f"verified {verdict.files} file(s) of {len(verdict.packages)} {self.unit}(s) against " \
+            f"{verdict.lockfile} as the session's start had it"
+        if problems:
+            return finding(rule, "high", tree, f"{lead}{len(problems)} change(s) no install from {verdict.lockfile} "
+                           f"makes: {listed(problems)}; {self.remedy}", self.value, remedy="reinstall")
+        if verdict.unverified:
+            return finding(rule, "medium", tree, f"{lead}{verified}; {len(verdict.unverified)} not verifiable: "
+                           f"{listed(verdict.unverified)}; to be sure, {self.remedy}", self.value, remedy="reinstall")
+        return finding(rule, "low", tree, lead + (self.idle if self.idle is not None and not verdict.files
+                                                  else verified), self.value, remedy="reinstall")
+
+
 def tree_finding(tree: str, verdict: TreeVerdict, changes: list[Change], tampered: list[str], remedy: str,
                  unit: str = "package", idle: str | None = None, lead: str = "", rule: str = "B07") -> Finding:
-    """The tree's one finding: high with what differs (``tampered``: what other checks found too),
-    medium with what could not be verified, else low with what was. ``idle``: what to say instead
-    when nothing was verified and nothing needed to be (the tool only rewrote its own records);
-    ``lead``: the words the evidence begins with; ``rule``: B07, B10 for a Python environment."""
-    problems = [*tampered, *verdict.problems]
-    verified = f"verified {verdict.files} file(s) of {len(verdict.packages)} {unit}(s) against {verdict.lockfile} " \
-        "as the session's start had it"
-    value = changes_value(changes)
-    if problems:
-        return finding(rule, "high", tree, f"{lead}{len(problems)} change(s) no install from {verdict.lockfile} "
-                       f"makes: {listed(problems)}; {remedy}", value, remedy="reinstall")
-    if verdict.unverified:
-        return finding(rule, "medium", tree, f"{lead}{verified}; {len(verdict.unverified)} not verifiable: "
-                       f"{listed(verdict.unverified)}; to be sure, {remedy}", value, remedy="reinstall")
-    return finding(rule, "low", tree, lead + (idle if idle is not None and not verdict.files else verified), value,
-                   remedy="reinstall")
+    """The tree's one finding (TreeJudgement.finding). ``idle``: what to say instead when nothing
+    was verified and nothing needed to be (the tool only rewrote its own records); ``lead``: the
+    words the evidence begins with; ``rule``: B07, B10 for a Python environment."""
+    return TreeJudgement(tree, verdict, changes_value(changes), remedy, unit, idle, lead, rule).finding(tampered)

@@ -7,6 +7,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from typing import Any, TypeVar, cast
 
 from dejima.core.audit.configs import config_findings
 from dejima.core.audit.correlate import correlate
@@ -14,13 +15,21 @@ from dejima.core.audit.environment import environment_findings
 from dejima.core.audit.fallback import fallback_findings, watch_findings
 from dejima.core.audit.files import file_findings
 from dejima.core.audit.git import git_findings
-from dejima.core.audit.isolation import correlated, judged
+from dejima.core.audit.isolation import correlated, failure, judged
 from dejima.core.audit.lockfiles import lockfile_findings
 from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import Artifacts, Contents, Finding, View, rank
 from dejima.core.audit.modelines import modeline_findings
 from dejima.core.audit.names import name_findings
-from dejima.core.audit.trees import tree_findings, tree_groups
+from dejima.core.audit.pinned import TreeJudgement
+from dejima.core.audit.trees import (
+    Parts,
+    dependency_findings,
+    tree_findings,
+    tree_groups,
+    tree_judgements,
+    tree_tampering,
+)
 from dejima.core.audit.venv_facts import SessionPython
 from dejima.core.snapshot import Snapshot, diff
 
@@ -66,10 +75,11 @@ def _deduplicated(found: list[Finding]) -> list[Finding]:
     return sorted(best.values(), key=lambda f: (-rank(f.severity), f.path, f.rule, f.key))
 
 
+T = TypeVar("T")
 Stage = Callable[[], list[Finding]]
-# Runs stages, each on its own, and returns what each found, in order (the adapter's shares them
-# out to processes: walk_shares.shared_out); default: one after the other, here.
-StageRunner = Callable[[list[Stage]], list[list[Finding]]]
+# Runs tasks (stages, and the parts of one that return data), each on its own, and returns what each
+# returned, in order (the adapter's shares them out to processes: walk_shares.shared_out).
+StageRunner = Callable[[list[Callable[[], Any]]], list[Any]]
 _HEAVIEST = "the tree rules (B07, B10, B11, M01)"  # dealt out first: a tree's verification is most of the work
 
 
@@ -83,6 +93,37 @@ def _asked_ahead(view: View) -> None:
         view.changed  # noqa: B018 - a cached property, computed here once
     except Exception:  # noqa: S110 - judged where it is asked (isolation.judged)
         pass
+
+
+def _shared(view: View, stages: list[tuple[str, Callable[[View], list[Finding]]]],
+            share: StageRunner) -> dict[int, list[Finding]]:
+    """The stages shared out to processes, the heaviest first, and the tree rules' dependency
+    trees in two parts beside them: verified against their pins, and checked for what no install
+    makes (each a third of an npm tree's judgement), combined here."""
+    _asked_ahead(view)
+    heaviest = next(i for i, (name, _) in enumerate(stages) if name == _HEAVIEST)
+    others = [i for i in range(len(stages)) if i != heaviest]
+    tasks: list[Callable[[], object]] = [
+        partial(_data, view, tree_judgements), partial(judged, view, _HEAVIEST, "", tree_findings, view, False),
+        partial(_data, view, tree_tampering), *(partial(judged, view, stages[i][0], "", stages[i][1], view)
+                                                 for i in others)]
+    ran = share(tasks)
+    judgements, failed = cast("tuple[Parts[TreeJudgement | None] | None, list[Finding]]", ran[0])
+    tampering, failed_too = cast("tuple[Parts[list[str]] | None, list[Finding]]", ran[2])
+    rest: list[Finding] = ran[1]
+    by_stage: dict[int, list[Finding]] = dict(zip(others, ran[3:], strict=True))
+    parts = [*failed, *failed_too] if judgements is None or tampering is None else \
+        judged(view, _HEAVIEST, "", dependency_findings, view, judgements, tampering)
+    by_stage[heaviest] = [*parts, *rest]  # as tree_findings orders them, in one process
+    return by_stage
+
+
+def _data(view: View, judge: Callable[[View], T]) -> tuple[T | None, list[Finding]]:
+    """``judge(view)``, or None and its failure (a stage's part that returns data, not findings)."""
+    try:
+        return judge(view), []
+    except Exception as error:  # any failure of a rule is a finding of its own, never silence
+        return None, [failure(view, _HEAVIEST, "", error)]
 
 
 def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace",
@@ -110,11 +151,11 @@ def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "wo
         stages += [("the git rules (G01-G28, X03, X04)", git_findings), ("the lockfile rules (X05, X06)",
                                                                           lockfile_findings),
                    ("the modeline rules (I12, I13)", modeline_findings)]
-    order = sorted(range(len(stages)), key=lambda i: stages[i][0] != _HEAVIEST)
-    if share is not None:
-        _asked_ahead(view)
-    ran = (share or _one_after_another)([partial(judged, view, stages[i][0], "", stages[i][1], view) for i in order])
-    by_stage = dict(zip(order, ran, strict=True))
+    if share is None:
+        by_stage = dict(enumerate(_one_after_another([partial(judged, view, name, "", judge, view)
+                                                      for name, judge in stages])))
+    else:
+        by_stage = _shared(view, stages, share)
     found = [f for i in range(len(stages)) for f in by_stage[i]]  # in the stages' order, however they ran
     # Before the correlations, which may raise it; before the fallback, which a manifest's ask outranks.
     found.extend(judged(view, "X07", "", watch_findings, view, found, watch))

@@ -7,13 +7,17 @@ activate) named one by one. Which directories are trees: treeroots.py, by their 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
 
 from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings
-from dejima.core.audit.cargo_verify import build_output_findings, vendor_findings
+from dejima.core.audit.cargo_verify import build_output_findings, vendor_judgement
 from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tampering, python_tampering, recorded
-from dejima.core.audit.isolation import judged
+from dejima.core.audit.isolation import failure, judged
 from dejima.core.audit.model import Finding, View, finding, first_few
-from dejima.core.audit.npm_verify import npm_findings
+from dejima.core.audit.npm_verify import npm_judgement
+from dejima.core.audit.pinned import TreeJudgement
 from dejima.core.audit.python_verify import python_findings, rewritten_as_made
 from dejima.core.audit.treeroots import (
     DEPENDENCY_KINDS,
@@ -24,7 +28,7 @@ from dejima.core.audit.treeroots import (
     in_tree,
     sort_changes,
 )
-from dejima.core.audit.yarn_verify import yarn_findings
+from dejima.core.audit.yarn_verify import yarn_judgement
 from dejima.core.snapshot import Change
 
 _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/_virtualenv\.py|/bin/activate[^/]*|"
@@ -32,6 +36,7 @@ _STARTUP = re.compile(r"(?:\.pth|/sitecustomize\.py|/usercustomize\.py|/_virtual
 _PTH_CODE = re.compile(r"^\s*import[\s\t]", re.MULTILINE)
 _PYC = re.compile(r"(?:^|/)__pycache__/[^/]+\.pyc\Z|\.pyc\Z")
 _LISTED = 5
+T = TypeVar("T")
 
 
 def _summary(paths: list[str]) -> str:
@@ -75,29 +80,69 @@ def _build_output(view: View) -> list[Finding]:
             for f in build_output_findings(root, changes, in_home=view.kind == "home")]
 
 
+# One part of a dependency tree's judgement, per tree root: what it gave, or (None) the failures
+# that stand for it (isolation: a part that fails is a finding there, the other trees still judged).
+Parts = dict[str, tuple[T | None, list[Finding]]]
+
+
+def _part(view: View, root: str, judge: Callable[[], T]) -> tuple[T | None, list[Finding]]:
+    try:
+        return judge(), []
+    except Exception as error:  # any failure of a rule is a finding of its own, never silence
+        return None, [failure(view, "B07", root, error)]
+
+
+def tree_judgements(view: View) -> Parts[TreeJudgement | None]:
+    """Each dependency tree verified against its lockfile's pins (npm, yarn 1, cargo vendor), its
+    finding waiting for ``tree_tampering``'s lines (None: a tree of no kind verified). The two
+    parts of the tree rules' heaviest work: the rule stages run them on two processes."""
+    return {root: _part(view, root, partial(_judgement, kind, root, changes, view))
+            for (kind, root), changes in _group(view, DEPENDENCY_KINDS).items()}
+
+
+def tree_tampering(view: View) -> Parts[list[str]]:
+    """What each dependency tree's changes hold that no install makes, found beside the verification:
+    files modified in place, and for npm what no install of any lockfile makes (installs.npm_tampering)."""
+    return {root: _part(view, root, partial(_tampering, kind, root, changes, view))
+            for (kind, root), changes in _group(view, DEPENDENCY_KINDS).items()}
+
+
+def dependency_findings(view: View, judgements: Parts[TreeJudgement | None],
+                        tampering: Parts[list[str]]) -> list[Finding]:
+    """Each dependency tree's one finding, from its two parts; a tree whose part failed has the failure instead."""
+    found: list[Finding] = []
+    for (_, root), changes in _group(view, DEPENDENCY_KINDS).items():
+        (judgement, failed), (tampered, failed_too) = judgements[root], tampering[root]
+        if failed or failed_too or tampered is None:
+            found.extend([*failed, *failed_too])
+        elif judgement is not None:
+            found.append(judgement.finding(tampered))
+        elif tampered:
+            found.append(finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: "
+                                 f"{_summary(tampered)}; delete {root} and reinstall on the host",
+                                 changes_value(changes), remedy="reinstall"))
+        else:
+            found.append(finding("B07", "low", root, f"dependency tree rewritten ({len({c.path for c in changes})} "
+                                 "entries, e.g. an install in the session); reinstall on the host to be sure",
+                                 changes_value(changes), remedy="reinstall"))
+    return found
+
+
 def _dependencies(view: View) -> list[Finding]:
-    """Each dependency tree judged on its own (isolation): one that fails is a finding there."""
-    return [f for (kind, root), changes in _group(view, DEPENDENCY_KINDS).items()
-            for f in judged(view, "B07", root, _dependency_tree, kind, root, changes, view)]
+    """Each dependency tree judged on its own (isolation): one whose judgement fails is a finding there."""
+    return dependency_findings(view, tree_judgements(view), tree_tampering(view))
 
 
-def _dependency_tree(kind: str, root: str, changes: list[Change], view: View) -> list[Finding]:
+def _tampering(kind: str, root: str, changes: list[Change], view: View) -> list[str]:
     in_place = [f"{c.path}: modified in place, not installed anew" for c in changes if c.what in _IN_PLACE
                 and _in_place(c, view) and c.path[len(root) + 1:] not in TOOL_STATE]
+    return in_place if kind == "cargo-vendor" else in_place + npm_tampering(root, changes, view)
+
+
+def _judgement(kind: str, root: str, changes: list[Change], view: View) -> TreeJudgement | None:
     if kind == "cargo-vendor":  # held to Cargo.lock's checksums
-        return vendor_findings(root, changes, view, in_place)
-    tampered = in_place + npm_tampering(root, changes, view)
-    verified = npm_findings(root, changes, view, tampered)  # held to its lockfile's pins
-    if verified is None:
-        verified = yarn_findings(root, changes, view, tampered)
-    if verified is not None:
-        return verified
-    if tampered:
-        return [finding("B07", "high", root, f"{len(tampered)} change(s) no install makes: {_summary(tampered)}; "
-                        f"delete {root} and reinstall on the host", changes_value(changes), remedy="reinstall")]
-    return [finding("B07", "low", root, f"dependency tree rewritten ({len({c.path for c in changes})} entries, e.g. "
-                    "an install in the session); reinstall on the host to be sure", changes_value(changes),
-                    remedy="reinstall")]
+        return vendor_judgement(root, changes, view)
+    return npm_judgement(root, changes, view) or yarn_judgement(root, changes, view)  # held to its lockfile's pins
 
 
 def _stray_node_modules(view: View) -> list[Finding]:
@@ -191,12 +236,15 @@ def _bytecode(view: View) -> list[Finding]:
                     changes_value(written), remedy="restore")]
 
 
-def tree_findings(view: View) -> list[Finding]:
-    """Each tree judged on its own (isolation), and each kind of tree: one that fails is a finding there."""
+def tree_findings(view: View, dependencies: bool = True) -> list[Finding]:
+    """Each tree judged on its own (isolation), and each kind of tree: one that fails is a finding
+    there. ``dependencies``: False when the caller judges the dependency trees itself, in two parts
+    (``tree_judgements``, ``tree_tampering``, ``dependency_findings``)."""
     if view.kind == "cache":
         return judged(view, "M01", "", cache_mount_findings, view)
     if view.kind == "home":
         return [*judged(view, "M01", "", home_cache_findings, view), *_environments(view),
                 *judged(view, "B07", "", _build_output, view)]
-    return [*_dependencies(view), *judged(view, "B07", "", _stray_node_modules, view), *_environments(view),
+    return [*(_dependencies(view) if dependencies else []), *judged(view, "B07", "", _stray_node_modules, view),
+            *_environments(view),
             *judged(view, "B07", "", _build_output, view), *judged(view, "B11", "", _bytecode, view)]

@@ -27,9 +27,10 @@ from __future__ import annotations
 import posixpath
 from typing import NamedTuple
 
+from dejima.core.audit.caches import changes_value
 from dejima.core.audit.model import Finding, View
 from dejima.core.audit.npm_verify import package_key
-from dejima.core.audit.pinned import TreeVerdict, Wanted, hold, lockfile_above, tree_finding
+from dejima.core.audit.pinned import TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
 from dejima.core.audit.treeroots import workspace_package
 from dejima.core.snapshot import Change
 
@@ -219,9 +220,9 @@ def reinstaller(tree: str, evidence: str) -> str | None:
     return CLEAN_INSTALL if evidence.startswith(EVIDENCE) else None
 
 
-def yarn_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding] | None:
-    """One finding for a yarn 1 tree: what it verified, what differs (with ``tampered``, what the
-    other checks found), or what it could not verify; None when the tree is not yarn 1's."""
+def yarn_judgement(tree: str, changes: list[Change], view: View) -> TreeJudgement | None:
+    """A yarn 1 tree verified against its lockfile, its one finding waiting for what the other
+    checks find (``TreeJudgement.finding``); None when the tree is not yarn 1's."""
     verdict = verify(tree, changes, view)
     if verdict is None:
         return None
@@ -229,4 +230,11 @@ def yarn_findings(tree: str, changes: list[Change], view: View, tampered: list[s
     remedy = f"on the host: rm -r {tree} && {CLEAN_INSTALL}" + (f" (in {project})" if project else "")
     idle = None if any(_written(change) for change in changes) else \
         f"changed ({len({c.path for c in changes})} entries) with no package file written: nothing to verify"
-    return [tree_finding(tree, verdict, changes, tampered, remedy, idle=idle, lead=EVIDENCE)]
+    return TreeJudgement(tree, verdict, changes_value(changes), remedy, idle=idle, lead=EVIDENCE)
+
+
+def yarn_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding] | None:
+    """One finding for a yarn 1 tree: what it verified, what differs (with ``tampered``, what the
+    other checks found), or what it could not verify; None when the tree is not yarn 1's."""
+    judgement = yarn_judgement(tree, changes, view)
+    return None if judgement is None else [judgement.finding(tampered)]
