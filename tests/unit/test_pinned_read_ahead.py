@@ -185,7 +185,14 @@ def _integrity(data: bytes) -> str:
 
 
 def _ended_alone(pid: int, seconds: float = 30) -> bool:
-    """Whether the read ahead ``pid`` ends by itself (no request, no signal) within ``seconds``; reaped if so."""
+    """Whether the read ahead ``pid`` ends by itself (no request, no signal) within ``seconds``, successfully."""
+    status = _exit_status(pid, seconds)
+    assert status is None or os.waitstatus_to_exitcode(status) == 0
+    return status is not None
+
+
+def _exit_status(pid: int, seconds: float) -> int | None:
+    """``pid``'s wait status once it ends, within ``seconds`` (then reaped; None: still running)."""
     ended: list[int] = []
 
     def wait() -> None:
@@ -198,8 +205,7 @@ def _ended_alone(pid: int, seconds: float = 30) -> bool:
     waiter.join(timeout=seconds)
     if ended:
         fork_workers._behind.remove(pid)
-        assert os.waitstatus_to_exitcode(ended[0]) == 0
-    return bool(ended)
+    return ended[0] if ended else None
 
 
 def _kept(directory: Path) -> set[str]:
@@ -392,3 +398,17 @@ def test_asked_to_finish_the_read_ahead_keeps_what_a_full_read_would_then_and_en
         _names([*good, awaited, optional])
     for key in [*good, awaited, optional]:
         assert pinned_archives._known(ahead / "npm", key) == fresh[key]
+
+
+@pytest.mark.timeout(120)
+def test_a_read_ahead_waiting_for_a_pin_never_fetched_ends_itself_after_its_limit(tmp_path: Path) -> None:
+    """No install fetches the pin and no end audit comes (its launcher died): the read ahead looking
+    for it ends by its own alarm, as one stuck on an archive does."""
+    cache = tmp_path / ".npm"
+    never = _integrity(b"never fetched")
+    pid = pinned_archives.read_ahead([never], lambda i: npm_cache.tarball([cache], i), "npm", stamp(cache),
+                                     awaited=[never], known=tmp_path / "kept", limit=1, poll=FAST)
+    status = _exit_status(pid, 60)
+    fork_workers.finish_behind()  # one left by a failure
+    assert status is not None, "the read ahead still looked for its pin a minute after its one-second limit"
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM
