@@ -129,6 +129,11 @@ def collect(child: Child) -> Any:
 
 _unreaped: list[int] = []  # children whose result was taken before they exited
 _behind: list[int] = []  # children doing work no one waits for (``fork_behind``), not yet reaped
+# finish_behind's request to a child fork_behind started: end once what can be done now is done (a read
+# ahead that waits for archives still to come). Not SIGUSR1, the launcher's stop signal (executor.py). Blocked
+# in the child from its fork on: a request sent before the child looks for it stays pending, neither lost
+# nor fatal; work that never looks for it (the kept manifests) ends on its own, the request dropped with it.
+FINISH = signal.SIGUSR2
 
 
 def reap() -> None:
@@ -156,9 +161,14 @@ def fork_behind(work: Callable[[], object]) -> int:
     must not wait for it too), and its failure is nobody's: what it does must be something that
     may not get done (a cache)."""
     reap()
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {FINISH})
     try:
         pid = os.fork()
     except OSError:
+        pid = -1
+    if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+    if pid < 0:
         return 0
     if pid == 0:
         code = ExitStatus.FAILURE
@@ -188,10 +198,23 @@ def stop_behind(pid: int) -> None:
         _reaped(pid, 0)
 
 
-def wait_behind() -> None:
-    """Waits for every child ``fork_behind`` left in this process (tests, benchmarks: what it does, done)."""
+def finish_requested(seconds: float) -> bool:
+    """In a child ``fork_behind`` started: waits up to ``seconds`` for ``finish_behind``'s request
+    (FINISH), and says whether it came (then or before)."""
+    return signal.sigtimedwait({FINISH}, seconds) is not None
+
+
+def finish_behind() -> None:
+    """Asks every child ``fork_behind`` left in this process to finish (FINISH: what it can do now,
+    done) and waits for each (tests, benchmarks: what the session's time would have done). Only a
+    child not reaped yet is asked (its pid is still this process's child: no other process is)."""
     while _behind:
-        _reaped(_behind.pop(), 0)
+        pid = _behind.pop()
+        try:
+            os.kill(pid, FINISH)
+        except ProcessLookupError:
+            pass
+        _reaped(pid, 0)
 
 
 def stop(children: list[Child]) -> None:

@@ -11,7 +11,7 @@ import base64
 import binascii
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from dejima.adapters import pinned_archives
@@ -47,15 +47,28 @@ def _content(algorithm: str, digest: str) -> str:
 def cached_size(caches: list[Path], integrity: str) -> int:
     """The size of the first cached file at this integrity's address (0: none): which tarballs
     are read first (the largest), never what counts as one."""
+    found = _cached(caches, integrity)
+    return found.st_size if found is not None else 0
+
+
+def cached_stamp(caches: list[Path], integrity: str) -> tuple[int, int, int, int] | None:
+    """Which file is at this integrity's address now (device, inode, size, modification time; None:
+    none): a read ahead waits for it, and reads it again only once it is another."""
+    found = _cached(caches, integrity)
+    return None if found is None else (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+
+
+def _cached(caches: list[Path], integrity: str) -> os.stat_result | None:
+    """The first cached file at this integrity's address (its link, not followed)."""
     pinned = address(integrity)
     if pinned is None:
-        return 0
+        return None
     for cache in caches:
         try:
-            return os.stat(cache / _content(*pinned), follow_symlinks=False).st_size
+            return os.stat(cache / _content(*pinned), follow_symlinks=False)
         except OSError:
             continue
-    return 0
+    return None
 
 
 def tarball(caches: list[Path], integrity: str) -> Artifact | str:
@@ -97,7 +110,9 @@ def tarballs(caches: list[Path]) -> Artifacts:
                                            _KEPT, size=lambda integrity: cached_size(caches, integrity))
 
 
-def read_ahead(caches: list[Path], integrities: list[str]) -> int:
+def read_ahead(caches: list[Path], integrities: list[str], awaited: Collection[str] = ()) -> int:
     """The tarballs of these pins read, and their manifests kept, by a process no one waits for (a
-    session's start, for what its lockfiles pin: pinned_archives.read_ahead); its pid (0: none)."""
-    return pinned_archives.read_ahead(integrities, lambda integrity: tarball(caches, integrity), _KEPT)
+    session's start, for what its lockfiles pin: pinned_archives.read_ahead); those of ``awaited``
+    not cached yet (what the session's install fetches) read as they come. Its pid (0: none)."""
+    return pinned_archives.read_ahead(integrities, lambda integrity: tarball(caches, integrity), _KEPT,
+                                      lambda integrity: cached_stamp(caches, integrity), awaited)

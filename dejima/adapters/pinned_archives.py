@@ -12,7 +12,8 @@ pin them (npm's integrity) keeps it once read, in the host user's state
 (``$XDG_STATE_HOME/dejima/audit/pinned/<reader>/``, never mounted into a session; dropped when
 unused for STALE_SECONDS): the next audit of the same pins inflates nothing. The manifests are
 written, and each use noted, by a process the audit does not wait for (fork_workers.fork_behind).
-A session's start reads ahead those its lockfiles pin (``read_ahead``), while the session runs.
+A session's start reads ahead those its lockfiles pin (``read_ahead``), while the session runs: those
+cached then, and those the session's install fetches, as they come.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 import posixpath
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -30,7 +31,7 @@ from typing import cast
 from isal import isal_zlib
 
 from dejima.adapters import host
-from dejima.adapters.fork_workers import SnapshotError, collect, fork, fork_behind, stop, workers
+from dejima.adapters.fork_workers import SnapshotError, collect, finish_requested, fork, fork_behind, stop, workers
 from dejima.adapters.walk_shares import Queue
 from dejima.core.audit.model import Artifact, Artifacts
 from dejima.core.snapshot import frame, unframe
@@ -44,6 +45,14 @@ FORK_AFTER = 16  # archives to read from which they are shared out over processe
 # A read ahead ends itself after this long: one whose launcher died (no end audit stops it) or that
 # hangs is not left running for ever; what it did not keep, the end audit reads.
 READ_AHEAD_SECONDS = 3600
+# A read ahead looks this often for the pinned archives an install in the session fetches: a look
+# is a stat per pin still awaited (~2 ms for 600), and an install fetches 600 tarballs in ~10 s, so
+# at most the last ~2 s of its fetching is left to the end audit, which comes after it.
+POLL_SECONDS = 2.0
+# A pin's archive read at most this often by a read ahead, each time its file is another: bytes that do
+# not hash to the pin now may be a file not whole yet (cacache renames a whole one in), but a file the
+# session keeps rewriting is not read for ever (the end audit reads it, and says what it holds).
+READS_OF_ONE = 3
 # What ISA-L raises on a stream it cannot inflate (its stubs declare it an instance, not a class).
 _INFLATE_ERROR = cast("type[Exception]", isal_zlib.error)
 
@@ -242,15 +251,20 @@ def _write(directory: Path, key: str, carried: Carried) -> None:
     host.write_atomically(directory / _manifest_name(key), frame(_MANIFEST, carried))
 
 
-def read_ahead(keys: list[str], one: Callable[[str], Artifact | str], kept: str, known: Path | None = None,
-               limit: int = READ_AHEAD_SECONDS) -> int:
+def read_ahead(keys: list[str], one: Callable[[str], Artifact | str], kept: str,
+               stamp: Callable[[str], object], awaited: Collection[str] = (), known: Path | None = None,
+               limit: int = READ_AHEAD_SECONDS, poll: float = POLL_SECONDS) -> int:
     """Reads the archives of ``keys`` whose manifests are not kept under ``kept`` yet (``read_all``'s
     reader and name), in a process of its own at a low priority that no one waits for, keeping each
     as soon as it is read: started at a session's start for the pins its lockfiles name, so that
-    the end audit finds them kept instead of inflating them then. What it has not kept by then
-    (not cached, not read yet, stopped) the end audit reads itself; what it keeps is what
-    ``read_all`` would (``one`` answers an Artifact only for bytes that hash to the pin). It ends
-    itself after ``limit`` seconds (SIGALRM's default action). Its pid (0: none started)."""
+    the end audit finds them kept instead of inflating them then. ``stamp(key)``: the identity of
+    its archive's file as it is now (None: there is none). Those of ``awaited`` (the pins an install
+    fetches) that are not there at first are looked for every ``poll`` seconds and read once there: a
+    project's first session fetches them while it runs. What it has not kept by the end audit (not
+    there, not read yet, stopped) the end audit reads itself; what it keeps is what ``read_all``
+    would (``one`` answers an Artifact only for bytes that hash to the pin). It ends when nothing
+    awaited is left, at ``fork_workers.finish_behind``'s request (once it has read what of ``keys``
+    is there then), or after ``limit`` seconds (SIGALRM's default action). Its pid (0: none started)."""
     directory = (known if known is not None else manifests_dir()) / kept
     unread = [key for key in dict.fromkeys(keys) if not (directory / _manifest_name(key)).exists()]
 
@@ -259,15 +273,40 @@ def read_ahead(keys: list[str], one: Callable[[str], Artifact | str], kept: str,
         signal.alarm(limit)
         os.nice(10)  # the session starts meanwhile: it comes first
         host.ensure_private_dir(directory)
-        for key in unread:
+        _read_ahead(directory, unread, one, stamp, set(awaited), poll)
+
+    return fork_behind(work) if unread else 0
+
+
+def _read_ahead(directory: Path, unread: list[str], one: Callable[[str], Artifact | str],
+                stamp: Callable[[str], object], awaited: set[str], poll: float) -> None:
+    """read_ahead's passes: all of ``unread`` first, then the awaited ones every ``poll`` seconds; one
+    whose read failed (its bytes do not hash to the pin, or not yet) is read again only once its
+    file is another (a new stamp), at most READS_OF_ONE times."""
+    failed: dict[str, object] = {}  # key -> its file's stamp when a read of it failed
+    reads: dict[str, int] = {}
+    left = dict.fromkeys(unread)
+    looked, last = unread, False
+    while True:
+        for key in looked:
+            now = stamp(key)
+            if now is None or failed.get(key) == now or reads.get(key, 0) >= READS_OF_ONE:
+                continue
+            reads[key] = reads.get(key, 0) + 1
             try:
                 artifact = one(key)
             except Exception:  # the end audit reads it again, and says why
-                continue
-            if not isinstance(artifact, str):
+                artifact = "unread"
+            if isinstance(artifact, str):
+                failed[key] = now
+            else:
                 _write(directory, key, (artifact.files, artifact.texts))
-
-    return fork_behind(work) if unread else 0
+                del left[key]
+        polled = [key for key in left if key in awaited and reads.get(key, 0) < READS_OF_ONE]
+        if last or not polled:
+            return
+        last = finish_requested(poll)
+        looked = list(left) if last else polled
 
 
 Carried = tuple[dict[str, str], "dict[str, str] | None"]  # an Artifact's fields, as marshal carries them

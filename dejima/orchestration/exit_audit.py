@@ -179,13 +179,15 @@ def read_ahead(states: list[MountState]) -> list[int]:
     """The pinned tarballs the start's npm lockfiles name (kept with the start), read while the
     session runs by a process of their own, their manifests kept: the end audit finds them kept
     instead of inflating them on its critical path (what was not done by then, it does). Which
-    lockfile is read proves nothing: a manifest is kept only for bytes that hash to their pin."""
-    integrities = [integrity for _, text in _kept_lockfiles(states, npm_verify.LOCKFILES)
-                   for integrity in npm_verify.pinned_integrities(text)]
-    if not integrities:
+    lockfile is read proves nothing: a manifest is kept only for bytes that hash to their pin.
+    Those not cached at the start are read as the session's install fetches them (a project's first
+    session), but for the optional ones: npm fetches those for other platforms never."""
+    pins = npm_verify.pinned_integrities(text for _, text in _kept_lockfiles(states, npm_verify.LOCKFILES))
+    if not pins:
         return []
     homes = [s.mount.root for s in states if s.mount.kind == "home"]
-    return [pid for pid in (npm_cache.read_ahead(npm_cache.npm_caches(homes), integrities),) if pid]
+    awaited = [integrity for integrity, optional in pins.items() if not optional]
+    return [pid for pid in (npm_cache.read_ahead(npm_cache.npm_caches(homes), list(pins), awaited),) if pid]
 
 
 def _import_rules(states: list[MountState]) -> None:

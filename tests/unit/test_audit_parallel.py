@@ -268,7 +268,7 @@ def test_tarballs_read_by_forked_processes_are_what_one_process_reads_and_are_ke
     def read(keys: list[str]) -> dict[str, Artifact | str]:
         got = pinned_archives.read_all(keys, lambda key: npm_cache.tarball([home / ".npm"], key), "tarball",
                                        "npm", known=tmp_path / "kept")
-        fork_workers.wait_behind()  # the manifests are written by a process the audit does not wait for
+        fork_workers.finish_behind()  # the manifests are written by a process the audit does not wait for
         return got
 
     got = read([integrity, unknown])

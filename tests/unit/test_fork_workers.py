@@ -85,7 +85,7 @@ def test_work_left_behind_holds_no_standard_stream_of_its_parent(tmp_path: Path)
 def test_work_left_behind_holds_no_descriptor_and_no_one_waits_for_it(tmp_path: Path) -> None:
     """A child forked to work behind (the kept manifests) keeps no descriptor of its parent's: a
     pipe whose other holders are gone reads to its end while it still runs; the next fork reaps it
-    only once it is done; wait_behind waits for it."""
+    only once it is done; finish_behind waits for it (it never looks for the request: it ends on its own)."""
     read_end, write_end = os.pipe()
     go, done = tmp_path / "go", tmp_path / "done"
     os.mkfifo(go)
@@ -112,7 +112,7 @@ def test_work_left_behind_holds_no_descriptor_and_no_one_waits_for_it(tmp_path: 
         os.close(read_end)
         with open(go, "wb") as fifo:  # let it go, failed or not: no child is left waiting
             fifo.write(b"x")
-        fork_workers.wait_behind()
+        fork_workers.finish_behind()
     assert fork_workers._behind == [] and done.read_text() == "closed"
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left

@@ -594,7 +594,7 @@ def test_a_second_sessions_pins_read_ahead_verify_as_the_tarball_does(tmp_path: 
     npm(workspace, home / ".npm", "ci")  # the first session's install filled the home's cache
     shutil.rmtree(workspace / "node_modules")
     states = exit_audit.start("ahead-1", [Mount("workspace", workspace), Mount("home", home)])
-    fork_workers.wait_behind()  # the session runs meanwhile
+    fork_workers.finish_behind()  # the session runs meanwhile
     assert len(list((pinned_archives.manifests_dir() / "npm").iterdir())) == 1
     npm(workspace, home / ".npm", "ci")
     if tampered:
@@ -614,3 +614,67 @@ def test_a_second_sessions_pins_read_ahead_verify_as_the_tarball_does(tmp_path: 
         assert "tinytool/index.js: not the content of its package's tarball" in tree.evidence
     else:
         assert tree.severity == "low" and tree.evidence.startswith("verified 5 file(s) of 1 package(s)")
+
+
+def test_the_pins_read_ahead_say_which_only_optional_packages_pin() -> None:
+    """What the start reads ahead, and which of it it waits for: an integrity that a package not
+    marked optional pins (in any lockfile) is awaited; one only optional packages pin (another
+    platform's build) is not; an entry without a string integrity pins nothing."""
+    from dejima.core.audit.npm_verify import pinned_integrities
+
+    lock = {"packages": {"": {"name": "ws"}, "node_modules/a": {"integrity": "sha512-A"},
+                         "node_modules/@esbuild/win32-x64": {"integrity": "sha512-E", "optional": True},
+                         "node_modules/b": {"integrity": "sha512-B", "optional": True},
+                         "node_modules/c/node_modules/b": {"integrity": "sha512-B"},
+                         "node_modules/d": {"version": "1.0.0"},
+                         "node_modules/e": {"integrity": 3, "optional": True},
+                         "node_modules/f": {"integrity": "sha512-F", "optional": "yes"}}}
+    other = {"packages": {"node_modules/a": {"integrity": "sha512-A", "optional": True},
+                          "node_modules/g": {"integrity": "sha512-G", "dev": True, "optional": True},
+                          "node_modules/h": {"integrity": "sha512-H", "devOptional": True}}}
+    assert pinned_integrities([json.dumps(lock), json.dumps(other), "not json", None]) == {
+        "sha512-A": False, "sha512-E": True, "sha512-B": False, "sha512-F": False, "sha512-G": True,
+        "sha512-H": False}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("tampered", [False, True])
+def test_a_first_sessions_pins_read_ahead_as_its_install_fetches_them_verify_as_none_read_ahead(
+        tmp_path: Path, packed: Path, tampered: bool) -> None:
+    """A project's first session: the home's npm cache is empty at the start, the session's `npm
+    ci` fetches the pinned tarball into it. The read ahead keeps its manifest before the end audit
+    (finish_behind: what it does while the session runs), and the end audit's findings are those
+    of the same session with nothing read ahead (stopped at once: the end audit inflates it)."""
+    import io
+
+    from dejima.adapters import fork_workers, pinned_archives
+    from dejima.adapters.findings import FindingStore
+    from dejima.orchestration import exit_audit
+    from dejima.ui.console import UI, plain_console
+
+    def first_session(root: Path, ahead: bool) -> list[tuple[str, str, str, str]]:
+        kept = pinned_archives.manifests_dir() / "npm"
+        shutil.rmtree(kept, ignore_errors=True)
+        workspace, home = project(root, packed)
+        states = exit_audit.start(f"first-{ahead}", [Mount("workspace", workspace), Mount("home", home)])
+        assert exit_audit._reading_ahead  # nothing cached: it waits for the install
+        if not ahead:  # a session that ended before anything was read
+            fork_workers.stop_behind(exit_audit._reading_ahead.pop())
+        npm(workspace, home / ".npm", "ci")
+        if tampered:
+            index = workspace / "node_modules/tinytool/index.js"
+            replace_file(index, index.read_text() + "console.log('PLANTED');\n")
+        fork_workers.finish_behind()
+        assert len(list(kept.iterdir()) if kept.exists() else []) == (1 if ahead else 0)
+        exit_audit.finish(f"first-{ahead}", UI(plain_console(io.StringIO())), states=states)
+        store = FindingStore()
+        try:
+            return sorted((s.finding.rule, s.finding.severity, s.finding.path, s.finding.evidence)
+                          for s in store.findings(str(workspace)))
+        finally:
+            store.close()
+
+    read_ahead, none_read = first_session(tmp_path / "ahead", True), first_session(tmp_path / "none", False)
+    assert read_ahead == none_read
+    [tree] = [finding for finding in read_ahead if finding[2] == "node_modules"]
+    assert tree[1] == ("high" if tampered else "low"), tree

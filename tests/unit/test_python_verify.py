@@ -256,7 +256,7 @@ def test_a_wheel_an_earlier_audit_read_is_kept_and_holds_the_environment_to_it_w
     gone, the environment is still held to the pinned wheel's content (high, named), not unverified."""
     workspace, home, host = project(tmp_path, index)
     first = session(workspace, home, host=host)
-    fork_workers.wait_behind()  # the manifests are kept by a process the audit does not wait for
+    fork_workers.finish_behind()  # the manifests are kept by a process the audit does not wait for
     kept = list((pinned_archives.manifests_dir() / wheel_cache.KEPT).iterdir())
     assert len(kept) == 1
     shutil.rmtree(workspace / ".venv")
@@ -322,7 +322,7 @@ def test_requirements_with_hashes_pin_a_pip_install(tmp_path: Path, index: str) 
     found = session(workspace, home, install=pip_install(index, "--require-hashes", "-r", "requirements.txt"))
     assert severities(found) == [(".venv", "low")], found[0].evidence
     assert "verified 9 file(s) of 1 distribution(s) against requirements.txt" in found[0].evidence
-    fork_workers.wait_behind()  # the wheel's manifest is kept: pip's cache is not searched again
+    fork_workers.finish_behind()  # the wheel's manifest is kept: pip's cache is not searched again
     shutil.rmtree(workspace / ".venv")
     again = session(workspace, home, install=pip_install(index, "--require-hashes", "-r", "requirements.txt"))
     assert [(f.severity, f.evidence) for f in again] == [(f.severity, f.evidence) for f in found]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from dejima.core.audit.caches import changes_value
 from dejima.core.audit.model import Finding, View
@@ -56,11 +56,17 @@ def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
     return {str(k): v for k, v in packages.items() if isinstance(v, dict)}
 
 
-def pinned_integrities(text: str | None) -> list[str]:
-    """The integrity of every package a lockfile's text pins (none when it cannot be read):
-    the tarballs a session's start reads ahead for the end audit (exit_audit.read_ahead)."""
-    return [integrity for entry in (_packages(text) or {}).values()
-            if isinstance(integrity := entry.get("integrity"), str)]
+def pinned_integrities(texts: Iterable[str | None]) -> dict[str, bool]:
+    """The integrity of every package these lockfiles' texts pin (none of one that cannot be read),
+    each with whether only optional packages pin it (``"optional": true``: npm fetches one only
+    where it applies, those for other platforms never): the tarballs a session's start reads ahead
+    for the end audit, waiting for those an install fetches everywhere (exit_audit.read_ahead)."""
+    pins: dict[str, bool] = {}
+    for text in texts:
+        for entry in (_packages(text) or {}).values():
+            if isinstance(integrity := entry.get("integrity"), str):
+                pins[integrity] = pins.get(integrity, True) and entry.get("optional") is True
+    return pins
 
 
 def _pin(entry: dict[str, object] | None) -> tuple[object, ...] | None:
