@@ -39,7 +39,7 @@ from dejima.core.snapshot import (
 
 # The C part (_stat_compare.c), built with dejima where a compiler was (setup.py): the trusted
 # directories' comparison, and lstat without os.stat_result's float times. Without it the walk does
-# both in Python, ~1.5 x slower on a large tree; `dejima doctor` says which one runs.
+# both in Python, slower on a large tree (the 100k-file bench's end: ~1.7 x); `dejima doctor` says which one runs.
 _same_directory: Callable[[int, str, str, tuple[str, ...], list[list[int]]], bool] | None
 _lstat_all: Callable[[int, list[str]], tuple[list[str], Sequence[ChildStat]]] | None
 try:

@@ -104,7 +104,7 @@ def walk_check() -> Check:
     if tree_walk.NATIVE:
         return Check("exit audit walk", True, "with its C part (dejima/adapters/_stat_compare.c)")
     return Check("exit audit walk", True, "in Python: the C part was not built when dejima was installed (no C "
-                 "compiler or Python headers), so the end of a session on a large tree takes ~1.5 x longer; "
+                 "compiler or Python headers), so the end of a session takes longer on a large tree; "
                  "install gcc and python3-dev, then reinstall dejima")
 
 
