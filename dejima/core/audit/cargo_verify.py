@@ -196,12 +196,6 @@ def vendor_judgement(tree: str, changes: list[Change], view: View) -> TreeJudgem
                          lead=VENDOR_EVIDENCE)
 
 
-def vendor_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding]:
-    """One finding for a ``cargo vendor`` directory: what it verified, what differs (with
-    ``tampered``, what the other checks found), or what it could not verify."""
-    return [vendor_judgement(tree, changes, view).finding(tampered)]
-
-
 def build_output_findings(tree: str, changes: list[Change], in_home: bool = False) -> list[Finding]:
     """What the session wrote in cargo's build output: never verifiable (medium); in the session's
     home, where the rust workflow has cargo build, only later sessions run it, inside the boundary

@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import ParamSpec
+from typing import ParamSpec, TypeVar
 
 from dejima.core.audit.catalogue import CODED_RULES, CONTEXT, GIT_INNER, GIT_KEYS, PATH_RULES
 from dejima.core.audit.model import SEVERITIES, Finding, View, finding, rank
 from dejima.core.snapshot import SnapshotEntry
 
 P = ParamSpec("P")
+T = TypeVar("T")
 _REASON_LIMIT = 200
 
 
@@ -82,6 +83,16 @@ def judged(view: View, rule: str, path: str, judge: Callable[P, Iterable[Finding
         return list(judge(*args, **kwargs))
     except Exception as error:  # any failure of a rule is a finding of its own, never silence
         return [failure(view, rule, path, error)]
+
+
+def attempted(view: View, rule: str, path: str, judge: Callable[P, T], /, *args: P.args,
+              **kwargs: P.kwargs) -> tuple[T | None, list[Finding]]:
+    """``judged`` for a part of a rule that returns data, not findings (the rule stages' parts, run
+    apart and combined after): what it returned, or None and its failure at ``path``."""
+    try:
+        return judge(*args, **kwargs), []
+    except Exception as error:  # any failure of a rule is a finding of its own, never silence
+        return None, [failure(view, rule, path, error)]
 
 
 def correlated(view: View, rule: str, found: list[Finding], correlate: Callable[[list[Finding]], list[Finding]],

@@ -31,7 +31,7 @@ import posixpath
 from collections.abc import Callable, Iterable
 
 from dejima.core.audit.caches import changes_value
-from dejima.core.audit.model import Finding, View
+from dejima.core.audit.model import View
 from dejima.core.audit.pinned import TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
 from dejima.core.snapshot import Change, by_directory
 
@@ -417,10 +417,3 @@ def npm_judgement(tree: str, changes: list[Change], view: View) -> TreeJudgement
     idle = None if any(_written(change, tree) for change in changes) else \
         f"npm's tree changed ({len({c.path for c in changes})} entries) with no package file written: nothing to verify"
     return TreeJudgement(tree, verdict, changes_value(changes), f"on the host: {clean_install(tree)}", idle=idle)
-
-
-def npm_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding] | None:
-    """One finding for an npm tree: what it verified, or what differs (with ``tampered``, what the
-    other checks found), or what it could not verify; None when the tree is not npm's."""
-    judgement = npm_judgement(tree, changes, view)
-    return None if judgement is None else [judgement.finding(tampered)]

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from dejima.core.audit.configs import config_findings
 from dejima.core.audit.correlate import correlate
@@ -15,7 +15,7 @@ from dejima.core.audit.environment import environment_findings
 from dejima.core.audit.fallback import fallback_findings, watch_findings
 from dejima.core.audit.files import file_findings
 from dejima.core.audit.git import git_findings
-from dejima.core.audit.isolation import correlated, failure, judged
+from dejima.core.audit.isolation import attempted, correlated, judged
 from dejima.core.audit.lockfiles import lockfile_findings
 from dejima.core.audit.manifest_watch import Watch
 from dejima.core.audit.model import Artifacts, Contents, Finding, View, rank
@@ -75,7 +75,6 @@ def _deduplicated(found: list[Finding]) -> list[Finding]:
     return sorted(best.values(), key=lambda f: (-rank(f.severity), f.path, f.rule, f.key))
 
 
-T = TypeVar("T")
 Stage = Callable[[], list[Finding]]
 # Runs tasks (stages, and the parts of one that return data), each on its own, and returns what each
 # returned, in order (the adapter's shares them out to processes: walk_shares.shared_out).
@@ -99,14 +98,15 @@ def _shared(view: View, stages: list[tuple[str, Callable[[View], list[Finding]]]
             share: StageRunner) -> dict[int, list[Finding]]:
     """The stages shared out to processes, the heaviest first, and the tree rules' dependency
     trees in two parts beside them: verified against their pins, and checked for what no install
-    makes (each a third of an npm tree's judgement), combined here."""
+    makes (the two heavy parts of an npm tree's judgement), combined here."""
     _asked_ahead(view)
     heaviest = next(i for i, (name, _) in enumerate(stages) if name == _HEAVIEST)
     others = [i for i in range(len(stages)) if i != heaviest]
     tasks: list[Callable[[], object]] = [
-        partial(_data, view, tree_judgements), partial(judged, view, _HEAVIEST, "", tree_findings, view, False),
-        partial(_data, view, tree_tampering), *(partial(judged, view, stages[i][0], "", stages[i][1], view)
-                                                 for i in others)]
+        partial(attempted, view, _HEAVIEST, "", tree_judgements, view),
+        partial(judged, view, _HEAVIEST, "", tree_findings, view, False),
+        partial(attempted, view, _HEAVIEST, "", tree_tampering, view),
+        *(partial(judged, view, stages[i][0], "", stages[i][1], view) for i in others)]
     ran = share(tasks)
     judgements, failed = cast("tuple[Parts[TreeJudgement | None] | None, list[Finding]]", ran[0])
     tampering, failed_too = cast("tuple[Parts[list[str]] | None, list[Finding]]", ran[2])
@@ -116,14 +116,6 @@ def _shared(view: View, stages: list[tuple[str, Callable[[View], list[Finding]]]
         judged(view, _HEAVIEST, "", dependency_findings, view, judgements, tampering)
     by_stage[heaviest] = [*parts, *rest]  # as tree_findings orders them, in one process
     return by_stage
-
-
-def _data(view: View, judge: Callable[[View], T]) -> tuple[T | None, list[Finding]]:
-    """``judge(view)``, or None and its failure (a stage's part that returns data, not findings)."""
-    try:
-        return judge(view), []
-    except Exception as error:  # any failure of a rule is a finding of its own, never silence
-        return None, [failure(view, _HEAVIEST, "", error)]
 
 
 def audit(before: Snapshot, after: Snapshot, contents: Contents, kind: str = "workspace",

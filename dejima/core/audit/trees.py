@@ -7,14 +7,12 @@ activate) named one by one. Which directories are trees: treeroots.py, by their 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from functools import partial
 from typing import TypeVar
 
 from dejima.core.audit.caches import cache_mount_findings, changes_value, home_cache_findings
 from dejima.core.audit.cargo_verify import build_output_findings, vendor_judgement
 from dejima.core.audit.installs import TOOL_STATE, conda_tampering, npm_tampering, python_tampering, recorded
-from dejima.core.audit.isolation import failure, judged
+from dejima.core.audit.isolation import attempted, judged
 from dejima.core.audit.model import Finding, View, finding, first_few
 from dejima.core.audit.npm_verify import npm_judgement
 from dejima.core.audit.pinned import TreeJudgement
@@ -85,25 +83,18 @@ def _build_output(view: View) -> list[Finding]:
 Parts = dict[str, tuple[T | None, list[Finding]]]
 
 
-def _part(view: View, root: str, judge: Callable[[], T]) -> tuple[T | None, list[Finding]]:
-    try:
-        return judge(), []
-    except Exception as error:  # any failure of a rule is a finding of its own, never silence
-        return None, [failure(view, "B07", root, error)]
-
-
 def tree_judgements(view: View) -> Parts[TreeJudgement | None]:
     """Each dependency tree verified against its lockfile's pins (npm, yarn 1, cargo vendor), its
     finding waiting for ``tree_tampering``'s lines (None: a tree of no kind verified). The two
     parts of the tree rules' heaviest work: the rule stages run them on two processes."""
-    return {root: _part(view, root, partial(_judgement, kind, root, changes, view))
+    return {root: attempted(view, "B07", root, _judgement, kind, root, changes, view)
             for (kind, root), changes in _group(view, DEPENDENCY_KINDS).items()}
 
 
 def tree_tampering(view: View) -> Parts[list[str]]:
     """What each dependency tree's changes hold that no install makes, found beside the verification:
     files modified in place, and for npm what no install of any lockfile makes (installs.npm_tampering)."""
-    return {root: _part(view, root, partial(_tampering, kind, root, changes, view))
+    return {root: attempted(view, "B07", root, _tampering, kind, root, changes, view)
             for (kind, root), changes in _group(view, DEPENDENCY_KINDS).items()}
 
 

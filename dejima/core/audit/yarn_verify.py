@@ -28,7 +28,7 @@ import posixpath
 from typing import NamedTuple
 
 from dejima.core.audit.caches import changes_value
-from dejima.core.audit.model import Finding, View
+from dejima.core.audit.model import View
 from dejima.core.audit.npm_verify import package_key
 from dejima.core.audit.pinned import TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
 from dejima.core.audit.treeroots import workspace_package
@@ -231,10 +231,3 @@ def yarn_judgement(tree: str, changes: list[Change], view: View) -> TreeJudgemen
     idle = None if any(_written(change) for change in changes) else \
         f"changed ({len({c.path for c in changes})} entries) with no package file written: nothing to verify"
     return TreeJudgement(tree, verdict, changes_value(changes), remedy, idle=idle, lead=EVIDENCE)
-
-
-def yarn_findings(tree: str, changes: list[Change], view: View, tampered: list[str]) -> list[Finding] | None:
-    """One finding for a yarn 1 tree: what it verified, what differs (with ``tampered``, what the
-    other checks found), or what it could not verify; None when the tree is not yarn 1's."""
-    judgement = yarn_judgement(tree, changes, view)
-    return None if judgement is None else [judgement.finding(tampered)]
