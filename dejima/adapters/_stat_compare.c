@@ -45,10 +45,9 @@ static int column_of(const struct stat *info, int column, long long *sign, unsig
 }
 
 /* ``names`` as the kernel takes them (os.fsencode's bytes), each in a new reference; NULL with an
- * exception set, or with ``*usable`` 0 when a name holds a NUL (the kernel would read a shorter one). */
-static PyObject **encoded_names(PyObject *names, Py_ssize_t count, int *usable) {
+ * exception set. One that holds a NUL is the caller's to leave out (the kernel would read a shorter name). */
+static PyObject **encoded_names(PyObject *names, Py_ssize_t count) {
     PyObject **encoded = PyMem_Calloc((size_t)count ? (size_t)count : 1, sizeof(PyObject *));
-    *usable = 1;
     if (encoded == NULL) {
         PyErr_NoMemory();
         return NULL;
@@ -62,8 +61,6 @@ static PyObject **encoded_names(PyObject *names, Py_ssize_t count, int *usable) 
         encoded[i] = PyUnicode_EncodeFSDefault(name);
         if (encoded[i] == NULL)
             goto failed;
-        if (strlen(PyBytes_AS_STRING(encoded[i])) != (size_t)PyBytes_GET_SIZE(encoded[i]))
-            *usable = 0;
     }
     return encoded;
 failed:
@@ -321,10 +318,9 @@ static PyObject *lstat_all(PyObject *module, PyObject *const *args, Py_ssize_t n
     }
     PyObject *names = args[1];
     Py_ssize_t count = PyList_GET_SIZE(names);
-    int usable;
     struct stat *infos = PyMem_Malloc(((size_t)count ? (size_t)count : 1) * sizeof(struct stat));
     char *there = PyMem_Malloc((size_t)count ? (size_t)count : 1);
-    PyObject **encoded = infos != NULL && there != NULL ? encoded_names(names, count, &usable) : NULL;
+    PyObject **encoded = infos != NULL && there != NULL ? encoded_names(names, count) : NULL;
     PyObject *kept = NULL, *stats = NULL, *answer = NULL;
     Py_ssize_t gone = 0;
     if (infos == NULL || there == NULL)
