@@ -13,7 +13,8 @@ import signal
 import tarfile
 import threading
 from base64 import b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,21 @@ def test_what_is_read_ahead_is_what_the_end_audit_reads_and_nothing_unpinned(tmp
     assert pinned_archives.read_ahead(good, one, "npm", stamp(cache), known=ahead) == 0
 
 
+@contextmanager
+def _session_started(session: str, workspace: Path, home: Path) -> Iterator[list[int]]:
+    """A session's start on the workspace and its home, as the launcher makes it: the read ahead's
+    pids while in it; on leaving, the read ahead asked to finish (what it can read then, read) and
+    the start's threads joined."""
+    states = exit_audit.start(session, [Mount("workspace", workspace), Mount("home", home)])
+    try:
+        yield exit_audit._reading_ahead
+    finally:
+        fork_workers.finish_behind()
+        exit_audit._reading_ahead.clear()
+        for state in states:
+            state.join()
+
+
 def test_a_sessions_start_reads_ahead_what_its_lockfile_pins_from_the_session_homes_cache(tmp_path: Path) -> None:
     workspace, home = tmp_path / "workspace", tmp_path / "home"
     workspace.mkdir()
@@ -85,16 +101,10 @@ def test_a_sessions_start_reads_ahead_what_its_lockfile_pins_from_the_session_ho
     packages = {"": {"name": "ws"}, **{f"node_modules/p{i}": {"version": "1.0.0", "integrity": integrity}
                                         for i, integrity in enumerate([*good, rewritten, absent])}}
     (workspace / "package-lock.json").write_text(json.dumps({"lockfileVersion": 3, "packages": packages}))
-    states = exit_audit.start("ahead-1", [Mount("workspace", workspace), Mount("home", home)])
-    try:
-        assert exit_audit._reading_ahead
-    finally:
-        fork_workers.finish_behind()
+    with _session_started("ahead-1", workspace, home) as reading:
+        assert reading
     directory = pinned_archives.manifests_dir() / "npm"
     assert {path.name for path in directory.iterdir()} == {pinned_archives._manifest_name(key) for key in good}
-    for state in states:
-        state.join()
-    exit_audit._reading_ahead.clear()
 
 
 def test_the_end_audit_stops_a_read_ahead_still_running_and_no_other_process(tmp_path: Path) -> None:
@@ -251,9 +261,8 @@ def test_a_pin_whose_tarball_the_session_fetches_is_kept_by_the_read_ahead_befor
     packages = {"": {"name": "ws"}, **{f"node_modules/p{i}": {"version": "1.0.0", "integrity": integrity}
                                         for i, integrity in enumerate(pins)}}
     (workspace / "package-lock.json").write_text(json.dumps({"lockfileVersion": 3, "packages": packages}))
-    states = exit_audit.start("first-1", [Mount("workspace", workspace), Mount("home", home)])
-    try:
-        [pid] = exit_audit._reading_ahead
+    with _session_started("first-1", workspace, home) as reading:
+        [pid] = reading
         for data in tarballs:  # the session's `npm ci`
             _fetched(home / ".npm", data)
         assert _ended_alone(pid), "the read ahead still waited after every pinned tarball was fetched"
@@ -261,11 +270,6 @@ def test_a_pin_whose_tarball_the_session_fetches_is_kept_by_the_read_ahead_befor
         for pin in pins:
             assert pinned_archives._known(pinned_archives.manifests_dir() / "npm", pin) == \
                 npm_cache.tarball([home / ".npm"], pin)
-    finally:
-        fork_workers.finish_behind()
-        exit_audit._reading_ahead.clear()
-        for state in states:
-            state.join()
 
 
 @pytest.mark.timeout(120)
@@ -281,16 +285,10 @@ def test_an_optional_pin_is_not_waited_for(tmp_path: Path) -> None:
                 "node_modules/@esbuild/win32-x64": {"version": "1.0.0", "integrity": other_platform,
                                                      "optional": True}}
     (workspace / "package-lock.json").write_text(json.dumps({"lockfileVersion": 3, "packages": packages}))
-    states = exit_audit.start("optional-1", [Mount("workspace", workspace), Mount("home", home)])
-    try:
-        [pid] = exit_audit._reading_ahead
+    with _session_started("optional-1", workspace, home) as reading:
+        [pid] = reading
         assert _ended_alone(pid), "the read ahead waited for another platform's optional package"
         assert _kept(pinned_archives.manifests_dir() / "npm") == _names([cached])
-    finally:
-        fork_workers.finish_behind()
-        exit_audit._reading_ahead.clear()
-        for state in states:
-            state.join()
 
 
 @pytest.mark.timeout(120)
