@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from operator import methodcaller
 
 from dejima.core.audit.catalogue import GIT_ALLOWED, GIT_BUILTINS, GIT_HOUSEKEEPING, GIT_INNER, GIT_KEYS
 from dejima.core.audit.gitindex import GitIndexError, hash_size, hidden_paths, start_flags_key
@@ -18,7 +19,7 @@ from dejima.core.audit.globs import matches
 from dejima.core.audit.isolation import correlated, judged
 from dejima.core.audit.model import Finding, View, finding, rank, resolve
 from dejima.core.gitconfig import GitConfigError, parse_git_config
-from dejima.core.snapshot import Snapshot
+from dejima.core.snapshot import Change, Snapshot
 
 # What a git directory holds: after modules/<name>/ the first of these starts the inner path.
 _GIT_ENTRIES = {"hooks", "config", "config.worktree", "HEAD", "objects", "refs", "info", "logs", "index",
@@ -56,6 +57,16 @@ def _passed_by(path: str, view: View, hooks: str | None) -> bool:
     """Whether a path is, on its face, in no git directory (``split_git`` finds none: no ".git" in
     it, and no bare repository in the mount) and under no hooks path: most paths, not split."""
     return ".git" not in path and not hooks and not _bare_repositories(view)
+
+
+def _in_git_directories(view: View) -> dict[str, Change]:
+    """The changed paths with ".git" in them, and their change: the only ones split_git can place
+    in a .git directory (an install's thousands have none; picked once per audit, in C)."""
+    if "changed-with-.git" not in view.memo:
+        changed = view.changed
+        view.memo["changed-with-.git"] = {path: changed[path] for path in filter(methodcaller("__contains__", ".git"),
+                                                                                 changed)}
+    return view.memo["changed-with-.git"]  # type: ignore[return-value]
 
 
 def _is_bare_repo(directory: str, snapshot: Snapshot) -> bool:
@@ -227,8 +238,8 @@ def _inner_findings(path: str, where: GitPath, view: View) -> list[Finding]:
 
 def _replace_refs(view: View) -> list[Finding]:
     found = []
-    for path in view.changed:
-        where = split_git(path) if ".git" in path else None  # none without it: most paths not split
+    for path in _in_git_directories(view):
+        where = split_git(path)
         if where is not None and where.inner == "packed-refs":
             new = [line for line in view.new_lines(path) if " refs/replace/" in line]
             if new:
@@ -293,7 +304,9 @@ def _driver_correlation(view: View, config_findings: list[Finding], changed_conf
 
 def _nested_repositories(view: View) -> list[Finding]:
     found = []
-    for path, change in view.changed.items():
+    # A bare repository is looked for only where one may be (most installs hold none): else the paths
+    # that may be a nested .git.
+    for path, change in (view.changed if _bare_repositories(view) else _in_git_directories(view)).items():
         new = change.after
         if new is None or change.what not in ("added", "type"):
             continue
@@ -321,8 +334,8 @@ def index_hidden(view: View) -> dict[str, str]:
     if isinstance(cached, dict):
         return cached
     hidden: dict[str, str] = {}
-    for path, change in view.changed.items():
-        where = split_git(path) if ".git" in path else None  # none without it: most paths not split
+    for path, change in _in_git_directories(view).items():
+        where = split_git(path)
         if where is None or where.inner != "index" or where.gitdir.rsplit("/", 1)[-1] != ".git" or \
                 change.after is None:
             continue
@@ -392,8 +405,10 @@ def _enabled_files(found: list[Finding], view: View) -> list[Finding]:
 def git_findings(view: View) -> list[Finding]:
     found: list[Finding] = []
     # A config's path holds ".git" (split_git) or is one of the top ones: most paths are not asked.
-    changed_configs = {p for p, c in view.changed.items() if c.after is not None and (".git" in p or p in _TOP_CONFIGS)
-                       and _is_config(p)}
+    changed = view.changed
+    changed_configs = {p for p, c in [*_in_git_directories(view).items(), *((p, changed[p]) for p in _TOP_CONFIGS
+                                                                             if p in changed)]
+                       if c.after is not None and _is_config(p)}
     # Includes: a changed config's, and the top config's (its unchanged include may name a changed file).
     including = changed_configs | {p for p in (".git/config", ".git/config.worktree") if p in view.after}
     for path in sorted(including):
@@ -407,7 +422,8 @@ def git_findings(view: View) -> list[Finding]:
                              "whatever hooks and config are there",
                              f"{kind}:{(new.sha256 or new.target or '') if new else ''}", remedy="restore"))
     hooks = _hooks_path(view)
-    for path, change in view.changed.items():
+    # A path with no .git in it is in a git directory only in a bare repository or under the hooks path.
+    for path, change in (view.changed if hooks or _bare_repositories(view) else _in_git_directories(view)).items():
         if change.after is None or _passed_by(path, view, hooks):
             continue
         where = split_git(path, view)

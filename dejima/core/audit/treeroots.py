@@ -97,8 +97,35 @@ def _recognise(directory: str, view: View) -> str | None:
     return kind
 
 
+# The files _recorded_kind looks for, each in the directory it tells or one below it (conda-meta/history,
+# composer/installed.json, target/debug/.fingerprint, vendor/serde/.cargo-checksum.json, x.dist-info/RECORD).
+_RECORDS = ("pyvenv.cfg", ".rustc_info.json", "modules.txt", "history", "installed.json", ".fingerprint",
+            ".cargo-checksum.json", "RECORD")
+
+
+def _may_hold_records(view: View) -> frozenset[str] | None:
+    """The directories one or two levels above a file named as a record, in either snapshot: the only
+    ones that can hold one (asked of every directory of an installed tree, which mostly holds none).
+    Finding them costs a pass over every path: None (each directory asked in full) where the
+    changes are few beside them."""
+    if "record-holders" not in view.memo:
+        holders = None
+        if len(view.changes) * _LOOK_FOR_RECORDS >= len(view.after):
+            found = [path for side in ("before", "after") for path in view.named(*_RECORDS, side=side)]
+            parents = [path.rpartition("/")[0] for path in found]
+            holders = frozenset(parents + [parent.rpartition("/")[0] for parent in parents])
+        view.memo["record-holders"] = holders
+    return view.memo["record-holders"]  # type: ignore[return-value]
+
+
+_LOOK_FOR_RECORDS = 8  # measured: a pass over 100k paths costs what asking the directories of ~1k changes does
+
+
 def _recorded_kind(directory: str, view: View, sides: tuple[str, ...] = ("before", "after")) -> str | None:
     """The kind of tree whose tool's record the directory holds, in these snapshots."""
+    holders = _may_hold_records(view)
+    if holders is not None and directory not in holders:
+        return None
     first, second = (view.before if side == "before" else view.after for side in (sides[0], sides[-1]))
 
     def exists(path: str) -> bool:  # asked of every directory of a tree: no generator per test
