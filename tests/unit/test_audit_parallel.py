@@ -25,7 +25,8 @@ import pytest
 
 from dejima.adapters import fork_workers, npm_cache, pinned_archives, walk_shares
 from dejima.adapters.tree_walk import take_snapshot, walk_changes
-from dejima.core.audit import Finding
+from dejima.core.audit import Finding, rules
+from dejima.core.audit.isolation import ceiling
 from dejima.core.audit.model import Artifact
 from dejima.core.audit.rules import StageRunner, audit
 from dejima.core.snapshot import Snapshot, diff
@@ -215,6 +216,38 @@ def test_the_rule_stages_shared_out_find_what_one_process_finds(tmp_path: Path, 
         (tampered == "planted")
     assert findings(partial(walk_shares.shared_out, count=2)) == alone
     assert findings(partial(walk_shares.shared_out, count=3)) == alone
+
+
+@pytest.mark.parametrize("part", ["tree_judgements", "tree_tampering"])
+def test_a_tree_part_that_fails_in_the_shared_stages_is_a_finding_and_hides_no_other(
+        tmp_path: Path, packed: Path, monkeypatch: pytest.MonkeyPatch, part: str) -> None:  # noqa: F811
+    """The two parts of the tree rules run apart (rules._shared) and are combined after: either one
+    that raises leaves an X00 of the tree rules at the mount, at their worst severity, and every other
+    stage's finding stands; run in one process or shared out, the same."""
+    workspace, home = project(tmp_path, packed)
+    (workspace / "tests").mkdir()
+    state = capture(Mount("workspace", workspace))
+    tick()
+    npm(workspace, home / ".npm", "ci")
+    (workspace / "tests" / "conftest.py").write_text("import os\n")
+    after = take_snapshot(workspace, previous=state.snapshot, workers=1)
+
+    def broken(view: object) -> object:
+        raise RuntimeError(f"{part} broke")
+
+    monkeypatch.setattr(rules, part, broken)  # the fault: no input makes these raise as a whole
+
+    def findings(share: StageRunner) -> list[Finding]:
+        return audit(state.snapshot, after, lambda side, path: state.kept.get(path) if side == "before" else
+                     (workspace / path).read_bytes(), "workspace", artifacts=npm_cache.tarballs([home / ".npm"]),
+                     share=share)
+
+    here = findings(lambda tasks: [task() for task in tasks])
+    failed = [f for f in here if f.rule == "X00"]
+    assert [(f.key, f.path, f.severity) for f in failed] == [(rules._HEAVIEST, "", ceiling(rules._HEAVIEST))]
+    assert f"{part} broke" in failed[0].evidence
+    assert ("B09", "tests/conftest.py") in {(f.rule, f.path) for f in here}  # another stage's finding stands
+    assert findings(partial(walk_shares.shared_out, count=2)) == here
 
 
 def test_tasks_taken_by_children_come_back_in_order() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from fnmatch import fnmatchcase
+from operator import methodcaller
 
 from dejima.core.audit.git import index_hidden
 from dejima.core.audit.isolation import correlated
@@ -65,7 +66,7 @@ def _each(view: View, found: list[Finding], correlate_one: Callable[[Finding, Vi
 def _hide_patterns(view: View) -> list[tuple[str, str, str]]:
     """(hiding file, its directory, pattern) for every hiding line added in this session."""
     patterns = []
-    for path in view.changed:
+    for path in filter(methodcaller("endswith", (".gitignore", "/info/exclude")), view.changed):  # in C: most are not
         name = path.rsplit("/", 1)[-1]
         if name == ".gitignore" or path.endswith("/info/exclude"):
             base = "" if "/info/exclude" in f"/{path}" else path.rpartition("/")[0]

@@ -5,6 +5,8 @@ a change to a path a session's manifest asks to watch (X07) that no rule judges.
 from __future__ import annotations
 
 import re
+from itertools import chain, filterfalse
+from operator import attrgetter
 
 from dejima.core.audit.catalogue import INERT_DIRS
 from dejima.core.audit.configs import rules_for
@@ -52,11 +54,12 @@ def fallback_findings(view: View, found: list[Finding]) -> list[Finding]:
     # A path in a recognised tree is judged by the tree rules (``_unlisted`` says nothing of it):
     # those the tree rules grouped are passed by here, not asked one by one (20k in an install).
     try:
-        flagged.update(change.path for changes in tree_groups(view).values() for change in changes)
+        flagged.update(map(attrgetter("path"), chain.from_iterable(tree_groups(view).values())))
     except Exception:  # noqa: S110 - each path is then asked, and a failure judged there
         pass
-    return [f for path, change in view.changed.items() if path not in flagged
-            for f in judged(view, "X01/X02", path, _unlisted, path, change, view)]
+    changed = view.changed
+    return [f for path in filterfalse(flagged.__contains__, changed)  # picked in C: an install's 20k passed by
+            for f in judged(view, "X01/X02", path, _unlisted, path, changed[path], view)]
 
 
 def _watched_change(change: Change) -> tuple[str, str] | None:

@@ -15,6 +15,7 @@ import json
 import re
 import tomllib
 from collections.abc import Callable, Iterator
+from operator import methodcaller
 
 from dejima.core.audit.isolation import judged
 from dejima.core.audit.model import Finding, View, finding
@@ -135,9 +136,8 @@ def _lockfile(path: str, reader: Callable[[str], Digests], view: View) -> list[F
 def lockfile_findings(view: View) -> list[Finding]:
     """Each lockfile judged on its own (isolation): one that fails is a finding there."""
     found = []
-    for path in view.changed:
-        if not path.endswith(_ENDINGS):  # what every reader's pattern ends with: most paths are none
-            continue
+    # What every reader's pattern ends with, picked in C: most paths are none.
+    for path in filter(methodcaller("endswith", _ENDINGS), view.changed):
         reader = next((r for pattern, r in _READERS if pattern.search(path)), None)
         if reader is not None and not in_tree(path, view):
             found.extend(judged(view, "X05/X06", path, _lockfile, path, reader, view))
