@@ -63,11 +63,12 @@ _DASH = "starts with '-' (read as an option by tools)"
 
 
 def _odd_name(name: str) -> str | None:
-    if any("\udc80" <= ch <= "\udcff" for ch in name):
+    ascii_only = name.isascii()  # most names: no surrogate, no invisible code point, none looked for
+    if not ascii_only and any("\udc80" <= ch <= "\udcff" for ch in name):
         return "is not valid UTF-8"
     if CONTROL.search(name):
         return "contains control characters"
-    if INVISIBLE.search(name):
+    if not ascii_only and INVISIBLE.search(name):
         return "contains invisible or bidi characters"
     if name.startswith("-"):
         return _DASH
