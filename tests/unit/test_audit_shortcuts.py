@@ -23,7 +23,7 @@ from dejima.core.audit.git import split_git
 from dejima.core.audit.installs import _hex, _package_directory, joined, record_entries
 from dejima.core.audit.model import Artifact, View
 from dejima.core.audit.names import _GIT_NAMES, _added_name, normalize
-from dejima.core.audit.npm_verify import _Check, package_key, verify
+from dejima.core.audit.npm_verify import _Check, first_package, package_key, verify
 from dejima.core.audit.pinned import TreeVerdict
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, changed_in_tree, tree_of
 from dejima.core.audit.trees import _group
@@ -50,6 +50,16 @@ def test_a_package_key_asked_per_directory_is_the_one_asked_per_path(parts: list
     assert check.key_of(relative, parent, link=True) == package_key(relative + "/x", check.listed)
     if parent:  # npm_tampering's package of a file, asked once per directory
         assert _package_directory(f"{parent}/x") == _package_directory(relative)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["", "@s", "@", "a", "node_modules", "x"]), min_size=1, max_size=5))
+def test_a_package_cut_by_its_slashes_is_the_one_split_into_parts(parts: list[str]) -> None:
+    relative = "/".join(["node_modules", *parts])
+    split = relative.split("/")
+    size = 3 if split[1].startswith("@") else 2
+    long_way = (None, "") if len(split) <= size else ("/".join(split[:size]), "/".join(split[size:]))
+    assert first_package(relative) == long_way
 
 
 @settings(max_examples=400, deadline=None)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dejima.core.audit.caches import changes_value
 from dejima.core.audit.model import View
 from dejima.core.audit.pinned import TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
-from dejima.core.snapshot import Change, by_directory
+from dejima.core.snapshot import Change
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
 CLEAN_INSTALL = "npm ci"
@@ -70,7 +70,7 @@ def pinned_integrities(texts: Iterable[str | None]) -> dict[str, bool]:
 
 
 def _pin(entry: dict[str, object] | None) -> tuple[object, ...] | None:
-    return None if entry is None else tuple(entry.get(key) for key in _PIN)
+    return None if entry is None else tuple(map(entry.get, _PIN))
 
 
 def package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
@@ -96,11 +96,12 @@ def package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
 
 def first_package(relative: str) -> tuple[str | None, str]:
     """(``node_modules/a`` or ``node_modules/@s/a``, the rest of the path) for a path in it."""
-    parts = relative.split("/")
-    size = 3 if parts[1].startswith("@") else 2
-    if len(parts) <= size:
-        return None, ""
-    return "/".join(parts[:size]), "/".join(parts[size:])
+    end = relative.find("/")
+    for _ in range(2 if relative.startswith("@", end + 1) else 1):  # the package's name: a scope's takes two parts
+        end = relative.find("/", end + 1)
+        if end < 0:
+            return None, ""
+    return relative[:end], relative[end + 1:]
 
 
 def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
@@ -172,6 +173,7 @@ class _Check:
         self.governed: dict[str, tuple[dict[str, dict[str, object]] | None, str]] = {}  # key -> governing()
         self.owners: dict[tuple[str, bool], tuple[str, str, str, bool]] = {}  # (key, the start's pins?) -> owner()
         self.directories: dict[str, tuple[list[Wanted], int, str, bool] | None] = {}  # directory -> held_in_full()
+        self.packages_held: dict[str, tuple[list[Wanted], int, str, bool] | None] = {}  # key -> package_held()
 
     def listed(self, key: str) -> bool:
         return key in self.start or key in self.end
@@ -180,25 +182,29 @@ class _Check:
         return path[len(self.base) + 1:] if self.base else path
 
     def run(self, changes: list[Change]) -> None:
-        written = [change for change in changes if change.after is not None and change.what in _CONTENT]
-        # The changes come sorted by path: a run of them in one directory is taken together, and a
-        # file added or modified in a directory of a package held in full to its start pin is
-        # wanted from that pin's tarball at once (what ``change`` would say of it, one step each).
-        for directory, run in by_directory(written):
-            held = self.held_in_full(directory)
-            if held is None:
-                for change in run:
-                    self.change(change.path, change)
+        # The changes come sorted by path: a directory's files come in runs (cut by its
+        # subdirectories'), each run's directory found by its first file. A file added or modified
+        # in a directory of a package held in full to its start pin is wanted from that pin's
+        # tarball at once (what ``change`` would say of it, one step each).
+        prefix, held = "\0", None  # the run's directory and a '/' after it (none yet), held_in_full's answer
+        wanted: list[Wanted] = []
+        cut, package, scripted = 0, "", False
+        for change in changes:
+            new = change.after
+            if new is None or change.what not in _CONTENT:
                 continue
-            wanted, cut, package, scripted = held
-            for change in run:
-                new = change.after
-                assert new is not None
-                if new.kind == "file" and change.what in ("added", "modified"):
-                    path = change.path
-                    wanted.append(_wanted(Wanted, (path, path[cut:], new.sha256, package, scripted)))
-                else:
-                    self.change(change.path, change)
+            path = change.path
+            if not path.startswith(prefix) or path.find("/", len(prefix)) >= 0:  # in another directory
+                prefix = path[:path.rfind("/") + 1]
+                held = self.held_in_full(prefix[:-1])
+                if held is not None:
+                    wanted, cut, package, scripted = held
+            if held is None:
+                self.change(path, change)
+            elif new.kind == "file" and change.what in ("added", "modified"):
+                wanted.append(_wanted(Wanted, (path, path[cut:], new.sha256, package, scripted)))
+            elif new.kind != "dir":  # a package's directory holds nothing to verify (``change`` says nothing)
+                self.change(path, change)
         for key, reason in sorted(self.unpinned.items()):
             self.verdict.unverified.append(f"{self.base + '/' if self.base else ''}{key}: {reason}")
         hold(self.verdict, self.wanted, self.view, "tarball")
@@ -222,6 +228,11 @@ class _Check:
         key = self.key_of(f"{parent}/x", parent, False)
         if key is None or key.endswith("node_modules/.bin"):
             return None
+        if key not in self.packages_held:
+            self.packages_held[key] = self.package_held(key)
+        return self.packages_held[key]
+
+    def package_held(self, key: str) -> tuple[list[Wanted], int, str, bool] | None:
         how = self.governing(key)
         if how[0] is not self.start or how[1]:
             return None
@@ -391,8 +402,7 @@ class _Check:
             self.verdict.problems.append(f"{path}: not a lockfile npm reads")
             return
         for key, entry in sorted(hidden.items()):
-            pinned = self.start.get(key) if key not in self.end or _pin(self.end[key]) == _pin(self.start.get(key)) \
-                else self.end.get(key)
+            pinned = self.start.get(key) if key not in self.end or not self.pinned_anew(key) else self.end.get(key)
             if pinned is None or any(entry.get(k) != pinned.get(k) for k in _PIN if k in entry or k in pinned):
                 self.verdict.problems.append(f"{path}: its entry {key} is not the lockfile's")
 
