@@ -150,6 +150,27 @@ def test_an_npm_tree_verified_with_per_package_answers_says_what_per_path_answer
         "node_modules/loose: pinned without an integrity (resolved: git+ssh://x)"]
 
 
+@pytest.mark.parametrize("version", ['"1.0.0"', "NaN"])
+def test_a_lockfile_left_as_it_was_parsed_once_verifies_as_parsed_twice(version: str) -> None:
+    lock = '{"packages": {"node_modules/a": {"version": %s, "integrity": "sha512-a"}}}' % version
+    before = {"package-lock.json": _entry("package-lock.json")}
+    after = {**before, "node_modules": _entry("node_modules", "dir"), "node_modules/a": _entry("node_modules/a", "dir"),
+             "node_modules/a/index.js": _entry("node_modules/a/index.js")}
+
+    def verified(end: str) -> TreeVerdict:
+        texts = {"before": lock, "after": end}
+        view = View(before, after, diff(before, after),
+                    lambda side, path: texts[side].encode() if path == "package-lock.json" else None,
+                    artifacts=lambda keys: {k: Artifact({"index.js": "0" * 64}) for k in keys})
+        verdict = verify("node_modules", [c for c in view.changes if c.path.startswith("node_modules/")], view)
+        assert verdict is not None
+        return verdict
+
+    # The same text, and another with the same pins (a NaN: json reads one object for every NaN).
+    once, twice = verified(lock), verified(lock + "\n")
+    assert once == twice and once.files == 1 and not once.unverified
+
+
 def test_the_trees_grouped_once_are_those_each_kind_groups() -> None:
     before, after, _ = _npm_tree()
     after.update({p: _entry(p) for p in (".venv/pyvenv.cfg", ".venv/lib/python3.11/site-packages/a.py")})

@@ -124,14 +124,16 @@ def verify(tree: str, changes: list[Change], view: View) -> TreeVerdict | None:
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
         return None  # not npm's, as far as anything says
     verdict = TreeVerdict(lockfile or "package-lock.json")
-    start = _packages(view.text(lockfile, "before")) if lockfile is not None else None
+    started = view.text(lockfile, "before") if lockfile is not None else None
+    start = _packages(started)
     if start is None or lockfile is None:
         if any(_written(change, tree) for change in changes):  # else npm only rewrote its own state
             verdict.unverified.append(f"{verdict.lockfile} " + (
                 "was not there at the session's start" if lockfile not in view.before else
                 "at the session's start was not kept or has no per-package entries (lockfileVersion 1)"))
         return verdict
-    end = _packages(view.text(lockfile)) if lockfile in view.after else None
+    ended = view.text(lockfile) if lockfile in view.after else None
+    end = start if ended is not None and ended == started else _packages(ended)  # left as it was: parsed once
     base = lockfile.rpartition("/")[0]
     _Check(verdict, tree, base, start, end or {}, view).run(changes)
     return verdict
