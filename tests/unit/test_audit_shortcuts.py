@@ -24,7 +24,7 @@ from dejima.core.audit.installs import _hex, _package_directory, joined, record_
 from dejima.core.audit.model import Artifact, View
 from dejima.core.audit.names import _GIT_NAMES, _added_name, normalize
 from dejima.core.audit.npm_verify import _Check, first_package, package_key, verify
-from dejima.core.audit.pinned import TreeVerdict
+from dejima.core.audit.pinned import TreeVerdict, _each
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, changed_in_tree, tree_of
 from dejima.core.audit.trees import _group
 from dejima.core.snapshot import Change, Snapshot, SnapshotEntry, diff
@@ -171,6 +171,21 @@ def test_a_lockfile_left_as_it_was_parsed_once_verifies_as_parsed_twice(version:
     assert once == twice and once.files == 1 and not once.unverified
 
 
+def test_the_files_of_a_package_taken_together_are_judged_in_their_order() -> None:
+    """A file changed otherwise (a link become a file) in a run of files added to a package held to
+    its pin is wanted from the same tarball on its own: what differs is named in the paths' order."""
+    lock = b'{"packages": {"node_modules/a": {"version": "1.0.0", "integrity": "sha512-a"}}}'
+    before = {"package-lock.json": _entry("package-lock.json"), "node_modules": _entry("node_modules", "dir"),
+              "node_modules/a": _entry("node_modules/a", "dir"),
+              "node_modules/a/b.js": _entry("node_modules/a/b.js", "symlink", target="c.js")}
+    after = {**before, **{f"node_modules/a/{n}.js": _entry(f"node_modules/a/{n}.js") for n in "abc"}}
+    view = View(before, after, diff(before, after), lambda side, path: lock if path == "package-lock.json" else None,
+                artifacts=lambda keys: {k: Artifact({f"{n}.js": "f" * 64 for n in "abc"}) for k in keys})
+    verdict = verify("node_modules", [c for c in view.changes if c.path.startswith("node_modules/")], view)
+    assert verdict is not None and [c.what for c in view.changes] == ["added", "type", "added"]
+    assert verdict.problems == [f"node_modules/a/{n}.js: not the content of its package's tarball" for n in "abc"]
+
+
 def test_the_trees_grouped_once_are_those_each_kind_groups() -> None:
     before, after, _ = _npm_tree()
     after.update({p: _entry(p) for p in (".venv/pyvenv.cfg", ".venv/lib/python3.11/site-packages/a.py")})
@@ -294,7 +309,7 @@ def test_an_npm_tree_verified_a_directory_at_a_time_says_what_asking_each_file_s
         verdict = TreeVerdict("package-lock.json")
         check = kind(verdict, tree, base, lock, end, view)
         check.run(changes)
-        verdicts.append((verdict, check.wanted, check.unpinned))
+        verdicts.append((verdict, {k: _each(files) for k, files in check.wanted.items()}, check.unpinned))
     assert verdicts[0] == verdicts[1]
 
 

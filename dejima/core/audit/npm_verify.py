@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 
 from dejima.core.audit.caches import changes_value
 from dejima.core.audit.model import View
-from dejima.core.audit.pinned import TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
+from dejima.core.audit.pinned import Held, TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
 from dejima.core.snapshot import Change
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
@@ -42,7 +42,6 @@ _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml
 _OTHER_LOCKFILES = ("pnpm-lock.yaml", "yarn.lock")
 _PIN = ("version", "resolved", "integrity", "link")
 _CONTENT = ("added", "modified", "type", "link-target")
-_wanted = tuple.__new__  # a Wanted of all its fields, without its __new__'s frame (one per file of a held package)
 
 
 def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
@@ -160,6 +159,21 @@ def _written(change: Change, tree: str) -> bool:
         change.path != f"{tree}/.package-lock.json"
 
 
+# held_in_full's answer: the files its tarball must hold, where a path's part inside the package
+# begins, the package's name and whether its install script may write in it.
+_Held = tuple[list[Wanted | Held], int, str, bool]
+
+
+def _files_of(wanted: list[Wanted | Held], cut: int, package: str, scripted: bool) -> list[Change]:
+    """Where a run's files held in full go: the package's last Held, when the tarball's list ends
+    with it (its runs follow one another), or a new one."""
+    last = wanted[-1] if wanted else None
+    if not isinstance(last, Held) or (last.cut, last.package, last.excused) != (cut, package, scripted):
+        last = Held([], cut, package, scripted)
+        wanted.append(last)
+    return last.changes
+
+
 class _Check:
     """One tree's changes against the lockfile's pins at the start (``start``) and at the end
     (``end``: for what the session pinned itself), the tarballs asked for at once."""
@@ -167,15 +181,15 @@ class _Check:
     def __init__(self, verdict: TreeVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
-        self.wanted: dict[str, list[Wanted]] = {}  # integrity -> the files its tarball must hold
+        self.wanted: dict[str, list[Wanted | Held]] = {}  # integrity -> the files its tarball must hold
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
         self.anew: dict[str, bool] = {}  # package key -> whether the session pinned it anew (asked per file)
         # Asked once per directory and per package, not per file (a tree of 20k files holds ~600 packages).
         self.keys: dict[str, str | None] = {}  # directory (lockfile-relative) -> package_key of what it holds
         self.governed: dict[str, tuple[dict[str, dict[str, object]] | None, str]] = {}  # key -> governing()
         self.owners: dict[tuple[str, bool], tuple[str, str, str, bool]] = {}  # (key, the start's pins?) -> owner()
-        self.directories: dict[str, tuple[list[Wanted], int, str, bool] | None] = {}  # directory -> held_in_full()
-        self.packages_held: dict[str, tuple[list[Wanted], int, str, bool] | None] = {}  # key -> package_held()
+        self.directories: dict[str, _Held | None] = {}  # directory -> held_in_full()
+        self.packages_held: dict[str, _Held | None] = {}  # key -> package_held()
 
     def listed(self, key: str) -> bool:
         return key in self.start or key in self.end
@@ -189,8 +203,7 @@ class _Check:
         # in a directory of a package held in full to its start pin is wanted from that pin's
         # tarball at once (what ``change`` would say of it, one step each).
         prefix, held = "\0", None  # the run's directory and a '/' after it (none yet), held_in_full's answer
-        wanted: list[Wanted] = []
-        cut, package, scripted = 0, "", False
+        files: list[Change] | None = None  # where the run's files held in full go (once it has one)
         for change in changes:
             new = change.after
             if new is None or change.what not in _CONTENT:
@@ -198,20 +211,21 @@ class _Check:
             path = change.path
             if not path.startswith(prefix) or path.find("/", len(prefix)) >= 0:  # in another directory
                 prefix = path[:path.rfind("/") + 1]
-                held = self.held_in_full(prefix[:-1])
-                if held is not None:
-                    wanted, cut, package, scripted = held
+                held, files = self.held_in_full(prefix[:-1]), None
             if held is None:
                 self.change(path, change)
             elif new.kind == "file" and change.what in ("added", "modified"):
-                wanted.append(_wanted(Wanted, (path, path[cut:], new.sha256, package, scripted)))
+                if files is None:
+                    files = _files_of(*held)
+                files.append(change)
             elif new.kind != "dir":  # a package's directory holds nothing to verify (``change`` says nothing)
                 self.change(path, change)
+                files = None  # it may have wanted a file of the same tarball: the run's next ones come after it
         for key, reason in sorted(self.unpinned.items()):
             self.verdict.unverified.append(f"{self.base + '/' if self.base else ''}{key}: {reason}")
         hold(self.verdict, self.wanted, self.view, "tarball")
 
-    def held_in_full(self, directory: str) -> tuple[list[Wanted], int, str, bool] | None:
+    def held_in_full(self, directory: str) -> _Held | None:
         """For a directory inside a package whose files are held to the start's pin and nothing
         else is said of them (``change``'s way for a file there, taken once): the list its files
         go to, where a path's part inside the package begins, the package's name and whether its
@@ -221,7 +235,7 @@ class _Check:
             self.directories[directory] = self.directory_held(directory)
         return self.directories[directory]
 
-    def directory_held(self, directory: str) -> tuple[list[Wanted], int, str, bool] | None:
+    def directory_held(self, directory: str) -> _Held | None:
         if directory == self.tree or not directory.startswith(self.tree + "/"):
             return None  # npm's own record, or files where no package puts one
         parent = self.relative(directory)
@@ -234,7 +248,7 @@ class _Check:
             self.packages_held[key] = self.package_held(key)
         return self.packages_held[key]
 
-    def package_held(self, key: str) -> tuple[list[Wanted], int, str, bool] | None:
+    def package_held(self, key: str) -> _Held | None:
         how = self.governing(key)
         if how[0] is not self.start or how[1]:
             return None
