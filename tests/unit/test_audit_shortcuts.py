@@ -53,6 +53,19 @@ def test_a_package_key_asked_per_directory_is_the_one_asked_per_path(parts: list
 
 
 @settings(max_examples=400, deadline=None)
+@given(st.sets(st.lists(_PARTS, min_size=1, max_size=8).map("/".join), max_size=6),
+       st.sets(st.lists(_PARTS, min_size=2, max_size=6).map("/".join)))
+@example({"node_modules/a/lib/node_modules/b/c/x"}, {"node_modules/a/lib/node_modules/b"})
+@example({"node_modules/a/node_modules/b/x/y"}, {"node_modules/a/node_modules/b"})
+def test_a_directory_keyed_as_its_parent_is_keyed_as_asked(paths: set[str], listed: set[str]) -> None:
+    check = _Check(TreeVerdict("package-lock.json"), "node_modules", "", {k: {} for k in listed}, {}, View({}, {}, [],
+                                                                                                            _none))
+    directories = sorted({"/".join(p.split("/")[:i]) for p in paths for i in range(1, p.count("/") + 1)})
+    for directory in directories:  # each after its parent, as the sorted changes ask them
+        assert check.key_of(f"{directory}/x", directory, link=False) == package_key(f"{directory}/x", check.listed)
+
+
+@settings(max_examples=400, deadline=None)
 @given(st.lists(st.sampled_from(["", "@s", "@", "a", "node_modules", "x"]), min_size=1, max_size=5))
 def test_a_package_cut_by_its_slashes_is_the_one_split_into_parts(parts: list[str]) -> None:
     relative = "/".join(["node_modules", *parts])

@@ -186,6 +186,7 @@ class _Check:
         self.anew: dict[str, bool] = {}  # package key -> whether the session pinned it anew (asked per file)
         # Asked once per directory and per package, not per file (a tree of 20k files holds ~600 packages).
         self.keys: dict[str, str | None] = {}  # directory (lockfile-relative) -> package_key of what it holds
+        self.deeper: set[str] = set()  # directories of keys with a node_modules between their package and them
         self.governed: dict[str, tuple[dict[str, dict[str, object]] | None, str]] = {}  # key -> governing()
         self.owners: dict[tuple[str, bool], tuple[str, str, str, bool]] = {}  # (key, the start's pins?) -> owner()
         self.directories: dict[str, _Held | None] = {}  # directory -> held_in_full()
@@ -287,8 +288,21 @@ class _Check:
             return package_key(relative + "/x", self.listed)
         keys = self.keys
         if parent not in keys:
-            keys[parent] = package_key(f"{parent}/x", self.listed) if parent else None
+            keys[parent] = self.directory_key(parent) if parent else None
         return keys[parent]
+
+    def directory_key(self, directory: str) -> str | None:
+        """``package_key`` of a path in ``directory``: its parent directory's, when that one was asked
+        (the sorted changes ask it first: its entry for this directory comes before what this one
+        holds) and no node_modules lies between its package and this directory; else asked."""
+        up, _, name = directory.rpartition("/")
+        key = self.keys.get(up)
+        if key is not None and name != "node_modules" and up not in self.deeper:
+            return key
+        key = package_key(f"{directory}/x", self.listed)
+        if key is not None and "/node_modules/" in f"/{directory[len(key) + 1:]}/":
+            self.deeper.add(directory)  # a node_modules of its package's own (test fixtures): its own asked anew
+        return key
 
     def in_package(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
                    target: str | None) -> None:
