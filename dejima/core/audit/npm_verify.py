@@ -161,7 +161,7 @@ def _written(change: Change, tree: str) -> bool:
 
 # held_in_full's answer: the files its tarball must hold, where a path's part inside the package
 # begins, the package's name and whether its install script may write in it.
-_Held = tuple[list[Wanted | Held], int, str, bool]
+_InFull = tuple[list[Wanted | Held], int, str, bool]
 
 
 def _files_of(wanted: list[Wanted | Held], cut: int, package: str, scripted: bool) -> list[Change]:
@@ -189,8 +189,8 @@ class _Check:
         self.deeper: set[str] = set()  # directories of keys with a node_modules between their package and them
         self.governed: dict[str, tuple[dict[str, dict[str, object]] | None, str]] = {}  # key -> governing()
         self.owners: dict[tuple[str, bool], tuple[str, str, str, bool]] = {}  # (key, the start's pins?) -> owner()
-        self.directories: dict[str, _Held | None] = {}  # directory -> held_in_full()
-        self.packages_held: dict[str, _Held | None] = {}  # key -> package_held()
+        self.directories: dict[str, _InFull | None] = {}  # directory -> held_in_full()
+        self.packages_held: dict[str, _InFull | None] = {}  # key -> package_held()
 
     def listed(self, key: str) -> bool:
         return key in self.start or key in self.end
@@ -226,7 +226,7 @@ class _Check:
             self.verdict.unverified.append(f"{self.base + '/' if self.base else ''}{key}: {reason}")
         hold(self.verdict, self.wanted, self.view, "tarball")
 
-    def held_in_full(self, directory: str) -> _Held | None:
+    def held_in_full(self, directory: str) -> _InFull | None:
         """For a directory inside a package whose files are held to the start's pin and nothing
         else is said of them (``change``'s way for a file there, taken once): the list its files
         go to, where a path's part inside the package begins, the package's name and whether its
@@ -236,7 +236,7 @@ class _Check:
             self.directories[directory] = self.directory_held(directory)
         return self.directories[directory]
 
-    def directory_held(self, directory: str) -> _Held | None:
+    def directory_held(self, directory: str) -> _InFull | None:
         if directory == self.tree or not directory.startswith(self.tree + "/"):
             return None  # npm's own record, or files where no package puts one
         parent = self.relative(directory)
@@ -249,7 +249,7 @@ class _Check:
             self.packages_held[key] = self.package_held(key)
         return self.packages_held[key]
 
-    def package_held(self, key: str) -> _Held | None:
+    def package_held(self, key: str) -> _InFull | None:
         how = self.governing(key)
         if how[0] is not self.start or how[1]:
             return None
@@ -301,7 +301,7 @@ class _Check:
             return key
         key = package_key(f"{directory}/x", self.listed)
         if key is not None and "/node_modules/" in f"/{directory[len(key) + 1:]}/":
-            self.deeper.add(directory)  # a node_modules of its package's own (test fixtures): its own asked anew
+            self.deeper.add(directory)  # below a node_modules in its package (a fixture's, an unlisted package's)
         return key
 
     def in_package(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
