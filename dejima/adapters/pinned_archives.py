@@ -10,8 +10,9 @@ cached byte is read once, each inflated byte hashed once. What an archive holds 
 each entry's path and SHA-256) is a function of the bytes its pin names, so a reader whose keys
 pin them (npm's integrity) keeps it once read, in the host user's state
 (``$XDG_STATE_HOME/dejima/audit/pinned/<reader>/``, never mounted into a session; dropped when
-unused for STALE_SECONDS): the next audit of the same pins inflates nothing. The manifests are
-written, and each use noted, by a process the audit does not wait for (fork_workers.fork_behind).
+no use was noted for STALE_SECONDS): the next audit of the same pins inflates nothing. The
+manifests are written, and their use noted (once a day: NOTED_SECONDS), by a process the audit
+does not wait for (fork_workers.fork_behind).
 A session's start reads ahead those its lockfiles pin (``read_ahead``), while the session runs: those
 cached then, and those the session's install fetches, as they come.
 """
@@ -25,6 +26,7 @@ import signal
 import time
 from collections.abc import Callable, Collection, Sequence
 from functools import partial
+from itertools import repeat
 from pathlib import Path
 from typing import cast
 
@@ -41,6 +43,9 @@ UNPACKED_LIMIT = 512 << 20  # bytes of it inflated (a gzip bomb stops here): hel
 ENTRY_LIMIT = 200_000  # entries of one archive
 _MANIFEST = b"dejima-pinned-manifest 2\n"  # (files, texts)
 STALE_SECONDS = 30 * 86400  # a manifest no audit used this long is dropped
+# A manifest's use is noted (its time set) once this long has passed since the last note, not at each
+# use: noting ~600 of them costs a fork (~3 ms in the end audit's task) and a write to each.
+NOTED_SECONDS = 86400
 FORK_AFTER = 16  # archives to read from which they are shared out over processes (a fork costs a few)
 # A read ahead ends itself after this long: one whose launcher died (no end audit stops it) or that
 # hangs is not left running for ever; what it did not keep, the end audit reads.
@@ -174,11 +179,15 @@ def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str, k
     a 600-package tree's bytes: read last, one process inflates it while the other waits)."""
     directory = (known if known is not None else manifests_dir()) / kept if kept else None
     got: dict[str, Artifact | str] = {}
-    unread = []
+    unread: list[str] = []
+    used: list[str] = []  # kept manifests whose use was last noted NOTED_SECONDS ago or more
+    noted_since = time.time() - NOTED_SECONDS
     for key in dict.fromkeys(keys):
-        known_one = _known(directory, key) if directory is not None else None
+        known_one, noted = _kept(directory, key) if directory is not None else (None, 0.0)
         if known_one is not None:
             got[key] = known_one
+            if noted < noted_since:
+                used.append(key)
         else:
             unread.append(key)
     fresh: dict[str, Carried] = {}
@@ -188,7 +197,6 @@ def read_all(keys: list[str], one: Callable[[str], Artifact | str], what: str, k
             result = read_now.get(key, f"its {what} cannot be read (its reader process failed)")
             got[key] = result if isinstance(result, str) else Artifact(*result)
         fresh = {k: r for k, r in read_now.items() if not isinstance(r, str)}
-    used = [k for k in got if k not in fresh and not isinstance(got[k], str)]
     if directory is not None and (fresh or used):
         # Written by a process no one waits for: a file per archive costs ~0.2-0.5 ms to make, and
         # a manifest not kept is only read again next time.
@@ -209,18 +217,27 @@ def _manifest_name(key: str) -> str:
 
 
 def _known(directory: Path, key: str) -> Artifact | None:
-    """The manifest kept for ``key`` (``_keep`` notes its use: kept for STALE_SECONDS more); None
-    when there is none, or it cannot be read (then the archive is read again)."""
-    path = directory / _manifest_name(key)
+    """The manifest kept for ``key``; None when there is none, or it cannot be read (then the
+    archive is read again)."""
+    return _kept(directory, key)[0]
+
+
+def _kept(directory: Path, key: str) -> tuple[Artifact | None, float]:
+    """``_known``, and when its use was last noted (its modification time: ``_keep`` notes it, and
+    it is kept for STALE_SECONDS more). Asked for each of a tree's ~600 pins: a plain path and an
+    unbuffered read, each name and hash checked in C."""
     try:
-        kept = unframe(_MANIFEST, path.read_bytes(), "dejima pinned manifest")
+        with open(f"{directory}/{_manifest_name(key)}", "rb", buffering=0) as file:
+            data, noted = file.readall(), os.fstat(file.fileno()).st_mtime
+        kept = unframe(_MANIFEST, data, "dejima pinned manifest")
     except (OSError, ValueError):
-        return None
+        return None, 0.0
     if not isinstance(kept, tuple) or len(kept) != 2 or not all(
-            isinstance(part, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in part.items())
-            for part in kept if part is not None) or not isinstance(kept[0], dict):
-        return None
-    return Artifact(*kept)
+            isinstance(part, dict) and all(map(isinstance, part, repeat(str))) and
+            all(map(isinstance, part.values(), repeat(str))) for part in kept if part is not None) or \
+            not isinstance(kept[0], dict):
+        return None, 0.0
+    return Artifact(*kept), noted
 
 
 def _keep(directory: Path, manifests: dict[str, Carried], used: Sequence[str] = ()) -> None:

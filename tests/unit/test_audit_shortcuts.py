@@ -23,8 +23,8 @@ from dejima.core.audit.git import split_git
 from dejima.core.audit.installs import _hex, _package_directory, joined, record_entries
 from dejima.core.audit.model import Artifact, View
 from dejima.core.audit.names import _GIT_NAMES, _added_name, normalize
-from dejima.core.audit.npm_verify import _Check, package_key, verify
-from dejima.core.audit.pinned import TreeVerdict
+from dejima.core.audit.npm_verify import _Check, first_package, package_key, verify
+from dejima.core.audit.pinned import TreeVerdict, _each
 from dejima.core.audit.treeroots import DEPENDENCY_KINDS, PYTHON_KINDS, changed_in_tree, tree_of
 from dejima.core.audit.trees import _group
 from dejima.core.snapshot import Change, Snapshot, SnapshotEntry, diff
@@ -50,6 +50,29 @@ def test_a_package_key_asked_per_directory_is_the_one_asked_per_path(parts: list
     assert check.key_of(relative, parent, link=True) == package_key(relative + "/x", check.listed)
     if parent:  # npm_tampering's package of a file, asked once per directory
         assert _package_directory(f"{parent}/x") == _package_directory(relative)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sets(st.lists(_PARTS, min_size=1, max_size=8).map("/".join), max_size=6),
+       st.sets(st.lists(_PARTS, min_size=2, max_size=6).map("/".join)))
+@example({"node_modules/a/lib/node_modules/b/c/x"}, {"node_modules/a/lib/node_modules/b"})
+@example({"node_modules/a/node_modules/b/x/y"}, {"node_modules/a/node_modules/b"})
+def test_a_directory_keyed_as_its_parent_is_keyed_as_asked(paths: set[str], listed: set[str]) -> None:
+    check = _Check(TreeVerdict("package-lock.json"), "node_modules", "", {k: {} for k in listed}, {}, View({}, {}, [],
+                                                                                                            _none))
+    directories = sorted({"/".join(p.split("/")[:i]) for p in paths for i in range(1, p.count("/") + 1)})
+    for directory in directories:  # each after its parent, as the sorted changes ask them
+        assert check.key_of(f"{directory}/x", directory, link=False) == package_key(f"{directory}/x", check.listed)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["", "@s", "@", "a", "node_modules", "x"]), min_size=1, max_size=5))
+def test_a_package_cut_by_its_slashes_is_the_one_split_into_parts(parts: list[str]) -> None:
+    relative = "/".join(["node_modules", *parts])
+    split = relative.split("/")
+    size = 3 if split[1].startswith("@") else 2
+    long_way = (None, "") if len(split) <= size else ("/".join(split[:size]), "/".join(split[size:]))
+    assert first_package(relative) == long_way
 
 
 @settings(max_examples=400, deadline=None)
@@ -138,6 +161,42 @@ def test_an_npm_tree_verified_with_per_package_answers_says_what_per_path_answer
         "node_modules/dropped: no longer pinned by the lockfile (its entry removed in the session); its files "
         "are held to the start's pin",
         "node_modules/loose: pinned without an integrity (resolved: git+ssh://x)"]
+
+
+@pytest.mark.parametrize("version", ['"1.0.0"', "NaN"])
+def test_a_lockfile_left_as_it_was_parsed_once_verifies_as_parsed_twice(version: str) -> None:
+    lock = '{"packages": {"node_modules/a": {"version": %s, "integrity": "sha512-a"}}}' % version
+    before = {"package-lock.json": _entry("package-lock.json")}
+    after = {**before, "node_modules": _entry("node_modules", "dir"), "node_modules/a": _entry("node_modules/a", "dir"),
+             "node_modules/a/index.js": _entry("node_modules/a/index.js")}
+
+    def verified(end: str) -> TreeVerdict:
+        texts = {"before": lock, "after": end}
+        view = View(before, after, diff(before, after),
+                    lambda side, path: texts[side].encode() if path == "package-lock.json" else None,
+                    artifacts=lambda keys: {k: Artifact({"index.js": "0" * 64}) for k in keys})
+        verdict = verify("node_modules", [c for c in view.changes if c.path.startswith("node_modules/")], view)
+        assert verdict is not None
+        return verdict
+
+    # The same text, and another with the same pins (a NaN: json reads one object for every NaN).
+    once, twice = verified(lock), verified(lock + "\n")
+    assert once == twice and once.files == 1 and not once.unverified
+
+
+def test_the_files_of_a_package_taken_together_are_judged_in_their_order() -> None:
+    """A file changed otherwise (a link become a file) in a run of files added to a package held to
+    its pin is wanted from the same tarball on its own: what differs is named in the paths' order."""
+    lock = b'{"packages": {"node_modules/a": {"version": "1.0.0", "integrity": "sha512-a"}}}'
+    before = {"package-lock.json": _entry("package-lock.json"), "node_modules": _entry("node_modules", "dir"),
+              "node_modules/a": _entry("node_modules/a", "dir"),
+              "node_modules/a/b.js": _entry("node_modules/a/b.js", "symlink", target="c.js")}
+    after = {**before, **{f"node_modules/a/{n}.js": _entry(f"node_modules/a/{n}.js") for n in "abc"}}
+    view = View(before, after, diff(before, after), lambda side, path: lock if path == "package-lock.json" else None,
+                artifacts=lambda keys: {k: Artifact({f"{n}.js": "f" * 64 for n in "abc"}) for k in keys})
+    verdict = verify("node_modules", [c for c in view.changes if c.path.startswith("node_modules/")], view)
+    assert verdict is not None and [c.what for c in view.changes] == ["added", "type", "added"]
+    assert verdict.problems == [f"node_modules/a/{n}.js: not the content of its package's tarball" for n in "abc"]
 
 
 def test_the_trees_grouped_once_are_those_each_kind_groups() -> None:
@@ -263,7 +322,7 @@ def test_an_npm_tree_verified_a_directory_at_a_time_says_what_asking_each_file_s
         verdict = TreeVerdict("package-lock.json")
         check = kind(verdict, tree, base, lock, end, view)
         check.run(changes)
-        verdicts.append((verdict, check.wanted, check.unpinned))
+        verdicts.append((verdict, {k: _each(files) for k, files in check.wanted.items()}, check.unpinned))
     assert verdicts[0] == verdicts[1]
 
 

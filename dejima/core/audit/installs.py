@@ -98,10 +98,14 @@ def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
     lock = _lock_packages(view, tree)
     found = []
     held: dict[str, bool] = {}
+    # The packages whose manifest was there at the start and is unchanged: none when the session
+    # installed the tree anew, and then no added file's package is looked for.
+    unchanged = {path.rpartition("/")[0] for path in view.named("package.json", side="before")
+                 if path.startswith(tree + "/") and path not in view.changed}
 
     def kept(directory: str) -> bool:  # asked once per directory: a file's package is its directory's
         if directory not in held:
-            held[directory] = _in_kept_package(f"{directory}/x", view)
+            held[directory] = _package_directory(f"{directory}/x") in unchanged
         return held[directory]
 
     inside = len(tree) + 1
@@ -115,13 +119,12 @@ def npm_tampering(tree: str, changes: list[Change], view: View) -> list[str]:
             continue
         if new.kind != "file":
             continue  # a directory, or a special file (the file rules' F04)
-        relative = path[inside:]
-        if "/" not in relative and not relative.startswith("."):
+        if path.find("/", inside) < 0 and not path.startswith(".", inside):  # directly in node_modules
             found.append(f"{path}: a file in node_modules that no package puts there")
         elif change.what in ("added", "modified") and path.endswith("/package.json") and \
                 f"{_package_directory(path)}/package.json" == path:  # a package's own, not a test fixture's
             found.extend(_manifest(tree, path, view, lock))
-        elif change.what == "added" and kept(path.rpartition("/")[0]):
+        elif unchanged and change.what == "added" and kept(path.rpartition("/")[0]):
             found.append(f"{path}: a file added to an installed package that was not installed again")
     return found
 
@@ -137,13 +140,6 @@ def _package_directory(path: str) -> str | None:
     if not marker or len(parts) <= size:
         return None
     return f"{head}{marker}{'/'.join(parts[:size])}" if head else f"node_modules/{'/'.join(parts[:size])}"
-
-
-def _in_kept_package(path: str, view: View) -> bool:
-    """Inside a package whose manifest was there at the start and did not change."""
-    directory = _package_directory(path)
-    manifest = f"{directory}/package.json" if directory else None
-    return manifest is not None and manifest in view.before and manifest not in view.changed
 
 
 def _link(tree: str, path: str, target: str, lock: dict[str, dict[str, object]] | None, view: View) -> list[str]:

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable
 
 from dejima.core.audit.caches import changes_value
 from dejima.core.audit.model import View
-from dejima.core.audit.pinned import TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
-from dejima.core.snapshot import Change, by_directory
+from dejima.core.audit.pinned import Held, TreeJudgement, TreeVerdict, Wanted, hold, lockfile_above
+from dejima.core.snapshot import Change
 
 LOCKFILES = ("npm-shrinkwrap.json", "package-lock.json")
 CLEAN_INSTALL = "npm ci"
@@ -42,7 +42,6 @@ _OTHER_MANAGERS = (".modules.yaml", ".pnpm", ".yarn-integrity", ".yarn-state.yml
 _OTHER_LOCKFILES = ("pnpm-lock.yaml", "yarn.lock")
 _PIN = ("version", "resolved", "integrity", "link")
 _CONTENT = ("added", "modified", "type", "link-target")
-_wanted = tuple.__new__  # a Wanted of all its fields, without its __new__'s frame (one per file of a held package)
 
 
 def _packages(text: str | None) -> dict[str, dict[str, object]] | None:
@@ -70,7 +69,7 @@ def pinned_integrities(texts: Iterable[str | None]) -> dict[str, bool]:
 
 
 def _pin(entry: dict[str, object] | None) -> tuple[object, ...] | None:
-    return None if entry is None else tuple(entry.get(key) for key in _PIN)
+    return None if entry is None else tuple(map(entry.get, _PIN))
 
 
 def package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
@@ -96,11 +95,12 @@ def package_key(relative: str, listed: Callable[[str], bool]) -> str | None:
 
 def first_package(relative: str) -> tuple[str | None, str]:
     """(``node_modules/a`` or ``node_modules/@s/a``, the rest of the path) for a path in it."""
-    parts = relative.split("/")
-    size = 3 if parts[1].startswith("@") else 2
-    if len(parts) <= size:
-        return None, ""
-    return "/".join(parts[:size]), "/".join(parts[size:])
+    end = relative.find("/")
+    for _ in range(2 if relative.startswith("@", end + 1) else 1):  # the package's name: a scope's takes two parts
+        end = relative.find("/", end + 1)
+        if end < 0:
+            return None, ""
+    return relative[:end], relative[end + 1:]
 
 
 def _pinned_by(key: str, packages: dict[str, dict[str, object]]) -> str:
@@ -123,14 +123,16 @@ def verify(tree: str, changes: list[Change], view: View) -> TreeVerdict | None:
     if lockfile is None and f"{tree}/.package-lock.json" not in view.after:
         return None  # not npm's, as far as anything says
     verdict = TreeVerdict(lockfile or "package-lock.json")
-    start = _packages(view.text(lockfile, "before")) if lockfile is not None else None
+    started = view.text(lockfile, "before") if lockfile is not None else None
+    start = _packages(started)
     if start is None or lockfile is None:
         if any(_written(change, tree) for change in changes):  # else npm only rewrote its own state
             verdict.unverified.append(f"{verdict.lockfile} " + (
                 "was not there at the session's start" if lockfile not in view.before else
                 "at the session's start was not kept or has no per-package entries (lockfileVersion 1)"))
         return verdict
-    end = _packages(view.text(lockfile)) if lockfile in view.after else None
+    ended = view.text(lockfile) if lockfile in view.after else None
+    end = start if ended is not None and ended == started else _packages(ended)  # left as it was: parsed once
     base = lockfile.rpartition("/")[0]
     _Check(verdict, tree, base, start, end or {}, view).run(changes)
     return verdict
@@ -157,6 +159,21 @@ def _written(change: Change, tree: str) -> bool:
         change.path != f"{tree}/.package-lock.json"
 
 
+# held_in_full's answer: the files its tarball must hold, where a path's part inside the package
+# begins, the package's name and whether its install script may write in it.
+_InFull = tuple[list[Wanted | Held], int, str, bool]
+
+
+def _files_of(wanted: list[Wanted | Held], cut: int, package: str, scripted: bool) -> list[Change]:
+    """Where a run's files held in full go: the package's last Held, when the tarball's list ends
+    with it (its runs follow one another), or a new one."""
+    last = wanted[-1] if wanted else None
+    if not isinstance(last, Held) or (last.cut, last.package, last.excused) != (cut, package, scripted):
+        last = Held([], cut, package, scripted)
+        wanted.append(last)
+    return last.changes
+
+
 class _Check:
     """One tree's changes against the lockfile's pins at the start (``start``) and at the end
     (``end``: for what the session pinned itself), the tarballs asked for at once."""
@@ -164,14 +181,16 @@ class _Check:
     def __init__(self, verdict: TreeVerdict, tree: str, base: str, start: dict[str, dict[str, object]],
                  end: dict[str, dict[str, object]], view: View) -> None:
         self.verdict, self.tree, self.base, self.start, self.end, self.view = verdict, tree, base, start, end, view
-        self.wanted: dict[str, list[Wanted]] = {}  # integrity -> the files its tarball must hold
+        self.wanted: dict[str, list[Wanted | Held]] = {}  # integrity -> the files its tarball must hold
         self.unpinned: dict[str, str] = {}  # package key -> why it cannot be verified
         self.anew: dict[str, bool] = {}  # package key -> whether the session pinned it anew (asked per file)
         # Asked once per directory and per package, not per file (a tree of 20k files holds ~600 packages).
         self.keys: dict[str, str | None] = {}  # directory (lockfile-relative) -> package_key of what it holds
+        self.deeper: set[str] = set()  # directories of keys with a node_modules between their package and them
         self.governed: dict[str, tuple[dict[str, dict[str, object]] | None, str]] = {}  # key -> governing()
         self.owners: dict[tuple[str, bool], tuple[str, str, str, bool]] = {}  # (key, the start's pins?) -> owner()
-        self.directories: dict[str, tuple[list[Wanted], int, str, bool] | None] = {}  # directory -> held_in_full()
+        self.directories: dict[str, _InFull | None] = {}  # directory -> held_in_full()
+        self.packages_held: dict[str, _InFull | None] = {}  # key -> package_held()
 
     def listed(self, key: str) -> bool:
         return key in self.start or key in self.end
@@ -180,30 +199,34 @@ class _Check:
         return path[len(self.base) + 1:] if self.base else path
 
     def run(self, changes: list[Change]) -> None:
-        written = [change for change in changes if change.after is not None and change.what in _CONTENT]
-        # The changes come sorted by path: a run of them in one directory is taken together, and a
-        # file added or modified in a directory of a package held in full to its start pin is
-        # wanted from that pin's tarball at once (what ``change`` would say of it, one step each).
-        for directory, run in by_directory(written):
-            held = self.held_in_full(directory)
-            if held is None:
-                for change in run:
-                    self.change(change.path, change)
+        # The changes come sorted by path: a directory's files come in runs (cut by its
+        # subdirectories'), each run's directory found by its first file. A file added or modified
+        # in a directory of a package held in full to its start pin is wanted from that pin's
+        # tarball at once (what ``change`` would say of it, one step each).
+        prefix, held = "\0", None  # the run's directory and a '/' after it (none yet), held_in_full's answer
+        files: list[Change] | None = None  # where the run's files held in full go (once it has one)
+        for change in changes:
+            new = change.after
+            if new is None or change.what not in _CONTENT:
                 continue
-            wanted, cut, package, scripted = held
-            for change in run:
-                new = change.after
-                assert new is not None
-                if new.kind == "file" and change.what in ("added", "modified"):
-                    path = change.path
-                    wanted.append(_wanted(Wanted, (path, path[cut:], new.sha256, package, scripted)))
-                else:
-                    self.change(change.path, change)
+            path = change.path
+            if not path.startswith(prefix) or path.find("/", len(prefix)) >= 0:  # in another directory
+                prefix = path[:path.rfind("/") + 1]
+                held, files = self.held_in_full(prefix[:-1]), None
+            if held is None:
+                self.change(path, change)
+            elif new.kind == "file" and change.what in ("added", "modified"):
+                if files is None:
+                    files = _files_of(*held)
+                files.append(change)
+            elif new.kind != "dir":  # a package's directory holds nothing to verify (``change`` says nothing)
+                self.change(path, change)
+                files = None  # it may have wanted a file of the same tarball: the run's next ones come after it
         for key, reason in sorted(self.unpinned.items()):
             self.verdict.unverified.append(f"{self.base + '/' if self.base else ''}{key}: {reason}")
         hold(self.verdict, self.wanted, self.view, "tarball")
 
-    def held_in_full(self, directory: str) -> tuple[list[Wanted], int, str, bool] | None:
+    def held_in_full(self, directory: str) -> _InFull | None:
         """For a directory inside a package whose files are held to the start's pin and nothing
         else is said of them (``change``'s way for a file there, taken once): the list its files
         go to, where a path's part inside the package begins, the package's name and whether its
@@ -213,7 +236,7 @@ class _Check:
             self.directories[directory] = self.directory_held(directory)
         return self.directories[directory]
 
-    def directory_held(self, directory: str) -> tuple[list[Wanted], int, str, bool] | None:
+    def directory_held(self, directory: str) -> _InFull | None:
         if directory == self.tree or not directory.startswith(self.tree + "/"):
             return None  # npm's own record, or files where no package puts one
         parent = self.relative(directory)
@@ -222,6 +245,11 @@ class _Check:
         key = self.key_of(f"{parent}/x", parent, False)
         if key is None or key.endswith("node_modules/.bin"):
             return None
+        if key not in self.packages_held:
+            self.packages_held[key] = self.package_held(key)
+        return self.packages_held[key]
+
+    def package_held(self, key: str) -> _InFull | None:
         how = self.governing(key)
         if how[0] is not self.start or how[1]:
             return None
@@ -260,8 +288,21 @@ class _Check:
             return package_key(relative + "/x", self.listed)
         keys = self.keys
         if parent not in keys:
-            keys[parent] = package_key(f"{parent}/x", self.listed) if parent else None
+            keys[parent] = self.directory_key(parent) if parent else None
         return keys[parent]
+
+    def directory_key(self, directory: str) -> str | None:
+        """``package_key`` of a path in ``directory``: its parent directory's, when that one was asked
+        (the sorted changes ask it first: its entry for this directory comes before what this one
+        holds) and no node_modules lies between its package and this directory; else asked."""
+        up, _, name = directory.rpartition("/")
+        key = self.keys.get(up)
+        if key is not None and name != "node_modules" and up not in self.deeper:
+            return key
+        key = package_key(f"{directory}/x", self.listed)
+        if key is not None and "/node_modules/" in f"/{directory[len(key) + 1:]}/":
+            self.deeper.add(directory)  # below a node_modules in its package (a fixture's, an unlisted package's)
+        return key
 
     def in_package(self, path: str, key: str, relative: str, kind: str, sha256: str | None,
                    target: str | None) -> None:
@@ -391,8 +432,7 @@ class _Check:
             self.verdict.problems.append(f"{path}: not a lockfile npm reads")
             return
         for key, entry in sorted(hidden.items()):
-            pinned = self.start.get(key) if key not in self.end or _pin(self.end[key]) == _pin(self.start.get(key)) \
-                else self.end.get(key)
+            pinned = self.start.get(key) if key not in self.end or not self.pinned_anew(key) else self.end.get(key)
             if pinned is None or any(entry.get(k) != pinned.get(k) for k in _PIN if k in entry or k in pinned):
                 self.verdict.problems.append(f"{path}: its entry {key} is not the lockfile's")
 
