@@ -90,13 +90,11 @@ def _bare_repositories(view: View) -> bool:
     install), else each path's directories are asked (True: may)."""
     cached = view.memo.get("bare-repositories")
     if cached is None:
-        cached = view.memo["bare-repositories"] = len(view.changes) * _LOOK_FOR_BARE < len(view.after) or any(
+        cached = view.memo["bare-repositories"] = not view.worth_a_pass() or any(
             _is_bare_repo(directory, view.after) for path in view.named("HEAD")
             if (directory := path.rpartition("/")[0]) and ".git" not in directory.split("/"))
     return bool(cached)
 
-
-_LOOK_FOR_BARE = 8  # a pass over every entry costs about what asking the directories of an eighth of them does
 
 
 def _housekeeping(inner: str) -> bool:
@@ -406,9 +404,8 @@ def git_findings(view: View) -> list[Finding]:
     found: list[Finding] = []
     # A config's path holds ".git" (split_git) or is one of the top ones: most paths are not asked.
     changed = view.changed
-    changed_configs = {p for p, c in [*_in_git_directories(view).items(), *((p, changed[p]) for p in _TOP_CONFIGS
-                                                                             if p in changed)]
-                       if c.after is not None and _is_config(p)}
+    candidates = {**_in_git_directories(view), **{p: changed[p] for p in _TOP_CONFIGS if p in changed}}
+    changed_configs = {p for p, c in candidates.items() if c.after is not None and _is_config(p)}
     # Includes: a changed config's, and the top config's (its unchanged include may name a changed file).
     including = changed_configs | {p for p in (".git/config", ".git/config.worktree") if p in view.after}
     for path in sorted(including):

@@ -95,6 +95,10 @@ class Artifact(NamedTuple):
 Artifacts = Callable[[list[str]], "dict[str, Artifact | str]"]
 
 
+# A pass over every entry costs about what asking the directories of an eighth of them does.
+_PASS_AFTER = 8
+
+
 def _named_in(joined: str, names: tuple[str, ...]) -> list[str]:
     """The paths of ``joined`` (``View._joined``) whose last component is one of ``names``, in no
     order (``View.named`` sorts them): each found by ``str.find`` (C) where the name ends a path
@@ -196,6 +200,11 @@ class View:
             return []
         before = set((self.text(path, "before") or "").splitlines())
         return [line for line in after.splitlines() if line not in before]
+
+    def worth_a_pass(self) -> bool:
+        """Whether the changes are a good part of the entries (an install): a pass over every path
+        (``named``) then costs less than asking each change's directories on their own."""
+        return len(self.changes) * _PASS_AFTER >= len(self.after)
 
     def named(self, *names: str, side: str = "after") -> list[str]:
         """Paths whose last component is one of ``names``, sorted (cached)."""

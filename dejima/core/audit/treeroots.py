@@ -110,15 +110,13 @@ def _may_hold_records(view: View) -> frozenset[str] | None:
     changes are few beside them."""
     if "record-holders" not in view.memo:
         holders = None
-        if len(view.changes) * _LOOK_FOR_RECORDS >= len(view.after):
+        if view.worth_a_pass():
             found = [path for side in ("before", "after") for path in view.named(*_RECORDS, side=side)]
             parents = [path.rpartition("/")[0] for path in found]
             holders = frozenset(parents + [parent.rpartition("/")[0] for parent in parents])
         view.memo["record-holders"] = holders
     return view.memo["record-holders"]  # type: ignore[return-value]
 
-
-_LOOK_FOR_RECORDS = 8  # measured: a pass over 100k paths costs what asking the directories of ~1k changes does
 
 
 def _recorded_kind(directory: str, view: View, sides: tuple[str, ...] = ("before", "after")) -> str | None:
