@@ -65,42 +65,62 @@ _INFLATE_ERROR = cast("type[Exception]", isal_zlib.error)
 def tar_entries(data: bytes) -> dict[str, str]:
     """path inside the package -> SHA-256 of each regular entry (the last of a repeated path wins,
     as when unpacked). Inflated in one call and hashed from slices of it (both release the GIL);
-    the headers read here, in the subset npm's and cargo's archives use: ustar (prefix + name), GNU long names,
-    pax paths. A header whose checksum is wrong, a stream that cannot be inflated or ends early,
-    ends the reading with a ValueError (unverified)."""
+    the headers read in C where it was built (``_headers``), in the subset npm's and cargo's archives
+    use: ustar (prefix + name), GNU long names, pax paths. A header whose checksum is wrong, a stream
+    that cannot be inflated or ends early, ends the reading with a ValueError (unverified)."""
     raw = inflated(data)
     view = memoryview(raw)
     files: dict[str, str] = {}
-    offset, count, long_name = 0, 0, None
+    long_name = None
+    for kind, name, start, size in _headers(raw, ENTRY_LIMIT):
+        if kind in _NAMING:  # the next entry's name: GNU long name, pax extended header
+            long_name = _long_name(raw[start:start + size], kind)
+            continue
+        path, long_name = long_name or name.decode("utf-8", "replace"), None  # as npm decodes it
+        if kind not in _FILES:
+            continue  # npm and cargo write files and directories only
+        inside = path.lstrip("/").partition("/")[2]  # unpacked with strip 1
+        if not inside or inside[0] in "./" or inside[-1] == "/" or "/." in inside or "//" in inside:
+            inside = posixpath.normpath(inside) if inside else ""  # what normpath would change
+            if not inside or inside == "." or inside.startswith("../") or inside == "..":
+                continue  # outside the package: unpacking refuses it
+        files[inside] = hashlib.sha256(view[start:start + size]).hexdigest()
+    return files
+
+
+_NAMING = (ord("L"), ord("x"))
+_FILES = (ord("0"), 0, ord("7"))
+_ZERO_BLOCK = bytes(512)
+
+
+def _headers_in_python(raw: bytes, limit: int) -> list[tuple[int, bytes, int, int]]:
+    """``_tar_headers.headers`` where the C part was not built: each header up to the first zero
+    block, (its type byte, its name, where its content starts, its size), a ValueError where the C
+    part raises one, saying the same."""
+    found: list[tuple[int, bytes, int, int]] = []
+    offset = 0
     while offset + 512 <= len(raw):
         header = raw[offset:offset + 512]
         if header == _ZERO_BLOCK:
             break
-        count += 1
-        if count > ENTRY_LIMIT:
-            raise ValueError(f"more than {ENTRY_LIMIT} entries")
+        if len(found) >= limit:
+            raise ValueError(f"more than {limit} entries")
         _check(header)
         size = _number(header[124:136])
         start = offset + 512
-        if size < 0 or start + size > len(raw):
-            raise ValueError(f"an entry of {size} bytes past the archive's end")
+        if size > len(raw) - start:
+            raise ValueError("an entry past the archive's end")
         offset = start + (size + 511) // 512 * 512
-        kind = header[156:157]
-        if kind in (b"L", b"x"):  # the next entry's name: GNU long name, pax extended header
-            long_name = _long_name(raw[start:start + size], kind)
-            continue
-        name, long_name = long_name or _name(header), None
-        if kind not in (b"0", b"\0", b"7"):
-            continue  # npm and cargo write files and directories only
-        inside = name.lstrip("/").partition("/")[2]  # unpacked with strip 1
-        name = posixpath.normpath(inside) if inside else ""
-        if not name or name == "." or name.startswith("../") or name == "..":
-            continue  # outside the package: unpacking refuses it
-        files[name] = hashlib.sha256(view[start:start + size]).hexdigest()
-    return files
+        found.append((header[156], _name(header), start, size))
+    return found
 
 
-_ZERO_BLOCK = bytes(512)
+_headers: Callable[[bytes, int], list[tuple[int, bytes, int, int]]]
+try:
+    from dejima.adapters._tar_headers import headers as _headers
+except ImportError:
+    _headers = _headers_in_python
+NATIVE_HEADERS = _headers is not _headers_in_python  # `dejima doctor` says which runs
 
 
 def inflated(data: bytes) -> bytes:
@@ -121,33 +141,42 @@ def inflated(data: bytes) -> bytes:
 
 def _check(header: bytes) -> None:
     """The header's checksum (its bytes summed, the field itself as spaces; unsigned or signed)."""
-    stored = header[148:156].split(b"\0", 1)[0].strip()
+    stored = _octal(header[148:156])
     rest = header[:148] + b" " * 8 + header[156:]
     total = sum(rest.translate(None, b"\0"))  # zeros add nothing: most of a header, summed in half the time
-    if not stored or int(stored, 8) != total and \
-            int(stored, 8) != total - 256 * sum(1 for byte in rest if byte > 127):
+    if not header[148:156].split(b"\0", 1)[0].strip() or stored != total and \
+            stored != total - 256 * sum(1 for byte in rest if byte > 127):
         raise ValueError("a tar header whose checksum is wrong")
+
+
+def _octal(field: bytes) -> int:
+    """An octal text field up to its first NUL, without surrounding whitespace (0 when empty): -1
+    when it is not octal digits (int() would take a sign, a 0o, underscores: the C part does not)."""
+    text = field.split(b"\0", 1)[0].strip()
+    return -1 if text.translate(None, b"01234567") else int(text, 8) if text else 0
 
 
 def _number(field: bytes) -> int:
     """A tar numeric field: octal text, or base-256 when its first byte's high bit is set."""
     if field[0] & 0x80:
         return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
-    text = field.split(b"\0", 1)[0].strip()
-    return int(text, 8) if text else 0
+    value = _octal(field)
+    if value < 0:
+        raise ValueError("a tar header whose size cannot be read")
+    return value
 
 
-def _name(header: bytes) -> str:
+def _name(header: bytes) -> bytes:
     name = header[:100].split(b"\0", 1)[0]
     if header[257:263] == b"ustar\0":  # POSIX: a prefix field (GNU keeps times there)
         prefix = header[345:500].split(b"\0", 1)[0]
         name = prefix + b"/" + name if prefix else name
-    return name.decode("utf-8", "replace")  # as npm decodes it
+    return name
 
 
-def _long_name(data: bytes, kind: bytes) -> str | None:
+def _long_name(data: bytes, kind: int) -> str | None:
     """The name a GNU long-name entry (its data) or a pax header (its ``path`` record) gives."""
-    if kind == b"L":
+    if kind == ord("L"):
         return data.split(b"\0", 1)[0].decode("utf-8", "replace")
     found, position = None, 0
     while position < len(data):  # records: "<length> <key>=<value>\n", the length counting all of it

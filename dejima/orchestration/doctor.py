@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from dejima.adapters import host, tree_walk
+from dejima.adapters import host, pinned_archives, tree_walk
 from dejima.adapters.image_builds import ensure_image
 from dejima.adapters.runtime import Runtime, connect
 from dejima.core.plan import Identity, SessionPlan, SessionRequest, build_session_plan
@@ -99,13 +99,17 @@ def _image_check(runtime: Runtime, settings: Settings, ui: SessionReporter, buil
 
 
 def walk_check() -> Check:
-    """Which walk the exit audit runs: with its C part, or (installed where no C compiler was) in
-    Python, slower on a large tree. Both find the same; only the time differs, so it passes either way."""
-    if tree_walk.NATIVE:
-        return Check("exit audit walk", True, "with its C part (dejima/adapters/_stat_compare.c)")
-    return Check("exit audit walk", True, "in Python: the C part was not built when dejima was installed (no C "
-                 "compiler or Python headers), so the end of a session takes longer on a large tree; "
-                 "install gcc and python3-dev, then reinstall dejima")
+    """Which walk the exit audit runs, and how it reads pinned archives' headers: with their C parts,
+    or (installed where no C compiler was) in Python, slower on a large tree or an npm tree's tarballs.
+    Both find the same; only the time differs, so it passes either way."""
+    missing = [part for part, built in (("dejima/adapters/_stat_compare.c: the walk", tree_walk.NATIVE),
+                                        ("dejima/adapters/_tar_headers.c: the archives' headers",
+                                         pinned_archives.NATIVE_HEADERS)) if not built]
+    if not missing:
+        return Check("exit audit walk", True, "with its C parts (dejima/adapters/_stat_compare.c, _tar_headers.c)")
+    return Check("exit audit walk", True, f"in Python ({'; '.join(missing)}): the C parts were not built when "
+                 "dejima was installed (no C compiler or Python headers), so the end of a session takes longer "
+                 "on a large tree; install gcc and python3-dev, then reinstall dejima")
 
 
 def run_doctor(settings: Settings, ui: SessionReporter, build: bool, directory: Path | None = None,

@@ -190,12 +190,17 @@ def test_same_directory_refuses_what_is_not_its_arguments(directory: tuple[int, 
         same_directory(-1, joined, separator, START_COLUMNS, values)
 
 
-@pytest.mark.parametrize("built", [True, False])
-def test_doctor_says_which_walk_the_exit_audit_runs(monkeypatch: pytest.MonkeyPatch, built: bool) -> None:
+@pytest.mark.parametrize("walk", [True, False])
+@pytest.mark.parametrize("headers", [True, False])
+def test_doctor_says_which_walk_the_exit_audit_runs(monkeypatch: pytest.MonkeyPatch, walk: bool, headers: bool) -> None:
+    from dejima.adapters import pinned_archives
     from dejima.orchestration.doctor import walk_check
 
-    monkeypatch.setattr(tree_walk, "NATIVE", built)
+    monkeypatch.setattr(tree_walk, "NATIVE", walk)
+    monkeypatch.setattr(pinned_archives, "NATIVE_HEADERS", headers)
     check = walk_check()
     assert check.ok  # the same findings either way: only the time differs
-    assert ("with its C part" in check.detail) is built
-    assert ("in Python" in check.detail and "reinstall dejima" in check.detail) is not built
+    assert ("with its C parts" in check.detail) is (walk and headers)
+    assert ("in Python" in check.detail and "reinstall dejima" in check.detail) is not (walk and headers)
+    assert ("_stat_compare.c: the walk" in check.detail) is not walk
+    assert ("_tar_headers.c: the archives' headers" in check.detail) is not headers
