@@ -249,6 +249,44 @@ def test_a_file_rewritten_in_a_tree_installed_before_the_session_is_high(tmp_pat
     assert severities(session(workspace, home, tamper, installed=True)) == [("node_modules", "high")]
 
 
+def tamper_before(kind: str) -> Callable[[Path], None]:
+    """What a session before this one did to the installed tree (reported then, acknowledged)."""
+    def tamper(root: Path) -> None:
+        if kind == "a bin link pointed elsewhere":
+            link = root / "node_modules/.bin/tinytool"
+            link.unlink()
+            link.symlink_to("../tinytool/lib/util.js")
+        else:  # a file's mode changed
+            (root / "node_modules/tinytool/index.js").chmod(0o777)
+    return tamper
+
+
+BEFORE = ["a bin link pointed elsewhere", "a file's mode changed"]
+
+
+@pytest.mark.parametrize("before", BEFORE)
+def test_npm_ci_over_a_tree_tampered_before_the_session_is_verified_low(tmp_path: Path, packed: Path,
+                                                                        before: str) -> None:
+    """Found in use: `npm ci` in the session put npm's own link back (its target changed) and was
+    reported high, "modified in place, not installed anew"; npm ci makes every directory anew."""
+    workspace, home = project(tmp_path, packed)
+    npm(workspace, home / ".npm", "ci")
+    tamper_before(before)(workspace)
+    found = session(workspace, home, lambda root: npm(root, home / ".npm", "ci"))
+    assert severities(found) == [("node_modules", "low")], found[0].evidence
+    assert "verified 5 file(s) of 1 package(s)" in found[0].evidence
+
+
+@pytest.mark.parametrize("before", BEFORE)
+def test_the_same_change_made_in_the_session_is_high(tmp_path: Path, packed: Path, before: str) -> None:
+    """The neighbour: the same change made in place by the session, after its install."""
+    workspace, home = project(tmp_path, packed)
+    found = session(workspace, home, tamper_before(before), installed=True)
+    assert severities(found) == [("node_modules", "high")]
+    assert ("not a bin the lockfile records" if "link" in before else "index.js: modified in place") \
+        in found[0].evidence
+
+
 def test_the_hidden_lockfile_must_say_what_the_lockfile_says(tmp_path: Path, packed: Path) -> None:
     def tamper(root: Path) -> None:
         hidden = root / "node_modules/.package-lock.json"

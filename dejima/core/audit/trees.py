@@ -47,11 +47,11 @@ _IN_PLACE = frozenset({"mode", "owner", "link-target", "modified"})
 
 def _in_place(change: Change, view: View) -> bool:
     """Modified where it lies rather than installed anew: a reinstall creates files, which changes
-    their directory; a tamperer rewrites a file and leaves its directory as it was. (Inode numbers
-    cannot tell: the filesystem reuses a freed one at once.)"""
-    if change.what in ("mode", "owner", "link-target"):
-        return True
-    if change.what != "modified":
+    their directory; a tamperer rewrites a file, or its mode or owner, and leaves its directory as it
+    was. (Inode numbers cannot tell: the filesystem reuses a freed one at once.) A link's target is
+    never changed in place, only by a new link: one whose target changed is judged as installed
+    anew, by what it points to (npm_verify holds a .bin link to the bin the lockfile records)."""
+    if change.what not in _IN_PLACE:
         return False
     parent = change.path.rpartition("/")[0]
     old, new = view.before.get(parent), view.after.get(parent)
