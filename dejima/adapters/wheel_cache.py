@@ -5,7 +5,8 @@ What each place keeps (researched on pip 23.2 and 26.3, uv 0.13):
 - **pip's http cache** keeps the response bodies it downloaded, so the wheel's own bytes: by the
   SHA-224 of the normalized URL, in ``http-v2/a/b/c/d/e/<key>.body`` (pip 23.3 and later) or inside
   ``http/a/b/c/d/e/<key>`` after ``cc=4,`` as msgpack (older pip: Debian's). Hashed: any writer.
-- **a wheel file** the lockfile names by path (a ``find-links`` directory): read and hashed.
+- **a wheel file** uv.lock names by path (a ``find-links`` directory it records, a ``path`` source): read and hashed
+  (a requirements file names none).
 - **uv's cache** keeps no wheel: it unpacks each into ``archive-v0/<id>/`` and records, in
   ``wheels-v*/<index>/<name>/<version>-<tags>.http``, msgpack of [archive id, [{algorithm: hex}],
   filename, ...]: the hashes it checked while unpacking. Those files prove nothing that the session

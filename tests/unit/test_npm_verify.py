@@ -307,7 +307,7 @@ def test_a_tree_without_its_tarball_in_any_cache_is_medium_and_says_so(tmp_path:
     assert severities([f for f in found if f.rule == "B07"]) == [("node_modules", "medium")]
     tree = next(f for f in found if f.rule == "B07")
     assert "its tarball is not in the npm cache" in tree.evidence and "npm ci" in tree.evidence
-    assert tree.evidence.startswith("verified 0 file(s) of 0 package(s)")  # counts only what it verified
+    assert tree.evidence.startswith("no file verified; 1 not verifiable: ")  # counts only what it verified
 
 
 def test_a_tarball_rewritten_in_the_cache_verifies_nothing(tmp_path: Path, packed: Path) -> None:
@@ -331,6 +331,7 @@ def test_no_lockfile_at_the_start_is_medium(tmp_path: Path, packed: Path) -> Non
     found, _ = audit_mount(state, npm_caches=[home / ".npm"])
     tree = next(f for f in found if f.rule == "B07")
     assert tree.severity == "medium" and "package-lock.json was not there at the session's start" in tree.evidence
+    assert "as the session's start had it" not in tree.evidence  # found in use: "verified 0 file(s) ... against" it
 
 
 def test_the_tarball_reader_refuses_what_npm_would_not_unpack(tmp_path: Path) -> None:

@@ -218,7 +218,8 @@ def test_the_venv_s_own_pip_keeps_the_wheel_in_its_older_cache_and_writes_distli
     found = session(workspace, home, install=install, host=host)
     assert list((home / ".cache/pip").glob("http/*")), "this Python's bundled pip keeps the older cache"
     assert severities(found) == [(".venv", "low")], found[0].evidence
-    assert "of 3 distribution(s) against uv.lock" in found[0].evidence
+    assert "of 3 distribution(s) against uv.lock as the session's start had it (pip, setuptools against the wheels " \
+        "ensurepip seeds in the session image)" in found[0].evidence  # found in use: all "against" the lockfile
     assert found[0].evidence.startswith(f"its own files (9) are what the session image's python3 -m venv (Python "
                                         f"{sys.version.split()[0]}) writes; ")
     assert "import re" in (workspace / ".venv/bin/tinytool").read_text()  # distlib's template
@@ -647,9 +648,11 @@ def test_a_venv_no_lockfile_pins_is_low_with_its_own_files_and_seeds_verified(tm
     found = session(workspace, home, install=made)
     assert severities(found) == [(".venv", "low")], found[0].evidence
     assert "of 2 distribution(s) against the wheels ensurepip seeds in the session image" in found[0].evidence
+    assert "as the session's start had it" not in found[0].evidence  # no lockfile then: the seeds are the image's
     shutil.rmtree(workspace / ".venv")
     tampered = session(workspace, home, activate_appended, install=made)
     assert severities(tampered) == [(".venv", "high")] and ".venv/bin/activate: not what" in tampered[0].evidence
+    assert "change(s) no install makes: " in tampered[0].evidence  # not "no install from the wheels ... seeds"
     assert "planted" in subprocess.run(["sh", "-c", ". .venv/bin/activate"], cwd=workspace, capture_output=True,
                                        text=True, check=True).stdout  # what the user's `source` runs
 

@@ -32,6 +32,8 @@ class TreeVerdict:
     unverified: list[str] = field(default_factory=list)  # what cannot be held to a pin, and why
     files: int = 0
     packages: set[str] = field(default_factory=set)
+    pinned: bool = True  # ``lockfile`` pinned the tree at the start; else it names what the files were held to
+    also: str = ""  # said after the count: what of it was held to something else (a venv's seeds)
 
 
 class Wanted(NamedTuple):
@@ -154,13 +156,17 @@ class TreeJudgement:
         too), medium with what could not be verified, else low with what was."""
         verdict, tree, rule, lead = self.verdict, self.tree, self.rule, self.lead
         problems = [*tampered, *verdict.problems]
+        as_pinned = " as the session's start had it" if verdict.pinned else ""
         verified = f"verified {verdict.files} file(s) of {len(verdict.packages)} {self.unit}(s) against " \
-            f"{verdict.lockfile} as the session's start had it"
+            f"{verdict.lockfile}{as_pinned}{verdict.also}"
         if problems:
-            return finding(rule, "high", tree, f"{lead}{len(problems)} change(s) no install from {verdict.lockfile} "
+            source = f" from {verdict.lockfile}" if verdict.pinned else ""  # nothing pinned: not the seeds' doing
+            return finding(rule, "high", tree, f"{lead}{len(problems)} change(s) no install{source} "
                            f"makes: {listed(problems)}; {self.remedy}", self.value, remedy="reinstall")
         if verdict.unverified:
-            return finding(rule, "medium", tree, f"{lead}{verified}; {len(verdict.unverified)} not verifiable: "
+            # Nothing verified: no lockfile to name (it may not have been there at the start), only why.
+            done = verified if verdict.files else "no file verified"
+            return finding(rule, "medium", tree, f"{lead}{done}; {len(verdict.unverified)} not verifiable: "
                            f"{listed(verdict.unverified)}; to be sure, {self.remedy}", self.value, remedy="reinstall")
         return finding(rule, "low", tree, lead + (self.idle if self.idle is not None and not verdict.files
                                                   else verified), self.value, remedy="reinstall")

@@ -457,13 +457,17 @@ def verify(kind: str, environment: str, changes: list[Change], view: View) -> tu
         if own is None:
             return verdict, False, ""
         _unclaimed(kind, environment, unclaimed, verdict, view, own)
-        verdict.lockfile = SEEDED
+        verdict.lockfile, verdict.pinned = SEEDED, False
         _EnvironmentCheck(verdict, kind, environment, {}, {}, view, own).run(seeded)
         return verdict, False, own.close()
     _unclaimed(kind, environment, unclaimed, verdict, view, own)
     unchanged = all(view.entry(path) == view.entry(path, "before") for path in lockfiles)
     end = start if unchanged else _pins(lockfiles, view, "after")
-    _EnvironmentCheck(verdict, kind, environment, start, end or {}, view, own).run(distributions)
+    check = _EnvironmentCheck(verdict, kind, environment, start, end or {}, view, own)
+    check.run(distributions)
+    seeds = sorted(distributions[info].name for info in check.seeded if info in verdict.packages)
+    if seeds:  # the lockfile pins none of them: say what they were held to
+        verdict.also = f" ({', '.join(seeds)} against {SEEDED})"
     return verdict, True, own.close() if own is not None else ""
 
 
@@ -473,6 +477,7 @@ class _EnvironmentCheck:
         self.verdict, self.kind, self.environment, self.start, self.end, self.view, self.own = \
             verdict, kind, environment, start, end, view, own
         self.unpinned: dict[str, str] = {}
+        self.seeded: list[str] = []  # the distributions held to the seed wheels, no pin naming them
 
     def run(self, distributions: dict[str, _Distribution]) -> None:
         """Each distribution's files held to the wheel its pin names: the wheels of every pinned one
@@ -510,6 +515,7 @@ class _EnvironmentCheck:
             if name in _SEEDS and self.own is not None:
                 seeded, why = self.own.seed(distribution)
                 if seeded is not None:
+                    self.seeded.append(info)
                     return seeded
                 self.unpinned.setdefault(info, why)
             elif name in _SEEDS:
