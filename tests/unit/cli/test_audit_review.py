@@ -12,16 +12,17 @@ import select
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from dejima.adapters.findings import FindingStore, Stored
+from dejima.adapters.findings import FileState, FindingStore, Stored
 from dejima.core.audit import Finding
 from dejima.orchestration import exit_audit
-from dejima.ui.audit_views import findings_table
+from dejima.ui.audit_views import diff_lines, findings_table
 from dejima.ui.console import UI, plain_console
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit" / "table-80.txt"
@@ -267,3 +268,21 @@ def test_a_quiet_session_whose_changes_another_session_reported_still_says_so(tm
     assert "reported by session(s) second on the same workspace" in told.getvalue()
     assert "dejima-audit ack" in told.getvalue()
 
+
+@pytest.mark.parametrize(("state", "expected"), [
+    (FileState(before_kind="file", before=b"a\n", after_kind=None), [
+        "(a file at the start, nothing at the end)", "--- at the start", "+++ at the end", "@@ -1 +0,0 @@", "-a"]),
+    (FileState(before_kind=None, after_kind="fifo"), ["(created in the session: a named pipe)"]),
+    (FileState(before_kind="dir", after_kind=None), [
+        "(a directory at the start, nothing at the end)",
+        "(a directory has no content of its own; the evidence above says what changed in it)"]),
+    (FileState(before_kind="dir", after_kind="file", after=b"x\n"), [
+        "(a directory at the start, a file at the end)", "--- at the start", "+++ at the end", "@@ -0,0 +1 @@", "+x"]),
+    (FileState(before_kind="symlink", before=b"../a", after_kind="symlink", after_target="/etc"), [
+        "(a symbolic link at the start, a symbolic link at the end)", "--- at the start", "+++ at the end",
+        "@@ -1 +1 @@", "-../a", "+/etc"]),
+    (FileState(before_kind="file", before=b"\0\1", after_kind="file", after=b"\0\2"), ["(binary content: not shown)"]),
+])
+def test_the_diff_says_what_a_path_was_in_words(state: FileState, expected: list[str]) -> None:
+    finding = replace(stored(4, "/w", "F01", "high", "x", "changed"), state=state)
+    assert [line.plain.strip() for line in diff_lines(finding)] == expected
