@@ -40,6 +40,10 @@ a finding again). `dejima PATH` refuses to start on a workspace with unreviewed 
 """
 
 
+_IDS = ("each an id from the first column of `dejima-audit` (`dejima-audit list --all` lists every finding's); "
+        "several may be given")
+
+
 def _listing_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument("--all", action="store_true", dest=f"{prefix}all",
                         help="also reviewed, closed and info findings")
@@ -55,16 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     _listing_options(sub.add_parser("list", help="findings not reviewed yet (the default)"))
     show = sub.add_parser("show", help="one or more findings with their evidence and diff")
-    show.add_argument("ids", nargs="+", type=int, metavar="ID")
+    show.add_argument("ids", nargs="+", type=int, metavar="ID", help=f"the findings to show; {_IDS}")
     show.add_argument("--json", action="store_true", help="print JSON lines (with each file's diff)")
     ack = sub.add_parser("ack", help="record that you reviewed findings (bound to their content); without ids, "
                                      "on a terminal, walk the unreviewed ones file by file")
-    ack.add_argument("ids", nargs="*", type=int, metavar="ID")
+    ack.add_argument("ids", nargs="*", type=int, metavar="ID",
+                     help=f"the findings to acknowledge (none: walk them on a terminal); {_IDS}")
     ack.add_argument("--all", action="store_true", help="every unreviewed finding (of --workspace if given)")
     ack.add_argument("--workspace", metavar="PATH", help="only the workspace at PATH (with --all, or for the walk)")
     ack.add_argument("--note", help="why the change is fine (recorded with the time); needed with ids or --all")
     restore = sub.add_parser("restore", help="put flagged files back as they were when the session started")
-    restore.add_argument("ids", nargs="+", type=int, metavar="ID")
+    restore.add_argument("ids", nargs="+", type=int, metavar="ID", help=f"the findings to undo; {_IDS}")
     restore.add_argument("--force", action="store_true", help="even if the file changed again since the audit")
     rules = sub.add_parser("rules", help="the rule catalogue: what is watched, and how severe a change is")
     rules.add_argument("--json", action="store_true", help="print JSON lines")

@@ -424,8 +424,12 @@ def _say(session_id: str, ui: SessionReporter, store: FindingStore, workspace: s
         if still:
             ui.info(f"session(s) {', '.join(still)} still run on {workspace}: a change listed here may be theirs")
     if theirs:
-        ui.info(f"session {session_id}: {len(theirs)} more change(s) its audit found were reported by session(s) "
-                f"{', '.join(sorted(set(theirs.values())))} on the same workspace")
+        reported = f"reported by session(s) {', '.join(sorted(set(theirs.values())))} on the same workspace"
+        if own:
+            ui.info(f"session {session_id}: {len(theirs)} more change(s) its audit found were {reported}")
+        else:  # the only sign this session left anything: said even under -q, as the warning above is
+            ui.warn(f"session {session_id}: {len(theirs)} change(s) that can run code later, found by its audit, "
+                    f"were {reported}")
     if unreviewed or theirs:
         ui.info("review them one file at a time: dejima-audit ack")
 

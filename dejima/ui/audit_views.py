@@ -5,7 +5,9 @@ file name must not be able to clear the screen or reorder what the reviewer read
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import shlex
 import time
 
 from rich.cells import cell_len, set_cell_size
@@ -99,7 +101,7 @@ def findings_table(found: list[Stored], width: int = 80) -> list[Text]:
     by_workspace: dict[str, list[Stored]] = {}
     for s in found:
         by_workspace.setdefault(s.workspace, []).append(s)
-    id_width = max((len(str(s.id)) for s in found), default=2)
+    id_width = max([len("id"), *(len(str(s.id)) for s in found)])  # the column is as wide as its header too
     lines: list[Text] = []
     for workspace, rows in by_workspace.items():
         if lines:
@@ -160,20 +162,40 @@ def _decoded(data: bytes | None) -> list[str] | None:
     return [safe(line) for line in data.decode("utf-8", "surrogateescape").splitlines()]
 
 
+_KIND_WORDS = {"file": "a file", "dir": "a directory", "symlink": "a symbolic link", "fifo": "a named pipe",
+               "socket": "a socket", "char": "a character device", "block": "a block device"}
+
+
+def _kind(kind: str | None) -> str:
+    """What a path was, in words: "nothing" when it was absent."""
+    return "nothing" if kind is None else _KIND_WORDS.get(kind, f"a {kind}")
+
+
+def _content(kind: str | None, data: bytes | None) -> list[str] | None:
+    """The lines one side of the diff shows: a file's (None: binary), a link's target; nothing else has any."""
+    if kind == "file" or (kind == "symlink" and data is not None):
+        return _decoded(data)
+    return []
+
+
 def _diff(stored: Stored, limit: int = _DIFF_LINES) -> list[str]:
     state = stored.state
     if state is None:
         return []
-    if state.before_kind is None:
-        head = [f"(created in the session: a {state.after_kind or 'path now gone'})"]
-        before: list[str] | None = []
-    elif state.before is None and state.before_kind == "file":
-        return [f"(a {state.before_kind} at the start; its content was not kept, only watched files' is)"]
+    before_kind, after_kind = state.before_kind, state.after_kind
+    if before_kind == "file" and state.before is None:
+        return ["(a file at the start; its content was not kept, only watched files' is)"]
+    if before_kind is None:
+        head = [f"(created in the session: {_kind(after_kind) if after_kind else 'a path now gone'})"]
+    elif before_kind != "file" or after_kind != "file":
+        head = [f"({_kind(before_kind)} at the start, {_kind(after_kind)} at the end)"]
     else:
-        head, before = [], _decoded(state.before)
-    after = _decoded(state.after) if state.after_kind == "file" else []
-    if state.before_kind not in (None, "file") or state.after_kind not in (None, "file"):
-        head.append(f"(a {state.before_kind or 'nothing'} at the start, a {state.after_kind or 'nothing'} at the end)")
+        head = []
+    if "dir" in (before_kind, after_kind) and not {before_kind, after_kind} & {"file", "symlink"}:
+        return [*head, "(a directory has no content of its own; the evidence above says what changed in it)"]
+    after_target = os.fsencode(state.after_target) if state.after_target is not None else None
+    before = _content(before_kind, state.before)
+    after = _content(after_kind, after_target if after_kind == "symlink" else state.after)
     if before is None or after is None:
         return [*head, "(binary content: not shown)"]
     lines = list(difflib.unified_diff(before, after, "at the start", "at the end", lineterm="", n=2))
@@ -187,7 +209,7 @@ def finding_lines(stored: Stored) -> list[Text]:
             ("where", _where(stored)), ("path", f.path or "(whole mount)"), ("key", f.key), ("evidence", f.evidence),
             *(("context" if line.startswith("context: ") else "also", line.removeprefix("context: "))
               for line in f.lines),
-            *(("signal", note) for note in f.notes), ("remedy", _remedy(f.remedy, stored.id)),
+            *(("signal", note) for note in f.notes), ("remedy", _remedy(stored)),
             ("session", stored.session),
             ("when", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stored.created))),
             ("reviewed", f"yes: {stored.ack_note}" if stored.acked else "no"), ("fingerprint", f.fingerprint),
@@ -207,13 +229,33 @@ def print_finding(console: Console, stored: Stored) -> None:
     console.print()
 
 
-def _remedy(remedy: str, finding_id: int) -> str:
-    restore = f"dejima-audit restore {finding_id}"
+def _remedy(stored: Stored) -> str:
+    restore = f"dejima-audit restore {stored.id}"
+    if stored.finding.remedy == "reinstall":
+        return _reinstall(stored, restore)
     return {"restore": f"{restore} puts back the start state (or removes what the session created)",
-            "reinstall": f"a tree the session created: {restore} removes it whole; one that was there "
-                         "before: delete it and reinstall on the host (its content was not kept)",
             "strip-bits": f"{restore} removes the setuid/setgid bits and capabilities",
-            "review": "review it; nothing to put back"}.get(remedy, remedy)
+            "review": "review it; nothing to put back"}.get(stored.finding.remedy, stored.finding.remedy)
+
+
+def _reinstall(stored: Stored, restore: str) -> str:
+    """How to undo a change to a whole tree: the case that applies (the session made the tree, or it was
+    there at the start), with the tool's clean reinstall command, the one `restore` names."""
+    from dejima.adapters.restore import _reinstaller  # restore's own lookup: one table of clean commands
+
+    path, state = stored.finding.path, stored.state
+    where = f"{stored.root}/{path}".rstrip("/")
+    parent = where.rpartition("/")[0] or "/"
+    command = _reinstaller(stored)
+    if path and state is not None and state.before_kind is None:  # what `restore` removes whole
+        again = f"; then `{command}` in {parent} installs it again from the lockfile" if command else \
+            "; then install it again on the host if the project needs it"
+        return f"the session created this tree: {restore} removes it whole{again}"
+    then = f"`{command}` in {parent}" if command else "the project's installer"
+    undo = f"delete it and reinstall on the host: rm -r {shlex.quote(where)}, then {then}"
+    if state is None:  # read without its start state: both cases
+        return f"{undo} ({restore} removes it if the session created it)"
+    return f"it was there at the start and its content was not kept, so nothing can be put back: {undo}"
 
 
 def rule_title(rule: str) -> str:

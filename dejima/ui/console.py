@@ -83,10 +83,12 @@ class UI:
         self.card("dejima boundary", boundary_card(plan))
 
     def findings_left(self, found: Sequence[Stored]) -> None:
-        """The worst findings a session left, one line each, in the closing message."""
+        """The worst findings a session left, one line each, in the closing message: cut to the terminal's
+        width, never off one (a log keeps the whole line)."""
         from dejima.ui.audit_views import end_of_session
 
-        for line in end_of_session(list(found), width=self.console.width):
+        width = self.console.width if self.console.is_terminal else UNCUT_WIDTH
+        for line in end_of_session(list(found), width=width):
             self.console.print(line, crop=False)
 
     def error(self, exc: DiagnosticError) -> None:

@@ -231,3 +231,57 @@ def test_listing_only_reviewed_findings_asks_for_no_review(workspace: Path, out:
     assert str(workspace) in capsys.readouterr().out  # the reviewed findings are listed
     assert "every finding listed is reviewed" in out.getvalue()
     assert "review them" not in out.getvalue() and "dejima-audit ack" not in out.getvalue()
+
+
+def npm_install(root: Path) -> None:
+    (root / "package.json").write_text("{}")
+    (root / "node_modules" / "left-pad").mkdir(parents=True)
+    (root / "node_modules" / ".package-lock.json").write_text("{}")  # npm's record of its install
+    (root / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1;\n")
+
+
+def test_show_of_a_tree_gives_the_remedy_that_applies_and_names_the_clean_reinstall(
+        workspace: Path, out: io.StringIO, capsys: pytest.CaptureFixture[str]) -> None:
+    [created] = session(workspace, "s1", npm_install)
+    assert main(["show", str(created)]) == ExitStatus.SUCCESS
+    shown = capsys.readouterr().out
+    assert (f"remedy: the session created this tree: dejima-audit restore {created} removes it whole; then `npm ci` "
+            f"in {workspace} installs it again from the lockfile") in shown
+    assert "there at the start" not in shown and "there before" not in shown  # only the case that applies
+    assert "(created in the session: a directory)" in shown and "a nothing" not in shown
+    assert "(a directory has no content of its own" in shown and "binary content" not in shown
+
+    tampered = max(session(workspace, "s2", lambda root: (root / "node_modules" / "left-pad" / "index.js").write_text(
+        "module.exports = 2;\n")))
+    assert tampered != created
+    assert main(["show", str(tampered)]) == ExitStatus.SUCCESS
+    shown = capsys.readouterr().out
+    assert (f"remedy: it was there at the start and its content was not kept, so nothing can be put back: delete it "
+            f"and reinstall on the host: rm -r {workspace}/node_modules, then `npm ci` in {workspace}") in shown
+    assert "removes it whole" not in shown and "created" not in shown
+    assert "(a directory at the start, a directory at the end)" in shown and "binary content" not in shown
+
+
+def test_the_table_header_is_aligned_with_one_digit_ids(workspace: Path, out: io.StringIO,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    ids = session(workspace, "s1", plant)
+    assert max(ids) < 10
+    assert main(["list"]) == ExitStatus.SUCCESS
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("id "))
+    rows = [line for line in lines if line.split()[0].isdigit() and line.split()[1] in ("critical", "high")]
+    assert len(rows) == len(ids)
+    for row in rows:
+        finding_id, severity, rule = row.split()[:3]
+        assert row.index(severity) == header.index("severity"), (header, row)
+        assert row.index(rule, row.index(severity) + len(severity)) == header.index("rule"), (header, row)
+        assert row.index(finding_id) + len(finding_id) == header.index("id") + 2  # ids right-aligned under "id"
+
+
+@pytest.mark.parametrize("action", ["show", "ack", "restore"])
+def test_the_help_says_what_an_id_is(action: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([action, "--help"])
+    described = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # argparse wraps it, at hyphens too
+    assert "positional arguments: ID the findings to" in described  # the argument has a description
+    assert "each an id from the first column of `dejima-audit`" in described and "several may be given" in described

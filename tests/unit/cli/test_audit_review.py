@@ -12,16 +12,17 @@ import select
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
-from dejima.adapters.findings import FindingStore, Stored
+from dejima.adapters.findings import FileState, FindingStore, Stored
 from dejima.core.audit import Finding
 from dejima.orchestration import exit_audit
-from dejima.ui.audit_views import findings_table
+from dejima.ui.audit_views import diff_lines, findings_table
 from dejima.ui.console import UI, plain_console
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit" / "table-80.txt"
@@ -204,8 +205,8 @@ def test_the_end_of_session_message_names_the_worst_findings(tmp_path: Path) -> 
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     exit_audit.start("s2", [exit_audit.Mount("workspace", root)])
     plant(root)
-    out = io.StringIO()
-    exit_audit.finish("s2", UI(plain_console(out, width=80)))
+    out = io.StringIO()  # a terminal 80 columns wide (off one, a line is never cut)
+    exit_audit.finish("s2", UI(Console(file=out, force_terminal=True, width=80, color_system=None, soft_wrap=True)))
     text = out.getvalue()
     assert "left 5 change(s) that can run code later (worst: critical):" in text
     listed = [line for line in text.splitlines() if line.startswith("  critical") or line.startswith("  high")]
@@ -236,3 +237,52 @@ def test_the_walk_shows_the_remedy_as_the_command_to_type_and_modes_as_chmod_wri
     assert "made executable (0644 -> 0755)" in first and "0o" not in first + more
     assert f"remedy: dejima-audit restore {finding.id} puts back the start state" in more
     assert "restore ID" not in more
+
+
+def test_the_end_of_session_lines_are_whole_off_a_terminal_and_cut_on_one() -> None:
+    path = "src/" + "deeply/nested/" * 10 + "conftest.py"
+    evidence = "pytest conftest (added): " + "x" * 200
+    found = [stored(3, "/w", "P01", "high", path, evidence)]
+    log = io.StringIO()  # stderr sent to a file: not a terminal (80 columns: what rich assumes there)
+    UI(Console(file=log, width=80, color_system=None, highlight=False, soft_wrap=True)).findings_left(found)
+    assert "…" not in log.getvalue() and path in log.getvalue() and evidence in log.getvalue()
+    screen = io.StringIO()
+    UI(Console(file=screen, force_terminal=True, width=80, color_system=None, soft_wrap=True)).findings_left(found)
+    assert "…" in screen.getvalue() and all(cell_len(line) <= 80 for line in screen.getvalue().splitlines())
+
+
+def test_a_quiet_session_whose_changes_another_session_reported_still_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    for session_id in ("first", "second", "third"):  # sessions on one workspace
+        exit_audit.start(session_id, [exit_audit.Mount("workspace", root)])
+    write(root, ".git/hooks/post-checkout", "#!/bin/sh\nid\n", 0o755)
+    exit_audit.finish("second", UI(plain_console(io.StringIO())))  # its audit records the finding first
+    quiet, told = io.StringIO(), io.StringIO()
+    exit_audit.finish("first", UI(plain_console(quiet, width=200), quiet=True))
+    said = quiet.getvalue()
+    assert said.count("\n") == 1, said  # one line
+    assert "session first: 1 change(s) that can run code later, found by its audit, were reported by session(s) " \
+           "second on the same workspace" in said
+    exit_audit.finish("third", UI(plain_console(told, width=200)))  # not quiet: the same line, and the next step
+    assert "reported by session(s) second on the same workspace" in told.getvalue()
+    assert "dejima-audit ack" in told.getvalue()
+
+
+@pytest.mark.parametrize(("state", "expected"), [
+    (FileState(before_kind="file", before=b"a\n", after_kind=None), [
+        "(a file at the start, nothing at the end)", "--- at the start", "+++ at the end", "@@ -1 +0,0 @@", "-a"]),
+    (FileState(before_kind=None, after_kind="fifo"), ["(created in the session: a named pipe)"]),
+    (FileState(before_kind="dir", after_kind=None), [
+        "(a directory at the start, nothing at the end)",
+        "(a directory has no content of its own; the evidence above says what changed in it)"]),
+    (FileState(before_kind="dir", after_kind="file", after=b"x\n"), [
+        "(a directory at the start, a file at the end)", "--- at the start", "+++ at the end", "@@ -0,0 +1 @@", "+x"]),
+    (FileState(before_kind="symlink", before=b"../a", after_kind="symlink", after_target="/etc"), [
+        "(a symbolic link at the start, a symbolic link at the end)", "--- at the start", "+++ at the end",
+        "@@ -1 +1 @@", "-../a", "+/etc"]),
+    (FileState(before_kind="file", before=b"\0\1", after_kind="file", after=b"\0\2"), ["(binary content: not shown)"]),
+])
+def test_the_diff_says_what_a_path_was_in_words(state: FileState, expected: list[str]) -> None:
+    finding = replace(stored(4, "/w", "F01", "high", "x", "changed"), state=state)
+    assert [line.plain.strip() for line in diff_lines(finding)] == expected
