@@ -136,13 +136,13 @@ def _remove_tree(stored: Stored, force: bool) -> str:
         kind, sha256, _, _ = _current(fd, path.rsplit("/", 1)[-1])
         _check_unchanged(stored, kind, sha256, force)
         _remove(fd, path.rsplit("/", 1)[-1], kind)
-    command = _reinstaller(stored)
+    command = clean_reinstall_command(stored)
     again = f"`{command}` in {Path(stored.root, path).parent} installs it again from the lockfile" if command else \
         "install it again on the host if the project needs it"
     return f"removed {path}, which the session created ({again})"
 
 
-def _reinstaller(stored: Stored) -> str | None:
+def clean_reinstall_command(stored: Stored) -> str | None:
     """The clean reinstall command of the tool whose tree a finding is about, if known."""
     finding = stored.finding
     return yarn_verify.reinstaller(finding.path, finding.evidence) or npm_verify.reinstaller(finding.path) or \
@@ -166,7 +166,7 @@ def restore(stored: Stored, force: bool = False) -> str:
         return _remove_tree(stored, force)  # a tree the session made: the start had none
     if state is None or not finding.path or finding.remedy == "reinstall":
         where = f"{stored.root}/{finding.path}".rstrip("/")
-        command = _reinstaller(stored)
+        command = clean_reinstall_command(stored)
         then = f"`{command}` in {where.rpartition('/')[0]}" if command else "your installer"
         raise RestoreError(f"finding {stored.id} is about a whole tree ({where})",
                            hint=f"delete it and reinstall on the host (e.g. rm -r {where}, then {then})")

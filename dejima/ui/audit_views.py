@@ -241,12 +241,12 @@ def _remedy(stored: Stored) -> str:
 def _reinstall(stored: Stored, restore: str) -> str:
     """How to undo a change to a whole tree: the case that applies (the session made the tree, or it was
     there at the start), with the tool's clean reinstall command, the one `restore` names."""
-    from dejima.adapters.restore import _reinstaller  # restore's own lookup: one table of clean commands
+    from dejima.adapters.restore import clean_reinstall_command  # restore's own lookup: one table of clean commands
 
     path, state = stored.finding.path, stored.state
     where = f"{stored.root}/{path}".rstrip("/")
     parent = where.rpartition("/")[0] or "/"
-    command = _reinstaller(stored)
+    command = clean_reinstall_command(stored)
     if path and state is not None and state.before_kind is None:  # what `restore` removes whole
         again = f"; then `{command}` in {parent} installs it again from the lockfile" if command else \
             "; then install it again on the host if the project needs it"
