@@ -51,9 +51,10 @@ FORK_AFTER = 16  # archives to read from which they are shared out over processe
 # hangs is not left running for ever; what it did not keep, the end audit reads.
 READ_AHEAD_SECONDS = 3600
 # A read ahead looks this often for the pinned archives an install in the session fetches: a look
-# is a stat per pin still awaited (~2 ms for 600), and an install fetches 600 tarballs in ~10 s, so
-# at most the last ~2 s of its fetching is left to the end audit, which comes after it.
-POLL_SECONDS = 2.0
+# is a stat per pin still awaited (~2 ms for 600, fewer as they come: under half a percent of a core,
+# at a low priority). At 2 s, the bench's first session left the end audit 1-2 tarballs fetched in
+# the install's last seconds (typescript's among them: ~40 ms); at 0.5 s, none in 3 rounds.
+POLL_SECONDS = 0.5
 # A pin's archive read at most this often by a read ahead, each time its file is another: bytes that do
 # not hash to the pin now may be a file not whole yet (cacache renames a whole one in), but a file the
 # session keeps rewriting is not read for ever (the end audit reads it, and says what it holds).
