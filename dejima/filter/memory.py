@@ -6,7 +6,8 @@ objects lie scattered over the heap and keep its pages resident, and glibc keeps
 reuse. So the stdlib's caches of address classes are emptied, a full collection empties the free
 lists, and ``malloc_trim`` returns every whole free page. The filter's image runs Python with
 ``PYTHONMALLOC=malloc``: objects live in glibc's heap, where a survivor keeps its 4 KiB page, not
-in CPython's 1 MiB arenas, where it keeps the arena (measured in docs/performance.md).
+in CPython's 1 MiB arenas, where it keeps the arena (measured in docs/performance.md), and with a
+fixed mmap threshold (``GLIBC_TUNABLES``): a large table is unmapped when freed, not left as a hole.
 """
 
 from __future__ import annotations

@@ -63,3 +63,41 @@ def test_a_give_back_empties_the_address_cache_before_it_collects() -> None:
     assert cached.cache_info().currsize > 0
     HeapReturn(after=1, trim=lambda: None).pruned(1)
     assert cached.cache_info().currsize == 0
+
+
+def test_the_filter_image_maps_large_blocks_apart_from_the_heap() -> None:
+    """The image's environment fixes glibc's mmap threshold: a large block freed, then one a bit
+    smaller, is still mapped apart (with the dynamic threshold it would land in the heap, where
+    the flood's small objects pin the hole a freed table leaves)."""
+    import os
+    import subprocess
+    import sys
+
+    from dejima.adapters import packaged
+    from dejima.core.images import build_filter_recipe
+
+    dockerfile = build_filter_recipe(packaged.docker_template("filter"), "base", "sha256:1", {}, {}).dockerfile
+    image_env = dict(item.split("=", 1) for line in dockerfile.splitlines() if line.startswith("ENV ")
+                     for item in line.split()[1:])
+    assert image_env["PYTHONMALLOC"] == "malloc"
+    probe = """if True:
+        import ctypes
+        class Mallinfo2(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                        "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = Mallinfo2
+        first = bytearray(1 << 20)
+        del first
+        second = bytearray((1 << 20) - 65536)
+        print(libc.mallinfo2().hblkhd >= len(second))
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallinfo2  # noqa: B018 - glibc 2.33 or later
+    except (OSError, AttributeError):
+        pytest.skip("needs glibc's mallinfo2")
+    env = {**os.environ, **{k: v for k, v in image_env.items() if k in ("PYTHONMALLOC", "GLIBC_TUNABLES")}}
+    mapped = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert mapped.stdout.strip() == "True"
