@@ -452,6 +452,10 @@ class Executor:
                 running -= 1
                 if error is None:
                     batch.append(planned)
+            if isinstance(failure, Interrupted) and self.ran:
+                # The command runs (its gate released): the caller passes the signal on and gives it its time
+                # before it unwinds (session.run), as for a signal that comes once it waits on the command.
+                raise failure
             try:
                 self.unwind()
             except BaseException:  # noqa: BLE001 - the failure that stopped the start is the one to report

@@ -205,6 +205,14 @@ def run(runtime: Runtime, plan: SessionPlan, ui: SessionReporter, ready_timeout:
             check_filter_alive(runtime, filter_id)
             return status
         except Interrupted as interrupted:
+            running = executor.containers.get(plan.session.name)
+            if executor.ran and running is not None and not plan.interactive:
+                # The command ran (its gate released) but the launcher was not waiting on it yet (the
+                # start's last steps, slow under load): it gets the signal and its time all the same,
+                # its output relayed, instead of being removed with its trap unrun.
+                _forward(runtime, running, interrupted.signum, stop_timeout)  # exited already: kill is a no-op
+                if executor.output is not None:
+                    executor.output.join(timeout=stop_timeout)
             _say_stopped(ui, plan.session_id, [interrupted.signum])
             return ExitStatus.signalled(_as_sent(interrupted.signum))
         finally:
